@@ -1,0 +1,62 @@
+"""ringccl: collective-communication algorithms as data.
+
+One schedule per algorithm (:mod:`ringccl.ir`), proved correct by a symbolic checker
+(:func:`verify`), run on N virtual ranks by the numpy simulator (:func:`simulate`) and on real
+processes by :mod:`ringccl.torch` (torch.distributed point-to-point).
+
+Quick tour::
+
+    import ringccl
+    s = ringccl.schedule("all_reduce", "ring", world_size=4)
+    print(s.table())                      # the seed's N=4 step table
+    ringccl.verify(s)                     # symbolic proof; raises VerificationError if wrong
+    r = ringccl.simulate("all_reduce", x) # x: (world_size, count) numpy array
+    r.outputs, r.stats.bytes_sent, r.matches_reference
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from . import units
+from .algorithms import Algorithm, algorithms, build_schedule, get_algorithm, register
+from .check import verify
+from .collectives import COLLECTIVES, get_collective
+from .errors import (ArgumentError, ArgumentTypeError, BackendError, RingcclError, ScheduleError,
+                     VerificationError)
+from .ir import Kind, Program, Schedule, Step, Transfer, chunk_bounds
+from .metrics import algbw, busbw
+from .ops import ReduceOp
+from .sim import SimResult, SimStats, simulate
+
+__version__ = "0.1.0"
+
+__all__ = ["schedule", "verify", "simulate", "algorithms", "collectives", "get_algorithm",
+           "register", "Algorithm", "Schedule", "Step", "Transfer", "Kind", "Program",
+           "ReduceOp", "SimResult", "SimStats", "chunk_bounds", "algbw", "busbw", "units",
+           "RingcclError", "ArgumentError", "ArgumentTypeError", "ScheduleError",
+           "VerificationError", "BackendError", "__version__"]
+
+
+def schedule(collective: str, algorithm: str = "ring", world_size: int = 4, **params) -> Schedule:
+    """The schedule of ``algorithm`` for ``collective`` on ``world_size`` ranks.
+
+    Example: ``ringccl.schedule("all_reduce", "ring", world_size=4).table()``.
+
+    Raises:
+        ArgumentError: unknown collective or algorithm (listing the valid names), world_size < 1.
+    """
+    return build_schedule(collective, algorithm, world_size, **params)
+
+
+def collectives() -> list[str]:
+    """Names of the collectives ringccl knows."""
+    return list(COLLECTIVES)
+
+
+def __getattr__(name: str) -> Any:
+    # ringccl.torch needs torch, an optional extra: import it on first use only
+    if name in ("torch",):
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

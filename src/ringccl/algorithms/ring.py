@@ -1,0 +1,95 @@
+"""Ring algorithms: reduce-scatter, all-gather and all-reduce (= reduce-scatter + all-gather).
+
+The ranks form a ring; at every step each rank sends one chunk to its ``next_rank = (r + 1) % N``
+and receives one from ``prev_rank = (r - 1) % N``. The buffer is split into N chunks.
+
+All-reduce follows the seed's walk-through (seed 000, section 2, and its pseudo-code):
+
+* reduce-scatter phase, step s = 0 … N-2: rank r sends chunk (r - s) mod N to r + 1, which adds
+  it into its own chunk (r - s) mod N = ((r+1) - 1 - s) mod N. Afterwards rank r owns the complete
+  reduction of chunk (r + 1) mod N.
+* all-gather phase, step s = 0 … N-2: rank r sends chunk (r + 1 - s) mod N, complete, to r + 1,
+  which copies it.
+
+Standalone reduce_scatter follows torch.distributed (rank r ends with block r), so its ring is
+shifted by one: rank r sends chunk (r - 1 - s) mod N. Standalone all_gather starts from rank r
+holding block r and sends chunk (r - s) mod N.
+
+Cost (each rank, buffer of nbytes): 2(N-1) steps, sends 2(N-1)/N · nbytes for all-reduce; N-1
+steps and (N-1)/N · buffer bytes for reduce-scatter and all-gather; γ applies to (N-1)/N · nbytes
+reduced per rank.
+
+References:
+    Patarasuk & Yuan, "Bandwidth optimal all-reduce algorithms for clusters of workstations",
+    J. Parallel Distrib. Comput. 69(2), 2009.
+    Thakur, Rabenseifner & Gropp, "Optimization of Collective Communication Operations in
+    MPICH", IJHPCA 19(1), 2005, section 4.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import Schedule, Step
+from . import Algorithm, register
+
+__all__ = ["reduce_scatter", "all_gather", "all_reduce"]
+
+_PATARASUK = "Patarasuk & Yuan, JPDC 69(2) 2009"
+
+
+def _ring_phase(world_size: int, first_chunk_offset: int, reduce: bool, phase: str) -> list[Step]:
+    """N-1 steps; at step s every rank r sends chunk (r + offset - s) mod N to (r + 1) mod N."""
+    ranks = np.arange(world_size)
+    next_rank = (ranks + 1) % world_size
+    return [Step.of(ranks, next_rank, (ranks + first_chunk_offset - s) % world_size,
+                    reduce=reduce, phase=phase)
+            for s in range(world_size - 1)]
+
+
+def all_reduce(world_size: int) -> Schedule:
+    """Ring all-reduce in the seed's chunk order: ring reduce-scatter, then ring all-gather.
+
+    Pre:  rank r holds its buffer, split into N = world_size chunks.
+    Post: every rank holds the elementwise reduction of all N buffers; after the reduce-scatter
+          phase rank r owns the complete chunk (r + 1) mod N.
+    Cost: 2(N-1) steps; each rank sends 2(N-1)/N · nbytes;
+          T = 2(N-1)·alpha + 2(N-1)/N·nbytes·beta + (N-1)/N·nbytes·gamma.
+
+    Args:
+        world_size: number of ranks N (>= 1).
+    Returns:
+        Schedule with num_chunks == world_size.
+    References:
+        Patarasuk & Yuan 2009; Thakur, Rabenseifner & Gropp 2005 (section 4).
+    """
+    steps = (_ring_phase(world_size, 0, True, "reduce-scatter")
+             + _ring_phase(world_size, 1, False, "all-gather"))
+    return Schedule("all_reduce", "ring", world_size, world_size, steps)
+
+
+def reduce_scatter(world_size: int) -> Schedule:
+    """Ring reduce-scatter with torch.distributed's output order: rank r ends with block r.
+
+    Pre:  rank r holds N blocks. Post: rank r holds block r reduced over all ranks.
+    Cost: N-1 steps; each rank sends (N-1)/N · nbytes (nbytes = the whole N-block input).
+    """
+    return Schedule("reduce_scatter", "ring", world_size, world_size,
+                    _ring_phase(world_size, -1, True, "reduce-scatter"))
+
+
+def all_gather(world_size: int) -> Schedule:
+    """Ring all-gather: rank r starts with block r; every rank ends with all N blocks.
+
+    Cost: N-1 steps; each rank sends (N-1)/N · nbytes (nbytes = the whole N-block output).
+    """
+    return Schedule("all_gather", "ring", world_size, world_size,
+                    _ring_phase(world_size, 0, False, "all-gather"))
+
+
+register(Algorithm("all_reduce", "ring", all_reduce, lambda n: 2 * (n - 1),
+                   lambda n, b: 2 * (n - 1) / n * b, "2(N-1)", "2(N-1)/N·M", _PATARASUK))
+register(Algorithm("reduce_scatter", "ring", reduce_scatter, lambda n: n - 1,
+                   lambda n, b: (n - 1) / n * b, "N-1", "(N-1)/N·M", _PATARASUK))
+register(Algorithm("all_gather", "ring", all_gather, lambda n: n - 1,
+                   lambda n, b: (n - 1) / n * b, "N-1", "(N-1)/N·M", _PATARASUK))

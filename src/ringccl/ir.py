@@ -1,0 +1,330 @@
+"""The schedule: a collective algorithm as data, shared by every executor (see DESIGN.md).
+
+A schedule for ``world_size`` ranks splits every rank's working buffer into ``num_chunks`` chunks
+with ``numpy.array_split`` boundaries (:func:`chunk_bounds`) and lists *steps*. A step is a set of
+transfers that run at the same time and cost one latency (one alpha). A transfer is
+
+    (src rank, dst rank, chunk read at src, chunk written at dst, reduce or copy)
+
+and follows BSP semantics: every transfer of a step reads the state before the step, then all
+writes land. Within one step at most one transfer writes a given (dst, chunk) slot.
+
+Steps are stored as small integer arrays (one entry per transfer), not as Python objects, so a
+1024-rank ring all-reduce (2046 steps x 1024 transfers) stays a few tens of MB. Transfers inside a
+step are kept sorted by (src, dst, src_chunk, dst_chunk): every rank derives the same post order
+for its sends and receives from :meth:`Schedule.program`.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Iterator, Mapping, NamedTuple, Sequence
+
+import numpy as np
+
+from .errors import ArgumentError, ScheduleError
+
+__all__ = ["Kind", "Transfer", "Step", "Schedule", "Program", "RankStep", "Send", "Recv",
+           "chunk_bounds"]
+
+
+class Kind(enum.IntEnum):
+    """What the receiver does with an arriving chunk."""
+
+    COPY = 0    #: dst chunk := src chunk
+    REDUCE = 1  #: dst chunk := reduce_op(dst chunk, src chunk)
+
+
+class Transfer(NamedTuple):
+    """One transfer, for display and tests (steps store arrays, not these)."""
+
+    src: int
+    dst: int
+    src_chunk: int
+    dst_chunk: int
+    kind: Kind
+
+
+def chunk_bounds(count: int, num_chunks: int) -> np.ndarray:
+    """Chunk boundaries of a ``count``-element buffer split into ``num_chunks`` chunks.
+
+    ``numpy.array_split`` / ``torch.tensor_split`` semantics: the first ``count % num_chunks``
+    chunks get one extra element; chunks may be empty.
+
+    Returns:
+        int64 array of shape (num_chunks + 1,): chunk c is ``[bounds[c], bounds[c + 1])``.
+    Raises:
+        ArgumentError: count < 0 or num_chunks < 1.
+    """
+    if count < 0:
+        raise ArgumentError(f"count={count} must be >= 0")
+    if num_chunks < 1:
+        raise ArgumentError(f"num_chunks={num_chunks} must be >= 1")
+    base, extra = divmod(int(count), int(num_chunks))
+    sizes = np.full(num_chunks, base, dtype=np.int64)
+    sizes[:extra] += 1
+    bounds = np.zeros(num_chunks + 1, dtype=np.int64)
+    np.cumsum(sizes, out=bounds[1:])
+    return bounds
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
+@dataclass(frozen=True, eq=False)
+class Step:
+    """One step: parallel arrays with one entry per transfer (read-only views).
+
+    Attributes:
+        src, dst: int32 arrays, sender and receiver rank of each transfer.
+        src_chunk, dst_chunk: int32 arrays, chunk read at ``src`` and chunk written at ``dst``.
+        reduce: bool array, True where the receiver reduces (``Kind.REDUCE``) instead of copying.
+        phase: name of the phase this step belongs to ("reduce-scatter", "all-gather", ...).
+    """
+
+    src: np.ndarray
+    dst: np.ndarray
+    src_chunk: np.ndarray
+    dst_chunk: np.ndarray
+    reduce: np.ndarray
+    phase: str = ""
+
+    @staticmethod
+    def of(src, dst, src_chunk, dst_chunk=None, reduce=False, phase: str = "") -> "Step":
+        """Build a step from scalars or arrays (broadcast together) and sort it canonically.
+
+        ``dst_chunk`` defaults to ``src_chunk`` (the common case: a chunk keeps its index).
+        """
+        if dst_chunk is None:
+            dst_chunk = src_chunk
+        arrays = np.broadcast_arrays(np.asarray(src), np.asarray(dst), np.asarray(src_chunk),
+                                     np.asarray(dst_chunk), np.asarray(reduce, dtype=bool))
+        s, d, sc, dc, red = (np.ravel(a) for a in arrays)
+        order = np.lexsort((dc, sc, d, s))
+        return Step(*(_readonly(np.ascontiguousarray(a[order], dtype=t)) for a, t in
+                      zip((s, d, sc, dc, red), (np.int32,) * 4 + (bool,))), phase=phase)
+
+    def __len__(self) -> int:
+        return int(self.src.shape[0])
+
+    def transfers(self) -> Iterator[Transfer]:
+        """The transfers of this step as :class:`Transfer` tuples (sorted)."""
+        for s, d, sc, dc, r in zip(self.src.tolist(), self.dst.tolist(), self.src_chunk.tolist(),
+                                   self.dst_chunk.tolist(), self.reduce.tolist()):
+            yield Transfer(s, d, sc, dc, Kind.REDUCE if r else Kind.COPY)
+
+
+class Send(NamedTuple):
+    """In a rank's program: send my chunk ``chunk`` to ``peer``."""
+
+    peer: int
+    chunk: int
+
+
+class Recv(NamedTuple):
+    """In a rank's program: receive from ``peer`` into my chunk ``chunk``, reducing or copying."""
+
+    peer: int
+    chunk: int
+    kind: Kind
+
+
+class RankStep(NamedTuple):
+    """One step as one rank sees it: what it sends and what it receives (canonical order)."""
+
+    index: int
+    phase: str
+    sends: tuple[Send, ...]
+    recvs: tuple[Recv, ...]
+
+
+@dataclass(frozen=True)
+class Program:
+    """The per-rank projection of a schedule: what a real process executes.
+
+    Steps where the rank neither sends nor receives are omitted (``RankStep.index`` keeps the
+    schedule's step number, so error messages can name it).
+    """
+
+    rank: int
+    world_size: int
+    num_chunks: int
+    steps: tuple[RankStep, ...]
+
+
+class Schedule:
+    """An algorithm for one collective on ``world_size`` ranks, as steps of transfers.
+
+    Args:
+        collective: collective name ("all_reduce", "reduce_scatter", "all_gather", ...).
+        algorithm: algorithm name ("ring", ...).
+        world_size: number of ranks N (>= 1).
+        num_chunks: chunks per rank buffer C (>= 1); chunk c spans ``chunk_bounds(L, C)[c:c+2]``
+            of the collective's working buffer of L elements (see ``ringccl.collectives``).
+        steps: the steps, in order.
+        params: algorithm parameters that shaped the schedule (root, segments, ...).
+
+    Raises:
+        ScheduleError: a rank or chunk out of range or a rank sending to itself (the message names
+            the step and the transfer). Semantic errors are found by :func:`ringccl.verify`.
+    """
+
+    def __init__(self, collective: str, algorithm: str, world_size: int, num_chunks: int,
+                 steps: Sequence[Step], params: Mapping[str, object] | None = None):
+        if world_size < 1:
+            raise ArgumentError(f"world_size={world_size} must be >= 1")
+        if num_chunks < 1:
+            raise ArgumentError(f"num_chunks={num_chunks} must be >= 1")
+        self.collective = collective
+        self.algorithm = algorithm
+        self.world_size = int(world_size)
+        self.num_chunks = int(num_chunks)
+        self.params = dict(params or {})
+        self._steps = tuple(steps)
+        sizes = np.array([len(s) for s in self._steps], dtype=np.int64)
+        #: step_ptr[i]:step_ptr[i+1] are step i's transfers in the flat arrays below.
+        self.step_ptr = _readonly(np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
+        cat = (lambda name, t: _readonly(np.concatenate(
+            [getattr(s, name) for s in self._steps]).astype(t, copy=False)
+            if self._steps else np.zeros(0, dtype=t)))
+        self.src = cat("src", np.int32)
+        self.dst = cat("dst", np.int32)
+        self.src_chunk = cat("src_chunk", np.int32)
+        self.dst_chunk = cat("dst_chunk", np.int32)
+        self.reduce = cat("reduce", bool)
+        self._cache: dict = {}
+        self._validate()
+
+    # -- structure -------------------------------------------------------------------------------
+
+    def _validate(self) -> None:
+        n, c = self.world_size, self.num_chunks
+        bad = ((self.src < 0) | (self.src >= n) | (self.dst < 0) | (self.dst >= n)
+               | (self.src_chunk < 0) | (self.src_chunk >= c) | (self.dst_chunk < 0)
+               | (self.dst_chunk >= c) | (self.src == self.dst))
+        if bad.any():
+            i = int(np.argmax(bad))
+            step = int(np.searchsorted(self.step_ptr, i, side="right") - 1)
+            t = self.transfer(i)
+            why = ("a rank cannot send to itself" if t.src == t.dst else
+                   f"ranks must be in [0, {n}) and chunks in [0, {c})")
+            raise ScheduleError(f"step {step}: transfer {t} is invalid: {why}", step=step,
+                                rank=t.src, chunk=t.src_chunk)
+
+    def transfer(self, i: int) -> Transfer:
+        """The i-th transfer of the flat arrays."""
+        return Transfer(int(self.src[i]), int(self.dst[i]), int(self.src_chunk[i]),
+                        int(self.dst_chunk[i]), Kind.REDUCE if self.reduce[i] else Kind.COPY)
+
+    @property
+    def steps(self) -> tuple[Step, ...]:
+        """The steps, in order."""
+        return self._steps
+
+    @property
+    def num_steps(self) -> int:
+        """Number of steps (each costs one latency alpha in the cost model)."""
+        return len(self._steps)
+
+    @property
+    def num_transfers(self) -> int:
+        return int(self.src.shape[0])
+
+    @property
+    def phases(self) -> list[tuple[str, int, int]]:
+        """``(phase name, first step, end step)`` for each run of steps with the same phase."""
+        out: list[tuple[str, int, int]] = []
+        for i, step in enumerate(self._steps):
+            if out and out[-1][0] == step.phase:
+                out[-1] = (step.phase, out[-1][1], i + 1)
+            else:
+                out.append((step.phase, i, i + 1))
+        return out
+
+    def step_of(self, transfer_index: np.ndarray | int) -> np.ndarray:
+        """Step index of each flat transfer index."""
+        return np.searchsorted(self.step_ptr, transfer_index, side="right") - 1
+
+    def __repr__(self) -> str:
+        return (f"Schedule({self.collective!r}, {self.algorithm!r}, world_size={self.world_size}, "
+                f"num_chunks={self.num_chunks}, num_steps={self.num_steps})")
+
+    # -- per-rank view ---------------------------------------------------------------------------
+
+    def program(self, rank: int) -> Program:
+        """What ``rank`` executes: for each step, its sends and receives in canonical order.
+
+        Raises:
+            ArgumentError: rank out of range.
+        """
+        if not 0 <= rank < self.world_size:
+            raise ArgumentError(f"rank={rank} is out of range for world_size={self.world_size}")
+        key = ("program", rank)
+        if key in self._cache:
+            return self._cache[key]
+        sends_at = np.nonzero(self.src == rank)[0]
+        recvs_at = np.nonzero(self.dst == rank)[0]
+        step_s, step_r = self.step_of(sends_at), self.step_of(recvs_at)
+        by_step: dict[int, tuple[list, list]] = {}
+        for i, s in zip(sends_at.tolist(), step_s.tolist()):
+            by_step.setdefault(s, ([], []))[0].append(Send(int(self.dst[i]),
+                                                           int(self.src_chunk[i])))
+        for i, s in zip(recvs_at.tolist(), step_r.tolist()):
+            by_step.setdefault(s, ([], []))[1].append(
+                Recv(int(self.src[i]), int(self.dst_chunk[i]),
+                     Kind.REDUCE if self.reduce[i] else Kind.COPY))
+        steps = tuple(RankStep(s, self._steps[s].phase, tuple(a), tuple(b))
+                      for s, (a, b) in sorted(by_step.items()))
+        prog = Program(rank, self.world_size, self.num_chunks, steps)
+        if self.world_size <= 64:  # small programs are worth keeping; large ones are cheap to redo
+            self._cache[key] = prog
+        return prog
+
+    # -- exact statistics ------------------------------------------------------------------------
+
+    def chunk_sends(self) -> np.ndarray:
+        """(world_size, num_chunks) int64: how many times each rank sends each of its chunks."""
+        if "chunk_sends" not in self._cache:
+            flat = self.src.astype(np.int64) * self.num_chunks + self.src_chunk
+            self._cache["chunk_sends"] = np.bincount(
+                flat, minlength=self.world_size * self.num_chunks).reshape(
+                    self.world_size, self.num_chunks)
+        return self._cache["chunk_sends"]
+
+    def chunk_recvs(self) -> np.ndarray:
+        """(world_size, num_chunks) int64: how many times each rank receives into each chunk."""
+        if "chunk_recvs" not in self._cache:
+            flat = self.dst.astype(np.int64) * self.num_chunks + self.dst_chunk
+            self._cache["chunk_recvs"] = np.bincount(
+                flat, minlength=self.world_size * self.num_chunks).reshape(
+                    self.world_size, self.num_chunks)
+        return self._cache["chunk_recvs"]
+
+    def bytes_sent(self, buffer_count: int, itemsize: int) -> np.ndarray:
+        """Exact bytes each rank sends for a working buffer of ``buffer_count`` elements.
+
+        Returns:
+            int64 array (world_size,), bytes.
+        """
+        sizes = np.diff(chunk_bounds(buffer_count, self.num_chunks))
+        return self.chunk_sends() @ sizes * itemsize
+
+    def bytes_received(self, buffer_count: int, itemsize: int) -> np.ndarray:
+        """Exact bytes each rank receives for a working buffer of ``buffer_count`` elements."""
+        sizes = np.diff(chunk_bounds(buffer_count, self.num_chunks))
+        return self.chunk_recvs() @ sizes * itemsize
+
+    # -- display ---------------------------------------------------------------------------------
+
+    def table(self, max_steps: int = 200) -> str:
+        """The step table: one row per step, one column per rank, entries like ``c0 → R1``.
+
+        After each phase a row shows what each rank then holds completely (from the symbolic
+        checker), e.g. ``owns c1`` after a reduce-scatter phase. This reproduces the N=4 table of
+        the ring walk-through (seed 000, section 2).
+        """
+        from .show import step_table
+        return step_table(self, max_steps=max_steps)

@@ -1,0 +1,166 @@
+"""Human units in and out; everything inside ringccl is SI (bytes, seconds, bytes/second).
+
+Parsing rules (bits versus bytes kept straight, as the lecture's section 1.1 insists):
+
+* counts (elements): ``1000``, ``1K`` = 10^3, ``1M`` = 10^6, ``1G`` = 10^9, ``1Ki`` = 2^10,
+  ``1Mi`` = 2^20, ``16Mi``, ``1e6``; the result must be a whole number.
+* sizes (bytes): ``4096``, ``4096B``, ``4KB`` = 4·10^3, ``4KiB`` = 4·2^10, ``4MB``, ``4MiB``,
+  ``1GB``, ``1GiB``. A lowercase ``b`` means bits and is refused for sizes as ambiguous
+  (``4Mb``); write ``4Mbit`` if bits are meant.
+* durations (seconds): ``5us`` (or ``5µs``), ``1.5ms``, ``100ns``, ``2s``.
+* bandwidths (bytes/s): ``50GB/s`` and ``50GBps`` are bytes; ``400Gbps``, ``400Gb/s`` and
+  ``400Gbit/s`` are bits, so ``400Gbps`` = 50e9 bytes/s; ``25GiB/s`` is binary.
+
+Formatting follows nccl-tests: GB/s means 1e9 bytes/s.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from .errors import ArgumentError
+
+__all__ = ["count", "size", "duration", "bandwidth", "format_count", "format_size",
+           "format_duration", "format_bandwidth"]
+
+_DECIMAL = {"": 1, "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15}
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
+_NUMBER = r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*"
+
+
+def _prefix(prefix: str, text: str, what: str) -> float:
+    if prefix in _BINARY:
+        return _BINARY[prefix]
+    if prefix in _DECIMAL:
+        return _DECIMAL[prefix]
+    if prefix.lower() in ("ki", "mi", "gi", "ti") or prefix in ("m",):
+        raise ArgumentError(f"{what} {text!r} is ambiguous; prefixes are K M G T (powers of 10) "
+                            "or Ki Mi Gi Ti (powers of 2), case-sensitive")
+    raise ArgumentError(f"{what} {text!r} has unknown prefix {prefix!r}; expected one of "
+                        "K M G T Ki Mi Gi Ti")
+
+
+def _whole(value: float, text: str, what: str) -> int:
+    if not math.isfinite(value) or value < 0 or abs(value - round(value)) > 1e-9 * max(1, value):
+        raise ArgumentError(f"{what} {text!r} must be a whole number >= 0, got {value!r}")
+    return int(round(value))
+
+
+def count(text: str | int) -> int:
+    """Parse an element count such as ``"1Mi"`` (2^20) or ``"1M"`` (10^6); returns an int >= 0.
+
+    Raises:
+        ArgumentError: malformed, negative, fractional, or an ambiguous prefix.
+    """
+    if isinstance(text, (int,)) and not isinstance(text, bool):
+        if text < 0:
+            raise ArgumentError(f"count {text} must be >= 0")
+        return int(text)
+    m = re.fullmatch(_NUMBER + r"([kKMGTP]i?)?\s*", str(text))
+    if not m:
+        raise ArgumentError(f"count {text!r} is not a count; examples: 1000, 1M (10^6), "
+                            "1Mi (2^20), 16Mi")
+    return _whole(float(m.group(1)) * _prefix(m.group(2) or "", str(text), "count"),
+                  str(text), "count")
+
+
+def size(text: str | int | float) -> int:
+    """Parse a size in bytes such as ``"4MiB"`` (4·2^20) or ``"4MB"`` (4·10^6); returns int bytes.
+
+    Raises:
+        ArgumentError: malformed, negative, fractional bytes, or bits (``"4Mb"``) without "bit".
+    """
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        return _whole(float(text), str(text), "size")
+    s = str(text)
+    m = re.fullmatch(_NUMBER + r"([kKMGTP]i?)?\s*(B|bits?|b)?\s*", s)
+    if not m:
+        raise ArgumentError(f"size {s!r} is not a size; examples: 4096, 4KiB, 4MiB, 100MB, 1GiB")
+    unit = m.group(3) or "B"
+    if unit == "b":
+        raise ArgumentError(f"size {s!r} is ambiguous: lowercase b means bits; write "
+                            f"{m.group(1)}{m.group(2) or ''}B for bytes or "
+                            f"{m.group(1)}{m.group(2) or ''}bit for bits")
+    value = float(m.group(1)) * _prefix(m.group(2) or "", s, "size")
+    if unit.startswith("bit"):
+        value /= 8
+    return _whole(value, s, "size")
+
+
+def duration(text: str | int | float) -> float:
+    """Parse a duration such as ``"5us"``, ``"1.5ms"``; numbers are seconds. Returns seconds.
+
+    Raises:
+        ArgumentError: malformed or negative.
+    """
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        value = float(text)
+    else:
+        s = str(text)
+        m = re.fullmatch(_NUMBER + r"(ns|us|µs|μs|ms|s|min)?\s*", s)
+        if not m:
+            raise ArgumentError(f"duration {s!r} is not a duration; examples: 5us, 1.5ms, 2s")
+        scale = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0,
+                 "min": 60.0, None: 1.0}[m.group(2)]
+        value = float(m.group(1)) * scale
+    if not math.isfinite(value) or value < 0:
+        raise ArgumentError(f"duration {text!r} must be a finite number of seconds >= 0")
+    return value
+
+
+def bandwidth(text: str | int | float) -> float:
+    """Parse a bandwidth: ``"50GB/s"`` (bytes) or ``"400Gbps"`` (bits); numbers are bytes/s.
+
+    Returns:
+        bytes per second (float).
+    Raises:
+        ArgumentError: malformed, not positive, or a unit without a per-second part.
+    """
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        value = float(text)
+    else:
+        s = str(text)
+        m = re.fullmatch(_NUMBER + r"([kKMGTP]i?)?\s*(B/s|Bps|bps|b/s|bit/s|bits/s)\s*", s)
+        if not m:
+            raise ArgumentError(f"bandwidth {s!r} is not a bandwidth; examples: 50GB/s (bytes), "
+                                "400Gbps (bits), 900GB/s")
+        value = float(m.group(1)) * _prefix(m.group(2) or "", s, "bandwidth")
+        if m.group(3) in ("bps", "b/s", "bit/s", "bits/s"):
+            value /= 8  # network rates are quoted in bits
+    if not math.isfinite(value) or value <= 0:
+        raise ArgumentError(f"bandwidth {text!r} must be > 0")
+    return value
+
+
+def _fmt(value: float, steps: list[tuple[float, str]], digits: int) -> str:
+    for scale, unit in steps:
+        if abs(value) >= scale:
+            return f"{value / scale:.{digits}f} {unit}".rstrip()
+    scale, unit = steps[-1]
+    return f"{value / scale:.{digits}f} {unit}".rstrip()
+
+
+def format_size(nbytes: float, digits: int = 2) -> str:
+    """``4194304`` -> ``"4.00 MiB"`` (binary prefixes, as buffer sizes are usually powers of 2)."""
+    return _fmt(nbytes, [(2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"),
+                         (1, "B")], digits)
+
+
+def format_count(n: int) -> str:
+    """``1048576`` -> ``"1Mi"``; exact binary or decimal multiples keep their short form."""
+    for scale, unit in ((2**30, "Gi"), (2**20, "Mi"), (2**10, "Ki"), (10**9, "G"), (10**6, "M"),
+                        (10**3, "K")):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale}{unit}"
+    return str(n)
+
+
+def format_duration(seconds: float, digits: int = 2) -> str:
+    """``9.4e-5`` -> ``"94.00 us"``."""
+    return _fmt(seconds, [(1.0, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns")], digits)
+
+
+def format_bandwidth(bytes_per_second: float, digits: int = 2) -> str:
+    """``5e10`` -> ``"50.00 GB/s"`` (GB = 1e9 bytes, as nccl-tests prints)."""
+    return f"{bytes_per_second / 1e9:.{digits}f} GB/s"
