@@ -42,7 +42,6 @@ class SymbolicState:
     Attributes:
         chunk_id: int32 (world_size, num_chunks), logical chunk in each slot, -1 if empty.
         bits: uint64 (world_size, num_chunks, words): contributing ranks as a bitset.
-        last_write: int32 (world_size, num_chunks): step that last wrote the slot, -1 if none.
     """
 
     def __init__(self, schedule: Schedule):
@@ -56,8 +55,20 @@ class SymbolicState:
         r, k = np.nonzero(origin >= 0)
         o = origin[r, k].astype(np.uint64)
         self.bits[r, k, (o // 64).astype(np.int64)] = np.left_shift(np.uint64(1), o % np.uint64(64))
-        self.last_write = np.full((n, c), -1, dtype=np.int32)
         self.steps_done = 0
+        # flat views: one int64 index per slot is much cheaper to gather with than (rank, chunk)
+        self._id = self.chunk_id.reshape(-1)
+        self._bits = self.bits.reshape(n * c, self.words)
+        # each slot's bitset as one opaque row: np.take / np.put on these are fast memcpys
+        self._rows = self._bits.view(np.dtype((np.void, 8 * self.words))).reshape(-1)
+        self._s = schedule.src.astype(np.int64) * c + schedule.src_chunk
+        self._d = schedule.dst.astype(np.int64) * c + schedule.dst_chunk
+        # all steps' write-write conflicts found at once: key = (step, destination slot)
+        key = schedule.step_of(np.arange(schedule.num_transfers)) * (n * c) + self._d
+        order = np.argsort(key, kind="stable")
+        dup = np.nonzero(key[order][1:] == key[order][:-1])[0]
+        self._conflict = int(order[dup[0] + 1]) if dup.size else -1
+        self._conflict_step = (int(schedule.step_of(self._conflict)) if dup.size else -1)
 
     def ranks_in(self, rank: int, chunk: int) -> np.ndarray:
         """Ranks whose contributions slot (rank, chunk) holds, sorted."""
@@ -82,57 +93,68 @@ class SymbolicState:
             VerificationError: the step is faulty (see module docstring).
         """
         sch = self.schedule
-        lo, hi = sch.step_ptr[index], sch.step_ptr[index + 1]
-        src, dst = sch.src[lo:hi], sch.dst[lo:hi]
-        sc, dc, red = sch.src_chunk[lo:hi], sch.dst_chunk[lo:hi], sch.reduce[lo:hi]
-        phase = sch.steps[index].phase
-        where = f"step {index}" + (f" ({phase})" if phase else "")
-        if hi - lo > 1:
-            key = dst.astype(np.int64) * sch.num_chunks + dc
-            order = np.argsort(key, kind="stable")
-            dup = np.nonzero(key[order][1:] == key[order][:-1])[0]
-            if dup.size:
-                i = int(order[dup[0] + 1])
-                raise VerificationError(
-                    f"{where}: two transfers write chunk c{int(dc[i])} on rank R{int(dst[i])}",
-                    step=index, rank=int(dst[i]), chunk=int(dc[i]))
-        sid = self.chunk_id[src, sc]
-        if (sid < 0).any():
-            i = int(np.argmax(sid < 0))
+        lo, hi = int(sch.step_ptr[index]), int(sch.step_ptr[index + 1])
+        if index == self._conflict_step:
+            t = sch.transfer(self._conflict)
             raise VerificationError(
-                f"{where}: rank R{int(src[i])} sends chunk c{int(sc[i])} to R{int(dst[i])} but "
-                f"does not hold it (the slot is empty)", step=index, rank=int(src[i]),
-                chunk=int(sc[i]))
-        sbits = self.bits[src, sc]  # fancy indexing copies: the pre-step snapshot
-        new_bits = sbits
-        if red.any():
-            did = self.chunk_id[dst[red], dc[red]]
-            dbits = self.bits[dst[red], dc[red]]
-            wrong = (did >= 0) & (did != sid[red])
-            if wrong.any():
-                i = int(np.nonzero(red)[0][np.argmax(wrong)])
-                raise VerificationError(
-                    f"{where}: R{int(src[i])} reduces its chunk c{int(sid[i])} into "
-                    f"R{int(dst[i])}'s slot c{int(dc[i])}, which holds chunk "
-                    f"c{int(self.chunk_id[dst[i], dc[i]])}", step=index, rank=int(dst[i]),
-                    chunk=int(dc[i]))
-            overlap = dbits & sbits[red]
-            twice = overlap.any(axis=1)
-            if twice.any():
-                j = int(np.argmax(twice))
-                i = int(np.nonzero(red)[0][j])
+                f"{self._where(index)}: two transfers write chunk c{t.dst_chunk} on rank R{t.dst}",
+                step=index, rank=t.dst, chunk=t.dst_chunk)
+        if hi == lo:
+            self.steps_done = index + 1
+            return
+        s, d, red = self._s[lo:hi], self._d[lo:hi], sch.reduce[lo:hi]
+        sid = np.take(self._id, s)
+        if sid.min() < 0:
+            t = sch.transfer(lo + int(np.argmax(sid < 0)))
+            raise VerificationError(
+                f"{self._where(index)}: rank R{t.src} sends chunk c{t.src_chunk} to R{t.dst} but "
+                "does not hold it (the slot is empty)", step=index, rank=t.src, chunk=t.src_chunk)
+        new_bits = self._take(s)  # a gather copies: the pre-step snapshot
+        all_red = bool(red.all())
+        if all_red or red.any():
+            dr = d if all_red else d[red]
+            sr = sid if all_red else sid[red]
+            did = np.take(self._id, dr)
+            if (did != sr).any():
+                wrong = (did >= 0) & (did != sr)
+                if wrong.any():
+                    t = sch.transfer(lo + int(np.nonzero(red)[0][np.argmax(wrong)]))
+                    raise VerificationError(
+                        f"{self._where(index)}: R{t.src} reduces its chunk c{t.src_chunk} into "
+                        f"R{t.dst}'s slot c{t.dst_chunk}, which holds chunk "
+                        f"c{int(self.chunk_id[t.dst, t.dst_chunk])}", step=index, rank=t.dst,
+                        chunk=t.dst_chunk)
+            dbits = self._take(dr)
+            overlap = dbits & (new_bits if all_red else new_bits[red])
+            if overlap.any():
+                j = int(np.argmax(overlap.any(axis=1)))
+                t = sch.transfer(lo + int(np.nonzero(red)[0][j]))
                 bits = np.unpackbits(overlap[j].view(np.uint8), bitorder="little")
-                ranks = np.nonzero(bits)[0]
                 raise VerificationError(
-                    f"{where}: R{int(src[i])} → R{int(dst[i])} reduces chunk c{int(dc[i])} and "
-                    f"would count the contribution of {_fmt_ranks(ranks)} twice", step=index,
-                    rank=int(dst[i]), chunk=int(dc[i]))
-            new_bits = sbits.copy()
-            new_bits[red] |= dbits
-        self.bits[dst, dc] = new_bits
-        self.chunk_id[dst, dc] = sid
-        self.last_write[dst, dc] = index
+                    f"{self._where(index)}: R{t.src} → R{t.dst} reduces chunk c{t.dst_chunk} and "
+                    f"would count the contribution of {_fmt_ranks(np.nonzero(bits)[0])} twice",
+                    step=index, rank=t.dst, chunk=t.dst_chunk)
+            if all_red:
+                new_bits |= dbits
+            else:
+                new_bits[red] |= dbits
+        np.put(self._rows, d, new_bits.view(self._rows.dtype).reshape(-1))
+        np.put(self._id, d, sid)
         self.steps_done = index + 1
+
+    def _take(self, slots: np.ndarray) -> np.ndarray:
+        return np.take(self._rows, slots).view(np.uint64).reshape(-1, self.words)
+
+    def _where(self, index: int) -> str:
+        phase = self.schedule.phase_names[index]
+        return f"step {index}" + (f" ({phase})" if phase else "")
+
+    def last_write(self, rank: int, chunk: int) -> int:
+        """The last step before ``steps_done`` that wrote slot (rank, chunk); -1 if none."""
+        sch = self.schedule
+        end = int(sch.step_ptr[self.steps_done])
+        hit = np.nonzero(self._d[:end] == rank * sch.num_chunks + chunk)[0]
+        return int(sch.step_of(hit[-1])) if hit.size else -1
 
     def run(self) -> Iterator[int]:
         """Apply the remaining steps one by one, yielding each step index after applying it."""
@@ -163,7 +185,7 @@ class SymbolicState:
             return
         r, k = (int(x) for x in np.argwhere(bad)[0])
         have = self.ranks_in(r, k)
-        last = int(self.last_write[r, k])
+        last = self.last_write(r, k)
         written = (f"last written at step {last}" if last >= 0 else "never written")
         held = (f"chunk c{int(self.chunk_id[r, k])} with contributions {_fmt_ranks(have)}"
                 if self.chunk_id[r, k] >= 0 else "nothing")

@@ -74,6 +74,21 @@ def _readonly(a: np.ndarray) -> np.ndarray:
     return a
 
 
+def _canonical_order(step, src, dst, src_chunk, dst_chunk, n, c, n_steps) -> np.ndarray | slice:
+    """Permutation sorting transfers by (step, src, dst, src_chunk, dst_chunk)."""
+    if step.size == 0:
+        return slice(None)
+    if n_steps * n * n * c * c < 2**62 and min(src.min(), dst.min(), src_chunk.min(),
+                                             dst_chunk.min()) >= 0 and max(
+            src.max(), dst.max()) < n and max(src_chunk.max(), dst_chunk.max()) < c:
+        # one int64 key instead of a 5-key lexsort; builders usually emit sorted arrays already
+        key = (((step.astype(np.int64) * n + src) * n + dst) * c + src_chunk) * c + dst_chunk
+        if (key[1:] >= key[:-1]).all():
+            return slice(None)
+        return np.argsort(key, kind="stable")
+    return np.lexsort((dst_chunk, src_chunk, dst, src, step))
+
+
 @dataclass(frozen=True, eq=False)
 class Step:
     """One step: parallel arrays with one entry per transfer (read-only views).
@@ -174,8 +189,47 @@ class Schedule:
 
     def __init__(self, collective: str, algorithm: str, world_size: int, num_chunks: int,
                  steps: Sequence[Step], params: Mapping[str, object] | None = None):
-        if world_size < 1:
-            raise ArgumentError(f"world_size={world_size} must be >= 1")
+        steps = tuple(steps)
+        sizes = np.array([len(s) for s in steps], dtype=np.int64)
+        cat = (lambda name: np.concatenate([getattr(s, name) for s in steps]) if steps
+               else np.zeros(0, dtype=np.int32))
+        self._init(collective, algorithm, world_size, num_chunks,
+                   np.repeat(np.arange(len(steps)), sizes), cat("src"), cat("dst"),
+                   cat("src_chunk"), cat("dst_chunk"), cat("reduce").astype(bool),
+                   [s.phase for s in steps], params)
+
+    @classmethod
+    def from_arrays(cls, collective: str, algorithm: str, world_size: int, num_chunks: int, *,
+                    step, src, dst, src_chunk, dst_chunk=None, reduce=False,
+                    phases: Sequence[str] | None = None, num_steps: int | None = None,
+                    params: Mapping[str, object] | None = None) -> "Schedule":
+        """Build a schedule from flat per-transfer arrays (fast: no Python loop over steps).
+
+        Args:
+            step: int array, the step of each transfer (any order; sorted canonically here).
+            src, dst, src_chunk, dst_chunk, reduce: per-transfer arrays or scalars (broadcast);
+                ``dst_chunk`` defaults to ``src_chunk``.
+            phases: phase name of each step (length num_steps).
+            num_steps: number of steps (default: max(step) + 1); steps may be empty.
+        """
+        if dst_chunk is None:
+            dst_chunk = src_chunk
+        arrays = np.broadcast_arrays(*(np.asarray(a) for a in (step, src, dst, src_chunk,
+                                                                 dst_chunk)),
+                                     np.asarray(reduce, dtype=bool))
+        st, s, d, sc, dc, red = (np.ravel(a) for a in arrays)
+        if num_steps is None:
+            num_steps = int(st.max()) + 1 if st.size else 0
+        obj = cls.__new__(cls)
+        obj._init(collective, algorithm, world_size, num_chunks, st, s, d, sc, dc, red,
+                  list(phases) if phases is not None else [""] * num_steps, params,
+                  num_steps=num_steps)
+        return obj
+
+    def _init(self, collective, algorithm, world_size, num_chunks, step, src, dst, src_chunk,
+              dst_chunk, reduce, phases, params, num_steps=None):
+        if isinstance(world_size, bool) or int(world_size) != world_size or world_size < 1:
+            raise ArgumentError(f"world_size={world_size!r} must be an integer >= 1")
         if num_chunks < 1:
             raise ArgumentError(f"num_chunks={num_chunks} must be >= 1")
         self.collective = collective
@@ -183,18 +237,26 @@ class Schedule:
         self.world_size = int(world_size)
         self.num_chunks = int(num_chunks)
         self.params = dict(params or {})
-        self._steps = tuple(steps)
-        sizes = np.array([len(s) for s in self._steps], dtype=np.int64)
-        #: step_ptr[i]:step_ptr[i+1] are step i's transfers in the flat arrays below.
-        self.step_ptr = _readonly(np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
-        cat = (lambda name, t: _readonly(np.concatenate(
-            [getattr(s, name) for s in self._steps]).astype(t, copy=False)
-            if self._steps else np.zeros(0, dtype=t)))
-        self.src = cat("src", np.int32)
-        self.dst = cat("dst", np.int32)
-        self.src_chunk = cat("src_chunk", np.int32)
-        self.dst_chunk = cat("dst_chunk", np.int32)
-        self.reduce = cat("reduce", bool)
+        n_steps = len(phases) if num_steps is None else int(num_steps)
+        if len(phases) != n_steps:
+            raise ArgumentError(f"phases has {len(phases)} names for {n_steps} steps")
+        step = np.asarray(step, dtype=np.int64)
+        if step.size and (step.min() < 0 or step.max() >= n_steps):
+            raise ScheduleError(f"step indices must be in [0, {n_steps})")
+        # canonical order: by step, then (src, dst, src_chunk, dst_chunk)
+        order = _canonical_order(step, src, dst, src_chunk, dst_chunk, self.world_size,
+                                 self.num_chunks, n_steps)
+        self.src = _readonly(np.ascontiguousarray(src[order], dtype=np.int32))
+        self.dst = _readonly(np.ascontiguousarray(dst[order], dtype=np.int32))
+        self.src_chunk = _readonly(np.ascontiguousarray(src_chunk[order], dtype=np.int32))
+        self.dst_chunk = _readonly(np.ascontiguousarray(dst_chunk[order], dtype=np.int32))
+        self.reduce = _readonly(np.ascontiguousarray(reduce[order], dtype=bool))
+        #: step_ptr[i]:step_ptr[i+1] are step i's transfers in the flat arrays.
+        ptr = np.zeros(n_steps + 1, dtype=np.int64)
+        np.cumsum(np.bincount(step, minlength=n_steps), out=ptr[1:])
+        self.step_ptr = _readonly(ptr)
+        self.phase_names = tuple(str(p) for p in phases)
+        self._steps: tuple[Step, ...] | None = None
         self._cache: dict = {}
         self._validate()
 
@@ -221,13 +283,20 @@ class Schedule:
 
     @property
     def steps(self) -> tuple[Step, ...]:
-        """The steps, in order."""
+        """The steps, in order, as :class:`Step` views of the flat arrays (built on first use)."""
+        if self._steps is None:
+            p = self.step_ptr
+            self._steps = tuple(
+                Step(self.src[p[i]:p[i + 1]], self.dst[p[i]:p[i + 1]],
+                     self.src_chunk[p[i]:p[i + 1]], self.dst_chunk[p[i]:p[i + 1]],
+                     self.reduce[p[i]:p[i + 1]], self.phase_names[i])
+                for i in range(self.num_steps))
         return self._steps
 
     @property
     def num_steps(self) -> int:
         """Number of steps (each costs one latency alpha in the cost model)."""
-        return len(self._steps)
+        return len(self.phase_names)
 
     @property
     def num_transfers(self) -> int:
@@ -237,11 +306,11 @@ class Schedule:
     def phases(self) -> list[tuple[str, int, int]]:
         """``(phase name, first step, end step)`` for each run of steps with the same phase."""
         out: list[tuple[str, int, int]] = []
-        for i, step in enumerate(self._steps):
-            if out and out[-1][0] == step.phase:
-                out[-1] = (step.phase, out[-1][1], i + 1)
+        for i, phase in enumerate(self.phase_names):
+            if out and out[-1][0] == phase:
+                out[-1] = (phase, out[-1][1], i + 1)
             else:
-                out.append((step.phase, i, i + 1))
+                out.append((phase, i, i + 1))
         return out
 
     def step_of(self, transfer_index: np.ndarray | int) -> np.ndarray:
@@ -276,7 +345,7 @@ class Schedule:
             by_step.setdefault(s, ([], []))[1].append(
                 Recv(int(self.src[i]), int(self.dst_chunk[i]),
                      Kind.REDUCE if self.reduce[i] else Kind.COPY))
-        steps = tuple(RankStep(s, self._steps[s].phase, tuple(a), tuple(b))
+        steps = tuple(RankStep(s, self.phase_names[s], tuple(a), tuple(b))
                       for s, (a, b) in sorted(by_step.items()))
         prog = Program(rank, self.world_size, self.num_chunks, steps)
         if self.world_size <= 64:  # small programs are worth keeping; large ones are cheap to redo

@@ -299,12 +299,18 @@ def _check_outputs(x, outputs, collective, bounds, lo, hi, olo, ohi, op) -> tupl
     total = int(bounds[-1])
     step = max(1, (1 << 22) // max(n, 1))  # columns per block: bounds the float64 temporaries
     mismatches, max_err = 0, 0.0
-    rows = outputs if isinstance(outputs, tuple) else list(outputs)
+    rows = outputs
     if collective.reduces:
+        same_range = isinstance(outputs, np.ndarray) and outputs.shape[1:] == (count,)
         for a in range(0, count, step):
             cols = slice(a, min(count, a + step))
             ref, ref64, tol = _reference_buffer(x, collective, bounds, lo, hi, op, cols)
-            for r in range(n):  # outputs are slices of the reduced buffer
+            if same_range:  # every rank outputs the whole reduced buffer (all_reduce)
+                bad, err = _compare(outputs[:, cols], ref, ref64, tol)
+                mismatches += bad
+                max_err = max(max_err, err)
+                continue
+            for r in range(n):  # each rank outputs a slice of the reduced buffer
                 o0, o1 = int(bounds[olo[r]]), int(bounds[ohi[r]])
                 a0, a1 = max(o0, cols.start), min(o1, cols.stop)
                 if a1 <= a0:
@@ -332,7 +338,8 @@ def _check_outputs(x, outputs, collective, bounds, lo, hi, olo, ohi, op) -> tupl
 # -- the public entry point -----------------------------------------------------------------------
 
 def simulate(collective: str, inputs, op: Any = "sum", algorithm: str = "ring", *,
-             schedule: Schedule | None = None, check: bool = True, **params) -> SimResult:
+             schedule: Schedule | None = None, check: bool = True, out: np.ndarray | None = None,
+             **params) -> SimResult:
     """Run ``algorithm`` for ``collective`` on N virtual ranks and compare with numpy.
 
     Args:
@@ -344,6 +351,11 @@ def simulate(collective: str, inputs, op: Any = "sum", algorithm: str = "ring", 
         algorithm: registered algorithm name (``ringccl.algorithms(collective)``).
         schedule: run this schedule instead of building ``algorithm``'s.
         check: compare with the numpy reference (set False to time the executor alone).
+        out: optional preallocated C-contiguous array of shape (world_size, L) and the inputs'
+            dtype, L = the working buffer (all_reduce and reduce_scatter: count; all_gather:
+            world_size·count). When L divides evenly into the schedule's chunks it *is* the
+            simulator's storage, so repeated calls reuse memory instead of faulting in new pages;
+            ``outputs`` then views it.
         **params: algorithm parameters (e.g. root) passed to the builder.
 
     Returns:
@@ -382,7 +394,20 @@ def simulate(collective: str, inputs, op: Any = "sum", algorithm: str = "ring", 
     lo, hi = spec.input_chunks(n, c, schedule.params)
     olo, ohi = spec.output_chunks(n, c, schedule.params)
 
-    if even and (lo == 0).all() and (hi == c).all():
+    if out is not None:
+        if (not isinstance(out, np.ndarray) or out.shape != (n, total) or out.dtype != dtype
+                or not out.flags.c_contiguous):
+            raise ArgumentError(f"out must be a C-contiguous {dtype.name} array of shape "
+                                f"({n}, {total}), got "
+                                f"{getattr(out, 'shape', type(out).__name__)}")
+    if out is not None and even:
+        storage = out.reshape(n, c, m)
+        if (lo == 0).all() and (hi == c).all():
+            np.copyto(out, x)
+        else:
+            storage.fill(identity(reduce_op, dtype))
+            _load(x, storage, bounds, lo, hi, even)
+    elif even and (lo == 0).all() and (hi == c).all():
         storage = x.reshape(n, c, m).copy()  # the only full copy
     else:
         storage = np.full((n, c, m), identity(reduce_op, dtype), dtype=dtype)

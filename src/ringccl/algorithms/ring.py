@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import Schedule, Step
+from ..ir import Schedule
 from . import Algorithm, register
 
 __all__ = ["reduce_scatter", "all_gather", "all_reduce"]
@@ -38,13 +38,22 @@ __all__ = ["reduce_scatter", "all_gather", "all_reduce"]
 _PATARASUK = "Patarasuk & Yuan, JPDC 69(2) 2009"
 
 
-def _ring_phase(world_size: int, first_chunk_offset: int, reduce: bool, phase: str) -> list[Step]:
-    """N-1 steps; at step s every rank r sends chunk (r + offset - s) mod N to (r + 1) mod N."""
-    ranks = np.arange(world_size)
-    next_rank = (ranks + 1) % world_size
-    return [Step.of(ranks, next_rank, (ranks + first_chunk_offset - s) % world_size,
-                    reduce=reduce, phase=phase)
-            for s in range(world_size - 1)]
+def _ring_phases(world_size: int, phases: list[tuple[int, bool, str]]) -> dict:
+    """Arrays for consecutive ring phases of N-1 steps each.
+
+    For a phase (offset, reduce, name), at its step s every rank r sends chunk
+    (r + offset - s) mod N to next_rank = (r + 1) mod N, which reduces or copies it.
+    """
+    n = world_size
+    s = np.repeat(np.arange(n - 1), n)            # step within the phase, per transfer
+    r = np.tile(np.arange(n), n - 1)              # sending rank
+    parts = [(p * (n - 1) + s, (r + offset - s) % n, np.full(s.shape, reduce))
+             for p, (offset, reduce, _) in enumerate(phases)]
+    return dict(step=np.concatenate([p[0] for p in parts]),
+                src=np.tile(r, len(phases)), dst=np.tile((r + 1) % n, len(phases)),
+                src_chunk=np.concatenate([p[1] for p in parts]),
+                reduce=np.concatenate([p[2] for p in parts]),
+                phases=[name for (_, _, name) in phases for _ in range(n - 1)])
 
 
 def all_reduce(world_size: int) -> Schedule:
@@ -63,9 +72,8 @@ def all_reduce(world_size: int) -> Schedule:
     References:
         Patarasuk & Yuan 2009; Thakur, Rabenseifner & Gropp 2005 (section 4).
     """
-    steps = (_ring_phase(world_size, 0, True, "reduce-scatter")
-             + _ring_phase(world_size, 1, False, "all-gather"))
-    return Schedule("all_reduce", "ring", world_size, world_size, steps)
+    return Schedule.from_arrays("all_reduce", "ring", world_size, world_size, **_ring_phases(
+        world_size, [(0, True, "reduce-scatter"), (1, False, "all-gather")]))
 
 
 def reduce_scatter(world_size: int) -> Schedule:
@@ -74,8 +82,8 @@ def reduce_scatter(world_size: int) -> Schedule:
     Pre:  rank r holds N blocks. Post: rank r holds block r reduced over all ranks.
     Cost: N-1 steps; each rank sends (N-1)/N · nbytes (nbytes = the whole N-block input).
     """
-    return Schedule("reduce_scatter", "ring", world_size, world_size,
-                    _ring_phase(world_size, -1, True, "reduce-scatter"))
+    return Schedule.from_arrays("reduce_scatter", "ring", world_size, world_size,
+                                **_ring_phases(world_size, [(-1, True, "reduce-scatter")]))
 
 
 def all_gather(world_size: int) -> Schedule:
@@ -83,8 +91,8 @@ def all_gather(world_size: int) -> Schedule:
 
     Cost: N-1 steps; each rank sends (N-1)/N · nbytes (nbytes = the whole N-block output).
     """
-    return Schedule("all_gather", "ring", world_size, world_size,
-                    _ring_phase(world_size, 0, False, "all-gather"))
+    return Schedule.from_arrays("all_gather", "ring", world_size, world_size,
+                                **_ring_phases(world_size, [(0, False, "all-gather")]))
 
 
 register(Algorithm("all_reduce", "ring", all_reduce, lambda n: 2 * (n - 1),
