@@ -273,8 +273,9 @@ class Schedule:
             t = self.transfer(i)
             why = ("a rank cannot send to itself" if t.src == t.dst else
                    f"ranks must be in [0, {n}) and chunks in [0, {c})")
-            raise ScheduleError(f"step {step}: transfer {t} is invalid: {why}", step=step,
-                                rank=t.src, chunk=t.src_chunk)
+            raise ScheduleError(f"step {step}: transfer R{t.src} → R{t.dst}, chunk c{t.src_chunk} → "
+                                f"c{t.dst_chunk} is invalid: {why}", step=step, rank=t.src,
+                                chunk=t.src_chunk)
 
     def transfer(self, i: int) -> Transfer:
         """The i-th transfer of the flat arrays."""

@@ -1,0 +1,54 @@
+"""ringccl.torch on 2–4 local gloo processes against torch.distributed's own collectives."""
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import ringccl.cli  # noqa: E402
+from ringccl.torch.launch import launch  # noqa: E402
+
+from . import workers  # noqa: E402
+
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(600)]
+
+
+@pytest.mark.parametrize("nproc", [2, 3, 4])
+def test_matches_torch_distributed(nproc):
+    results = launch(workers.compare_all, nproc, timeout=300)
+    assert results == [[]] * nproc
+
+
+def test_subgroup_maps_peers_to_global_ranks():
+    assert launch(workers.subgroup, 4, timeout=120) == [[]] * 4
+
+
+def test_bad_arguments_raise_before_data_moves():
+    results = launch(workers.bad_arguments, 3, timeout=120)
+    for messages in results:
+        assert "input has 10 elements" in messages[0]
+        assert "output_tensor has 5 elements" in messages[1]
+        assert "op=avg needs a floating dtype" in messages[2]
+        assert "op=bxor is bitwise" in messages[3]
+        assert "algorithm='nope' is not available for all_reduce" in messages[4]
+        assert "output_tensor.dtype=torch.int64 differs" in messages[5]
+        assert messages[6] == "3.0"
+
+
+def test_cli_run_matches_gloo(capsys):
+    code = ringccl.cli.main(["run", "all_reduce", "--nproc", "2", "--count", "64Ki",
+                             "--iters", "3", "--warmup", "1", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert report["wrong"] == 0 and report["world_size"] == 2
+    assert report["ringccl"]["busbw"] > 0 and report["builtin"]["busbw"] > 0
+    assert report["bus_factor"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("collective", ["reduce_scatter", "all_gather"])
+def test_cli_run_other_collectives(capsys, collective):
+    code = ringccl.cli.main(["run", collective, "--nproc", "3", "--count", "3000",
+                             "--iters", "2", "--warmup", "0", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["wrong"] == 0

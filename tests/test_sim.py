@@ -1,0 +1,194 @@
+"""The simulator against numpy: property tests over world size, count, op and dtype."""
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import ringccl
+import ringccl.ops
+import ringccl.sim
+from ringccl import ReduceOp
+
+DTYPES = ["float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool"]
+FLOAT_OPS = ["sum", "prod", "min", "max", "avg"]
+INT_OPS = ["sum", "prod", "min", "max", "band", "bor", "bxor"]
+
+
+def _inputs(rng, n, count, dtype):
+    dtype = np.dtype(dtype)
+    if dtype.kind == "b":
+        return rng.integers(0, 2, size=(n, count)).astype(bool)
+    if dtype.kind == "f":
+        return rng.standard_normal((n, count)).astype(dtype)
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max, size=(n, count), endpoint=True, dtype=dtype)
+
+
+def _expected(x, op):
+    """Independent reference: a plain Python-order fold in float64 / the dtype."""
+    uf = {"sum": np.add, "avg": np.add, "prod": np.multiply, "min": np.minimum,
+          "max": np.maximum, "band": np.bitwise_and, "bor": np.bitwise_or,
+          "bxor": np.bitwise_xor}[op]
+    if x.dtype.kind == "f":
+        acc = x[0].astype(np.float64)
+        for row in x[1:]:
+            acc = uf(acc, row.astype(np.float64))
+        return acc / x.shape[0] if op == "avg" else acc
+    acc = x[0].copy()
+    for row in x[1:]:
+        acc = uf(acc, row)
+    return acc
+
+
+@st.composite
+def cases(draw):
+    n = draw(st.integers(1, 12))
+    count = draw(st.one_of(st.sampled_from([0, 1, max(n - 1, 0), n, n + 1]),
+                           st.integers(0, 300)))
+    dtype = draw(st.sampled_from(DTYPES))
+    ops = FLOAT_OPS if dtype.startswith("float") else INT_OPS
+    op = draw(st.sampled_from(ops))
+    seed = draw(st.integers(0, 2**32 - 1))
+    return n, count, dtype, op, seed
+
+
+@given(cases())
+def test_all_reduce_matches_numpy(case):
+    n, count, dtype, op, seed = case
+    x = _inputs(np.random.default_rng(seed), n, count, dtype)
+    before = x.copy()
+    r = ringccl.simulate("all_reduce", x, op=op)
+    assert np.array_equal(x, before)  # inputs untouched
+    assert r.outputs.shape == (n, count) and r.outputs.dtype == x.dtype
+    assert r.matches_reference, (r.mismatches, r.max_abs_error)
+    # every rank's result is bitwise identical (the complete chunk is copied around the ring)
+    assert all(r.outputs[i].tobytes() == r.outputs[0].tobytes() for i in range(n))
+    exp = _expected(x, op)
+    if x.dtype.kind == "f":
+        if op in ("sum", "avg"):
+            bound = (n - 1) * np.finfo(x.dtype).eps * np.abs(x.astype(np.float64)).sum(0)
+            if op == "avg":
+                bound = bound / n + np.finfo(x.dtype).eps * np.abs(exp)
+            finite = np.isfinite(exp) & (np.abs(x.astype(np.float64)).sum(0)
+                                         <= np.finfo(x.dtype).max)
+            assert np.all(np.abs(r.outputs[0][finite] - exp[finite]) <= bound[finite])
+        elif op in ("min", "max"):
+            assert np.array_equal(r.outputs[0], exp.astype(x.dtype))
+    else:
+        assert np.array_equal(r.outputs[0], exp)
+    assert r.stats.steps == 2 * (n - 1)
+
+
+@given(cases())
+def test_reduce_scatter_and_all_gather_match_numpy(case):
+    n, count, dtype, op, seed = case
+    x = _inputs(np.random.default_rng(seed), n, count, dtype)
+    rs = ringccl.simulate("reduce_scatter", x, op=op)
+    assert rs.matches_reference
+    blocks = np.array_split(np.arange(count), n)
+    outs = list(rs.outputs)
+    assert [len(o) for o in outs] == [len(b) for b in blocks]
+    exp = _expected(x, op)
+    if x.dtype.kind != "f":
+        for r in range(n):
+            assert np.array_equal(outs[r], exp[blocks[r]])
+    ag = ringccl.simulate("all_gather", x)
+    assert ag.matches_reference
+    assert ag.outputs.shape == (n, n * count)
+    for r in range(n):
+        assert np.array_equal(ag.outputs[r], x.reshape(-1))
+
+
+@pytest.mark.parametrize("n,count", [(4, 16), (8, 100_003), (3, 2)])
+def test_stats_are_exact_bytes(n, count):
+    x = np.ones((n, count), np.float32)
+    r = ringccl.simulate("all_reduce", x)
+    chunk = np.diff(ringccl.chunk_bounds(count, n))
+    assert r.stats.bytes_sent.sum() == 2 * (n - 1) * chunk.sum() * 4
+    assert r.stats.bytes_sent.tolist() == r.schedule.bytes_sent(count, 4).tolist()
+    assert r.stats.bytes_received.sum() == r.stats.bytes_sent.sum()
+
+
+def test_seed_simulation_256_ranks_stats():
+    """The seed's claim: 2(N-1) steps and 2(N-1)/N·K bytes per rank (here K = 4 KiB)."""
+    n, count = 256, 1024
+    r = ringccl.simulate("all_reduce", np.ones((n, count), np.float32))
+    assert r.stats.steps == 510
+    assert (r.stats.bytes_sent == 2 * 255 / 256 * count * 4).all()
+    assert r.matches_reference and (r.outputs == 256).all()
+
+
+def test_world_size_one_is_a_copy():
+    x = np.arange(5, dtype=np.int32)[None, :]
+    r = ringccl.simulate("all_reduce", x)
+    assert r.stats.steps == 0 and np.array_equal(r.outputs, x) and r.outputs is not x
+
+
+def test_nan_and_inf_propagate():
+    x = np.zeros((4, 3), np.float32)
+    x[2, 0] = np.nan
+    x[1, 1] = np.inf
+    x[3, 2] = -np.inf
+    x[0, 2] = np.inf
+    r = ringccl.simulate("all_reduce", x)
+    assert np.isnan(r.outputs[:, 0]).all() and (r.outputs[:, 1] == np.inf).all()
+    assert np.isnan(r.outputs[:, 2]).all()  # inf + -inf
+    assert r.matches_reference
+
+
+def test_integer_sum_wraps_like_numpy():
+    x = np.full((4, 2), 100, np.int8)
+    r = ringccl.simulate("all_reduce", x)
+    assert (r.outputs == np.int8(-112)).all() and r.matches_reference  # 400 mod 256
+
+
+def test_preallocated_out_is_used():
+    x = np.arange(32, dtype=np.float32).reshape(4, 8)
+    out = np.empty_like(x)
+    r = ringccl.simulate("all_reduce", x, out=out)
+    assert np.shares_memory(r.outputs, out) and np.array_equal(out[1], x.sum(0))
+    with pytest.raises(ringccl.ArgumentError, match="out must be"):
+        ringccl.simulate("all_reduce", x, out=np.empty((4, 9), np.float32))
+
+
+@pytest.mark.parametrize("kwargs,exc,match", [
+    (dict(collective="all_reduce", op="avg", dtype=np.int32), ringccl.ArgumentError,
+     "op=avg needs a floating dtype"),
+    (dict(collective="all_reduce", op="bxor", dtype=np.float32), ringccl.ArgumentError,
+     "op=bxor is bitwise"),
+    (dict(collective="all_reduce", op="median", dtype=np.float32), ringccl.ArgumentError,
+     "op='median' is not a reduce op; expected one of sum"),
+    (dict(collective="allreduce", op="sum", dtype=np.float32), ringccl.ArgumentError,
+     "collective='allreduce' is unknown; expected one of all_reduce"),
+    (dict(collective="all_reduce", op="sum", dtype=np.complex64), ringccl.ArgumentTypeError,
+     "inputs.dtype=complex64 is not supported"),
+])
+def test_bad_arguments_name_the_argument(kwargs, exc, match):
+    x = np.ones((4, 4), dtype=kwargs.pop("dtype"))
+    with pytest.raises(exc, match=match):
+        ringccl.simulate(kwargs["collective"], x, op=kwargs["op"])
+
+
+def test_bad_shapes_and_algorithms():
+    with pytest.raises(ringccl.ArgumentError, match=r"shape \(world_size, count\)"):
+        ringccl.simulate("all_reduce", np.ones(4))
+    with pytest.raises(ringccl.ArgumentError, match="algorithm='tree' is not available"):
+        ringccl.simulate("all_reduce", np.ones((2, 2)), algorithm="tree")
+    s = ringccl.schedule("all_reduce", "ring", world_size=3)
+    with pytest.raises(ringccl.ArgumentError, match="world_size=3"):
+        ringccl.simulate("all_reduce", np.ones((2, 2)), schedule=s)
+
+
+def test_torch_reduce_op_is_accepted():
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+    assert ringccl.ops.parse_op(dist.ReduceOp.MAX) is ReduceOp.MAX
+    assert ringccl.ops.parse_op(ReduceOp.SUM) is ReduceOp.SUM
+    del torch
+
+
+def test_tolerance_is_stated():
+    assert ringccl.sim.reference_tolerance(ReduceOp.SUM, np.dtype("float16"), 8).startswith(
+        "(N-1)·eps·Σ|x|")
+    assert ringccl.sim.reference_tolerance(ReduceOp.MAX, np.dtype("float32"), 8) == "exact"

@@ -1,0 +1,56 @@
+"""Human units: counts, sizes, durations, bandwidths — bits versus bytes kept straight."""
+
+import pytest
+
+from ringccl import ArgumentError, units
+
+
+@pytest.mark.parametrize("text,value", [("1000", 1000), ("1K", 1000), ("1M", 10**6),
+                                        ("1Mi", 2**20), ("16Mi", 16 * 2**20), ("1e6", 10**6),
+                                        ("1Ki", 1024), ("0", 0), (7, 7), ("1.5K", 1500)])
+def test_count(text, value):
+    assert units.count(text) == value
+
+
+@pytest.mark.parametrize("text", ["1.5", "-1", "abc", "1MB", "1mi", "1Mx", ""])
+def test_count_rejects(text):
+    with pytest.raises(ArgumentError, match="count"):
+        units.count(text)
+
+
+@pytest.mark.parametrize("text,value", [("4MiB", 4 * 2**20), ("4MB", 4 * 10**6), ("4096", 4096),
+                                        ("4KiB", 4096), ("100MB", 10**8), ("1GiB", 2**30),
+                                        ("8bit", 1), ("64Kbit", 8000), ("2 MiB", 2 * 2**20)])
+def test_size(text, value):
+    assert units.size(text) == value
+
+
+def test_size_lowercase_b_is_ambiguous():
+    with pytest.raises(ArgumentError, match="ambiguous: lowercase b means bits"):
+        units.size("4Mb")
+
+
+@pytest.mark.parametrize("text,value", [("5us", 5e-6), ("5µs", 5e-6), ("1.5ms", 1.5e-3),
+                                        ("100ns", 1e-7), ("2s", 2.0), (0.5, 0.5)])
+def test_duration(text, value):
+    assert units.duration(text) == pytest.approx(value)
+
+
+@pytest.mark.parametrize("text,value", [("400Gbps", 50e9), ("50GB/s", 50e9), ("900GB/s", 900e9),
+                                        ("400Gb/s", 50e9), ("400Gbit/s", 50e9),
+                                        ("50GBps", 50e9), ("1GiB/s", 2**30), (1e9, 1e9)])
+def test_bandwidth_bits_versus_bytes(text, value):
+    assert units.bandwidth(text) == pytest.approx(value)
+
+
+@pytest.mark.parametrize("text", ["50GB", "fast", "0GB/s", "-1GB/s"])
+def test_bandwidth_rejects(text):
+    with pytest.raises(ArgumentError, match="bandwidth"):
+        units.bandwidth(text)
+
+
+def test_formatters():
+    assert units.format_size(4 * 2**20) == "4.00 MiB"
+    assert units.format_count(2**20) == "1Mi" and units.format_count(10**6) == "1M"
+    assert units.format_duration(9.4e-5) == "94.00 us"
+    assert units.format_bandwidth(5e10) == "50.00 GB/s"
