@@ -1,0 +1,31 @@
+# The two commands of the README. Each creates .venv and installs everything it needs first.
+#   make demo   -> the guided tour (ringccl demo)
+#   make test   -> the whole test suite (what .ci/run runs)
+# torch: our machines install the CPU wheel torch==2.13.0 from local disk; elsewhere any
+# torch >= 2.4 works: `make test TORCH='torch>=2.4'`.
+
+PYTHON ?= python3
+VENV   ?= .venv
+TORCH  ?= torch==2.13.0
+BIN    := $(VENV)/bin
+
+.PHONY: demo test bench clean
+
+$(VENV)/.installed: pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet "$(TORCH)"
+	$(BIN)/python -m pip install --quiet -e ".[torch,dev]"
+	touch $@
+
+demo: $(VENV)/.installed
+	$(BIN)/ringccl demo
+
+test: $(VENV)/.installed
+	$(BIN)/python -m pytest -n 2 --durations=10
+
+bench: $(VENV)/.installed
+	$(BIN)/python benchmarks/bench_sim.py
+	$(BIN)/python benchmarks/bench_torch_ring.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis
