@@ -33,6 +33,10 @@ class Algorithm:
             treated as fluid (nbytes / num_chunks each); exact when the count divides evenly.
         steps_formula, bytes_formula: the same, as text for listings.
         reference: paper or source of the algorithm.
+        time: closed-form seconds on a flat network (every rank one full-duplex port to a
+            non-blocking switch), ``time(world_size, nbytes, alpha, beta, gamma)`` with alpha in
+            s per step, beta in s per byte, gamma in s per byte reduced; must equal the cost
+            model's walk of the schedule (chunks treated as fluid). None: always walk.
     """
 
     collective: str
@@ -43,6 +47,7 @@ class Algorithm:
     steps_formula: str
     bytes_formula: str
     reference: str = ""
+    time: Callable[[int, float, float, float, float], float] | None = None
 
 
 REGISTRY: dict[tuple[str, str], Algorithm] = {}

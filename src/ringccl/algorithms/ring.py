@@ -95,9 +95,24 @@ def all_gather(world_size: int) -> Schedule:
                                 **_ring_phases(world_size, [(0, False, "all-gather")]))
 
 
+def _all_reduce_time(n: int, nbytes: float, alpha: float, beta: float, gamma: float) -> float:
+    """2(N-1)·α + 2(N-1)/N·M·β + (N-1)/N·M·γ (Thakur et al. 2005, section 4)."""
+    return 2 * (n - 1) * alpha + 2 * (n - 1) / n * nbytes * beta + (n - 1) / n * nbytes * gamma
+
+
+def _half_time(reduces: bool):
+    def time(n: int, nbytes: float, alpha: float, beta: float, gamma: float) -> float:
+        """(N-1)·α + (N-1)/N·M·β [+ (N-1)/N·M·γ when reducing]; M = the whole N-block buffer."""
+        return (n - 1) * alpha + (n - 1) / n * nbytes * (beta + (gamma if reduces else 0.0))
+    return time
+
+
 register(Algorithm("all_reduce", "ring", all_reduce, lambda n: 2 * (n - 1),
-                   lambda n, b: 2 * (n - 1) / n * b, "2(N-1)", "2(N-1)/N·M", _PATARASUK))
+                   lambda n, b: 2 * (n - 1) / n * b, "2(N-1)", "2(N-1)/N·M", _PATARASUK,
+                   _all_reduce_time))
 register(Algorithm("reduce_scatter", "ring", reduce_scatter, lambda n: n - 1,
-                   lambda n, b: (n - 1) / n * b, "N-1", "(N-1)/N·M", _PATARASUK))
+                   lambda n, b: (n - 1) / n * b, "N-1", "(N-1)/N·M", _PATARASUK,
+                   _half_time(True)))
 register(Algorithm("all_gather", "ring", all_gather, lambda n: n - 1,
-                   lambda n, b: (n - 1) / n * b, "N-1", "(N-1)/N·M", _PATARASUK))
+                   lambda n, b: (n - 1) / n * b, "N-1", "(N-1)/N·M", _PATARASUK,
+                   _half_time(False)))
