@@ -1,4 +1,4 @@
-"""The ``ringccl`` command: demo, show, simulate, run, algorithms.
+"""The ``ringccl`` command: demo, show, compare, simulate, run, algorithms.
 
 Human units in and out: counts ``1M`` = 10^6 and ``1Mi`` = 2^20 elements; sizes ``4MB`` and
 ``4MiB``; bandwidths printed in GB/s = 1e9 bytes/s as nccl-tests does. Every command takes
@@ -8,6 +8,7 @@ Human units in and out: counts ``1M`` = 10^6 and ``1Mi`` = 2^20 elements; sizes 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import sys
 import time
@@ -20,6 +21,7 @@ from .algorithms import REGISTRY, algorithms, build_schedule, get_algorithm
 from .check import verify
 from .collectives import COLLECTIVES, get_collective
 from .errors import RingcclError
+from .ir import chunk_bounds
 from .ops import SUPPORTED_DTYPES, check_dtype, parse_op
 from .show import step_rows
 from .sim import reference_tolerance, simulate
@@ -69,6 +71,15 @@ def _emit_json(obj) -> None:
 
 def _cmd_show(args) -> int:
     schedule = verify(build_schedule(args.collective, args.algorithm, args.world_size))
+    if args.trace:
+        with open(args.trace, "w") as f:
+            json.dump(schedule.to_chrome_trace(), f)
+        print(f"wrote {args.trace}: Chrome/Perfetto trace, one track per rank "
+              "(open in https://ui.perfetto.dev)", file=sys.stderr)
+    if args.msccl_xml:
+        with open(args.msccl_xml, "w") as f:
+            f.write(schedule.to_msccl_xml() + "\n")
+        print(f"wrote {args.msccl_xml}: MSCCL XML", file=sys.stderr)
     if args.json:
         _emit_json({"collective": schedule.collective, "algorithm": schedule.algorithm,
                     "world_size": schedule.world_size, "num_chunks": schedule.num_chunks,
@@ -179,6 +190,100 @@ def _cmd_run(args) -> int:
     return 0 if r["wrong"] == 0 else 1
 
 
+def _builder_params(algo, args) -> dict:
+    """Keyword arguments the CLI passes to a builder: ``root`` if it takes one and it is set."""
+    params = {}
+    if getattr(args, "root", None) is not None and "root" in inspect.signature(
+            algo.builder).parameters:
+        params["root"] = args.root
+    return params
+
+
+def _precision(collective: str, schedule, x: np.ndarray) -> tuple[float, float]:
+    """Max absolute and max relative error of ``schedule``'s outputs on ``x`` (float32)
+    against the float64 reduction, over every rank's output elements (copies: 0, 0)."""
+    spec = get_collective(collective)
+    if not spec.reduces:
+        return 0.0, 0.0
+    n, count = x.shape
+    result = simulate(collective, x, op="sum", schedule=schedule, check=False)
+    bounds = chunk_bounds(spec.buffer_count(n, count), schedule.num_chunks)
+    lo, hi = spec.output_chunks(n, schedule.num_chunks, schedule.params)
+    ref = x.astype(np.float64).sum(axis=0)
+    max_abs = max_rel = 0.0
+    for r in range(n):
+        want = ref[bounds[lo[r]]:bounds[hi[r]]]
+        got = np.asarray(result.outputs[r], dtype=np.float64).reshape(-1)
+        if got.size != want.size or not want.size:
+            continue
+        err = np.abs(got - want)
+        max_abs = max(max_abs, float(err.max()))
+        nonzero = want != 0
+        if nonzero.any():
+            max_rel = max(max_rel, float((err[nonzero] / np.abs(want[nonzero])).max()))
+    return max_abs, max_rel
+
+
+def _compare_rows(collective: str, world_size: int, count: int, dtype, args) -> list[dict]:
+    spec = get_collective(collective)
+    buffer_count = spec.buffer_count(world_size, count)
+    k = buffer_count * dtype.itemsize
+    x = None
+    if args.precision:
+        x = np.random.default_rng(args.seed).standard_normal((world_size, count)).astype(
+            np.float32)
+    rows = []
+    for name in algorithms(collective):
+        algo = get_algorithm(collective, name)
+        schedule = build_schedule(collective, name, world_size, **_builder_params(algo, args))
+        sent = schedule.bytes_sent(buffer_count, dtype.itemsize)
+        through = sent + schedule.bytes_received(buffer_count, dtype.itemsize)
+        row = {"algorithm": name, "steps": schedule.num_steps, "steps_formula": algo.steps_formula,
+               "bytes_sent_max": int(sent.max()) if world_size else 0,
+               "bytes_sent_per_buffer": float(sent.max()) / k if k else 0.0,
+               "bytes_through_max": int(through.max()),
+               "busiest_rank": int(np.argmax(through))}
+        if x is not None:
+            row["max_abs_error"], row["max_rel_error"] = _precision(collective, schedule, x)
+        rows.append(row)
+    return rows
+
+
+def _cmd_compare(args) -> int:
+    dtype = check_dtype(args.dtype)
+    what = "simulating every algorithm …" if args.precision else "building schedules …"
+    with _status(what):
+        rows = _compare_rows(args.collective, args.world_size, args.count, dtype, args)
+    spec = get_collective(args.collective)
+    k = spec.buffer_count(args.world_size, args.count) * dtype.itemsize
+    if args.json:
+        _emit_json({"collective": args.collective, "world_size": args.world_size,
+                    "count": args.count, "dtype": dtype.name, "buffer_bytes": k,
+                    "rows": rows})
+        return 0
+    headers = ["algorithm", "steps", "bytes sent/rank (max)", "× buffer",
+               "through busiest rank (sent+recv)"]
+    if args.precision:
+        headers += ["max abs error", "max rel error"]
+    body = []
+    for r in rows:
+        line = [r["algorithm"], f"{r['steps']:,}",
+                units.format_size(r["bytes_sent_max"]), f"{r['bytes_sent_per_buffer']:.3f}",
+                f"{units.format_size(r['bytes_through_max'])} (R{r['busiest_rank']})"]
+        if args.precision:
+            line += [f"{r['max_abs_error']:.3g}", f"{r['max_rel_error']:.3g}"]
+        body.append(line)
+    _table(f"{args.collective} on {args.world_size} ranks, {args.count:,} × {dtype.name} per "
+           f"rank (buffer {units.format_size(k)}); bytes counted from each schedule",
+           headers, body)
+    print("step and byte formulas: `ringccl algorithms " + args.collective + "`")
+    if args.precision:
+        print(f"errors: float32 inputs ~ N(0, 1) (seed {args.seed}) against their float64 sum; "
+              "relative error is per element (large where the sum nearly cancels); each "
+              "algorithm adds in its own order.")
+    return 0
+
+
 def _cmd_algorithms(args) -> int:
     rows = [{"collective": a.collective, "algorithm": a.name, "steps": a.steps_formula,
              "bytes_sent_per_rank": a.bytes_formula, "reference": a.reference}
@@ -286,7 +391,25 @@ def build_parser() -> argparse.ArgumentParser:
     common(p)
     p.add_argument("--world-size", "-N", type=_positive_int, default=4)
     p.add_argument("--max-steps", type=_positive_int, default=200)
+    p.add_argument("--trace", metavar="OUT.json",
+                   help="also write a Chrome/Perfetto trace (one track per rank)")
+    p.add_argument("--msccl-xml", metavar="OUT.xml", help="also write the schedule as MSCCL XML")
     p.set_defaults(func=_cmd_show)
+
+    p = sub.add_parser("compare", help="every algorithm of a collective side by side")
+    p.add_argument("collective", choices=collectives, help="collective to compare")
+    p.add_argument("--world-size", "-N", type=_positive_int, default=8)
+    p.add_argument("--count", "-c", type=_count, default=units.count("1Mi"),
+                   help="elements per rank: 1M = 10^6, 1Mi = 2^20 (default 1Mi)")
+    p.add_argument("--dtype", default="float32", choices=SUPPORTED_DTYPES,
+                   help="element type for the byte counts (default float32)")
+    p.add_argument("--root", type=int, default=None, help="root rank of rooted collectives")
+    p.add_argument("--precision", action="store_true",
+                   help="simulate each algorithm on the same random float32 inputs and report "
+                   "its error against a float64 reference (needs N × count × 4 bytes per array)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.set_defaults(func=_cmd_compare)
 
     p = sub.add_parser("simulate", help="simulate on N virtual ranks and check against numpy")
     common(p)
