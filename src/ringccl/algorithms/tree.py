@@ -48,7 +48,7 @@ from . import Algorithm, register
 from ._build import Transfers, ceil_log2, check_positive, check_root, floor_log2
 
 __all__ = ["reduce", "broadcast", "all_reduce", "double_binary_tree_all_reduce", "BinaryTree",
-           "binary_tree", "reduce_start", "num_steps", "time"]
+           "binary_tree", "second_tree_roles", "reduce_start", "num_steps", "time"]
 
 _SANDERS = "Sanders, Speck & Träff, Parallel Computing 35(12) 2009"
 _NCCL_TREE = "in-order binary tree (NCCL); Sanders et al. 2009"
@@ -247,8 +247,9 @@ def double_binary_tree_all_reduce(world_size: int, segments: int = 1) -> Schedul
     Pre:  every rank holds its buffer (2·``segments`` chunks). Post: every rank holds the
           reduction.
     Cost: U(N) + S + D steps, as one tree; the busiest rank sends 2M (N >= 4), 1.5M (N = 3);
-          S = 1: T = (U+1)·(alpha + M/2·(beta+gamma)) + Σ_{δ<D} (alpha + c_δ·M/2·beta): no rank
-          is busy in both trees in the same step, so each step costs what one tree's half costs.
+          S = 1: T = (U+1)·(alpha + M/2·(beta+gamma)) + Σ_{δ<D} (alpha + c_δ·M/2·beta): in no
+          step do the two trees together load a rank's port more than one tree loads its
+          busiest rank, so each step costs what one tree's half costs (the tests walk it).
     References: Sanders, Speck & Träff 2009; NCCL 2.4.
     Raises: ArgumentError: segments < 1.
     """
