@@ -19,10 +19,12 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from . import units
+from . import buckets, presets, topology, units
 from .algorithms import Algorithm, algorithms, build_schedule, get_algorithm, register
 from .check import verify
 from .collectives import COLLECTIVES, get_collective
+from .cost import CostResult, Predictor, StepCost, cost, predictor, walk
+from .tune import TuneResult, predict_table, tune
 from .errors import (ArgumentError, ArgumentTypeError, BackendError, RingcclError, ScheduleError,
                      VerificationError)
 from .ir import Kind, Program, Schedule, Step, Transfer, chunk_bounds
@@ -35,6 +37,8 @@ __version__ = "0.1.0"
 __all__ = ["schedule", "verify", "simulate", "algorithms", "collectives", "get_algorithm",
            "register", "Algorithm", "Schedule", "Step", "Transfer", "Kind", "Program",
            "ReduceOp", "SimResult", "SimStats", "chunk_bounds", "algbw", "busbw", "units",
+           "cost", "predictor", "walk", "CostResult", "StepCost", "Predictor", "topology",
+           "tune", "TuneResult", "predict_table", "buckets", "presets",
            "RingcclError", "ArgumentError", "ArgumentTypeError", "ScheduleError",
            "VerificationError", "BackendError", "__version__"]
 
