@@ -43,10 +43,14 @@ def _table(title: str, headers: Sequence[str], rows: Sequence[Sequence[object]])
         return
     table = Table(title=title, title_justify="left")
     for i, h in enumerate(headers):
-        table.add_column(str(h), justify="left" if i == 0 else "right")
+        table.add_column(str(h), justify="left" if i == 0 or len(headers) == 2 else "right",
+                         no_wrap=len(headers) > 2)
     for r in rows:
         table.add_row(*(str(c) for c in r))
-    Console().print(table)
+    console = Console()
+    if not console.is_terminal:  # piped or captured: never squeeze numbers into 80 columns
+        console = Console(width=max(console.width, 160))
+    console.print(table)
 
 
 def _status(message: str):
