@@ -43,14 +43,15 @@ def _table(title: str, headers: Sequence[str], rows: Sequence[Sequence[object]])
         return
     table = Table(title=title, title_justify="left")
     for i, h in enumerate(headers):
-        table.add_column(str(h), justify="left" if i == 0 else "right")
+        table.add_column(str(h), justify="left" if i == 0 or len(headers) == 2 else "right",
+                         no_wrap=len(headers) > 2)
     for r in rows:
         table.add_row(*(str(c) for c in r))
     console = Console()
-    if not console.is_terminal:  # piped: print whole rows instead of rich's 80-column squeeze
-        cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
-        width = sum(max(len(r[i]) for r in cells) + 3 for i in range(len(headers))) + 1
-        console = Console(width=max(console.width, width))
+    if not console.is_terminal:  # piped or captured: never squeeze numbers into 80 columns
+        # wide tables (ringccl model) get the width their rows need
+        widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows)]
+        console = Console(width=max(console.width, 160, sum(widths) + 3 * len(widths) + 1))
     console.print(table)
 
 
