@@ -62,8 +62,8 @@ def main() -> None:
         if "walk_s" in row:
             print(f"ring all_reduce, {row['machine']:>16}, N={row['world_size']:>5}: "
                   f"{row['transfers']:>9,} transfers; build {row['build_s']:.3f} s, walk "
-                  f"{row['walk_s']:.3f} s, then 35 sizes priced in {row['price_35_sizes_s'] * 1e3:.2f}"
-                  f" ms (1 GiB: {row['predicted_ms']:.2f} ms)")
+                  f"{row['walk_s']:.3f} s, then 35 sizes priced in "
+                  f"{row['price_35_sizes_s'] * 1e3:.2f} ms (1 GiB: {row['predicted_ms']:.2f} ms)")
         else:
             print(f"ring all_reduce, closed form, N={row['world_size']:,}: one ringccl.cost call "
                   f"{row['cost_call_s'] * 1e6:.1f} us (median of 200; 4 MiB: "

@@ -79,7 +79,8 @@ def test_tune_prints_ranges(capsys):
     out = capsys.readouterr().out
     assert "fastest all_reduce algorithm by size" in out
     lines = [x for x in out.splitlines() if "test_recursive_doubling" in x or " ring " in x]
-    assert any(x.replace("│", " ").split()[:2] == ["4.00", "B"] for x in lines)  # the first range starts at 4 B
+    # the first range starts at 4 B
+    assert any(x.replace("│", " ").split()[:2] == ["4.00", "B"] for x in lines)
     assert "crossover: test_recursive_doubling -> ring at" in out
 
 

@@ -275,3 +275,16 @@ def test_every_all_reduce_moves_at_least_one_buffer_into_each_rank():
                 continue  # an algorithm for other world sizes; the closed-form test names it
             assert r.bandwidth_seconds >= 1e-3 * (1 - 1e-12), (name, n)
             assert math.isclose(r.seconds, r.bandwidth_seconds + r.latency_seconds)
+
+
+@given(n=st.integers(2, 24), alpha=st.floats(0, 1e-4), bandwidth=st.floats(1e8, 1e12),
+       one_node=st.booleans())
+def test_two_level_with_one_level_is_flat(n, alpha, bandwidth, one_node):
+    """One node of N devices, or N nodes of one device, is the flat machine of that level."""
+    link = (alpha, bandwidth)
+    other = (1.0, 1.0)  # the level not used must not matter
+    topo = (two_level(1, n, intra=link, inter=other) if one_node
+            else two_level(n, 1, intra=other, inter=link))
+    on_two = ringccl.cost("all_reduce", "ring", None, 1e8, topology=topo)
+    on_flat = ringccl.cost("all_reduce", "ring", n, 1e8, alpha=alpha, bandwidth=bandwidth)
+    assert on_two.seconds == pytest.approx(on_flat.seconds, rel=1e-12)

@@ -145,7 +145,7 @@ def test_experiment3_walked_trees_versus_the_lecture_tree(name):
         assert r.bandwidth_seconds >= M100 / 50e9 * (1 - 1e-12)
 
 
-# -- seed 001, hierarchical all_reduce (section 9.3, appendix question 4) ---------------------------
+# -- seed 001, hierarchical all_reduce (section 9.3, appendix question 4) -------------------------
 
 NODES, LOCAL, GIB = 128, 8, 2**30
 

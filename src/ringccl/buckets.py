@@ -185,8 +185,9 @@ def best_bucket_size(tensor_sizes: Sequence[int], world_size: int | None = None,
 
     Args:
         candidates: capacities to try (default: 0 and every power of two from 1 KiB up to the
-            model's total size, plus DDP's 25 MiB).
-        others: as for :func:`bucket_plan` (every bucket, the first included, has the capacity).
+            model's total size, plus DDP's 25 MiB); every bucket, the first included, gets it.
+        tensor_sizes, world_size, topology, collective, algorithm, alpha, bandwidth, gamma,
+            backward_seconds, **params: as for :func:`bucket_plan`.
     Returns:
         (the best plan — earliest finish, then fewest buckets — and all plans by capacity).
     """

@@ -114,7 +114,8 @@ class Topology:
             ArgumentError: unknown kind.
         """
         if kind not in self.kinds:
-            raise ArgumentError(f"kind={kind!r} is unknown; expected one of {', '.join(self.kinds)}")
+            raise ArgumentError(f"kind={kind!r} is unknown; expected one of "
+                                f"{', '.join(self.kinds)}")
         return np.nonzero(self.link_kind == self.kinds.index(kind))[0]
 
     def link_name(self, link: int) -> str:
@@ -180,7 +181,7 @@ class Flat(Topology):
 
 
 class TwoLevel(Topology):
-    """Nodes of devices: NVLink-class ports inside, rail-aligned NICs across (see :func:`two_level`)."""
+    """Nodes of devices: NVLink-class inside, rail-aligned NICs across (see :func:`two_level`)."""
 
     kinds = ("nvlink out", "nvlink in", "nic out", "nic in", "uplink out", "uplink in")
 
@@ -220,7 +221,9 @@ class TwoLevel(Topology):
         device = self.placement
         self.node_of = device // self.local            #: (world_size,) node of each rank
         self.local_of = device % self.local            #: (world_size,) local index of each rank
-        self._nic = self.node_of * self.nics_per_node + self.local_of * self.nics_per_node // self.local
+        #: (world_size,) global NIC index of each rank's rail
+        self._nic = (self.node_of * self.nics_per_node
+                     + self.local_of * self.nics_per_node // self.local)
 
     def _placement(self, placement) -> np.ndarray:
         devices = self.nodes * self.local

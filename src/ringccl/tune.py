@@ -130,7 +130,7 @@ class TuneResult:
 
 
 def _crossing(f_a: Predictor, f_b: Predictor, lo: float, hi: float, iters: int = 80) -> float:
-    """Size in [lo, hi] where f_a - f_b changes sign (f_a faster at lo), by bisection on log size."""
+    """Size in [lo, hi] where f_a - f_b changes sign (f_a faster at lo); bisection on log size."""
     lo, hi = max(lo, 1e-9), max(hi, 1e-9)
     for _ in range(iters):
         mid = math.sqrt(lo * hi)
