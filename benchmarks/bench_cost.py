@@ -19,7 +19,7 @@ import numpy as np
 
 import ringccl
 from ringccl.algorithms import get_algorithm
-from ringccl.cost import walk
+from ringccl.costmodel import walk
 from ringccl.topology import flat, two_level
 
 

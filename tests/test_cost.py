@@ -9,7 +9,7 @@ from hypothesis import given, strategies as st
 import ringccl
 from ringccl import ArgumentError, ArgumentTypeError
 from ringccl.algorithms import REGISTRY
-from ringccl.cost import WALK_LIMIT, walk
+from ringccl.costmodel import WALK_LIMIT, walk
 from ringccl.topology import flat, two_level
 
 from .cost_helpers import registered

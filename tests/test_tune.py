@@ -7,7 +7,7 @@ import pytest
 
 import ringccl
 from ringccl import ArgumentError, buckets
-from ringccl.tune import Range, predict_table
+from ringccl.tuning import Range, predict_table
 from ringccl.topology import two_level
 
 from .cost_helpers import recursive_doubling_time, registered

@@ -16,8 +16,8 @@ Quick tour::
     c.seconds, c.latency_seconds          # predicted: 10.26 ms, 10.23 ms of it latency
     ringccl.tune("all_reduce", 1024, alpha="5us", bandwidth="50GB/s").ranges
 
-``ringccl.cost`` and ``ringccl.tune`` are functions; their modules are reached with
-``from ringccl.cost import walk`` and ``from ringccl.tune import predict_table``.
+``ringccl.cost`` and ``ringccl.tune`` are functions; their modules are ``ringccl.costmodel``
+(``walk``, ``Predictor``) and ``ringccl.tuning`` (``predict_table``).
 """
 
 from __future__ import annotations
@@ -29,14 +29,14 @@ from . import buckets, presets, topology, units
 from .algorithms import Algorithm, algorithms, build_schedule, get_algorithm, register
 from .check import verify
 from .collectives import COLLECTIVES, get_collective
-from .cost import CostResult, Predictor, StepCost, cost, predictor, walk
+from .costmodel import CostResult, Predictor, StepCost, cost, predictor, walk
 from .errors import (ArgumentError, ArgumentTypeError, BackendError, RingcclError, ScheduleError,
                      VerificationError)
 from .ir import Kind, Program, Schedule, Step, Transfer, chunk_bounds
 from .metrics import algbw, busbw
 from .ops import ReduceOp
 from .sim import SimResult, SimStats, simulate
-from .tune import TuneResult, predict_table, tune
+from .tuning import TuneResult, predict_table, tune
 
 __version__ = "0.1.0"
 

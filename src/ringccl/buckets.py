@@ -33,7 +33,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from . import units
-from .cost import Predictor, predictor
+from .costmodel import Predictor, predictor
 from .errors import ArgumentError
 from .topology import Topology
 

@@ -273,7 +273,7 @@ def _link_bytes_text(max_link_bytes: dict) -> str:
 
 
 def _model_report(args) -> dict:
-    from .tune import predict_table, tune
+    from .tuning import predict_table, tune
     tables = []
     for topo in _machines(args):
         rows, skipped = predict_table(args.collective, None, args.size, topo, gamma=args.gamma,
@@ -410,7 +410,7 @@ def _bucket_report(args, topo) -> dict | None:
 
 
 def _cmd_tune(args) -> int:
-    from .tune import tune
+    from .tuning import tune
     topo = _machines(args)
     if len(topo) != 1:
         raise ArgumentError(f"tune takes one --world-size, got {args.world_size}")
@@ -495,7 +495,7 @@ def _checked(parse):
 
 def _gamma(text: str) -> float:
     """``--gamma``: seconds per byte (a number) or a reduction rate such as ``100GB/s``."""
-    from .cost import parse_gamma
+    from .costmodel import parse_gamma
     try:
         return parse_gamma(float(text))
     except ValueError:

@@ -2,7 +2,7 @@
 
 A topology has ``num_links`` directed links, each with a latency ``alpha`` (seconds) and a
 ``bandwidth`` (bytes/s), and routes a transfer ``src -> dst`` to the links it uses. The cost
-model (:mod:`ringccl.cost`) adds up, per step, the bytes on every link, so transfers that share a
+model (:mod:`ringccl.costmodel`) adds up, per step, the bytes on every link, so transfers that share a
 link in one step slow each other down.
 
 Machine assumption (as in Hockney 1994 and Thakur, Rabenseifner & Gropp 2005): every port is

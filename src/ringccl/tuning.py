@@ -24,7 +24,7 @@ from . import units
 from .algorithms import algorithms as registered
 from .algorithms import get_algorithm
 from .collectives import get_collective
-from .cost import Predictor, resolve_topology, parse_gamma
+from .costmodel import Predictor, resolve_topology, parse_gamma
 from .errors import ArgumentError, RingcclError
 from .ops import check_dtype
 from .topology import Topology
@@ -59,7 +59,7 @@ def predictors(collective: str, world_size: int | None = None, topology: Topolog
                *, alpha=None, bandwidth=None, gamma=0.0, algorithms: Sequence[str] | None = None,
                params: Mapping[str, Mapping] | None = None, method: str = "auto"
                ) -> tuple[dict[str, Predictor], dict[str, str]]:
-    """A :class:`~ringccl.cost.Predictor` per algorithm of ``collective`` that can run here.
+    """A :class:`~ringccl.costmodel.Predictor` per algorithm of ``collective`` that can run here.
 
     Returns:
         (predictors by name in registry order, {name: reason} for the algorithms skipped because
