@@ -27,6 +27,7 @@ bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/bench_sim.py
 	$(BIN)/python benchmarks/bench_torch_ring.py
 	$(BIN)/python benchmarks/bench_algorithms.py
+	$(BIN)/python benchmarks/bench_cost.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -52,3 +52,22 @@ def test_cli_run_other_collectives(capsys, collective):
                              "--iters", "2", "--warmup", "0", "--json"])
     report = json.loads(capsys.readouterr().out)
     assert code == 0 and report["wrong"] == 0
+
+
+def test_under_torchrun(tmp_path):
+    """The executor on torchrun's env:// process group (what users run on clusters)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from ringccl.torch.launch import free_port
+
+    script = Path(__file__).with_name("torchrun_script.py")
+    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "3",
+         "--master-addr", "127.0.0.1", "--master-port", str(free_port()), str(script)],
+        capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count(": OK") == 3
