@@ -103,3 +103,5 @@ def build_schedule(collective: str, algorithm: str, world_size: int, **params) -
 
 
 from . import ring  # noqa: E402,F401  (registers the ring family)
+from . import direct  # noqa: E402,F401  (direct sends; master all-reduce)
+from . import binomial  # noqa: E402,F401  (binomial-tree scatter, gather)
