@@ -272,6 +272,15 @@ class Collective:
         origin[:] = owner[None, :]
         return kind, chunk_id, origin
 
+    def chunk_nbytes(self, world_size: int, num_chunks: int, nbytes: float) -> float:
+        """Bytes of one chunk with chunks treated as fluid, for a size of ``nbytes`` (M).
+
+        M/num_chunks, except all_to_all, whose N input blocks make up M (its output and scratch
+        chunks are blocks of the same size): M/N. This is what closed forms and the cost model
+        charge per transfer.
+        """
+        return nbytes / (world_size if self.layout == "all_to_all" else num_chunks)
+
     def chunk_sizes(self, world_size: int, num_chunks: int, buffer_count: int,
                     params: Mapping | None = None, input_split_sizes=None,
                     output_split_sizes=None) -> np.ndarray:

@@ -12,7 +12,9 @@ Example (under ``torchrun --nproc-per-node 4 script.py``)::
     rt.all_reduce(t)                       # ring all-reduce, in place, like dist.all_reduce
     rt.broadcast(t, src=0, algorithm="direct")
 
-Every function builds the named algorithm's schedule, maps the collective's contract
+Every function takes ``algorithm=`` (a name from ``ringccl.algorithms(collective)``) and the
+algorithm's keyword parameters (e.g. ``segments=8`` for the ring chain, ``root=`` for master
+all-reduce). Every function builds the named algorithm's schedule, maps the collective's contract
 (``ringccl.collectives``) onto a working buffer and runs it with :func:`executor.execute`; none
 knows any algorithm. Roots (``src``, ``dst``) are global ranks, as in torch.distributed. Chunks a
 rank never touches get no memory (non-root ranks of scatter and gather hold only their subtree's
@@ -93,6 +95,12 @@ def _group_rank(group, rank: int, argument: str, world_size: int) -> int:
     except (RuntimeError, ValueError):
         raise ArgumentError(f"{argument}={rank} is not a member of the given process group") \
             from None
+
+
+def _rooted(params: dict, root: int) -> dict:
+    if "root" in params:
+        raise ArgumentError("give the root as src/dst (a global rank), not as root=")
+    return {**params, "root": root}
 
 
 class _Plan(NamedTuple):
@@ -186,7 +194,7 @@ def _in_place(collective: str, tensor: torch.Tensor, op: ReduceOp, group, algori
 
 
 def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
-               algorithm: str = "ring") -> torch.Tensor:
+               algorithm: str = "ring", **params) -> torch.Tensor:
     """Reduce ``tensor`` across all ranks of ``group``, in place (as ``dist.all_reduce``).
 
     Args:
@@ -205,11 +213,12 @@ def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
     """
     _group_size(group)
     _check_tensor(tensor, "tensor")
-    _in_place("all_reduce", tensor, _check_op(op, tensor.dtype), group, algorithm)
+    _in_place("all_reduce", tensor, _check_op(op, tensor.dtype), group, algorithm, **params)
     return tensor
 
 
-def broadcast(tensor: torch.Tensor, src: int, group=None, algorithm: str = "ring") -> torch.Tensor:
+def broadcast(tensor: torch.Tensor, src: int, group=None, algorithm: str = "ring",
+              **params) -> torch.Tensor:
     """Copy ``src``'s ``tensor`` into ``tensor`` on every rank, in place (as ``dist.broadcast``).
 
     Args:
@@ -228,12 +237,12 @@ def broadcast(tensor: torch.Tensor, src: int, group=None, algorithm: str = "ring
     world_size = _group_size(group)
     _check_tensor(tensor, "tensor")
     root = _group_rank(group, src, "src", world_size)
-    _in_place("broadcast", tensor, ReduceOp.SUM, group, algorithm, root=root)
+    _in_place("broadcast", tensor, ReduceOp.SUM, group, algorithm, **_rooted(params, root))
     return tensor
 
 
 def reduce(tensor: torch.Tensor, dst: int, op: Any = ReduceOp.SUM, group=None,
-           algorithm: str = "ring") -> torch.Tensor:
+           algorithm: str = "ring", **params) -> torch.Tensor:
     """Reduce ``tensor`` of every rank into ``dst``'s ``tensor`` (as ``dist.reduce``).
 
     Only ``dst``'s tensor receives the result; the other ranks' tensors are left unchanged
@@ -257,12 +266,12 @@ def reduce(tensor: torch.Tensor, dst: int, op: Any = ReduceOp.SUM, group=None,
     reduce_op = _check_op(op, tensor.dtype)
     root = _group_rank(group, dst, "dst", world_size)
     _in_place("reduce", tensor, reduce_op, group, algorithm,
-              copy=dist.get_rank(group) != root, root=root)
+              copy=dist.get_rank(group) != root, **_rooted(params, root))
     return tensor
 
 
 def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = ReduceOp.SUM,
-                          group=None, algorithm: str = "ring") -> torch.Tensor:
+                          group=None, algorithm: str = "ring", **params) -> torch.Tensor:
     """Reduce ``input`` across ranks and leave block ``rank`` in ``output``
     (as ``dist.reduce_scatter_tensor``).
 
@@ -285,7 +294,7 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = R
                             f"world_size * output.numel() = {world_size} * {output.numel()}")
     reduce_op = _check_op(op, input.dtype)
     plan = _plan("reduce_scatter", algorithm, world_size, dist.get_rank(group),
-                 buffer_count=input.numel())
+                 buffer_count=input.numel(), **params)
     work = input.new_empty(plan.numel)
     _write(work, plan, plan.inputs, input.reshape(-1))  # the caller's input stays as it is
     execute(plan.schedule, work, reduce_op, group, bounds=plan.bounds)
@@ -297,7 +306,7 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = R
 
 
 def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tensor, group=None,
-                           algorithm: str = "ring") -> torch.Tensor:
+                           algorithm: str = "ring", **params) -> torch.Tensor:
     """Gather every rank's ``input_tensor`` into ``output_tensor`` on every rank, in rank order
     (as ``dist.all_gather_into_tensor``).
 
@@ -320,7 +329,7 @@ def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tens
                             f"all_gather_into_tensor needs world_size * input_tensor.numel() = "
                             f"{world_size} * {input_tensor.numel()}")
     plan = _plan("all_gather", algorithm, world_size, dist.get_rank(group),
-                 buffer_count=output_tensor.numel())
+                 buffer_count=output_tensor.numel(), **params)
     # every chunk is part of the output, so the working buffer is output_tensor itself
     contiguous = output_tensor.is_contiguous()
     work = output_tensor.view(-1) if contiguous else torch.empty_like(output_tensor).view(-1)
@@ -346,7 +355,7 @@ def _check_list(tensors: Any, argument: str, world_size: int, like: torch.Tensor
 
 
 def scatter(tensor: torch.Tensor, scatter_list: list | None = None, src: int = 0, group=None,
-            algorithm: str = "binomial") -> torch.Tensor:
+            algorithm: str = "binomial", **params) -> torch.Tensor:
     """Send ``scatter_list[r]`` of rank ``src`` to rank r's ``tensor`` (as ``dist.scatter``).
 
     Args:
@@ -374,7 +383,7 @@ def scatter(tensor: torch.Tensor, scatter_list: list | None = None, src: int = 0
         raise ArgumentError("scatter_list must be None on non-source ranks (rank "
                             f"{dist.get_rank()} is not src={src})")
     plan = _plan("scatter", algorithm, world_size, rank,
-                 buffer_count=world_size * tensor.numel(), root=root)
+                 buffer_count=world_size * tensor.numel(), **_rooted(params, root))
     work = tensor.new_empty(plan.numel)
     if rank == root:
         _write(work, plan, plan.inputs, torch.cat([t.reshape(-1) for t in scatter_list]))
@@ -384,7 +393,7 @@ def scatter(tensor: torch.Tensor, scatter_list: list | None = None, src: int = 0
 
 
 def gather(tensor: torch.Tensor, gather_list: list | None = None, dst: int = 0, group=None,
-           algorithm: str = "binomial") -> None:
+           algorithm: str = "binomial", **params) -> None:
     """Collect every rank's ``tensor`` into ``gather_list`` on rank ``dst`` (as ``dist.gather``).
 
     Args:
@@ -412,7 +421,7 @@ def gather(tensor: torch.Tensor, gather_list: list | None = None, dst: int = 0, 
         raise ArgumentError("gather_list must be None on non-destination ranks (rank "
                             f"{dist.get_rank()} is not dst={dst})")
     plan = _plan("gather", algorithm, world_size, rank,
-                 buffer_count=world_size * tensor.numel(), root=root)
+                 buffer_count=world_size * tensor.numel(), **_rooted(params, root))
     work = tensor.new_empty(plan.numel)
     _write(work, plan, plan.inputs, tensor.reshape(-1))
     execute(plan.schedule, work, ReduceOp.SUM, group, bounds=plan.bounds)
@@ -441,10 +450,10 @@ def _splits(sizes: Any, argument: str, world_size: int, rows: int, tensor: str) 
 
 
 def _exchange(input_flat: torch.Tensor, in_sizes: Sequence[int], out_sizes: Sequence[int],
-              group, algorithm: str) -> torch.Tensor:
+              group, algorithm: str, params: dict) -> torch.Tensor:
     """all_to_all on element counts: returns this rank's output blocks concatenated."""
     world_size, rank = dist.get_world_size(group), dist.get_rank(group)
-    schedule = build_schedule("all_to_all", algorithm, world_size)
+    schedule = build_schedule("all_to_all", algorithm, world_size, **params)
     n, c = world_size, schedule.num_chunks
     sizes = np.zeros(c, dtype=np.int64)
     sizes[:n], sizes[n:2 * n] = in_sizes, out_sizes
@@ -460,7 +469,7 @@ def _exchange(input_flat: torch.Tensor, in_sizes: Sequence[int], out_sizes: Sequ
                                 "on every rank, but the split sizes differ; use an algorithm "
                                 "such as direct for uneven splits")
         sizes[2 * n:] = int(t[0])
-    plan = _plan("all_to_all", algorithm, world_size, rank, sizes=sizes)
+    plan = _plan("all_to_all", algorithm, world_size, rank, sizes=sizes, **params)
     work = input_flat.new_empty(plan.numel)
     _write(work, plan, plan.inputs, input_flat)
     execute(plan.schedule, work, ReduceOp.SUM, group, bounds=plan.bounds)
@@ -468,8 +477,8 @@ def _exchange(input_flat: torch.Tensor, in_sizes: Sequence[int], out_sizes: Sequ
 
 
 def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_sizes=None,
-                      input_split_sizes=None, group=None,
-                      algorithm: str = "direct") -> torch.Tensor:
+                      input_split_sizes=None, group=None, algorithm: str = "direct",
+                      **params) -> torch.Tensor:
     """Split ``input`` along dim 0 and send piece j to rank j; piece i of ``output`` comes from
     rank i (as ``dist.all_to_all_single``).
 
@@ -502,13 +511,13 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
     ins = _splits(input_split_sizes, "input_split_sizes", world_size, in_rows, "input")
     outs = _splits(output_split_sizes, "output_split_sizes", world_size, out_rows, "output")
     result = _exchange(input.reshape(-1), [k * row for k in ins], [k * row for k in outs], group,
-                       algorithm)
+                       algorithm, params)
     output.copy_(result.view(output.shape))
     return output
 
 
 def all_to_all(output_tensor_list: list, input_tensor_list: list, group=None,
-               algorithm: str = "direct") -> list:
+               algorithm: str = "direct", **params) -> list:
     """Send ``input_tensor_list[j]`` to rank j; ``output_tensor_list[i]`` receives rank i's
     (as ``dist.all_to_all``). Tensors may have different sizes (rank r's input j must have the
     size of rank j's output r).
@@ -532,7 +541,7 @@ def all_to_all(output_tensor_list: list, input_tensor_list: list, group=None,
             _check_pair(t, input_tensor_list[0], f"{name}[{i}]", "input_tensor_list[0]")
     flat = torch.cat([t.reshape(-1) for t in input_tensor_list])
     result = _exchange(flat, [t.numel() for t in input_tensor_list],
-                       [t.numel() for t in output_tensor_list], group, algorithm)
+                       [t.numel() for t in output_tensor_list], group, algorithm, params)
     at = 0
     for t in output_tensor_list:
         t.copy_(result[at:at + t.numel()].view(t.shape))
