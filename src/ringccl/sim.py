@@ -547,7 +547,8 @@ def simulate(collective: str, inputs, op: Any = "sum", algorithm: str | None = N
     if spec.layout == "all_to_all":
         ins, outs = split_sizes(n, count or 0, input_split_sizes, output_split_sizes,
                                 row_counts=[len(r) for r in rows])
-        sizes = spec.chunk_sizes(n, c, count or 0, schedule.params, ins, outs)
+        sizes = spec.chunk_sizes(n, c, count or 0, schedule.params,
+                                 *((ins, outs) if splits else (None, None)))
     else:
         sizes = spec.chunk_sizes(n, c, spec.buffer_count(n, count), schedule.params)
     _check_transfer_sizes(schedule, sizes)

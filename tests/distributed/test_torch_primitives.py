@@ -49,3 +49,22 @@ def test_root_only_lists_are_checked():
     assert "scatter_list must be a list of world_size=1 tensors, got NoneType" in messages[1]
     assert "gather_list must be a list of world_size=1 tensors, got list of length 2" in messages[2]
     assert messages[3] == [0.0, 1.0, 2.0]
+
+
+@pytest.mark.parametrize("argv", [
+    ["broadcast", "--src", "2", "--segments", "4"],
+    ["reduce", "--dst", "1", "-a", "direct", "--op", "max"],
+    ["scatter", "--src", "1"],
+    ["gather", "--dst", "2", "-a", "direct"],
+    ["all_to_all"],
+    ["all_reduce", "-a", "master", "--root", "1"],
+], ids=lambda argv: argv[0] + ("-" + argv[argv.index("-a") + 1] if "-a" in argv else ""))
+def test_cli_run_matches_gloo(capsys, argv):
+    import json
+
+    import ringccl.cli
+    code = ringccl.cli.main(["run", *argv, "--nproc", "3", "--count", "3000", "--iters", "2",
+                             "--warmup", "0", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["wrong"] == 0 and report["world_size"] == 3
+    assert report["ringccl"]["busbw"] > 0 and report["builtin"]["busbw"] > 0
