@@ -289,6 +289,7 @@ class Collective:
         Args:
             buffer_count: M (see :attr:`buffer_count`); ignored by all_to_all when split sizes
                 are given.
+            params: the schedule's parameters (the built-in layouts do not depend on them).
             input_split_sizes, output_split_sizes: all_to_all only, (N, N) per-rank splits (see
                 :func:`split_sizes`).
 
@@ -344,11 +345,6 @@ def _flatten(lists: ChunkLists, world_size: int) -> tuple[np.ndarray, np.ndarray
     cols = (np.concatenate([np.asarray(a, dtype=np.int64) for a in lists]) if lists
             else np.zeros(0, dtype=np.int64))
     return rows, cols
-
-
-def chunk_list(lists: ChunkLists, rank: int) -> np.ndarray:
-    """Rank ``rank``'s chunk list from per-rank chunk lists (either representation)."""
-    return np.asarray(lists[rank], dtype=np.int64)
 
 
 def split_safe(schedule) -> bool:

@@ -1,7 +1,9 @@
 """The schedule: a collective algorithm as data, shared by every executor (see DESIGN.md).
 
 A schedule for ``world_size`` ranks splits every rank's working buffer into ``num_chunks`` chunks
-with ``numpy.array_split`` boundaries (:func:`chunk_bounds`) and lists *steps*. A step is a set of
+(sizes from the collective's contract, ``Collective.chunk_sizes``: ``numpy.array_split``
+boundaries, :func:`chunk_bounds`, per buffer or per block; they may differ per rank, as for uneven
+all_to_all splits) and lists *steps*. A step is a set of
 transfers that run at the same time and cost one latency (one alpha). A transfer is
 
     (src rank, dst rank, chunk read at src, chunk written at dst, reduce or copy)
@@ -200,8 +202,9 @@ class Schedule:
         collective: collective name ("all_reduce", "reduce_scatter", "all_gather", ...).
         algorithm: algorithm name ("ring", ...).
         world_size: number of ranks N (>= 1).
-        num_chunks: chunks per rank buffer C (>= 1); chunk c spans ``chunk_bounds(L, C)[c:c+2]``
-            of the collective's working buffer of L elements (see ``ringccl.collectives``).
+        num_chunks: chunks per rank buffer C (>= 1); the collective's contract maps them onto
+            each rank's working buffer (``ringccl.collectives``; for all_reduce chunk c spans
+            ``chunk_bounds(L, C)[c:c+2]`` of the L-element buffer).
         steps: the steps, in order.
         params: algorithm parameters that shaped the schedule (root, segments, ...).
 
