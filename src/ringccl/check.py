@@ -122,8 +122,13 @@ class SymbolicState:
             return
         all_red = bool(red.all())
         if all_red or red.any():
-            sel = np.arange(d.shape[0]) if all_red else np.nonzero(red)[0]
-            new_bits[sel] |= self._reduced_bits(index, lo, sel, d[sel], sid[sel], new_bits[sel])
+            if all_red:
+                new_bits |= self._reduced_bits(index, lo, np.arange(d.shape[0]), d, sid,
+                                               new_bits)
+            else:
+                sel = np.nonzero(red)[0]
+                new_bits[sel] |= self._reduced_bits(index, lo, sel, d[sel], sid[sel],
+                                                    new_bits[sel])
         np.put(self._rows, d, new_bits.view(self._rows.dtype).reshape(-1))
         np.put(self._id, d, sid)
         self.steps_done = index + 1
