@@ -119,7 +119,8 @@ def test_closed_forms_equal_the_schedule(key):
         assert s.num_steps == algo.num_steps(n), n
         chunk_bytes = 1024
         m = _input_bytes(s, chunk_bytes)
-        sent = s.bytes_sent(s.num_chunks * chunk_bytes, 1)
+        # the contract's M: all_to_all's chunks are blocks of M/N (M = one rank's N inputs)
+        sent = s.bytes_sent(m, 1)
         assert sent.max() == pytest.approx(algo.bytes_sent(n, m)), n
         assert algo.time is not None
         assert algo.time(n, m, alpha, beta, gamma) == pytest.approx(

@@ -24,7 +24,7 @@ from .errors import ArgumentError, RingcclError
 from .ir import chunk_bounds
 from .ops import SUPPORTED_DTYPES, check_dtype, parse_op
 from .show import step_rows
-from .sim import reference_tolerance, simulate
+from .sim import default_algorithm, reference_tolerance, resolve_root, simulate
 
 __all__ = ["main"]
 
@@ -75,8 +75,27 @@ def _emit_json(obj) -> None:
 
 # -- commands -------------------------------------------------------------------------------------
 
+def _params(args) -> dict:
+    """Builder parameters from --param/--segments/--root/--src/--dst (root resolved as
+    :func:`ringccl.simulate` does: src/dst only where torch.distributed takes them)."""
+    params: dict = {}
+    for item in args.param or ():
+        name, _, value = item.partition("=")
+        try:
+            params[name.strip()] = int(value)
+        except ValueError:
+            raise RingcclError(f"--param {item!r} must be NAME=INTEGER") from None
+    if args.segments is not None:
+        params["segments"] = args.segments
+    if args.root is not None:
+        params["root"] = args.root
+    args.algorithm = args.algorithm or default_algorithm(args.collective)
+    return resolve_root(get_collective(args.collective), params, args.src, args.dst)
+
+
 def _cmd_show(args) -> int:
-    schedule = verify(build_schedule(args.collective, args.algorithm, args.world_size))
+    params = _params(args)
+    schedule = verify(build_schedule(args.collective, args.algorithm, args.world_size, **params))
     if args.trace:
         with open(args.trace, "w") as f:
             json.dump(schedule.to_chrome_trace(), f)
@@ -89,7 +108,8 @@ def _cmd_show(args) -> int:
     if args.json:
         _emit_json({"collective": schedule.collective, "algorithm": schedule.algorithm,
                     "world_size": schedule.world_size, "num_chunks": schedule.num_chunks,
-                    "num_steps": schedule.num_steps, "rows": step_rows(schedule, args.max_steps)})
+                    "num_steps": schedule.num_steps, "params": schedule.params,
+                    "rows": step_rows(schedule, args.max_steps)})
     else:
         print(schedule.table(max_steps=args.max_steps))
     return 0
@@ -105,22 +125,24 @@ def _random_inputs(world_size: int, count: int, dtype: np.dtype, seed: int) -> n
 
 
 def _sim_report(collective: str, algorithm: str, world_size: int, count: int, dtype, op,
-                seed: int = 0) -> dict:
+                seed: int = 0, params: dict | None = None) -> dict:
     x = _random_inputs(world_size, count, dtype, seed)
     t0 = time.perf_counter()
-    result = simulate(collective, x, op=op, algorithm=algorithm)
+    result = simulate(collective, x, op=op, algorithm=algorithm, **(params or {}))
     seconds = time.perf_counter() - t0
     spec = get_collective(collective)
     algo = get_algorithm(collective, algorithm)
     buffer_bytes = spec.buffer_count(world_size, count) * dtype.itemsize
     sent = result.stats.bytes_sent
+    used = result.schedule.params
     return {"collective": collective, "algorithm": algorithm, "world_size": world_size,
-            "count": count, "dtype": dtype.name, "op": str(op), "steps": result.stats.steps,
+            "count": count, "dtype": dtype.name, "op": str(op), "params": used,
+            "steps": result.stats.steps, "steps_closed_form": algo.steps_for(world_size, **used),
             "steps_formula": algo.steps_formula, "bytes_formula": algo.bytes_formula,
             "buffer_bytes": buffer_bytes, "bytes_sent_max": int(sent.max()),
             "bytes_sent_min": int(sent.min()),
             "bytes_received_max": int(result.stats.bytes_received.max()),
-            "bytes_sent_closed_form": algo.bytes_sent(world_size, buffer_bytes),
+            "bytes_sent_closed_form": algo.bytes_for(world_size, buffer_bytes, **used),
             "bytes_sent": sent.tolist() if world_size <= 16 else None,
             "verified": bool(result.matches_reference), "mismatches": result.mismatches,
             "tolerance": reference_tolerance(op, dtype, world_size), "seconds": seconds}
@@ -129,7 +151,8 @@ def _sim_report(collective: str, algorithm: str, world_size: int, count: int, dt
 def _print_sim(r: dict) -> None:
     k = r["buffer_bytes"]
     rows = [("steps", f"{r['steps']}  (= {r['steps_formula']})"),
-            ("buffer per rank", f"{units.format_size(k)}  ({r['count']:,} × {r['dtype']})"),
+            ("buffer per rank", f"{units.format_size(k)}  "
+             f"({k // np.dtype(r['dtype']).itemsize:,} × {r['dtype']})"),
             ("bytes sent per rank (max)", f"{r['bytes_sent_max']:,}  "
              f"({r['bytes_sent_max'] / k if k else 0:.4f} × buffer; {r['bytes_formula']} = "
              f"{r['bytes_sent_closed_form']:,.0f})"),
@@ -137,17 +160,19 @@ def _print_sim(r: dict) -> None:
             ("verified against numpy", f"{'yes' if r['verified'] else 'NO'} "
              f"({r['mismatches']} mismatches; tolerance: {r['tolerance']})"),
             ("simulator time", units.format_duration(r["seconds"]))]
+    extra = "".join(f", {k}={v}" for k, v in r["params"].items())
     _table(f"simulated {r['algorithm']} {r['collective']} on {r['world_size']} ranks, "
-           f"op={r['op']}", ["", "value"], rows)
+           f"op={r['op']}{extra}", ["", "value"], rows)
 
 
 def _cmd_simulate(args) -> int:
     dtype = check_dtype(args.dtype)
     op = parse_op(args.op)
+    params = _params(args)
     get_algorithm(args.collective, args.algorithm)
     with _status(f"simulating {args.world_size} ranks …"):
         r = _sim_report(args.collective, args.algorithm, args.world_size, args.count, dtype, op,
-                        args.seed)
+                        args.seed, params)
     if args.json:
         _emit_json(r)
     else:
@@ -155,12 +180,13 @@ def _cmd_simulate(args) -> int:
     return 0 if r["verified"] else 1
 
 
-def _run_rows(collective, algorithm, nproc, count, dtype, op, iters, warmup, timeout) -> dict:
+def _run_rows(collective, algorithm, nproc, count, dtype, op, iters, warmup, timeout,
+              params=None) -> dict:
     from .torch.launch import launch
     from .torch.runner import measure
     with _status(f"running {algorithm} {collective} on {nproc} local gloo processes …"):
         rows = launch(measure, nproc, collective, algorithm, count, dtype, op, iters, warmup,
-                      timeout=timeout)
+                      params or {}, timeout=timeout)
     return rows[0]
 
 
@@ -175,7 +201,8 @@ def _print_run(r: dict) -> None:
                      f"{m['time_s'] * 1e6:.1f}", f"{m['algbw'] / 1e9:.3f}",
                      f"{m['busbw'] / 1e9:.3f}", f"{m['min_s'] * 1e6:.1f}",
                      f"{m['p90_s'] * 1e6:.1f}", r["wrong"] if name == "ringccl" else "-"])
-    _table(f"{r['collective']} on {r['world_size']} local gloo processes, op={r['op']}, "
+    extra = "".join(f", {k}={v}" for k, v in r.get("params", {}).items())
+    _table(f"{r['collective']} on {r['world_size']} local gloo processes, op={r['op']}{extra}, "
            f"median of {r['iters']} iterations (max over ranks)", headers, rows)
     print(f"busbw ratio ringccl/gloo: {r['busbw_ratio']:.2f}   "
           f"result {'matches' if r['wrong'] == 0 else 'DIFFERS FROM'} gloo's own "
@@ -186,9 +213,11 @@ def _cmd_run(args) -> int:
     _need_torch()
     dtype = check_dtype(args.dtype)
     op = parse_op(args.op)
+    params = _params(args)
     get_algorithm(args.collective, args.algorithm)
+    build_schedule(args.collective, args.algorithm, args.nproc, **params)  # refuse bad params here
     r = _run_rows(args.collective, args.algorithm, args.nproc, args.count, dtype.name, op.value,
-                  args.iters, args.warmup, args.timeout)
+                  args.iters, args.warmup, args.timeout, params)
     if args.json:
         _emit_json(r)
     else:
@@ -216,16 +245,22 @@ def _precision(collective: str, schedule, x: np.ndarray) -> tuple[float, float]:
         return 0.0, 0.0
     n, count = x.shape
     result = simulate(collective, x, op="sum", schedule=schedule, check=False)
-    bounds = chunk_bounds(spec.buffer_count(n, count), schedule.num_chunks)
-    lo, hi = spec.output_chunks(n, schedule.num_chunks, schedule.params)
+    c = schedule.num_chunks
+    sizes = np.asarray(spec.chunk_sizes(n, c, spec.buffer_count(n, count), schedule.params))
+    outs = spec.output_chunks(n, c, schedule.params)
     ref = x.astype(np.float64).sum(axis=0)
+    wants = []
+    for r in range(n):  # rank r's output: its output chunks of the reduced buffer, in order
+        starts = np.concatenate([[0], np.cumsum(sizes[r])])
+        wants.append(np.concatenate([ref[starts[k]:starts[k + 1]] for k in outs[r]])
+                     if len(outs[r]) else ref[:0])
     per_rank = [np.asarray(o) for o in result.outputs] if len(result.outputs) == n else []
-    if [o.size for o in per_rank] != (bounds[hi] - bounds[lo]).tolist():
+    if [o.size for o in per_rank] != [w.size for w in wants]:
         checked = simulate(collective, x, op="sum", schedule=schedule)
         return checked.max_abs_error, float("nan")
     max_abs = max_rel = 0.0
     for r in range(n):
-        want = ref[bounds[lo[r]]:bounds[hi[r]]]
+        want = wants[r]
         got = per_rank[r].astype(np.float64).reshape(-1)
         if not want.size:
             continue
@@ -697,8 +732,19 @@ def build_parser() -> argparse.ArgumentParser:
     def common(p, collective=True):
         if collective:
             p.add_argument("collective", choices=collectives, help="collective to use")
-            p.add_argument("--algorithm", "-a", default="ring",
-                           help="algorithm name (see `ringccl algorithms`; default ring)")
+            p.add_argument("--algorithm", "-a", default=None,
+                           help="algorithm name (see `ringccl algorithms`; default ring, or the "
+                           "collective's first algorithm)")
+            p.add_argument("--src", type=int, default=None,
+                           help="root of broadcast and scatter (default 0)")
+            p.add_argument("--dst", type=int, default=None,
+                           help="root of reduce and gather (default 0)")
+            p.add_argument("--root", type=int, default=None,
+                           help="root of any rooted collective or algorithm (e.g. master)")
+            p.add_argument("--segments", type=_positive_int, default=None,
+                           help="segments of pipelined algorithms (e.g. ring broadcast/reduce)")
+            p.add_argument("--param", action="append", metavar="NAME=INT",
+                           help="any other builder parameter (repeatable)")
         p.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
     p = sub.add_parser("demo", help="guided tour: the seed's table, a simulation, real processes")
@@ -749,7 +795,8 @@ def build_parser() -> argparse.ArgumentParser:
     common(p)
     p.add_argument("--nproc", "-n", type=_positive_int, default=4)
     p.add_argument("--count", "-c", type=_count, default=units.count("16Mi"),
-                   help="elements per rank (reduce_scatter: whole input), default 16Mi")
+                   help="elements per rank (reduce_scatter, scatter: the whole N-block input; "
+                   "rounded down to a multiple of N for those and all_to_all), default 16Mi")
     p.add_argument("--dtype", default="float32",
                    choices=[d for d in SUPPORTED_DTYPES])
     p.add_argument("--op", default="sum")

@@ -226,6 +226,9 @@ class _Profile:
             raise ArgumentError(f"schedule has world_size={schedule.world_size}, topology "
                                 f"{topology.world_size} ranks")
         self.num_steps, self.num_chunks = schedule.num_steps, schedule.num_chunks
+        # bytes of M per chunk: M/num_chunks, or M/N for all_to_all (see Collective.chunk_nbytes)
+        self.chunk_divisor = 1.0 / get_collective(schedule.collective).chunk_nbytes(
+            schedule.world_size, schedule.num_chunks, 1.0)
         self.phases = schedule.phase_names
         self.topology = topology
         pairs = np.stack([topology.link_alpha, topology.link_bandwidth], axis=1)
@@ -264,7 +267,7 @@ class _Profile:
 
     def price(self, nbytes: np.ndarray, gamma: float):
         """Per-step components for each size: arrays (m, num_steps) and the winning class."""
-        x = np.asarray(nbytes, dtype=float).reshape(-1, 1, 1) / self.num_chunks
+        x = np.asarray(nbytes, dtype=float).reshape(-1, 1, 1) / self.chunk_divisor
         used = self.units > 0
         bw_part = self.units[None] * x / self.class_bandwidth
         t = np.where(used[None], self.class_alpha + bw_part, -np.inf)
@@ -299,7 +302,7 @@ def _walk_result(prof: _Profile, collective: str, algorithm: str, nbytes: float,
                  gamma: float) -> CostResult:
     lat, bw, red, k = (a[0] for a in prof.price(np.array([nbytes]), gamma))
     topo = prof.topology
-    x = nbytes / prof.num_chunks
+    x = nbytes / prof.chunk_divisor
     steps_idx = np.arange(prof.num_steps)
     link = prof.argmax_link[steps_idx, k]
     link_units = prof.units[steps_idx, k]
