@@ -174,3 +174,14 @@ def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tens
     if not contiguous:
         output_tensor.copy_(work.view(output_tensor.shape))
     return output_tensor
+
+
+# -- training integration (issue 7): imported last, these modules use the collectives above -----
+from .background import Communicator  # noqa: E402
+from .bucketer import GradientBucketer  # noqa: E402
+from .clip import clip_grad_norm_  # noqa: E402
+from .ddp import comm_hook  # noqa: E402
+from .zero import ShardedOptimizer  # noqa: E402
+
+__all__ += ["comm_hook", "GradientBucketer", "ShardedOptimizer", "clip_grad_norm_",
+            "Communicator"]
