@@ -20,7 +20,7 @@ from . import units
 from .algorithms import REGISTRY, algorithms, build_schedule, get_algorithm
 from .check import verify
 from .collectives import COLLECTIVES, get_collective
-from .errors import RingcclError
+from .errors import ArgumentError, RingcclError
 from .ops import SUPPORTED_DTYPES, check_dtype, parse_op
 from .show import step_rows
 from .sim import reference_tolerance, simulate
@@ -294,6 +294,8 @@ def _cmd_train(args) -> int:
     from .torch.train import MODES, TrainConfig, load_digits, plot_training, train_worker
 
     modes = list(MODES) if args.mode == "all" else [m.strip() for m in args.mode.split(",")]
+    if args.compression and "ddp" not in modes:
+        raise ArgumentError(f"compression={args.compression!r} applies to mode 'ddp' only")
     configs = [dataclasses.asdict(TrainConfig(
         mode=m, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
         weight_decay=args.weight_decay, hidden=tuple(args.hidden), seed=args.seed,
