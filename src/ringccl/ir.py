@@ -398,3 +398,15 @@ class Schedule:
         """
         from .show import step_table
         return step_table(self, max_steps=max_steps)
+
+    # -- interop ---------------------------------------------------------------------------------
+
+    def to_msccl_xml(self, name: str | None = None) -> str:
+        """This schedule in MSCCL's XML IR (mapping and limits: :mod:`ringccl.interop`)."""
+        from .interop import to_msccl_xml
+        return to_msccl_xml(self, name=name)
+
+    def to_chrome_trace(self, step_seconds=None) -> dict:
+        """This schedule as a Chrome/Perfetto trace (:func:`ringccl.interop.to_chrome_trace`)."""
+        from .interop import to_chrome_trace
+        return to_chrome_trace(self, step_seconds=step_seconds)

@@ -103,3 +103,5 @@ def build_schedule(collective: str, algorithm: str, world_size: int, **params) -
 
 
 from . import ring  # noqa: E402,F401  (registers the ring family)
+from . import (tree, recursive, bruck, pairwise, hierarchical,  # noqa: E402,F401
+               scatter_allgather)

@@ -247,7 +247,9 @@ def _run_dataflow(plans, combine, group) -> None:
       other staging half; direct ones wait until nothing of step k writes their chunk);
     * a send of step k+1 is posted as soon as step k has finished writing its segment;
     * a chunk is overwritten only after every earlier send reading it completed.
-    Posting order per peer stays step-major, segment-minor on both sides, so messages match.
+    Posting order per peer stays step-major and, within a step, canonical (chunk, segment) on
+    both sides, so messages match: an operation never overtakes an earlier one with the same
+    peer, even when only the earlier one has to wait (several chunks to one peer in a step).
     """
     in_flight: dict[int, list] = {}   # chunk -> sends that may still read it
 
@@ -268,15 +270,30 @@ def _run_dataflow(plans, combine, group) -> None:
         post_send(s)
     for k, plan in enumerate(plans):
         nxt = plans[k + 1] if k + 1 < len(plans) else None
-        waiting_sends: dict[tuple[int, int], list[_Send]] = {}
+        held: dict[int, list[_Send]] = {}      # peer -> its sends from the first one that waits
+        final: set[tuple[int, int]] = set()    # (chunk, segment) step k has finished writing
+
+        def release(peer_sends: list) -> None:
+            while peer_sends and (peer_sends[0].chunk not in plan.writes
+                                  or (peer_sends[0].chunk, peer_sends[0].segment) in final):
+                post_send(peer_sends.pop(0))
+
         if nxt is not None:
-            # receives of step k+1 that cannot disturb step k go out now
-            late = [not r.staged and r.chunk in plan.writes for r in nxt.recvs]
+            # receives of step k+1 that cannot disturb step k go out now; one that must wait
+            # holds back the later receives from its peer
+            blocked: set[int] = set()
+            late = []
+            for r in nxt.recvs:
+                if r.peer in blocked or (not r.staged and r.chunk in plan.writes):
+                    blocked.add(r.peer)
+                    late.append(True)
+                else:
+                    late.append(False)
             recv_works[k + 1] = [None if wait else post_recv(r)
                                  for r, wait in zip(nxt.recvs, late)]
             for s in nxt.sends:
-                if s.chunk in plan.writes:
-                    waiting_sends.setdefault((s.chunk, s.segment), []).append(s)
+                if s.peer in held or s.chunk in plan.writes:
+                    held.setdefault(s.peer, []).append(s)
                 else:
                     post_send(s)
         try:
@@ -285,10 +302,11 @@ def _run_dataflow(plans, combine, group) -> None:
                 if r.staged:
                     drain(r.chunk)  # sends may still read the chunk being updated
                     _apply(r, combine)
-                for s in waiting_sends.pop((r.chunk, r.segment), ()):
-                    post_send(s)  # the segment is final for this step: forward it
-            for group_of_sends in waiting_sends.values():
-                for s in group_of_sends:
+                final.add((r.chunk, r.segment))
+                for peer_sends in held.values():
+                    release(peer_sends)  # forward segments that are final, in order
+            for peer_sends in held.values():
+                for s in peer_sends:
                     post_send(s)
             if nxt is not None:
                 works = recv_works[k + 1]
