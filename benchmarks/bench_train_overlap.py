@@ -49,76 +49,94 @@ def _sync_time(seconds: list[float]) -> list[float]:
     return t.tolist()
 
 
-def _variant(name, rank, world_size, args):
-    import ringccl.torch as rt
-    from torch.nn.parallel import DistributedDataParallel as DDP
+class _Variant:
+    """One variant's model, optimizer and synchronization, and its per-step measurements."""
 
-    model = _model(args.width, args.depth)
-    g = torch.Generator().manual_seed(rank)
-    x = torch.randn(args.batch, 256, generator=g)
-    y = torch.randint(0, 10, (args.batch,), generator=g)
-    forward, bucketer, stats, hook = model, None, None, None
-    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
-    if name in ("overlap", "after"):
-        bucketer = rt.GradientBucketer(model, args.bucket_cap_mb, args.first_bucket_mb,
-                                       overlap=name == "overlap")
-        stats = bucketer.stats
-    elif name in ("ddp-hook", "ddp-gloo"):
-        forward = DDP(model, bucket_cap_mb=args.bucket_cap_mb)
-        if name == "ddp-hook":
-            hook = rt.comm_hook()
-            forward.register_comm_hook(None, hook)
-            stats = hook.stats
-    elif name == "zero":
-        optimizer = rt.ShardedOptimizer(model.parameters(), torch.optim.SGD, lr=1e-3)
-        stats = optimizer.stats
-    steps, exposed, sent = [], [], []
-    for i in range(args.warmup + args.steps):
-        before = stats.bytes_sent if stats else 0
+    def __init__(self, name, rank, args):
+        import ringccl.torch as rt
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        self.name = name
+        self.model = _model(args.width, args.depth)
+        self.forward, self.bucketer, self.stats, self.hook = self.model, None, None, None
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=1e-3)
+        if name in ("overlap", "after"):
+            self.bucketer = rt.GradientBucketer(self.model, args.bucket_cap_mb,
+                                                args.first_bucket_mb, overlap=name == "overlap")
+            self.stats = self.bucketer.stats
+        elif name in ("ddp-hook", "ddp-gloo"):
+            self.forward = DDP(self.model, bucket_cap_mb=args.bucket_cap_mb)
+            if name == "ddp-hook":
+                self.hook = rt.comm_hook()
+                self.forward.register_comm_hook(None, self.hook)
+                self.stats = self.hook.stats
+        elif name == "zero":
+            self.optimizer = rt.ShardedOptimizer(self.model.parameters(), torch.optim.SGD, lr=1e-3)
+            self.stats = self.optimizer.stats
+        self.step_s, self.backward_s, self.exposed_s, self.sent = [], [], [], []
+
+    def step(self, x, y, record: bool) -> None:
+        before = self.stats.bytes_sent if self.stats else 0
         dist.barrier()
         t0 = time.perf_counter()
-        optimizer.zero_grad()
-        loss = F.cross_entropy(forward(x), y)
+        self.optimizer.zero_grad()
+        loss = F.cross_entropy(self.forward(x), y)
+        t_forward = time.perf_counter()
         loss.backward()
         t_backward = time.perf_counter()
-        if bucketer is not None:
-            bucketer.finish()
+        if self.bucketer is not None:
+            self.bucketer.finish()
         t_grads = time.perf_counter()
-        optimizer.step()
+        self.optimizer.step()
         t1 = time.perf_counter()
-        if i >= args.warmup:
-            steps.append(t1 - t0)
-            if name == "zero":  # reduce-scatter ran inside backward's end; all-gather in step
-                exposed.append(float("nan"))
-            elif bucketer is not None:
-                exposed.append(t_grads - t_backward)
-            elif hook is not None:
-                last = max(e["launched"] for e in list(hook.events)[-8:])
-                exposed.append(t_backward - last)
-            else:
-                exposed.append(float("nan"))
-            sent.append((stats.bytes_sent - before) if stats else float("nan"))
-    steps = _sync_time(steps)
-    exposed = _sync_time(exposed)
-    if bucketer is not None:
-        buckets = bucketer.buckets
-        bucketer.remove()
-    else:
-        buckets = None
-    if hook is not None:
-        hook.communicator.close()
-    if name == "zero":
-        optimizer.remove()
-    grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    return {"variant": name, "step_s": statistics.median(steps),
-            "exposed_s": statistics.median(exposed) if exposed[0] == exposed[0] else None,
-            "bytes_per_step": statistics.median(sent) if sent[0] == sent[0] else None,
-            "grad_bytes": grad_bytes, "buckets": buckets}
+        if not record:
+            return
+        nan = float("nan")
+        self.step_s.append(t1 - t0)
+        if self.bucketer is not None:
+            self.backward_s.append(t_backward - t_forward)
+            self.exposed_s.append(t_grads - t_backward)
+        elif self.hook is not None:  # DDP waits for the buckets inside backward
+            last = max(e["launched"] for e in self.hook.events if e["launched"] >= t_forward)
+            self.backward_s.append(last - t_forward)
+            self.exposed_s.append(t_backward - last)
+        else:
+            self.backward_s.append(t_backward - t_forward if self.name == "compute" else nan)
+            self.exposed_s.append(nan)
+        self.sent.append((self.stats.bytes_sent - before) if self.stats else nan)
+
+    def result(self) -> dict:
+        def med(values):
+            values = _sync_time(values)
+            m = statistics.median(values)
+            return None if m != m else m
+
+        out = {"variant": self.name, "step_s": med(self.step_s),
+               "backward_s": med(self.backward_s), "exposed_s": med(self.exposed_s),
+               "bytes_per_step": statistics.median(self.sent) if self.stats else None,
+               "grad_bytes": sum(p.numel() * p.element_size() for p in self.model.parameters()),
+               "buckets": self.bucketer.buckets if self.bucketer is not None else None}
+        if self.bucketer is not None:
+            self.bucketer.remove()
+        if self.hook is not None:
+            self.hook.communicator.close()
+        if self.name == "zero":
+            self.optimizer.remove()
+        return out
 
 
 def worker(rank, world_size, args):
+    """Build every variant, then run their steps round-robin, so that load changes on a shared
+    machine hit all variants alike."""
     args = argparse.Namespace(**args)
-    return [_variant(v, rank, world_size, args) for v in args.variants]
+    g = torch.Generator().manual_seed(rank)
+    x = torch.randn(args.batch, 256, generator=g)
+    y = torch.randint(0, 10, (args.batch,), generator=g)
+    variants = [_Variant(name, rank, args) for name in args.variants]
+    for i in range(args.warmup + args.steps):
+        for v in variants:
+            v.step(x, y, record=i >= args.warmup)
+    return [v.result() for v in variants]
 
 
 def main(argv=None) -> int:
@@ -156,8 +174,8 @@ def main(argv=None) -> int:
     print(f"MLP {args.depth}x{args.width} ({params:,} parameters, {grad_bytes / 2**20:.1f} MiB of "
           f"fp32 gradients) on {n} gloo processes, batch {args.batch}/rank, buckets "
           f"{args.first_bucket_mb:g}/{args.bucket_cap_mb:g} MiB; medians of {args.steps} steps")
-    header = (f"{'variant':<10}{'step ms':>10}{'over compute':>14}{'exposed comm ms':>17}"
-              f"{'sent/step MiB':>15}{'closed form MiB':>17}{'ratio':>8}")
+    header = (f"{'variant':<10}{'step ms':>10}{'over compute':>14}{'backward ms':>13}"
+              f"{'exposed comm ms':>17}{'sent/step MiB':>15}{'closed form MiB':>17}{'ratio':>8}")
     print(header)
     def ms(value, sign=""):
         return "-" if value is None else f"{value * 1e3:{sign}.1f}"
@@ -166,10 +184,10 @@ def main(argv=None) -> int:
         sent, closed_b = r["bytes_per_step"], r["closed_form_bytes"]
         ratio = f"{sent / closed_b:.4f}" if sent and closed_b else "-"
         print(f"{r['variant']:<10}{ms(r['step_s']):>10}{ms(r['comm_overhead_s'], '+'):>14}"
-              f"{ms(r['exposed_s']):>17}{'-' if sent is None else f'{sent / 2**20:.3f}':>15}"
+              f"{ms(r['backward_s']):>13}{ms(r['exposed_s']):>17}{'-' if sent is None else f'{sent / 2**20:.3f}':>15}"
               f"{closed_b / 2**20:>17.3f}{ratio:>8}")
-    print("exposed comm: end of backward -> averaged grads in place (ddp-hook: last bucket "
-          "launched -> backward returned); zero: see step time.")
+    print("backward: loss.backward() (ddp-hook: until its last bucket was launched); exposed "
+          "comm: from then until the averaged grads are in place. zero: see step time.")
     return 0
 
 
