@@ -184,7 +184,8 @@ def main(argv=None) -> int:
         sent, closed_b = r["bytes_per_step"], r["closed_form_bytes"]
         ratio = f"{sent / closed_b:.4f}" if sent and closed_b else "-"
         print(f"{r['variant']:<10}{ms(r['step_s']):>10}{ms(r['comm_overhead_s'], '+'):>14}"
-              f"{ms(r['backward_s']):>13}{ms(r['exposed_s']):>17}{'-' if sent is None else f'{sent / 2**20:.3f}':>15}"
+              f"{ms(r['backward_s']):>13}{ms(r['exposed_s']):>17}"
+              f"{'-' if sent is None else f'{sent / 2**20:.3f}':>15}"
               f"{closed_b / 2**20:>17.3f}{ratio:>8}")
     print("backward: loss.backward() (ddp-hook: until its last bucket was launched); exposed "
           "comm: from then until the averaged grads are in place. zero: see step time.")

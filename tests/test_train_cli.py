@@ -8,7 +8,8 @@ import ringccl.cli  # noqa: E402
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["--mode", "nope"], "mode='nope' is not supported; expected one of ddp, bucketer, zero, torch"),
+    (["--mode", "nope"], "mode='nope' is not supported; expected one of ddp, bucketer, zero, "
+                         "torch"),
     (["--accumulation", "3"], "batch_size=32 must be a multiple of accumulation=3"),
     (["--mode", "zero", "--compression", "fp16"], "compression='fp16' applies to mode 'ddp'"),
     (["--max-norm", "0"], "max_norm=0.0 must be > 0"),

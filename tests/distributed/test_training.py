@@ -35,7 +35,8 @@ def _max_diff(a, b):
 
 
 @pytest.mark.parametrize("variant", ["torch_ddp", "ddp_hook", "bucketer", "bucketer_after",
-                                     "zero"])
+                                     "zero", "bucketer_recursive_doubling",
+                                     "zero_halving_doubling"])
 def test_fifty_steps_equal_single_process_full_batch(runs, variant):
     single = runs[0]["single"]
     for rank, r in enumerate(runs):

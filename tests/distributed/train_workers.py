@@ -71,7 +71,8 @@ def train_ddp(rank, world_size, hook=None):
     x, y = make_data(world_size)
     for s in range(STEPS):
         opt.zero_grad()
-        F.cross_entropy(model(local(x[s], rank, world_size)), local(y[s], rank, world_size)).backward()
+        xs, ys = local(x[s], rank, world_size), local(y[s], rank, world_size)
+        F.cross_entropy(model(xs), ys).backward()
         opt.step()
     return flat(model.module)
 
@@ -83,7 +84,8 @@ def train_bucketer(rank, world_size, max_norm=None, **kw):
     x, y = make_data(world_size)
     for s in range(STEPS):
         opt.zero_grad()
-        F.cross_entropy(model(local(x[s], rank, world_size)), local(y[s], rank, world_size)).backward()
+        xs, ys = local(x[s], rank, world_size), local(y[s], rank, world_size)
+        F.cross_entropy(model(xs), ys).backward()
         bucketer.finish()
         if max_norm is not None:  # grads are replicated after finish(): counted once
             rt.clip_grad_norm_(model.parameters(), max_norm)
@@ -94,13 +96,15 @@ def train_bucketer(rank, world_size, max_norm=None, **kw):
     return flat(model), info
 
 
-def train_zero(rank, world_size, max_norm=None):
+def train_zero(rank, world_size, max_norm=None, algorithm="ring"):
     model = make_model()
-    opt = rt.ShardedOptimizer(model.parameters(), torch.optim.AdamW, lr=LR, weight_decay=WD)
+    opt = rt.ShardedOptimizer(model.parameters(), torch.optim.AdamW, lr=LR, weight_decay=WD,
+                              algorithm=algorithm)
     x, y = make_data(world_size)
     for s in range(STEPS):
         opt.zero_grad()
-        F.cross_entropy(model(local(x[s], rank, world_size)), local(y[s], rank, world_size)).backward()
+        xs, ys = local(x[s], rank, world_size), local(y[s], rank, world_size)
+        F.cross_entropy(model(xs), ys).backward()
         if max_norm is not None:
             opt.clip_grad_norm_(max_norm)
         opt.step()
@@ -240,6 +244,11 @@ def everything(rank, world_size):
     out["bucketer_clipped"], _ = train_bucketer(rank, world_size, max_norm=0.05,
                                                 bucket_cap_mb=0.002, first_bucket_mb=0.001)
     out["zero"], out["zero_state"] = train_zero(rank, world_size)
+    # other registered algorithms run through the same components (world_size 4: a power of 2)
+    out["bucketer_recursive_doubling"], _ = train_bucketer(
+        rank, world_size, bucket_cap_mb=0.002, first_bucket_mb=0.001,
+        algorithm="recursive_doubling")
+    out["zero_halving_doubling"], _ = train_zero(rank, world_size, algorithm="halving_doubling")
     out["zero_clipped"], _ = train_zero(rank, world_size, max_norm=0.05)
     out["accumulation"] = accumulation(rank, world_size)
     out["clip"] = clip_shards(rank, world_size)

@@ -117,9 +117,11 @@ class GradientBucketer:
     """All-reduce (average) a model's gradients bucket by bucket, overlapped with backward.
 
     Parameters that require grad are taken in *reverse* ``model.parameters()`` order and packed
-    into buckets: the first holds at least ``first_bucket_mb`` MiB (small, so communication starts
-    early), later ones at least ``bucket_cap_mb`` MiB; a bucket closes once it reaches its cap,
-    as DDP's assignment does, and never mixes dtypes or devices. Every rank must construct it
+    into buckets; a bucket is closed as soon as its size reaches its cap - ``first_bucket_mb``
+    MiB for the first (small, so communication starts early), ``bucket_cap_mb`` MiB for the
+    others - as DDP's assignment does: a bucket may exceed its cap by its last tensor, the last
+    bucket holds what is left, and no bucket mixes dtypes or devices. Each bucket keeps a flat
+    buffer (one extra copy of the gradients, as DDP's buckets). Every rank must construct it
     on the same model (same parameter order and shapes) at the same point (it may create a
     process group).
 
@@ -242,7 +244,7 @@ class GradientBucketer:
         for bucket in self._buckets:
             try:
                 bucket.future.wait()
-            except RuntimeError as exc:  # keep waiting for the others: they share the FIFO
+            except Exception as exc:  # keep waiting for the others: they share the FIFO
                 errors.append(f"bucket {bucket.index}: {exc}")
         if errors:
             self._reset()

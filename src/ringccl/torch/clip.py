@@ -52,12 +52,13 @@ def clip_grad_norm_(parameters: torch.Tensor | Iterable[torch.Tensor], max_norm:
     """Clip gradients in place by their global norm over all ranks of ``group``.
 
     Norms are computed in float32 whatever the gradients' dtype (fp16/bf16 squares overflow or
-    lose their low bits); in float64 if any gradient is float64. Replicated gradients (``sharded`` False: identical on every rank, e.g.
-    after DDP's all-reduce) are counted once - rank 0's copy; sharded gradients (``sharded``
-    True: this rank's slice of a larger tensor, e.g. ``ShardedOptimizer.shard``) are counted on
-    every rank. Every rank computes a bitwise-identical total norm and coefficient. This is a
-    collective call (one all-gather of 2 floats per rank) when torch.distributed is
-    initialized; without it, it equals ``torch.nn.utils.clip_grad_norm_``.
+    lose their low bits); in float64 if any gradient is float64. Replicated gradients
+    (``sharded`` False: identical on every rank, e.g. after DDP's all-reduce) are counted once -
+    rank 0's copy; sharded gradients (``sharded`` True: this rank's slice of a larger tensor,
+    e.g. ``ShardedOptimizer.shard``) are counted on every rank. Every rank computes a
+    bitwise-identical total norm and coefficient. This is a collective call (one all-gather of 2
+    floats per rank) when torch.distributed is initialized; without it, it equals
+    ``torch.nn.utils.clip_grad_norm_``.
 
     Args:
         parameters: a tensor or tensors whose ``.grad`` to clip (those without grad are skipped).

@@ -181,10 +181,11 @@ class _Mode:
 
 def _expected_bytes(cfg: TrainConfig, model, world_size: int) -> dict:
     """Closed-form bytes per rank per communication round (seed 000, sections 3-4)."""
-    grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    params = list(model.parameters())
+    grad_bytes = sum(p.numel() * p.element_size() for p in params)
     n = world_size
     if cfg.mode == "zero":
-        padded = math.ceil(sum(p.numel() for p in model.parameters()) / n) * n * 4
+        padded = math.ceil(sum(p.numel() for p in params) / n) * n * params[0].element_size()
         return {"gradient_bytes": grad_bytes, "reduce_scatter": (n - 1) / n * padded,
                 "all_gather": (n - 1) / n * padded}
     wire = grad_bytes // 2 if cfg.compression else grad_bytes
@@ -331,8 +332,9 @@ def plot_training(results: list, path: str) -> str:
     """Loss curves of every run and the bucket timeline of one step, to ``path`` (PNG, SVG...).
 
     Left: full training-set loss after each epoch, per mode. Right: for the bucketer's run (else
-    the first run with a timeline), the median recorded step's buckets: backward compute from its start until each bucket was
-    ready (light) and the bucket's all-reduce (dark); the dashed line is the end of backward.
+    the first run with a timeline), the median recorded step's buckets: backward compute from
+    its start until each bucket was ready (light) and the bucket's all-reduce (dark); the dashed
+    line is the end of backward.
 
     Returns:
         ``path``.

@@ -46,7 +46,9 @@ class ShardedOptimizer:
     """Shard ``optimizer_class``'s parameters and state over the ranks of ``group``.
 
     Every rank must construct it at the same point with the same parameters (same order, shapes,
-    dtype and values - e.g. the same seed). Gradients are reduced at the end of each
+    dtype and values - e.g. the same seed). Memory per rank: the optimizer state of S elements,
+    plus two flat P'-element buffers (the all-gather target and the gradient to reduce-scatter,
+    which the collective copies once more while it runs). Gradients are reduced at the end of each
     backward (unless inside :meth:`no_sync`), and left in each rank's shard; ``param.grad`` is
     set back to None. Then ``step()`` updates the shard and all-gathers the parameters.
 
