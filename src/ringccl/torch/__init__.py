@@ -547,3 +547,14 @@ def all_to_all(output_tensor_list: list, input_tensor_list: list, group=None,
         t.copy_(result[at:at + t.numel()].view(t.shape))
         at += t.numel()
     return output_tensor_list
+
+
+# -- training integration (issue 7): imported last, these modules use the collectives above -----
+from .background import Communicator  # noqa: E402
+from .bucketer import GradientBucketer  # noqa: E402
+from .clip import clip_grad_norm_  # noqa: E402
+from .ddp import comm_hook  # noqa: E402
+from .zero import ShardedOptimizer  # noqa: E402
+
+__all__ += ["comm_hook", "GradientBucketer", "ShardedOptimizer", "clip_grad_norm_",
+            "Communicator"]

@@ -22,6 +22,7 @@ sends read the pre-step state). A chunk is overwritten only after every send rea
 
 from __future__ import annotations
 
+import threading
 from typing import NamedTuple, Sequence
 
 import numpy as np
@@ -73,9 +74,11 @@ def _staging(buffer: torch.Tensor, elements: int) -> torch.Tensor:
     """A reusable staging tensor of at least ``elements`` (same dtype/device as ``buffer``).
 
     Reused across calls: allocating (and page-faulting) a fresh buffer per call cost as much as
-    the transfer itself for 64 MiB all-reduces on gloo.
+    the transfer itself for 64 MiB all-reduces on gloo. Kept per thread: a background
+    communicator (:mod:`ringccl.torch.background`) may run a collective while the caller's thread
+    runs another, and the two must not share staging memory.
     """
-    key = (buffer.dtype, buffer.device)
+    key = (threading.get_ident(), buffer.dtype, buffer.device)
     cached = _staging_cache.get(key)
     if cached is None or cached.numel() < elements:
         cached = buffer.new_empty(elements)
