@@ -60,17 +60,19 @@ def _check_op(op: Any, dtype: torch.dtype, argument: str = "op") -> ReduceOp:
     return reduce_op
 
 
-def run_schedule(schedule, buffer: torch.Tensor, op: Any = ReduceOp.SUM, group=None) -> torch.Tensor:
-    """Execute any ``schedule`` in place on this rank's 1-D contiguous working ``buffer``."""
+def run_schedule(schedule, buffer: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
+                 segment_bytes: int | None = None) -> torch.Tensor:
+    """Execute any ``schedule`` in place on this rank's 1-D contiguous working ``buffer``
+    (``segment_bytes``: see :func:`ringccl.torch.executor.execute`)."""
     _group_size(group)
     _check_tensor(buffer, "buffer")
     if buffer.dim() != 1 or not buffer.is_contiguous():
         raise ArgumentError(f"buffer must be 1-D and contiguous, got shape {tuple(buffer.shape)}")
-    return execute(schedule, buffer, _check_op(op, buffer.dtype), group)
+    return execute(schedule, buffer, _check_op(op, buffer.dtype), group, segment_bytes)
 
 
 def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
-               algorithm: str = "ring") -> torch.Tensor:
+               algorithm: str = "ring", segment_bytes: int | None = None) -> torch.Tensor:
     """Reduce ``tensor`` across all ranks of ``group``, in place (as ``dist.all_reduce``).
 
     Args:
@@ -80,6 +82,8 @@ def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
             integers or bool.
         group: process group (None = default group).
         algorithm: a name from ``ringccl.algorithms("all_reduce")``.
+        segment_bytes: pipelining segment size in bytes (None: automatic, 0: never split; see
+            :data:`ringccl.torch.executor.PIPELINE_THRESHOLD_BYTES`).
 
     Returns:
         ``tensor`` (also modified in place).
@@ -92,7 +96,7 @@ def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
     reduce_op = _check_op(op, tensor.dtype)
     schedule = build_schedule("all_reduce", algorithm, world_size)
     work = tensor.view(-1) if tensor.is_contiguous() else tensor.contiguous().view(-1)
-    execute(schedule, work, reduce_op, group)
+    execute(schedule, work, reduce_op, group, segment_bytes)
     if reduce_op is ReduceOp.AVG:
         work.div_(world_size)
     if work.data_ptr() != tensor.data_ptr() or not tensor.is_contiguous():
@@ -101,14 +105,16 @@ def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
 
 
 def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = ReduceOp.SUM,
-                          group=None, algorithm: str = "ring") -> torch.Tensor:
+                          group=None, algorithm: str = "ring",
+                          segment_bytes: int | None = None) -> torch.Tensor:
     """Reduce ``input`` across ranks and leave block ``rank`` in ``output``
     (as ``dist.reduce_scatter_tensor``).
 
     Args:
         output: ``input.numel() // world_size`` elements, same dtype and device as ``input``.
         input: world_size · output.numel() elements; not modified.
-        op, group, algorithm: as :func:`all_reduce` (``ringccl.algorithms("reduce_scatter")``).
+        op, group, algorithm, segment_bytes: as :func:`all_reduce`
+            (``ringccl.algorithms("reduce_scatter")``).
 
     Returns:
         ``output``.
@@ -128,7 +134,7 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = R
     reduce_op = _check_op(op, input.dtype)
     schedule = build_schedule("reduce_scatter", algorithm, world_size)
     work = input.reshape(-1).clone()  # the schedule reduces in place; the caller's input stays
-    execute(schedule, work, reduce_op, group)
+    execute(schedule, work, reduce_op, group, segment_bytes)
     rank = dist.get_rank(group)
     block = work[rank * output.numel():(rank + 1) * output.numel()]
     if reduce_op is ReduceOp.AVG:
@@ -138,14 +144,16 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = R
 
 
 def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tensor, group=None,
-                           algorithm: str = "ring") -> torch.Tensor:
+                           algorithm: str = "ring",
+                           segment_bytes: int | None = None) -> torch.Tensor:
     """Gather every rank's ``input_tensor`` into ``output_tensor`` on every rank, in rank order
     (as ``dist.all_gather_into_tensor``).
 
     Args:
         output_tensor: world_size · input_tensor.numel() elements, same dtype and device.
         input_tensor: this rank's block.
-        group, algorithm: as :func:`all_reduce` (``ringccl.algorithms("all_gather")``).
+        group, algorithm, segment_bytes: as :func:`all_reduce`
+            (``ringccl.algorithms("all_gather")``).
 
     Returns:
         ``output_tensor``.
@@ -170,7 +178,7 @@ def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tens
     work = output_tensor.view(-1) if contiguous else torch.empty_like(output_tensor).view(-1)
     rank, n = dist.get_rank(group), input_tensor.numel()
     work[rank * n:(rank + 1) * n].copy_(input_tensor.reshape(-1))
-    execute(schedule, work, ReduceOp.SUM, group)
+    execute(schedule, work, ReduceOp.SUM, group, segment_bytes)
     if not contiguous:
         output_tensor.copy_(work.view(output_tensor.shape))
     return output_tensor
