@@ -378,6 +378,106 @@ def _cmd_bench(args) -> int:
     return 0 if wrong == 0 else 1
 
 
+def _fmt_param(name: str, value: float) -> str:
+    """α in µs; β and γ in s/byte and as the rate 1/β, 1/γ in GB/s; δ in µs."""
+    if not np.isfinite(value):
+        return "-"
+    if name in ("alpha", "delta"):
+        return f"{value * 1e6:.3f} us"
+    rate = f" (1/{'β' if name == 'beta' else 'γ'} = {1e-9 / value:.2f} GB/s)" if value > 0 else ""
+    return f"{value:.4g} s/B{rate}"
+
+
+def _print_fit(fit, held, args) -> None:
+    from .fit import PARAMS
+    names = {"alpha": "α (per step)", "beta": "β (per byte sent)",
+             "gamma": "γ (per byte reduced)", "delta": "δ (per local-reduce call)"}
+    rows = []
+    for i, name in enumerate(PARAMS):
+        if name == "delta" and name not in fit.free:
+            continue
+        lo, hi = fit.ci95[i]
+        rows.append([names[name], _fmt_param(name, fit.params[i]),
+                     _fmt_param(name, fit.stderr[i]) if name in fit.free else "fixed",
+                     f"[{_fmt_param(name, lo)}, {_fmt_param(name, hi)}]"
+                     if name in fit.free and np.isfinite(lo) else "-"])
+    _table(f"α-β-γ fit, backend {fit.backend or '?'}: {len(fit.rows)} rows, weighted least "
+           f"squares on relative error; R² = {fit.r2_log:.4f} (log time), {fit.r2:.4f} (time)",
+           ["parameter", "estimate", "std. error", "95% confidence interval"], rows)
+    for note in fit.notes:
+        print(f"  note: {note}")
+    from .fit import LOCAL_REDUCE, sweep_key, sweep_label
+    res = []
+    for r, p in zip(fit.rows, fit.predicted):
+        label = LOCAL_REDUCE if r.get("kind") == LOCAL_REDUCE else sweep_label(sweep_key(r))
+        res.append([label, units.format_size(r["size"]), f"{r['time_s'] * 1e6:.1f}",
+                    f"{p * 1e6:.1f}", f"{(p / r['time_s'] - 1) * 100:+.1f}%"])
+    if args.residuals:
+        _table("residuals (predicted / measured - 1)",
+               ["rows", "size", "measured (us)", "predicted (us)", "error"], res)
+    for label, points in held.sweeps.items():
+        _table(f"held out ({held.method}): fit on {held.train}, predict {label}",
+               ["size", "measured (us)", "predicted (us)", "error"],
+               [[units.format_size(s), f"{m * 1e6:.1f}", f"{p * 1e6:.1f}", f"{e * 100:+.1f}%"]
+                for s, m, p, e in points])
+    med = held.median_error(args.min_size)
+    print(f"held-out median |error| for sizes >= {units.format_size(args.min_size)}: "
+          f"{med * 100:.1f}%  (fit on {held.train}: α = {_fmt_param('alpha', held.fit.alpha)}, "
+          f"β = {_fmt_param('beta', held.fit.beta)}, γ = {_fmt_param('gamma', held.fit.gamma)})")
+
+
+def _predictions(fit, args, data_rows) -> list[dict]:
+    from .algorithms import REGISTRY
+    from .collectives import get_collective
+    collectives = (args.collective.split(",") if args.collective
+                   else list(dict.fromkeys(r["collective"] for r in data_rows)))
+    out = []
+    for collective in collectives:
+        spec = get_collective(collective)
+        names = ([a.strip() for a in args.algorithm.split(",")] if args.algorithm
+                 else [a for (c, a), algo in REGISTRY.items()
+                       if c == collective and algo.time is not None])
+        for n in args.world_size:
+            for size in args.sizes:
+                for name in names:
+                    t = fit.time(collective, name, n, size)
+                    out.append({"backend": fit.backend, "collective": collective,
+                                "algorithm": name, "world_size": n, "size": size, "time_s": t,
+                                "busbw": size / t * spec.bus_factor(n) if t > 0 else None})
+    return out
+
+
+def _cmd_fit(args) -> int:
+    from .fit import by_backend, held_out, load_rows
+    rows = load_rows(args.files)
+    placement = None if args.placement == "any" else args.placement
+    report = []
+    for backend, group in by_backend(rows).items():
+        held = held_out(group, args.train, backend, placement)
+        from .fit import fit_rows
+        fit = fit_rows(group, backend, placement)
+        preds = _predictions(fit, args, group) if args.predict else []
+        if args.json:
+            report.append({"fit": fit.to_json(), "held_out": {
+                "train": held.train, "method": held.method, "fit": held.fit.to_json()["params"],
+                "median_abs_error": held.median_error(args.min_size),
+                "min_size": args.min_size,
+                "sweeps": {k: [dict(zip(("size", "measured_s", "predicted_s",
+                                         "relative_error"), p)) for p in v]
+                           for k, v in held.sweeps.items()}}, "predictions": preds})
+            continue
+        _print_fit(fit, held, args)
+        if preds:
+            _table(f"predicted with the fit of backend {backend} (closed forms, flat network)",
+                   ["collective", "algorithm", "world_size", "size", "time", "busbw (GB/s)"],
+                   [[p["collective"], p["algorithm"], p["world_size"],
+                     units.format_size(p["size"]), units.format_duration(p["time_s"]),
+                     f"{p['busbw'] / 1e9:.3f}" if p["busbw"] else "-"] for p in preds])
+    if args.json:
+        _emit_json(report)
+    return 0
+
+
 #: nccl-tests' -d names, accepted next to numpy's
 _NCCL_DTYPES = {"float": "float32", "half": "float16", "double": "float64", "int": "int32"}
 
@@ -506,6 +606,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="PNG", help="also write busbw vs size to this PNG")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds before giving up")
     p.set_defaults(func=_cmd_bench)
+
+    p = sub.add_parser(
+        "fit", help="fit alpha, beta, gamma to `ringccl bench --json` rows and predict",
+        description="Least-squares fit (relative errors, parameters >= 0) of the α-β-γ model "
+        "through every algorithm's closed form, per backend, with R², confidence intervals, "
+        "residuals and a held-out check: fit on one sweep, predict the others.")
+    p.add_argument("files", nargs="+", help="JSON files written by `ringccl bench --json`")
+    p.add_argument("--train", help="sweep to fit the held-out check on: collective:algorithm"
+                   "[:world_size] (default: the sweep with the most rows)")
+    p.add_argument("--placement", choices=["in-place", "out-of-place", "any"],
+                   default="in-place", help="rows to use (default in-place)")
+    p.add_argument("--min-size", type=_size, default=units.size("64KiB"),
+                   help="held-out summary over sizes >= this (default 64KiB)")
+    p.add_argument("--residuals", action="store_true", help="print every row's residual")
+    p.add_argument("--predict", action="store_true",
+                   help="print predicted times for --sizes × --world-size × algorithms")
+    p.add_argument("--sizes", type=lambda t: [units.size(x) for x in t.split(",")],
+                   default=[units.size(x) for x in ("64KiB", "1MiB", "16MiB", "256MiB", "1GiB")],
+                   help="sizes to predict (default 64KiB,1MiB,16MiB,256MiB,1GiB)")
+    p.add_argument("--world-size", type=lambda t: [int(x) for x in t.split(",")],
+                   default=[2, 8, 64, 1024], help="world sizes to predict (default 2,8,64,1024)")
+    p.add_argument("--collective", help="collectives to predict (default: those measured)")
+    p.add_argument("--algorithm", "-a", help="algorithms to predict (default: all with a "
+                   "closed form)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_fit)
 
     p = sub.add_parser("algorithms", help="list collectives × algorithms with their costs")
     p.add_argument("collective", nargs="?", choices=collectives)
