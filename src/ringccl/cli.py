@@ -379,13 +379,10 @@ def _cmd_bench(args) -> int:
 
 
 def _fmt_param(name: str, value: float) -> str:
-    """α in µs; β and γ in s/byte and as the rate 1/β, 1/γ in GB/s; δ in µs."""
+    """α and δ in µs, β and γ in ns per byte."""
     if not np.isfinite(value):
         return "-"
-    if name in ("alpha", "delta"):
-        return f"{value * 1e6:.3f} us"
-    rate = f" (1/{'β' if name == 'beta' else 'γ'} = {1e-9 / value:.2f} GB/s)" if value > 0 else ""
-    return f"{value:.4g} s/B{rate}"
+    return f"{value * 1e6:.3f} us" if name in ("alpha", "delta") else f"{value * 1e9:.4f} ns/B"
 
 
 def _print_fit(fit, held, args) -> None:
@@ -397,13 +394,16 @@ def _print_fit(fit, held, args) -> None:
         if name == "delta" and name not in fit.free:
             continue
         lo, hi = fit.ci95[i]
+        free = name in fit.free
         rows.append([names[name], _fmt_param(name, fit.params[i]),
-                     _fmt_param(name, fit.stderr[i]) if name in fit.free else "fixed",
+                     _fmt_param(name, fit.stderr[i]) if free else "held at 0",
                      f"[{_fmt_param(name, lo)}, {_fmt_param(name, hi)}]"
-                     if name in fit.free and np.isfinite(lo) else "-"])
-    _table(f"α-β-γ fit, backend {fit.backend or '?'}: {len(fit.rows)} rows, weighted least "
-           f"squares on relative error; R² = {fit.r2_log:.4f} (log time), {fit.r2:.4f} (time)",
-           ["parameter", "estimate", "std. error", "95% confidence interval"], rows)
+                     if free and np.isfinite(lo) else "-",
+                     f"{1e-9 / fit.params[i]:.3f} GB/s" if name in ("beta", "gamma")
+                     and fit.params[i] > 0 else ""])
+    _table(f"α-β-γ fit, backend {fit.backend or '?'}: {len(fit.rows)} rows, least squares on "
+           f"relative error; R² = {fit.r2_log:.4f} (log time), {fit.r2:.4f} (time)",
+           ["parameter", "estimate", "std. error", "95% confidence interval", "as a rate"], rows)
     for note in fit.notes:
         print(f"  note: {note}")
     from .fit import LOCAL_REDUCE, sweep_key, sweep_label
@@ -416,14 +416,15 @@ def _print_fit(fit, held, args) -> None:
         _table("residuals (predicted / measured - 1)",
                ["rows", "size", "measured (us)", "predicted (us)", "error"], res)
     for label, points in held.sweeps.items():
-        _table(f"held out ({held.method}): fit on {held.train}, predict {label}",
+        _table(f"held out: {label}, predicted from {held.train}",
                ["size", "measured (us)", "predicted (us)", "error"],
                [[units.format_size(s), f"{m * 1e6:.1f}", f"{p * 1e6:.1f}", f"{e * 100:+.1f}%"]
                 for s, m, p, e in points])
     med = held.median_error(args.min_size)
     print(f"held-out median |error| for sizes >= {units.format_size(args.min_size)}: "
           f"{med * 100:.1f}%  (fit on {held.train}: α = {_fmt_param('alpha', held.fit.alpha)}, "
-          f"β = {_fmt_param('beta', held.fit.beta)}, γ = {_fmt_param('gamma', held.fit.gamma)})")
+          f"β = {_fmt_param('beta', held.fit.beta)}, γ = {_fmt_param('gamma', held.fit.gamma)})"
+          "\n")
 
 
 def _predictions(fit, args, data_rows) -> list[dict]:

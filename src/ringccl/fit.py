@@ -173,14 +173,23 @@ def _finite(v: float):
     return float(v) if math.isfinite(v) else None
 
 
+#: two-sided 95% Student t quantiles for 1…30 degrees of freedom (any statistics table)
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
 def _t_quantile(dof: int) -> float:
-    """Two-sided 95% Student t quantile (scipy when installed, else a close approximation)."""
+    """Two-sided 95% Student t quantile (scipy when installed, else a table and, above 30
+    degrees of freedom, the Cornish-Fisher expansion around the normal quantile)."""
     if dof <= 0:
         return math.nan
     try:
         from scipy.stats import t
         return float(t.ppf(0.975, dof))
-    except ImportError:  # Cornish-Fisher expansion around the normal quantile
+    except ImportError:
+        if dof <= len(_T975):
+            return _T975[dof - 1]
         z = 1.959963984540054
         return z + (z**3 + z) / (4 * dof) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * dof**2)
 
@@ -218,17 +227,25 @@ def fit_rows(rows: Sequence[dict], backend: str = "", placement: str | None = "i
             if np.any(theta < 0):
                 continue
             rss = float(np.sum((A @ theta - tw) ** 2))
-            if best is None or rss < best[0] * (1 - 1e-12):  # ties: the larger subset
+            # ties (collinear columns fit equally well): keep the larger, earlier subset
+            if best is None or rss < best[0] - 1e-10 * len(rows):
                 best = (rss, subset, theta)
     if best is None:
         raise ArgumentError(f"{len(rows)} usable rows cannot determine alpha, beta, gamma")
     rss, free, theta = best
     params = np.zeros(4)
     params[list(free)] = theta
+    rank = np.linalg.matrix_rank(Xw[:, present], tol=1e-9 * np.abs(Xw).max())
     for j in present:
-        if j not in free:
-            notes.append(f"{PARAMS[j]} held at 0: not identifiable from these rows, or its "
-                         "estimate was negative")
+        if j in free:
+            continue
+        others = [i for i in present if i != j]
+        if np.linalg.matrix_rank(Xw[:, others], tol=1e-9 * np.abs(Xw).max()) == rank:
+            notes.append(f"{PARAMS[j]} held at 0: not identifiable from these rows (its column "
+                         "is a combination of the others'; add local-reduce rows or sweeps of "
+                         "other collectives)")
+        else:
+            notes.append(f"{PARAMS[j]} held at 0: its unconstrained estimate was negative")
     if 2 not in present:
         notes.append("gamma held at 0: no reduction in these rows (add local-reduce rows or a "
                      "reducing collective)")
