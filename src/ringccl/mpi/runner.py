@@ -94,7 +94,10 @@ class MpiBackend:
 def _mpi_type(dtype: np.dtype):
     """The predefined MPI datatype of ``dtype`` (reductions need a predefined one)."""
     try:
-        return MPI.Datatype.fromcode(dtype.char)
+        t = MPI.Datatype.fromcode(dtype.char)
+        if t == MPI.DATATYPE_NULL or t.Get_size() != dtype.itemsize:
+            raise ValueError("no such predefined datatype")
+        return t
     except (MPI.Exception, ValueError, KeyError) as exc:
         raise BackendError(f"this MPI library has no predefined datatype for {dtype.name} "
                            f"({exc}); use another --dtype with --backend mpi") from None
