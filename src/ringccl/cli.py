@@ -323,7 +323,7 @@ def _print_bench(rows: list[dict], spec, world_size: int) -> None:
     builtin = {(r["size"], r["placement"]): r["busbw"] for r in rows
                if r["algorithm"] == BUILTIN}
     headers = ["size", "count", "type", "redop", "root", "algorithm", "placement", "time (us)",
-               "algbw (GB/s)", "busbw (GB/s)", "#wrong", "min (us)", "p90 (us)", "vs builtin"]
+               "algbw", "busbw", "#wrong", "min (us)", "p90 (us)", "vs builtin"]
     out = []
     for r in rows:
         if r["kind"] != "collective":
@@ -336,7 +336,8 @@ def _print_bench(rows: list[dict], spec, world_size: int) -> None:
                     "-" if r["wrong"] is None else r["wrong"], f"{r['min_s'] * 1e6:.1f}",
                     f"{r['p90_s'] * 1e6:.1f}", ratio])
     _table(f"{spec.collective} on {world_size} {spec.backend} processes: median of {spec.iters} "
-           f"iterations (max over ranks) after {spec.warmup} warm-up; GB/s = 1e9 B/s",
+           f"iterations (max over ranks) after {spec.warmup} warm-up; algbw, busbw in GB/s "
+           "(1e9 B/s); vs builtin = busbw / builtin's busbw (same size and placement)",
            headers, out)
 
 
