@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--segments", default="auto",
                         help="ring pipelining settings, comma-separated: auto, 0 or sizes")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--plot", help="write a PNG of median busbw vs size")
     args = parser.parse_args(argv)
     segments = tuple(None if s == "auto" else units.size(s) for s in args.segments.split(","))
     results = []
@@ -77,6 +78,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                                 "ratio_min": min(ratio), "ratio_max": max(ratio),
                                 "placements": [p[name]["placement"] for p in per_run],
                                 "wrong": sum(p[name]["wrong"] or 0 for p in per_run)})
+    if args.plot:
+        _plot(results, args.plot)
     if args.json:
         print(json.dumps(results, indent=2))
         return results
@@ -90,6 +93,24 @@ def main(argv: list[str] | None = None) -> list[dict]:
               f"{r['busbw_median'] / 1e9:>7.3f} {r['ratio_median']:>5.2f}x "
               f"[{r['ratio_min']:.2f}-{r['ratio_max']:.2f}] {r['wrong']:>6}")
     return results
+
+
+def _plot(results: list[dict], path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    for key in dict.fromkeys((r["nproc"], r["impl"]) for r in results):
+        sel = [r for r in results if (r["nproc"], r["impl"]) == key]
+        ax.plot([r["size"] for r in sel], [r["busbw_median"] / 1e9 for r in sel], "o-",
+                label=f"{key[1]}, {key[0]} procs")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("size (bytes)")
+    ax.set_ylabel("busbw (GB/s = 1e9 B/s)")
+    ax.set_title(f"all_reduce on {results[0]['backend']}, median of runs")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
 
 
 if __name__ == "__main__":

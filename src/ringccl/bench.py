@@ -49,8 +49,9 @@ from .collectives import get_collective
 from .errors import ArgumentError
 from .ops import ReduceOp, check_dtype, check_op_dtype, parse_op, ufunc
 
-__all__ = ["BUILTIN", "PLACEMENTS", "BenchSpec", "Case", "Backend", "Prepared", "parse_algorithms",
-           "sweep_sizes", "buffer_elements", "make_case", "run_sweep", "row_count", "summarize",
+__all__ = ["BUILTIN", "PLACEMENTS", "LOCAL_REDUCE", "BenchSpec", "Case", "Backend", "Prepared",
+           "Sweep", "parse_algorithms", "sweep_sizes", "buffer_elements", "nccl_count", "make_case",
+           "run_sweep", "row_count", "summarize", "row_label", "best_placement",
            "format_nccl_tests", "format_csv", "plot_busbw", "NCCL_TYPE_NAMES"]
 
 #: the ``--algorithm`` name of the backend's own collective (MPI_Allreduce, dist.all_reduce, …)
@@ -431,7 +432,7 @@ def run_sweep(backend: Backend, spec: BenchSpec,
 
 # -- output ----------------------------------------------------------------------------------------
 
-def _label(row: dict) -> str:
+def row_label(row: dict) -> str:
     """Algorithm label: ``ring``, ``ring seg=1MiB``, ``builtin``."""
     from .units import format_size
     seg = row.get("segment_bytes")
@@ -470,7 +471,7 @@ def format_nccl_tests(rows: Sequence[dict], spec: BenchSpec, world_size: int) ->
     groups: dict[str, list[dict]] = {}
     for r in rows:
         if r.get("kind", "collective") == "collective":
-            groups.setdefault(_label(r), []).append(r)
+            groups.setdefault(row_label(r), []).append(r)
     for label, group in groups.items():
         p(f"# ringccl bench {spec.collective}: backend {spec.backend}, world_size {world_size}")
         p(f"# nThread 1 nGpus 1 minBytes {spec.min_bytes} maxBytes {spec.max_bytes} "
@@ -533,7 +534,7 @@ def best_placement(rows: Sequence[dict]) -> list[dict]:
     for r in rows:
         if r.get("kind", "collective") != "collective":
             continue
-        key = (_label(r), r["world_size"], r["size"])
+        key = (row_label(r), r["world_size"], r["size"])
         if key not in best or r["time_s"] < best[key]["time_s"]:
             best[key] = r
     return list(best.values())
@@ -548,7 +549,7 @@ def plot_busbw(rows: Sequence[dict], path: str, title: str = "") -> None:
     fig, ax = plt.subplots(figsize=(6.4, 4))
     lines: dict[str, list[dict]] = {}
     for r in best_placement(rows):
-        label = _label(r) + (f", {r['world_size']} ranks"
+        label = row_label(r) + (f", {r['world_size']} ranks"
                              if len({x["world_size"] for x in rows}) > 1 else "")
         lines.setdefault(label, []).append(r)
     for label, sel in lines.items():

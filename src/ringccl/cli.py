@@ -319,7 +319,7 @@ class _Callback:
 
 
 def _print_bench(rows: list[dict], spec, world_size: int) -> None:
-    from .bench import BUILTIN, _label
+    from .bench import BUILTIN, row_label
     builtin = {(r["size"], r["placement"]): r["busbw"] for r in rows
                if r["algorithm"] == BUILTIN}
     headers = ["size", "count", "type", "redop", "root", "algorithm", "placement", "time (us)",
@@ -331,7 +331,7 @@ def _print_bench(rows: list[dict], spec, world_size: int) -> None:
         ref = builtin.get((r["size"], r["placement"]))
         ratio = (f"{r['busbw'] / ref:.2f}x" if ref and r["algorithm"] != BUILTIN else "")
         out.append([units.format_size(r["size"]), r["count"], r["type"], r["redop"], r["root"],
-                    _label(r), r["placement"], f"{r['time_s'] * 1e6:.1f}",
+                    row_label(r), r["placement"], f"{r['time_s'] * 1e6:.1f}",
                     f"{r['algbw'] / 1e9:.3f}", f"{r['busbw'] / 1e9:.3f}",
                     "-" if r["wrong"] is None else r["wrong"], f"{r['min_s'] * 1e6:.1f}",
                     f"{r['p90_s'] * 1e6:.1f}", ratio])

@@ -83,6 +83,14 @@ for dtype in DTYPES:
             check(f"all_gather in place {dtype} count={count}", out2, x.reshape(-1))
         break  # all_gather does not depend on the op
 
+# the automatic pipelining reads the package's documented parameters at call time
+rm.PIPELINE_THRESHOLD_BYTES, rm.DEFAULT_SEGMENT_BYTES = 1024, 200  # 200 B -> 50 float32
+x = inputs(5003, "float32", 77)
+buf = x[rank].copy()
+rm.all_reduce(buf)
+check("all_reduce with automatic segments", buf, reference(x, ReduceOp.SUM))
+rm.PIPELINE_THRESHOLD_BYTES, rm.DEFAULT_SEGMENT_BYTES = None, 4 << 20
+
 # the same results as MPI's own collectives, any shape
 x = inputs(4 * 257, "float64", 99).reshape(n, 4, 257)
 buf = x[rank].copy()

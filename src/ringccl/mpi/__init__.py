@@ -25,14 +25,21 @@ import numpy as np
 
 from ..algorithms import build_schedule
 from ..errors import ArgumentError, ArgumentTypeError
-from ..ops import ReduceOp, check_dtype, check_op_dtype, parse_op
+from ..ops import SUPPORTED_DTYPES, ReduceOp, check_dtype, check_op_dtype, parse_op
 
 __all__ = ["all_reduce", "reduce_scatter", "all_gather", "run_schedule", "release_buffers",
            "ReduceOp", "PIPELINE_THRESHOLD_BYTES", "DEFAULT_SEGMENT_BYTES"]
 
-#: see :mod:`ringccl.mpi.executor` (kept here too so reading them does not start MPI)
-PIPELINE_THRESHOLD_BYTES = 4 << 20
-DEFAULT_SEGMENT_BYTES = 1 << 20
+#: Pipelining (``segment_bytes=None``): chunks of at least PIPELINE_THRESHOLD_BYTES are moved
+#: in segments of DEFAULT_SEGMENT_BYTES. None: never split by default. Measured with
+#: benchmarks/bench_mpi.py --segments on 2 Open MPI 4.1 processes over shared memory (vader,
+#: CMA single copy): segments of 64 KiB–32 MiB were slower than whole chunks at every size from
+#: 1 MiB to 256 MiB (e.g. 64 MiB: 1 MiB segments 0.46x, 4 MiB segments 0.65x the busbw of
+#: whole chunks), because every message is a rendezvous in which both processes must be
+#: running, and the receiver's single copy leaves no transfer to overlap with the reduction
+#: (docs/benchmarks.md). Pass segment_bytes to pipeline anyway, e.g. across nodes.
+PIPELINE_THRESHOLD_BYTES: int | None = None
+DEFAULT_SEGMENT_BYTES = 4 << 20
 
 
 def _comm(comm):
@@ -53,7 +60,13 @@ def release_buffers() -> None:
     _scratch_cache.clear()
 
 
+_DTYPES = frozenset(np.dtype(d) for d in SUPPORTED_DTYPES)
+
+
 def _check_array(a: Any, argument: str) -> np.ndarray:
+    if (type(a) is np.ndarray and a.dtype in _DTYPES and a.flags.c_contiguous
+            and a.flags.writeable):
+        return a  # the common case, checked cheaply: this runs on every call
     if not isinstance(a, np.ndarray):
         raise ArgumentTypeError(f"{argument} must be a numpy.ndarray, got {type(a).__name__}")
     check_dtype(a.dtype, f"{argument}.dtype")
@@ -64,9 +77,18 @@ def _check_array(a: Any, argument: str) -> np.ndarray:
     return a
 
 
+_checked_ops: dict = {}
+
+
 def _check_op(op: Any, dtype: np.dtype) -> ReduceOp:
+    try:
+        return _checked_ops[op, dtype]
+    except (KeyError, TypeError):  # TypeError: an unhashable op, parsed (and refused) below
+        pass
     reduce_op = parse_op(op)
     check_op_dtype(reduce_op, dtype)
+    if isinstance(op, (str, ReduceOp)):
+        _checked_ops[op, dtype] = reduce_op
     return reduce_op
 
 
@@ -90,8 +112,8 @@ def all_reduce(buffer: np.ndarray, op: Any = ReduceOp.SUM, comm=None, algorithm:
             bool.
         comm: mpi4py communicator (None = ``MPI.COMM_WORLD``).
         algorithm: a name from ``ringccl.algorithms("all_reduce")``.
-        segment_bytes: pipelining segment size in bytes (None: automatic, 0: never split; see
-            :data:`PIPELINE_THRESHOLD_BYTES`).
+        segment_bytes: pipelining segment size in bytes (None: :data:`PIPELINE_THRESHOLD_BYTES`
+            decides, 0: never split).
 
     Returns:
         ``buffer`` (modified in place).

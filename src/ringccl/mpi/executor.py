@@ -32,15 +32,7 @@ from ..errors import BackendError
 from ..ir import Kind, Schedule, chunk_bounds
 from ..ops import ReduceOp, ufunc
 
-__all__ = ["execute", "release_buffers", "PIPELINE_THRESHOLD_BYTES", "DEFAULT_SEGMENT_BYTES"]
-
-# PIPELINE_THRESHOLD_BYTES: chunks of at least this many bytes are split into segments of
-# DEFAULT_SEGMENT_BYTES:
-# receiving a segment and reducing it at once keeps it in cache, and the next segment's transfer
-# is progressed while we wait. Below the threshold every extra message costs more (a rendezvous
-# per message) than it saves. Measured on 2 and 4 Open MPI 4.1 processes over shared memory with
-# ``ringccl bench --backend mpi --segment-bytes`` (docs/benchmarks.md).
-from . import DEFAULT_SEGMENT_BYTES, PIPELINE_THRESHOLD_BYTES  # noqa: E402  (one definition)
+__all__ = ["execute", "release_buffers"]
 
 _TAG = 0  # order, not tags, matches messages: posting order per peer is the same on both sides
 
@@ -174,8 +166,9 @@ def execute(schedule: Schedule, buffer: np.ndarray, op: ReduceOp = ReduceOp.SUM,
         segment_bytes: split each transferred chunk into segments of this many bytes and move
             them as a pipeline: a segment is reduced as soon as it arrives and forwarded as soon
             as it is final, while later segments are in flight. None: segments of
-            DEFAULT_SEGMENT_BYTES for chunks >= PIPELINE_THRESHOLD_BYTES, else whole chunks.
-            0: never split.
+            ``ringccl.mpi.DEFAULT_SEGMENT_BYTES`` for chunks >= ``ringccl.mpi.
+            PIPELINE_THRESHOLD_BYTES`` (never when that is None, the measured default), else
+            whole chunks. 0: never split.
 
     Returns:
         ``buffer``.
@@ -190,9 +183,11 @@ def execute(schedule: Schedule, buffer: np.ndarray, op: ReduceOp = ReduceOp.SUM,
                            f"communicator has {world_size} ranks")
     itemsize = buffer.itemsize
     count = buffer.shape[0]
-    if segment_bytes is None:
+    if segment_bytes is None:  # the package-level parameters, read now so users can set them
+        from . import DEFAULT_SEGMENT_BYTES, PIPELINE_THRESHOLD_BYTES
         longest = -(-count // schedule.num_chunks) * itemsize
-        segment_bytes = DEFAULT_SEGMENT_BYTES if longest >= PIPELINE_THRESHOLD_BYTES else 0
+        segment_bytes = (DEFAULT_SEGMENT_BYTES if PIPELINE_THRESHOLD_BYTES is not None
+                         and longest >= PIPELINE_THRESHOLD_BYTES else 0)
     segment_bytes = max(itemsize, segment_bytes - segment_bytes % itemsize) if segment_bytes else 0
     plan = _plan(schedule, rank, count, itemsize, segment_bytes)
     if not plan.steps:
