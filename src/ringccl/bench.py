@@ -18,7 +18,8 @@ drives them the same way:
   of ``iters`` iterations timed on every rank between a barrier and the collective's return; an
   iteration lasts until its slowest rank ends (maximum over ranks); the row reports the median,
   minimum and 90th percentile over iterations. The input is restored before every iteration,
-  outside the timed region.
+  outside the timed region. Unlike nccl-tests, the algorithms of one size take turns iteration
+  by iteration, so load from elsewhere on a shared machine hits them alike.
 * **placements** as nccl-tests: out-of-place (input and output buffers distinct) and in-place
   (output aliases input: the same buffer for all_reduce; output = block ``rank`` of the input for
   reduce_scatter; input = block ``rank`` of the output for all_gather). An API that only works in
@@ -347,18 +348,26 @@ def _calibrates(spec: BenchSpec) -> bool:
     return spec.calibrate and get_collective(spec.collective).reduces
 
 
-def _time(prepared: Prepared, backend: Backend, iters: int, warmup: int) -> list[float]:
+def _time(calls: Sequence[Prepared], backend: Backend, iters: int, warmup: int) -> list[list]:
+    """Per-iteration seconds of each call, maximum over ranks.
+
+    The calls take turns (iteration i of every call, then iteration i + 1), so a burst of load
+    from elsewhere on a shared machine hits them all alike and their ratios stay meaningful.
+    """
     for _ in range(warmup):
-        prepared.reset()
-        prepared.run()
-    times = []
+        for c in calls:
+            c.reset()
+            c.run()
+    times: list[list[float]] = [[] for _ in calls]
     for _ in range(iters):
-        prepared.reset()
-        backend.barrier()
-        t0 = time.perf_counter()
-        prepared.run()
-        times.append(time.perf_counter() - t0)
-    return backend.max_over_ranks(times)  # an iteration lasts until its slowest rank ends
+        for c, t in zip(calls, times):
+            c.reset()
+            backend.barrier()
+            t0 = time.perf_counter()
+            c.run()
+            t.append(time.perf_counter() - t0)
+    flat = backend.max_over_ranks([x for t in times for x in t])  # an iteration lasts until
+    return [flat[i * iters:(i + 1) * iters] for i in range(len(calls))]  # its slowest rank ends
 
 
 def _wrong(result: np.ndarray | None, expected: np.ndarray | None) -> int:
@@ -401,29 +410,33 @@ def run_sweep(backend: Backend, spec: BenchSpec,
                 "redop": op.value if coll.reduces else "none",
                 "root": spec.root if _is_rooted(coll) else -1, "iters": spec.iters,
                 "warmup": spec.warmup}
-        for algorithm, seg, placement in _variants(spec):
+        variants = list(_variants(spec))
+        calls, wrongs = [], []
+        for algorithm, seg, placement in variants:
             prepared = backend.prepare(spec.collective, algorithm, placement, case, spec, seg)
             wrong = None
             if spec.check:
                 prepared.reset()
                 prepared.run()
                 wrong = backend.sum_over_ranks(_wrong(prepared.result(), case.expected))
-            stats = summarize(_time(prepared, backend, spec.iters, spec.warmup))
-            row = dict(base, kind="collective", algorithm=algorithm, placement=placement,
-                       segment_bytes=seg, wrong=wrong, **stats)
-            t = stats["time_s"]
-            row["algbw"] = nbytes / t if t > 0 else math.inf
-            row["busbw"] = row["algbw"] * coll.bus_factor(n)
-            rows.append(row)
-            if emit:
-                emit(row)
+            calls.append(prepared)
+            wrongs.append(wrong)
+        chunk = m // n if n else m
         if _calibrates(spec):
-            chunk = m // n if n else m
-            prepared = backend.local_reduce(chunk, spec)
-            stats = summarize(_time(prepared, backend, spec.iters, spec.warmup))
-            row = dict(base, kind=LOCAL_REDUCE, algorithm=LOCAL_REDUCE, placement="in-place",
-                       segment_bytes=None, wrong=None, reduced_bytes=chunk * dtype.itemsize,
-                       algbw=None, busbw=None, **stats)
+            calls.append(backend.local_reduce(chunk, spec))
+        for i, times in enumerate(_time(calls, backend, spec.iters, spec.warmup)):
+            stats = summarize(times)
+            if i == len(variants):  # the calibration row
+                row = dict(base, kind=LOCAL_REDUCE, algorithm=LOCAL_REDUCE,
+                           placement="in-place", segment_bytes=None, wrong=None,
+                           reduced_bytes=chunk * dtype.itemsize, algbw=None, busbw=None, **stats)
+            else:
+                algorithm, seg, placement = variants[i]
+                t = stats["time_s"]
+                row = dict(base, kind="collective", algorithm=algorithm, placement=placement,
+                           segment_bytes=seg, wrong=wrongs[i], **stats)
+                row["algbw"] = nbytes / t if t > 0 else math.inf
+                row["busbw"] = row["algbw"] * coll.bus_factor(n)
             rows.append(row)
             if emit:
                 emit(row)
