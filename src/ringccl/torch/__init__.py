@@ -112,7 +112,9 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = R
 
     Args:
         output: ``input.numel() // world_size`` elements, same dtype and device as ``input``.
-        input: world_size · output.numel() elements; not modified.
+        input: world_size · output.numel() elements; not modified, unless ``output`` is the
+            view ``input.reshape(-1)[rank * n:(rank + 1) * n]`` (in place, as nccl-tests does):
+            then input is the working buffer.
         op, group, algorithm, segment_bytes: as :func:`all_reduce`
             (``ringccl.algorithms("reduce_scatter")``).
 
@@ -133,14 +135,38 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = R
                             f"world_size * output.numel() = {world_size} * {output.numel()}")
     reduce_op = _check_op(op, input.dtype)
     schedule = build_schedule("reduce_scatter", algorithm, world_size)
-    work = input.reshape(-1).clone()  # the schedule reduces in place; the caller's input stays
-    execute(schedule, work, reduce_op, group, segment_bytes)
     rank = dist.get_rank(group)
-    block = work[rank * output.numel():(rank + 1) * output.numel()]
+    lo = rank * output.numel()
+    flat = input.reshape(-1)
+    if (output.is_contiguous() and flat.data_ptr() == input.data_ptr()
+            and output.data_ptr() == flat[lo:].data_ptr()):
+        work = flat  # output is input's block rank (in place, as nccl-tests): no copy
+    else:
+        # the schedule reduces in place; the caller's input stays. The copy goes to a buffer
+        # kept between calls: a fresh clone per call paid its page faults every time.
+        work = _scratch(flat)
+    execute(schedule, work, reduce_op, group, segment_bytes)
+    block = work[lo:lo + output.numel()]
     if reduce_op is ReduceOp.AVG:
         block.div_(world_size)
-    output.copy_(block.view(output.shape))
+    if block.data_ptr() != output.data_ptr():
+        output.copy_(block.view(output.shape))
     return output
+
+
+_scratch_cache: dict = {}
+
+
+def _scratch(flat: torch.Tensor) -> torch.Tensor:
+    """A copy of ``flat`` in a buffer kept between calls (per dtype and device)."""
+    key = (flat.dtype, flat.device)
+    cached = _scratch_cache.get(key)
+    if cached is None or cached.numel() < flat.numel():
+        cached = torch.empty(flat.numel(), dtype=flat.dtype, device=flat.device)
+        _scratch_cache[key] = cached
+    work = cached[:flat.numel()]
+    work.copy_(flat)
+    return work
 
 
 def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tensor, group=None,
