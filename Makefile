@@ -26,6 +26,9 @@ test: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/bench_sim.py
 	$(BIN)/python benchmarks/bench_torch_ring.py
+	$(BIN)/python benchmarks/bench_algorithms.py
+	$(BIN)/python benchmarks/bench_cost.py
+	$(BIN)/python benchmarks/bench_train_overlap.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

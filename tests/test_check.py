@@ -48,11 +48,26 @@ def test_sending_a_chunk_not_held_is_named():
     assert (info.value.step, info.value.rank, info.value.chunk) == (0, 0, 1)
 
 
-def test_two_writes_to_one_slot_in_a_step_are_named():
-    s = Schedule("all_reduce", "broken", 3, 1, [Step.of([0, 2], [1, 1], [0, 0], reduce=True)])
+@pytest.mark.parametrize("reduce", [[False, False], [True, False], [False, True]])
+def test_two_writes_to_one_slot_in_a_step_are_named(reduce):
+    s = Schedule("all_gather", "broken", 3, 3, [Step.of([0, 2], [1, 1], [0, 2], [0, 0],
+                                                       reduce=reduce)])
     with pytest.raises(VerificationError, match="two transfers write chunk c0 on rank R1") as info:
         ringccl.verify(s)
     assert (info.value.step, info.value.rank, info.value.chunk) == (0, 1, 0)
+
+
+def test_several_reduces_into_one_slot_in_a_step_are_allowed():
+    """R0 and R2 reduce into R1 in one step (applied in canonical order), then R1 copies back."""
+    s = Schedule("all_reduce", "star", 3, 1, [Step.of([0, 2], [1, 1], [0, 0], reduce=True),
+                                              Step.of([1, 1], [0, 2], [0, 0])])
+    ringccl.verify(s)
+    twice = Schedule("all_reduce", "broken", 3, 1, [Step.of([0, 0, 2], [1, 2, 1], [0, 0, 0],
+                                                            reduce=True),
+                                                    Step.of(2, 1, 0, reduce=True)])
+    with pytest.raises(VerificationError, match="twice") as info:
+        ringccl.verify(twice)  # step 1: R2 (which holds R0 + R2) reduces into R1 (R0 + R1 + R2)
+    assert (info.value.step, info.value.rank) == (1, 1)
 
 
 def test_reducing_different_chunks_is_named():

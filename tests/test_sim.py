@@ -173,8 +173,8 @@ def test_bad_arguments_name_the_argument(kwargs, exc, match):
 def test_bad_shapes_and_algorithms():
     with pytest.raises(ringccl.ArgumentError, match=r"shape \(world_size, count\)"):
         ringccl.simulate("all_reduce", np.ones(4))
-    with pytest.raises(ringccl.ArgumentError, match="algorithm='tree' is not available"):
-        ringccl.simulate("all_reduce", np.ones((2, 2)), algorithm="tree")
+    with pytest.raises(ringccl.ArgumentError, match="algorithm='nope' is not available"):
+        ringccl.simulate("all_reduce", np.ones((2, 2)), algorithm="nope")
     s = ringccl.schedule("all_reduce", "ring", world_size=3)
     with pytest.raises(ringccl.ArgumentError, match="world_size=3"):
         ringccl.simulate("all_reduce", np.ones((2, 2)), schedule=s)

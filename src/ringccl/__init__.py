@@ -12,6 +12,12 @@ Quick tour::
     ringccl.verify(s)                     # symbolic proof; raises VerificationError if wrong
     r = ringccl.simulate("all_reduce", x) # x: (world_size, count) numpy array
     r.outputs, r.stats.bytes_sent, r.matches_reference
+    c = ringccl.cost("all_reduce", "ring", 1024, "4MiB", alpha="5us", bandwidth="300GB/s")
+    c.seconds, c.latency_seconds          # predicted: 10.26 ms, 10.23 ms of it latency
+    ringccl.tune("all_reduce", 1024, alpha="5us", bandwidth="50GB/s").ranges
+
+``ringccl.cost`` and ``ringccl.tune`` are functions; their modules are ``ringccl.costmodel``
+(``walk``, ``Predictor``) and ``ringccl.tuning`` (``predict_table``).
 """
 
 from __future__ import annotations
@@ -19,22 +25,26 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from . import units
+from . import buckets, presets, topology, units
 from .algorithms import Algorithm, algorithms, build_schedule, get_algorithm, register
 from .check import verify
 from .collectives import COLLECTIVES, get_collective
+from .costmodel import CostResult, Predictor, StepCost, cost, predictor, walk
 from .errors import (ArgumentError, ArgumentTypeError, BackendError, RingcclError, ScheduleError,
                      VerificationError)
 from .ir import Kind, Program, Schedule, Step, Transfer, chunk_bounds
 from .metrics import algbw, busbw
 from .ops import ReduceOp
 from .sim import SimResult, SimStats, simulate
+from .tuning import TuneResult, predict_table, tune
 
 __version__ = "0.1.0"
 
 __all__ = ["schedule", "verify", "simulate", "algorithms", "collectives", "get_algorithm",
            "register", "Algorithm", "Schedule", "Step", "Transfer", "Kind", "Program",
            "ReduceOp", "SimResult", "SimStats", "chunk_bounds", "algbw", "busbw", "units",
+           "cost", "predictor", "walk", "CostResult", "StepCost", "Predictor", "topology",
+           "tune", "TuneResult", "predict_table", "buckets", "presets",
            "RingcclError", "ArgumentError", "ArgumentTypeError", "ScheduleError",
            "VerificationError", "BackendError", "__version__"]
 

@@ -8,7 +8,8 @@ idea of tracking each chunk's origin and reduced contributors.
 
 The first fault found raises :class:`~ringccl.errors.VerificationError` naming step, rank and chunk:
 
-* two transfers of one step write the same slot;
+* two transfers of one step write the same slot, unless all of them reduce (several reduces
+  into one slot are applied in canonical order, i.e. ascending source rank);
 * a rank sends a chunk slot it does not hold (empty);
 * a reduce combines two different logical chunks;
 * a reduce would count some rank's contribution twice;
@@ -25,7 +26,7 @@ import numpy as np
 
 from .collectives import ALL, ANY, ORIGIN, get_collective
 from .errors import VerificationError
-from .ir import Schedule
+from .ir import Schedule, reduce_rounds
 
 __all__ = ["verify", "SymbolicState"]
 
@@ -63,12 +64,18 @@ class SymbolicState:
         self._rows = self._bits.view(np.dtype((np.void, 8 * self.words))).reshape(-1)
         self._s = schedule.src.astype(np.int64) * c + schedule.src_chunk
         self._d = schedule.dst.astype(np.int64) * c + schedule.dst_chunk
-        # all steps' write-write conflicts found at once: key = (step, destination slot)
+        # all steps' write-write conflicts found at once: key = (step, destination slot). Several
+        # reduces into one slot are allowed (applied in canonical order); a copy must be alone.
         key = schedule.step_of(np.arange(schedule.num_transfers)) * (n * c) + self._d
         order = np.argsort(key, kind="stable")
-        dup = np.nonzero(key[order][1:] == key[order][:-1])[0]
+        same = key[order][1:] == key[order][:-1]
+        red = schedule.reduce[order]
+        dup = np.nonzero(same & ~(red[1:] & red[:-1]))[0]
         self._conflict = int(order[dup[0] + 1]) if dup.size else -1
         self._conflict_step = (int(schedule.step_of(self._conflict)) if dup.size else -1)
+        # steps where some slot receives several reduces: applied in rounds (see apply)
+        multi = np.unique(schedule.step_of(order[1:][same])) if same.any() else np.zeros(0, int)
+        self._multi_steps = frozenset(int(k) for k in multi)
 
     def ranks_in(self, rank: int, chunk: int) -> np.ndarray:
         """Ranks whose contributions slot (rank, chunk) holds, sorted."""
@@ -110,36 +117,60 @@ class SymbolicState:
                 f"{self._where(index)}: rank R{t.src} sends chunk c{t.src_chunk} to R{t.dst} but "
                 "does not hold it (the slot is empty)", step=index, rank=t.src, chunk=t.src_chunk)
         new_bits = self._take(s)  # a gather copies: the pre-step snapshot
+        if index in self._multi_steps:
+            self._apply_rounds(index, lo, s, d, red, sid, new_bits)
+            return
         all_red = bool(red.all())
         if all_red or red.any():
-            dr = d if all_red else d[red]
-            sr = sid if all_red else sid[red]
-            did = np.take(self._id, dr)
-            if (did != sr).any():
-                wrong = (did >= 0) & (did != sr)
-                if wrong.any():
-                    t = sch.transfer(lo + int(np.nonzero(red)[0][np.argmax(wrong)]))
-                    raise VerificationError(
-                        f"{self._where(index)}: R{t.src} reduces its chunk c{t.src_chunk} into "
-                        f"R{t.dst}'s slot c{t.dst_chunk}, which holds chunk "
-                        f"c{int(self.chunk_id[t.dst, t.dst_chunk])}", step=index, rank=t.dst,
-                        chunk=t.dst_chunk)
-            dbits = self._take(dr)
-            overlap = dbits & (new_bits if all_red else new_bits[red])
-            if overlap.any():
-                j = int(np.argmax(overlap.any(axis=1)))
-                t = sch.transfer(lo + int(np.nonzero(red)[0][j]))
-                bits = np.unpackbits(overlap[j].view(np.uint8), bitorder="little")
-                raise VerificationError(
-                    f"{self._where(index)}: R{t.src} → R{t.dst} reduces chunk c{t.dst_chunk} and "
-                    f"would count the contribution of {_fmt_ranks(np.nonzero(bits)[0])} twice",
-                    step=index, rank=t.dst, chunk=t.dst_chunk)
             if all_red:
-                new_bits |= dbits
+                new_bits |= self._reduced_bits(index, lo, np.arange(d.shape[0]), d, sid,
+                                               new_bits)
             else:
-                new_bits[red] |= dbits
+                sel = np.nonzero(red)[0]
+                new_bits[sel] |= self._reduced_bits(index, lo, sel, d[sel], sid[sel],
+                                                    new_bits[sel])
         np.put(self._rows, d, new_bits.view(self._rows.dtype).reshape(-1))
         np.put(self._id, d, sid)
+        self.steps_done = index + 1
+
+    def _reduced_bits(self, index, lo, sel, dr, sr, src_bits) -> np.ndarray:
+        """Bits already in the reduce destinations ``dr``; raises if a reduce is faulty.
+
+        ``sel`` are the transfers' positions in the step (for messages).
+        """
+        sch = self.schedule
+        did = np.take(self._id, dr)
+        wrong = (did >= 0) & (did != sr)
+        if wrong.any():
+            t = sch.transfer(lo + int(sel[np.argmax(wrong)]))
+            raise VerificationError(
+                f"{self._where(index)}: R{t.src} reduces its chunk c{t.src_chunk} into "
+                f"R{t.dst}'s slot c{t.dst_chunk}, which holds chunk "
+                f"c{int(self.chunk_id[t.dst, t.dst_chunk])}", step=index, rank=t.dst,
+                chunk=t.dst_chunk)
+        dbits = self._take(dr)
+        overlap = dbits & src_bits
+        if overlap.any():
+            j = int(np.argmax(overlap.any(axis=1)))
+            t = sch.transfer(lo + int(sel[j]))
+            bits = np.unpackbits(overlap[j].view(np.uint8), bitorder="little")
+            raise VerificationError(
+                f"{self._where(index)}: R{t.src} → R{t.dst} reduces chunk c{t.dst_chunk} and "
+                f"would count the contribution of {_fmt_ranks(np.nonzero(bits)[0])} twice",
+                step=index, rank=t.dst, chunk=t.dst_chunk)
+        return dbits
+
+    def _apply_rounds(self, index, lo, s, d, red, sid, new_bits) -> None:
+        """A step where some slot receives several reduces: copies first, then the reduces in
+        rounds (round k = each slot's k-th reduce in canonical order), every round reading the
+        pre-step sources (``new_bits`` is that snapshot)."""
+        copies = np.nonzero(~red)[0]
+        np.put(self._rows, d[copies], new_bits[copies].view(self._rows.dtype).reshape(-1))
+        np.put(self._id, d[copies], sid[copies])
+        for sel in reduce_rounds(d, red):
+            dbits = self._reduced_bits(index, lo, sel, d[sel], sid[sel], new_bits[sel])
+            np.put(self._rows, d[sel], (dbits | new_bits[sel]).view(self._rows.dtype).reshape(-1))
+            np.put(self._id, d[sel], sid[sel])
         self.steps_done = index + 1
 
     def _take(self, slots: np.ndarray) -> np.ndarray:

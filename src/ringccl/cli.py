@@ -1,4 +1,5 @@
-"""The ``ringccl`` command: demo, show, simulate, run, bench, fit, algorithms.
+"""The ``ringccl`` command: demo, show, compare, simulate, run, bench, fit, algorithms, model,
+tune, train.
 
 Human units in and out: counts ``1M`` = 10^6 and ``1Mi`` = 2^20 elements; sizes ``4MB`` and
 ``4MiB``; bandwidths printed in GB/s = 1e9 bytes/s as nccl-tests does. Every command takes
@@ -8,6 +9,8 @@ Human units in and out: counts ``1M`` = 10^6 and ``1Mi`` = 2^20 elements; sizes 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import inspect
 import json
 import sys
 import time
@@ -19,10 +22,11 @@ from . import units
 from .algorithms import REGISTRY, algorithms, build_schedule, get_algorithm
 from .check import verify
 from .collectives import COLLECTIVES, get_collective
-from .errors import RingcclError
+from .errors import ArgumentError, RingcclError
+from .ir import chunk_bounds
 from .ops import SUPPORTED_DTYPES, check_dtype, parse_op
 from .show import step_rows
-from .sim import reference_tolerance, simulate
+from .sim import default_algorithm, reference_tolerance, resolve_root, simulate
 
 __all__ = ["main"]
 
@@ -49,7 +53,9 @@ def _table(title: str, headers: Sequence[str], rows: Sequence[Sequence[object]])
         table.add_row(*(str(c) for c in r))
     console = Console()
     if not console.is_terminal:  # piped or captured: never squeeze numbers into 80 columns
-        console = Console(width=max(console.width, 160))
+        # wide tables (ringccl model) get the width their rows need
+        widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows)]
+        console = Console(width=max(console.width, 160, sum(widths) + 3 * len(widths) + 1))
     console.print(table)
 
 
@@ -71,12 +77,41 @@ def _emit_json(obj) -> None:
 
 # -- commands -------------------------------------------------------------------------------------
 
+def _params(args) -> dict:
+    """Builder parameters from --param/--segments/--root/--src/--dst (root resolved as
+    :func:`ringccl.simulate` does: src/dst only where torch.distributed takes them)."""
+    params: dict = {}
+    for item in args.param or ():
+        name, _, value = item.partition("=")
+        try:
+            params[name.strip()] = int(value)
+        except ValueError:
+            raise RingcclError(f"--param {item!r} must be NAME=INTEGER") from None
+    if args.segments is not None:
+        params["segments"] = args.segments
+    if args.root is not None:
+        params["root"] = args.root
+    args.algorithm = args.algorithm or default_algorithm(args.collective)
+    return resolve_root(get_collective(args.collective), params, args.src, args.dst)
+
+
 def _cmd_show(args) -> int:
-    schedule = verify(build_schedule(args.collective, args.algorithm, args.world_size))
+    params = _params(args)
+    schedule = verify(build_schedule(args.collective, args.algorithm, args.world_size, **params))
+    if args.trace:
+        with open(args.trace, "w") as f:
+            json.dump(schedule.to_chrome_trace(), f)
+        print(f"wrote {args.trace}: Chrome/Perfetto trace, one track per rank "
+              "(open in https://ui.perfetto.dev)", file=sys.stderr)
+    if args.msccl_xml:
+        with open(args.msccl_xml, "w") as f:
+            f.write(schedule.to_msccl_xml() + "\n")
+        print(f"wrote {args.msccl_xml}: MSCCL XML", file=sys.stderr)
     if args.json:
         _emit_json({"collective": schedule.collective, "algorithm": schedule.algorithm,
                     "world_size": schedule.world_size, "num_chunks": schedule.num_chunks,
-                    "num_steps": schedule.num_steps, "rows": step_rows(schedule, args.max_steps)})
+                    "num_steps": schedule.num_steps, "params": schedule.params,
+                    "rows": step_rows(schedule, args.max_steps)})
     else:
         print(schedule.table(max_steps=args.max_steps))
     return 0
@@ -92,22 +127,24 @@ def _random_inputs(world_size: int, count: int, dtype: np.dtype, seed: int) -> n
 
 
 def _sim_report(collective: str, algorithm: str, world_size: int, count: int, dtype, op,
-                seed: int = 0) -> dict:
+                seed: int = 0, params: dict | None = None) -> dict:
     x = _random_inputs(world_size, count, dtype, seed)
     t0 = time.perf_counter()
-    result = simulate(collective, x, op=op, algorithm=algorithm)
+    result = simulate(collective, x, op=op, algorithm=algorithm, **(params or {}))
     seconds = time.perf_counter() - t0
     spec = get_collective(collective)
     algo = get_algorithm(collective, algorithm)
     buffer_bytes = spec.buffer_count(world_size, count) * dtype.itemsize
     sent = result.stats.bytes_sent
+    used = result.schedule.params
     return {"collective": collective, "algorithm": algorithm, "world_size": world_size,
-            "count": count, "dtype": dtype.name, "op": str(op), "steps": result.stats.steps,
+            "count": count, "dtype": dtype.name, "op": str(op), "params": used,
+            "steps": result.stats.steps, "steps_closed_form": algo.steps_for(world_size, **used),
             "steps_formula": algo.steps_formula, "bytes_formula": algo.bytes_formula,
             "buffer_bytes": buffer_bytes, "bytes_sent_max": int(sent.max()),
             "bytes_sent_min": int(sent.min()),
             "bytes_received_max": int(result.stats.bytes_received.max()),
-            "bytes_sent_closed_form": algo.bytes_sent(world_size, buffer_bytes),
+            "bytes_sent_closed_form": algo.bytes_for(world_size, buffer_bytes, **used),
             "bytes_sent": sent.tolist() if world_size <= 16 else None,
             "verified": bool(result.matches_reference), "mismatches": result.mismatches,
             "tolerance": reference_tolerance(op, dtype, world_size), "seconds": seconds}
@@ -116,7 +153,8 @@ def _sim_report(collective: str, algorithm: str, world_size: int, count: int, dt
 def _print_sim(r: dict) -> None:
     k = r["buffer_bytes"]
     rows = [("steps", f"{r['steps']}  (= {r['steps_formula']})"),
-            ("buffer per rank", f"{units.format_size(k)}  ({r['count']:,} × {r['dtype']})"),
+            ("buffer per rank", f"{units.format_size(k)}  "
+             f"({k // np.dtype(r['dtype']).itemsize:,} × {r['dtype']})"),
             ("bytes sent per rank (max)", f"{r['bytes_sent_max']:,}  "
              f"({r['bytes_sent_max'] / k if k else 0:.4f} × buffer; {r['bytes_formula']} = "
              f"{r['bytes_sent_closed_form']:,.0f})"),
@@ -124,17 +162,19 @@ def _print_sim(r: dict) -> None:
             ("verified against numpy", f"{'yes' if r['verified'] else 'NO'} "
              f"({r['mismatches']} mismatches; tolerance: {r['tolerance']})"),
             ("simulator time", units.format_duration(r["seconds"]))]
+    extra = "".join(f", {k}={v}" for k, v in r["params"].items())
     _table(f"simulated {r['algorithm']} {r['collective']} on {r['world_size']} ranks, "
-           f"op={r['op']}", ["", "value"], rows)
+           f"op={r['op']}{extra}", ["", "value"], rows)
 
 
 def _cmd_simulate(args) -> int:
     dtype = check_dtype(args.dtype)
     op = parse_op(args.op)
+    params = _params(args)
     get_algorithm(args.collective, args.algorithm)
     with _status(f"simulating {args.world_size} ranks …"):
         r = _sim_report(args.collective, args.algorithm, args.world_size, args.count, dtype, op,
-                        args.seed)
+                        args.seed, params)
     if args.json:
         _emit_json(r)
     else:
@@ -142,12 +182,13 @@ def _cmd_simulate(args) -> int:
     return 0 if r["verified"] else 1
 
 
-def _run_rows(collective, algorithm, nproc, count, dtype, op, iters, warmup, timeout) -> dict:
+def _run_rows(collective, algorithm, nproc, count, dtype, op, iters, warmup, timeout,
+              params=None) -> dict:
     from .torch.launch import launch
     from .torch.runner import measure
     with _status(f"running {algorithm} {collective} on {nproc} local gloo processes …"):
         rows = launch(measure, nproc, collective, algorithm, count, dtype, op, iters, warmup,
-                      timeout=timeout)
+                      params or {}, timeout=timeout)
     return rows[0]
 
 
@@ -162,7 +203,8 @@ def _print_run(r: dict) -> None:
                      f"{m['time_s'] * 1e6:.1f}", f"{m['algbw'] / 1e9:.3f}",
                      f"{m['busbw'] / 1e9:.3f}", f"{m['min_s'] * 1e6:.1f}",
                      f"{m['p90_s'] * 1e6:.1f}", r["wrong"] if name == "ringccl" else "-"])
-    _table(f"{r['collective']} on {r['world_size']} local gloo processes, op={r['op']}, "
+    extra = "".join(f", {k}={v}" for k, v in r.get("params", {}).items())
+    _table(f"{r['collective']} on {r['world_size']} local gloo processes, op={r['op']}{extra}, "
            f"median of {r['iters']} iterations (max over ranks)", headers, rows)
     print(f"busbw ratio ringccl/gloo: {r['busbw_ratio']:.2f}   "
           f"result {'matches' if r['wrong'] == 0 else 'DIFFERS FROM'} gloo's own "
@@ -173,14 +215,123 @@ def _cmd_run(args) -> int:
     _need_torch()
     dtype = check_dtype(args.dtype)
     op = parse_op(args.op)
+    params = _params(args)
     get_algorithm(args.collective, args.algorithm)
+    build_schedule(args.collective, args.algorithm, args.nproc, **params)  # refuse bad params here
     r = _run_rows(args.collective, args.algorithm, args.nproc, args.count, dtype.name, op.value,
-                  args.iters, args.warmup, args.timeout)
+                  args.iters, args.warmup, args.timeout, params)
     if args.json:
         _emit_json(r)
     else:
         _print_run(r)
     return 0 if r["wrong"] == 0 else 1
+
+
+def _builder_params(algo, args) -> dict:
+    """Keyword arguments the CLI passes to a builder: ``root`` if it takes one and it is set."""
+    params = {}
+    if getattr(args, "root", None) is not None and "root" in inspect.signature(
+            algo.builder).parameters:
+        params["root"] = args.root
+    return params
+
+
+def _precision(collective: str, schedule, x: np.ndarray) -> tuple[float, float]:
+    """Max absolute and max relative error of ``schedule``'s outputs on ``x`` (float32)
+    against the float64 reduction, over every rank's output elements (copies: 0, 0).
+
+    Rank r's output is the slice of the reduced buffer its output chunks cover; outputs in
+    another layout fall back to the simulator's own max abs error (relative: nan)."""
+    spec = get_collective(collective)
+    if not spec.reduces:
+        return 0.0, 0.0
+    n, count = x.shape
+    result = simulate(collective, x, op="sum", schedule=schedule, check=False)
+    c = schedule.num_chunks
+    sizes = np.asarray(spec.chunk_sizes(n, c, spec.buffer_count(n, count), schedule.params))
+    outs = spec.output_chunks(n, c, schedule.params)
+    ref = x.astype(np.float64).sum(axis=0)
+    wants = []
+    for r in range(n):  # rank r's output: its output chunks of the reduced buffer, in order
+        starts = np.concatenate([[0], np.cumsum(sizes[r])])
+        wants.append(np.concatenate([ref[starts[k]:starts[k + 1]] for k in outs[r]])
+                     if len(outs[r]) else ref[:0])
+    per_rank = [np.asarray(o) for o in result.outputs] if len(result.outputs) == n else []
+    if [o.size for o in per_rank] != [w.size for w in wants]:
+        checked = simulate(collective, x, op="sum", schedule=schedule)
+        return checked.max_abs_error, float("nan")
+    max_abs = max_rel = 0.0
+    for r in range(n):
+        want = wants[r]
+        got = per_rank[r].astype(np.float64).reshape(-1)
+        if not want.size:
+            continue
+        err = np.abs(got - want)
+        max_abs = max(max_abs, float(err.max()))
+        nonzero = want != 0
+        if nonzero.any():
+            max_rel = max(max_rel, float((err[nonzero] / np.abs(want[nonzero])).max()))
+    return max_abs, max_rel
+
+
+def _compare_rows(collective: str, world_size: int, count: int, dtype, args) -> list[dict]:
+    spec = get_collective(collective)
+    buffer_count = spec.buffer_count(world_size, count)
+    k = buffer_count * dtype.itemsize
+    x = None
+    if args.precision:
+        x = np.random.default_rng(args.seed).standard_normal((world_size, count)).astype(
+            np.float32)
+    rows = []
+    for name in algorithms(collective):
+        algo = get_algorithm(collective, name)
+        schedule = build_schedule(collective, name, world_size, **_builder_params(algo, args))
+        sent = schedule.bytes_sent(buffer_count, dtype.itemsize)
+        through = sent + schedule.bytes_received(buffer_count, dtype.itemsize)
+        row = {"algorithm": name, "steps": schedule.num_steps, "steps_formula": algo.steps_formula,
+               "bytes_sent_max": int(sent.max()),
+               "bytes_sent_per_buffer": float(sent.max()) / k if k else 0.0,
+               "bytes_through_max": int(through.max()),
+               "busiest_rank": int(np.argmax(through))}
+        if x is not None:
+            row["max_abs_error"], row["max_rel_error"] = _precision(collective, schedule, x)
+        rows.append(row)
+    return rows
+
+
+def _cmd_compare(args) -> int:
+    dtype = check_dtype(args.dtype)
+    what = "simulating every algorithm …" if args.precision else "building schedules …"
+    with _status(what):
+        rows = _compare_rows(args.collective, args.world_size, args.count, dtype, args)
+    spec = get_collective(args.collective)
+    k = spec.buffer_count(args.world_size, args.count) * dtype.itemsize
+    if args.json:
+        _emit_json({"collective": args.collective, "world_size": args.world_size,
+                    "count": args.count, "dtype": dtype.name, "buffer_bytes": k,
+                    "rows": rows})
+        return 0
+    headers = ["algorithm", "steps", "bytes sent/rank (max)", "× buffer",
+               "through busiest rank (sent+recv)"]
+    if args.precision:
+        headers += ["max abs error", "max rel error"]
+    body = []
+    for r in rows:
+        line = [r["algorithm"], f"{r['steps']:,}",
+                units.format_size(r["bytes_sent_max"]), f"{r['bytes_sent_per_buffer']:.3f}",
+                f"{units.format_size(r['bytes_through_max'])} (R{r['busiest_rank']})"]
+        if args.precision:
+            line += [f"{r['max_abs_error']:.3g}", f"{r['max_rel_error']:.3g}"]
+        body.append(line)
+    _table(f"{args.collective} on {args.world_size} ranks, {args.count:,} × {dtype.name} per "
+           f"rank (buffer {units.format_size(k)}); bytes counted from each schedule",
+           headers, body)
+    print("step and byte formulas: `ringccl algorithms " + args.collective + "`")
+    if args.precision:
+        print(f"errors: float32 inputs ~ N(0, 1) (seed {args.seed}) against their float64 sum; "
+              "relative error is per element (large where the sum nearly cancels); each "
+              "algorithm adds in its own order.")
+    return 0
 
 
 def _cmd_algorithms(args) -> int:
@@ -242,6 +393,437 @@ def _cmd_demo(args) -> int:
               "--count 16Mi`, `ringccl algorithms`.")
     return 0 if sim["verified"] and run["wrong"] == 0 else 1
 
+
+# -- train ----------------------------------------------------------------------------------------
+
+#: |final loss of a mode - final loss of the first mode| allowed, relative to the first: float32
+#: runs that differ only in summation order (measured: <= 2.1e-4 after 220 steps on 4 ranks)
+TRAIN_LOSS_RTOL = 1e-3
+
+
+def _train_progress(queue, runner, modes, epochs, quiet: bool) -> None:
+    """Show rank 0's progress events until ``runner`` (a thread running launch) ends."""
+    import queue as queue_mod
+    try:
+        from rich.console import Console
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                   TimeElapsedColumn)
+        progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+    except ImportError:
+        progress = None
+    tasks = {}
+    context = progress if progress is not None else contextlib.nullcontext()
+    with context:
+        while runner.is_alive() or not queue.empty():
+            try:
+                event = queue.get(timeout=0.2)
+            except (queue_mod.Empty, OSError, EOFError):
+                continue
+            if event[0] == "step" and progress is not None:
+                _, mode, done, total = event
+                if mode not in tasks:
+                    tasks[mode] = progress.add_task(f"training ({mode})", total=total)
+                progress.update(tasks[mode], completed=done)
+            elif event[0] == "epoch" and not quiet:
+                _, mode, h = event
+                print(f"[{mode:>8}] epoch {h['epoch']:>3}/{epochs}  batch loss "
+                      f"{h['batch_loss']:.4f}  train loss {h['train_loss']:.4f}  train acc "
+                      f"{h['train_acc']:6.2%}  test acc {h['test_acc']:6.2%}  "
+                      f"({h['seconds']:.2f} s)", flush=True)
+
+
+def _cmd_train(args) -> int:
+    _need_torch()
+    import dataclasses
+    import threading
+
+    import torch.multiprocessing as mp
+
+    from .torch.launch import launch
+    from .torch.train import MODES, TrainConfig, load_digits, plot_training, train_worker
+
+    modes = list(MODES) if args.mode == "all" else [m.strip() for m in args.mode.split(",")]
+    if args.compression and "ddp" not in modes:
+        raise ArgumentError(f"compression={args.compression!r} applies to mode 'ddp' only")
+    configs = [dataclasses.asdict(TrainConfig(
+        mode=m, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
+        weight_decay=args.weight_decay, hidden=tuple(args.hidden), seed=args.seed,
+        algorithm=args.algorithm, accumulation=args.accumulation,
+        sync_micro_batches=args.sync_micro_batches, bucket_cap_mb=args.bucket_cap_mb,
+        first_bucket_mb=args.first_bucket_mb, max_norm=args.max_norm,
+        compression=args.compression if m == "ddp" else None).validate()) for m in modes]
+    data = load_digits(args.seed)  # once here: importing scikit-learn costs seconds per process
+    queue = mp.get_context("spawn").Queue()
+    outcome: dict = {}
+
+    def run():
+        try:
+            outcome["results"] = launch(train_worker, args.nproc, configs, data, queue,
+                                        timeout=args.timeout)
+        except BaseException as exc:  # re-raised in the main thread
+            outcome["error"] = exc
+
+    runner = threading.Thread(target=run, daemon=True)
+    runner.start()
+    _train_progress(queue, runner, modes, args.epochs, quiet=args.json)
+    runner.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    results = outcome["results"][0]  # rank 0's view; every rank checked replicas_identical
+    first = results[0]["final_train_loss"]
+    for r in results:
+        r["loss_rel_diff"] = abs(r["final_train_loss"] - first) / max(abs(first), 1e-12)
+    agree = all(r["loss_rel_diff"] <= TRAIN_LOSS_RTOL for r in results)
+    plot = None if args.no_plot else plot_training(results, args.plot)
+    report = {"runs": results, "loss_rtol": TRAIN_LOSS_RTOL, "losses_agree": agree,
+              "plot": plot}
+    if args.json:
+        _emit_json(report)
+    else:
+        _print_train(report, args)
+    ok = agree and all(r["replicas_identical"] for r in results)
+    return 0 if ok else 1
+
+
+def _print_train(report: dict, args) -> None:
+    rows = []
+    for r in report["runs"]:
+        expected = r["expected_bytes"]
+        model = (expected.get("all_reduce") or expected["reduce_scatter"] + expected["all_gather"])
+        per_step = r["bytes_per_step"]
+        rows.append([r["mode"], f"{r['final_train_loss']:.5f}", f"{r['loss_rel_diff']:.1e}",
+                     f"{r['final_test_acc']:.2%}",
+                     "-" if per_step is None else units.format_size(per_step),
+                     units.format_size(model), units.format_size(r["optimizer_state_bytes"]),
+                     f"{r['step_seconds'] * 1e3:.1f}",
+                     "yes" if r["replicas_identical"] else "NO"])
+    runs = report["runs"]
+    _table(f"digits MLP ({runs[0]['parameters']:,} parameters) on {runs[0]['world_size']} local "
+           f"gloo processes, {runs[0]['steps']} steps, accumulation {args.accumulation}",
+           ["mode", "final loss", "rel. diff", "test acc", "sent/step", "model/round",
+            "opt. state", "ms/step", "replicas equal"], rows)
+    print(f"bytes per rank: sent/step measured from the schedules (torch mode: not measured); "
+          f"model/round = 2(N-1)/N x gradient bytes (zero: reduce-scatter + all-gather).")
+    if len(runs) > 1:
+        print(f"final losses {'agree' if report['losses_agree'] else 'DIFFER'} within relative "
+              f"tolerance {report['loss_rtol']:g}")
+    if report["plot"]:
+        print(f"wrote {report['plot']} (loss curves, bucket timeline)")
+
+
+# -- cost model: model, tune ----------------------------------------------------------------------
+
+def _ms(seconds: float) -> str:
+    """Milliseconds as the seeds print them: 2 decimals, 3 below 1 ms."""
+    ms = seconds * 1e3
+    return f"{ms:.2f}" if abs(ms) >= 1 else f"{ms:.3f}"
+
+
+def _machines(args) -> list:
+    """The machines the command line describes: one per world size (flat) or one two-level."""
+    from .topology import flat, two_level
+    if args.nodes is not None:
+        topo = two_level(args.nodes, args.local, intra=args.intra, inter=args.inter,
+                         nics_per_node=args.nics_per_node,
+                         oversubscription=args.oversubscription, placement=args.placement)
+        if args.world_size and args.world_size != [topo.world_size]:
+            raise ArgumentError(f"--world-size {args.world_size} differs from --nodes x --local "
+                                f"= {topo.world_size}")
+        return [topo]
+    return [flat(n, args.alpha, args.bandwidth) for n in (args.world_size or [8])]
+
+
+def _link_bytes_text(max_link_bytes: dict) -> str:
+    return ", ".join(f"{kind} {units.format_size(b)}" for kind, b in max_link_bytes.items()
+                     if kind.endswith("out")) or "-"
+
+
+def _model_report(args) -> dict:
+    from .tuning import predict_table, tune
+    tables = []
+    for topo in _machines(args):
+        rows, skipped = predict_table(args.collective, None, args.size, topo, gamma=args.gamma,
+                                      algorithms=args.algorithm, dtype=args.dtype)
+        t = tune(args.collective, None, args.size, topo, gamma=args.gamma,
+                 algorithms=args.algorithm)
+        crossovers = [{"nbytes": c.nbytes, "below": c.below, "above": c.above,
+                       "seconds": t.time_at(c.nbytes, c.below)} for c in t.crossovers]
+        tables.append({"world_size": topo.world_size, "machine": topo.describe(), "rows": rows,
+                       "skipped": skipped, "crossovers": crossovers})
+    return {"collective": args.collective, "tables": tables}
+
+
+def _print_model(report: dict) -> None:
+    headers = ["size", "count", "type", "algorithm", "time (us)", "algbw (GB/s)",
+               "busbw (GB/s)", "latency", "busiest link out (bytes)", "steps", ""]
+    for t in report["tables"]:
+        rows = [[units.format_size(r["size"]), r["count"], r["type"], r["algorithm"],
+                 f"{r['time_s'] * 1e6:.2f}", f"{r['algbw'] / 1e9:.3f}", f"{r['busbw'] / 1e9:.3f}",
+                 f"{100 * r['latency_fraction']:.1f}%", _link_bytes_text(r["max_link_bytes"]),
+                 r["num_steps"], "fastest" if r["best"] else ""] for r in t["rows"]]
+        _table(f"predicted {report['collective']} (nccl-tests columns), {t['machine']}",
+               headers, rows)
+        for c in t["crossovers"]:
+            print(f"  crossover: {c['below']} -> {c['above']} at "
+                  f"{units.format_size(c['nbytes'])} ({c['seconds'] * 1e6:.2f} us)")
+        for name, why in t["skipped"].items():
+            print(f"  skipped {name}: {why}")
+        print()
+
+
+def _plot_model(report: dict, path: str) -> None:
+    from .plot import model_chart
+    charts = []
+    for t in report["tables"]:
+        algos = list(dict.fromkeys(r["algorithm"] for r in t["rows"]))
+        sizes = sorted({r["size"] for r in t["rows"]})
+        by = {(r["algorithm"], r["size"]): r for r in t["rows"]}
+        charts.append({"world_size": t["world_size"], "sizes": sizes,
+                       "seconds": {a: [by[a, s]["time_s"] for s in sizes] for a in algos},
+                       "busbw": {a: [by[a, s]["busbw"] for s in sizes] for a in algos},
+                       "crossovers": t["crossovers"]})
+    machines = "; ".join(dict.fromkeys(t["machine"].split(":")[0] for t in report["tables"]))
+    model_chart(charts, path, title=f"ringccl model {report['collective']} ({machines}; "
+                f"{report['tables'][0]['machine'].split(', ', 1)[-1]})")
+
+
+def _print_seed(fig: dict) -> None:
+    _table("seed 000 §5: ring all_reduce bytes sent per rank (K = one rank's buffer)",
+           ["N", "bytes per rank", "vs naive (N-1)K", "vs lower bound 2K"],
+           [[r["world_size"], f"{r['bytes_per_rank_K']:.3f} K", f"{r['vs_direct']:.3f} x",
+             f"{r['vs_lower_bound']:.3f} x"] for r in fig["per_rank_bytes"]])
+    print()
+    _table("seed 000 §5: ring all_reduce, alpha = 5 us, 300 GB/s, float32",
+           ["ranks", "elements", "size", "total (ms)", "latency (ms)", "latency share",
+            "bandwidth (ms)"],
+           [[r["world_size"], units.format_count(r["count"]), units.format_size(r["nbytes"]),
+             _ms(r["seconds"]), _ms(r["latency_seconds"]), f"{100 * r['latency_fraction']:.1f}%",
+             _ms(r["bandwidth_seconds"])] for r in fig["ring_latency"]])
+    print()
+    rows = fig["experiment3"]
+    walked = list(rows[0]["ringccl"])
+    _table("seed 001 §7.3 experiment 3: all_reduce of 100 MiB, 50 GB/s, 5 us (ms); "
+           "lecture's formulas | ringccl's walked schedules",
+           ["P", "master", "ring", "tree", "|"] + [f"ringccl {a}" for a in walked],
+           [[r["world_size"]] + [_ms(r["lecture"][a]) for a in ("master", "ring", "tree")]
+            + ["|"] + ["-" if r["ringccl"][a] is None else _ms(r["ringccl"][a]) for a in walked]
+            for r in rows])
+    missing = [a for a in walked if rows[0]["ringccl"][a] is None]
+    if missing:
+        print(f"  (-: {', '.join(missing)} not registered in this build)")
+    print()
+    h = fig["hierarchical"]
+    hw = h["hierarchical_walked"]
+    _table(f"seed 001 q.4: all_reduce of {units.format_size(h['nbytes'])} on {h['nodes']} nodes x "
+           f"{h['local']} GPUs, NVLink {units.format_bandwidth(h['nvlink_bandwidth'])}, "
+           f"{units.format_bandwidth(h['nic_bandwidth'])} per NIC, alpha 5 us",
+           ["algorithm", "time (ms)", "bytes out of the busiest NIC", "NICs used per node"],
+           [["flat ring (walked)", _ms(h["flat_ring"]["seconds"]),
+             units.format_size(h["flat_ring"]["nic_bytes"]), h["flat_ring"]["nics_used_per_node"]],
+            ["hierarchical (formula)", _ms(h["hierarchical_formula"]["seconds"]),
+             units.format_size(h["hierarchical_formula"]["nic_bytes"]),
+             h["hierarchical_formula"]["nics_used_per_node"]]]
+           + ([["hierarchical (walked)", _ms(hw["seconds"]), units.format_size(hw["nic_bytes"]),
+                hw["nics_used_per_node"]]] if hw else []))
+    print(f"  speed-up of hierarchical over flat ring: {h['speedup_formula']:.2f}x (formula)"
+          + (f", {hw['speedup']:.2f}x (walked)" if hw else "")
+          + f"; bytes per NIC {h['nic_bytes_ratio']:.2f}x fewer")
+
+
+def _cmd_model(args) -> int:
+    if args.preset == "seed":
+        from .presets import seed_figures
+        with _status("computing the seeds' figures …"):
+            fig = seed_figures()
+        if args.json:
+            _emit_json(fig)
+        else:
+            _print_seed(fig)
+        return 0
+    report = _model_report(args)
+    if args.plot:
+        _plot_model(report, args.plot)
+    if args.json:
+        _emit_json(report)
+    else:
+        _print_model(report)
+        if args.plot:
+            print(f"chart written to {args.plot}")
+    return 0
+
+
+def _bucket_report(args, topo) -> dict | None:
+    from .buckets import (DDP_BUCKET_BYTES, DDP_FIRST_BUCKET_BYTES, best_bucket_size,
+                          bucket_plan, gpt2_gradient_sizes)
+    if args.bucket_model is None and args.tensor_sizes is None:
+        return None
+    sizes = (gpt2_gradient_sizes(args.bucket_model) if args.tensor_sizes is None
+             else args.tensor_sizes)
+    kw = dict(collective=args.collective, algorithm=args.bucket_algorithm, gamma=args.gamma,
+              backward_seconds=args.backward)
+    best, plans = best_bucket_size(sizes, None, topo, **kw)
+    ddp = bucket_plan(sizes, DDP_BUCKET_BYTES, None, topo,
+                      first_bucket_bytes=DDP_FIRST_BUCKET_BYTES, **kw)
+    row = (lambda label, p: {"plan": label, "bucket_bytes": p.bucket_bytes,
+                             "buckets": p.num_buckets, "comm_s": p.comm_seconds,
+                             "finish_s": p.finish_seconds, "exposed_s": p.exposed_seconds})
+    rows = [row("one by one" if p.bucket_bytes == 0 else "", p) for p in plans]
+    rows.append(row("DDP default (1 MiB first, 25 MiB)", ddp))
+    return {"model": args.bucket_model or "tensor sizes", "tensors": len(sizes),
+            "total_bytes": int(sum(sizes)), "backward_s": args.backward,
+            "algorithm": args.bucket_algorithm, "best_bucket_bytes": best.bucket_bytes,
+            "rows": rows}
+
+
+def _cmd_tune(args) -> int:
+    from .tuning import tune
+    topo = _machines(args)
+    if len(topo) != 1:
+        raise ArgumentError(f"tune takes one --world-size, got {args.world_size}")
+    topo = topo[0]
+    t = tune(args.collective, None, args.size, topo, gamma=args.gamma, algorithms=args.algorithm)
+    ranges = [{"algorithm": r.algorithm, "low": r.low, "high": r.high,
+               "seconds_low": t.time_at(r.low, r.algorithm),
+               "seconds_high": t.time_at(r.high, r.algorithm)} for r in t.ranges]
+    report = {"collective": args.collective, "machine": topo.describe(),
+              "algorithms": list(t.algorithms), "ranges": ranges,
+              "crossovers": [c._asdict() for c in t.crossovers], "skipped": t.skipped,
+              "buckets": _bucket_report(args, topo)}
+    if args.json:
+        _emit_json(report)
+        return 0
+    _table(f"fastest {args.collective} algorithm by size, {topo.describe()} "
+           f"(compared: {', '.join(t.algorithms)})",
+           ["from", "to", "fastest", "time at from", "time at to"],
+           [[units.format_size(r["low"]), units.format_size(r["high"]), r["algorithm"],
+             units.format_duration(r["seconds_low"]), units.format_duration(r["seconds_high"])]
+            for r in ranges])
+    for c in t.crossovers:
+        print(f"  crossover: {c.below} -> {c.above} at {units.format_size(c.nbytes)} "
+              f"({c.nbytes:,.0f} bytes)")
+    for name, why in t.skipped.items():
+        print(f"  skipped {name}: {why}")
+    b = report["buckets"]
+    if b:
+        print()
+        _table(f"bucketing {b['model']}: {b['tensors']} tensors, "
+               f"{units.format_size(b['total_bytes'])}, backward "
+               f"{units.format_duration(b['backward_s'])}, {b['algorithm']} {args.collective}",
+               ["bucket size", "buckets", "comm time", "finish", "exposed", ""],
+               [[units.format_size(r["bucket_bytes"]) if r["bucket_bytes"] else "0",
+                 r["buckets"], units.format_duration(r["comm_s"]),
+                 units.format_duration(r["finish_s"]), units.format_duration(r["exposed_s"]),
+                 " ".join(x for x in (r["plan"], "best" if r["bucket_bytes"] ==
+                                      b["best_bucket_bytes"] and not r["plan"].startswith("DDP")
+                                      else "") if x)]
+                for r in b["rows"]])
+    return 0
+
+
+def _size_list(text: str) -> list[float]:
+    """``4KiB:1GiB`` (powers of two between), ``4KiB:1GiB:4`` (factor 4), or ``1KiB,4MiB``."""
+    try:
+        if ":" in text:
+            parts = text.split(":")
+            if len(parts) not in (2, 3):
+                raise ArgumentError(f"size range {text!r} must be LOW:HIGH or LOW:HIGH:FACTOR")
+            lo, hi = units.size(parts[0]), units.size(parts[1])
+            factor = float(parts[2]) if len(parts) == 3 else 2.0
+            if lo <= 0 or hi < lo or factor <= 1:
+                raise ArgumentError(f"size range {text!r} needs 0 < LOW <= HIGH and FACTOR > 1")
+            out = [float(lo)]
+            while out[-1] * factor <= hi * (1 + 1e-12):
+                out.append(out[-1] * factor)
+            return out
+        return [float(units.size(s)) for s in text.split(",") if s.strip()]
+    except RingcclError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _int_list(text: str) -> list[int]:
+    return [_positive_int(s) for s in text.split(",") if s.strip()]
+
+
+def _names(text: str) -> list[str]:
+    return [s.strip() for s in text.split(",") if s.strip()]
+
+
+def _checked(parse):
+    """An argparse type from a ringccl parser: errors become usage errors."""
+    def convert(text: str):
+        try:
+            return parse(text)
+        except RingcclError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    convert.__name__ = parse.__name__
+    return convert
+
+
+def _gamma(text: str) -> float:
+    """``--gamma``: seconds per byte (a number) or a reduction rate such as ``100GB/s``."""
+    from .costmodel import parse_gamma
+    try:
+        return parse_gamma(float(text))
+    except ValueError:
+        return parse_gamma(text)
+
+
+def _add_machine_args(p) -> None:
+    g = p.add_argument_group("machine (flat by default; --nodes for two-level)")
+    g.add_argument("--world-size", "-N", type=_int_list, default=None,
+                   help="ranks, or a list: 8,64,1024 (flat machine; default 8)")
+    g.add_argument("--alpha", default="5us", type=_checked(units.duration),
+                   help="flat: latency per step (default 5us)")
+    g.add_argument("--bandwidth", default="50GB/s", type=_checked(units.bandwidth),
+                   help="flat: per direction, 50GB/s or 400Gbps (default 50GB/s)")
+    g.add_argument("--gamma", default=0.0, type=_checked(_gamma),
+        help="seconds per byte reduced, or a reduction rate such as 100GB/s (default 0)")
+    g.add_argument("--nodes", type=_positive_int, help="two-level: number of nodes")
+    g.add_argument("--local", type=_positive_int, default=8, help="two-level: GPUs per node")
+    g.add_argument("--intra", default="5us,900GB/s", help="two-level: ALPHA,BANDWIDTH of NVLink")
+    g.add_argument("--inter", default="5us,50GB/s", help="two-level: ALPHA,BANDWIDTH of one NIC")
+    g.add_argument("--nics-per-node", type=_positive_int, help="two-level: default --local")
+    g.add_argument("--oversubscription", type=float, default=1.0,
+                   help="two-level: inter-node fabric oversubscription (>= 1)")
+    g.add_argument("--placement", default="node_major", choices=["node_major", "round_robin"],
+                   help="two-level: rank placement")
+
+
+def _add_cost_parsers(sub, collectives) -> None:
+    p = sub.add_parser("model", help="predict time, algbw, busbw per algorithm (cost model)")
+    p.add_argument("collective", nargs="?", default="all_reduce", choices=collectives)
+    p.add_argument("--algorithm", "-a", type=_names, default=None,
+                   help="algorithms to compare, comma-separated (default: all registered)")
+    p.add_argument("--size", "-s", type=_size_list, default=_size_list("4KiB:1GiB"),
+                   help="bytes per rank: 4KiB:1GiB (x2), 4KiB:1GiB:4, or 1MiB,1GiB")
+    p.add_argument("--dtype", default="float32", choices=SUPPORTED_DTYPES,
+                   help="element type for the count column")
+    _add_machine_args(p)
+    p.add_argument("--plot", metavar="PNG", help="write a chart: time and busbw vs size")
+    p.add_argument("--preset", choices=["seed"], help="seed: print the seeds' figures")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_model)
+
+    p = sub.add_parser("tune", help="fastest algorithm per size, crossovers, bucket size")
+    p.add_argument("collective", choices=collectives)
+    p.add_argument("--algorithm", "-a", type=_names, default=None,
+                   help="algorithms to compare, comma-separated (default: all registered)")
+    p.add_argument("--size", "-s", type=_size_list, default=_size_list("4B:16GiB"),
+                   help="size grid (default 4B:16GiB, x2); crossovers are refined between")
+    _add_machine_args(p)
+    p.add_argument("--bucket-model", choices=["gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"],
+                   help="also find the best gradient bucket size for this model")
+    p.add_argument("--tensor-sizes", type=_size_list,
+                   help="gradient sizes in backward order, instead of --bucket-model")
+    p.add_argument("--backward", type=_checked(units.duration), default=0.0,
+                   help="backward time the buckets overlap with (default 0)")
+    p.add_argument("--bucket-algorithm", default="ring", help="algorithm for each bucket")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_tune)
+
+
+# -- bench and fit --------------------------------------------------------------------------------
 
 def _progress(total: int, description: str):
     """(context manager, advance(row) callback): a rich progress bar on stderr, or nothing."""
@@ -496,6 +1078,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _widths(text: str) -> tuple:
+    try:
+        widths = tuple(int(w) for w in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma list of integers") from None
+    if not widths or min(widths) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: widths must be >= 1")
+    return widths
+
+
 def _size(text: str) -> int:
     try:
         return units.size(text)
@@ -520,8 +1112,19 @@ def build_parser() -> argparse.ArgumentParser:
     def common(p, collective=True):
         if collective:
             p.add_argument("collective", choices=collectives, help="collective to use")
-            p.add_argument("--algorithm", "-a", default="ring",
-                           help="algorithm name (see `ringccl algorithms`; default ring)")
+            p.add_argument("--algorithm", "-a", default=None,
+                           help="algorithm name (see `ringccl algorithms`; default ring, or the "
+                           "collective's first algorithm)")
+            p.add_argument("--src", type=int, default=None,
+                           help="root of broadcast and scatter (default 0)")
+            p.add_argument("--dst", type=int, default=None,
+                           help="root of reduce and gather (default 0)")
+            p.add_argument("--root", type=int, default=None,
+                           help="root of any rooted collective or algorithm (e.g. master)")
+            p.add_argument("--segments", type=_positive_int, default=None,
+                           help="segments of pipelined algorithms (e.g. ring broadcast/reduce)")
+            p.add_argument("--param", action="append", metavar="NAME=INT",
+                           help="any other builder parameter (repeatable)")
         p.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
     p = sub.add_parser("demo", help="guided tour: the seed's table, a simulation, real processes")
@@ -538,7 +1141,25 @@ def build_parser() -> argparse.ArgumentParser:
     common(p)
     p.add_argument("--world-size", "-N", type=_positive_int, default=4)
     p.add_argument("--max-steps", type=_positive_int, default=200)
+    p.add_argument("--trace", metavar="OUT.json",
+                   help="also write a Chrome/Perfetto trace (one track per rank)")
+    p.add_argument("--msccl-xml", metavar="OUT.xml", help="also write the schedule as MSCCL XML")
     p.set_defaults(func=_cmd_show)
+
+    p = sub.add_parser("compare", help="every algorithm of a collective side by side")
+    p.add_argument("collective", choices=collectives, help="collective to compare")
+    p.add_argument("--world-size", "-N", type=_positive_int, default=8)
+    p.add_argument("--count", "-c", type=_count, default=units.count("1Mi"),
+                   help="elements per rank: 1M = 10^6, 1Mi = 2^20 (default 1Mi)")
+    p.add_argument("--dtype", default="float32", choices=SUPPORTED_DTYPES,
+                   help="element type for the byte counts (default float32)")
+    p.add_argument("--root", type=int, default=None, help="root rank of rooted collectives")
+    p.add_argument("--precision", action="store_true",
+                   help="simulate each algorithm on the same random float32 inputs and report "
+                   "its error against a float64 reference (needs N × count × 4 bytes per array)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.set_defaults(func=_cmd_compare)
 
     p = sub.add_parser("simulate", help="simulate on N virtual ranks and check against numpy")
     common(p)
@@ -554,7 +1175,8 @@ def build_parser() -> argparse.ArgumentParser:
     common(p)
     p.add_argument("--nproc", "-n", type=_positive_int, default=4)
     p.add_argument("--count", "-c", type=_count, default=units.count("16Mi"),
-                   help="elements per rank (reduce_scatter: whole input), default 16Mi")
+                   help="elements per rank (reduce_scatter, scatter: the whole N-block input; "
+                   "rounded down to a multiple of N for those and all_to_all), default 16Mi")
     p.add_argument("--dtype", default="float32",
                    choices=[d for d in SUPPORTED_DTYPES])
     p.add_argument("--op", default="sum")
@@ -639,6 +1261,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("collective", nargs="?", choices=collectives)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_algorithms)
+
+    p = sub.add_parser("train", help="data-parallel training of an MLP on the digits data set")
+    p.add_argument("--nproc", "-n", type=_positive_int, default=4, help="local processes")
+    p.add_argument("--mode", default="ddp",
+                   help="ddp (DDP + ringccl hook), bucketer, zero, torch (DDP + gloo), a comma "
+                   "list, or all; several modes run one after the other in one launch")
+    p.add_argument("--epochs", type=_positive_int, default=20)
+    p.add_argument("--batch-size", type=_positive_int, default=32, help="per rank and step")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--weight-decay", type=float, default=1e-2)
+    p.add_argument("--hidden", type=_widths, default=(256, 256),
+                   help="hidden widths, e.g. 256,256")
+    p.add_argument("--accumulation", type=_positive_int, default=1,
+                   help="micro-batches per optimizer step (no_sync on all but the last)")
+    p.add_argument("--sync-micro-batches", action="store_true",
+                   help="communicate after every micro-batch (no no_sync), to compare bytes")
+    p.add_argument("--algorithm", "-a", default="ring")
+    p.add_argument("--bucket-cap-mb", type=float, default=0.125, help="MiB (default 0.125)")
+    p.add_argument("--first-bucket-mb", type=float, default=0.03, help="MiB (bucketer)")
+    p.add_argument("--max-norm", type=float, default=None, help="clip by the global norm")
+    p.add_argument("--compression", choices=["fp16", "bf16"], default=None,
+                   help="mode ddp: all-reduce buckets in fp16/bf16")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--plot", default="ringccl_train.png", help="output image (default %(default)s)")
+    p.add_argument("--no-plot", action="store_true")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds before giving up")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_train)
+    _add_cost_parsers(sub, collectives)
     return parser
 
 

@@ -1,13 +1,18 @@
 """The schedule: a collective algorithm as data, shared by every executor (see DESIGN.md).
 
 A schedule for ``world_size`` ranks splits every rank's working buffer into ``num_chunks`` chunks
-with ``numpy.array_split`` boundaries (:func:`chunk_bounds`) and lists *steps*. A step is a set of
+(sizes from the collective's contract, ``Collective.chunk_sizes``: ``numpy.array_split``
+boundaries, :func:`chunk_bounds`, per buffer or per block; they may differ per rank, as for uneven
+all_to_all splits) and lists *steps*. A step is a set of
 transfers that run at the same time and cost one latency (one alpha). A transfer is
 
     (src rank, dst rank, chunk read at src, chunk written at dst, reduce or copy)
 
 and follows BSP semantics: every transfer of a step reads the state before the step, then all
-writes land. Within one step at most one transfer writes a given (dst, chunk) slot.
+writes land. Within one step at most one transfer writes a given (dst, chunk) slot, except that
+several *reduces* may target one slot (a rank combining many peers' buffers at once, as the
+direct algorithms do): they are applied one after another in canonical order, i.e. in ascending
+source rank (:func:`reduce_rounds`), so every executor rounds floating-point sums the same way.
 
 Steps are stored as small integer arrays (one entry per transfer), not as Python objects, so a
 1024-rank ring all-reduce (2046 steps x 1024 transfers) stays a few tens of MB. Transfers inside a
@@ -26,7 +31,7 @@ import numpy as np
 from .errors import ArgumentError, ScheduleError
 
 __all__ = ["Kind", "Transfer", "Step", "Schedule", "Program", "RankStep", "Send", "Recv",
-           "chunk_bounds"]
+           "chunk_bounds", "reduce_rounds"]
 
 
 class Kind(enum.IntEnum):
@@ -67,6 +72,26 @@ def chunk_bounds(count: int, num_chunks: int) -> np.ndarray:
     bounds = np.zeros(num_chunks + 1, dtype=np.int64)
     np.cumsum(sizes, out=bounds[1:])
     return bounds
+
+
+def reduce_rounds(dst_slots: np.ndarray, reduce: np.ndarray) -> list[np.ndarray]:
+    """The reduces of one step, split into rounds whose destination slots are distinct.
+
+    Args:
+        dst_slots: int array, one destination slot id per transfer of the step, in the step's
+            canonical order.
+        reduce: bool array, True for reduces.
+    Returns:
+        index arrays (sorted) into the step's transfers; round k holds every slot's k-th reduce,
+        so applying the rounds in turn combines each slot's contributions in canonical order.
+    """
+    idx = np.nonzero(reduce)[0]
+    order = idx[np.argsort(dst_slots[idx], kind="stable")]
+    ds = dst_slots[order]
+    start = np.r_[True, ds[1:] != ds[:-1]] if ds.size else np.zeros(0, bool)
+    first = np.maximum.accumulate(np.where(start, np.arange(ds.shape[0]), 0))
+    k = np.arange(ds.shape[0]) - first  # occurrence number of each reduce at its destination
+    return [np.sort(order[k == j]) for j in range(int(k.max()) + 1)] if k.size else []
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:
@@ -177,8 +202,9 @@ class Schedule:
         collective: collective name ("all_reduce", "reduce_scatter", "all_gather", ...).
         algorithm: algorithm name ("ring", ...).
         world_size: number of ranks N (>= 1).
-        num_chunks: chunks per rank buffer C (>= 1); chunk c spans ``chunk_bounds(L, C)[c:c+2]``
-            of the collective's working buffer of L elements (see ``ringccl.collectives``).
+        num_chunks: chunks per rank buffer C (>= 1); the collective's contract maps them onto
+            each rank's working buffer (``ringccl.collectives``; for all_reduce chunk c spans
+            ``chunk_bounds(L, C)[c:c+2]`` of the L-element buffer).
         steps: the steps, in order.
         params: algorithm parameters that shaped the schedule (root, segments, ...).
 
@@ -373,19 +399,40 @@ class Schedule:
                     self.world_size, self.num_chunks)
         return self._cache["chunk_recvs"]
 
-    def bytes_sent(self, buffer_count: int, itemsize: int) -> np.ndarray:
-        """Exact bytes each rank sends for a working buffer of ``buffer_count`` elements.
+    def chunk_sizes(self, buffer_count: int) -> np.ndarray:
+        """(world_size, num_chunks) elements of each rank's chunks for a collective size of
+        ``buffer_count`` elements (the collective's contract: ``Collective.chunk_sizes``)."""
+        from .collectives import get_collective
+        return get_collective(self.collective).chunk_sizes(
+            self.world_size, self.num_chunks, buffer_count, self.params)
 
+    def bytes_sent(self, buffer_count: int, itemsize: int, *,
+                   chunk_sizes: np.ndarray | None = None) -> np.ndarray:
+        """Exact bytes each rank sends for a collective size of ``buffer_count`` elements.
+
+        Args:
+            buffer_count: M, the elements the collective's contract splits into chunks
+                (``Collective.buffer_count``: all_reduce: the buffer; all_gather: N·count).
+            itemsize: bytes per element.
+            chunk_sizes: (world_size, num_chunks) elements per chunk, overriding the contract's
+                (e.g. uneven all_to_all splits).
         Returns:
             int64 array (world_size,), bytes.
         """
-        sizes = np.diff(chunk_bounds(buffer_count, self.num_chunks))
-        return self.chunk_sends() @ sizes * itemsize
+        return self._bytes(self.chunk_sends(), buffer_count, itemsize, chunk_sizes)
 
-    def bytes_received(self, buffer_count: int, itemsize: int) -> np.ndarray:
-        """Exact bytes each rank receives for a working buffer of ``buffer_count`` elements."""
-        sizes = np.diff(chunk_bounds(buffer_count, self.num_chunks))
-        return self.chunk_recvs() @ sizes * itemsize
+    def bytes_received(self, buffer_count: int, itemsize: int, *,
+                       chunk_sizes: np.ndarray | None = None) -> np.ndarray:
+        """Exact bytes each rank receives; arguments as :meth:`bytes_sent`."""
+        return self._bytes(self.chunk_recvs(), buffer_count, itemsize, chunk_sizes)
+
+    def _bytes(self, counts, buffer_count, itemsize, chunk_sizes) -> np.ndarray:
+        sizes = self.chunk_sizes(buffer_count) if chunk_sizes is None else np.asarray(chunk_sizes)
+        if sizes.ndim == 2 and sizes.strides[0] == 0:  # same sizes on every rank
+            sizes = sizes[0]
+        if sizes.ndim == 1:
+            return counts @ sizes.astype(np.int64) * itemsize
+        return (counts * sizes).sum(axis=1).astype(np.int64) * itemsize
 
     # -- display ---------------------------------------------------------------------------------
 
@@ -398,3 +445,15 @@ class Schedule:
         """
         from .show import step_table
         return step_table(self, max_steps=max_steps)
+
+    # -- interop ---------------------------------------------------------------------------------
+
+    def to_msccl_xml(self, name: str | None = None) -> str:
+        """This schedule in MSCCL's XML IR (mapping and limits: :mod:`ringccl.interop`)."""
+        from .interop import to_msccl_xml
+        return to_msccl_xml(self, name=name)
+
+    def to_chrome_trace(self, step_seconds=None) -> dict:
+        """This schedule as a Chrome/Perfetto trace (:func:`ringccl.interop.to_chrome_trace`)."""
+        from .interop import to_chrome_trace
+        return to_chrome_trace(self, step_seconds=step_seconds)

@@ -1,17 +1,21 @@
 """The simulator: run any schedule on N virtual ranks in one process, on numpy buffers.
 
 All ranks live in one array ``S`` of shape (world_size, num_chunks, m): rank r's chunk c is
-``S[r, c, :len(c)]`` with m = ceil(L / num_chunks); the padding of shorter chunks holds the reduce
-op's identity, so every chunk can be moved as a full row of m elements. When L divides evenly
-there is no padding and ``S`` reshaped to (world_size, L) *is* the all-ranks buffer, so the only
-full copy is the initial one (the caller's inputs are never modified).
+``S[r, c, :size[r, c]]``, with the sizes from the collective's contract
+(``Collective.chunk_sizes``: they may differ per rank, e.g. uneven all_to_all splits) and m the
+largest. The padding of shorter chunks holds the reduce op's identity, so every chunk can be moved
+as a full row of m elements. When every chunk has the same size there is no padding and ``S``
+reshaped to (world_size, num_chunks·m) *is* the all-ranks working buffer, so for collectives
+whose input fills the whole buffer the only full copy is the initial one (the caller's inputs are
+never modified).
 
 Each step runs vectorized over all its transfers at once. A step is compiled once per schedule
 into a few strided slices of the flattened (world_size·num_chunks, m) buffer: transfers whose
 source and destination slot indices both advance by constant strides form one slice, so a ring
 step is 2-3 numpy operations on contiguous rows regardless of N. Steps with irregular patterns
-fall back to one gather (``np.take``) and one scatter. BSP semantics: if a step writes a slot that
-another of its transfers reads, the sources are snapshotted before any write.
+fall back to one gather (``np.take``) and one scatter (in rounds when several reduces target one
+slot, so they combine in canonical order). BSP semantics: if a step writes a slot that another of
+its transfers reads, the sources are snapshotted before any write.
 """
 
 from __future__ import annotations
@@ -21,13 +25,13 @@ from typing import Any
 
 import numpy as np
 
-from .algorithms import build_schedule
-from .collectives import get_collective
+from .algorithms import algorithms, build_schedule
+from .collectives import check_root, get_collective, split_sizes
 from .errors import ArgumentError, ArgumentTypeError
-from .ir import Schedule, chunk_bounds
+from .ir import Schedule, chunk_bounds, reduce_rounds
 from .ops import ReduceOp, check_dtype, check_op_dtype, identity, parse_op, ufunc
 
-__all__ = ["simulate", "SimResult", "SimStats", "reference_tolerance"]
+__all__ = ["simulate", "SimResult", "SimStats", "reference_tolerance", "default_algorithm"]
 
 _MAX_PIECES = 8  # beyond this many strided runs a step uses one gather/scatter instead
 
@@ -56,9 +60,9 @@ class SimResult:
     """What :func:`simulate` returns.
 
     Attributes:
-        outputs: per-rank outputs with torch.distributed's shapes: an ndarray of shape
-            (world_size, ...) when all ranks' outputs have the same length, else a tuple of 1-D
-            arrays (reduce_scatter with a count not divisible by world_size).
+        outputs: per-rank outputs with torch.distributed's shapes (see :func:`simulate`): an
+            ndarray of shape (world_size, ...) when all ranks' outputs have the same length,
+            else a tuple of 1-D arrays; gather: the root's (world_size·count,) array.
         stats: :class:`SimStats`.
         matches_reference: True if every output matches the numpy reference within
             :func:`reference_tolerance`; None if the call passed ``check=False``.
@@ -126,7 +130,10 @@ def _compile(schedule: Schedule) -> list:
                     break
                 groups.extend((flag,) + piece for piece in p)
         if groups is None or len(groups) > _MAX_PIECES:
-            plan.append(("fancy", s, d, red, hazard))
+            # several reduces into one slot: applied in rounds, in canonical order (ir.py)
+            rounds = (reduce_rounds(d, red) if np.unique(d[red]).size < int(red.sum())
+                      else None)
+            plan.append(("fancy", s, d, red, rounds))
         else:
             plan.append(("slices", groups, hazard, int(hi - lo)))
     schedule._cache["sim_plan"] = plan
@@ -143,6 +150,8 @@ def _run(plan: list, flat: np.ndarray, combine: np.ufunc) -> None:
     scratch = np.empty((max_t, flat.shape[1]), dtype=flat.dtype)
     for entry in plan:
         if entry[0] == "slices":
+            # pieces run in ascending source slot, so several reduces into one slot combine in
+            # canonical order
             _, groups, hazard, _t = entry
             sources = []
             at = 0
@@ -160,60 +169,76 @@ def _run(plan: list, flat: np.ndarray, combine: np.ufunc) -> None:
                 else:
                     np.copyto(dst, src)
         else:
-            _, s, d, red, _hazard = entry
+            _, s, d, red, rounds = entry
             vals = scratch[:s.shape[0]]
             np.take(flat, s, axis=0, out=vals)  # a gather always snapshots
-            if red.any():
-                idx = d[red]
-                flat[idx] = combine(flat[idx], vals[red])
             if not red.all():
                 flat[d[~red]] = vals[~red]
+            if rounds is not None:
+                for sel in rounds:
+                    idx = d[sel]
+                    flat[idx] = combine(flat[idx], vals[sel])
+            elif red.any():
+                idx = d[red]
+                flat[idx] = combine(flat[idx], vals[red])
 
 
 # -- data in and out ------------------------------------------------------------------------------
 
-def _load(x: np.ndarray, storage: np.ndarray, bounds: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-          even: bool) -> None:
-    n = x.shape[0]
-    if even:
-        buf = storage.reshape(n, -1)
-        if (lo == lo[0]).all() and (hi == hi[0]).all():
-            buf[:, bounds[lo[0]]:bounds[hi[0]]] = x
-        else:
-            for r in range(n):  # setup, not a step: one contiguous copy per rank
-                buf[r, bounds[lo[r]]:bounds[hi[r]]] = x[r]
+def _uniform_rows(sizes: np.ndarray) -> bool:
+    """True if every rank has the same chunk sizes."""
+    return sizes.strides[0] == 0 or bool((sizes == sizes[:1]).all())
+
+
+def _load(rows, storage: np.ndarray, sizes: np.ndarray, lists, even: bool) -> None:
+    """Copy each rank's input into its input chunks (in order) of ``storage`` (N, C, m)."""
+    n, c, m = storage.shape
+    if even and isinstance(lists, np.ndarray) and isinstance(rows, np.ndarray):
+        k = lists.shape[1]
+        first = lists[0]
+        if (lists.strides[0] == 0 or (lists == first).all()) and k and \
+                (np.diff(first) == 1).all():  # one contiguous range, the same on every rank
+            storage.reshape(n, c * m)[:, first[0] * m:(first[-1] + 1) * m] = rows
+        elif k:
+            storage[np.arange(n)[:, None], lists] = rows.reshape(n, k, m)
         return
-    for c in range(storage.shape[1]):
-        rows = np.nonzero((lo <= c) & (c < hi))[0]
-        length = int(bounds[c + 1] - bounds[c])
-        if rows.size == 0 or length == 0:
-            continue
-        offsets = bounds[c] - bounds[lo[rows]]
-        if (offsets == offsets[0]).all():
-            storage[rows, c, :length] = x[rows, offsets[0]:offsets[0] + length]
-        else:
-            for r, off in zip(rows.tolist(), offsets.tolist()):
-                storage[r, c, :length] = x[r, off:off + length]
+    for r in range(n):  # setup, not a step: one vectorized copy per rank
+        chunks = np.asarray(lists[r], dtype=np.int64)
+        if chunks.size:
+            storage.reshape(n, c * m)[r, _element_index(chunks, sizes[r, chunks], m)] = rows[r]
 
 
-def _unload(storage: np.ndarray, bounds: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-            even: bool):
-    n = storage.shape[0]
-    lengths = bounds[hi] - bounds[lo]
-    if even:
-        buf = storage.reshape(n, -1)
-        if (lo == 0).all() and (hi == storage.shape[1]).all():
-            return buf  # the working buffer is the output: no copy
-        parts = [buf[r, bounds[lo[r]]:bounds[hi[r]]] for r in range(n)]
-    else:
-        parts = []
-        for r in range(n):
-            sizes = np.diff(bounds[lo[r]:hi[r] + 1])
-            parts.append(np.concatenate([storage[r, c, :k] for c, k in
-                                         zip(range(lo[r], hi[r]), sizes.tolist())])
-                         if hi[r] > lo[r] else storage[r, :0, :0].reshape(0))
-    if (lengths == lengths[0]).all():
-        return np.stack(parts) if parts else np.zeros((0, 0), storage.dtype)
+def _element_index(chunks: np.ndarray, lengths: np.ndarray, m: int) -> np.ndarray:
+    """Offsets in a rank's (C·m) padded storage of the elements of ``chunks`` concatenated."""
+    starts = np.cumsum(lengths) - lengths
+    total = int(lengths.sum())
+    return np.repeat(chunks * m - starts, lengths) + np.arange(total)
+
+
+def _unload(storage: np.ndarray, sizes: np.ndarray, lists, even: bool) -> list:
+    """Each rank's output: its output chunks concatenated (a view when possible)."""
+    n, c, m = storage.shape
+    if even and isinstance(lists, np.ndarray):
+        k = lists.shape[1]
+        first = lists[0]
+        same = lists.strides[0] == 0 or bool((lists == first).all())
+        if same and k and (np.diff(first) == 1).all():
+            return storage.reshape(n, c * m)[:, first[0] * m:(first[-1] + 1) * m]
+        return storage[np.arange(n)[:, None], lists].reshape(n, k * m)
+    parts = []
+    for r in range(n):
+        chunks = np.asarray(lists[r], dtype=np.int64)
+        parts.append(storage.reshape(n, c * m)[r, _element_index(chunks, sizes[r, chunks], m)])
+    return parts
+
+
+def _stack(parts):
+    """An (N, L) array when every part has length L, else a tuple of 1-D arrays."""
+    if isinstance(parts, np.ndarray):
+        return parts
+    lengths = {p.shape[0] for p in parts}
+    if len(lengths) <= 1 and parts:
+        return np.stack(parts)
     return tuple(np.ascontiguousarray(p) for p in parts)
 
 
@@ -230,7 +255,8 @@ def reference_tolerance(op: ReduceOp, dtype: np.dtype, world_size: int) -> str:
     * min, max, bitwise ops, and every op on integers and bool: exact (integers wrap on overflow
       as numpy does). NaN matches NaN; ±inf must match exactly.
     Elements whose Σ|x_i| exceeds the dtype's largest finite value are not compared (partial sums
-    may overflow to inf legitimately).
+    may overflow to inf legitimately). Collectives that only copy (broadcast, scatter, gather,
+    all_gather, all_to_all) must match exactly.
     """
     dtype = np.dtype(dtype)
     if dtype.kind != "f" or op not in (ReduceOp.SUM, ReduceOp.AVG, ReduceOp.PRODUCT):
@@ -240,32 +266,30 @@ def reference_tolerance(op: ReduceOp, dtype: np.dtype, world_size: int) -> str:
             ReduceOp.PRODUCT: f"(N-1)·eps·|ref| + N·tiny with N={world_size}"}[op]
 
 
-def _reference_buffer(x: np.ndarray, collective, bounds, lo, hi, op: ReduceOp, cols: slice):
-    """Expected working-buffer contents (same for every rank) on column range ``cols``.
+def _reference_reduction(x: np.ndarray, op: ReduceOp, cols: slice):
+    """The reduction over ranks of ``x[:, cols]``.
 
-    Returns (expected in the output dtype, float64 expected or None, tolerance or None).
+    Returns (exact expected in x's dtype or None, float64 expected or None, tolerance or None).
     """
     n = x.shape[0]
-    if collective.reduces:
-        block = x[:, cols]
-        if x.dtype.kind != "f" or op not in (ReduceOp.SUM, ReduceOp.AVG, ReduceOp.PRODUCT):
-            return ufunc(op).reduce(block, axis=0, dtype=x.dtype), None, None
-        b64 = block.astype(np.float64)
-        eps = float(np.finfo(x.dtype).eps)
-        with np.errstate(all="ignore"):
-            if op is ReduceOp.PRODUCT:
-                ref = np.prod(b64, axis=0)
-                tol = (n - 1) * eps * np.abs(ref) + n * float(np.finfo(x.dtype).tiny)
-            else:
-                ref = b64.sum(axis=0)
-                tol = (n - 1) * eps * np.abs(b64).sum(axis=0)
-                if op is ReduceOp.AVG:
-                    ref = ref / n
-                    tol = tol / n + eps * np.abs(ref)
-            skip = np.abs(b64).sum(axis=0) > float(np.finfo(x.dtype).max)
-        tol = np.where(skip, np.inf, tol)
-        return None, ref, tol
-    return None, None, None
+    block = x[:, cols]
+    if x.dtype.kind != "f" or op not in (ReduceOp.SUM, ReduceOp.AVG, ReduceOp.PRODUCT):
+        return ufunc(op).reduce(block, axis=0, dtype=x.dtype), None, None
+    b64 = block.astype(np.float64)
+    eps = float(np.finfo(x.dtype).eps)
+    with np.errstate(all="ignore"):
+        if op is ReduceOp.PRODUCT:
+            ref = np.prod(b64, axis=0)
+            tol = (n - 1) * eps * np.abs(ref) + n * float(np.finfo(x.dtype).tiny)
+        else:
+            ref = b64.sum(axis=0)
+            tol = (n - 1) * eps * np.abs(b64).sum(axis=0)
+            if op is ReduceOp.AVG:
+                ref = ref / n
+                tol = tol / n + eps * np.abs(ref)
+        skip = np.abs(b64).sum(axis=0) > float(np.finfo(x.dtype).max)
+    tol = np.where(skip, np.inf, tol)
+    return None, ref, tol
 
 
 def _compare(out_rows, ref, ref64, tol) -> tuple[int, float]:
@@ -294,136 +318,302 @@ def _compare(out_rows, ref, ref64, tol) -> tuple[int, float]:
     return int((~ok).sum()), float(d.max()) if d.size else 0.0
 
 
-def _check_outputs(x, outputs, collective, bounds, lo, hi, olo, ohi, op) -> tuple[int, float]:
-    n, count = x.shape
-    total = int(bounds[-1])
-    step = max(1, (1 << 22) // max(n, 1))  # columns per block: bounds the float64 temporaries
+def _reduced_ranges(name: str, n: int, count: int, root: int | None) -> list:
+    """(rank, first column, end column) of the reduced vector each rank's output must equal."""
+    if name == "all_reduce":
+        return [(r, 0, count) for r in range(n)]
+    if name == "reduce":
+        return [(root, 0, count)]
+    bounds = chunk_bounds(count, n)  # reduce_scatter: numpy.array_split blocks
+    return [(r, int(bounds[r]), int(bounds[r + 1])) for r in range(n)]
+
+
+def _copy_reference(name: str, rows, n: int, root: int | None, ins) -> list:
+    """Expected output of every rank of a copy collective (numpy, independent of schedules)."""
+    if name == "broadcast":
+        return [rows[root]] * n
+    if name == "scatter":
+        return np.array_split(rows[root], n)
+    if name in ("all_gather", "gather"):
+        full = np.concatenate(list(rows)) if n else np.zeros(0)
+        return [full] * (n if name == "all_gather" else 1)
+    # all_to_all: rank r receives block r of every rank i, in rank order
+    offsets = np.cumsum(ins, axis=1) - ins
+    return [np.concatenate([rows[i][offsets[i, r]:offsets[i, r] + ins[i, r]] for i in range(n)])
+            for r in range(n)]
+
+
+def _check_outputs(spec, rows, outputs, op, root, ins) -> tuple[int, float]:
+    n = len(rows)
     mismatches, max_err = 0, 0.0
-    rows = outputs
-    if collective.reduces:
-        same_range = isinstance(outputs, np.ndarray) and outputs.shape[1:] == (count,)
-        for a in range(0, count, step):
-            cols = slice(a, min(count, a + step))
-            ref, ref64, tol = _reference_buffer(x, collective, bounds, lo, hi, op, cols)
-            if same_range:  # every rank outputs the whole reduced buffer (all_reduce)
-                bad, err = _compare(outputs[:, cols], ref, ref64, tol)
-                mismatches += bad
-                max_err = max(max_err, err)
+
+    def add(result):
+        nonlocal mismatches, max_err
+        mismatches += result[0]
+        max_err = max(max_err, result[1])
+
+    if not spec.reduces:
+        expected = _copy_reference(spec.name, rows, n, root, ins)
+        got = [outputs] if spec.name == "gather" else list(outputs)
+        for out, exp in zip(got, expected):
+            if out.shape != exp.shape:
+                mismatches += max(out.size, exp.size)
                 continue
-            for r in range(n):  # each rank outputs a slice of the reduced buffer
-                o0, o1 = int(bounds[olo[r]]), int(bounds[ohi[r]])
-                a0, a1 = max(o0, cols.start), min(o1, cols.stop)
-                if a1 <= a0:
-                    continue
-                out = np.asarray(rows[r][a0 - o0:a1 - o0])[None, :]
-                sub = slice(a0 - cols.start, a1 - cols.start)
-                bad, err = _compare(out, None if ref is None else ref[sub],
-                                    None if ref64 is None else ref64[sub],
-                                    None if tol is None else tol[sub])
-                mismatches += bad
-                max_err = max(max_err, err)
+            add(_compare(np.asarray(out)[None, :], exp, None, None))
         return mismatches, max_err
-    # copy collectives: the working buffer is every rank's input at its input chunks
-    expected = np.empty(total, dtype=x.dtype)
-    for r in range(n):
-        expected[bounds[lo[r]]:bounds[hi[r]]] = x[r, :bounds[hi[r]] - bounds[lo[r]]]
-    for r in range(n):
-        o0, o1 = int(bounds[olo[r]]), int(bounds[ohi[r]])
-        bad, err = _compare(np.asarray(rows[r])[None, :], expected[o0:o1], None, None)
-        mismatches += bad
-        max_err = max(max_err, err)
+    x = rows
+    count = x.shape[1]
+    ranges = _reduced_ranges(spec.name, n, count, root)
+    step = max(1, (1 << 22) // max(n, 1))  # columns per block: bounds the float64 temporaries
+    whole = spec.name == "all_reduce" and isinstance(outputs, np.ndarray)
+    for a in range(0, count, step):
+        cols = slice(a, min(count, a + step))
+        ref, ref64, tol = _reference_reduction(x, op, cols)
+        if whole:  # every rank outputs the whole reduced buffer
+            add(_compare(outputs[:, cols], ref, ref64, tol))
+            continue
+        for r, o0, o1 in ranges:  # each listed rank outputs a slice of the reduced buffer
+            a0, a1 = max(o0, cols.start), min(o1, cols.stop)
+            if a1 <= a0:
+                continue
+            out = np.asarray(outputs[r][a0 - o0:a1 - o0])[None, :]
+            sub = slice(a0 - cols.start, a1 - cols.start)
+            add(_compare(out, None if ref is None else ref[sub],
+                         None if ref64 is None else ref64[sub], None if tol is None else tol[sub]))
+    if spec.name == "reduce":  # the other ranks keep their inputs
+        for r in range(n):
+            if r != root:
+                add(_compare(np.asarray(outputs[r])[None, :], x[r], None, None))
     return mismatches, max_err
 
 
 # -- the public entry point -----------------------------------------------------------------------
 
-def simulate(collective: str, inputs, op: Any = "sum", algorithm: str = "ring", *,
+def default_algorithm(collective: str) -> str:
+    """"ring" when ``collective`` has it, else its first registered algorithm.
+
+    Raises:
+        ArgumentError: unknown collective, or no algorithm registered for it.
+    """
+    names = algorithms(collective)
+    if not names:
+        raise ArgumentError(f"no algorithm is registered for {collective}")
+    return "ring" if "ring" in names else names[0]
+
+
+def resolve_root(spec, params: dict, src=None, dst=None) -> dict:
+    """``params`` with ``root`` set from torch's ``src``/``dst`` (default 0 for rooted
+    collectives).
+
+    Raises:
+        ArgumentError: src/dst given to a collective that does not take it, or both root and
+            src/dst given with different values.
+    """
+    params = dict(params)
+    for name, value in (("src", src), ("dst", dst)):
+        if value is None:
+            continue
+        if spec.root_arg != name:
+            takes = f"takes {spec.root_arg}=" if spec.root_arg else "has no root"
+            raise ArgumentError(f"{name}={value!r} does not apply to {spec.name}, which {takes}")
+        if "root" in params and params["root"] != value:
+            raise ArgumentError(f"{name}={value!r} and root={params['root']!r} disagree; give one")
+        params["root"] = value
+    if spec.root_arg:
+        params.setdefault("root", 0)
+    return params
+
+
+def _rows(spec, inputs, splits: bool):
+    """The inputs as an (N, count) array, or (all_to_all with split sizes) a list of 1-D rows."""
+    if splits and isinstance(inputs, (list, tuple)):
+        rows = [np.asarray(r) for r in inputs]
+        if any(r.ndim != 1 for r in rows):
+            raise ArgumentError("inputs must be a sequence of 1-D arrays, one per rank")
+        dtypes = {r.dtype for r in rows}
+        if len(dtypes) > 1:
+            raise ArgumentTypeError(f"inputs rows have different dtypes: "
+                                    f"{', '.join(sorted(d.name for d in dtypes))}")
+        if len({r.shape[0] for r in rows}) == 1:
+            return np.stack(rows)
+        return rows
+    x = np.asarray(inputs)
+    if x.ndim != 2:
+        raise ArgumentError(f"inputs must have shape (world_size, count), got shape {x.shape}")
+    return x
+
+
+def _check_transfer_sizes(schedule: Schedule, sizes: np.ndarray) -> None:
+    """Every transfer must move a chunk into a slot of the same size."""
+    uniform = _uniform_rows(sizes)
+    moves = schedule._cache.get("moves")
+    if moves is None:
+        moves = schedule._cache["moves"] = np.nonzero(schedule.src_chunk != schedule.dst_chunk)[0]
+    idx = moves if uniform else slice(None)
+    a = sizes[schedule.src[idx], schedule.src_chunk[idx]]
+    b = sizes[schedule.dst[idx], schedule.dst_chunk[idx]]
+    if (a != b).any():
+        i = int(np.argmax(a != b))
+        t = schedule.transfer(int(moves[i]) if uniform else i)
+        raise ArgumentError(
+            f"{schedule.algorithm} {schedule.collective} moves R{t.src}'s chunk c{t.src_chunk} "
+            f"({int(a[i])} elements) into R{t.dst}'s chunk c{t.dst_chunk} ({int(b[i])} elements) "
+            f"at step {int(schedule.step_of(moves[i] if uniform else i))}; with these sizes "
+            "it cannot run (uneven all_to_all splits need a schedule that moves every block "
+            "straight to its own slot, such as direct)")
+
+
+def simulate(collective: str, inputs, op: Any = "sum", algorithm: str | None = None, *,
              schedule: Schedule | None = None, check: bool = True, out: np.ndarray | None = None,
-             **params) -> SimResult:
+             src: int | None = None, dst: int | None = None, input_split_sizes=None,
+             output_split_sizes=None, **params) -> SimResult:
     """Run ``algorithm`` for ``collective`` on N virtual ranks and compare with numpy.
 
     Args:
-        collective: "all_reduce", "reduce_scatter" or "all_gather" (see ringccl.collectives).
+        collective: one of ``ringccl.collectives()`` (see ringccl.collectives for contracts).
         inputs: array-like of shape (world_size, count); row r is rank r's buffer. Any count >= 0.
+            broadcast, scatter: only the root's row is read (scatter: its N blocks); gather,
+            all_gather: row r is rank r's block; all_to_all: row r is rank r's N blocks. With
+            split sizes, also a sequence of N 1-D arrays of different lengths.
             Dtypes: float16/32/64, int8/16/32/64, uint8, bool. Never modified.
-        op: reduce op (str, ringccl.ReduceOp or torch.distributed.ReduceOp); ignored by
-            all_gather. avg needs floats, band/bor/bxor integers or bool.
-        algorithm: registered algorithm name (``ringccl.algorithms(collective)``).
+        op: reduce op (str, ringccl.ReduceOp or torch.distributed.ReduceOp); used by all_reduce,
+            reduce_scatter and reduce. avg needs floats, band/bor/bxor integers or bool.
+        algorithm: registered algorithm name (``ringccl.algorithms(collective)``); default
+            "ring", or the first registered one for collectives without a ring.
         schedule: run this schedule instead of building ``algorithm``'s.
         check: compare with the numpy reference (set False to time the executor alone).
         out: optional preallocated C-contiguous array of shape (world_size, L) and the inputs'
-            dtype, L = the working buffer (all_reduce and reduce_scatter: count; all_gather:
-            world_size·count). When L divides evenly into the schedule's chunks it *is* the
-            simulator's storage, so repeated calls reuse memory instead of faulting in new pages;
-            ``outputs`` then views it.
-        **params: algorithm parameters (e.g. root) passed to the builder.
+            dtype, L = the elements of one rank's working buffer (all_reduce and
+            reduce_scatter: count; all_gather: world_size·count). When every chunk has the same
+            size it *is* the simulator's storage, so repeated calls reuse memory; ``outputs``
+            then views it. Otherwise it is not used.
+        src: root of broadcast and scatter (torch.distributed's name); default 0.
+        dst: root of reduce and gather; default 0.
+        input_split_sizes, output_split_sizes: all_to_all only (all_to_all_single): (N, N)
+            integer arrays, row r = rank r's splits; one may be None (then it is the other's
+            transpose). Zero sizes are allowed.
+        **params: algorithm parameters passed to the builder (root, segments, ...).
 
     Returns:
-        :class:`SimResult`. ``outputs`` shapes: all_reduce (N, count); reduce_scatter (N, count/N)
-        when divisible (else a tuple of numpy.array_split blocks); all_gather (N, N·count).
+        :class:`SimResult`. ``outputs`` with torch.distributed's shapes:
+
+        * all_reduce (N, count); broadcast (N, count), every row the root's;
+        * reduce (N, count): row dst is the reduction, the other rows are the ranks' inputs
+          unchanged (ringccl.torch.reduce leaves non-root tensors unchanged too);
+        * reduce_scatter (N, count/N), scatter (N, count/N): when count is not divisible by N,
+          a tuple of the numpy.array_split blocks;
+        * all_gather (N, N·count); gather (N·count,): the root's gathered buffer only;
+        * all_to_all (N, count), block i of rank r = rank i's block r (count not divisible:
+          array_split blocks, then a tuple); with split sizes always a tuple of per-rank arrays.
+
         Tolerances are stated in :func:`reference_tolerance`.
 
     Raises:
         ArgumentError: unknown collective/algorithm/op, bad shape, op not valid for the dtype,
-            schedule for another collective or world size.
+            src/dst for a collective that does not take it, root out of range, bad split sizes,
+            schedule for another collective or world size, a schedule whose transfers do not
+            fit the chunk sizes (scratch-chunk all_to_all algorithms with uneven blocks).
         ArgumentTypeError: unsupported dtype.
     """
     spec = get_collective(collective)
-    x = np.asarray(inputs)
-    if x.ndim != 2:
-        raise ArgumentError(f"inputs must have shape (world_size, count), got shape {x.shape}")
-    dtype = check_dtype(x.dtype, "inputs.dtype")
+    splits = input_split_sizes is not None or output_split_sizes is not None
+    if splits and spec.layout != "all_to_all":
+        raise ArgumentError(f"input_split_sizes/output_split_sizes apply to all_to_all only, "
+                            f"not {collective}")
+    rows = _rows(spec, inputs, splits)
+    n = len(rows)
+    if n < 1:
+        raise ArgumentError(f"inputs has world_size={n} rows; need at least 1")
+    dtype = check_dtype(rows[0].dtype, "inputs.dtype")
     reduce_op = parse_op(op)
     if spec.reduces:
         check_op_dtype(reduce_op, dtype)
-    n, count = x.shape
-    if n < 1:
-        raise ArgumentError(f"inputs has world_size={n} rows; need at least 1")
+    params = resolve_root(spec, params, src, dst)
+    if spec.root_arg:
+        check_root(params["root"], n, spec.root_arg)
     if schedule is None:
-        schedule = build_schedule(collective, algorithm, n, **params)
+        schedule = build_schedule(collective, algorithm or default_algorithm(collective), n,
+                                  **params)
     elif not isinstance(schedule, Schedule):
         raise ArgumentTypeError(f"schedule must be a ringccl Schedule, got {type(schedule).__name__}")
     elif schedule.collective != collective or schedule.world_size != n:
         raise ArgumentError(f"schedule is for {schedule.collective} on world_size="
                             f"{schedule.world_size}, but the call is {collective} on {n} ranks")
+    root = spec.root(n, schedule.params)
     c = schedule.num_chunks
-    total = spec.buffer_count(n, count)
-    bounds = chunk_bounds(total, c)
-    m = -(-total // c)
-    even = total % c == 0
-    lo, hi = spec.input_chunks(n, c, schedule.params)
-    olo, ohi = spec.output_chunks(n, c, schedule.params)
+    ragged = not isinstance(rows, np.ndarray)
+    count = None if ragged else rows.shape[1]
+    ins = None
+    if spec.layout == "all_to_all":
+        ins, outs = split_sizes(n, count or 0, input_split_sizes, output_split_sizes,
+                                row_counts=[len(r) for r in rows])
+        sizes = spec.chunk_sizes(n, c, count or 0, schedule.params,
+                                 *((ins, outs) if splits else (None, None)))
+    else:
+        sizes = spec.chunk_sizes(n, c, spec.buffer_count(n, count), schedule.params)
+    _check_transfer_sizes(schedule, sizes)
+    m = int(sizes.max(initial=0))
+    even = bool((sizes == m).all())
+    in_lists = spec.input_chunks(n, c, schedule.params)
+    out_lists = spec.output_chunks(n, c, schedule.params)
+    whole = (even and not ragged and isinstance(in_lists, np.ndarray)
+             and in_lists.shape[1] == c and (in_lists.strides[0] == 0 or
+                                             (in_lists == in_lists[0]).all())
+             and (np.diff(in_lists[0]) == 1).all())  # the input fills every chunk in order
 
     if out is not None:
-        if (not isinstance(out, np.ndarray) or out.shape != (n, total) or out.dtype != dtype
+        length = c * m if even else int(sizes[0].sum())
+        if (not isinstance(out, np.ndarray) or out.shape != (n, length) or out.dtype != dtype
                 or not out.flags.c_contiguous):
             raise ArgumentError(f"out must be a C-contiguous {dtype.name} array of shape "
-                                f"({n}, {total}), got "
+                                f"({n}, {length}), got "
                                 f"{getattr(out, 'shape', type(out).__name__)}")
     if out is not None and even:
         storage = out.reshape(n, c, m)
-        if (lo == 0).all() and (hi == c).all():
-            np.copyto(out, x)
+        if whole:
+            np.copyto(out, rows)
         else:
             storage.fill(identity(reduce_op, dtype))
-            _load(x, storage, bounds, lo, hi, even)
-    elif even and (lo == 0).all() and (hi == c).all():
-        storage = x.reshape(n, c, m).copy()  # the only full copy
+            _load(rows, storage, sizes, in_lists, even)
+    elif whole:
+        storage = rows.reshape(n, c, m).copy()  # the only full copy
     else:
         storage = np.full((n, c, m), identity(reduce_op, dtype), dtype=dtype)
-        _load(x, storage, bounds, lo, hi, even)
+        _load(rows, storage, sizes, in_lists, even)
     if m:
         with np.errstate(all="ignore"):  # IEEE results (inf, NaN) are intended, not warnings
             _run(_compile(schedule), storage.reshape(n * c, m), ufunc(reduce_op))
-    outputs = _unload(storage, bounds, olo, ohi, even)
+    outputs = _shape(spec, _unload(storage, sizes, out_lists, even), rows, root, splits)
     if spec.reduces and reduce_op is ReduceOp.AVG:
-        if isinstance(outputs, tuple):
-            outputs = tuple(np.true_divide(o, n, dtype=dtype) for o in outputs)
-        else:
-            np.true_divide(outputs, n, out=outputs)
-    stats = SimStats(schedule.num_steps, schedule.bytes_sent(total, dtype.itemsize),
-                     schedule.bytes_received(total, dtype.itemsize))
-    mismatches, max_err = (_check_outputs(x, outputs, spec, bounds, lo, hi, olo, ohi, reduce_op)
+        outputs = _divide(spec, outputs, n, root, dtype)
+    total = spec.buffer_count(n, count or 0)
+    stats = SimStats(schedule.num_steps,
+                     schedule.bytes_sent(total, dtype.itemsize, chunk_sizes=sizes),
+                     schedule.bytes_received(total, dtype.itemsize, chunk_sizes=sizes))
+    mismatches, max_err = (_check_outputs(spec, rows, outputs, reduce_op, root, ins)
                            if check else (0, 0.0))
     return SimResult(outputs, stats, mismatches == 0 if check else None, mismatches, max_err,
                      schedule)
+
+
+def _shape(spec, parts, rows, root, splits):
+    """Per-rank output parts in torch.distributed's shapes (see :func:`simulate`)."""
+    if spec.name == "gather":
+        return np.ascontiguousarray(parts[root])
+    if spec.name == "reduce":
+        result = np.array(rows, copy=True)  # the other ranks keep their inputs
+        result[root] = parts[root]
+        return result
+    if splits:
+        return tuple(np.ascontiguousarray(p) for p in parts)
+    return _stack(parts)
+
+
+def _divide(spec, outputs, n, root, dtype):
+    if spec.name == "reduce":
+        np.true_divide(outputs[root], n, out=outputs[root])
+        return outputs
+    if isinstance(outputs, tuple):
+        return tuple(np.true_divide(o, n, dtype=dtype) for o in outputs)
+    np.true_divide(outputs, n, out=outputs)
+    return outputs

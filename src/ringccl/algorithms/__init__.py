@@ -11,6 +11,7 @@ imported here or by the user before use.
 from __future__ import annotations
 
 import functools
+import inspect
 from dataclasses import dataclass
 from typing import Callable
 
@@ -48,6 +49,37 @@ class Algorithm:
     bytes_formula: str
     reference: str = ""
     time: Callable[[int, float, float, float, float], float] | None = None
+
+    # Closed forms may take the builder's keyword parameters (e.g. ``segments``); these pass on
+    # the ones each function accepts, so callers can hand over ``schedule.params`` as they are.
+
+    def steps_for(self, world_size: int, **params) -> int:
+        """``num_steps`` for ``params`` (those the closed form does not take are ignored)."""
+        return self.num_steps(world_size, **_accepted(self.num_steps, params))
+
+    def bytes_for(self, world_size: int, nbytes: float, **params) -> float:
+        """``bytes_sent`` for ``params`` (see :meth:`steps_for`)."""
+        return self.bytes_sent(world_size, nbytes, **_accepted(self.bytes_sent, params))
+
+    def time_for(self, world_size: int, nbytes: float, alpha: float, beta: float, gamma: float,
+                 **params) -> float | None:
+        """``time`` for ``params`` (see :meth:`steps_for`); None when there is no closed form."""
+        if self.time is None:
+            return None
+        return self.time(world_size, nbytes, alpha, beta, gamma, **_accepted(self.time, params))
+
+
+def _accepted(fn: Callable, params: dict) -> dict:
+    """The entries of ``params`` that ``fn`` takes as keywords."""
+    if not params:
+        return {}
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return {}
+    if any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
+        return dict(params)
+    return {k: v for k, v in params.items() if k in sig.parameters}
 
 
 REGISTRY: dict[tuple[str, str], Algorithm] = {}
@@ -94,12 +126,26 @@ def build_schedule(collective: str, algorithm: str, world_size: int, **params) -
     """Build (or fetch from a small cache) the schedule of ``algorithm`` for ``collective``.
 
     Raises:
-        ArgumentError: unknown names, or world_size not an int >= 1.
+        ArgumentError: unknown names, world_size not an int >= 1, or a parameter the builder does
+            not take.
     """
-    get_algorithm(collective, algorithm)
+    algo = get_algorithm(collective, algorithm)
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ArgumentError(f"world_size={world_size!r} must be an integer >= 1")
+    try:
+        inspect.signature(algo.builder).bind(world_size, **params)
+    except TypeError:
+        takes = [p.name for p in list(inspect.signature(algo.builder).parameters.values())[1:]]
+        raise ArgumentError(f"{algorithm} {collective} takes the parameters "
+                            f"{', '.join(takes) or '(none)'}; got {', '.join(sorted(params))}") \
+            from None
+    except ValueError:  # no signature to check against: let the builder decide
+        pass
     return _build_cached(collective, algorithm, world_size, tuple(sorted(params.items())))
 
 
 from . import ring  # noqa: E402,F401  (registers the ring family)
+from . import direct  # noqa: E402,F401  (direct sends; master all-reduce)
+from . import binomial  # noqa: E402,F401  (binomial-tree scatter, gather)
+from . import (tree, recursive, bruck, pairwise, hierarchical,  # noqa: E402,F401
+               scatter_allgather)

@@ -19,6 +19,16 @@ Cost (each rank, buffer of nbytes): 2(N-1) steps, sends 2(N-1)/N · nbytes for a
 steps and (N-1)/N · buffer bytes for reduce-scatter and all-gather; γ applies to (N-1)/N · nbytes
 reduced per rank.
 
+Broadcast and reduce run as a pipelined chain around the ring (Thakur et al. 2005, section 3;
+NCCL's ring broadcast/reduce): the buffer is cut into S segments (chunks) that flow down the
+chain one link per step, so segment s crosses link p at step p + s. Broadcast: root → root+1 →
+… → root+N-1 (each rank copies and forwards). Reduce: root+1 → root+2 → … → root+N-1 → root (each
+rank adds the segment into its own and forwards; the root adds the last). N-2+S steps for N >= 2;
+every rank but the chain's last sends M; each step moves one segment per link:
+T = (N-2+S)·(α + M/S·β [+ M/S·γ for reduce]). Default S = N, so the pipeline's fill (N-2 steps)
+is about as long as its drain and T ≈ 2(N-1)·α + 2(N-1)/N·M·β, like ring all-reduce; the best S
+for given α, β, M is about sqrt((N-2)·M·β/α).
+
 References:
     Patarasuk & Yuan, "Bandwidth optimal all-reduce algorithms for clusters of workstations",
     J. Parallel Distrib. Comput. 69(2), 2009.
@@ -30,12 +40,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..collectives import check_root
+from ..errors import ArgumentError
 from ..ir import Schedule
 from . import Algorithm, register
 
-__all__ = ["reduce_scatter", "all_gather", "all_reduce"]
+__all__ = ["reduce_scatter", "all_gather", "all_reduce", "broadcast", "reduce"]
 
 _PATARASUK = "Patarasuk & Yuan, JPDC 69(2) 2009"
+_THAKUR = "Thakur, Rabenseifner & Gropp, IJHPCA 19(1) 2005 (pipelined chain)"
 
 
 def _ring_phases(world_size: int, phases: list[tuple[int, bool, str]]) -> dict:
@@ -95,6 +108,79 @@ def all_gather(world_size: int) -> Schedule:
                                 **_ring_phases(world_size, [(0, False, "all-gather")]))
 
 
+def _chain(collective: str, world_size: int, root: int, segments: int | None) -> Schedule:
+    """Pipelined chain: ``order[p]`` sends segment s to ``order[p+1]`` at step p + s."""
+    n = world_size
+    root = check_root(root, n)
+    segments = _segments(n, segments)
+    reduce = collective == "reduce"
+    # broadcast starts at the root; reduce ends at it
+    order = (root + (1 if reduce else 0) + np.arange(n)) % n
+    p = np.repeat(np.arange(n - 1), segments)    # link, per transfer
+    s = np.tile(np.arange(segments), n - 1)      # segment, per transfer
+    steps = n - 2 + segments if n > 1 else 0
+    return Schedule.from_arrays(collective, "ring", n, segments, step=p + s, src=order[p],
+                                dst=order[p + 1], src_chunk=s, reduce=reduce,
+                                phases=[collective] * steps, num_steps=steps,
+                                params={"root": root, "segments": segments})
+
+
+def _segments(world_size: int, segments: int | None) -> int:
+    if segments is None:
+        return world_size
+    if isinstance(segments, bool) or not isinstance(segments, (int, np.integer)) or segments < 1:
+        raise ArgumentError(f"segments={segments!r} must be an integer >= 1")
+    return int(segments)
+
+
+def broadcast(world_size: int, root: int = 0, segments: int | None = None) -> Schedule:
+    """Pipelined chain broadcast: root → root+1 → … → root+N-1, the buffer in S segments.
+
+    Pre: the root holds the buffer. Post: every rank holds it.
+    Cost: N-2+S steps (N >= 2); every rank but root+N-1 sends M;
+    T = (N-2+S)·(α + M/S·β).
+
+    Args:
+        world_size: N (>= 1).
+        root: the rank that has the data (torch's ``src``).
+        segments: S, chunks the buffer is cut into (default N).
+    Returns:
+        Schedule with num_chunks == S and params {"root", "segments"}.
+    """
+    return _chain("broadcast", world_size, root, segments)
+
+
+def reduce(world_size: int, root: int = 0, segments: int | None = None) -> Schedule:
+    """Pipelined chain reduce: root+1 → root+2 → … → root+N-1 → root, the buffer in S segments;
+    each rank adds the arriving segment into its own before forwarding it.
+
+    Pre: every rank holds its buffer. Post: the root holds the reduction (in chain order).
+    Cost: N-2+S steps (N >= 2); every rank but the root sends M;
+    T = (N-2+S)·(α + M/S·(β + γ)).
+    """
+    return _chain("reduce", world_size, root, segments)
+
+
+def _chain_steps(n: int, segments: int | None = None) -> int:
+    """N-2+S for N >= 2 (S defaults to N), else 0."""
+    return n - 2 + _segments(n, segments) if n > 1 else 0
+
+
+def _chain_bytes(n: int, nbytes: float, segments: int | None = None) -> float:
+    """M: every rank but the chain's last sends every segment once."""
+    return float(nbytes) if n > 1 else 0.0
+
+
+def _chain_time(reduces: bool):
+    def time(n: int, nbytes: float, alpha: float, beta: float, gamma: float,
+             segments: int | None = None) -> float:
+        """(N-2+S)·(α + M/S·β [+ M/S·γ]) (Thakur et al. 2005, section 3)."""
+        s = _segments(n, segments)
+        per = nbytes / s
+        return _chain_steps(n, s) * (alpha + per * beta + (per * gamma if reduces else 0.0))
+    return time
+
+
 def _all_reduce_time(n: int, nbytes: float, alpha: float, beta: float, gamma: float) -> float:
     """2(N-1)·α + 2(N-1)/N·M·β + (N-1)/N·M·γ (Thakur et al. 2005, section 4)."""
     return 2 * (n - 1) * alpha + 2 * (n - 1) / n * nbytes * beta + (n - 1) / n * nbytes * gamma
@@ -116,3 +202,7 @@ register(Algorithm("reduce_scatter", "ring", reduce_scatter, lambda n: n - 1,
 register(Algorithm("all_gather", "ring", all_gather, lambda n: n - 1,
                    lambda n, b: (n - 1) / n * b, "N-1", "(N-1)/N·M", _PATARASUK,
                    _half_time(False)))
+register(Algorithm("broadcast", "ring", broadcast, _chain_steps, _chain_bytes, "N-2+S (S=N)",
+                   "M", _THAKUR, _chain_time(False)))
+register(Algorithm("reduce", "ring", reduce, _chain_steps, _chain_bytes, "N-2+S (S=N)", "M",
+                   _THAKUR, _chain_time(True)))

@@ -10,21 +10,37 @@ Example (under ``torchrun --nproc-per-node 4 script.py``)::
     dist.init_process_group("gloo")
     t = torch.ones(1 << 20)
     rt.all_reduce(t)                       # ring all-reduce, in place, like dist.all_reduce
+    rt.broadcast(t, src=0, algorithm="direct")
+
+Every function takes ``algorithm=`` (a name from ``ringccl.algorithms(collective)``) and the
+algorithm's keyword parameters (e.g. ``segments=8`` for the ring chain, ``root=`` for master
+all-reduce), and ``segment_bytes=`` for the executor's pipelining (see
+:func:`executor.execute`; None lets its measured threshold decide). Every function builds the named algorithm's schedule, maps the collective's contract
+(``ringccl.collectives``) onto a working buffer and runs it with :func:`executor.execute`; none
+knows any algorithm. Roots (``src``, ``dst``) are global ranks, as in torch.distributed. Chunks a
+rank never touches get no memory (non-root ranks of scatter and gather hold only their subtree's
+blocks). Arguments are checked before any data moves; a call that raises on some ranks only
+(e.g. ``scatter_list`` given on a non-source rank, as torch.distributed also refuses) leaves the
+others waiting, as torch.distributed does.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, NamedTuple, Sequence
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..algorithms import build_schedule
+from ..algorithms import build_schedule, get_algorithm
+from ..collectives import get_collective, split_safe
 from ..errors import ArgumentError, ArgumentTypeError, BackendError
 from ..ops import ReduceOp, parse_op
 from .executor import execute
 
-__all__ = ["all_reduce", "reduce_scatter_tensor", "all_gather_into_tensor", "run_schedule",
+__all__ = ["all_reduce", "reduce_scatter_tensor", "all_gather_into_tensor", "broadcast",
+           "reduce", "scatter", "gather", "all_to_all_single", "all_to_all", "run_schedule",
            "ReduceOp"]
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -60,19 +76,131 @@ def _check_op(op: Any, dtype: torch.dtype, argument: str = "op") -> ReduceOp:
     return reduce_op
 
 
+def _check_pair(a: torch.Tensor, b: torch.Tensor, name_a: str, name_b: str) -> None:
+    if a.dtype != b.dtype:
+        raise ArgumentTypeError(f"{name_a}.dtype={a.dtype} differs from {name_b}.dtype={b.dtype}")
+    if a.device != b.device:
+        raise ArgumentError(f"{name_a}.device={a.device} differs from {name_b}.device={b.device}")
+
+
+def _group_rank(group, rank: int, argument: str, world_size: int) -> int:
+    """torch.distributed's global ``rank`` (src/dst) as a rank of ``group``."""
+    if isinstance(rank, bool) or not isinstance(rank, int):
+        raise ArgumentError(f"{argument}={rank!r} must be an integer rank")
+    if group is None or group is dist.group.WORLD:
+        if not 0 <= rank < world_size:
+            raise ArgumentError(f"{argument}={rank} is out of range for world_size={world_size}")
+        return rank
+    try:
+        return dist.get_group_rank(group, rank)
+    except (RuntimeError, ValueError):
+        raise ArgumentError(f"{argument}={rank} is not a member of the given process group") \
+            from None
+
+
+def _rooted(params: dict, root: int) -> dict:
+    if "root" in params:
+        raise ArgumentError("give the root as src/dst (a global rank), not as root=")
+    return {**params, "root": root}
+
+
+class _Plan(NamedTuple):
+    """A schedule mapped onto this rank's working buffer."""
+
+    schedule: object
+    bounds: np.ndarray      # (num_chunks + 1,) offsets; untouched chunks are empty
+    inputs: np.ndarray      # chunks this rank's input fills, in order
+    outputs: np.ndarray     # chunks that form this rank's output, in order
+    segment_bytes: int | None = None  # the executor's pipelining, not a schedule parameter
+
+    @property
+    def numel(self) -> int:
+        return int(self.bounds[-1])
+
+
+def _plan(collective: str, algorithm: str, world_size: int, rank: int, sizes=None,
+          buffer_count: int | None = None, **params) -> _Plan:
+    """Build the schedule and this rank's chunk bounds from the collective's contract.
+
+    ``sizes``: this rank's chunk sizes (num_chunks,), or None to take them from the contract for
+    a size of ``buffer_count`` elements. ``params["segment_bytes"]`` goes to the executor.
+    """
+    segment_bytes = params.pop("segment_bytes", None)
+    spec = get_collective(collective)
+    schedule = build_schedule(collective, algorithm, world_size, **params)
+    n, c = world_size, schedule.num_chunks
+    if sizes is None:
+        sizes = spec.chunk_sizes(n, c, buffer_count, schedule.params)[rank]
+    inputs = np.asarray(spec.input_chunks(n, c, schedule.params)[rank], dtype=np.int64)
+    outputs = np.asarray(spec.output_chunks(n, c, schedule.params)[rank], dtype=np.int64)
+    touched = (schedule.chunk_sends()[rank] > 0) | (schedule.chunk_recvs()[rank] > 0)
+    touched[inputs] = True
+    touched[outputs] = True
+    bounds = np.zeros(c + 1, dtype=np.int64)
+    np.cumsum(np.where(touched, sizes, 0), out=bounds[1:])
+    return _Plan(schedule, bounds, inputs, outputs, segment_bytes)
+
+
+def _runs(bounds: np.ndarray, chunks: np.ndarray) -> list[tuple[int, int]]:
+    """Buffer ranges of ``chunks`` concatenated, adjacent chunks merged into one range."""
+    out: list[tuple[int, int]] = []
+    for c in chunks.tolist():
+        a, b = int(bounds[c]), int(bounds[c + 1])
+        if out and out[-1][1] == a:
+            out[-1] = (out[-1][0], b)
+        elif b > a or not out:
+            out.append((a, b))
+    return out
+
+
+def _write(work: torch.Tensor, plan: _Plan, chunks: np.ndarray, data: torch.Tensor) -> None:
+    at = 0
+    for a, b in _runs(plan.bounds, chunks):
+        work[a:b].copy_(data[at:at + b - a])
+        at += b - a
+
+
+def _read(work: torch.Tensor, plan: _Plan, chunks: np.ndarray) -> torch.Tensor:
+    parts = [work[a:b] for a, b in _runs(plan.bounds, chunks)]
+    return parts[0] if len(parts) == 1 else torch.cat(parts) if parts else work[:0]
+
+
 def run_schedule(schedule, buffer: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
-                 segment_bytes: int | None = None) -> torch.Tensor:
+                 bounds=None, segment_bytes: int | None = None) -> torch.Tensor:
     """Execute any ``schedule`` in place on this rank's 1-D contiguous working ``buffer``
-    (``segment_bytes``: see :func:`ringccl.torch.executor.execute`)."""
+    (``bounds``: this rank's chunk offsets; ``segment_bytes``: pipelining; see
+    :func:`executor.execute`)."""
     _group_size(group)
     _check_tensor(buffer, "buffer")
     if buffer.dim() != 1 or not buffer.is_contiguous():
         raise ArgumentError(f"buffer must be 1-D and contiguous, got shape {tuple(buffer.shape)}")
-    return execute(schedule, buffer, _check_op(op, buffer.dtype), group, segment_bytes)
+    return execute(schedule, buffer, _check_op(op, buffer.dtype), group,
+                   segment_bytes=segment_bytes, bounds=bounds)
+
+
+def _in_place(collective: str, tensor: torch.Tensor, op: ReduceOp, group, algorithm: str,
+              copy: bool = False, **params) -> None:
+    """Run a collective whose working buffer is the whole tensor (all_reduce, broadcast, reduce);
+    ``copy``: work on a copy and leave ``tensor`` unchanged."""
+    world_size = dist.get_world_size(group)
+    plan = _plan(collective, algorithm, world_size, dist.get_rank(group),
+                 buffer_count=tensor.numel(), **params)
+    if copy:
+        work = tensor.reshape(-1).clone()
+    else:
+        work = tensor.view(-1) if tensor.is_contiguous() else tensor.contiguous().view(-1)
+    execute(plan.schedule, work, op, group, bounds=plan.bounds,
+            segment_bytes=plan.segment_bytes)
+    if copy:
+        return
+    if op is ReduceOp.AVG and collective != "broadcast":
+        work.div_(world_size)
+    if work.data_ptr() != tensor.data_ptr() or not tensor.is_contiguous():
+        tensor.copy_(work.view(tensor.shape))
 
 
 def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
-               algorithm: str = "ring", segment_bytes: int | None = None) -> torch.Tensor:
+               algorithm: str = "ring", **params) -> torch.Tensor:
     """Reduce ``tensor`` across all ranks of ``group``, in place (as ``dist.all_reduce``).
 
     Args:
@@ -82,8 +210,6 @@ def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
             integers or bool.
         group: process group (None = default group).
         algorithm: a name from ``ringccl.algorithms("all_reduce")``.
-        segment_bytes: pipelining segment size in bytes (None: automatic, 0: never split; see
-            :data:`ringccl.torch.executor.PIPELINE_THRESHOLD_BYTES`).
 
     Returns:
         ``tensor`` (also modified in place).
@@ -91,32 +217,74 @@ def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
         ArgumentError, ArgumentTypeError: bad argument, before any data moves.
         BackendError: no process group, or a failed transfer.
     """
+    _group_size(group)
+    _check_tensor(tensor, "tensor")
+    _in_place("all_reduce", tensor, _check_op(op, tensor.dtype), group, algorithm, **params)
+    return tensor
+
+
+def broadcast(tensor: torch.Tensor, src: int, group=None, algorithm: str = "ring",
+              **params) -> torch.Tensor:
+    """Copy ``src``'s ``tensor`` into ``tensor`` on every rank, in place (as ``dist.broadcast``).
+
+    Args:
+        tensor: any shape, same shape and dtype on every rank; sent from ``src``, overwritten
+            elsewhere.
+        src: global rank of the source.
+        group: process group (None = default group).
+        algorithm: a name from ``ringccl.algorithms("broadcast")`` (default the pipelined ring
+            chain).
+
+    Returns:
+        ``tensor``.
+    Raises:
+        ArgumentError: src not in the group, unknown algorithm; ArgumentTypeError: dtype.
+    """
+    world_size = _group_size(group)
+    _check_tensor(tensor, "tensor")
+    root = _group_rank(group, src, "src", world_size)
+    _in_place("broadcast", tensor, ReduceOp.SUM, group, algorithm, **_rooted(params, root))
+    return tensor
+
+
+def reduce(tensor: torch.Tensor, dst: int, op: Any = ReduceOp.SUM, group=None,
+           algorithm: str = "ring", **params) -> torch.Tensor:
+    """Reduce ``tensor`` of every rank into ``dst``'s ``tensor`` (as ``dist.reduce``).
+
+    Only ``dst``'s tensor receives the result; the other ranks' tensors are left unchanged
+    (the schedule runs on a copy there; torch.distributed leaves them unspecified, gloo
+    overwrites them with partial results).
+
+    Args:
+        tensor: any shape, same shape and dtype on every rank.
+        dst: global rank of the destination.
+        op, group: as :func:`all_reduce`.
+        algorithm: a name from ``ringccl.algorithms("reduce")`` (default the pipelined ring
+            chain).
+
+    Returns:
+        ``tensor``.
+    Raises:
+        ArgumentError, ArgumentTypeError: bad argument, before any data moves.
+    """
     world_size = _group_size(group)
     _check_tensor(tensor, "tensor")
     reduce_op = _check_op(op, tensor.dtype)
-    schedule = build_schedule("all_reduce", algorithm, world_size)
-    work = tensor.view(-1) if tensor.is_contiguous() else tensor.contiguous().view(-1)
-    execute(schedule, work, reduce_op, group, segment_bytes)
-    if reduce_op is ReduceOp.AVG:
-        work.div_(world_size)
-    if work.data_ptr() != tensor.data_ptr() or not tensor.is_contiguous():
-        tensor.copy_(work.view(tensor.shape))
+    root = _group_rank(group, dst, "dst", world_size)
+    _in_place("reduce", tensor, reduce_op, group, algorithm,
+              copy=dist.get_rank(group) != root, **_rooted(params, root))
     return tensor
 
 
 def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = ReduceOp.SUM,
-                          group=None, algorithm: str = "ring",
-                          segment_bytes: int | None = None) -> torch.Tensor:
+                          group=None, algorithm: str = "ring", **params) -> torch.Tensor:
     """Reduce ``input`` across ranks and leave block ``rank`` in ``output``
     (as ``dist.reduce_scatter_tensor``).
 
     Args:
         output: ``input.numel() // world_size`` elements, same dtype and device as ``input``.
-        input: world_size · output.numel() elements; not modified, unless ``output`` is the
-            view ``input.reshape(-1)[rank * n:(rank + 1) * n]`` (in place, as nccl-tests does):
-            then input is the working buffer.
-        op, group, algorithm, segment_bytes: as :func:`all_reduce`
-            (``ringccl.algorithms("reduce_scatter")``).
+        input: world_size · output.numel() elements; not modified.
+        op, group, algorithm: as :func:`all_reduce` (``ringccl.algorithms("reduce_scatter")``).
 
     Returns:
         ``output``.
@@ -126,60 +294,33 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = R
     world_size = _group_size(group)
     _check_tensor(output, "output")
     _check_tensor(input, "input")
-    if output.dtype != input.dtype:
-        raise ArgumentTypeError(f"output.dtype={output.dtype} differs from input.dtype={input.dtype}")
-    if output.device != input.device:
-        raise ArgumentError(f"output.device={output.device} differs from input.device={input.device}")
+    _check_pair(output, input, "output", "input")
     if input.numel() != world_size * output.numel():
         raise ArgumentError(f"input has {input.numel()} elements; reduce_scatter_tensor needs "
                             f"world_size * output.numel() = {world_size} * {output.numel()}")
     reduce_op = _check_op(op, input.dtype)
-    schedule = build_schedule("reduce_scatter", algorithm, world_size)
-    rank = dist.get_rank(group)
-    lo = rank * output.numel()
-    flat = input.reshape(-1)
-    if (output.is_contiguous() and flat.data_ptr() == input.data_ptr()
-            and output.data_ptr() == flat[lo:].data_ptr()):
-        work = flat  # output is input's block rank (in place, as nccl-tests): no copy
-    else:
-        # the schedule reduces in place; the caller's input stays. The copy goes to a buffer
-        # kept between calls: a fresh clone per call paid its page faults every time.
-        work = _scratch(flat)
-    execute(schedule, work, reduce_op, group, segment_bytes)
-    block = work[lo:lo + output.numel()]
+    plan = _plan("reduce_scatter", algorithm, world_size, dist.get_rank(group),
+                 buffer_count=input.numel(), **params)
+    work = input.new_empty(plan.numel)
+    _write(work, plan, plan.inputs, input.reshape(-1))  # the caller's input stays as it is
+    execute(plan.schedule, work, reduce_op, group, bounds=plan.bounds,
+            segment_bytes=plan.segment_bytes)
+    block = _read(work, plan, plan.outputs)
     if reduce_op is ReduceOp.AVG:
-        block.div_(world_size)
-    if block.data_ptr() != output.data_ptr():
-        output.copy_(block.view(output.shape))
+        block = block / world_size
+    output.copy_(block.view(output.shape))
     return output
 
 
-_scratch_cache: dict = {}
-
-
-def _scratch(flat: torch.Tensor) -> torch.Tensor:
-    """A copy of ``flat`` in a buffer kept between calls (per dtype and device)."""
-    key = (flat.dtype, flat.device)
-    cached = _scratch_cache.get(key)
-    if cached is None or cached.numel() < flat.numel():
-        cached = torch.empty(flat.numel(), dtype=flat.dtype, device=flat.device)
-        _scratch_cache[key] = cached
-    work = cached[:flat.numel()]
-    work.copy_(flat)
-    return work
-
-
 def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tensor, group=None,
-                           algorithm: str = "ring",
-                           segment_bytes: int | None = None) -> torch.Tensor:
+                           algorithm: str = "ring", **params) -> torch.Tensor:
     """Gather every rank's ``input_tensor`` into ``output_tensor`` on every rank, in rank order
     (as ``dist.all_gather_into_tensor``).
 
     Args:
         output_tensor: world_size · input_tensor.numel() elements, same dtype and device.
         input_tensor: this rank's block.
-        group, algorithm, segment_bytes: as :func:`all_reduce`
-            (``ringccl.algorithms("all_gather")``).
+        group, algorithm: as :func:`all_reduce` (``ringccl.algorithms("all_gather")``).
 
     Returns:
         ``output_tensor``.
@@ -189,22 +330,242 @@ def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tens
     world_size = _group_size(group)
     _check_tensor(output_tensor, "output_tensor")
     _check_tensor(input_tensor, "input_tensor")
-    if output_tensor.dtype != input_tensor.dtype:
-        raise ArgumentTypeError(f"output_tensor.dtype={output_tensor.dtype} differs from "
-                                f"input_tensor.dtype={input_tensor.dtype}")
-    if output_tensor.device != input_tensor.device:
-        raise ArgumentError(f"output_tensor.device={output_tensor.device} differs from "
-                            f"input_tensor.device={input_tensor.device}")
+    _check_pair(output_tensor, input_tensor, "output_tensor", "input_tensor")
     if output_tensor.numel() != world_size * input_tensor.numel():
         raise ArgumentError(f"output_tensor has {output_tensor.numel()} elements; "
                             f"all_gather_into_tensor needs world_size * input_tensor.numel() = "
                             f"{world_size} * {input_tensor.numel()}")
-    schedule = build_schedule("all_gather", algorithm, world_size)
+    plan = _plan("all_gather", algorithm, world_size, dist.get_rank(group),
+                 buffer_count=output_tensor.numel(), **params)
+    # every chunk is part of the output, so the working buffer is output_tensor itself
     contiguous = output_tensor.is_contiguous()
     work = output_tensor.view(-1) if contiguous else torch.empty_like(output_tensor).view(-1)
-    rank, n = dist.get_rank(group), input_tensor.numel()
-    work[rank * n:(rank + 1) * n].copy_(input_tensor.reshape(-1))
-    execute(schedule, work, ReduceOp.SUM, group, segment_bytes)
+    _write(work, plan, plan.inputs, input_tensor.reshape(-1))
+    execute(plan.schedule, work, ReduceOp.SUM, group, bounds=plan.bounds,
+            segment_bytes=plan.segment_bytes)
     if not contiguous:
         output_tensor.copy_(work.view(output_tensor.shape))
     return output_tensor
+
+
+def _check_list(tensors: Any, argument: str, world_size: int, like: torch.Tensor) -> list:
+    if not isinstance(tensors, (list, tuple)) or len(tensors) != world_size:
+        raise ArgumentError(f"{argument} must be a list of world_size={world_size} tensors, got "
+                            f"{type(tensors).__name__}"
+                            + (f" of length {len(tensors)}" if hasattr(tensors, "__len__") else ""))
+    for i, t in enumerate(tensors):
+        _check_tensor(t, f"{argument}[{i}]")
+        _check_pair(t, like, f"{argument}[{i}]", "tensor")
+        if t.numel() != like.numel():
+            raise ArgumentError(f"{argument}[{i}] has {t.numel()} elements; every tensor must "
+                                f"have tensor.numel()={like.numel()}")
+    return list(tensors)
+
+
+def scatter(tensor: torch.Tensor, scatter_list: list | None = None, src: int = 0, group=None,
+            algorithm: str = "binomial", **params) -> torch.Tensor:
+    """Send ``scatter_list[r]`` of rank ``src`` to rank r's ``tensor`` (as ``dist.scatter``).
+
+    Args:
+        tensor: this rank's output, any shape, same numel on every rank.
+        scatter_list: on ``src``: world_size tensors with tensor.numel() elements each, same
+            dtype and device; on the other ranks None (torch.distributed's rule).
+        src: global rank of the source.
+        group: process group (None = default group).
+        algorithm: a name from ``ringccl.algorithms("scatter")`` (default binomial tree).
+
+    Returns:
+        ``tensor``.
+    Raises:
+        ArgumentError: a missing or malformed scatter_list on src, one given elsewhere, src not
+            in the group; ArgumentTypeError: dtype.
+    """
+    world_size = _group_size(group)
+    _check_tensor(tensor, "tensor")
+    root = _group_rank(group, src, "src", world_size)
+    get_algorithm("scatter", algorithm)  # every rank refuses alike, before the root-only checks
+    rank = dist.get_rank(group)
+    if rank == root:
+        scatter_list = _check_list(scatter_list, "scatter_list", world_size, tensor)
+    elif scatter_list:
+        raise ArgumentError("scatter_list must be None on non-source ranks (rank "
+                            f"{dist.get_rank()} is not src={src})")
+    plan = _plan("scatter", algorithm, world_size, rank,
+                 buffer_count=world_size * tensor.numel(), **_rooted(params, root))
+    work = tensor.new_empty(plan.numel)
+    if rank == root:
+        _write(work, plan, plan.inputs, torch.cat([t.reshape(-1) for t in scatter_list]))
+    execute(plan.schedule, work, ReduceOp.SUM, group, bounds=plan.bounds,
+            segment_bytes=plan.segment_bytes)
+    tensor.copy_(_read(work, plan, plan.outputs).view(tensor.shape))
+    return tensor
+
+
+def gather(tensor: torch.Tensor, gather_list: list | None = None, dst: int = 0, group=None,
+           algorithm: str = "binomial", **params) -> None:
+    """Collect every rank's ``tensor`` into ``gather_list`` on rank ``dst`` (as ``dist.gather``).
+
+    Args:
+        tensor: this rank's input, same numel on every rank; not modified.
+        gather_list: on ``dst``: world_size tensors with tensor.numel() elements each; entry r
+            receives rank r's tensor. On the other ranks None.
+        dst: global rank of the destination.
+        group: process group (None = default group).
+        algorithm: a name from ``ringccl.algorithms("gather")`` (default binomial tree).
+
+    Returns:
+        None (as torch.distributed).
+    Raises:
+        ArgumentError: a missing or malformed gather_list on dst, one given elsewhere, dst not in
+            the group; ArgumentTypeError: dtype.
+    """
+    world_size = _group_size(group)
+    _check_tensor(tensor, "tensor")
+    root = _group_rank(group, dst, "dst", world_size)
+    get_algorithm("gather", algorithm)  # every rank refuses alike, before the root-only checks
+    rank = dist.get_rank(group)
+    if rank == root:
+        gather_list = _check_list(gather_list, "gather_list", world_size, tensor)
+    elif gather_list:
+        raise ArgumentError("gather_list must be None on non-destination ranks (rank "
+                            f"{dist.get_rank()} is not dst={dst})")
+    plan = _plan("gather", algorithm, world_size, rank,
+                 buffer_count=world_size * tensor.numel(), **_rooted(params, root))
+    work = tensor.new_empty(plan.numel)
+    _write(work, plan, plan.inputs, tensor.reshape(-1))
+    execute(plan.schedule, work, ReduceOp.SUM, group, bounds=plan.bounds,
+            segment_bytes=plan.segment_bytes)
+    if rank == root:
+        flat = _read(work, plan, plan.outputs)
+        for i, t in enumerate(gather_list):
+            t.copy_(flat[i * tensor.numel():(i + 1) * tensor.numel()].view(t.shape))
+    return None
+
+
+def _splits(sizes: Any, argument: str, world_size: int, rows: int, tensor: str) -> list[int]:
+    """torch.distributed's split sizes along dim 0 (None: equal splits)."""
+    if sizes is None:
+        if rows % world_size:
+            raise ArgumentError(f"{tensor} has {rows} rows (dim 0), not divisible by "
+                                f"world_size={world_size}; give {argument}")
+        return [rows // world_size] * world_size
+    sizes = list(sizes)
+    if len(sizes) != world_size or any(isinstance(v, bool) or not isinstance(v, int) or v < 0
+                                       for v in sizes):
+        raise ArgumentError(f"{argument}={sizes!r} must be {world_size} integers >= 0")
+    if sum(sizes) != rows:
+        raise ArgumentError(f"{argument} sums to {sum(sizes)}, but {tensor} has {rows} rows "
+                            "(dim 0)")
+    return sizes
+
+
+def _exchange(input_flat: torch.Tensor, in_sizes: Sequence[int], out_sizes: Sequence[int],
+              group, algorithm: str, params: dict) -> torch.Tensor:
+    """all_to_all on element counts: returns this rank's output blocks concatenated."""
+    world_size, rank = dist.get_world_size(group), dist.get_rank(group)
+    schedule = build_schedule("all_to_all", algorithm, world_size, **params)
+    n, c = world_size, schedule.num_chunks
+    sizes = np.zeros(c, dtype=np.int64)
+    sizes[:n], sizes[n:2 * n] = in_sizes, out_sizes
+    if not split_safe(schedule):
+        # scratch chunks or blocks parked in other slots need one block size on every rank;
+        # agree on it first (every rank reaches the same verdict, so none is left waiting)
+        local = list(in_sizes) + list(out_sizes)
+        t = torch.tensor([max(local, default=0), -min(local, default=0)], dtype=torch.int64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+        if int(t[0]) != -int(t[1]):
+            raise ArgumentError(f"algorithm={algorithm!r} moves all_to_all blocks through "
+                                "scratch chunks or other blocks' slots, which needs equal blocks "
+                                "on every rank, but the split sizes differ; use an algorithm "
+                                "such as direct for uneven splits")
+        sizes[2 * n:] = int(t[0])
+    plan = _plan("all_to_all", algorithm, world_size, rank, sizes=sizes, **params)
+    work = input_flat.new_empty(plan.numel)
+    _write(work, plan, plan.inputs, input_flat)
+    execute(plan.schedule, work, ReduceOp.SUM, group, bounds=plan.bounds,
+            segment_bytes=plan.segment_bytes)
+    return _read(work, plan, plan.outputs)
+
+
+def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_sizes=None,
+                      input_split_sizes=None, group=None, algorithm: str = "direct",
+                      **params) -> torch.Tensor:
+    """Split ``input`` along dim 0 and send piece j to rank j; piece i of ``output`` comes from
+    rank i (as ``dist.all_to_all_single``).
+
+    Args:
+        output: receives the pieces, same dtype, device and trailing dims as ``input``.
+        input: not modified.
+        output_split_sizes, input_split_sizes: rows (dim 0) per rank, world_size integers >= 0
+            (zeros allowed), or None for equal pieces (dim 0 divisible by world_size). Rank r's
+            input_split_sizes[j] must equal rank j's output_split_sizes[r].
+        group: process group (None = default group).
+        algorithm: a name from ``ringccl.algorithms("all_to_all")``. Algorithms with scratch
+            chunks need equal pieces on every rank (checked across ranks before data moves).
+
+    Returns:
+        ``output``.
+    Raises:
+        ArgumentError: split sizes that do not match the tensors, unequal pieces for a scratch
+            algorithm, trailing dims that differ; ArgumentTypeError: dtype.
+    """
+    world_size = _group_size(group)
+    _check_tensor(output, "output")
+    _check_tensor(input, "input")
+    _check_pair(output, input, "output", "input")
+    in_rows = input.shape[0] if input.dim() else 1
+    out_rows = output.shape[0] if output.dim() else 1
+    row = math.prod(input.shape[1:])
+    if math.prod(output.shape[1:]) != row:
+        raise ArgumentError(f"output.shape={tuple(output.shape)} and input.shape="
+                            f"{tuple(input.shape)} differ beyond dim 0")
+    ins = _splits(input_split_sizes, "input_split_sizes", world_size, in_rows, "input")
+    outs = _splits(output_split_sizes, "output_split_sizes", world_size, out_rows, "output")
+    result = _exchange(input.reshape(-1), [k * row for k in ins], [k * row for k in outs], group,
+                       algorithm, params)
+    output.copy_(result.view(output.shape))
+    return output
+
+
+def all_to_all(output_tensor_list: list, input_tensor_list: list, group=None,
+               algorithm: str = "direct", **params) -> list:
+    """Send ``input_tensor_list[j]`` to rank j; ``output_tensor_list[i]`` receives rank i's
+    (as ``dist.all_to_all``). Tensors may have different sizes (rank r's input j must have the
+    size of rank j's output r).
+
+    Args:
+        output_tensor_list, input_tensor_list: world_size tensors each, one dtype and device.
+        group, algorithm: as :func:`all_to_all_single`.
+
+    Returns:
+        ``output_tensor_list``.
+    Raises:
+        ArgumentError, ArgumentTypeError: malformed lists, dtype or device mismatch.
+    """
+    world_size = _group_size(group)
+    for name, tensors in (("input_tensor_list", input_tensor_list),
+                          ("output_tensor_list", output_tensor_list)):
+        if not isinstance(tensors, (list, tuple)) or len(tensors) != world_size:
+            raise ArgumentError(f"{name} must be a list of world_size={world_size} tensors")
+        for i, t in enumerate(tensors):
+            _check_tensor(t, f"{name}[{i}]")
+            _check_pair(t, input_tensor_list[0], f"{name}[{i}]", "input_tensor_list[0]")
+    flat = torch.cat([t.reshape(-1) for t in input_tensor_list])
+    result = _exchange(flat, [t.numel() for t in input_tensor_list],
+                       [t.numel() for t in output_tensor_list], group, algorithm, params)
+    at = 0
+    for t in output_tensor_list:
+        t.copy_(result[at:at + t.numel()].view(t.shape))
+        at += t.numel()
+    return output_tensor_list
+
+
+# -- training integration (issue 7): imported last, these modules use the collectives above -----
+from .background import Communicator  # noqa: E402
+from .bucketer import GradientBucketer  # noqa: E402
+from .clip import clip_grad_norm_  # noqa: E402
+from .ddp import comm_hook  # noqa: E402
+from .zero import ShardedOptimizer  # noqa: E402
+
+__all__ += ["comm_hook", "GradientBucketer", "ShardedOptimizer", "clip_grad_norm_",
+            "Communicator"]

@@ -14,13 +14,15 @@ Two ways to drive the backend, chosen by what it is, never by the algorithm:
   segments a reduced segment is forwarded while later segments are still arriving.
 
 Receives that reduce land in a staging buffer (two halves, so consecutive steps do not collide;
-reused across calls) and are then combined in place into the caller's buffer; receives that copy
+reused across calls) and are then combined in place into the caller's buffer, several reduces into
+one chunk in canonical (ascending source rank) order, as the simulator; receives that copy
 land directly in their destination chunk unless the step also sends that chunk (BSP: a step's
 sends read the pre-step state). A chunk is overwritten only after every send reading it is done.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import NamedTuple, Sequence
 
 import numpy as np
@@ -75,9 +77,11 @@ def _staging(buffer: torch.Tensor, elements: int) -> torch.Tensor:
     """A reusable staging tensor of at least ``elements`` (same dtype/device as ``buffer``).
 
     Reused across calls: allocating (and page-faulting) a fresh buffer per call cost as much as
-    the transfer itself for 64 MiB all-reduces on gloo.
+    the transfer itself for 64 MiB all-reduces on gloo. Kept per thread: a background
+    communicator (:mod:`ringccl.torch.background`) may run a collective while the caller's thread
+    runs another, and the two must not share staging memory.
     """
-    key = (buffer.dtype, buffer.device)
+    key = (threading.get_ident(), buffer.dtype, buffer.device)
     cached = _staging_cache.get(key)
     if cached is None or cached.numel() < elements:
         cached = buffer.new_empty(elements)
@@ -157,13 +161,17 @@ def _plan(program, chunks, staging, segment_elems, peer) -> list[_StepPlan]:
 
 
 def execute(schedule: Schedule, buffer: torch.Tensor, op: ReduceOp = ReduceOp.SUM,
-            group=None, segment_bytes: int | None = None) -> torch.Tensor:
+            group=None, segment_bytes: int | None = None, bounds=None) -> torch.Tensor:
     """Execute ``schedule`` in place on this rank's working ``buffer``.
 
     Args:
         schedule: any verified schedule whose world_size equals the group's size.
-        buffer: 1-D contiguous tensor, the collective's working buffer (L elements); chunks are
-            ``torch.tensor_split`` pieces, the same boundaries as ``ringccl.chunk_bounds``.
+        buffer: 1-D contiguous tensor, the collective's working buffer.
+        bounds: this rank's chunk boundaries, num_chunks + 1 non-decreasing offsets into
+            ``buffer``: chunk c is ``buffer[bounds[c]:bounds[c+1]]`` (from the collective's
+            contract, ``Collective.chunk_sizes``; chunks this rank never touches may be empty).
+            A transfer's chunk must have the same size on both ranks. None: ``chunk_bounds(
+            buffer.numel(), num_chunks)``, the ``torch.tensor_split`` pieces.
         op: reduce op applied by REDUCE transfers (AVG sums here; the caller divides).
         group: process group (None = the default group).
         segment_bytes: split each transferred chunk into segments of this many bytes and move
@@ -185,7 +193,13 @@ def execute(schedule: Schedule, buffer: torch.Tensor, op: ReduceOp = ReduceOp.SU
     if rank < 0:
         raise BackendError("this process is not a member of the given process group")
     program = schedule.program(rank)
-    bounds = chunk_bounds(buffer.numel(), schedule.num_chunks).tolist()
+    bounds = (chunk_bounds(buffer.numel(), schedule.num_chunks) if bounds is None
+              else np.asarray(bounds, dtype=np.int64))
+    if bounds.shape != (schedule.num_chunks + 1,) or (np.diff(bounds) < 0).any() or (
+            bounds.size and (bounds[0] < 0 or bounds[-1] > buffer.numel())):
+        raise BackendError(f"bounds must be {schedule.num_chunks + 1} non-decreasing offsets "
+                           f"within the buffer's {buffer.numel()} elements")
+    bounds = bounds.tolist()
     chunks = [buffer[bounds[c]:bounds[c + 1]] for c in range(schedule.num_chunks)]
     longest = max((bounds[c + 1] - bounds[c] for c in range(schedule.num_chunks)), default=0)
     itemsize = buffer.element_size()
@@ -247,7 +261,9 @@ def _run_dataflow(plans, combine, group) -> None:
       other staging half; direct ones wait until nothing of step k writes their chunk);
     * a send of step k+1 is posted as soon as step k has finished writing its segment;
     * a chunk is overwritten only after every earlier send reading it completed.
-    Posting order per peer stays step-major, segment-minor on both sides, so messages match.
+    Posting order per peer and direction stays the canonical one (step-major, then the step's
+    order, segment-minor) on both sides, so messages match: an operation that must wait holds
+    back the later ones to the same peer.
     """
     in_flight: dict[int, list] = {}   # chunk -> sends that may still read it
 
@@ -268,28 +284,52 @@ def _run_dataflow(plans, combine, group) -> None:
         post_send(s)
     for k, plan in enumerate(plans):
         nxt = plans[k + 1] if k + 1 < len(plans) else None
-        waiting_sends: dict[tuple[int, int], list[_Send]] = {}
+        # sends of step k+1 held back, per peer in posting order: (send, ready?)
+        held: dict[int, list[list]] = {}
+        pending: dict[tuple[int, int], list[list]] = {}  # segment -> its held entries
+        # the last receive into each segment (several reduces may target one segment)
+        last = {(r.chunk, r.segment): i for i, r in enumerate(plan.recvs)}
+
+        def flush(peer: int) -> None:
+            queue = held[peer]
+            while queue and queue[0][1]:
+                post_send(queue.pop(0)[0])
+
         if nxt is not None:
-            # receives of step k+1 that cannot disturb step k go out now
-            late = [not r.staged and r.chunk in plan.writes for r in nxt.recvs]
+            # receives of step k+1 that cannot disturb step k go out now; once one from a peer
+            # must wait, the later ones from that peer wait too (messages match in order)
+            late, late_peers = [], set()
+            for r in nxt.recvs:
+                wait = r.peer in late_peers or (not r.staged and r.chunk in plan.writes)
+                if wait:
+                    late_peers.add(r.peer)
+                late.append(wait)
             recv_works[k + 1] = [None if wait else post_recv(r)
                                  for r, wait in zip(nxt.recvs, late)]
             for s in nxt.sends:
-                if s.chunk in plan.writes:
-                    waiting_sends.setdefault((s.chunk, s.segment), []).append(s)
+                blocked = s.chunk in plan.writes
+                if blocked or held.get(s.peer):
+                    entry = [s, not blocked]
+                    held.setdefault(s.peer, []).append(entry)
+                    if blocked:
+                        pending.setdefault((s.chunk, s.segment), []).append(entry)
                 else:
                     post_send(s)
         try:
-            for r, work in zip(plan.recvs, recv_works.pop(k)):
+            for i, (r, work) in enumerate(zip(plan.recvs, recv_works.pop(k))):
                 work.wait()
                 if r.staged:
                     drain(r.chunk)  # sends may still read the chunk being updated
                     _apply(r, combine)
-                for s in waiting_sends.pop((r.chunk, r.segment), ()):
-                    post_send(s)  # the segment is final for this step: forward it
-            for group_of_sends in waiting_sends.values():
-                for s in group_of_sends:
-                    post_send(s)
+                if last[(r.chunk, r.segment)] == i:
+                    # the segment is final for this step: forward it
+                    for entry in pending.pop((r.chunk, r.segment), ()):
+                        entry[1] = True
+                        flush(entry[0].peer)
+            for peer, queue in held.items():
+                for entry in queue:
+                    entry[1] = True
+                flush(peer)
             if nxt is not None:
                 works = recv_works[k + 1]
                 for i, r in enumerate(nxt.recvs):
@@ -304,8 +344,10 @@ def _run_dataflow(plans, combine, group) -> None:
         raise _StepFailed(plans[-1], exc) from exc
 
 
-def max_staging_elements(schedule: Schedule, rank: int, count: int) -> int:
-    """Elements of staging memory :func:`execute` allocates on ``rank`` for a buffer of ``count``."""
+def max_staging_elements(schedule: Schedule, rank: int, count: int, bounds=None) -> int:
+    """Elements of staging memory :func:`execute` allocates on ``rank`` for a buffer of ``count``
+    (chunks from ``bounds``, default ``chunk_bounds(count, num_chunks)``)."""
     program = schedule.program(rank)
-    longest = int(np.diff(chunk_bounds(count, schedule.num_chunks)).max(initial=0))
+    bounds = chunk_bounds(count, schedule.num_chunks) if bounds is None else np.asarray(bounds)
+    longest = int(np.diff(bounds).max(initial=0))
     return 2 * max((len(s.recvs) for s in program.steps), default=0) * longest

@@ -1,0 +1,196 @@
+"""Direct algorithms: every piece of data goes straight from the rank that has it to the rank that
+needs it, in one step; and ``master`` all-reduce through one root rank.
+
+Step convention: a step is a set of transfers that run at the same time and costs one latency
+alpha; a rank may send to and receive from many peers within one step, and the cost model charges
+the busiest rank's bytes (β · max over ranks of max(bytes sent, bytes received)), so a step in
+which the root receives N-1 buffers costs α + (N-1)·M·β, as a one-port rank would take. Where a
+rank combines several peers' buffers into one chunk in one step (direct all_reduce,
+reduce_scatter, reduce), the reduces are applied in ascending source rank (ir.py).
+
+M is the collective's size in bytes (``Collective.buffer_count``): one rank's buffer for
+all_reduce, broadcast and reduce; the whole N-block buffer for reduce_scatter, all_gather,
+scatter, gather and all_to_all. γ is charged per byte reduced by the busiest rank.
+
+============== ===== ============================ ==========================================
+collective     steps bytes sent, busiest rank     time on a flat network
+============== ===== ============================ ==========================================
+all_reduce     1     (N-1)·M (everyone)           α + (N-1)·M·(β + γ)
+reduce_scatter 1     (N-1)/N·M                    α + (N-1)/N·M·(β + γ)
+all_gather     1     (N-1)/N·M                    α + (N-1)/N·M·β
+all_to_all     1     (N-1)/N·M                    α + (N-1)/N·M·β
+broadcast      1     (N-1)·M (root)               α + (N-1)·M·β
+reduce         1     M (each non-root)            α + (N-1)·M·(β + γ) (root receives N-1)
+scatter        1     (N-1)/N·M (root)             α + (N-1)/N·M·β
+gather         1     M/N (each non-root)          α + (N-1)/N·M·β (root receives N-1 blocks)
+============== ===== ============================ ==========================================
+
+``master`` all-reduce is the centralized scheme of the lecture (seed 001, section 2.2): the root
+receives every other rank's buffer one rank per step and adds it in (N-1 steps), then sends the
+sum to one rank per step (N-1 steps), as its Python loop does. 2(N-1) steps; the root sends and
+receives (N-1)·M each, 2(N-1)·M through one rank; T = 2(N-1)·(α + M·β) + (N-1)·M·γ, the seed's
+T_naive = 2(P-1)(α + βM) plus the reduction term. (Receiving all at once would be ``direct``
+reduce followed by ``direct`` broadcast: 2 steps, the same bytes.) All other ranks send and
+receive M once.
+
+World size 1: no steps.
+
+References:
+    Thakur, Rabenseifner & Gropp, "Optimization of Collective Communication Operations in
+    MPICH", IJHPCA 19(1), 2005 (direct sends; the naive scheme as baseline);
+    seed 001, section 2.2 (master-worker all-reduce).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..collectives import check_root as _root
+from ..ir import Schedule
+from . import Algorithm, register
+
+__all__ = ["all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce",
+           "scatter", "gather", "master_all_reduce"]
+
+_THAKUR = "Thakur, Rabenseifner & Gropp, IJHPCA 19(1) 2005"
+_SEED = "seed 001, section 2.2 (master-worker)"
+
+
+def _pairs(n: int):
+    """(src, dst) of every ordered pair of distinct ranks, src-major."""
+    src = np.repeat(np.arange(n), n - 1)
+    k = np.tile(np.arange(n - 1), n)
+    return src, k + (k >= src)  # skip src itself
+
+
+def _one_step(collective, n, num_chunks, src, dst, src_chunk, dst_chunk=None, reduce=False,
+              params=None, phase="direct") -> Schedule:
+    steps = 1 if len(np.atleast_1d(src)) and n > 1 else 0
+    return Schedule.from_arrays(collective, "direct", n, num_chunks, step=0, src=src, dst=dst,
+                                src_chunk=src_chunk, dst_chunk=dst_chunk, reduce=reduce,
+                                phases=[phase] * steps, num_steps=steps, params=params)
+
+
+def all_reduce(world_size: int) -> Schedule:
+    """Naive full mesh: every rank sends its whole buffer to every other rank, which adds it in.
+
+    One chunk; one step of N(N-1) transfers; each rank sends and reduces (N-1)·M.
+    """
+    src, dst = _pairs(world_size)
+    return _one_step("all_reduce", world_size, 1, src, dst, 0, reduce=True)
+
+
+def reduce_scatter(world_size: int) -> Schedule:
+    """Every rank sends block j of its buffer to rank j, which adds it in. N chunks, one step."""
+    src, dst = _pairs(world_size)
+    return _one_step("reduce_scatter", world_size, world_size, src, dst, dst, reduce=True)
+
+
+def all_gather(world_size: int) -> Schedule:
+    """Every rank sends its block to every other rank. N chunks, one step."""
+    src, dst = _pairs(world_size)
+    return _one_step("all_gather", world_size, world_size, src, dst, src)
+
+
+def all_to_all(world_size: int) -> Schedule:
+    """Rank r sends its block j straight into rank j's output slot N + r. 2N chunks, one step.
+
+    Every block moves once into its own slot, so uneven ``input_split_sizes`` work.
+    """
+    n = world_size
+    src, dst = _pairs(n)
+    return _one_step("all_to_all", n, 2 * n, src, dst, dst, n + src)
+
+
+def broadcast(world_size: int, root: int = 0) -> Schedule:
+    """The root sends its whole buffer to every other rank. One chunk, one step."""
+    n = world_size
+    others = np.delete(np.arange(n), _root(root, n))
+    return _one_step("broadcast", n, 1, root, others, 0, params={"root": root})
+
+
+def reduce(world_size: int, root: int = 0) -> Schedule:
+    """Every other rank sends its whole buffer to the root, which adds all N-1 in (in ascending
+    rank order). One chunk, one step."""
+    n = world_size
+    others = np.delete(np.arange(n), _root(root, n))
+    return _one_step("reduce", n, 1, others, root, 0, reduce=True, params={"root": root})
+
+
+def scatter(world_size: int, root: int = 0) -> Schedule:
+    """The root sends block r to rank r. N chunks, one step."""
+    n = world_size
+    others = np.delete(np.arange(n), _root(root, n))
+    return _one_step("scatter", n, n, root, others, others, params={"root": root})
+
+
+def gather(world_size: int, root: int = 0) -> Schedule:
+    """Every other rank r sends its block r to the root. N chunks, one step."""
+    n = world_size
+    others = np.delete(np.arange(n), _root(root, n))
+    return _one_step("gather", n, n, others, root, others, params={"root": root})
+
+
+def master_all_reduce(world_size: int, root: int = 0) -> Schedule:
+    """Reduce to ``root`` one rank per step, then send the sum back one rank per step.
+
+    Pre/Post: all_reduce. One chunk. Steps 0 … N-2: the k-th other rank (ascending from
+    root + 1, around the ring) sends its buffer to the root, which adds it in ("reduce" phase);
+    steps N-1 … 2N-3: the root sends the sum to the k-th other rank ("broadcast" phase).
+    Cost: 2(N-1) steps; the root sends (N-1)·M and receives (N-1)·M;
+    T = 2(N-1)·(α + M·β) + (N-1)·M·γ (seed 001, section 2.2).
+    """
+    n = world_size
+    root = _root(root, n)
+    others = (root + 1 + np.arange(n - 1)) % n
+    k = np.arange(n - 1)
+    return Schedule.from_arrays(
+        "all_reduce", "master", n, 1, step=np.r_[k, n - 1 + k], src=np.r_[others, [root] * (n - 1)],
+        dst=np.r_[[root] * (n - 1), others], src_chunk=0, reduce=np.r_[[True] * (n - 1),
+                                                                       [False] * (n - 1)],
+        phases=["reduce"] * (n - 1) + ["broadcast"] * (n - 1), num_steps=2 * (n - 1),
+        params={"root": root})
+
+
+# -- closed forms ---------------------------------------------------------------------------------
+
+def _one(n: int) -> int:
+    return 1 if n > 1 else 0
+
+
+def _time(bytes_per_port, reduced=lambda n, m: 0.0):
+    """α + β·(busiest port's bytes) + γ·(busiest rank's reduced bytes), for one step (N > 1)."""
+    def time(n: int, nbytes: float, alpha: float, beta: float, gamma: float) -> float:
+        if n == 1:
+            return 0.0
+        return alpha + beta * bytes_per_port(n, nbytes) + gamma * reduced(n, nbytes)
+    return time
+
+
+_full = lambda n, m: (n - 1) * m          # noqa: E731
+_part = lambda n, m: (n - 1) / n * m      # noqa: E731
+
+
+def _master_time(n: int, nbytes: float, alpha: float, beta: float, gamma: float) -> float:
+    """2(N-1)·(α + M·β) + (N-1)·M·γ (seed 001, section 2.2)."""
+    return 2 * (n - 1) * (alpha + nbytes * beta) + (n - 1) * nbytes * gamma
+
+
+_DIRECT = [
+    ("all_reduce", all_reduce, lambda n, m: (n - 1) * m, "(N-1)·M", _time(_full, _full)),
+    ("reduce_scatter", reduce_scatter, _part, "(N-1)/N·M", _time(_part, _part)),
+    ("all_gather", all_gather, _part, "(N-1)/N·M", _time(_part)),
+    ("all_to_all", all_to_all, _part, "(N-1)/N·M", _time(_part)),
+    ("broadcast", broadcast, lambda n, m: (n - 1) * m, "(N-1)·M (root)", _time(_full)),
+    ("reduce", reduce, lambda n, m: m if n > 1 else 0.0, "M", _time(_full, _full)),
+    ("scatter", scatter, _part, "(N-1)/N·M (root)", _time(_part)),
+    ("gather", gather, lambda n, m: m / n if n > 1 else 0.0, "M/N", _time(_part)),
+]
+
+for _collective, _builder, _bytes, _formula, _t in _DIRECT:
+    register(Algorithm(_collective, "direct", _builder, _one, _bytes, "1 (N>1)", _formula,
+                       _THAKUR, _t))
+
+register(Algorithm("all_reduce", "master", master_all_reduce, lambda n: 2 * (n - 1),
+                   lambda n, m: (n - 1) * m, "2(N-1)", "(N-1)·M (root; 2(N-1)·M through it)",
+                   _SEED, _master_time))

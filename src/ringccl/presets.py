@@ -1,0 +1,157 @@
+"""The seeds' figures, recomputed through ringccl's public API (``ringccl model --preset seed``).
+
+* Seed 000 (ring walk-through), section 5: per-rank bytes of ring all_reduce for N = 8, 64, 256
+  next to the naive full mesh ((N-1)K) and the 2K lower bound; and the latency table: ring
+  all_reduce with alpha = 5 us, 300 GB/s, float32, for 8 ranks / 2^20 elements, 1024 ranks /
+  2^20 elements, 1024 ranks / 2^28 elements.
+* Seed 001 (lecture), section 7.3, experiment 3: all_reduce of 100 MiB at 50 GB/s and 5 us for
+  P = 4 ... 1024 under the lecture's own formulas for master, ring and tree — and what ringccl's
+  walked schedules give for every such algorithm registered.
+* Seed 001, section 9.3 question 1 / appendix question 4: 128 nodes x 8 GPUs, NVLink 900 GB/s,
+  InfiniBand 50 GB/s per NIC: flat ring versus hierarchical all_reduce of a 1 GiB gradient.
+
+Every function returns plain dicts and lists (JSON-ready); nothing here prints.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .algorithms import REGISTRY
+from .costmodel import cost
+from .topology import two_level
+
+__all__ = ["lecture_all_reduce_seconds", "per_rank_bytes", "ring_latency", "experiment3",
+           "hierarchical_question", "seed_figures", "LECTURE_ALGORITHMS", "WALKED_ALGORITHMS"]
+
+#: the lecture's experiment 3 formulas (seed 001, section 7.3, ``alpha_beta_cost_model``)
+LECTURE_ALGORITHMS = ("master", "ring", "tree")
+#: the registered all_reduce algorithms shown next to them, when they exist
+WALKED_ALGORITHMS = ("master", "ring", "tree", "double_binary_tree")
+
+
+def lecture_all_reduce_seconds(algorithm: str, world_size: int, nbytes: float, alpha: float,
+                               bandwidth: float) -> float:
+    """The lecture's experiment-3 all_reduce formulas (seed 001, section 7.3), in seconds.
+
+    master: 2(P-1)(alpha + M/B)  — rank 0 receives, then sends, P-1 whole buffers one by one;
+    ring:   2(P-1) alpha + 2 (P-1)/P M/B;
+    tree:   2 log2(P) alpha + 2 M/B  — a binary tree whose reduce and broadcast each move the
+            buffer once at full bandwidth (that is, pipelined, with the pipeline's own start-up
+            steps left out).
+    """
+    p, beta = world_size, 1.0 / bandwidth
+    if algorithm == "master":
+        return 2 * (p - 1) * (alpha + beta * nbytes)
+    if algorithm == "ring":
+        return 2 * (p - 1) * alpha + 2 * ((p - 1) / p) * (beta * nbytes)
+    if algorithm == "tree":
+        return 2 * math.log2(p) * alpha + 2 * (beta * nbytes)
+    raise ValueError(f"algorithm={algorithm!r}: the lecture gives formulas for "
+                     f"{', '.join(LECTURE_ALGORITHMS)}")
+
+
+def per_rank_bytes(world_sizes=(8, 64, 256)) -> list[dict]:
+    """Seed 000's per-rank bytes table: ring all_reduce bytes sent per rank in units of K.
+
+    Measured on the walked schedule's busiest port (K = one rank's buffer); ``vs_direct`` divides
+    by the naive full mesh's (N-1)K, ``vs_lower_bound`` by 2K.
+    """
+    rows = []
+    for n in world_sizes:
+        k = float(n * 4096)  # any K works (fluid chunks); this one divides evenly
+        r = cost("all_reduce", "ring", n, k, alpha=5e-6, bandwidth=300e9, method="walk")
+        sent = r.max_link_bytes["port out"] / k
+        rows.append({"world_size": n, "bytes_per_rank_K": sent, "vs_direct": sent / (n - 1),
+                     "vs_lower_bound": sent / 2})
+    return rows
+
+
+def ring_latency(alpha: float = 5e-6, bandwidth: float = 300e9) -> list[dict]:
+    """Seed 000's latency table: ring all_reduce of float32 buffers at alpha, bandwidth."""
+    rows = []
+    for n, count in ((8, 2**20), (1024, 2**20), (1024, 2**28)):
+        r = cost("all_reduce", "ring", n, 4 * count, alpha=alpha, bandwidth=bandwidth)
+        rows.append({"world_size": n, "count": count, "nbytes": 4 * count,
+                     "seconds": r.seconds, "latency_seconds": r.latency_seconds,
+                     "bandwidth_seconds": r.bandwidth_seconds,
+                     "latency_fraction": r.latency_seconds / r.seconds, "method": r.method})
+    return rows
+
+
+def experiment3(world_sizes=(4, 8, 16, 64, 256, 1024), nbytes: float = 100 * 2**20,
+                alpha: float = 5e-6, bandwidth: float = 50e9) -> list[dict]:
+    """The lecture's experiment 3 and ringccl's walked schedules, one row per P.
+
+    Each row has ``lecture`` {master, ring, tree: seconds} and ``ringccl`` {algorithm: seconds or
+    None when that all_reduce algorithm is not registered}.
+    """
+    rows = []
+    for p in world_sizes:
+        lecture = {a: lecture_all_reduce_seconds(a, p, nbytes, alpha, bandwidth)
+                   for a in LECTURE_ALGORITHMS}
+        walked = {a: (cost("all_reduce", a, p, nbytes, alpha=alpha, bandwidth=bandwidth).seconds
+                      if ("all_reduce", a) in REGISTRY else None) for a in WALKED_ALGORITHMS}
+        rows.append({"world_size": p, "lecture": lecture, "ringccl": walked})
+    return rows
+
+
+def hierarchical_question(nodes: int = 128, local: int = 8, nbytes: float = 2**30,
+                          alpha: float = 5e-6, nvlink: float = 900e9,
+                          nic: float = 50e9) -> dict:
+    """Flat ring versus hierarchical all_reduce on ``nodes`` x ``local`` GPUs (seed 001, q. 4).
+
+    * flat ring: ringccl's ring schedule over all nodes*local ranks, placed node-major, walked on
+      :func:`ringccl.topology.two_level` (each node's ring hop leaves through one NIC);
+    * hierarchical (formula): ring reduce_scatter inside each node over NVLink, ring all_reduce of
+      the nbytes/local shard among the ``nodes`` same-local-index GPUs (one rail, one NIC each;
+      the ``local`` rails run at once and share nothing), ring all_gather inside each node —
+      each phase costed by ringccl on its own flat machine and added up:
+
+        T = 2(L-1) alpha + 2 (L-1)/L M/B_nvlink + 2(n-1) alpha + 2 (n-1)/n (M/L)/B_nic;
+
+    * hierarchical (walked): the registered ``hierarchical`` all_reduce on the same two-level
+      machine, when it exists (None otherwise).
+
+    Inter-node bytes are those leaving one NIC (the busiest) over the whole call.
+    """
+    topo = two_level(nodes, local, intra=(alpha, nvlink), inter=(alpha, nic))
+    flat_ring = cost("all_reduce", "ring", None, nbytes, topology=topo)
+    node0 = topo.link_ids("nic out", node=0)
+    flat_nics_used = int((flat_ring.link_bytes[node0] > 0).sum())
+
+    rs = cost("reduce_scatter", "ring", local, nbytes, alpha=alpha, bandwidth=nvlink)
+    ar = cost("all_reduce", "ring", nodes, nbytes / local, alpha=alpha, bandwidth=nic)
+    ag = cost("all_gather", "ring", local, nbytes, alpha=alpha, bandwidth=nvlink)
+    formula = rs.seconds + ar.seconds + ag.seconds
+    out = {
+        "nodes": nodes, "local": local, "world_size": nodes * local, "nbytes": nbytes,
+        "alpha": alpha, "nvlink_bandwidth": nvlink, "nic_bandwidth": nic,
+        "flat_ring": {"seconds": flat_ring.seconds,
+                      "latency_seconds": flat_ring.latency_seconds,
+                      "bandwidth_seconds": flat_ring.bandwidth_seconds,
+                      "nic_bytes": flat_ring.max_link_bytes["nic out"],
+                      "nics_used_per_node": flat_nics_used},
+        "hierarchical_formula": {"seconds": formula,
+                                 "phases": {"intra-node reduce-scatter": rs.seconds,
+                                            "inter-node all-reduce": ar.seconds,
+                                            "intra-node all-gather": ag.seconds},
+                                 "nic_bytes": ar.max_link_bytes["port out"],
+                                 "nics_used_per_node": local},
+        "speedup_formula": flat_ring.seconds / formula,
+        "nic_bytes_ratio": flat_ring.max_link_bytes["nic out"] / ar.max_link_bytes["port out"],
+        "hierarchical_walked": None,
+    }
+    if ("all_reduce", "hierarchical") in REGISTRY:
+        h = cost("all_reduce", "hierarchical", None, nbytes, topology=topo)
+        out["hierarchical_walked"] = {
+            "seconds": h.seconds, "nic_bytes": h.max_link_bytes.get("nic out", 0.0),
+            "nics_used_per_node": int((h.link_bytes[node0] > 0).sum()),
+            "speedup": flat_ring.seconds / h.seconds}
+    return out
+
+
+def seed_figures() -> dict:
+    """All four figures: per-rank bytes, ring latency, experiment 3, hierarchical question."""
+    return {"per_rank_bytes": per_rank_bytes(), "ring_latency": ring_latency(),
+            "experiment3": experiment3(), "hierarchical": hierarchical_question()}

@@ -1,0 +1,127 @@
+"""`ringccl model` and `ringccl tune`: tables, --json, --plot, --preset seed, errors."""
+
+import json
+
+import pytest
+
+import ringccl
+from ringccl.cli import main
+
+from .cost_helpers import registered, ring_only
+
+
+@pytest.fixture(autouse=True)
+def _registry_of_ring_only():
+    """These tests expect ring (and the test rival) to be the only algorithms registered."""
+    with ring_only():
+        yield
+
+
+def test_model_json_matches_the_api(capsys):
+    assert main(["model", "all_reduce", "--world-size", "8,64", "--size", "4KiB:1MiB:4",
+                 "--alpha", "5us", "--bandwidth", "400Gbps", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [t["world_size"] for t in report["tables"]] == [8, 64]
+    rows = report["tables"][1]["rows"]
+    assert [r["size"] for r in rows] == [4096, 16384, 65536, 262144, 1048576]
+    r = rows[-1]
+    expected = ringccl.cost("all_reduce", "ring", 64, 2**20, alpha=5e-6, bandwidth=50e9)
+    assert r["time_s"] == pytest.approx(expected.seconds)
+    assert r["busbw"] == pytest.approx(expected.busbw)
+    assert r["count"] == 2**18 and r["type"] == "float32"
+
+
+def test_model_table_prints_nccl_tests_columns(capsys):
+    assert main(["model", "all_reduce", "-N", "1024", "--size", "4MiB"]) == 0
+    out = capsys.readouterr().out
+    for column in ("size", "count", "type", "time (us)", "algbw (GB/s)", "busbw (GB/s)"):
+        assert column in out
+    line = next(x for x in out.splitlines() if "4.00 MiB" in x)
+    expected_us = ringccl.cost("all_reduce", "ring", 1024, 2**22, alpha=5e-6,
+                               bandwidth=50e9).seconds * 1e6
+    assert f"{expected_us:.2f}" in line and "fastest" in line
+
+
+def test_model_two_level(capsys):
+    assert main(["model", "all_reduce", "--nodes", "4", "--local", "8", "--intra", "5us,900GB/s",
+                 "--inter", "5us,50GB/s", "--size", "1GiB", "--json"]) == 0
+    (table,) = json.loads(capsys.readouterr().out)["tables"]
+    assert table["world_size"] == 32 and table["machine"].startswith("two-level")
+    (row,) = table["rows"]
+    assert row["max_link_bytes"]["nic out"] == pytest.approx(2 * 31 / 32 * 2**30)
+
+
+def test_model_plot_writes_a_png(tmp_path, capsys):
+    pytest.importorskip("matplotlib", reason="--plot needs matplotlib (ringccl[plot])")
+    path = tmp_path / "model.png"
+    with registered():
+        assert main(["model", "all_reduce", "--world-size", "8,64,1024", "--size", "4KiB:1GiB",
+                     "--alpha", "5us", "--bandwidth", "50GB/s", "--plot", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "crossover: test_recursive_doubling -> ring" in out
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 20_000
+
+
+def test_model_preset_seed_prints_the_seeds_figures(capsys):
+    assert main(["model", "--preset", "seed"]) == 0
+    out = capsys.readouterr().out
+    for figure in ("1.750 K", "0.250 x", "0.875 x", "1.992 K", "0.996 x",   # per-rank bytes
+                   "0.094", "10.26", "10.23", "99.7%", "17.38", "7.15",     # latency table
+                   "12.61", "4301.00", "3.18", "14.42", "4.21", "4.29",      # experiment 3
+                   "53.14", "8.75", "6.07x"):                                # hierarchical
+        assert figure in out, figure
+
+
+def test_model_preset_seed_json(capsys):
+    assert main(["model", "--preset", "seed", "--json"]) == 0
+    fig = json.loads(capsys.readouterr().out)
+    assert set(fig) == {"per_rank_bytes", "ring_latency", "experiment3", "hierarchical"}
+    assert round(fig["experiment3"][-1]["lecture"]["master"] * 1e3, 2) == 4301.00
+
+
+def test_tune_prints_ranges(capsys):
+    with registered():
+        assert main(["tune", "all_reduce", "--world-size", "1024", "--alpha", "5us",
+                     "--bandwidth", "50GB/s"]) == 0
+    out = capsys.readouterr().out
+    assert "fastest all_reduce algorithm by size" in out
+    lines = [x for x in out.splitlines() if "test_recursive_doubling" in x or " ring " in x]
+    # the first range starts at 4 B
+    assert any(x.replace("│", " ").split()[:2] == ["4.00", "B"] for x in lines)
+    assert "crossover: test_recursive_doubling -> ring at" in out
+
+
+def test_tune_json_and_buckets(capsys):
+    assert main(["tune", "all_reduce", "-N", "64", "--bucket-model", "gpt2", "--backward",
+                 "100ms", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ranges"][0]["algorithm"] == "ring"
+    b = report["buckets"]
+    assert b["tensors"] == 148 and b["total_bytes"] == 4 * 124_439_808
+    finish = {r["bucket_bytes"]: r["finish_s"] for r in b["rows"] if not r["plan"]
+              .startswith("DDP")}
+    assert finish[b["best_bucket_bytes"]] == min(finish.values())
+    assert b["rows"][-1]["plan"].startswith("DDP default")
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["model", "all_reduce", "--size", "4Mb"], "ambiguous"),
+    (["model", "all_reduce", "--bandwidth", "fast"], "bandwidth"),
+    (["model", "all_reduce", "--size", "1GiB:4KiB"], "LOW <= HIGH"),
+])
+def test_bad_units_are_usage_errors(capsys, argv, message):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["model", "all_reduce", "--algorithm", "nope"], "algorithm='nope' is not available"),
+    (["model", "all_reduce", "--nodes", "2", "--world-size", "8"], "differs from --nodes"),
+    (["tune", "all_reduce", "--world-size", "8,16"], "tune takes one --world-size"),
+    (["model", "all_reduce", "--nodes", "2", "--oversubscription", "0.5"], "oversubscription"),
+])
+def test_errors_exit_2_with_one_line(capsys, argv, message):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ringccl: error: ") and message in err and err.count("\n") == 1

@@ -1,0 +1,26 @@
+"""`ringccl train` argument errors: refused in the parent, before any process starts."""
+
+import pytest
+
+pytest.importorskip("torch")
+
+import ringccl.cli  # noqa: E402
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--mode", "nope"], "mode='nope' is not supported; expected one of ddp, bucketer, zero, "
+                         "torch"),
+    (["--accumulation", "3"], "batch_size=32 must be a multiple of accumulation=3"),
+    (["--mode", "zero", "--compression", "fp16"], "compression='fp16' applies to mode 'ddp'"),
+    (["--max-norm", "0"], "max_norm=0.0 must be > 0"),
+])
+def test_bad_train_arguments_exit_2(capsys, argv, message):
+    assert ringccl.cli.main(["train", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_hidden_widths_are_parsed():
+    args = ringccl.cli.build_parser().parse_args(["train", "--hidden", "64,32,16"])
+    assert args.hidden == (64, 32, 16)
+    with pytest.raises(SystemExit):
+        ringccl.cli.build_parser().parse_args(["train", "--hidden", "64,x"])
