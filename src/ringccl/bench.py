@@ -409,7 +409,7 @@ def run_sweep(backend: Backend, spec: BenchSpec,
                 "type": NCCL_TYPE_NAMES.get(dtype.name, dtype.name),
                 "redop": op.value if coll.reduces else "none",
                 "root": spec.root if _is_rooted(coll) else -1, "iters": spec.iters,
-                "warmup": spec.warmup}
+                "warmup": spec.warmup, "params": {"root": spec.root} if _is_rooted(coll) else {}}
         variants = list(_variants(spec))
         calls, wrongs = [], []
         for algorithm, seg, placement in variants:

@@ -1,7 +1,7 @@
 """Fit α, β, γ to measured times and predict what was not measured (``ringccl fit``).
 
 The model is the one every registered algorithm states in closed form,
-``Algorithm.time(world_size, nbytes, alpha, beta, gamma)`` (flat network, Hockney's α-β plus
+``Algorithm.time_for(world_size, nbytes, alpha, beta, gamma, **params)`` (flat network, Hockney's α-β plus
 a reduction term; Thakur, Rabenseifner & Gropp, IJHPCA 19(1), 2005, section 2): linear in
 (α, β, γ), so each benchmark row gives one linear equation
 
@@ -68,8 +68,12 @@ def load_rows(paths: Iterable[str | Path]) -> list[dict]:
 
 
 def _closed_form(row: dict):
+    """``time(n, nbytes, alpha, beta, gamma)`` of the row's algorithm and parameters, or None."""
     algo = REGISTRY.get((row.get("collective"), row.get("algorithm")))
-    return None if algo is None else algo.time
+    if algo is None or algo.time is None:
+        return None
+    params = row.get("params") or {}
+    return lambda n, m, a, b, g: algo.time_for(n, m, a, b, g, **params)
 
 
 def usable(row: dict, placement: str | None = "in-place") -> bool:
@@ -280,7 +284,7 @@ def predict(fit: Fit, collective: str, algorithm: str, world_size: int, nbytes: 
     algo = get_algorithm(collective, algorithm)
     if algo.time is None:
         raise ArgumentError(f"{algorithm} {collective} has no closed-form time to predict with")
-    return float(algo.time(world_size, float(nbytes), fit.alpha, fit.beta, fit.gamma))
+    return float(algo.time_for(world_size, float(nbytes), fit.alpha, fit.beta, fit.gamma))
 
 
 @dataclass

@@ -10,6 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import ringccl  # noqa: E402
 from ringccl.cli import main  # noqa: E402
 from ringccl.torch.launch import free_port  # noqa: E402
 
@@ -39,8 +40,9 @@ def test_bench_nccl_tests_format_and_plot(capsys, tmp_path, collective, extra):
                  "-n", "2", "-w", "0", "--format", "nccl-tests", "--plot", str(png)] + extra) == 0
     lines = capsys.readouterr().out.splitlines()
     data = [line.split() for line in lines if line and not line.startswith("#")]
-    blocks = 3 if "--segment-bytes" in extra else 2  # ring (per segment setting) and builtin
-    assert len(data) == 2 * blocks
+    # every registered algorithm (per segment setting) and builtin: new algorithms join in
+    settings = 2 if "--segment-bytes" in extra else 1
+    assert len(data) == 2 * (settings * len(ringccl.algorithms(collective)) + 1)
     for f in data:
         assert len(f) == 13 and f[2] == ("int32" if "int32" in extra else "double")
         assert (f[8], f[12]) == (("N/A", "0") if "in-place" in extra else ("0", "0"))

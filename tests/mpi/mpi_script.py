@@ -83,6 +83,27 @@ for dtype in DTYPES:
             check(f"all_gather in place {dtype} count={count}", out2, x.reshape(-1))
         break  # all_gather does not depend on the op
 
+# every registered algorithm of the three collectives runs unchanged
+for algorithm in ringccl.algorithms("all_reduce"):
+    for count in (7, 1000, 4 * n + 3):
+        x = inputs(count, "int32", count + 5)
+        buf = x[rank].copy()
+        rm.all_reduce(buf, "sum", algorithm=algorithm)
+        check(f"all_reduce {algorithm} count={count}", buf, reference(x, ReduceOp.SUM))
+for algorithm in ringccl.algorithms("reduce_scatter"):
+    for block in (1, 5, 333):
+        x = inputs(n * block, "float64", block)
+        out = np.empty(block)
+        rm.reduce_scatter(out, x[rank].copy(), "max", algorithm=algorithm)
+        check(f"reduce_scatter {algorithm} block={block}", out,
+              reference(x, ReduceOp.MAX)[rank * block:(rank + 1) * block])
+for algorithm in ringccl.algorithms("all_gather"):
+    for block in (1, 5, 333):
+        x = inputs(block, "int8", block + 1)
+        out = np.empty(n * block, dtype=np.int8)
+        rm.all_gather(out, x[rank].copy(), algorithm=algorithm)
+        check(f"all_gather {algorithm} block={block}", out, x.reshape(-1))
+
 # the automatic pipelining reads the package's documented parameters at call time
 rm.PIPELINE_THRESHOLD_BYTES, rm.DEFAULT_SEGMENT_BYTES = 1024, 200  # 200 B -> 50 float32
 x = inputs(5003, "float32", 77)

@@ -20,6 +20,7 @@ if shutil.which("mpirun") is None and shutil.which("mpiexec") is None:
 if importlib.util.find_spec("mpi4py") is None:
     pytest.skip("mpi4py is not installed (pip install 'ringccl[mpi]')", allow_module_level=True)
 
+import ringccl  # noqa: E402
 from ringccl.cli import main  # noqa: E402
 from ringccl.mpi.launch import mpirun_command  # noqa: E402
 
@@ -79,7 +80,8 @@ def test_bench_other_collectives_nccl_tests_format(capsys, collective, dtype, op
                  "--segment-bytes", "auto,0,1KiB", "--format", "nccl-tests"]) == 0
     lines = capsys.readouterr().out.splitlines()
     data = [line.split() for line in lines if line and not line.startswith("#")]
-    assert len(data) == 3 * 4  # 3 sizes × (ring auto, ring off, ring 1 KiB, builtin)
+    # --algorithm defaults to every registered algorithm (each with 3 segment settings) + builtin
+    assert len(data) == 3 * (3 * len(ringccl.algorithms(collective)) + 1)
     assert all(len(f) == 13 and f[8] == "0" and f[12] == "0" for f in data)
     assert {f[3] for f in data} == {op if collective == "reduce_scatter" else "none"}
     assert "# ringccl algorithm: ring seg=1KiB" in lines
@@ -91,7 +93,8 @@ def test_bench_under_mpirun_prints_once():
                     "-b", "4KiB", "-e", "4KiB", "-n", "2", "-w", "0", "--csv"])
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
-    assert lines[0].startswith("collective,backend,world_size") and len(lines) == 1 + 4
+    rows = 2 * (len(ringccl.algorithms("all_gather")) + 1)  # (algorithms + builtin) × placements
+    assert lines[0].startswith("collective,backend,world_size") and len(lines) == 1 + rows
 
 
 def test_bench_failure_is_reported(capsys):

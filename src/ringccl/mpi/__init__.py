@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..algorithms import build_schedule
+from ..collectives import get_collective
 from ..errors import ArgumentError, ArgumentTypeError
 from ..ops import SUPPORTED_DTYPES, ReduceOp, check_dtype, check_op_dtype, parse_op
 
@@ -47,9 +48,26 @@ def _comm(comm):
     return MPI.COMM_WORLD if comm is None else comm
 
 
-def _execute(*args):
+def _execute(*args, **kwargs):
     from .executor import execute
-    return execute(*args)
+    return execute(*args, **kwargs)
+
+
+_bounds_cache: dict = {}
+
+
+def _bounds(collective: str, schedule, rank: int, m: int) -> tuple:
+    """This rank's chunk offsets for a working buffer of ``m`` elements, from the collective's
+    contract (``Collective.chunk_sizes``: blocked collectives split each rank's block)."""
+    key = (collective, schedule.algorithm, schedule.world_size, schedule.num_chunks,
+           tuple(sorted(schedule.params.items())), rank, m)
+    if key not in _bounds_cache:
+        if len(_bounds_cache) > 256:
+            _bounds_cache.clear()
+        sizes = get_collective(collective).chunk_sizes(schedule.world_size, schedule.num_chunks,
+                                                       m, schedule.params)[rank]
+        _bounds_cache[key] = (0,) + tuple(np.cumsum(sizes).tolist())
+    return _bounds_cache[key]
 
 
 def release_buffers() -> None:
@@ -93,13 +111,14 @@ def _check_op(op: Any, dtype: np.dtype) -> ReduceOp:
 
 
 def run_schedule(schedule, buffer: np.ndarray, op: Any = ReduceOp.SUM, comm=None,
-                 segment_bytes: int | None = None) -> np.ndarray:
+                 segment_bytes: int | None = None, bounds=None) -> np.ndarray:
     """Execute any ``schedule`` in place on this rank's 1-D working ``buffer``
-    (see :func:`ringccl.mpi.executor.execute`)."""
+    (``bounds``: this rank's chunk offsets; see :func:`ringccl.mpi.executor.execute`)."""
     _check_array(buffer, "buffer")
     if buffer.ndim != 1:
         raise ArgumentError(f"buffer must be 1-D, got shape {buffer.shape}")
-    return _execute(schedule, buffer, _check_op(op, buffer.dtype), _comm(comm), segment_bytes)
+    return _execute(schedule, buffer, _check_op(op, buffer.dtype), _comm(comm), segment_bytes,
+                    bounds=bounds)
 
 
 def all_reduce(buffer: np.ndarray, op: Any = ReduceOp.SUM, comm=None, algorithm: str = "ring",
@@ -127,7 +146,8 @@ def all_reduce(buffer: np.ndarray, op: Any = ReduceOp.SUM, comm=None, algorithm:
     world_size = comm.Get_size()
     schedule = build_schedule("all_reduce", algorithm, world_size)
     work = buffer.reshape(-1)
-    _execute(schedule, work, reduce_op, comm, segment_bytes)
+    _execute(schedule, work, reduce_op, comm, segment_bytes,
+             bounds=_bounds("all_reduce", schedule, comm.Get_rank(), work.size))
     if reduce_op is ReduceOp.AVG:
         np.divide(work, world_size, out=work)
     return buffer
@@ -170,7 +190,8 @@ def reduce_scatter(output: np.ndarray, input: np.ndarray, op: Any = ReduceOp.SUM
         raise ArgumentError("output overlaps input but is not input's block rank "
                             f"(elements {block.start}:{block.stop})")
     work = flat if in_place else _scratch(flat)
-    _execute(schedule, work, reduce_op, comm, segment_bytes)
+    _execute(schedule, work, reduce_op, comm, segment_bytes,
+             bounds=_bounds("reduce_scatter", schedule, rank, flat.size))
     result = work[block]
     if reduce_op is ReduceOp.AVG:
         np.divide(result, world_size, out=result)
@@ -210,7 +231,8 @@ def all_gather(output: np.ndarray, input: np.ndarray, comm=None, algorithm: str 
     mine = work[rank * input.size:(rank + 1) * input.size]
     if not np.shares_memory(mine, input):
         mine[...] = input.reshape(-1)
-    _execute(schedule, work, ReduceOp.SUM, comm, segment_bytes)
+    _execute(schedule, work, ReduceOp.SUM, comm, segment_bytes,
+             bounds=_bounds("all_gather", schedule, rank, work.size))
     return output
 
 

@@ -79,16 +79,17 @@ def _segments(lo: int, hi: int, segment_bytes: int) -> list[tuple[int, int]]:
 
 
 @functools.lru_cache(maxsize=64)
-def _plan(schedule: Schedule, rank: int, count: int, itemsize: int,
+def _plan(schedule: Schedule, rank: int, bounds: tuple, itemsize: int,
           segment_bytes: int) -> _Plan:
     """Per step, this rank's segment-level sends and receives (byte offsets), canonical order.
 
     Staged receives (reduces, and copies into a chunk the step also sends) use half ``k % 2`` of
     the staging buffer at step k, so step k+1 can post its receives while step k is applied.
-    ``segment_bytes`` is a multiple of ``itemsize`` (0: whole chunks).
+    ``bounds``: chunk offsets in elements; ``segment_bytes`` is a multiple of ``itemsize``
+    (0: whole chunks).
     """
     program = schedule.program(rank)
-    bounds = [b * itemsize for b in chunk_bounds(count, schedule.num_chunks).tolist()]
+    bounds = [b * itemsize for b in bounds]
     longest = max((bounds[c + 1] - bounds[c] for c in range(schedule.num_chunks)), default=0)
     half = max((len(s.recvs) for s in program.steps), default=0) * longest
     steps = []
@@ -114,6 +115,11 @@ def _plan(schedule: Schedule, rank: int, count: int, itemsize: int,
         steps.append(_StepPlan(step.index, step.phase, sends, tuple(recvs),
                                frozenset(r.chunk for r in recvs), peers))
     return _Plan(tuple(steps), 2 * half)
+
+
+@functools.lru_cache(maxsize=64)
+def _uniform(count: int, num_chunks: int) -> tuple:
+    return tuple(chunk_bounds(count, num_chunks).tolist())
 
 
 def _staging(nbytes: int) -> np.ndarray:
@@ -154,13 +160,12 @@ def release_buffers() -> None:
 
 
 def execute(schedule: Schedule, buffer: np.ndarray, op: ReduceOp = ReduceOp.SUM, comm=None,
-            segment_bytes: int | None = None) -> np.ndarray:
+            segment_bytes: int | None = None, bounds=None) -> np.ndarray:
     """Execute ``schedule`` in place on this rank's working ``buffer``.
 
     Args:
         schedule: any verified schedule whose world_size equals the communicator's size.
-        buffer: 1-D C-contiguous numpy array, the collective's working buffer (L elements); chunks
-            are ``ringccl.chunk_bounds(L, num_chunks)`` pieces.
+        buffer: 1-D C-contiguous numpy array, the collective's working buffer (L elements).
         op: reduce op applied by REDUCE transfers (AVG sums here; the caller divides).
         comm: an mpi4py intracommunicator (None = ``MPI.COMM_WORLD``).
         segment_bytes: split each transferred chunk into segments of this many bytes and move
@@ -169,6 +174,10 @@ def execute(schedule: Schedule, buffer: np.ndarray, op: ReduceOp = ReduceOp.SUM,
             ``ringccl.mpi.DEFAULT_SEGMENT_BYTES`` for chunks >= ``ringccl.mpi.
             PIPELINE_THRESHOLD_BYTES`` (never when that is None, the measured default), else
             whole chunks. 0: never split.
+        bounds: this rank's chunk boundaries, num_chunks + 1 non-decreasing element offsets into
+            ``buffer`` (from the collective's contract, ``Collective.chunk_sizes``); a
+            transfer's chunk must have the same size on both ranks. None:
+            ``ringccl.chunk_bounds(L, num_chunks)``, the ``numpy.array_split`` pieces.
 
     Returns:
         ``buffer``.
@@ -183,13 +192,21 @@ def execute(schedule: Schedule, buffer: np.ndarray, op: ReduceOp = ReduceOp.SUM,
                            f"communicator has {world_size} ranks")
     itemsize = buffer.itemsize
     count = buffer.shape[0]
+    if bounds is None:
+        bounds = _uniform(count, schedule.num_chunks)
+    else:
+        bounds = tuple(int(b) for b in bounds)
+        if len(bounds) != schedule.num_chunks + 1 or any(
+                b < a for a, b in zip(bounds, bounds[1:])) or bounds[0] < 0 or bounds[-1] > count:
+            raise BackendError(f"bounds must be {schedule.num_chunks + 1} non-decreasing offsets "
+                               f"within the buffer's {count} elements")
     if segment_bytes is None:  # the package-level parameters, read now so users can set them
         from . import DEFAULT_SEGMENT_BYTES, PIPELINE_THRESHOLD_BYTES
-        longest = -(-count // schedule.num_chunks) * itemsize
+        longest = max(b - a for a, b in zip(bounds, bounds[1:])) * itemsize
         segment_bytes = (DEFAULT_SEGMENT_BYTES if PIPELINE_THRESHOLD_BYTES is not None
                          and longest >= PIPELINE_THRESHOLD_BYTES else 0)
     segment_bytes = max(itemsize, segment_bytes - segment_bytes % itemsize) if segment_bytes else 0
-    plan = _plan(schedule, rank, count, itemsize, segment_bytes)
+    plan = _plan(schedule, rank, bounds, itemsize, segment_bytes)
     if not plan.steps:
         return buffer
     staging = _staging(plan.staging_bytes)
@@ -216,6 +233,9 @@ def _run_dataflow(steps, data: np.ndarray, staging: np.ndarray, dtype, combine, 
       other staging half; in-place ones wait until nothing of step k writes their chunk);
     * a send of step k+1 is posted as soon as step k has finished writing its segment;
     * a chunk is overwritten only after every earlier send reading it completed.
+    Posting order per peer and direction stays the canonical one (step-major, then the step's
+    order, segment-minor) on both sides, so messages match: an operation that must wait holds
+    back the later ones to the same peer.
     """
     in_flight: dict[int, list] = {}   # chunk -> send requests that may still read it
     BYTE = MPI.BYTE
@@ -246,30 +266,56 @@ def _run_dataflow(steps, data: np.ndarray, staging: np.ndarray, dtype, combine, 
         else:
             dst[...] = src
 
+    step = steps[0]
     try:
         recv_reqs = {0: [post_recv(r) for r in steps[0].recvs]}
         for s in steps[0].sends:
             post_send(s)
         for k, step in enumerate(steps):
             nxt = steps[k + 1] if k + 1 < len(steps) else None
-            waiting: dict[tuple[int, int], list[_Send]] = {}
+            # sends of step k+1 held back, per peer in posting order: [send, ready?]
+            held: dict[int, list[list]] = {}
+            pending: dict[tuple[int, int], list[list]] = {}  # segment -> its held entries
+            # the last receive into each segment (several reduces may target one segment)
+            last = {(r.chunk, r.segment): i for i, r in enumerate(step.recvs)}
+
+            def flush(peer: int) -> None:
+                queue = held[peer]
+                while queue and queue[0][1]:
+                    post_send(queue.pop(0)[0])
+
             if nxt is not None:
-                # receives of step k+1 that cannot disturb step k go out now
-                recv_reqs[k + 1] = [None if r.stage < 0 and r.chunk in step.writes
-                                    else post_recv(r) for r in nxt.recvs]
+                # receives of step k+1 that cannot disturb step k go out now; once one from a
+                # peer must wait, the later ones from that peer wait too (order matches them)
+                late, late_peers = [], set()
+                for r in nxt.recvs:
+                    wait = r.peer in late_peers or (r.stage < 0 and r.chunk in step.writes)
+                    if wait:
+                        late_peers.add(r.peer)
+                    late.append(wait)
+                recv_reqs[k + 1] = [None if wait else post_recv(r)
+                                    for r, wait in zip(nxt.recvs, late)]
                 for s in nxt.sends:
-                    if s.chunk in step.writes:
-                        waiting.setdefault((s.chunk, s.segment), []).append(s)
+                    blocked = s.chunk in step.writes
+                    if blocked or held.get(s.peer):
+                        entry = [s, not blocked]
+                        held.setdefault(s.peer, []).append(entry)
+                        if blocked:
+                            pending.setdefault((s.chunk, s.segment), []).append(entry)
                     else:
                         post_send(s)
-            for r, req in zip(step.recvs, recv_reqs.pop(k)):
+            for i, (r, req) in enumerate(zip(step.recvs, recv_reqs.pop(k))):
                 req.Wait()
                 apply(r)
-                for s in waiting.pop((r.chunk, r.segment), ()):
-                    post_send(s)  # the segment is final for this step: forward it
-            for sends in waiting.values():
-                for s in sends:
-                    post_send(s)
+                if last[(r.chunk, r.segment)] == i:
+                    # the segment is final for this step: forward it
+                    for entry in pending.pop((r.chunk, r.segment), ()):
+                        entry[1] = True
+                        flush(entry[0].peer)
+            for peer, queue in held.items():
+                for entry in queue:
+                    entry[1] = True
+                flush(peer)
             if nxt is not None:
                 reqs = recv_reqs[k + 1]
                 for i, r in enumerate(nxt.recvs):
@@ -278,4 +324,4 @@ def _run_dataflow(steps, data: np.ndarray, staging: np.ndarray, dtype, combine, 
         for chunk in list(in_flight):
             drain(chunk)
     except MPI.Exception as exc:
-        raise _StepFailed(step if "step" in locals() else steps[0], exc) from exc
+        raise _StepFailed(step, exc) from exc
