@@ -61,4 +61,5 @@ def test_bench_under_torchrun():
         capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.strip().splitlines()
-    assert lines[0].startswith("collective,backend") and len(lines) == 1 + 4 + 1  # + local-reduce
+    rows = 2 * (len(ringccl.algorithms("all_reduce")) + 1) + 1  # × placements, + local-reduce
+    assert lines[0].startswith("collective,backend") and len(lines) == 1 + rows
