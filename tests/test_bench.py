@@ -226,7 +226,9 @@ def test_nccl_tests_layout():
     for line in data:
         fields = line.split()
         assert len(fields) == 13                  # what parsers split on
-        assert len(line) == 12 + 2 + 12 + 2 + 8 + 2 + 6 + 2 + 6 + 2 * (2 + 7 + 2 + 6 + 2 + 6 + 2 + 6)
+        # %12li  %12li  %8s  %6s  %6s, then per placement   %7s  %6s  %6s  %6s
+        assert len(line) == (12 + 2 + 12 + 2 + 8 + 2 + 6 + 2 + 6
+                             + 2 * (2 + 7 + 2 + 6 + 2 + 6 + 2 + 6))
         assert fields[2] == "float" and fields[3] == "sum" and fields[4] == "-1"
         assert fields[8] == "0" and fields[12] == "0"
     big = next(line for line in data if line.split()[0] == str(1 << 27))

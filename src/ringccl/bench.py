@@ -188,13 +188,14 @@ def nccl_count(collective: str, m: int, world_size: int) -> int:
     return m // world_size if get_collective(collective).size_is_buffer else m
 
 
-# -- inputs with a known result --------------------------------------------------------------------
+# -- inputs with a known result ------------------------------------------------------------------
 
 def _table(op: ReduceOp, dtype: np.dtype) -> np.ndarray:
     """13 small values whose reductions over any number of ranks are exact in ``dtype``."""
     k = np.arange(_PERIOD)
     if dtype.kind == "b":
-        return (k % 3 != 0) if op in (ReduceOp.PRODUCT, ReduceOp.MIN, ReduceOp.BAND) else (k % 3 == 0)
+        conjunctive = op in (ReduceOp.PRODUCT, ReduceOp.MIN, ReduceOp.BAND)
+        return (k % 3 != 0) if conjunctive else (k % 3 == 0)
     if op is ReduceOp.PRODUCT:
         vals = np.array([1, 2, 1, 1, 2, 1, 1, 1, 2, 1, 1, 1, 1]) * (
             1 if dtype.kind == "u" else np.where(k % 4 == 1, -1, 1))
@@ -292,7 +293,7 @@ def make_case(collective: str, m: int, world_size: int, rank: int, root: int, op
                         f"{collective!r} yet")
 
 
-# -- the backend interface and the sweep ------------------------------------------------------------
+# -- the backend interface and the sweep ----------------------------------------------------------
 
 @dataclass
 class Prepared:
@@ -443,7 +444,7 @@ def run_sweep(backend: Backend, spec: BenchSpec,
     return rows
 
 
-# -- output ----------------------------------------------------------------------------------------
+# -- output --------------------------------------------------------------------------------------
 
 def row_label(row: dict) -> str:
     """Algorithm label: ``ring``, ``ring seg=1MiB``, ``builtin``."""

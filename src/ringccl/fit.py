@@ -1,9 +1,9 @@
 """Fit α, β, γ to measured times and predict what was not measured (``ringccl fit``).
 
 The model is the one every registered algorithm states in closed form,
-``Algorithm.time_for(world_size, nbytes, alpha, beta, gamma, **params)`` (flat network, Hockney's α-β plus
-a reduction term; Thakur, Rabenseifner & Gropp, IJHPCA 19(1), 2005, section 2): linear in
-(α, β, γ), so each benchmark row gives one linear equation
+``Algorithm.time_for(world_size, nbytes, alpha, beta, gamma, **params)`` (flat network,
+Hockney's α-β plus a reduction term; Thakur, Rabenseifner & Gropp, IJHPCA 19(1), 2005,
+section 2): linear in (α, β, γ), so each benchmark row gives one linear equation
 
     t_measured ≈ α·T(n, M, 1, 0, 0) + β·T(n, M, 0, 1, 0) + γ·T(n, M, 0, 0, 1)
 

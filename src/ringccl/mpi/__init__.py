@@ -209,7 +209,8 @@ def all_gather(output: np.ndarray, input: np.ndarray, comm=None, algorithm: str 
         output: world_size · input.size elements, same dtype. ``input`` may be the view
             ``output[rank * input.size:(rank + 1) * input.size]`` (in place).
         input: this rank's block.
-        comm, algorithm, segment_bytes: as :func:`all_reduce` (``ringccl.algorithms("all_gather")``).
+        comm, algorithm, segment_bytes: as :func:`all_reduce`
+            (``ringccl.algorithms("all_gather")``).
 
     Returns:
         ``output``.

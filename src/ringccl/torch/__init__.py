@@ -15,8 +15,9 @@ Example (under ``torchrun --nproc-per-node 4 script.py``)::
 Every function takes ``algorithm=`` (a name from ``ringccl.algorithms(collective)``) and the
 algorithm's keyword parameters (e.g. ``segments=8`` for the ring chain, ``root=`` for master
 all-reduce), and ``segment_bytes=`` for the executor's pipelining (see
-:func:`executor.execute`; None lets its measured threshold decide). Every function builds the named algorithm's schedule, maps the collective's contract
-(``ringccl.collectives``) onto a working buffer and runs it with :func:`executor.execute`; none
+:func:`executor.execute`; None lets its measured threshold decide). Every function builds the
+named algorithm's schedule, maps the collective's contract (``ringccl.collectives``) onto a
+working buffer and runs it with :func:`executor.execute`; none
 knows any algorithm. Roots (``src``, ``dst``) are global ranks, as in torch.distributed. Chunks a
 rank never touches get no memory (non-root ranks of scatter and gather hold only their subtree's
 blocks). Arguments are checked before any data moves; a call that raises on some ranks only
