@@ -76,6 +76,8 @@ def release_buffers() -> None:
     from .executor import release_buffers as release
     release()
     _scratch_cache.clear()
+    _bounds_cache.clear()
+    _checked_ops.clear()
 
 
 _DTYPES = frozenset(np.dtype(d) for d in SUPPORTED_DTYPES)
