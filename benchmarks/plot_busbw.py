@@ -71,11 +71,11 @@ def main() -> None:
         best = best_placement(sel)
         ours, theirs = NAMES.get(backend, (f"ring ({backend})", f"builtin ({backend})"))
         for algorithm, name, marker in (("ring", ours, "o"), (BUILTIN, theirs, "s")):
-            pts = sorted((r["size"], r["busbw"]) for r in best if r["algorithm"] == algorithm)
+            pts = sorted((r["size"], r["busbw"] / 1e9) for r in best if r["algorithm"] == algorithm)
             ax.plot(*zip(*pts), marker, color=colors.get(backend),
                     mfc="none" if algorithm == BUILTIN else None, label=f"{name} (measured)")
         sizes = np.geomspace(min(r["size"] for r in sel), max(r["size"] for r in sel), 100)
-        model = [s / fit.time("all_reduce", "ring", n, s) * 2 * (n - 1) / n for s in sizes]
+        model = [s / fit.time("all_reduce", "ring", n, s) * 2 * (n - 1) / n / 1e9 for s in sizes]
         ax.plot(sizes, model, "-", color=colors.get(backend), alpha=0.6,
                 label=f"ring model ({backend}): α={fit.alpha * 1e6:.0f} µs, "
                 f"1/β={1e-9 / fit.beta if fit.beta else float('inf'):.2f} GB/s, "

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ..algorithms import build_schedule
+from ..algorithms import REGISTRY, build_schedule
 from ..collectives import get_collective
 from ..errors import ArgumentError, ArgumentTypeError
 from ..ops import SUPPORTED_DTYPES, ReduceOp, check_dtype, check_op_dtype, parse_op
@@ -54,6 +54,22 @@ def _execute(*args, **kwargs):
 
 
 _bounds_cache: dict = {}
+_schedule_cache: dict = {}
+
+
+def _schedule(collective: str, algorithm: str, world_size: int):
+    """``build_schedule``, remembered: its argument checks cost microseconds on every call
+    (keyed by the registry entry too, so re-registering a name is seen)."""
+    key = (collective, algorithm, world_size)
+    entry = REGISTRY.get((collective, algorithm))
+    cached = _schedule_cache.get(key)
+    if cached is not None and cached[0] is entry:
+        return cached[1]
+    schedule = build_schedule(collective, algorithm, world_size)
+    if len(_schedule_cache) > 64:
+        _schedule_cache.clear()
+    _schedule_cache[key] = (entry, schedule)
+    return schedule
 
 
 def _bounds(collective: str, schedule, rank: int, m: int) -> tuple:
@@ -78,6 +94,7 @@ def release_buffers() -> None:
     _scratch_cache.clear()
     _bounds_cache.clear()
     _checked_ops.clear()
+    _schedule_cache.clear()
 
 
 _DTYPES = frozenset(np.dtype(d) for d in SUPPORTED_DTYPES)
@@ -146,7 +163,7 @@ def all_reduce(buffer: np.ndarray, op: Any = ReduceOp.SUM, comm=None, algorithm:
     _check_array(buffer, "buffer")
     reduce_op = _check_op(op, buffer.dtype)
     world_size = comm.Get_size()
-    schedule = build_schedule("all_reduce", algorithm, world_size)
+    schedule = _schedule("all_reduce", algorithm, world_size)
     work = buffer.reshape(-1)
     _execute(schedule, work, reduce_op, comm, segment_bytes,
              bounds=_bounds("all_reduce", schedule, comm.Get_rank(), work.size))
@@ -184,7 +201,7 @@ def reduce_scatter(output: np.ndarray, input: np.ndarray, op: Any = ReduceOp.SUM
         raise ArgumentError(f"input has {input.size} elements; reduce_scatter needs "
                             f"world_size * output.size = {world_size} * {output.size}")
     reduce_op = _check_op(op, input.dtype)
-    schedule = build_schedule("reduce_scatter", algorithm, world_size)
+    schedule = _schedule("reduce_scatter", algorithm, world_size)
     flat = input.reshape(-1)
     block = slice(rank * output.size, (rank + 1) * output.size)
     in_place = np.shares_memory(output, input)
@@ -229,7 +246,7 @@ def all_gather(output: np.ndarray, input: np.ndarray, comm=None, algorithm: str 
     if output.size != world_size * input.size:
         raise ArgumentError(f"output has {output.size} elements; all_gather needs "
                             f"world_size * input.size = {world_size} * {input.size}")
-    schedule = build_schedule("all_gather", algorithm, world_size)
+    schedule = _schedule("all_gather", algorithm, world_size)
     work = output.reshape(-1)
     mine = work[rank * input.size:(rank + 1) * input.size]
     if not np.shares_memory(mine, input):
