@@ -64,9 +64,9 @@ def _peers(group, world_size: int) -> Sequence[int]:
 #: the reduction of one segment overlaps the transfer of the next; below it every extra message
 #: costs more (a rendezvous per message on gloo) than the overlap saves. Measured on 2 gloo
 #: processes over loopback with benchmarks/bench_torch_ring.py --segments 0,1MiB,4MiB (median
-#: of 3 runs, docs/benchmarks.md): 1 MiB and 4 MiB segments gained nothing for 4–32 MiB
-#: chunks (8–64 MiB buffers: 0.93–1.05x the busbw of whole chunks) and 4 MiB segments gained
-#: 9% for 64 MiB chunks (128 MiB buffers).
+#: of 3 runs, each against gloo's all_reduce in the same run; docs/benchmarks.md): segments
+#: gave 0.93–1.12x the busbw of whole chunks for 4–32 MiB chunks (8–64 MiB buffers), no
+#: consistent gain, and 4 MiB segments 1.09x for 64 MiB chunks (128 MiB buffers).
 PIPELINE_THRESHOLD_BYTES = 64 << 20
 DEFAULT_SEGMENT_BYTES = 4 << 20
 
