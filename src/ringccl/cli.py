@@ -1,4 +1,5 @@
-"""The ``ringccl`` command: demo, show, compare, simulate, run, algorithms, model, tune, train.
+"""The ``ringccl`` command: demo, show, compare, simulate, run, bench, fit, algorithms, model,
+tune, train.
 
 Human units in and out: counts ``1M`` = 10^6 and ``1Mi`` = 2^20 elements; sizes ``4MB`` and
 ``4MiB``; bandwidths printed in GB/s = 1e9 bytes/s as nccl-tests does. Every command takes
@@ -822,6 +823,249 @@ def _add_cost_parsers(sub, collectives) -> None:
     p.set_defaults(func=_cmd_tune)
 
 
+# -- bench and fit --------------------------------------------------------------------------------
+
+def _progress(total: int, description: str):
+    """(context manager, advance(row) callback): a rich progress bar on stderr, or nothing."""
+    import contextlib
+    try:
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                   TimeElapsedColumn)
+    except ImportError:
+        return contextlib.nullcontext(), lambda row: None
+    from rich.console import Console
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), TextColumn("{task.fields[last]}"),
+                   console=Console(stderr=True), transient=True)
+    task = bar.add_task(description, total=total, last="")
+
+    def advance(row: dict) -> None:
+        bar.update(task, advance=1, last=f"{row['algorithm']} {units.format_size(row['size'])}")
+    return bar, advance
+
+
+def _bench_rows(spec, args) -> tuple[list[dict], int, bool]:
+    """Run the sweep the way the command line asks: (rows, world_size, print here?)."""
+    from .bench import row_count
+    total = row_count(spec)
+    if args.nproc:
+        bar, advance = _progress(total, f"{spec.collective} on {args.nproc} {spec.backend} "
+                                 "processes")
+        with bar:
+            if spec.backend == "mpi":
+                from .mpi.launch import launch_bench
+                rows = launch_bench(spec, args.nproc, advance, args.timeout)
+            else:
+                _need_torch()
+                from .torch.runner import launch_sweep
+                rows = launch_sweep(spec, args.nproc, advance, args.timeout)
+        return rows, args.nproc, True
+    import os
+    if spec.backend == "mpi":
+        from .mpi.launch import under_mpirun
+        if under_mpirun():
+            from mpi4py import MPI
+
+            from .mpi.runner import sweep
+            rank = MPI.COMM_WORLD.Get_rank()
+            bar, advance = _progress(total, spec.collective) if rank == 0 else (None, None)
+            import contextlib
+            with bar or contextlib.nullcontext():
+                rows = sweep(spec, emit=advance)
+            return rows, MPI.COMM_WORLD.Get_size(), rank == 0
+    elif "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ:  # torchrun (env://)
+        _need_torch()
+        import torch.distributed as dist
+
+        from .torch.runner import sweep
+        dist.init_process_group(spec.backend)
+        try:
+            rank, world_size = dist.get_rank(), dist.get_world_size()
+            bar, advance = _progress(total, spec.collective)
+            import contextlib
+            queue = _Callback(advance) if rank == 0 else None
+            with bar if rank == 0 else contextlib.nullcontext():
+                rows = sweep(rank, world_size, spec.to_dict(), queue)
+        finally:
+            dist.destroy_process_group()
+        return rows, world_size, rank == 0
+    raise RingcclError(f"ringccl bench needs processes: give --nproc N, or start it under "
+                       f"{'mpirun' if spec.backend == 'mpi' else 'torchrun'}")
+
+
+class _Callback:
+    """A queue-like object whose ``put`` calls a function (sweep's progress in-process)."""
+
+    def __init__(self, fn):
+        self.put = fn
+
+
+def _print_bench(rows: list[dict], spec, world_size: int) -> None:
+    from .bench import BUILTIN, row_label
+    builtin = {(r["size"], r["placement"]): r["busbw"] for r in rows
+               if r["algorithm"] == BUILTIN}
+    headers = ["size", "count", "type", "redop", "root", "algorithm", "placement", "time (us)",
+               "algbw", "busbw", "#wrong", "min (us)", "p90 (us)", "vs builtin"]
+    out = []
+    for r in rows:
+        if r["kind"] != "collective":
+            continue
+        ref = builtin.get((r["size"], r["placement"]))
+        ratio = (f"{r['busbw'] / ref:.2f}x" if ref and r["algorithm"] != BUILTIN else "")
+        out.append([units.format_size(r["size"]), r["count"], r["type"], r["redop"], r["root"],
+                    row_label(r), r["placement"], f"{r['time_s'] * 1e6:.1f}",
+                    f"{r['algbw'] / 1e9:.3f}", f"{r['busbw'] / 1e9:.3f}",
+                    "-" if r["wrong"] is None else r["wrong"], f"{r['min_s'] * 1e6:.1f}",
+                    f"{r['p90_s'] * 1e6:.1f}", ratio])
+    _table(f"{spec.collective} on {world_size} {spec.backend} processes: median of {spec.iters} "
+           f"iterations (max over ranks) after {spec.warmup} warm-up; algbw, busbw in GB/s "
+           "(1e9 B/s); vs builtin = busbw / builtin's busbw (same size and placement)",
+           headers, out)
+
+
+def _segment_list(text: str | None) -> tuple:
+    if text is None:
+        return (None,)
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        out.append(None if part == "auto" else units.size(part))
+    return tuple(out)
+
+
+def _cmd_bench(args) -> int:
+    from .bench import PLACEMENTS, BenchSpec, Sweep, format_csv, format_nccl_tests, \
+        parse_algorithms, plot_busbw
+    dtype = _NCCL_DTYPES.get(args.dtype, args.dtype)
+    spec = BenchSpec(
+        args.collective, parse_algorithms(args.collective, args.algorithm), args.minbytes,
+        args.maxbytes, args.stepfactor, args.iters, args.warmup_iters, bool(args.check), dtype,
+        args.op, args.root, _segment_list(args.segment_bytes),
+        PLACEMENTS if args.placement == "both" else (args.placement,), args.backend,
+        not args.no_calibrate).validate(args.nproc)
+    rows, world_size, printer = _bench_rows(spec, args)
+    if not printer:
+        return 0
+    wrong = sum(r["wrong"] or 0 for r in rows)
+    if args.json:
+        _emit_json(Sweep(spec, world_size, rows).to_json())
+    elif args.csv:
+        print(format_csv(rows), end="")
+    elif args.format == "nccl-tests":
+        print(format_nccl_tests(rows, spec, world_size), end="")
+    else:
+        _print_bench(rows, spec, world_size)
+    if args.plot:
+        plot_busbw(rows, args.plot, f"{spec.collective}, {world_size} {spec.backend} processes")
+        print(f"wrote {args.plot}", file=sys.stderr)
+    return 0 if wrong == 0 else 1
+
+
+def _fmt_param(name: str, value: float) -> str:
+    """α and δ in µs, β and γ in ns per byte."""
+    if not np.isfinite(value):
+        return "-"
+    return f"{value * 1e6:.3f} us" if name in ("alpha", "delta") else f"{value * 1e9:.4f} ns/B"
+
+
+def _print_fit(fit, held, args) -> None:
+    from .fit import PARAMS
+    names = {"alpha": "α (per step)", "beta": "β (per byte sent)",
+             "gamma": "γ (per byte reduced)", "delta": "δ (per local-reduce call)"}
+    rows = []
+    for i, name in enumerate(PARAMS):
+        if name == "delta" and name not in fit.free:
+            continue
+        lo, hi = fit.ci95[i]
+        free = name in fit.free
+        rows.append([names[name], _fmt_param(name, fit.params[i]),
+                     _fmt_param(name, fit.stderr[i]) if free else "held at 0",
+                     f"[{_fmt_param(name, lo)}, {_fmt_param(name, hi)}]"
+                     if free and np.isfinite(lo) else "-",
+                     f"{1e-9 / fit.params[i]:.3f} GB/s" if name in ("beta", "gamma")
+                     and fit.params[i] > 0 else ""])
+    _table(f"α-β-γ fit, backend {fit.backend or '?'}: {len(fit.rows)} rows, least squares on "
+           f"relative error; R² = {fit.r2_log:.4f} (log time), {fit.r2:.4f} (time)",
+           ["parameter", "estimate", "std. error", "95% confidence interval", "as a rate"], rows)
+    for note in fit.notes:
+        print(f"  note: {note}")
+    from .fit import LOCAL_REDUCE, sweep_key, sweep_label
+    res = []
+    for r, p in zip(fit.rows, fit.predicted):
+        label = LOCAL_REDUCE if r.get("kind") == LOCAL_REDUCE else sweep_label(sweep_key(r))
+        res.append([label, units.format_size(r["size"]), f"{r['time_s'] * 1e6:.1f}",
+                    f"{p * 1e6:.1f}", f"{(p / r['time_s'] - 1) * 100:+.1f}%"])
+    if args.residuals:
+        _table("residuals (predicted / measured - 1)",
+               ["rows", "size", "measured (us)", "predicted (us)", "error"], res)
+    for label, points in held.sweeps.items():
+        _table(f"held out: {label}, predicted from {held.train}",
+               ["size", "measured (us)", "predicted (us)", "error"],
+               [[units.format_size(s), f"{m * 1e6:.1f}", f"{p * 1e6:.1f}", f"{e * 100:+.1f}%"]
+                for s, m, p, e in points])
+    med = held.median_error(args.min_size)
+    print(f"held-out median |error| for sizes >= {units.format_size(args.min_size)}: "
+          f"{med * 100:.1f}%  (fit on {held.train}: α = {_fmt_param('alpha', held.fit.alpha)}, "
+          f"β = {_fmt_param('beta', held.fit.beta)}, γ = {_fmt_param('gamma', held.fit.gamma)})"
+          "\n")
+
+
+def _predictions(fit, args, data_rows) -> list[dict]:
+    from .algorithms import REGISTRY
+    from .collectives import get_collective
+    collectives = (args.collective.split(",") if args.collective
+                   else list(dict.fromkeys(r["collective"] for r in data_rows)))
+    out = []
+    for collective in collectives:
+        spec = get_collective(collective)
+        names = ([a.strip() for a in args.algorithm.split(",")] if args.algorithm
+                 else [a for (c, a), algo in REGISTRY.items()
+                       if c == collective and algo.time is not None])
+        for n in args.world_size:
+            for size in args.sizes:
+                for name in names:
+                    t = fit.time(collective, name, n, size)
+                    out.append({"backend": fit.backend, "collective": collective,
+                                "algorithm": name, "world_size": n, "size": size, "time_s": t,
+                                "busbw": size / t * spec.bus_factor(n) if t > 0 else None})
+    return out
+
+
+def _cmd_fit(args) -> int:
+    from .fit import by_backend, held_out, load_rows
+    rows = load_rows(args.files)
+    placement = None if args.placement == "any" else args.placement
+    report = []
+    for backend, group in by_backend(rows).items():
+        held = held_out(group, args.train, backend, placement)
+        from .fit import fit_rows
+        fit = fit_rows(group, backend, placement)
+        preds = _predictions(fit, args, group) if args.predict else []
+        if args.json:
+            report.append({"fit": fit.to_json(), "held_out": {
+                "train": held.train, "method": held.method, "fit": held.fit.to_json()["params"],
+                "median_abs_error": held.median_error(args.min_size),
+                "min_size": args.min_size,
+                "sweeps": {k: [dict(zip(("size", "measured_s", "predicted_s",
+                                         "relative_error"), p)) for p in v]
+                           for k, v in held.sweeps.items()}}, "predictions": preds})
+            continue
+        _print_fit(fit, held, args)
+        if preds:
+            _table(f"predicted with the fit of backend {backend} (closed forms, flat network)",
+                   ["collective", "algorithm", "world_size", "size", "time", "busbw (GB/s)"],
+                   [[p["collective"], p["algorithm"], p["world_size"],
+                     units.format_size(p["size"]), units.format_duration(p["time_s"]),
+                     f"{p['busbw'] / 1e9:.3f}" if p["busbw"] else "-"] for p in preds])
+    if args.json:
+        _emit_json(report)
+    return 0
+
+
+#: nccl-tests' -d names, accepted next to numpy's
+_NCCL_DTYPES = {"float": "float32", "half": "float16", "double": "float64", "int": "int32"}
+
+
 # -- argument parsing -----------------------------------------------------------------------------
 
 def _positive_int(text: str) -> int:
@@ -842,6 +1086,13 @@ def _widths(text: str) -> tuple:
     if not widths or min(widths) < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: widths must be >= 1")
     return widths
+
+
+def _size(text: str) -> int:
+    try:
+        return units.size(text)
+    except RingcclError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _count(text: str) -> int:
@@ -933,6 +1184,78 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--timeout", type=float, default=300.0, help="seconds before giving up")
     p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser(
+        "bench", help="nccl-tests-style sweep: every algorithm against the backend's own",
+        description="Measure ringccl's algorithms and the backend's own collective (builtin) "
+        "over a range of sizes, nccl-tests style: per size and algorithm time, algbw, busbw "
+        "(GB/s = 1e9 B/s), #wrong and the spread over iterations. Starts --nproc local "
+        "processes itself, or runs under torchrun / mpirun.")
+    p.add_argument("collective", choices=collectives)
+    p.add_argument("-b", "--minbytes", type=_size, default=units.size("4KiB"),
+                   help="smallest size, e.g. 4KiB (default 4KiB)")
+    p.add_argument("-e", "--maxbytes", type=_size, default=units.size("64MiB"),
+                   help="largest size (default 64MiB)")
+    p.add_argument("-f", "--stepfactor", type=int, default=4,
+                   help="multiply the size by this between rows (default 4)")
+    p.add_argument("-n", "--iters", type=_positive_int, default=20,
+                   help="timed iterations per row (default 20; the median is reported)")
+    p.add_argument("-w", "--warmup-iters", type=int, default=5,
+                   help="untimed iterations first (default 5)")
+    p.add_argument("-c", "--check", type=int, choices=[0, 1], default=1,
+                   help="count wrong elements against the exact result (default 1)")
+    p.add_argument("-d", "--dtype", default="float32",
+                   choices=list(SUPPORTED_DTYPES) + list(_NCCL_DTYPES),
+                   help="element type (numpy or nccl-tests names; default float32)")
+    p.add_argument("-o", "--op", default="sum", help="sum, prod, min, max, avg, band, bor, bxor")
+    p.add_argument("-r", "--root", type=int, default=0, help="root rank of rooted collectives")
+    p.add_argument("--algorithm", "-a", default="all",
+                   help="comma-separated algorithms and/or builtin (the backend's own); "
+                   "'all' (default) = every registered algorithm and builtin")
+    p.add_argument("--backend", choices=["gloo", "nccl", "mpi"], default="gloo")
+    p.add_argument("--nproc", "-p", type=_positive_int,
+                   help="start this many local processes (else run under torchrun/mpirun)")
+    p.add_argument("--segment-bytes", metavar="LIST",
+                   help="pipelining segments for ringccl algorithms, one sweep per entry: "
+                   "auto (the executor's threshold), 0 (never split) or a size, e.g. "
+                   "'0,1MiB' (default auto)")
+    p.add_argument("--placement", choices=["both", "out-of-place", "in-place"], default="both")
+    p.add_argument("--no-calibrate", action="store_true",
+                   help="skip the local-reduce rows (the gamma calibration for ringccl fit)")
+    p.add_argument("--format", choices=["table", "nccl-tests"], default="table",
+                   help="table (default) or nccl-tests' text layout")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print JSON (input of ringccl fit)")
+    out.add_argument("--csv", action="store_true", help="print CSV")
+    p.add_argument("--plot", metavar="PNG", help="also write busbw vs size to this PNG")
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds before giving up")
+    p.set_defaults(func=_cmd_bench)
+
+    p = sub.add_parser(
+        "fit", help="fit alpha, beta, gamma to `ringccl bench --json` rows and predict",
+        description="Least-squares fit (relative errors, parameters >= 0) of the α-β-γ model "
+        "through every algorithm's closed form, per backend, with R², confidence intervals, "
+        "residuals and a held-out check: fit on one sweep, predict the others.")
+    p.add_argument("files", nargs="+", help="JSON files written by `ringccl bench --json`")
+    p.add_argument("--train", help="sweep to fit the held-out check on: collective:algorithm"
+                   "[:world_size] (default: the sweep with the most rows)")
+    p.add_argument("--placement", choices=["in-place", "out-of-place", "any"],
+                   default="in-place", help="rows to use (default in-place)")
+    p.add_argument("--min-size", type=_size, default=units.size("64KiB"),
+                   help="held-out summary over sizes >= this (default 64KiB)")
+    p.add_argument("--residuals", action="store_true", help="print every row's residual")
+    p.add_argument("--predict", action="store_true",
+                   help="print predicted times for --sizes × --world-size × algorithms")
+    p.add_argument("--sizes", type=lambda t: [units.size(x) for x in t.split(",")],
+                   default=[units.size(x) for x in ("64KiB", "1MiB", "16MiB", "256MiB", "1GiB")],
+                   help="sizes to predict (default 64KiB,1MiB,16MiB,256MiB,1GiB)")
+    p.add_argument("--world-size", type=lambda t: [int(x) for x in t.split(",")],
+                   default=[2, 8, 64, 1024], help="world sizes to predict (default 2,8,64,1024)")
+    p.add_argument("--collective", help="collectives to predict (default: those measured)")
+    p.add_argument("--algorithm", "-a", help="algorithms to predict (default: all with a "
+                   "closed form)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_fit)
 
     p = sub.add_parser("algorithms", help="list collectives × algorithms with their costs")
     p.add_argument("collective", nargs="?", choices=collectives)

@@ -14,8 +14,10 @@ Example (under ``torchrun --nproc-per-node 4 script.py``)::
 
 Every function takes ``algorithm=`` (a name from ``ringccl.algorithms(collective)``) and the
 algorithm's keyword parameters (e.g. ``segments=8`` for the ring chain, ``root=`` for master
-all-reduce). Every function builds the named algorithm's schedule, maps the collective's contract
-(``ringccl.collectives``) onto a working buffer and runs it with :func:`executor.execute`; none
+all-reduce), and ``segment_bytes=`` for the executor's pipelining (see
+:func:`executor.execute`; None lets its measured threshold decide). Every function builds the
+named algorithm's schedule, maps the collective's contract (``ringccl.collectives``) onto a
+working buffer and runs it with :func:`executor.execute`; none
 knows any algorithm. Roots (``src``, ``dst``) are global ranks, as in torch.distributed. Chunks a
 rank never touches get no memory (non-root ranks of scatter and gather hold only their subtree's
 blocks). Arguments are checked before any data moves; a call that raises on some ranks only
@@ -110,6 +112,7 @@ class _Plan(NamedTuple):
     bounds: np.ndarray      # (num_chunks + 1,) offsets; untouched chunks are empty
     inputs: np.ndarray      # chunks this rank's input fills, in order
     outputs: np.ndarray     # chunks that form this rank's output, in order
+    segment_bytes: int | None = None  # the executor's pipelining, not a schedule parameter
 
     @property
     def numel(self) -> int:
@@ -121,8 +124,9 @@ def _plan(collective: str, algorithm: str, world_size: int, rank: int, sizes=Non
     """Build the schedule and this rank's chunk bounds from the collective's contract.
 
     ``sizes``: this rank's chunk sizes (num_chunks,), or None to take them from the contract for
-    a size of ``buffer_count`` elements.
+    a size of ``buffer_count`` elements. ``params["segment_bytes"]`` goes to the executor.
     """
+    segment_bytes = params.pop("segment_bytes", None)
     spec = get_collective(collective)
     schedule = build_schedule(collective, algorithm, world_size, **params)
     n, c = world_size, schedule.num_chunks
@@ -135,7 +139,7 @@ def _plan(collective: str, algorithm: str, world_size: int, rank: int, sizes=Non
     touched[outputs] = True
     bounds = np.zeros(c + 1, dtype=np.int64)
     np.cumsum(np.where(touched, sizes, 0), out=bounds[1:])
-    return _Plan(schedule, bounds, inputs, outputs)
+    return _Plan(schedule, bounds, inputs, outputs, segment_bytes)
 
 
 def _runs(bounds: np.ndarray, chunks: np.ndarray) -> list[tuple[int, int]]:
@@ -163,14 +167,16 @@ def _read(work: torch.Tensor, plan: _Plan, chunks: np.ndarray) -> torch.Tensor:
 
 
 def run_schedule(schedule, buffer: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
-                 bounds=None) -> torch.Tensor:
+                 bounds=None, segment_bytes: int | None = None) -> torch.Tensor:
     """Execute any ``schedule`` in place on this rank's 1-D contiguous working ``buffer``
-    (``bounds``: this rank's chunk offsets, see :func:`executor.execute`)."""
+    (``bounds``: this rank's chunk offsets; ``segment_bytes``: pipelining; see
+    :func:`executor.execute`)."""
     _group_size(group)
     _check_tensor(buffer, "buffer")
     if buffer.dim() != 1 or not buffer.is_contiguous():
         raise ArgumentError(f"buffer must be 1-D and contiguous, got shape {tuple(buffer.shape)}")
-    return execute(schedule, buffer, _check_op(op, buffer.dtype), group, bounds=bounds)
+    return execute(schedule, buffer, _check_op(op, buffer.dtype), group,
+                   segment_bytes=segment_bytes, bounds=bounds)
 
 
 def _in_place(collective: str, tensor: torch.Tensor, op: ReduceOp, group, algorithm: str,
@@ -184,7 +190,8 @@ def _in_place(collective: str, tensor: torch.Tensor, op: ReduceOp, group, algori
         work = tensor.reshape(-1).clone()
     else:
         work = tensor.view(-1) if tensor.is_contiguous() else tensor.contiguous().view(-1)
-    execute(plan.schedule, work, op, group, bounds=plan.bounds)
+    execute(plan.schedule, work, op, group, bounds=plan.bounds,
+            segment_bytes=plan.segment_bytes)
     if copy:
         return
     if op is ReduceOp.AVG and collective != "broadcast":
@@ -297,7 +304,8 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = R
                  buffer_count=input.numel(), **params)
     work = input.new_empty(plan.numel)
     _write(work, plan, plan.inputs, input.reshape(-1))  # the caller's input stays as it is
-    execute(plan.schedule, work, reduce_op, group, bounds=plan.bounds)
+    execute(plan.schedule, work, reduce_op, group, bounds=plan.bounds,
+            segment_bytes=plan.segment_bytes)
     block = _read(work, plan, plan.outputs)
     if reduce_op is ReduceOp.AVG:
         block = block / world_size
@@ -334,7 +342,8 @@ def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tens
     contiguous = output_tensor.is_contiguous()
     work = output_tensor.view(-1) if contiguous else torch.empty_like(output_tensor).view(-1)
     _write(work, plan, plan.inputs, input_tensor.reshape(-1))
-    execute(plan.schedule, work, ReduceOp.SUM, group, bounds=plan.bounds)
+    execute(plan.schedule, work, ReduceOp.SUM, group, bounds=plan.bounds,
+            segment_bytes=plan.segment_bytes)
     if not contiguous:
         output_tensor.copy_(work.view(output_tensor.shape))
     return output_tensor
@@ -387,7 +396,8 @@ def scatter(tensor: torch.Tensor, scatter_list: list | None = None, src: int = 0
     work = tensor.new_empty(plan.numel)
     if rank == root:
         _write(work, plan, plan.inputs, torch.cat([t.reshape(-1) for t in scatter_list]))
-    execute(plan.schedule, work, ReduceOp.SUM, group, bounds=plan.bounds)
+    execute(plan.schedule, work, ReduceOp.SUM, group, bounds=plan.bounds,
+            segment_bytes=plan.segment_bytes)
     tensor.copy_(_read(work, plan, plan.outputs).view(tensor.shape))
     return tensor
 
@@ -424,7 +434,8 @@ def gather(tensor: torch.Tensor, gather_list: list | None = None, dst: int = 0, 
                  buffer_count=world_size * tensor.numel(), **_rooted(params, root))
     work = tensor.new_empty(plan.numel)
     _write(work, plan, plan.inputs, tensor.reshape(-1))
-    execute(plan.schedule, work, ReduceOp.SUM, group, bounds=plan.bounds)
+    execute(plan.schedule, work, ReduceOp.SUM, group, bounds=plan.bounds,
+            segment_bytes=plan.segment_bytes)
     if rank == root:
         flat = _read(work, plan, plan.outputs)
         for i, t in enumerate(gather_list):
@@ -472,7 +483,8 @@ def _exchange(input_flat: torch.Tensor, in_sizes: Sequence[int], out_sizes: Sequ
     plan = _plan("all_to_all", algorithm, world_size, rank, sizes=sizes, **params)
     work = input_flat.new_empty(plan.numel)
     _write(work, plan, plan.inputs, input_flat)
-    execute(plan.schedule, work, ReduceOp.SUM, group, bounds=plan.bounds)
+    execute(plan.schedule, work, ReduceOp.SUM, group, bounds=plan.bounds,
+            segment_bytes=plan.segment_bytes)
     return _read(work, plan, plan.outputs)
 
 

@@ -62,9 +62,12 @@ def _peers(group, world_size: int) -> Sequence[int]:
 
 #: chunks of at least this many bytes are split into segments of ``DEFAULT_SEGMENT_BYTES`` so
 #: the reduction of one segment overlaps the transfer of the next; below it every extra message
-#: costs more (a rendezvous per message on gloo) than the overlap saves. Measured on 2-4 gloo
-#: processes over loopback with benchmarks/bench_torch_ring.py (see the issue notes).
-PIPELINE_THRESHOLD_BYTES = 16 << 20
+#: costs more (a rendezvous per message on gloo) than the overlap saves. Measured on 2 gloo
+#: processes over loopback with benchmarks/bench_torch_ring.py --segments 0,1MiB,4MiB (median
+#: of 3 runs, each against gloo's all_reduce in the same run; docs/benchmarks.md): segments
+#: gave 0.93–1.12x the busbw of whole chunks for 4–32 MiB chunks (8–64 MiB buffers), no
+#: consistent gain, and 4 MiB segments 1.09x for 64 MiB chunks (128 MiB buffers).
+PIPELINE_THRESHOLD_BYTES = 64 << 20
 DEFAULT_SEGMENT_BYTES = 4 << 20
 
 _staging_cache: dict = {}

@@ -1,4 +1,14 @@
-"""Measure a ringccl collective against the backend's own on local processes (``ringccl run``).
+"""Measure ringccl collectives against the backend's own on local processes.
+
+:func:`measure` is ``ringccl run`` (one size, ringccl's result compared with the backend's);
+:class:`TorchBackend` implements :class:`ringccl.bench.Backend` for ``ringccl bench`` on gloo
+(CPU tensors) and NCCL (CUDA tensors), with :func:`sweep` its worker body under
+:func:`ringccl.torch.launch.launch` or torchrun and :func:`launch_sweep` the local launcher.
+ringccl's functions mirror torch.distributed's names and arguments, so one adapter per
+collective drives both: ``ns`` is ``ringccl.torch`` (plus ``algorithm=``) or
+``torch.distributed``.
+
+For ``ringccl run``:
 
 Inputs are random integers in [-8, 8) stored in the requested dtype, so every reduction is exact
 in float32/float64 (|sum| <= 8·N is far below 2^24) and ringccl's result must equal the
@@ -11,20 +21,27 @@ and the reported time is the median over iterations.
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
+import warnings
+from typing import Any, Callable
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
+from .. import bench
+from ..bench import BUILTIN, BenchSpec, Case, Prepared
 from ..collectives import get_collective
+from ..errors import BackendError
 from ..metrics import algbw, busbw
 from ..ops import parse_op
+from .executor import combine_fn
 from . import (all_gather_into_tensor, all_reduce, all_to_all_single, broadcast, gather, reduce,
                reduce_scatter_tensor, scatter)
 
-__all__ = ["measure"]
+__all__ = ["measure", "TorchBackend", "sweep", "launch_sweep"]
 
 _TORCH_OPS = {"sum": "SUM", "prod": "PRODUCT", "min": "MIN", "max": "MAX", "band": "BAND",
               "bor": "BOR", "bxor": "BXOR", "avg": "AVG"}
@@ -146,3 +163,215 @@ def measure(rank: int, world_size: int, collective: str, algorithm: str, count: 
     row["busbw_ratio"] = row["ringccl"]["busbw"] / row["builtin"]["busbw"]
     row["bus_factor"] = spec.bus_factor(world_size)
     return row
+
+
+# -- ringccl bench ------------------------------------------------------------------------------
+
+class TorchBackend:
+    """:class:`ringccl.bench.Backend` on a torch.distributed process group (gloo or NCCL)."""
+
+    def __init__(self, group=None):
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.world_size = dist.get_world_size(group)
+        self.name = str(dist.get_backend(group))
+        self.device = (torch.device("cuda", torch.cuda.current_device()) if self.name == "nccl"
+                       else torch.device("cpu"))
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def barrier(self) -> None:
+        self._sync()
+        dist.barrier(self.group)
+
+    def max_over_ranks(self, values: list[float]) -> list[float]:
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
+        return t.tolist()
+
+    def sum_over_ranks(self, value: int) -> int:
+        t = torch.tensor([value], dtype=torch.int64, device=self.device)
+        dist.all_reduce(t, group=self.group)
+        return int(t.item())
+
+    def _tensor(self, a: np.ndarray | None, m: int, dtype) -> torch.Tensor:
+        if a is None:
+            return torch.zeros(m, dtype=dtype, device=self.device)
+        return torch.from_numpy(np.ascontiguousarray(a)).to(self.device)
+
+    def prepare(self, collective: str, algorithm: str, placement: str, case: Case,
+                spec: BenchSpec, segment_bytes: int | None) -> Prepared:
+        op = parse_op(spec.op)
+        dtype = getattr(torch, spec.dtype)
+        if algorithm == BUILTIN:
+            ns: Any = dist
+            kw: dict = {"group": self.group}
+            op_arg = getattr(dist.ReduceOp, _TORCH_OPS[op.value])
+        else:
+            from .. import torch as ns  # ringccl.torch
+            kw = {"group": self.group, "algorithm": algorithm}
+            if segment_bytes is not None:
+                kw["segment_bytes"] = segment_bytes
+            op_arg = op
+            if not hasattr(ns, _API[collective][0]):
+                raise BackendError(f"ringccl.torch has no {_API[collective][0]} for {collective}")
+        if get_collective(collective).reduces:
+            kw["op"] = op_arg
+        inp = self._tensor(case.input, case.m, dtype)
+        run, reset, result = _API[collective][1](ns, kw, inp, case, placement, self, spec.root,
+                                                 dtype)
+        if self.device.type == "cuda":
+            call = run
+            run = lambda: (call(), self._sync())  # noqa: E731  (time until the GPU is done)
+        return Prepared(run, reset, lambda: _numpy(result()))
+
+    def local_reduce(self, count: int, spec: BenchSpec) -> Prepared:
+        """The elementwise reduction of two ``count``-element tensors (what a ring step does)."""
+        dtype = getattr(torch, spec.dtype)
+        a = torch.ones(count, dtype=dtype, device=self.device)
+        b = torch.ones(count, dtype=dtype, device=self.device)
+        combine = combine_fn(parse_op(spec.op))
+        return Prepared(lambda: (combine(a, b), self._sync()), lambda: None, lambda: None)
+
+
+def _numpy(t: torch.Tensor | None) -> np.ndarray | None:
+    return None if t is None else t.detach().cpu().numpy()
+
+
+# -- one adapter per collective: (ns, kwargs, input, case, placement, backend, root, dtype)
+#    -> (run, reset, result); "out-of-place" keeps the input, "in-place" aliases as nccl-tests --
+
+def _nothing() -> None:
+    return None
+
+
+def _in_place_only(fn_name: str, root_kw: str | None = None, root_only_result: bool = False):
+    """all_reduce, broadcast, reduce: APIs that work in place; out-of-place copies first."""
+    def adapter(ns, kw, inp, case, placement, be, root, dtype):
+        fn = getattr(ns, fn_name)
+        if root_kw:
+            kw = dict(kw, **{root_kw: root})
+        buf = inp.clone()
+        has_result = not root_only_result or be.rank == root
+        if placement == "in-place":
+            return (lambda: fn(buf, **kw), lambda: buf.copy_(inp),
+                    (lambda: buf) if has_result else _nothing)
+        return (lambda: (buf.copy_(inp), fn(buf, **kw)), _nothing,
+                (lambda: buf) if has_result else _nothing)
+    return adapter
+
+
+def _reduce_scatter(ns, kw, inp, case, placement, be, root, dtype):
+    x = inp.clone()
+    lo = be.rank * case.block
+    out = (x[lo:lo + case.block] if placement == "in-place"
+           else torch.empty(case.block, dtype=dtype, device=be.device))
+    return (lambda: ns.reduce_scatter_tensor(out, x, **kw), lambda: x.copy_(inp), lambda: out)
+
+
+def _all_gather(ns, kw, inp, case, placement, be, root, dtype):
+    out = torch.empty(case.m, dtype=dtype, device=be.device)
+    lo = be.rank * case.block
+    x = out[lo:lo + case.block] if placement == "in-place" else inp
+    return (lambda: ns.all_gather_into_tensor(out, x, **kw), lambda: x.copy_(inp), lambda: out)
+
+
+def _scatter(ns, kw, inp, case, placement, be, root, dtype):
+    blocks = list(inp.split(case.block)) if be.rank == root else None
+    out = (blocks[root] if placement == "in-place" and be.rank == root
+           else torch.empty(case.block, dtype=dtype, device=be.device))
+    return (lambda: ns.scatter(out, blocks, src=root, **kw), _nothing, lambda: out)
+
+
+def _gather(ns, kw, inp, case, placement, be, root, dtype):
+    full = torch.empty(case.m, dtype=dtype, device=be.device)
+    blocks = list(full.split(case.block)) if be.rank == root else None
+    x = blocks[root] if placement == "in-place" and be.rank == root else inp
+    return (lambda: ns.gather(x, blocks, dst=root, **kw), lambda: x.copy_(inp),
+            (lambda: full) if be.rank == root else _nothing)
+
+
+def _all_to_all(ns, kw, inp, case, placement, be, root, dtype):
+    if placement == "in-place":
+        raise BackendError("all_to_all_single cannot run in place; use --placement out-of-place")
+    out = torch.empty(case.m, dtype=dtype, device=be.device)
+    return (lambda: ns.all_to_all_single(out, inp, **kw), _nothing, lambda: out)
+
+
+#: collective -> (torch.distributed / ringccl.torch function name, adapter)
+_API: dict[str, tuple[str, Callable]] = {
+    "all_reduce": ("all_reduce", _in_place_only("all_reduce")),
+    "reduce_scatter": ("reduce_scatter_tensor", _reduce_scatter),
+    "all_gather": ("all_gather_into_tensor", _all_gather),
+    "broadcast": ("broadcast", _in_place_only("broadcast", "src")),
+    "reduce": ("reduce", _in_place_only("reduce", "dst", root_only_result=True)),
+    "scatter": ("scatter", _scatter),
+    "gather": ("gather", _gather),
+    "all_to_all": ("all_to_all_single", _all_to_all),
+}
+
+
+def sweep(rank: int, world_size: int, spec_dict: dict, progress=None) -> list[dict]:
+    """Worker body for :func:`ringccl.torch.launch.launch`: run ``ringccl bench``'s sweep.
+
+    Args:
+        spec_dict: :meth:`ringccl.bench.BenchSpec.to_dict`.
+        progress: optional multiprocessing queue; rank 0 puts each row as it is done.
+
+    Returns:
+        the rows on rank 0, [] on the other ranks.
+    """
+    spec = BenchSpec.from_dict(spec_dict)
+    if dist.get_backend() == "nccl":  # one GPU per local rank, before NCCL's first call
+        local = int(os.environ.get("LOCAL_RANK", rank))
+        torch.cuda.set_device(local % torch.cuda.device_count())
+    emit = progress.put if progress is not None and rank == 0 else None
+    with warnings.catch_warnings():
+        # torch 2.13 deprecates all_gather_into_tensor, the builtin we compare with
+        warnings.simplefilter("ignore", FutureWarning)
+        rows = bench.run_sweep(TorchBackend(), spec, emit)
+    return rows if rank == 0 else []
+
+
+def launch_sweep(spec: BenchSpec, nproc: int, on_row: Callable[[dict], None] | None = None,
+                 timeout: float = 600.0) -> list[dict]:
+    """Run :func:`sweep` on ``nproc`` local processes (:func:`ringccl.torch.launch.launch`);
+    ``on_row(row)`` is called in this process as each row is done.
+
+    Returns:
+        the rows.
+    Raises:
+        BackendError: a worker failed, died or timed out.
+    """
+    import queue as queue_mod
+    import threading
+
+    import torch.multiprocessing as mp
+
+    from .launch import launch
+
+    progress = mp.get_context("spawn").Queue()
+    result: dict = {}
+
+    def run() -> None:
+        try:
+            result["rows"] = launch(sweep, nproc, spec.to_dict(), progress, backend=spec.backend,
+                                    timeout=timeout)[0]
+        except BaseException as exc:  # re-raised in the caller's thread
+            result["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    while thread.is_alive():
+        try:
+            row = progress.get(timeout=0.2)
+        except queue_mod.Empty:
+            continue
+        if on_row:
+            on_row(row)
+    thread.join()
+    if "error" in result:
+        raise result["error"]
+    return result["rows"]

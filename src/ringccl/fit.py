@@ -1,0 +1,371 @@
+"""Fit α, β, γ to measured times and predict what was not measured (``ringccl fit``).
+
+The model is the one every registered algorithm states in closed form,
+``Algorithm.time_for(world_size, nbytes, alpha, beta, gamma, **params)`` (flat network,
+Hockney's α-β plus a reduction term; Thakur, Rabenseifner & Gropp, IJHPCA 19(1), 2005,
+section 2): linear in (α, β, γ), so each benchmark row gives one linear equation
+
+    t_measured ≈ α·T(n, M, 1, 0, 0) + β·T(n, M, 0, 1, 0) + γ·T(n, M, 0, 0, 1)
+
+whatever the algorithm, read off the registry (no per-algorithm code here). For a single
+collective the β and γ columns are often proportional (ring all_reduce: 2(N-1)/N·M and
+(N-1)/N·M), so γ is pinned by the ``local-reduce`` rows of ``ringccl bench``: the backend's
+reduction of M/N bytes alone, ``t ≈ δ + γ·bytes``, with δ a per-call overhead that appears in no
+other row.
+
+Least squares on relative errors (each equation divided by its measured time), so a 4 KiB row
+(tens of µs) weighs as much as a 64 MiB row (tens of ms) — ordinary least squares would fit the
+largest sizes only. Parameters are constrained to be >= 0 (exact non-negative least squares by
+trying every subset of free parameters, there are at most four). Reported: the estimates, their
+standard errors and 95% confidence intervals from the weighted residual variance (Student t),
+R² on log times and on times, and the relative residual of every row.
+
+Held-out check: fit on one sweep (one collective × algorithm × world size), predict every other
+sweep's measured times and print the relative error per size. With a single sweep the check
+fits on every other size and predicts the sizes in between.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from .algorithms import REGISTRY
+from .bench import BUILTIN, LOCAL_REDUCE
+from .errors import ArgumentError
+
+__all__ = ["Fit", "HeldOut", "load_rows", "sweep_key", "fit_rows", "held_out", "predict",
+           "PARAMS"]
+
+PARAMS = ("alpha", "beta", "gamma", "delta")
+_UNITS = ("s/step", "s/byte", "s/byte reduced", "s/call")
+
+
+def load_rows(paths: Iterable[str | Path]) -> list[dict]:
+    """Rows of ``ringccl bench --json`` files ({"rows": [...]}) or plain JSON lists of rows.
+
+    Raises:
+        ArgumentError: a file that is not such JSON (the message names it).
+    """
+    rows: list[dict] = []
+    for path in paths:
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ArgumentError(f"cannot read benchmark rows from {str(path)!r}: {exc}") from None
+        part = data.get("rows") if isinstance(data, dict) else data
+        if not isinstance(part, list) or not all(isinstance(r, dict) for r in part):
+            raise ArgumentError(f"{str(path)!r} holds no benchmark rows: expected the output of "
+                                "`ringccl bench --json`")
+        rows.extend(part)
+    return rows
+
+
+def _closed_form(row: dict):
+    """``time(n, nbytes, alpha, beta, gamma)`` of the row's algorithm and parameters, or None."""
+    algo = REGISTRY.get((row.get("collective"), row.get("algorithm")))
+    if algo is None or algo.time is None:
+        return None
+    params = row.get("params") or {}
+    return lambda n, m, a, b, g: algo.time_for(n, m, a, b, g, **params)
+
+
+def usable(row: dict, placement: str | None = "in-place") -> bool:
+    """True for rows the model explains: a registered algorithm with a closed form (or a
+    local-reduce calibration row), of ``placement`` (None: any), with a positive time."""
+    if not row.get("time_s") or row["time_s"] <= 0:
+        return False
+    if row.get("kind") == LOCAL_REDUCE:
+        return bool(row.get("reduced_bytes"))
+    if row.get("algorithm") == BUILTIN or _closed_form(row) is None:
+        return False
+    return placement is None or row.get("placement") == placement
+
+
+def features(row: dict) -> np.ndarray:
+    """The row's coefficients of (α, β, γ, δ): t ≈ features · params."""
+    if row.get("kind") == LOCAL_REDUCE:
+        return np.array([0.0, 0.0, float(row["reduced_bytes"]), 1.0])
+    time = _closed_form(row)
+    n, m = row["world_size"], float(row["size"])
+    return np.array([time(n, m, 1.0, 0.0, 0.0), time(n, m, 0.0, 1.0, 0.0),
+                     time(n, m, 0.0, 0.0, 1.0), 0.0])
+
+
+def sweep_key(row: dict) -> tuple:
+    """(collective, algorithm, world_size, segment_bytes): rows of one measured sweep."""
+    return (row["collective"], row["algorithm"], row["world_size"], row.get("segment_bytes"))
+
+
+def sweep_label(key: tuple) -> str:
+    from .units import format_size
+    collective, algorithm, n, seg = key
+    extra = "" if seg is None else f", seg={'off' if seg == 0 else format_size(seg, 0)}"
+    return f"{algorithm} {collective}, {n} ranks{extra}"
+
+
+@dataclass
+class Fit:
+    """A fitted (α, β, γ) for one backend.
+
+    Attributes:
+        backend: the rows' backend.
+        params: (4,) estimates of alpha [s/step], beta [s/byte], gamma [s/byte reduced] and
+            delta [s per local-reduce call, a nuisance parameter]; 0 where not free.
+        stderr: (4,) standard errors (nan where the parameter was not free).
+        ci95: (4, 2) 95% confidence intervals.
+        free: which parameters were estimated (the others are held at 0: not identifiable
+            from the rows, or the unconstrained estimate was negative).
+        r2_log, r2: coefficient of determination on log times and on times.
+        rows, predicted: the rows used and the model's times for them.
+        notes: why a parameter is fixed, in words.
+    """
+
+    backend: str
+    params: np.ndarray
+    stderr: np.ndarray
+    ci95: np.ndarray
+    free: tuple
+    r2_log: float
+    r2: float
+    rows: list = field(repr=False, default_factory=list)
+    predicted: np.ndarray = field(repr=False, default=None)
+    notes: list = field(default_factory=list)
+
+    @property
+    def alpha(self) -> float:
+        return float(self.params[0])
+
+    @property
+    def beta(self) -> float:
+        return float(self.params[1])
+
+    @property
+    def gamma(self) -> float:
+        return float(self.params[2])
+
+    def time(self, collective: str, algorithm: str, world_size: int, nbytes: float) -> float:
+        """Predicted seconds through the algorithm's closed form.
+
+        Raises:
+            ArgumentError: unknown algorithm or one without a closed form.
+        """
+        return predict(self, collective, algorithm, world_size, nbytes)
+
+    def to_json(self) -> dict:
+        return {"backend": self.backend, "rows": len(self.rows), "r2_log": self.r2_log,
+                "r2": self.r2, "notes": self.notes,
+                "params": {name: {"value": float(self.params[i]), "unit": _UNITS[i],
+                                  "stderr": _finite(self.stderr[i]),
+                                  "ci95": [_finite(v) for v in self.ci95[i]],
+                                  "free": name in self.free}
+                           for i, name in enumerate(PARAMS)},
+                "residuals": [{"sweep": sweep_label(sweep_key(r)) if r.get("kind") !=
+                               LOCAL_REDUCE else LOCAL_REDUCE, "size": r["size"],
+                               "measured_s": r["time_s"], "predicted_s": float(p),
+                               "relative_error": float(p / r["time_s"] - 1)}
+                              for r, p in zip(self.rows, self.predicted)]}
+
+
+def _finite(v: float):
+    return float(v) if math.isfinite(v) else None
+
+
+#: two-sided 95% Student t quantiles for 1…30 degrees of freedom (any statistics table)
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def _t_quantile(dof: int) -> float:
+    """Two-sided 95% Student t quantile (scipy when installed, else a table and, above 30
+    degrees of freedom, the Cornish-Fisher expansion around the normal quantile)."""
+    if dof <= 0:
+        return math.nan
+    try:
+        from scipy.stats import t
+        return float(t.ppf(0.975, dof))
+    except ImportError:
+        if dof <= len(_T975):
+            return _T975[dof - 1]
+        z = 1.959963984540054
+        return z + (z**3 + z) / (4 * dof) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * dof**2)
+
+
+def fit_rows(rows: Sequence[dict], backend: str = "", placement: str | None = "in-place") -> Fit:
+    """Fit (α, β, γ) to ``rows`` (see the module doc for the method).
+
+    Args:
+        rows: benchmark rows (``ringccl bench --json``); rows the model cannot explain (builtin,
+            algorithms without a closed form, other placements) are skipped.
+        backend: label for the result.
+        placement: use rows of this placement only (in-place is ringccl's natural mode; the
+            out-of-place rows add a copy the model does not have); None: all.
+
+    Raises:
+        ArgumentError: fewer usable rows than free parameters.
+    """
+    rows = [r for r in rows if usable(r, placement)]
+    if not rows:
+        raise ArgumentError("no benchmark rows the model can explain: need rows of registered "
+                            "algorithms (not only builtin) from `ringccl bench --json`")
+    X = np.stack([features(r) for r in rows])
+    t = np.array([r["time_s"] for r in rows], dtype=float)
+    Xw, tw = X / t[:, None], np.ones_like(t)  # relative errors: divide each equation by t
+    present = [j for j in range(4) if np.any(X[:, j] != 0)]
+    best = None
+    notes = []
+    # exact non-negative least squares: the best feasible subset of free parameters
+    for k in range(len(present), 0, -1):
+        for subset in itertools.combinations(present, k):
+            A = Xw[:, subset]
+            if len(rows) < k or np.linalg.matrix_rank(A, tol=1e-9 * np.abs(A).max()) < k:
+                continue
+            theta, *_ = np.linalg.lstsq(A, tw, rcond=None)
+            if np.any(theta < 0):
+                continue
+            rss = float(np.sum((A @ theta - tw) ** 2))
+            # ties (collinear columns fit equally well): keep the larger, earlier subset
+            if best is None or rss < best[0] - 1e-10 * len(rows):
+                best = (rss, subset, theta)
+    if best is None:
+        raise ArgumentError(f"{len(rows)} usable rows cannot determine alpha, beta, gamma")
+    rss, free, theta = best
+    params = np.zeros(4)
+    params[list(free)] = theta
+    rank = np.linalg.matrix_rank(Xw[:, present], tol=1e-9 * np.abs(Xw).max())
+    for j in present:
+        if j in free:
+            continue
+        others = [i for i in present if i != j]
+        if np.linalg.matrix_rank(Xw[:, others], tol=1e-9 * np.abs(Xw).max()) == rank:
+            notes.append(f"{PARAMS[j]} held at 0: not identifiable from these rows (its column "
+                         "is a combination of the others'; add local-reduce rows or sweeps of "
+                         "other collectives)")
+        else:
+            notes.append(f"{PARAMS[j]} held at 0: its unconstrained estimate was negative")
+    if 2 not in present:
+        notes.append("gamma held at 0: no reduction in these rows (add local-reduce rows or a "
+                     "reducing collective)")
+    stderr = np.full(4, math.nan)
+    ci = np.full((4, 2), math.nan)
+    dof = len(rows) - len(free)
+    if dof > 0:
+        A = Xw[:, free]
+        cov = rss / dof * np.linalg.pinv(A.T @ A)
+        se = np.sqrt(np.clip(np.diag(cov), 0, None))
+        q = _t_quantile(dof)
+        stderr[list(free)] = se
+        ci[list(free), 0] = theta - q * se
+        ci[list(free), 1] = theta + q * se
+    predicted = X @ params
+    ok = predicted > 0
+    logt, logp = np.log(t[ok]), np.log(predicted[ok])
+    r2_log = 1 - np.sum((logp - logt) ** 2) / max(np.sum((logt - logt.mean()) ** 2), 1e-300)
+    r2 = 1 - np.sum((predicted - t) ** 2) / max(np.sum((t - t.mean()) ** 2), 1e-300)
+    return Fit(backend, params, stderr, ci, tuple(PARAMS[j] for j in free), float(r2_log),
+               float(r2), rows, predicted, notes)
+
+
+def predict(fit: Fit, collective: str, algorithm: str, world_size: int, nbytes: float) -> float:
+    """Seconds for ``algorithm`` on ``world_size`` ranks and ``nbytes`` (nccl-tests' size)
+    through its closed form ``Algorithm.time`` with the fitted α, β, γ.
+
+    Raises:
+        ArgumentError: unknown algorithm, or one registered without a closed form.
+    """
+    from .algorithms import get_algorithm
+    algo = get_algorithm(collective, algorithm)
+    if algo.time is None:
+        raise ArgumentError(f"{algorithm} {collective} has no closed-form time to predict with")
+    return float(algo.time_for(world_size, float(nbytes), fit.alpha, fit.beta, fit.gamma))
+
+
+@dataclass
+class HeldOut:
+    """Predictions for measured rows the fit did not see.
+
+    Attributes:
+        train: label of what the fit used; fit: that fit.
+        sweeps: {label: [(size, measured_s, predicted_s, relative_error), ...]}.
+        method: "sweep" (fit on one sweep, predict the others) or "interleaved" (one sweep:
+            fit on every other size, predict the rest).
+    """
+
+    train: str
+    fit: Fit
+    sweeps: dict
+    method: str
+
+    def errors(self, min_size: int = 0) -> list[float]:
+        """|relative error| of every held-out row of at least ``min_size`` bytes."""
+        return [abs(e) for rows in self.sweeps.values() for (s, _, _, e) in rows
+                if s >= min_size]
+
+    def median_error(self, min_size: int = 0) -> float:
+        errs = self.errors(min_size)
+        return float(np.median(errs)) if errs else math.nan
+
+
+def held_out(rows: Sequence[dict], train: str | None = None, backend: str = "",
+             placement: str | None = "in-place") -> HeldOut:
+    """Fit on one sweep and predict the others' measured times (see the module doc).
+
+    Args:
+        rows: one backend's rows.
+        train: ``"collective:algorithm"`` (optionally ``:world_size``) of the sweep to fit on;
+            default: the sweep with the most rows (first in order on ties).
+        placement: as :func:`fit_rows`.
+
+    Raises:
+        ArgumentError: no usable sweep, or ``train`` matches none.
+    """
+    data = [r for r in rows if usable(r, placement)]
+    calib = [r for r in data if r.get("kind") == LOCAL_REDUCE]
+    sweeps: dict[tuple, list[dict]] = {}
+    for r in data:
+        if r.get("kind") != LOCAL_REDUCE:
+            sweeps.setdefault(sweep_key(r), []).append(r)
+    if not sweeps:
+        raise ArgumentError("no sweep of a registered algorithm to fit on")
+    if train is None:
+        key = max(sweeps, key=lambda k: len(sweeps[k]))
+    else:
+        parts = train.split(":")
+        matches = [k for k in sweeps if k[0] == parts[0] and (len(parts) < 2 or k[1] == parts[1])
+                   and (len(parts) < 3 or str(k[2]) == parts[2])]
+        if not matches:
+            raise ArgumentError(f"train={train!r} matches no sweep; sweeps: "
+                                f"{', '.join(f'{k[0]}:{k[1]}:{k[2]}' for k in sweeps)}")
+        key = matches[0]
+    if len(sweeps) > 1:
+        fit = fit_rows(sweeps[key] + calib, backend, placement)
+        tests = {k: v for k, v in sweeps.items() if k != key}
+        method, label = "sweep", sweep_label(key)
+    else:
+        ordered = sorted(sweeps[key], key=lambda r: r["size"])
+        fit = fit_rows(ordered[::2] + calib, backend, placement)
+        tests = {sweep_label(key) + " (odd sizes)": ordered[1::2]}
+        method, label = "interleaved", sweep_label(key) + " (even sizes)"
+    out = {}
+    for k, test_rows in tests.items():
+        name = k if isinstance(k, str) else sweep_label(k)
+        out[name] = []
+        for r in sorted(test_rows, key=lambda r: r["size"]):
+            p = float(features(r) @ fit.params)
+            out[name].append((r["size"], r["time_s"], p, p / r["time_s"] - 1))
+    return HeldOut(label, fit, out, method)
+
+
+def by_backend(rows: Sequence[dict]) -> dict[str, list[dict]]:
+    """Rows grouped by their ``backend`` field (order of appearance)."""
+    out: dict[str, list[dict]] = {}
+    for r in rows:
+        out.setdefault(str(r.get("backend", "")), []).append(r)
+    return out

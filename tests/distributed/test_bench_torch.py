@@ -1,0 +1,65 @@
+"""``ringccl bench`` on local gloo processes: started by --nproc, and under torchrun."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import ringccl  # noqa: E402
+from ringccl.cli import main  # noqa: E402
+from ringccl.torch.launch import free_port  # noqa: E402
+
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(600)]
+
+
+def test_bench_all_reduce_ring_and_builtin(capsys):
+    assert main(["bench", "all_reduce", "--nproc", "2", "-b", "4KiB", "-e", "64KiB", "-f", "4",
+                 "-n", "3", "-w", "1", "--algorithm", "ring,builtin", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    coll = [r for r in report["rows"] if r["kind"] == "collective"]
+    assert report["world_size"] == 2 and report["spec"]["backend"] == "gloo"
+    for size in (4096, 16384, 65536):
+        at = {(r["algorithm"], r["placement"]) for r in coll if r["size"] == size}
+        assert at == {(a, p) for a in ("ring", "builtin") for p in ("out-of-place", "in-place")}
+    assert all(r["wrong"] == 0 and r["busbw"] > 0 and len(r["times_s"]) == 3 for r in coll)
+    assert len([r for r in report["rows"] if r["kind"] == "local-reduce"]) == 3
+
+
+@pytest.mark.parametrize("collective,extra", [
+    ("reduce_scatter", ["-d", "int32", "-o", "max", "--segment-bytes", "auto,256B"]),
+    ("all_gather", ["-d", "float64", "--placement", "in-place"]),
+])
+def test_bench_nccl_tests_format_and_plot(capsys, tmp_path, collective, extra):
+    png = tmp_path / "busbw.png"
+    assert main(["bench", collective, "--nproc", "3", "-b", "3KiB", "-e", "12KiB", "-f", "4",
+                 "-n", "2", "-w", "0", "--format", "nccl-tests", "--plot", str(png)] + extra) == 0
+    lines = capsys.readouterr().out.splitlines()
+    data = [line.split() for line in lines if line and not line.startswith("#")]
+    # every registered algorithm (per segment setting) and builtin: new algorithms join in
+    settings = 2 if "--segment-bytes" in extra else 1
+    assert len(data) == 2 * (settings * len(ringccl.algorithms(collective)) + 1)
+    for f in data:
+        assert len(f) == 13 and f[2] == ("int32" if "int32" in extra else "double")
+        assert (f[8], f[12]) == (("N/A", "0") if "in-place" in extra else ("0", "0"))
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bench_under_torchrun():
+    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[2]
+                                                          / "src"),
+                                                      os.environ.get("PYTHONPATH")) if p))
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+         "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "-m", "ringccl",
+         "bench", "all_reduce", "-b", "1KiB", "-e", "1KiB", "-n", "2", "-w", "0", "--csv"],
+        capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    rows = 2 * (len(ringccl.algorithms("all_reduce")) + 1) + 1  # × placements, + local-reduce
+    assert lines[0].startswith("collective,backend") and len(lines) == 1 + rows

@@ -1,0 +1,104 @@
+"""ringccl.mpi and ``ringccl bench --backend mpi`` on 1–4 local MPI processes.
+
+Skipped, with the reason, where mpirun or mpi4py is missing (scripts/install_mpi.sh installs
+both). The processes are started with ringccl.mpi.launch.mpirun_command (Open MPI gets
+--oversubscribe, and --allow-run-as-root when run as root).
+"""
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+if shutil.which("mpirun") is None and shutil.which("mpiexec") is None:
+    pytest.skip("no mpirun/mpiexec on PATH (run scripts/install_mpi.sh)", allow_module_level=True)
+if importlib.util.find_spec("mpi4py") is None:
+    pytest.skip("mpi4py is not installed (pip install 'ringccl[mpi]')", allow_module_level=True)
+
+import ringccl  # noqa: E402
+from ringccl.cli import main  # noqa: E402
+from ringccl.mpi.launch import mpirun_command  # noqa: E402
+
+pytestmark = [pytest.mark.mpi, pytest.mark.timeout(600)]
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+
+def _run(nproc, argv, timeout=300):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (SRC, os.environ.get("PYTHONPATH")) if p))
+    return subprocess.run(mpirun_command(nproc, argv), capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+@pytest.mark.parametrize("nproc", [1, 2, 3])
+def test_collectives_match_numpy_and_mpi(nproc):
+    proc = _run(nproc, [sys.executable, str(Path(__file__).with_name("mpi_script.py"))])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count(": OK") == nproc
+
+
+def test_mpirun_command_flags():
+    cmd = mpirun_command(3, ["python", "x.py"])
+    assert cmd[1:3] == ["-n", "3"] and cmd[-2:] == ["python", "x.py"]
+    if "--oversubscribe" in cmd:  # Open MPI
+        assert ("--allow-run-as-root" in cmd) == (os.geteuid() == 0)
+
+
+def test_bench_json_then_fit(tmp_path, capsys):
+    """The issue's acceptance pipeline, on a short sweep."""
+    assert main(["bench", "all_reduce", "--backend", "mpi", "--nproc", "2", "-b", "4KiB",
+                 "-e", "1MiB", "-f", "4", "-n", "5", "-w", "1", "--algorithm", "ring,builtin",
+                 "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    rows = report["rows"]
+    assert report["world_size"] == 2 and report["spec"]["backend"] == "mpi"
+    coll = [r for r in rows if r["kind"] == "collective"]
+    assert {(r["algorithm"], r["placement"]) for r in coll} == {
+        (a, p) for a in ("ring", "builtin") for p in ("out-of-place", "in-place")}
+    assert len(coll) == 4 * 5 and all(r["wrong"] == 0 for r in coll)  # 4 KiB … 1 MiB
+    assert all(r["busbw"] == pytest.approx(r["algbw"]) for r in coll)  # 2(N-1)/N = 1 at N=2
+    assert len([r for r in rows if r["kind"] == "local-reduce"]) == 5
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps(report))
+    assert main(["fit", str(path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    for text in ("α (per step)", "β (per byte sent)", "γ (per byte reduced)", "R² =",
+                 "held out:", "held-out median |error|"):
+        assert text in out
+
+
+@pytest.mark.parametrize("collective,dtype,op", [("reduce_scatter", "int32", "max"),
+                                                ("all_gather", "int8", "sum")])
+def test_bench_other_collectives_nccl_tests_format(capsys, collective, dtype, op):
+    assert main(["bench", collective, "--backend", "mpi", "--nproc", "3", "-b", "1KiB",
+                 "-e", "16KiB", "-f", "4", "-n", "2", "-w", "0", "-d", dtype, "-o", op,
+                 "--segment-bytes", "auto,0,1KiB", "--format", "nccl-tests"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    data = [line.split() for line in lines if line and not line.startswith("#")]
+    # --algorithm defaults to every registered algorithm (each with 3 segment settings) + builtin
+    assert len(data) == 3 * (3 * len(ringccl.algorithms(collective)) + 1)
+    assert all(len(f) == 13 and f[8] == "0" and f[12] == "0" for f in data)
+    assert {f[3] for f in data} == {op if collective == "reduce_scatter" else "none"}
+    assert "# ringccl algorithm: ring seg=1KiB" in lines
+
+
+def test_bench_under_mpirun_prints_once():
+    """`mpirun -n 2 ringccl bench --backend mpi`: the processes run the sweep, rank 0 prints."""
+    proc = _run(2, [sys.executable, "-m", "ringccl", "bench", "all_gather", "--backend", "mpi",
+                    "-b", "4KiB", "-e", "4KiB", "-n", "2", "-w", "0", "--csv"])
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    rows = 2 * (len(ringccl.algorithms("all_gather")) + 1)  # (algorithms + builtin) × placements
+    assert lines[0].startswith("collective,backend,world_size") and len(lines) == 1 + rows
+
+
+def test_bench_failure_is_reported(capsys):
+    code = main(["bench", "all_reduce", "--backend", "mpi", "--nproc", "2", "-b", "1KiB",
+                 "-e", "1KiB", "-n", "1", "-d", "float16", "--algorithm", "builtin"])
+    assert code == 2
+    assert "no predefined datatype for float16" in capsys.readouterr().err
