@@ -133,7 +133,7 @@ def test_tree_reduce_start_closed_form_matches_the_tree():
         top = 1 << ((n - 1).bit_length() - 1)
         assert tree.reduce_start(n) == t.start[top], n
     for d in range(1, 13):
-        assert tree.reduce_start(1 << d) == 2 * d - 2
+        assert tree.reduce_start(1 << d) == d - 1
 
 
 # -- the simulator against numpy ------------------------------------------------------------------
@@ -224,13 +224,18 @@ def test_tree_shape_is_nccls_in_order_tree():
         assert (children[1::2] == 0).all()                 # odd ranks are the leaves
 
 
-def test_siblings_never_reduce_the_same_segment_in_one_step():
+def test_a_rank_starts_after_its_children_at_its_subtree_height():
+    """Both children may reduce into their parent in one step; a rank sends once its deeper
+    child has delivered, i.e. at the height of its subtree (the lowest set bit of v)."""
     for n in range(2, 200):
         t = tree.binary_tree(n)
-        both = (t.left >= 0) & (t.right >= 0)
-        assert (t.start[t.left[both]] != t.start[t.right[both]]).all()
         v = np.nonzero(t.parent >= 1)[0]          # children of non-root ranks
         assert (t.start[v] < t.start[t.parent[v]]).all()
+        ranks = np.arange(1, n)
+        assert (t.start[1:] == np.log2(ranks & -ranks).astype(int)).all()
+        both = (t.left >= 0) & (t.right >= 0)
+        if n >= 4:  # some parent absorbs both children in the same step
+            assert (t.start[t.left[both]] == t.start[t.right[both]]).any()
 
 
 @pytest.mark.parametrize("n", [2, 4, 8, 10, 64, 100, 256])
@@ -263,10 +268,15 @@ def test_double_binary_tree_halves_the_busiest_port():
 
 
 def test_tree_steps_are_logarithmic_and_segments_add_steps():
-    assert ringccl.schedule("all_reduce", "tree", world_size=1024).num_steps == 29
-    assert ringccl.schedule("all_reduce", "double_binary_tree", world_size=1024).num_steps == 29
+    # 2⌈log2 N⌉ unpipelined, as the issue and NCCL's tree
+    for n in (2, 3, 4, 5, 8, 100, 1024, 1025):
+        d = (n - 1).bit_length()
+        assert ringccl.schedule("all_reduce", "tree", world_size=n).num_steps == 2 * d
+        assert ringccl.schedule("all_reduce", "double_binary_tree", world_size=n).num_steps == 2 * d
+        assert ringccl.schedule("reduce", "tree", world_size=n).num_steps == d
+        assert ringccl.schedule("broadcast", "tree", world_size=n).num_steps == d
     steps = [tree.all_reduce(64, segments=s).num_steps for s in (1, 2, 4, 8)]
-    assert steps == [17, 18, 20, 24]      # U + S + D = 10 + S + 6
+    assert steps == [12, 13, 15, 19]      # U + S + D = 5 + S + 6
 
 
 @pytest.mark.parametrize("n", [2, 4, 8, 32])

@@ -37,7 +37,7 @@ def _bsp(schedule, state):
         s, d = schedule.src[lo:hi], schedule.dst[lo:hi]
         sc, dc, red = schedule.src_chunk[lo:hi], schedule.dst_chunk[lo:hi], schedule.reduce[lo:hi]
         vals = state[s, sc].copy()
-        state[d[red], dc[red]] += vals[red]
+        np.add.at(state, (d[red], dc[red]), vals[red])  # several reduces may hit one slot
         state[d[~red], dc[~red]] = vals[~red]
     return state
 
@@ -130,20 +130,10 @@ def _check_structure(text, n):
         assert marked == depended
 
 
-def _multi_write(s):
-    step = s.step_of(np.arange(s.num_transfers))
-    key = (step * s.world_size + s.dst.astype(np.int64)) * s.num_chunks + s.dst_chunk
-    return np.unique(key).size < key.size
-
-
 @pytest.mark.parametrize("key", KEYS, ids="/".join)
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6, 8])
 def test_msccl_xml_runs_like_the_schedule(key, n):
     s = ringccl.schedule(*key, world_size=n, **_params(key, n))
-    if _multi_write(s):
-        with pytest.raises(ringccl.ArgumentError, match="one write per chunk per step"):
-            s.to_msccl_xml()
-        return
     text = s.to_msccl_xml()
     _check_structure(text, n)
     rng = np.random.default_rng(n)

@@ -185,17 +185,6 @@ def to_msccl_xml(schedule: Schedule, name: str | None = None) -> str:
     """
     n, c = schedule.world_size, schedule.num_chunks
     coll = schedule.collective
-    # several reduces into one slot in one step (direct/master style) would be unordered writes
-    # by different MSCCL threadblocks; the mapping below orders one write per slot per step only
-    step = schedule.step_of(np.arange(schedule.num_transfers))
-    key = (step * n + schedule.dst.astype(np.int64)) * c + schedule.dst_chunk
-    uniq, counts = np.unique(key, return_counts=True)
-    if (counts > 1).any():
-        k = int(uniq[np.argmax(counts > 1)])
-        raise ArgumentError(
-            f"{schedule.algorithm} {schedule.collective} cannot be written as MSCCL XML: step "
-            f"{k // (n * c)} reduces several chunks into chunk c{k % c} of rank R{k // c % n}; "
-            "the export supports one write per chunk per step")
     sizes = defaultdict(int)
     for chunk in range(c):
         b, off = msccl_buffer(schedule, chunk)

@@ -7,15 +7,13 @@ child v - 2^(h-1) and, as right child, v + 2^j for the largest j < h with v + 2^
 are the leaves; the tree has depth D, and the left subtree of any rank is perfect.
 
 **Steps.** A rank v sends its partial sum of segment k to its parent at step u(v) + k, after it
-has absorbed its children's segment k. A BSP step lets a slot absorb one contribution, so the two
-children of a rank may not deliver the same segment in the same step: when both would start at
-the same step, the right child starts one step later. Leaves start at step 0, so a perfect subtree
-of height h starts at 2h, and the reduce phase takes U(N) + S steps, U(N) = 2D - 2 for N = 2^D
-(NCCL's kernel reduces both children's data in one pass, i.e. ⌈log2 N⌉ steps up, which this IR
-would express only with a scratch slot). Broadcast: a rank at depth δ forwards segment k to both
-children at step k + δ (D + S - 1 steps). all_reduce pipelines the two: the root starts
-broadcasting segment k the step after it has reduced it, so all_reduce takes U(N) + S + D steps
-(3⌈log2 N⌉ - 1 for N = 2^D and S = 1; 29 for N = 1024 against the ring's 2046).
+has absorbed its children's segment k; both children may deliver the same segment in one step
+(the IR applies several reduces into one slot in ascending source order), so u(v) is the height
+of v's subtree: leaves start at step 0 and the reduce phase takes U(N) + S steps with
+U(N) = D - 1. Broadcast: a rank at depth δ forwards segment k to both children at step k + δ
+(D + S - 1 steps). all_reduce pipelines the two: the root starts broadcasting segment k the step
+after it has reduced it, so all_reduce takes U(N) + S + D = 2D - 1 + S steps (2⌈log2 N⌉ for
+S = 1, as NCCL's tree: 20 for N = 1024 against the ring's 2046).
 
 Bandwidth: a rank with two children receives 2M in the reduce phase and sends 2M in the
 broadcast; a single tree's all_reduce moves 3M through its busiest rank (ring: 2(N-1)/N · M).
@@ -52,7 +50,7 @@ __all__ = ["reduce", "broadcast", "all_reduce", "double_binary_tree_all_reduce",
 
 _SANDERS = "Sanders, Speck & Träff, Parallel Computing 35(12) 2009"
 _NCCL_TREE = "in-order binary tree (NCCL); Sanders et al. 2009"
-_TREE_STEPS = "U(N)+1+⌈log2 N⌉; U = 2⌈log2 N⌉-2 at N=2^k"
+_TREE_STEPS = "2⌈log2 N⌉"
 
 
 @dataclass(frozen=True)
@@ -101,13 +99,9 @@ def binary_tree(world_size: int) -> BinaryTree:
         if left[v] < 0:
             start[v] = 0
             continue
-        a = start[left[v]]
-        if right[v] >= 0:
-            if start[right[v]] == a:
-                start[right[v]] += 1  # both would deliver segment k in one step: stagger
-            start[v] = max(a, start[right[v]]) + 1
-        else:
-            start[v] = a + 1
+        # both children may deliver segment k in the same step (several reduces into one slot
+        # per step apply in ascending source order), so a rank starts once its deeper child did
+        start[v] = max(start[left[v]], start[right[v]] if right[v] >= 0 else -1) + 1
     depth = np.zeros(n, dtype=np.int64)
     for v in sorted(range(1, n), key=lambda x: -height[x]):  # parents before children
         depth[v] = depth[parent[v]] + 1
@@ -116,29 +110,13 @@ def binary_tree(world_size: int) -> BinaryTree:
     return BinaryTree(parent, left, right, depth, start)
 
 
-@lru_cache(maxsize=None)
-def _subtree_start(m: int) -> int:
-    """Start step of the root of an in-order subtree over m consecutive ranks (closed form)."""
-    p = floor_log2(m)
-    if p == 0:
-        return 0
-    a = 2 * (p - 1)                     # the left subtree is perfect of height p-1
-    rest = m - (1 << p)
-    if rest == 0:
-        return a + 1
-    b = _subtree_start(rest)
-    if b == a:
-        b += 1
-    return max(a, b) + 1
-
-
 def reduce_start(world_size: int) -> int:
-    """U(N): the step at which the root's child sends segment 0 (2⌈log2 N⌉ - 2 for N = 2^D).
+    """U(N) = ⌈log2 N⌉ - 1: the step at which the root's child sends segment 0.
 
-    Computed in O(log N) from the tree's shape: the ranks right of a rank form an in-order
-    subtree of the same kind, so the start follows a recursion on subtree sizes.
+    A rank's start is the height of its subtree (the left subtree is perfect and at least as
+    deep as the right one), and the root's only child 2^(D-1) has height D - 1.
     """
-    return _subtree_start(world_size - 1) if world_size >= 2 else 0
+    return ceil_log2(world_size) - 1 if world_size >= 2 else 0
 
 
 # -- the three phases as transfers ----------------------------------------------------------------
@@ -292,7 +270,11 @@ def time(collective: str, world_size: int, nbytes: float, alpha: float, beta: fl
     n = world_size
     if n == 1:
         return 0.0
-    up = (reduce_start(n) + 1) * (alpha + nbytes * (beta + gamma))
+    # step t < D-1: ranks of height t+1 absorb two children at once iff 2^(t+1) + 2^t < N
+    # (the smallest such rank has its right child); step D-1: the root absorbs its one child
+    d = ceil_log2(n)
+    up = sum(alpha + (2 if 3 * (1 << t) < n else 1) * nbytes * (beta + gamma)
+             for t in range(d - 1)) + alpha + nbytes * (beta + gamma)
     down = sum(alpha + c * nbytes * beta for c in _children_at_depth(n))
     return {"reduce": up, "broadcast": down, "all_reduce": up + down}[collective]
 
@@ -324,7 +306,7 @@ register(Algorithm("all_reduce", "double_binary_tree", double_binary_tree_all_re
 # the rooted contracts arrive with the primitives of issue 3; register once they exist
 if "reduce" in COLLECTIVES:
     register(Algorithm("reduce", "tree", reduce, lambda n: num_steps("reduce", n),
-                       lambda n, b: _bytes("reduce", n, b), "U(N)+1; U = 2⌈log2 N⌉-2 at N=2^k",
+                       lambda n, b: _bytes("reduce", n, b), "⌈log2 N⌉",
                        "M", _NCCL_TREE,
                        lambda n, b, alpha, beta, gamma: time("reduce", n, b, alpha, beta, gamma)))
 if "broadcast" in COLLECTIVES:
