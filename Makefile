@@ -1,6 +1,7 @@
 # The two commands of the README. Each creates .venv and installs everything it needs first.
 #   make demo   -> the guided tour (ringccl demo)
-#   make test   -> the whole test suite (what .ci/run runs)
+#   make test   -> the whole test suite (what .ci/run runs); also installs Open MPI (Debian
+#                  packages openmpi-bin libopenmpi-dev, as root) and mpi4py for the MPI tests
 # torch: our machines install the CPU wheel torch==2.13.0 from local disk; elsewhere any
 # torch >= 2.4 works: `make test TORCH='torch>=2.4'`.
 
@@ -21,7 +22,8 @@ demo: $(VENV)/.installed
 	$(BIN)/ringccl demo
 
 test: $(VENV)/.installed
-	$(BIN)/python -m pytest -n 2 --durations=10
+	bash scripts/install_mpi.sh $(BIN)/python
+	$(BIN)/python -m pytest -n 2 --durations=15
 
 bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/bench_sim.py

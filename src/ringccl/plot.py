@@ -81,7 +81,7 @@ def model_chart(tables: Sequence[dict], path: str, title: str = "") -> str:
                                      else ""))
     ax_b.set_ylabel("busbw (GB/s)")
     ax_b.set_title("bus bandwidth vs size (nccl-tests busbw)")
-    ax_t.legend(fontsize=8)
+    ax_t.legend(fontsize=7, loc="upper left", framealpha=0.85)
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()

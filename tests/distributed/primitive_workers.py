@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 
 import ringccl
+from ringccl.collectives import split_safe
 import ringccl.torch as rt
 
 OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "prod": dist.ReduceOp.PRODUCT,
@@ -125,7 +126,7 @@ def exchange(rank, n):
             try:
                 rt.all_to_all_single(ours, x, outs, ins, algorithm=algorithm)
             except ringccl.ArgumentError as exc:
-                if ringccl.collectives.split_safe(ringccl.schedule("all_to_all", algorithm, n)):
+                if split_safe(ringccl.schedule("all_to_all", algorithm, n)):
                     failures.append(f"all_to_all_single {algorithm} refused uneven splits: {exc}")
                 continue  # refused on every rank alike: no data moved
             dist.all_to_all_single(ref, x, outs, ins)
