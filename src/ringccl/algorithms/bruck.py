@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..collectives import COLLECTIVES
 from ..ir import Schedule
 from . import Algorithm, register
 from ._build import Transfers, ceil_log2
@@ -114,8 +113,6 @@ def _a2a_time(n, nbytes, alpha, beta, gamma):
 
 register(Algorithm("all_gather", "bruck", all_gather, _steps, lambda n, b: (n - 1) / n * b,
                    "⌈log2 N⌉", "(N-1)/N·M", _BRUCK, _ag_time))
-# the all_to_all contract arrives with the primitives of issue 3; register once it exists
-if "all_to_all" in COLLECTIVES:
-    register(Algorithm("all_to_all", "bruck", all_to_all, _steps,
-                       lambda n, b: _a2a_blocks(n) * b / n, "⌈log2 N⌉",
-                       "Σ_k |{i<N: bit k of i}|·M/N ≈ M/2·log2 N", _BRUCK, _a2a_time))
+register(Algorithm("all_to_all", "bruck", all_to_all, _steps,
+                   lambda n, b: _a2a_blocks(n) * b / n, "⌈log2 N⌉",
+                   "Σ_k |{i<N: bit k of i}|·M/N ≈ M/2·log2 N", _BRUCK, _a2a_time))

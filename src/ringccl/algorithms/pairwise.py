@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..collectives import COLLECTIVES
 from ..ir import Schedule
 from . import Algorithm, register
 from ._build import Transfers
@@ -45,8 +44,7 @@ def all_to_all(world_size: int) -> Schedule:
     return t.schedule("all_to_all", "pairwise", n, 2 * n, ["pairwise exchange"] * (n - 1))
 
 
-if "all_to_all" in COLLECTIVES:  # the contract arrives with the primitives of issue 3
-    register(Algorithm("all_to_all", "pairwise", all_to_all, lambda n: n - 1,
-                       lambda n, b: (n - 1) / n * b, "N-1", "(N-1)/N·M",
-                       "Thakur et al., IJHPCA 19(1) 2005, §5",
-                       lambda n, b, alpha, beta, gamma: (n - 1) * (alpha + b / n * beta)))
+register(Algorithm("all_to_all", "pairwise", all_to_all, lambda n: n - 1,
+                   lambda n, b: (n - 1) / n * b, "N-1", "(N-1)/N·M",
+                   "Thakur et al., IJHPCA 19(1) 2005, §5",
+                   lambda n, b, alpha, beta, gamma: (n - 1) * (alpha + b / n * beta)))

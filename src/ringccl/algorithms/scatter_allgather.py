@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..collectives import COLLECTIVES
 from ..ir import Schedule
 from . import Algorithm, register
 from ._build import Transfers, ceil_log2, check_root
@@ -67,8 +66,7 @@ def _time(n, nbytes, alpha, beta, gamma):
     return scatter + (n - 1) * (alpha + block * beta)
 
 
-if "broadcast" in COLLECTIVES:  # the contract arrives with the primitives of issue 3
-    register(Algorithm("broadcast", "scatter_allgather", broadcast,
-                       lambda n: ceil_log2(n) + n - 1, lambda n, b: 2 * (n - 1) / n * b,
-                       "⌈log2 N⌉ + N-1", "2(N-1)/N·M", "van de Geijn (InterCom 1994); "
-                       "Thakur et al. 2005, §4.2", _time))
+register(Algorithm("broadcast", "scatter_allgather", broadcast,
+                   lambda n: ceil_log2(n) + n - 1, lambda n, b: 2 * (n - 1) / n * b,
+                   "⌈log2 N⌉ + N-1", "2(N-1)/N·M", "van de Geijn (InterCom 1994); "
+                   "Thakur et al. 2005, §4.2", _time))

@@ -40,7 +40,6 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..collectives import COLLECTIVES
 from ..ir import Schedule
 from . import Algorithm, register
 from ._build import Transfers, ceil_log2, check_positive, check_root, floor_log2
@@ -303,14 +302,11 @@ register(Algorithm("all_reduce", "double_binary_tree", double_binary_tree_all_re
                    _TREE_STEPS, "2M", _SANDERS,
                    lambda n, b, alpha, beta, gamma: time("all_reduce", n, b / 2, alpha, beta,
                                                          gamma)))
-# the rooted contracts arrive with the primitives of issue 3; register once they exist
-if "reduce" in COLLECTIVES:
-    register(Algorithm("reduce", "tree", reduce, lambda n: num_steps("reduce", n),
-                       lambda n, b: _bytes("reduce", n, b), "⌈log2 N⌉",
-                       "M", _NCCL_TREE,
-                       lambda n, b, alpha, beta, gamma: time("reduce", n, b, alpha, beta, gamma)))
-if "broadcast" in COLLECTIVES:
-    register(Algorithm("broadcast", "tree", broadcast, lambda n: num_steps("broadcast", n),
-                       lambda n, b: _bytes("broadcast", n, b), "⌈log2 N⌉", "2M", _NCCL_TREE,
-                       lambda n, b, alpha, beta, gamma: time("broadcast", n, b, alpha, beta,
-                                                             gamma)))
+register(Algorithm("reduce", "tree", reduce, lambda n: num_steps("reduce", n),
+                   lambda n, b: _bytes("reduce", n, b), "⌈log2 N⌉",
+                   "M", _NCCL_TREE,
+                   lambda n, b, alpha, beta, gamma: time("reduce", n, b, alpha, beta, gamma)))
+register(Algorithm("broadcast", "tree", broadcast, lambda n: num_steps("broadcast", n),
+                   lambda n, b: _bytes("broadcast", n, b), "⌈log2 N⌉", "2M", _NCCL_TREE,
+                   lambda n, b, alpha, beta, gamma: time("broadcast", n, b, alpha, beta,
+                                                         gamma)))
