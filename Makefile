@@ -31,6 +31,9 @@ bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/bench_algorithms.py
 	$(BIN)/python benchmarks/bench_cost.py
 	$(BIN)/python benchmarks/bench_train_overlap.py
+	$(BIN)/python benchmarks/bench_vs_builtin.py
+	$(BIN)/python benchmarks/bench_mpi.py
+	$(BIN)/python benchmarks/bench_fit.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
