@@ -30,8 +30,8 @@ from .algorithms import Algorithm, algorithms, build_schedule, get_algorithm, re
 from .check import verify
 from .collectives import COLLECTIVES, get_collective
 from .costmodel import CostResult, Predictor, StepCost, cost, predictor, walk
-from .errors import (ArgumentError, ArgumentTypeError, BackendError, RingcclError, ScheduleError,
-                     VerificationError)
+from .errors import (ArgumentError, ArgumentTypeError, BackendError, ConsistencyError, PeerError,
+                     RingcclError, RingcclTimeout, ScheduleError, VerificationError)
 from .ir import Kind, Program, Schedule, Step, Transfer, chunk_bounds
 from .metrics import algbw, busbw
 from .ops import ReduceOp
@@ -46,7 +46,8 @@ __all__ = ["schedule", "verify", "simulate", "algorithms", "collectives", "get_a
            "cost", "predictor", "walk", "CostResult", "StepCost", "Predictor", "topology",
            "tune", "TuneResult", "predict_table", "buckets", "presets",
            "RingcclError", "ArgumentError", "ArgumentTypeError", "ScheduleError",
-           "VerificationError", "BackendError", "__version__"]
+           "VerificationError", "BackendError", "PeerError", "RingcclTimeout",
+           "ConsistencyError", "__version__"]
 
 
 def schedule(collective: str, algorithm: str = "ring", world_size: int = 4, **params) -> Schedule:

@@ -13,6 +13,9 @@ __all__ = [
     "ScheduleError",
     "VerificationError",
     "BackendError",
+    "PeerError",
+    "RingcclTimeout",
+    "ConsistencyError",
 ]
 
 
@@ -55,3 +58,47 @@ class VerificationError(ScheduleError):
 
 class BackendError(RingcclError):
     """A real-process executor failed: wrong process group, mismatched schedule, backend error."""
+
+
+class PeerError(BackendError):
+    """A point-to-point operation with a peer failed mid-collective (the peer died, its
+    connection closed, or the backend reported an error).
+
+    Raised on this rank for the first operation that failed; with the executors' default
+    ``restore=True`` the caller's tensor is exactly as it was before the call. The process group
+    (communicator) must not be used again: destroy it, as after an NCCL timeout.
+
+    Attributes:
+        collective, algorithm: what was running.
+        step: 0-based step of the schedule at which the operation was posted.
+        rank: this rank (in the group).
+        peer: the rank (in the group) it was waiting for, or None when a whole step failed.
+    """
+
+    def __init__(self, message: str, *, collective: str | None = None,
+                 algorithm: str | None = None, step: int | None = None, rank: int | None = None,
+                 peer: int | None = None):
+        super().__init__(message)
+        self.collective, self.algorithm = collective, algorithm
+        self.step, self.rank, self.peer = step, rank, peer
+
+
+class RingcclTimeout(PeerError, TimeoutError):
+    """A wait for a peer ran past the timeout (the group's, or the ``timeout=`` argument).
+
+    Same attributes as :class:`PeerError`; also a builtin :class:`TimeoutError`.
+    """
+
+
+class ConsistencyError(BackendError, ValueError):
+    """The ranks of a group called different collectives (collective, algorithm, op, dtype,
+    count or call sequence differ): found by the opt-in cross-rank check (``check=True`` or
+    ``RINGCCL_DEBUG=1``) before any data moves, and raised identically on every rank.
+
+    Attributes:
+        fingerprints: one dict per rank, in group rank order.
+    """
+
+    def __init__(self, message: str, fingerprints: list | None = None):
+        super().__init__(message)
+        self.fingerprints = fingerprints or []

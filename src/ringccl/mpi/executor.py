@@ -1,19 +1,17 @@
 """Run any schedule on an MPI communicator with mpi4py non-blocking point-to-point.
 
-The executor knows nothing about algorithms: it walks ``schedule.program(rank)``, whose per-step
-sends and receives come in the schedule's canonical order, identical on every rank, so messages
-between a pair of ranks are posted in the same order on both sides and MPI's non-overtaking rule
-(same source, tag and communicator) matches them. Operations are posted as soon as their data is
-ready (dataflow, as the torch executor does for gloo): the next step's receives go out while this
-step is applied, and with segments a reduced segment is forwarded while later segments are still
-arriving. No rank blocks in a send before its peer posted the receive.
+The order of operations (dataflow: every message posted as soon as its data is ready), staging,
+pipelining, error attribution and the all-or-nothing rollback are the backend-neutral engine's
+(:mod:`ringccl.engine`); this module is the MPI transport. Messages between a pair of ranks are
+posted in the same order on both sides and MPI's non-overtaking rule (same source, tag and
+communicator) matches them.
 
 Everything is moved as raw bytes (``MPI.BYTE``), so every numpy dtype works, float16 and bool
-included. Receives that reduce land in a staging buffer (two halves, so consecutive steps do not
-collide) that is kept between calls; the per-rank plan (chunk and segment offsets) is cached per
-(schedule, count, dtype, segment size), so a call allocates neither index arrays nor buffers.
-Messages go over a private duplicate of the caller's communicator, so they never match the
-caller's own point-to-point traffic.
+included. The staging buffer is kept between calls and the per-rank plan (chunk and segment
+offsets) is cached per (schedule, bounds, segment size), so a call allocates neither index arrays
+nor buffers. Messages go over a private duplicate of the caller's communicator, so they never
+match the caller's own point-to-point traffic. MPI waits are unbounded; with ``timeout=`` every
+wait polls (``MPI_Test``) until its deadline instead.
 
 References:
     MPI 4.0 standard, section 3.5 (non-overtaking order of messages) and 3.7 (non-blocking
@@ -22,14 +20,15 @@ References:
 
 from __future__ import annotations
 
-import functools
-from typing import NamedTuple
+import os
+import time
 
 import numpy as np
 from mpi4py import MPI
 
-from ..errors import BackendError
-from ..ir import Kind, Schedule, chunk_bounds
+from .. import engine
+from ..errors import ArgumentError, BackendError
+from ..ir import Schedule
 from ..ops import ReduceOp, ufunc
 
 __all__ = ["execute", "release_buffers"]
@@ -40,100 +39,18 @@ _staging_cache: dict = {}
 _comm_cache: dict = {}
 
 
-class _Send(NamedTuple):
-    chunk: int
-    segment: int
-    lo: int          # byte range of the caller's buffer it sends
-    hi: int
-    peer: int
-
-
-class _Recv(NamedTuple):
-    chunk: int
-    segment: int
-    lo: int          # byte range of the caller's buffer it updates
-    hi: int
-    stage: int       # byte offset in the staging buffer where it lands, or -1: lands in place
-    reduce: bool
-    peer: int
-
-
-class _StepPlan(NamedTuple):
-    index: int
-    phase: str
-    sends: tuple
-    recvs: tuple
-    writes: frozenset    # chunks this step writes
-    peers: tuple
-
-
-class _Plan(NamedTuple):
-    steps: tuple
-    staging_bytes: int
-
-
-def _segments(lo: int, hi: int, segment_bytes: int) -> list[tuple[int, int]]:
-    if segment_bytes <= 0 or hi - lo <= segment_bytes:
-        return [(lo, hi)]
-    return [(a, min(a + segment_bytes, hi)) for a in range(lo, hi, segment_bytes)]
-
-
-@functools.lru_cache(maxsize=64)
-def _plan(schedule: Schedule, rank: int, bounds: tuple, itemsize: int,
-          segment_bytes: int) -> _Plan:
-    """Per step, this rank's segment-level sends and receives (byte offsets), canonical order.
-
-    Staged receives (reduces, and copies into a chunk the step also sends) use half ``k % 2`` of
-    the staging buffer at step k, so step k+1 can post its receives while step k is applied.
-    ``bounds``: chunk offsets in elements; ``segment_bytes`` is a multiple of ``itemsize``
-    (0: whole chunks).
-    """
-    program = schedule.program(rank)
-    bounds = [b * itemsize for b in bounds]
-    longest = max((bounds[c + 1] - bounds[c] for c in range(schedule.num_chunks)), default=0)
-    half = max((len(s.recvs) for s in program.steps), default=0) * longest
-    steps = []
-    for k, step in enumerate(program.steps):
-        sending = {s.chunk for s in step.sends}
-        sends = tuple(_Send(s.chunk, i, lo, hi, s.peer) for s in step.sends
-                      for i, (lo, hi) in enumerate(_segments(bounds[s.chunk], bounds[s.chunk + 1],
-                                                             segment_bytes)) if hi > lo)
-        recvs = []
-        offset = (k % 2) * half
-        for r in step.recvs:
-            lo, hi = bounds[r.chunk], bounds[r.chunk + 1]
-            if hi == lo:
-                continue
-            reduce = r.kind is Kind.REDUCE
-            staged = reduce or r.chunk in sending
-            for i, (a, b) in enumerate(_segments(lo, hi, segment_bytes)):
-                recvs.append(_Recv(r.chunk, i, a, b, offset + a - lo if staged else -1, reduce,
-                                   r.peer))
-            if staged:
-                offset += hi - lo
-        peers = tuple(sorted({s.peer for s in step.sends} | {r.peer for r in step.recvs}))
-        steps.append(_StepPlan(step.index, step.phase, sends, tuple(recvs),
-                               frozenset(r.chunk for r in recvs), peers))
-    return _Plan(tuple(steps), 2 * half)
-
-
-@functools.lru_cache(maxsize=64)
-def _uniform(count: int, num_chunks: int) -> tuple:
-    return tuple(chunk_bounds(count, num_chunks).tolist())
-
-
-def _staging(nbytes: int) -> np.ndarray:
+def _staging(nbytes: int, purpose: str = "staging") -> np.ndarray:
     """A reusable byte buffer of at least ``nbytes``, 64-byte aligned, kept between calls.
 
     Allocating (and page-faulting) a fresh staging buffer per call costs as much as the transfer
     itself for large buffers.
     """
-    cached = _staging_cache.get("bytes")
+    cached = _staging_cache.get(purpose)
     if cached is None or cached.nbytes < nbytes:
         raw = np.empty(nbytes + 64, dtype=np.uint8)
         start = (-raw.ctypes.data) % 64
         cached = raw[start:start + nbytes]
-        _staging_cache["bytes"] = cached
+        _staging_cache[purpose] = cached
     return cached
 
 
@@ -153,14 +70,94 @@ def release_buffers() -> None:
     Collective over every communicator ringccl used: call it on every rank.
     """
     _staging_cache.clear()
-    _plan.cache_clear()
+    engine.plan.cache_clear()
     for comm in _comm_cache.values():
         comm.Free()
     _comm_cache.clear()
 
 
+class _Transport:
+    """The engine's transport over mpi4py non-blocking point-to-point (see ringccl.engine)."""
+
+    def __init__(self, buffer: np.ndarray, staging: np.ndarray, op: ReduceOp, comm,
+                 timeout: float | None):
+        self.data = buffer.view(np.uint8)
+        self.dtype, self.itemsize = buffer.dtype, buffer.itemsize
+        self.staging, self.comm, self.timeout = staging, comm, timeout
+        self.combine = ufunc(op)
+        self.backup: np.ndarray | None = None
+
+    def isend(self, s):
+        i = self.itemsize
+        return self.comm.Isend([self.data[s.lo * i:s.hi * i], MPI.BYTE], s.peer, _TAG)
+
+    def irecv(self, r):
+        i = self.itemsize
+        if r.stage < 0:
+            landing = self.data[r.lo * i:r.hi * i]
+        else:
+            landing = self.staging[r.stage * i:(r.stage + r.hi - r.lo) * i]
+        return self.comm.Irecv([landing, MPI.BYTE], r.peer, _TAG)
+
+    def wait(self, request) -> None:
+        if self.timeout is None:
+            request.Wait()
+            return
+        deadline = time.monotonic() + self.timeout
+        spins = 0
+        while not request.Test():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no answer within {self.timeout:g} s")
+            spins += 1
+            if spins > 1000:  # past the latency of a message: stop burning the core
+                time.sleep(1e-4)
+
+    def apply(self, r) -> None:
+        i = self.itemsize
+        dst = self.data[r.lo * i:r.hi * i].view(self.dtype)
+        src = self.staging[r.stage * i:(r.stage + r.hi - r.lo) * i].view(self.dtype)
+        if r.reduce:
+            self.combine(dst, src, out=dst)
+        else:
+            dst[...] = src
+
+    def save(self, lo: int, hi: int) -> None:
+        if self.backup is None:
+            self.backup = _staging(self.data.nbytes, "backup")
+        i = self.itemsize
+        self.backup[lo * i:hi * i] = self.data[lo * i:hi * i]
+
+    def restore(self, lo: int, hi: int) -> None:
+        i = self.itemsize
+        self.data[lo * i:hi * i] = self.backup[lo * i:hi * i]
+
+    def is_timeout(self, exc: BaseException) -> bool:
+        return False  # MPI waits never time out; the polling wait raises TimeoutError itself
+
+    def peer_name(self, peer: int) -> str:
+        return str(peer)
+
+
+def _timeout(timeout) -> float | None:
+    """``timeout=`` or RINGCCL_TIMEOUT (seconds); None: unbounded MPI waits."""
+    argument = "timeout"
+    if timeout is None:
+        env = os.environ.get("RINGCCL_TIMEOUT")
+        if not env:
+            return None
+        argument, timeout = "RINGCCL_TIMEOUT", env
+        try:
+            timeout = float(env)
+        except ValueError:
+            pass
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ArgumentError(f"{argument}={timeout!r} must be a number of seconds > 0")
+    return float(timeout)
+
+
 def execute(schedule: Schedule, buffer: np.ndarray, op: ReduceOp = ReduceOp.SUM, comm=None,
-            segment_bytes: int | None = None, bounds=None) -> np.ndarray:
+            segment_bytes: int | None = None, bounds=None, *, timeout: float | None = None,
+            restore: bool = True) -> np.ndarray:
     """Execute ``schedule`` in place on this rank's working ``buffer``.
 
     Args:
@@ -178,22 +175,29 @@ def execute(schedule: Schedule, buffer: np.ndarray, op: ReduceOp = ReduceOp.SUM,
             ``buffer`` (from the collective's contract, ``Collective.chunk_sizes``); a
             transfer's chunk must have the same size on both ranks. None:
             ``ringccl.chunk_bounds(L, num_chunks)``, the ``numpy.array_split`` pieces.
+        timeout: seconds each wait for a peer may take (polled with ``MPI_Test``); None: the
+            ``RINGCCL_TIMEOUT`` environment variable if set, else unbounded ``MPI_Wait`` (MPI
+            itself has no timeouts; Open MPI aborts the job when a process dies).
+        restore: save each chunk before this rank first writes it and restore it if the call
+            fails (memory: up to one copy of ``buffer``, kept between calls).
 
     Returns:
         ``buffer``.
     Raises:
-        BackendError: the communicator's size does not match the schedule, or an MPI operation
-            failed (the message names the step and the peers).
+        BackendError: the communicator's size does not match the schedule, bad bounds.
+        PeerError, RingcclTimeout: an MPI operation failed or a wait timed out (named step and
+            peer), after the rollback.
     """
     comm = MPI.COMM_WORLD if comm is None else comm
     rank, world_size = comm.Get_rank(), comm.Get_size()
     if world_size != schedule.world_size:
         raise BackendError(f"schedule is for world_size={schedule.world_size}, but the "
                            f"communicator has {world_size} ranks")
+    wait_timeout = _timeout(timeout)
     itemsize = buffer.itemsize
     count = buffer.shape[0]
     if bounds is None:
-        bounds = _uniform(count, schedule.num_chunks)
+        bounds = engine.uniform_bounds(count, schedule.num_chunks)
     else:
         bounds = tuple(int(b) for b in bounds)
         if len(bounds) != schedule.num_chunks + 1 or any(
@@ -205,123 +209,11 @@ def execute(schedule: Schedule, buffer: np.ndarray, op: ReduceOp = ReduceOp.SUM,
         longest = max(b - a for a, b in zip(bounds, bounds[1:])) * itemsize
         segment_bytes = (DEFAULT_SEGMENT_BYTES if PIPELINE_THRESHOLD_BYTES is not None
                          and longest >= PIPELINE_THRESHOLD_BYTES else 0)
-    segment_bytes = max(itemsize, segment_bytes - segment_bytes % itemsize) if segment_bytes else 0
-    plan = _plan(schedule, rank, bounds, itemsize, segment_bytes)
+    segment_elems = max(1, segment_bytes // itemsize) if segment_bytes else 0
+    plan = engine.plan(schedule, rank, bounds, segment_elems)
     if not plan.steps:
         return buffer
-    staging = _staging(plan.staging_bytes)
-    try:
-        _run_dataflow(plan.steps, buffer.view(np.uint8), staging, buffer.dtype, ufunc(op),
-                      _private(comm))
-    except _StepFailed as failed:
-        step, exc = failed.args
-        raise BackendError(
-            f"{schedule.algorithm} {schedule.collective} failed at step {step.index}"
-            f" ({step.phase}) on rank {rank} exchanging with ranks {list(step.peers)}: {exc}"
-        ) from exc
+    transport = _Transport(buffer, _staging(plan.staging_elems * itemsize), op, _private(comm),
+                           wait_timeout)
+    engine.run_dataflow(schedule, rank, plan, transport, timeout=wait_timeout, restore=restore)
     return buffer
-
-
-class _StepFailed(Exception):
-    """Internal: (step plan, exception) of the step whose MPI operation failed."""
-
-
-def _run_dataflow(steps, data: np.ndarray, staging: np.ndarray, dtype, combine, comm) -> None:
-    """Post every operation as soon as its data is ready (the torch executor's dataflow order).
-
-    * step k+1's receives are posted while step k is still running (staged ones land in the
-      other staging half; in-place ones wait until nothing of step k writes their chunk);
-    * a send of step k+1 is posted as soon as step k has finished writing its segment;
-    * a chunk is overwritten only after every earlier send reading it completed.
-    Posting order per peer and direction stays the canonical one (step-major, then the step's
-    order, segment-minor) on both sides, so messages match: an operation that must wait holds
-    back the later ones to the same peer.
-    """
-    in_flight: dict[int, list] = {}   # chunk -> send requests that may still read it
-    BYTE = MPI.BYTE
-
-    def drain(chunk: int) -> None:
-        reqs = in_flight.pop(chunk, None)
-        if reqs:
-            MPI.Request.Waitall(reqs)
-
-    def post_send(s: _Send) -> None:
-        in_flight.setdefault(s.chunk, []).append(
-            comm.Isend([data[s.lo:s.hi], BYTE], s.peer, _TAG))
-
-    def post_recv(r: _Recv):
-        if r.stage < 0:
-            drain(r.chunk)
-            return comm.Irecv([data[r.lo:r.hi], BYTE], r.peer, _TAG)
-        return comm.Irecv([staging[r.stage:r.stage + r.hi - r.lo], BYTE], r.peer, _TAG)
-
-    def apply(r: _Recv) -> None:
-        if r.stage < 0:
-            return
-        drain(r.chunk)  # sends may still read the chunk being updated
-        dst = data[r.lo:r.hi].view(dtype)
-        src = staging[r.stage:r.stage + r.hi - r.lo].view(dtype)
-        if r.reduce:
-            combine(dst, src, out=dst)
-        else:
-            dst[...] = src
-
-    step = steps[0]
-    try:
-        recv_reqs = {0: [post_recv(r) for r in steps[0].recvs]}
-        for s in steps[0].sends:
-            post_send(s)
-        for k, step in enumerate(steps):
-            nxt = steps[k + 1] if k + 1 < len(steps) else None
-            # sends of step k+1 held back, per peer in posting order: [send, ready?]
-            held: dict[int, list[list]] = {}
-            pending: dict[tuple[int, int], list[list]] = {}  # segment -> its held entries
-            # the last receive into each segment (several reduces may target one segment)
-            last = {(r.chunk, r.segment): i for i, r in enumerate(step.recvs)}
-
-            def flush(peer: int) -> None:
-                queue = held[peer]
-                while queue and queue[0][1]:
-                    post_send(queue.pop(0)[0])
-
-            if nxt is not None:
-                # receives of step k+1 that cannot disturb step k go out now; once one from a
-                # peer must wait, the later ones from that peer wait too (order matches them)
-                late, late_peers = [], set()
-                for r in nxt.recvs:
-                    wait = r.peer in late_peers or (r.stage < 0 and r.chunk in step.writes)
-                    if wait:
-                        late_peers.add(r.peer)
-                    late.append(wait)
-                recv_reqs[k + 1] = [None if wait else post_recv(r)
-                                    for r, wait in zip(nxt.recvs, late)]
-                for s in nxt.sends:
-                    blocked = s.chunk in step.writes
-                    if blocked or held.get(s.peer):
-                        entry = [s, not blocked]
-                        held.setdefault(s.peer, []).append(entry)
-                        if blocked:
-                            pending.setdefault((s.chunk, s.segment), []).append(entry)
-                    else:
-                        post_send(s)
-            for i, (r, req) in enumerate(zip(step.recvs, recv_reqs.pop(k))):
-                req.Wait()
-                apply(r)
-                if last[(r.chunk, r.segment)] == i:
-                    # the segment is final for this step: forward it
-                    for entry in pending.pop((r.chunk, r.segment), ()):
-                        entry[1] = True
-                        flush(entry[0].peer)
-            for peer, queue in held.items():
-                for entry in queue:
-                    entry[1] = True
-                flush(peer)
-            if nxt is not None:
-                reqs = recv_reqs[k + 1]
-                for i, r in enumerate(nxt.recvs):
-                    if reqs[i] is None:
-                        reqs[i] = post_recv(r)
-        for chunk in list(in_flight):
-            drain(chunk)
-    except MPI.Exception as exc:
-        raise _StepFailed(step, exc) from exc

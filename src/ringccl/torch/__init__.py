@@ -14,8 +14,22 @@ Example (under ``torchrun --nproc-per-node 4 script.py``)::
 
 Every function takes ``algorithm=`` (a name from ``ringccl.algorithms(collective)``) and the
 algorithm's keyword parameters (e.g. ``segments=8`` for the ring chain, ``root=`` for master
-all-reduce), and ``segment_bytes=`` for the executor's pipelining (see
-:func:`executor.execute`; None lets its measured threshold decide). Every function builds the
+all-reduce), and the executor's options (see :func:`executor.execute`): ``segment_bytes=``
+(pipelining; None lets its measured threshold decide), ``timeout=`` (seconds each wait for a peer
+may take; default the group's timeout) and ``restore=`` (default True). ``check=True`` (or the
+environment variable ``RINGCCL_DEBUG=1`` on every rank) first compares a fingerprint of the call
+across ranks (:mod:`ringccl.consistency`).
+
+Failures: a peer that dies or stalls makes every waiting rank raise
+:class:`ringccl.errors.PeerError` / :class:`ringccl.errors.RingcclTimeout` naming the collective,
+algorithm, step and peer, within the timeout. The caller's tensors are then exactly as they were
+before the call (all or nothing): functions whose working buffer is a private copy write the
+caller's tensors only after success; those that work in the caller's tensor (all_reduce,
+broadcast, reduce on dst, all_gather_into_tensor) restore every chunk they had written. After
+such an error the group must not be used again: destroy it (a receive already posted to a
+stalled peer cannot be withdrawn from the backend).
+
+Every function builds the
 named algorithm's schedule, maps the collective's contract (``ringccl.collectives``) onto a
 working buffer and runs it with :func:`executor.execute`; none
 knows any algorithm. Roots (``src``, ``dst``) are global ranks, as in torch.distributed. Chunks a
@@ -36,7 +50,8 @@ import torch.distributed as dist
 
 from ..algorithms import build_schedule, get_algorithm
 from ..collectives import get_collective, split_safe
-from ..errors import ArgumentError, ArgumentTypeError, BackendError
+from .. import consistency
+from ..errors import ArgumentError, ArgumentTypeError, BackendError, ConsistencyError, PeerError
 from ..ops import ReduceOp, parse_op
 from .executor import execute
 
@@ -112,7 +127,7 @@ class _Plan(NamedTuple):
     bounds: np.ndarray      # (num_chunks + 1,) offsets; untouched chunks are empty
     inputs: np.ndarray      # chunks this rank's input fills, in order
     outputs: np.ndarray     # chunks that form this rank's output, in order
-    segment_bytes: int | None = None  # the executor's pipelining, not a schedule parameter
+    options: dict           # the executor's options (segment_bytes, timeout, restore)
 
     @property
     def numel(self) -> int:
@@ -124,9 +139,10 @@ def _plan(collective: str, algorithm: str, world_size: int, rank: int, sizes=Non
     """Build the schedule and this rank's chunk bounds from the collective's contract.
 
     ``sizes``: this rank's chunk sizes (num_chunks,), or None to take them from the contract for
-    a size of ``buffer_count`` elements. ``params["segment_bytes"]`` goes to the executor.
+    a size of ``buffer_count`` elements. The executor's options (``_EXECUTOR_OPTIONS``) in
+    ``params`` go to the executor; ``check`` must have been taken out by :func:`_agree`.
     """
-    segment_bytes = params.pop("segment_bytes", None)
+    options = {k: params.pop(k) for k in _EXECUTOR_OPTIONS if k in params}
     spec = get_collective(collective)
     schedule = build_schedule(collective, algorithm, world_size, **params)
     n, c = world_size, schedule.num_chunks
@@ -139,7 +155,45 @@ def _plan(collective: str, algorithm: str, world_size: int, rank: int, sizes=Non
     touched[outputs] = True
     bounds = np.zeros(c + 1, dtype=np.int64)
     np.cumsum(np.where(touched, sizes, 0), out=bounds[1:])
-    return _Plan(schedule, bounds, inputs, outputs, segment_bytes)
+    return _Plan(schedule, bounds, inputs, outputs, options)
+
+
+_EXECUTOR_OPTIONS = ("segment_bytes", "timeout", "restore")
+_sequence: dict = {}   # id(group) -> ringccl collectives called on it so far
+
+
+def _agree(group, collective: str, algorithm: str, params: dict, op: ReduceOp | None,
+           dtype: torch.dtype, count: int, splits=None) -> None:
+    """Count this call and, with ``check=True`` in ``params`` (taken out) or RINGCCL_DEBUG set,
+    compare its fingerprint across the group's ranks before any data moves.
+
+    Every rank receives every fingerprint and raises the same :class:`ConsistencyError` if they
+    disagree (see :mod:`ringccl.consistency`).
+    """
+    check = params.pop("check", None)
+    key = id(group if group is not None else dist.group.WORLD)
+    seq = _sequence.get(key, 0)
+    _sequence[key] = seq + 1
+    if not consistency.enabled(check):
+        return
+    mine = consistency.fingerprint(
+        seq, collective, algorithm, {k: v for k, v in params.items()
+                                     if k not in _EXECUTOR_OPTIONS},
+        None if op is None else op.value, str(dtype).replace("torch.", ""), count, splits)
+    everyone: list = [None] * dist.get_world_size(group)
+    dist.all_gather_object(everyone, mine, group=group)
+    problem = consistency.compare(everyone)
+    if problem:
+        raise ConsistencyError(f"ranks of the group call different collectives: {problem}",
+                               everyone)
+
+
+def _execute(plan: _Plan, work: torch.Tensor, op: ReduceOp, group, restore: bool) -> None:
+    """Run ``plan`` on ``work``; ``restore``: ``work`` is the caller's tensor (all or nothing),
+    unless the caller passed ``restore=False``."""
+    options = dict(plan.options)
+    options["restore"] = restore and options.get("restore", True)
+    execute(plan.schedule, work, op, group, bounds=plan.bounds, **options)
 
 
 def _runs(bounds: np.ndarray, chunks: np.ndarray) -> list[tuple[int, int]]:
@@ -167,16 +221,17 @@ def _read(work: torch.Tensor, plan: _Plan, chunks: np.ndarray) -> torch.Tensor:
 
 
 def run_schedule(schedule, buffer: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
-                 bounds=None, segment_bytes: int | None = None) -> torch.Tensor:
+                 bounds=None, segment_bytes: int | None = None, *, timeout=None,
+                 restore: bool = True) -> torch.Tensor:
     """Execute any ``schedule`` in place on this rank's 1-D contiguous working ``buffer``
-    (``bounds``: this rank's chunk offsets; ``segment_bytes``: pipelining; see
-    :func:`executor.execute`)."""
+    (``bounds``: this rank's chunk offsets; ``segment_bytes``: pipelining; ``timeout``,
+    ``restore``: failures; see :func:`executor.execute`)."""
     _group_size(group)
     _check_tensor(buffer, "buffer")
     if buffer.dim() != 1 or not buffer.is_contiguous():
         raise ArgumentError(f"buffer must be 1-D and contiguous, got shape {tuple(buffer.shape)}")
     return execute(schedule, buffer, _check_op(op, buffer.dtype), group,
-                   segment_bytes=segment_bytes, bounds=bounds)
+                   segment_bytes=segment_bytes, bounds=bounds, timeout=timeout, restore=restore)
 
 
 def _in_place(collective: str, tensor: torch.Tensor, op: ReduceOp, group, algorithm: str,
@@ -184,14 +239,16 @@ def _in_place(collective: str, tensor: torch.Tensor, op: ReduceOp, group, algori
     """Run a collective whose working buffer is the whole tensor (all_reduce, broadcast, reduce);
     ``copy``: work on a copy and leave ``tensor`` unchanged."""
     world_size = dist.get_world_size(group)
+    _agree(group, collective, algorithm, params, None if collective == "broadcast" else op,
+           tensor.dtype, tensor.numel())
     plan = _plan(collective, algorithm, world_size, dist.get_rank(group),
                  buffer_count=tensor.numel(), **params)
+    private = copy or not tensor.is_contiguous()
     if copy:
         work = tensor.reshape(-1).clone()
     else:
         work = tensor.view(-1) if tensor.is_contiguous() else tensor.contiguous().view(-1)
-    execute(plan.schedule, work, op, group, bounds=plan.bounds,
-            segment_bytes=plan.segment_bytes)
+    _execute(plan, work, op, group, restore=not private)
     if copy:
         return
     if op is ReduceOp.AVG and collective != "broadcast":
@@ -300,12 +357,12 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = R
         raise ArgumentError(f"input has {input.numel()} elements; reduce_scatter_tensor needs "
                             f"world_size * output.numel() = {world_size} * {output.numel()}")
     reduce_op = _check_op(op, input.dtype)
+    _agree(group, "reduce_scatter", algorithm, params, reduce_op, input.dtype, input.numel())
     plan = _plan("reduce_scatter", algorithm, world_size, dist.get_rank(group),
                  buffer_count=input.numel(), **params)
     work = input.new_empty(plan.numel)
     _write(work, plan, plan.inputs, input.reshape(-1))  # the caller's input stays as it is
-    execute(plan.schedule, work, reduce_op, group, bounds=plan.bounds,
-            segment_bytes=plan.segment_bytes)
+    _execute(plan, work, reduce_op, group, restore=False)
     block = _read(work, plan, plan.outputs)
     if reduce_op is ReduceOp.AVG:
         block = block / world_size
@@ -336,14 +393,22 @@ def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tens
         raise ArgumentError(f"output_tensor has {output_tensor.numel()} elements; "
                             f"all_gather_into_tensor needs world_size * input_tensor.numel() = "
                             f"{world_size} * {input_tensor.numel()}")
+    _agree(group, "all_gather", algorithm, params, None, input_tensor.dtype,
+           output_tensor.numel())
     plan = _plan("all_gather", algorithm, world_size, dist.get_rank(group),
                  buffer_count=output_tensor.numel(), **params)
     # every chunk is part of the output, so the working buffer is output_tensor itself
     contiguous = output_tensor.is_contiguous()
     work = output_tensor.view(-1) if contiguous else torch.empty_like(output_tensor).view(-1)
+    runs = _runs(plan.bounds, plan.inputs) if contiguous else []
+    before = [work[a:b].clone() for a, b in runs]  # this rank's block, written before the run
     _write(work, plan, plan.inputs, input_tensor.reshape(-1))
-    execute(plan.schedule, work, ReduceOp.SUM, group, bounds=plan.bounds,
-            segment_bytes=plan.segment_bytes)
+    try:
+        _execute(plan, work, ReduceOp.SUM, group, restore=contiguous)
+    except PeerError:
+        for (a, b), saved in zip(runs, before):
+            work[a:b].copy_(saved)  # the other chunks were restored by the executor
+        raise
     if not contiguous:
         output_tensor.copy_(work.view(output_tensor.shape))
     return output_tensor
@@ -391,13 +456,14 @@ def scatter(tensor: torch.Tensor, scatter_list: list | None = None, src: int = 0
     elif scatter_list:
         raise ArgumentError("scatter_list must be None on non-source ranks (rank "
                             f"{dist.get_rank()} is not src={src})")
+    params = _rooted(params, root)
+    _agree(group, "scatter", algorithm, params, None, tensor.dtype, world_size * tensor.numel())
     plan = _plan("scatter", algorithm, world_size, rank,
-                 buffer_count=world_size * tensor.numel(), **_rooted(params, root))
+                 buffer_count=world_size * tensor.numel(), **params)
     work = tensor.new_empty(plan.numel)
     if rank == root:
         _write(work, plan, plan.inputs, torch.cat([t.reshape(-1) for t in scatter_list]))
-    execute(plan.schedule, work, ReduceOp.SUM, group, bounds=plan.bounds,
-            segment_bytes=plan.segment_bytes)
+    _execute(plan, work, ReduceOp.SUM, group, restore=False)
     tensor.copy_(_read(work, plan, plan.outputs).view(tensor.shape))
     return tensor
 
@@ -430,12 +496,13 @@ def gather(tensor: torch.Tensor, gather_list: list | None = None, dst: int = 0, 
     elif gather_list:
         raise ArgumentError("gather_list must be None on non-destination ranks (rank "
                             f"{dist.get_rank()} is not dst={dst})")
+    params = _rooted(params, root)
+    _agree(group, "gather", algorithm, params, None, tensor.dtype, world_size * tensor.numel())
     plan = _plan("gather", algorithm, world_size, rank,
-                 buffer_count=world_size * tensor.numel(), **_rooted(params, root))
+                 buffer_count=world_size * tensor.numel(), **params)
     work = tensor.new_empty(plan.numel)
     _write(work, plan, plan.inputs, tensor.reshape(-1))
-    execute(plan.schedule, work, ReduceOp.SUM, group, bounds=plan.bounds,
-            segment_bytes=plan.segment_bytes)
+    _execute(plan, work, ReduceOp.SUM, group, restore=False)
     if rank == root:
         flat = _read(work, plan, plan.outputs)
         for i, t in enumerate(gather_list):
@@ -464,7 +531,11 @@ def _exchange(input_flat: torch.Tensor, in_sizes: Sequence[int], out_sizes: Sequ
               group, algorithm: str, params: dict) -> torch.Tensor:
     """all_to_all on element counts: returns this rank's output blocks concatenated."""
     world_size, rank = dist.get_world_size(group), dist.get_rank(group)
-    schedule = build_schedule("all_to_all", algorithm, world_size, **params)
+    params = dict(params)
+    _agree(group, "all_to_all", algorithm, params, None, input_flat.dtype,
+           int(sum(in_sizes)), (list(in_sizes), list(out_sizes)))
+    schedule = build_schedule("all_to_all", algorithm, world_size,
+                              **{k: v for k, v in params.items() if k not in _EXECUTOR_OPTIONS})
     n, c = world_size, schedule.num_chunks
     sizes = np.zeros(c, dtype=np.int64)
     sizes[:n], sizes[n:2 * n] = in_sizes, out_sizes
@@ -483,8 +554,7 @@ def _exchange(input_flat: torch.Tensor, in_sizes: Sequence[int], out_sizes: Sequ
     plan = _plan("all_to_all", algorithm, world_size, rank, sizes=sizes, **params)
     work = input_flat.new_empty(plan.numel)
     _write(work, plan, plan.inputs, input_flat)
-    execute(plan.schedule, work, ReduceOp.SUM, group, bounds=plan.bounds,
-            segment_bytes=plan.segment_bytes)
+    _execute(plan, work, ReduceOp.SUM, group, restore=False)
     return _read(work, plan, plan.outputs)
 
 

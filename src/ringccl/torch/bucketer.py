@@ -324,7 +324,8 @@ class GradientBucketer:
         def job(group):
             event.started = time.perf_counter()
             buffer.div_(n)  # mean = sum of (x / N), as DDP does
-            all_reduce(buffer, group=group, algorithm=algorithm)
+            # a gradient bucket is scratch: a failed step is abandoned, no rollback copy needed
+            all_reduce(buffer, group=group, algorithm=algorithm, restore=False)
             event.done = time.perf_counter()
 
         self.stats.add("all_reduce", bytes_sent("all_reduce", algorithm, n, self.rank,

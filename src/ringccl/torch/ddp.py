@@ -96,7 +96,8 @@ def comm_hook(algorithm: str = "ring", compression: str | None = None, group=Non
 
         def job(g):
             event["started"] = time.perf_counter()
-            all_reduce(wire, group=g, algorithm=algorithm)
+            # a gradient bucket is scratch: a failed step is abandoned, no rollback copy needed
+            all_reduce(wire, group=g, algorithm=algorithm, restore=False)
             event["done"] = time.perf_counter()
             return wire
 

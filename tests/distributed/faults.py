@@ -1,0 +1,284 @@
+"""Fault injection on local gloo processes: one rank dies (or stalls) at a chosen step.
+
+One trial forks ``world_size`` processes (fork: no torch import per process, so a trial takes
+about a second), runs a collective once cleanly (checked against gloo's own), then again with
+the victim dying (``os._exit``) or stalling (sleeping) when it posts its first operation of step
+``step`` or later (or right after the call, if it posts none that late), then the collective once
+more, then a 1-element direct all-reduce, which involves every pair. Each survivor records the
+first error it gets, when, its attributes, whether its tensors were left exactly as before the
+call, and whether every call that returned gave the right answer.
+
+Used by tests/distributed/test_faults.py (a few trials per CI run) and
+benchmarks/fault_injection.py (50+ trials, a table of outcomes).
+"""
+
+from __future__ import annotations
+
+import datetime
+import multiprocessing
+import os
+import queue
+import random
+import time
+from dataclasses import asdict, dataclass, field
+
+VICTIM_EXIT = 17
+
+
+@dataclass
+class Trial:
+    collective: str
+    algorithm: str
+    world_size: int
+    victim: int
+    step: int                 # the victim fails at its first operation of this step or later
+    mode: str = "kill"        # "kill": os._exit; "stall": sleep until killed
+    timeout: float = 4.0      # the process group's timeout, seconds
+    count: int = 0            # elements (0: 12 * world_size)
+    op: str = "sum"
+    params: dict = field(default_factory=dict)
+
+
+@dataclass
+class Outcome:
+    trial: Trial
+    died_at: float | None                  # wall time the victim failed
+    survivors: dict                        # rank -> its record (see _rank)
+    missing: list                          # survivors that never reported (hung)
+    problems: list                         # what was wrong, empty when the trial passed
+    seconds: float
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["trial"] = asdict(self.trial)
+        return d
+
+
+def trials(seed: int, count: int, world_sizes=(3, 4), stall_every: int = 10) -> list[Trial]:
+    """``count`` random trials over every registered (collective, algorithm) pair."""
+    from ringccl.algorithms import REGISTRY, build_schedule
+
+    rng = random.Random(seed)
+    pairs = sorted(REGISTRY)
+    rng.shuffle(pairs)
+    out = []
+    for i in range(count):
+        collective, algorithm = pairs[i % len(pairs)]
+        n = rng.choice(world_sizes)
+        params = {}
+        if algorithm == "hierarchical":
+            params["local_size"] = 2 if n % 2 == 0 else 1
+        steps = build_schedule(collective, algorithm, n, **params).num_steps
+        mode = "stall" if stall_every and i % stall_every == stall_every - 1 else "kill"
+        out.append(Trial(collective, algorithm, n, rng.randrange(n), rng.randrange(max(steps, 1)),
+                         mode, params=params))
+    return out
+
+
+def _bits(t):
+    import torch
+    if t is None:
+        return None
+    if isinstance(t, list):
+        return [_bits(x) for x in t]
+    return t.detach().clone().view(torch.uint8) if t.numel() else t.clone()
+
+
+def _same(a, b) -> bool:
+    import torch
+    if a is None or b is None:
+        return a is b
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return torch.equal(a, b)
+
+
+def _put(results, message) -> None:
+    """Put and flush: the process may ``os._exit`` right after, killing the queue's feeder."""
+    results.put(message)
+    results.close()
+    results.join_thread()
+
+
+def _install_fault(trial: Trial, results, armed: list) -> None:
+    """In the victim: fail at the first operation of step >= trial.step once ``armed[0]``."""
+    from ringccl.torch import executor
+
+    def fail():
+        _put(results, ("died", trial.victim, time.time()))
+        if trial.mode == "stall":
+            time.sleep(3600)
+        os._exit(VICTIM_EXIT)
+
+    for name in ("isend", "irecv"):
+        original = getattr(executor._Transport, name)
+
+        def patched(self, op, _original=original):
+            if armed[0] and op.step >= trial.step:
+                fail()
+            return _original(self, op)
+        setattr(executor._Transport, name, patched)
+    armed.append(fail)
+
+
+def _rank(rank: int, port: int, trial: Trial, results) -> None:
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    import torch
+    import torch.distributed as dist
+
+    import ringccl.torch as rt
+    from ringccl.errors import PeerError
+    from ringccl.ops import parse_op
+    from ringccl.torch.runner import _calls
+
+    torch.set_num_threads(1)
+    record: dict = {"calls": [], "error": None}
+    try:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                world_size=trial.world_size,
+                                timeout=datetime.timedelta(seconds=trial.timeout))
+        n = trial.world_size
+        count = trial.count or 12 * n
+        calls = _calls(trial.collective, trial.algorithm, parse_op(trial.op), n, count,
+                       torch.float32, rank, trial.params)
+        x, out = calls.make_in(), calls.make_out()
+        calls.builtin(x, out)
+        expected = calls.result(x, out).clone()
+        armed = [False]
+        if rank == trial.victim:
+            _install_fault(trial, results, armed)
+        for i in range(3):
+            if i == 1:
+                armed[0] = True
+            x, out = calls.make_in(), calls.make_out()
+            before = (_bits(x), _bits(out))
+            start = time.time()
+            try:
+                if i < 2:
+                    calls.ours(x, out)
+                else:
+                    rt.all_reduce(torch.ones(1), algorithm="direct")
+            except PeerError as exc:
+                record["error"] = {
+                    "call": i, "type": type(exc).__name__, "message": str(exc),
+                    "collective": exc.collective, "algorithm": exc.algorithm, "step": exc.step,
+                    "peer": exc.peer, "rank": exc.rank, "at": time.time(),
+                    "waited": time.time() - start,
+                    "unchanged": _same(before[0], _bits(x)) and _same(before[1], _bits(out))}
+                break
+            if i < 2:
+                record["calls"].append(bool(torch.equal(calls.result(x, out), expected)))
+            if i == 1 and rank == trial.victim:
+                armed[1]()  # it posted nothing at that step or later: fail after the call
+    except Exception as exc:  # anything but a PeerError is a finding
+        record["crash"] = f"{type(exc).__name__}: {exc}"
+    _put(results, ("done", rank, record))
+    os._exit(0)  # no teardown: the group is broken, destroy_process_group could wait on peers
+
+
+def run(trial: Trial) -> Outcome:
+    """Run one trial; ``Outcome.problems`` lists every violated expectation."""
+    from ringccl.torch.launch import free_port
+
+    ctx = multiprocessing.get_context("fork")
+    results = ctx.Queue()
+    port = free_port()
+    t0 = time.time()
+    procs = [ctx.Process(target=_rank, args=(r, port, trial, results), daemon=True)
+             for r in range(trial.world_size)]
+    for p in procs:
+        p.start()
+    died_at, records = None, {}
+    survivors = set(range(trial.world_size)) - {trial.victim}
+    deadline = time.monotonic() + trial.timeout * 3 + 30
+    while not survivors <= set(records) and time.monotonic() < deadline:
+        try:
+            kind, rank, value = results.get(timeout=0.5)
+        except queue.Empty:
+            continue
+        if kind == "died":
+            died_at = value
+        elif rank != trial.victim:
+            records[rank] = value
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+        p.join(timeout=5)
+    problems = []
+    missing = sorted(survivors - set(records))
+    if missing:
+        problems.append(f"ranks {missing} never reported (hang)")
+    if died_at is None:
+        problems.append("the victim never failed")
+    limit = trial.timeout + 5
+    for rank, rec in sorted(records.items()):
+        if "crash" in rec:
+            problems.append(f"rank {rank} crashed: {rec['crash']}")
+            continue
+        if not all(rec["calls"]):
+            problems.append(f"rank {rank}: a call that returned gave a wrong result")
+        err = rec["error"]
+        if err is None:
+            problems.append(f"rank {rank} never raised")
+            continue
+        if died_at is not None and err["at"] - died_at > limit:
+            problems.append(f"rank {rank} raised {err['at'] - died_at:.1f} s after the failure "
+                            f"(limit {limit:g} s)")
+        if not err["unchanged"]:
+            problems.append(f"rank {rank}: its tensors changed although the call failed")
+        expected = ((trial.collective, trial.algorithm) if err["call"] < 2
+                    else ("all_reduce", "direct"))
+        named = f"{expected[1]} {expected[0]}"
+        if (err["collective"], err["algorithm"]) != expected or named not in err["message"]:
+            problems.append(f"rank {rank}: error does not name {named}: {err['message']}")
+        if err["step"] is None or f"at step {err['step']}" not in err["message"]:
+            problems.append(f"rank {rank}: error does not name the step: {err['message']}")
+        if err["peer"] is None or f"rank {err['peer']}" not in err["message"]:
+            problems.append(f"rank {rank}: error does not name the peer: {err['message']}")
+    return Outcome(trial, died_at, records, missing, problems, time.time() - t0)
+
+
+def _call(fn, rank: int, world_size: int, port: int, timeout: float, args, results) -> None:
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    try:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                world_size=world_size,
+                                timeout=datetime.timedelta(seconds=timeout))
+        value = (True, fn(rank, world_size, *args))
+    except BaseException as exc:
+        value = (False, f"{type(exc).__name__}: {exc}")
+    _put(results, (rank, value))
+    os._exit(0)
+
+
+def run_ranks(fn, world_size: int, *args, timeout: float = 10.0) -> dict:
+    """``fn(rank, world_size, *args)`` on forked gloo ranks; rank -> (ok, value or error text).
+
+    A rank that does not report within ``3 * timeout + 30`` s is missing from the result.
+    """
+    from ringccl.torch.launch import free_port
+
+    ctx = multiprocessing.get_context("fork")
+    results = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=_call, args=(fn, r, world_size, port, timeout, args, results),
+                         daemon=True) for r in range(world_size)]
+    for p in procs:
+        p.start()
+    out: dict = {}
+    deadline = time.monotonic() + 3 * timeout + 30
+    while len(out) < world_size and time.monotonic() < deadline:
+        try:
+            rank, value = results.get(timeout=0.5)
+        except queue.Empty:
+            continue
+        out[rank] = value
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+        p.join(timeout=5)
+    return out
