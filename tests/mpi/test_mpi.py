@@ -42,6 +42,15 @@ def test_collectives_match_numpy_and_mpi(nproc):
     assert proc.stdout.count(": OK") == nproc
 
 
+@pytest.mark.parametrize("nproc", [2, 3, 4])
+def test_primitives_match_mpi_collectives(nproc):
+    """broadcast, reduce, scatter, gather, all_to_all: every algorithm against MPI_Bcast,
+    MPI_Reduce, MPI_Scatter, MPI_Gather, MPI_Alltoall(v) and numpy, in one mpirun."""
+    proc = _run(nproc, [sys.executable, str(Path(__file__).with_name("primitives_script.py"))])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count(": OK") == nproc
+
+
 def test_mpirun_command_flags():
     cmd = mpirun_command(3, ["python", "x.py"])
     assert cmd[1:3] == ["-n", "3"] and cmd[-2:] == ["python", "x.py"]
