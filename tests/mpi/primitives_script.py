@@ -250,6 +250,18 @@ for algorithm in ringccl.algorithms("all_to_all"):
     rm.all_to_all(strided, x[rank], algorithm=algorithm)
     check(f"all_to_all {algorithm} strided output", strided, x[:, rank * 5:(rank + 1) * 5].ravel())
 
+# -- inputs of any layout for the existing three (read through a copy) ---------------------------
+x = inputs((n * 6, 2), "float32", 11)
+out = np.empty(6, dtype=np.float32)
+rm.reduce_scatter(out, x[rank][:, 1], "max")
+check("reduce_scatter strided input", out,
+      reference(x[:, :, 1], ReduceOp.MAX)[rank * 6:(rank + 1) * 6])
+out = np.empty(n * 6, dtype=np.float32)
+readonly = x[rank, :6, 0]
+readonly.flags.writeable = False
+rm.all_gather(out, readonly)
+check("all_gather strided read-only input", out, x[:, :6, 0].reshape(-1))
+
 # -- algorithm parameters and another communicator ------------------------------------------------
 x = inputs(1001, "float64", 7)
 buf = x[rank].copy()

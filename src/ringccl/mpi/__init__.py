@@ -1,24 +1,49 @@
 """ringccl collectives under ``mpirun``: every schedule on numpy buffers over mpi4py.
 
 Requires the ``mpi`` extra (mpi4py) and an MPI library (Open MPI or MPICH). The functions mirror
-:mod:`ringccl.torch` (same argument order, ``op`` names and ``algorithm`` names) with numpy arrays
-in place of tensors and an mpi4py communicator in place of a process group; every algorithm of
-``ringccl.algorithms(collective)`` runs unchanged.
+:mod:`ringccl.torch` (same argument order, defaults, ``op`` names, ``algorithm`` names and
+algorithm keyword parameters) with numpy arrays in place of tensors and an mpi4py communicator in
+place of a process group; every algorithm of ``ringccl.algorithms(collective)`` runs unchanged:
+
+============== ===================================================== =========================
+function       ringccl.torch / torch.distributed                     MPI
+============== ===================================================== =========================
+all_reduce     all_reduce(tensor, op)                                MPI_Allreduce (in place)
+reduce_scatter reduce_scatter_tensor(output, input, op)              MPI_Reduce_scatter_block
+all_gather     all_gather_into_tensor(output, input)                 MPI_Allgather
+broadcast      broadcast(tensor, src)                                MPI_Bcast
+reduce         reduce(tensor, dst, op)                               MPI_Reduce (in place)
+scatter        scatter(tensor, scatter_list, src)                    MPI_Scatter
+gather         gather(tensor, gather_list, dst)                      MPI_Gather
+all_to_all     all_to_all_single(output, input, output_split_sizes,  MPI_Alltoall,
+               input_split_sizes)                                    MPI_Alltoallv
+============== ===================================================== =========================
 
 Example (``mpirun -np 4 python script.py``)::
 
     import numpy as np, ringccl.mpi as rm
     x = np.ones(1 << 20, dtype=np.float32)
     rm.all_reduce(x)                      # ring all-reduce, in place, like MPI_Allreduce(IN_PLACE)
+    rm.broadcast(x, src=0, algorithm="tree", segments=8)
 
-Inputs must be C-contiguous numpy arrays of a dtype in ``ringccl.ops.SUPPORTED_DTYPES``, with the
-same shape and dtype on every rank (as MPI requires; not checked across ranks).
+Roots (``src``, ``dst``, default 0) are ranks of ``comm``, as MPI's root. Each function maps the
+collective's contract onto a working buffer with :mod:`ringccl.layout` (the same mapping as
+:mod:`ringccl.torch`) and runs it with :func:`ringccl.mpi.executor.execute`; none knows any
+algorithm. Arrays must be numpy arrays of a dtype in ``ringccl.ops.SUPPORTED_DTYPES``, with the
+same shape and dtype on every rank (as MPI requires; not checked across ranks); the arrays a
+function updates in place (all_reduce's buffer, reduce_scatter's and all_gather's output,
+scatter's buffer) must be C-contiguous, any other array may have any layout (copied). Every
+argument is checked before any data moves (ArgumentError, ArgumentTypeError naming the argument
+and its value); a check that fails on some ranks only (a root-only list) leaves the others
+waiting, as in torch.distributed: run scripts with ``python -m mpi4py script.py`` so that an
+uncaught exception aborts the whole job.
 
 Importing this package does not import mpi4py (which initializes MPI); the first collective does.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -26,7 +51,7 @@ import numpy as np
 from ..algorithms import REGISTRY, build_schedule
 from ..collectives import check_root
 from ..errors import ArgumentError, ArgumentTypeError
-from ..layout import Layout, all_to_all_sizes, clear_cache, layout, rooted, split_rows
+from ..layout import all_to_all_sizes, clear_cache, layout, rooted, split_rows
 from ..ops import SUPPORTED_DTYPES, ReduceOp, check_dtype, check_op_dtype, parse_op
 
 __all__ = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "scatter",
@@ -55,9 +80,14 @@ def _comm(comm):
     return comm
 
 
+_executor: list = []
+
+
 def _execute(*args, **kwargs):
-    from .executor import execute
-    return execute(*args, **kwargs)
+    if not _executor:  # imported on first use: importing it imports mpi4py, which starts MPI
+        from .executor import execute
+        _executor.append(execute)
+    return _executor[0](*args, **kwargs)
 
 
 _schedule_cache: dict = {}
@@ -196,8 +226,9 @@ def reduce_scatter(output: np.ndarray, input: np.ndarray, op: Any = ReduceOp.SUM
     (``MPI_Reduce_scatter_block``; ``torch.distributed.reduce_scatter_tensor``).
 
     Args:
-        output: ``input.size // world_size`` elements, same dtype as ``input``.
-        input: world_size · output.size elements; not modified. ``output`` may be the view
+        output: ``input.size // world_size`` elements, same dtype as ``input``; C-contiguous.
+        input: world_size · output.size elements, any layout; not modified. ``output`` may be
+            the view
             ``input[rank * output.size:(rank + 1) * output.size]`` (in place, as nccl-tests
             does); ``input`` is then modified.
         op, comm, algorithm, segment_bytes, params: as :func:`all_reduce`
@@ -210,7 +241,7 @@ def reduce_scatter(output: np.ndarray, input: np.ndarray, op: Any = ReduceOp.SUM
     """
     comm = _comm(comm)
     _check_array(output, "output")
-    _check_array(input, "input")
+    _check_array(input, "input", writable=False, contiguous=False)
     if output.dtype != input.dtype:
         raise ArgumentTypeError(f"output.dtype={output.dtype} differs from "
                                 f"input.dtype={input.dtype}")
@@ -244,9 +275,10 @@ def all_gather(output: np.ndarray, input: np.ndarray, comm=None, algorithm: str 
     (``MPI_Allgather``; ``torch.distributed.all_gather_into_tensor``).
 
     Args:
-        output: world_size · input.size elements, same dtype. ``input`` may be the view
+        output: world_size · input.size elements, same dtype; C-contiguous. ``input`` may be
+            the view
             ``output[rank * input.size:(rank + 1) * input.size]`` (in place).
-        input: this rank's block.
+        input: this rank's block, any layout; not modified.
         comm, algorithm, segment_bytes, params: as :func:`all_reduce`
             (``ringccl.algorithms("all_gather")``).
 
@@ -257,7 +289,7 @@ def all_gather(output: np.ndarray, input: np.ndarray, comm=None, algorithm: str 
     """
     comm = _comm(comm)
     _check_array(output, "output")
-    _check_array(input, "input")
+    _check_array(input, "input", writable=False, contiguous=False)
     if output.dtype != input.dtype:
         raise ArgumentTypeError(f"output.dtype={output.dtype} differs from "
                                 f"input.dtype={input.dtype}")
@@ -299,7 +331,8 @@ def _scratch(flat: np.ndarray) -> np.ndarray:
 
 def _copy_runs(work: np.ndarray, runs: tuple, pieces: list, into_work: bool) -> None:
     """Copy between the ranges ``runs`` of ``work`` and the 1-D arrays ``pieces``, both taken
-    concatenated, without concatenating either (a range may span pieces and vice versa)."""
+    concatenated, without concatenating either (a range may span pieces and vice versa).
+    Overlapping source and destination are fine (numpy copies through a buffer then)."""
     i, at = 0, 0
     for a, b in runs:
         while a < b:
@@ -308,12 +341,10 @@ def _copy_runs(work: np.ndarray, runs: tuple, pieces: list, into_work: bool) -> 
                 i, at = i + 1, 0
                 continue
             k = min(b - a, piece.size - at)
-            w, p = work[a:a + k], piece[at:at + k]
-            if w.ctypes.data != p.ctypes.data:  # in place: already there
-                if into_work:
-                    w[...] = p
-                else:
-                    p[...] = w
+            if into_work:
+                work[a:a + k] = piece[at:at + k]
+            else:
+                piece[at:at + k] = work[a:a + k]
             a, at = a + k, at + k
 
 
@@ -332,6 +363,15 @@ def _copy_out(work: np.ndarray, runs: tuple, targets: list) -> None:
     for t, f in zip(targets, flat):
         if not t.flags.c_contiguous:
             t[...] = f.reshape(t.shape)
+
+
+def _is_block(a: np.ndarray, buffer: np.ndarray, index: int) -> bool:
+    """True if ``a`` is exactly block ``index`` (of a.size elements) of the 1-D ``buffer``."""
+    if not a.flags.c_contiguous or not np.may_share_memory(a, buffer):
+        return False
+    block = buffer[index * a.size:(index + 1) * a.size]
+    return (a.__array_interface__["data"][0] == block.__array_interface__["data"][0]
+            and a.size == block.size)
 
 
 def _check_blocks(blocks: Any, argument: str, world_size: int, like: np.ndarray,
@@ -535,7 +575,8 @@ def gather(buffer: np.ndarray, gather_list: Any = None, dst: int = 0, comm=None,
     direct = rank == root and len(blocks) == 1 and blocks[0].flags.c_contiguous
     # the root touches every chunk, so a contiguous receive buffer is the working buffer itself
     work = blocks[0].reshape(-1) if direct else _workspace(plan.numel, buffer.dtype)
-    _copy_in(work, plan.input_runs, [buffer])
+    if not (direct and _is_block(buffer, work, root)):  # in place: already there
+        _copy_in(work, plan.input_runs, [buffer])
     _execute(schedule, work, ReduceOp.SUM, comm, segment_bytes, bounds=plan.offsets)
     if rank != root:
         return None
@@ -578,8 +619,8 @@ def all_to_all(output: np.ndarray, input: np.ndarray, output_split_sizes=None,
     world_size, rank = comm.Get_size(), comm.Get_rank()
     in_rows = input.shape[0] if input.ndim else 1
     out_rows = output.shape[0] if output.ndim else 1
-    row = int(np.prod(input.shape[1:], dtype=np.int64))
-    if int(np.prod(output.shape[1:], dtype=np.int64)) != row:
+    row = math.prod(input.shape[1:])
+    if math.prod(output.shape[1:]) != row:
         raise ArgumentError(f"output.shape={output.shape} and input.shape={input.shape} differ "
                             "beyond dim 0")
     ins = split_rows(input_split_sizes, "input_split_sizes", world_size, in_rows, "input")

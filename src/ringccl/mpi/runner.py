@@ -2,7 +2,9 @@
 
 :class:`MpiBackend` implements :class:`ringccl.bench.Backend` on an mpi4py communicator; the
 builtin is MPI's collective (``MPI_Allreduce``, ``MPI_Reduce_scatter_block``, ``MPI_Allgather``,
-…) with ``MPI_IN_PLACE`` for the in-place placement. ``python -m ringccl.mpi.runner SPEC_JSON``
+``MPI_Bcast``, ``MPI_Reduce``, ``MPI_Scatter``, ``MPI_Gather``, ``MPI_Alltoall``) with
+``MPI_IN_PLACE`` for the in-place placement, and ringccl's side is the matching
+:mod:`ringccl.mpi` function with the same aliasing. ``python -m ringccl.mpi.runner SPEC_JSON``
 is what ``ringccl bench --backend mpi --nproc N`` starts under mpirun: rank 0 writes one JSON
 line per finished row to stdout, prefixed with ``ROW``.
 
