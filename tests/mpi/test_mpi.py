@@ -42,6 +42,15 @@ def test_collectives_match_numpy_and_mpi(nproc):
     assert proc.stdout.count(": OK") == nproc
 
 
+@pytest.mark.parametrize("nproc", [2, 3, 4])
+def test_primitives_match_mpi_collectives(nproc):
+    """broadcast, reduce, scatter, gather, all_to_all: every algorithm against MPI_Bcast,
+    MPI_Reduce, MPI_Scatter, MPI_Gather, MPI_Alltoall(v) and numpy, in one mpirun."""
+    proc = _run(nproc, [sys.executable, str(Path(__file__).with_name("primitives_script.py"))])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count(": OK") == nproc
+
+
 def test_mpirun_command_flags():
     cmd = mpirun_command(3, ["python", "x.py"])
     assert cmd[1:3] == ["-n", "3"] and cmd[-2:] == ["python", "x.py"]
@@ -85,6 +94,27 @@ def test_bench_other_collectives_nccl_tests_format(capsys, collective, dtype, op
     assert all(len(f) == 13 and f[8] == "0" and f[12] == "0" for f in data)
     assert {f[3] for f in data} == {op if collective == "reduce_scatter" else "none"}
     assert "# ringccl algorithm: ring seg=1KiB" in lines
+
+
+@pytest.mark.parametrize("collective,extra", [
+    ("broadcast", ["--root", "1", "-d", "float64"]),
+    ("reduce", ["--root", "2", "-o", "max", "-d", "int32"]),
+    ("scatter", ["--root", "1", "-d", "bool"]),
+    ("gather", ["--root", "2"]),
+    ("all_to_all", ["-d", "int8"]),
+])
+def test_bench_rooted_and_all_to_all(capsys, collective, extra):
+    """Every algorithm and MPI's own (MPI_Bcast, MPI_Reduce, MPI_Scatter, MPI_Gather,
+    MPI_Alltoall), both placements, checked against the exact result."""
+    assert main(["bench", collective, "--backend", "mpi", "--nproc", "3", "-b", "96",
+                 "-e", "6KiB", "-f", "8", "-n", "1", "-w", "0", "--csv", *extra]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    rows = [dict(zip(lines[0].split(","), line.split(","))) for line in lines[1:]]
+    coll = [r for r in rows if r["kind"] == "collective"]
+    algorithms = ringccl.algorithms(collective) + ["builtin"]
+    assert {(r["algorithm"], r["placement"]) for r in coll} == {
+        (a, p) for a in algorithms for p in ("out-of-place", "in-place")}
+    assert len(coll) == 3 * 2 * len(algorithms) and all(r["wrong"] == "0" for r in coll)
 
 
 def test_bench_under_mpirun_prints_once():

@@ -157,7 +157,7 @@ def _timeout(timeout) -> float | None:
 
 def execute(schedule: Schedule, buffer: np.ndarray, op: ReduceOp = ReduceOp.SUM, comm=None,
             segment_bytes: int | None = None, bounds=None, *, timeout: float | None = None,
-            restore: bool = True) -> np.ndarray:
+            restore: bool | None = None) -> np.ndarray:
     """Execute ``schedule`` in place on this rank's working ``buffer``.
 
     Args:
@@ -179,7 +179,9 @@ def execute(schedule: Schedule, buffer: np.ndarray, op: ReduceOp = ReduceOp.SUM,
             ``RINGCCL_TIMEOUT`` environment variable if set, else unbounded ``MPI_Wait`` (MPI
             itself has no timeouts; Open MPI aborts the job when a process dies).
         restore: save each chunk before this rank first writes it and restore it if the call
-            fails (memory: up to one copy of ``buffer``, kept between calls).
+            fails (memory: up to one copy of ``buffer``, kept between calls). None: only when a
+            timeout is in effect; without one an MPI failure aborts the job (Open MPI's and
+            MPICH's default error handler), so there is nothing to restore for.
 
     Returns:
         ``buffer``.
@@ -215,5 +217,7 @@ def execute(schedule: Schedule, buffer: np.ndarray, op: ReduceOp = ReduceOp.SUM,
         return buffer
     transport = _Transport(buffer, _staging(plan.staging_elems * itemsize), op, _private(comm),
                            wait_timeout)
+    if restore is None:
+        restore = wait_timeout is not None
     engine.run_dataflow(schedule, rank, plan, transport, timeout=wait_timeout, restore=restore)
     return buffer

@@ -2,7 +2,9 @@
 
 :class:`MpiBackend` implements :class:`ringccl.bench.Backend` on an mpi4py communicator; the
 builtin is MPI's collective (``MPI_Allreduce``, ``MPI_Reduce_scatter_block``, ``MPI_Allgather``,
-…) with ``MPI_IN_PLACE`` for the in-place placement. ``python -m ringccl.mpi.runner SPEC_JSON``
+``MPI_Bcast``, ``MPI_Reduce``, ``MPI_Scatter``, ``MPI_Gather``, ``MPI_Alltoall``) with
+``MPI_IN_PLACE`` for the in-place placement, and ringccl's side is the matching
+:mod:`ringccl.mpi` function with the same aliasing. ``python -m ringccl.mpi.runner SPEC_JSON``
 is what ``ringccl bench --backend mpi --nproc N`` starts under mpirun: rank 0 writes one JSON
 line per finished row to stdout, prefixed with ``ROW``.
 
@@ -80,7 +82,8 @@ class MpiBackend:
             kw = {"comm": self.comm, "algorithm": algorithm, "segment_bytes": segment_bytes}
             if get_collective(collective).reduces:
                 kw["op"] = op
-            run, reset, result = _RINGCCL[collective](rm, kw, self, inp, case, placement)
+            run, reset, result = _RINGCCL[collective](rm, kw, self, inp, case, placement,
+                                                      spec.root)
         return Prepared(run, reset, result)
 
     def local_reduce(self, count: int, spec: BenchSpec) -> Prepared:
@@ -190,16 +193,17 @@ _BUILTIN = {"all_reduce": _allreduce, "reduce_scatter": _reduce_scatter_block,
             "scatter": _scatter, "gather": _gather, "all_to_all": _alltoall}
 
 
-# -- ringccl.mpi: (module, kwargs, backend, input, case, placement) -> callables -------------------
+# -- ringccl.mpi: (module, kwargs, backend, input, case, placement, root) -> callables -------------
+#    placements as the MPI builtins above: in-place aliases input and output as MPI_IN_PLACE does
 
-def _rc_all_reduce(rm, kw, be, inp, case, placement):
+def _rc_all_reduce(rm, kw, be, inp, case, placement, root):
     buf = np.empty_like(inp)
     if placement == "in-place":
         return lambda: rm.all_reduce(buf, **kw), lambda: np.copyto(buf, inp), lambda: buf
     return lambda: (np.copyto(buf, inp), rm.all_reduce(buf, **kw)), _nothing, lambda: buf
 
 
-def _rc_reduce_scatter(rm, kw, be, inp, case, placement):
+def _rc_reduce_scatter(rm, kw, be, inp, case, placement, root):
     if placement == "in-place":
         x = np.empty_like(inp)
         lo = be.rank * case.block
@@ -209,7 +213,7 @@ def _rc_reduce_scatter(rm, kw, be, inp, case, placement):
     return lambda: rm.reduce_scatter(out, inp, **kw), _nothing, lambda: out
 
 
-def _rc_all_gather(rm, kw, be, inp, case, placement):
+def _rc_all_gather(rm, kw, be, inp, case, placement, root):
     out = np.empty(case.m, dtype=inp.dtype)
     if placement == "in-place":
         lo = be.rank * case.block
@@ -218,8 +222,53 @@ def _rc_all_gather(rm, kw, be, inp, case, placement):
     return lambda: rm.all_gather(out, inp, **kw), _nothing, lambda: out
 
 
+def _rc_broadcast(rm, kw, be, inp, case, placement, root):
+    buf = np.empty_like(inp)
+    if placement == "in-place":
+        return (lambda: rm.broadcast(buf, root, **kw), lambda: np.copyto(buf, inp),
+                lambda: buf)
+    return (lambda: (np.copyto(buf, inp), rm.broadcast(buf, root, **kw)), _nothing,
+            lambda: buf)
+
+
+def _rc_reduce(rm, kw, be, inp, case, placement, root):
+    buf = np.empty_like(inp)
+    result = (lambda: buf) if be.rank == root else _nothing
+    if placement == "in-place":
+        return lambda: rm.reduce(buf, root, **kw), lambda: np.copyto(buf, inp), result
+    return lambda: (np.copyto(buf, inp), rm.reduce(buf, root, **kw)), _nothing, result
+
+
+def _rc_scatter(rm, kw, be, inp, case, placement, root):
+    is_root = be.rank == root
+    send = inp if is_root else None
+    if placement == "in-place" and is_root:
+        out = inp[root * case.block:(root + 1) * case.block]
+    else:
+        out = np.empty(case.block, dtype=inp.dtype)
+    return lambda: rm.scatter(out, send, root, **kw), _nothing, lambda: out
+
+
+def _rc_gather(rm, kw, be, inp, case, placement, root):
+    is_root = be.rank == root
+    out = np.empty(case.m, dtype=inp.dtype) if is_root else None
+    result = (lambda: out) if is_root else _nothing
+    if placement == "in-place" and is_root:
+        x = out[root * case.block:(root + 1) * case.block]
+        return lambda: rm.gather(x, out, root, **kw), lambda: np.copyto(x, inp), result
+    return lambda: rm.gather(inp, out, root, **kw), _nothing, result
+
+
+def _rc_all_to_all(rm, kw, be, inp, case, placement, root):
+    out = np.empty_like(inp)
+    if placement == "in-place":
+        return lambda: rm.all_to_all(out, out, **kw), lambda: np.copyto(out, inp), lambda: out
+    return lambda: rm.all_to_all(out, inp, **kw), _nothing, lambda: out
+
+
 _RINGCCL = {"all_reduce": _rc_all_reduce, "reduce_scatter": _rc_reduce_scatter,
-            "all_gather": _rc_all_gather}
+            "all_gather": _rc_all_gather, "broadcast": _rc_broadcast, "reduce": _rc_reduce,
+            "scatter": _rc_scatter, "gather": _rc_gather, "all_to_all": _rc_all_to_all}
 
 
 def sweep(spec: BenchSpec, comm=None, emit=None) -> list[dict]:

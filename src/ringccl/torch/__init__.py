@@ -49,9 +49,9 @@ import torch
 import torch.distributed as dist
 
 from ..algorithms import build_schedule, get_algorithm
-from ..collectives import get_collective, split_safe
 from .. import consistency
 from ..errors import ArgumentError, ArgumentTypeError, BackendError, ConsistencyError, PeerError
+from ..layout import Layout, all_to_all_sizes, layout, rooted, split_rows
 from ..ops import ReduceOp, parse_op
 from .executor import execute
 
@@ -114,48 +114,38 @@ def _group_rank(group, rank: int, argument: str, world_size: int) -> int:
             from None
 
 
-def _rooted(params: dict, root: int) -> dict:
-    if "root" in params:
-        raise ArgumentError("give the root as src/dst (a global rank), not as root=")
-    return {**params, "root": root}
-
-
 class _Plan(NamedTuple):
-    """A schedule mapped onto this rank's working buffer."""
+    """A schedule mapped onto this rank's working buffer (:class:`ringccl.layout.Layout`) and
+    the executor's pipelining setting."""
 
-    schedule: object
-    bounds: np.ndarray      # (num_chunks + 1,) offsets; untouched chunks are empty
-    inputs: np.ndarray      # chunks this rank's input fills, in order
-    outputs: np.ndarray     # chunks that form this rank's output, in order
+    layout: Layout
     options: dict           # the executor's options (segment_bytes, timeout, restore)
 
     @property
+    def schedule(self):
+        return self.layout.schedule
+
+    @property
+    def bounds(self) -> np.ndarray:
+        return self.layout.bounds
+
+    @property
     def numel(self) -> int:
-        return int(self.bounds[-1])
+        return self.layout.numel
 
 
 def _plan(collective: str, algorithm: str, world_size: int, rank: int, sizes=None,
           buffer_count: int | None = None, **params) -> _Plan:
-    """Build the schedule and this rank's chunk bounds from the collective's contract.
+    """Build the schedule and this rank's layout from the collective's contract
+    (:func:`ringccl.layout.layout`).
 
     ``sizes``: this rank's chunk sizes (num_chunks,), or None to take them from the contract for
     a size of ``buffer_count`` elements. The executor's options (``_EXECUTOR_OPTIONS``) in
     ``params`` go to the executor; ``check`` must have been taken out by :func:`_agree`.
     """
     options = {k: params.pop(k) for k in _EXECUTOR_OPTIONS if k in params}
-    spec = get_collective(collective)
     schedule = build_schedule(collective, algorithm, world_size, **params)
-    n, c = world_size, schedule.num_chunks
-    if sizes is None:
-        sizes = spec.chunk_sizes(n, c, buffer_count, schedule.params)[rank]
-    inputs = np.asarray(spec.input_chunks(n, c, schedule.params)[rank], dtype=np.int64)
-    outputs = np.asarray(spec.output_chunks(n, c, schedule.params)[rank], dtype=np.int64)
-    touched = (schedule.chunk_sends()[rank] > 0) | (schedule.chunk_recvs()[rank] > 0)
-    touched[inputs] = True
-    touched[outputs] = True
-    bounds = np.zeros(c + 1, dtype=np.int64)
-    np.cumsum(np.where(touched, sizes, 0), out=bounds[1:])
-    return _Plan(schedule, bounds, inputs, outputs, options)
+    return _Plan(layout(schedule, rank, buffer_count=buffer_count, sizes=sizes), options)
 
 
 _EXECUTOR_OPTIONS = ("segment_bytes", "timeout", "restore")
@@ -196,27 +186,17 @@ def _execute(plan: _Plan, work: torch.Tensor, op: ReduceOp, group, restore: bool
     execute(plan.schedule, work, op, group, bounds=plan.bounds, **options)
 
 
-def _runs(bounds: np.ndarray, chunks: np.ndarray) -> list[tuple[int, int]]:
-    """Buffer ranges of ``chunks`` concatenated, adjacent chunks merged into one range."""
-    out: list[tuple[int, int]] = []
-    for c in chunks.tolist():
-        a, b = int(bounds[c]), int(bounds[c + 1])
-        if out and out[-1][1] == a:
-            out[-1] = (out[-1][0], b)
-        elif b > a or not out:
-            out.append((a, b))
-    return out
-
-
-def _write(work: torch.Tensor, plan: _Plan, chunks: np.ndarray, data: torch.Tensor) -> None:
+def _write(work: torch.Tensor, plan: _Plan, data: torch.Tensor) -> None:
+    """Copy this rank's input ``data`` into its input chunks of ``work``."""
     at = 0
-    for a, b in _runs(plan.bounds, chunks):
+    for a, b in plan.layout.input_runs:
         work[a:b].copy_(data[at:at + b - a])
         at += b - a
 
 
-def _read(work: torch.Tensor, plan: _Plan, chunks: np.ndarray) -> torch.Tensor:
-    parts = [work[a:b] for a, b in _runs(plan.bounds, chunks)]
+def _read(work: torch.Tensor, plan: _Plan) -> torch.Tensor:
+    """This rank's output chunks of ``work``, concatenated (a view when they are adjacent)."""
+    parts = [work[a:b] for a, b in plan.layout.output_runs]
     return parts[0] if len(parts) == 1 else torch.cat(parts) if parts else work[:0]
 
 
@@ -301,7 +281,7 @@ def broadcast(tensor: torch.Tensor, src: int, group=None, algorithm: str = "ring
     world_size = _group_size(group)
     _check_tensor(tensor, "tensor")
     root = _group_rank(group, src, "src", world_size)
-    _in_place("broadcast", tensor, ReduceOp.SUM, group, algorithm, **_rooted(params, root))
+    _in_place("broadcast", tensor, ReduceOp.SUM, group, algorithm, **rooted(params, root))
     return tensor
 
 
@@ -330,7 +310,7 @@ def reduce(tensor: torch.Tensor, dst: int, op: Any = ReduceOp.SUM, group=None,
     reduce_op = _check_op(op, tensor.dtype)
     root = _group_rank(group, dst, "dst", world_size)
     _in_place("reduce", tensor, reduce_op, group, algorithm,
-              copy=dist.get_rank(group) != root, **_rooted(params, root))
+              copy=dist.get_rank(group) != root, **rooted(params, root))
     return tensor
 
 
@@ -361,9 +341,9 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = R
     plan = _plan("reduce_scatter", algorithm, world_size, dist.get_rank(group),
                  buffer_count=input.numel(), **params)
     work = input.new_empty(plan.numel)
-    _write(work, plan, plan.inputs, input.reshape(-1))  # the caller's input stays as it is
+    _write(work, plan, input.reshape(-1))  # the caller's input stays as it is
     _execute(plan, work, reduce_op, group, restore=False)
-    block = _read(work, plan, plan.outputs)
+    block = _read(work, plan)
     if reduce_op is ReduceOp.AVG:
         block = block / world_size
     output.copy_(block.view(output.shape))
@@ -400,9 +380,9 @@ def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tens
     # every chunk is part of the output, so the working buffer is output_tensor itself
     contiguous = output_tensor.is_contiguous()
     work = output_tensor.view(-1) if contiguous else torch.empty_like(output_tensor).view(-1)
-    runs = _runs(plan.bounds, plan.inputs) if contiguous else []
+    runs = plan.layout.input_runs if contiguous else ()
     before = [work[a:b].clone() for a, b in runs]  # this rank's block, written before the run
-    _write(work, plan, plan.inputs, input_tensor.reshape(-1))
+    _write(work, plan, input_tensor.reshape(-1))
     try:
         _execute(plan, work, ReduceOp.SUM, group, restore=contiguous)
     except PeerError:
@@ -456,15 +436,15 @@ def scatter(tensor: torch.Tensor, scatter_list: list | None = None, src: int = 0
     elif scatter_list:
         raise ArgumentError("scatter_list must be None on non-source ranks (rank "
                             f"{dist.get_rank()} is not src={src})")
-    params = _rooted(params, root)
+    params = rooted(params, root)
     _agree(group, "scatter", algorithm, params, None, tensor.dtype, world_size * tensor.numel())
     plan = _plan("scatter", algorithm, world_size, rank,
                  buffer_count=world_size * tensor.numel(), **params)
     work = tensor.new_empty(plan.numel)
     if rank == root:
-        _write(work, plan, plan.inputs, torch.cat([t.reshape(-1) for t in scatter_list]))
+        _write(work, plan, torch.cat([t.reshape(-1) for t in scatter_list]))
     _execute(plan, work, ReduceOp.SUM, group, restore=False)
-    tensor.copy_(_read(work, plan, plan.outputs).view(tensor.shape))
+    tensor.copy_(_read(work, plan).view(tensor.shape))
     return tensor
 
 
@@ -496,35 +476,18 @@ def gather(tensor: torch.Tensor, gather_list: list | None = None, dst: int = 0, 
     elif gather_list:
         raise ArgumentError("gather_list must be None on non-destination ranks (rank "
                             f"{dist.get_rank()} is not dst={dst})")
-    params = _rooted(params, root)
+    params = rooted(params, root)
     _agree(group, "gather", algorithm, params, None, tensor.dtype, world_size * tensor.numel())
     plan = _plan("gather", algorithm, world_size, rank,
                  buffer_count=world_size * tensor.numel(), **params)
     work = tensor.new_empty(plan.numel)
-    _write(work, plan, plan.inputs, tensor.reshape(-1))
+    _write(work, plan, tensor.reshape(-1))
     _execute(plan, work, ReduceOp.SUM, group, restore=False)
     if rank == root:
-        flat = _read(work, plan, plan.outputs)
+        flat = _read(work, plan)
         for i, t in enumerate(gather_list):
             t.copy_(flat[i * tensor.numel():(i + 1) * tensor.numel()].view(t.shape))
     return None
-
-
-def _splits(sizes: Any, argument: str, world_size: int, rows: int, tensor: str) -> list[int]:
-    """torch.distributed's split sizes along dim 0 (None: equal splits)."""
-    if sizes is None:
-        if rows % world_size:
-            raise ArgumentError(f"{tensor} has {rows} rows (dim 0), not divisible by "
-                                f"world_size={world_size}; give {argument}")
-        return [rows // world_size] * world_size
-    sizes = list(sizes)
-    if len(sizes) != world_size or any(isinstance(v, bool) or not isinstance(v, int) or v < 0
-                                       for v in sizes):
-        raise ArgumentError(f"{argument}={sizes!r} must be {world_size} integers >= 0")
-    if sum(sizes) != rows:
-        raise ArgumentError(f"{argument} sums to {sum(sizes)}, but {tensor} has {rows} rows "
-                            "(dim 0)")
-    return sizes
 
 
 def _exchange(input_flat: torch.Tensor, in_sizes: Sequence[int], out_sizes: Sequence[int],
@@ -536,26 +499,18 @@ def _exchange(input_flat: torch.Tensor, in_sizes: Sequence[int], out_sizes: Sequ
            int(sum(in_sizes)), (list(in_sizes), list(out_sizes)))
     schedule = build_schedule("all_to_all", algorithm, world_size,
                               **{k: v for k, v in params.items() if k not in _EXECUTOR_OPTIONS})
-    n, c = world_size, schedule.num_chunks
-    sizes = np.zeros(c, dtype=np.int64)
-    sizes[:n], sizes[n:2 * n] = in_sizes, out_sizes
-    if not split_safe(schedule):
-        # scratch chunks or blocks parked in other slots need one block size on every rank;
-        # agree on it first (every rank reaches the same verdict, so none is left waiting)
-        local = list(in_sizes) + list(out_sizes)
-        t = torch.tensor([max(local, default=0), -min(local, default=0)], dtype=torch.int64)
+
+    def agree(largest: int, neg_smallest: int) -> tuple[int, int]:
+        t = torch.tensor([largest, neg_smallest], dtype=torch.int64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
-        if int(t[0]) != -int(t[1]):
-            raise ArgumentError(f"algorithm={algorithm!r} moves all_to_all blocks through "
-                                "scratch chunks or other blocks' slots, which needs equal blocks "
-                                "on every rank, but the split sizes differ; use an algorithm "
-                                "such as direct for uneven splits")
-        sizes[2 * n:] = int(t[0])
+        return int(t[0]), int(t[1])
+
+    sizes = all_to_all_sizes(schedule, in_sizes, out_sizes, agree)
     plan = _plan("all_to_all", algorithm, world_size, rank, sizes=sizes, **params)
     work = input_flat.new_empty(plan.numel)
-    _write(work, plan, plan.inputs, input_flat)
+    _write(work, plan, input_flat)
     _execute(plan, work, ReduceOp.SUM, group, restore=False)
-    return _read(work, plan, plan.outputs)
+    return _read(work, plan)
 
 
 def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_sizes=None,
@@ -590,8 +545,8 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
     if math.prod(output.shape[1:]) != row:
         raise ArgumentError(f"output.shape={tuple(output.shape)} and input.shape="
                             f"{tuple(input.shape)} differ beyond dim 0")
-    ins = _splits(input_split_sizes, "input_split_sizes", world_size, in_rows, "input")
-    outs = _splits(output_split_sizes, "output_split_sizes", world_size, out_rows, "output")
+    ins = split_rows(input_split_sizes, "input_split_sizes", world_size, in_rows, "input")
+    outs = split_rows(output_split_sizes, "output_split_sizes", world_size, out_rows, "output")
     result = _exchange(input.reshape(-1), [k * row for k in ins], [k * row for k in outs], group,
                        algorithm, params)
     output.copy_(result.view(output.shape))
