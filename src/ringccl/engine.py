@@ -329,6 +329,8 @@ def run_dataflow(schedule: Schedule, rank: int, p: Plan, transport: Transport, *
                             pending.setdefault((s.chunk, s.segment), []).append(entry)
                     else:
                         post_send(s)
+            for chunk in step.writes:
+                guard.before_write(chunk)  # while this step's messages are in flight
             for i, (r, handle) in enumerate(zip(step.recvs, recv_handles.pop(k))):
                 wait(r, handle)
                 apply(r)
