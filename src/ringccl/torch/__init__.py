@@ -248,12 +248,17 @@ def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
             integers or bool.
         group: process group (None = default group).
         algorithm: a name from ``ringccl.algorithms("all_reduce")``.
+        params: the algorithm's parameters, and ``segment_bytes``, ``timeout`` (seconds),
+            ``restore`` (default True), ``check`` (see the module docstring).
 
     Returns:
         ``tensor`` (also modified in place).
     Raises:
         ArgumentError, ArgumentTypeError: bad argument, before any data moves.
-        BackendError: no process group, or a failed transfer.
+        BackendError: no process group.
+        PeerError, RingcclTimeout: a peer died or stalled (named step and peer; ``tensor`` is
+            restored). ConsistencyError: with ``check=True``, the ranks' calls differ. The other
+            functions raise these too (module docstring).
     """
     _group_size(group)
     _check_tensor(tensor, "tensor")
