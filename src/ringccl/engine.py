@@ -45,7 +45,8 @@ __all__ = ["Send", "Recv", "StepPlan", "Plan", "Transport", "plan", "uniform_bou
 
 
 class Send(NamedTuple):
-    """Send ``buffer[lo:hi]`` (element offsets; one segment of ``chunk``) to ``peer``."""
+    """Send ``buffer[lo:hi]`` (element offsets; one segment of ``chunk``) to ``peer`` at the
+    schedule's step ``step``."""
 
     step: int
     chunk: int
@@ -116,7 +117,7 @@ def plan(schedule: Schedule, rank: int, bounds: tuple, segment_elems: int) -> Pl
     steps = []
     for k, step in enumerate(program.steps):
         sending = {s.chunk for s in step.sends}
-        sends = tuple(Send(k, s.chunk, i, lo, hi, s.peer) for s in step.sends
+        sends = tuple(Send(step.index, s.chunk, i, lo, hi, s.peer) for s in step.sends
                       for i, (lo, hi) in enumerate(_segments(bounds[s.chunk], bounds[s.chunk + 1],
                                                              segment_elems)) if hi > lo)
         recvs = []
@@ -128,8 +129,8 @@ def plan(schedule: Schedule, rank: int, bounds: tuple, segment_elems: int) -> Pl
             reduce = r.kind is Kind.REDUCE
             staged = reduce or r.chunk in sending
             for i, (a, b) in enumerate(_segments(lo, hi, segment_elems)):
-                recvs.append(Recv(k, r.chunk, i, a, b, offset + a - lo if staged else -1,
-                                  reduce, r.peer))
+                recvs.append(Recv(step.index, r.chunk, i, a, b,
+                                  offset + a - lo if staged else -1, reduce, r.peer))
             if staged:
                 offset += hi - lo
         peers = tuple(sorted({s.peer for s in step.sends} | {r.peer for r in step.recvs}))

@@ -1,0 +1,181 @@
+"""The backend-neutral engine on an in-memory transport: N ranks as threads.
+
+Fast and exhaustive where processes are slow: every registered algorithm through both drivers,
+and a failure injected at any operation of any rank, checking that every rank either finishes
+with the fault-free result or raises PeerError/RingcclTimeout naming the step and peer with its
+buffer exactly as before (all or nothing).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ringccl import engine
+from ringccl.algorithms import REGISTRY, build_schedule
+from ringccl.errors import PeerError, RingcclTimeout
+from ringccl.layout import layout
+
+PAIRS = sorted(REGISTRY)
+
+
+class _Wire:
+    """Messages between ranks, matched by posting order per (src, dst) pair."""
+
+    def __init__(self, n: int):
+        self.lock = threading.Lock()
+        self.sent: dict = {}            # (src, dst, seq) -> data
+        self.events: dict = {}
+        self.send_seq = np.zeros((n, n), dtype=np.int64)
+        self.recv_seq = np.zeros((n, n), dtype=np.int64)
+
+    def event(self, key) -> threading.Event:
+        with self.lock:
+            return self.events.setdefault(key, threading.Event())
+
+
+class _Transport:
+    def __init__(self, wire: _Wire, rank: int, buffer: np.ndarray, staging: np.ndarray,
+                 timeout: float, fail_at: int | None):
+        self.wire, self.rank, self.buffer, self.staging = wire, rank, buffer, staging
+        self.timeout, self.fail_at, self.ops = timeout, fail_at, 0
+        self.backup = np.empty_like(buffer)
+
+    def _tick(self):
+        self.ops += 1
+        if self.fail_at is not None and self.ops > self.fail_at:
+            raise ConnectionError("injected failure")
+
+    def isend(self, s):
+        self._tick()
+        key = (self.rank, s.peer, int(self.wire.send_seq[self.rank, s.peer]))
+        self.wire.send_seq[self.rank, s.peer] += 1
+        self.wire.sent[key] = self.buffer[s.lo:s.hi].copy()
+        self.wire.event(key).set()
+        return None
+
+    def irecv(self, r):
+        self._tick()
+        key = (r.peer, self.rank, int(self.wire.recv_seq[r.peer, self.rank]))
+        self.wire.recv_seq[r.peer, self.rank] += 1
+        return key, r
+
+    def wait(self, handle):
+        if handle is None:
+            return
+        key, r = handle
+        if not self.wire.event(key).wait(self.timeout):
+            raise TimeoutError(f"nothing from rank {r.peer} within {self.timeout} s")
+        data = self.wire.sent[key]
+        assert data.size == r.hi - r.lo, "chunk sizes differ between sender and receiver"
+        if r.stage < 0:
+            self.buffer[r.lo:r.hi] = data
+        else:
+            self.staging[r.stage:r.stage + data.size] = data
+
+    def apply(self, r):
+        src = self.staging[r.stage:r.stage + r.hi - r.lo]
+        if r.reduce:
+            self.buffer[r.lo:r.hi] += src
+        else:
+            self.buffer[r.lo:r.hi] = src
+
+    def save(self, lo, hi):
+        self.backup[lo:hi] = self.buffer[lo:hi]
+
+    def restore(self, lo, hi):
+        self.buffer[lo:hi] = self.backup[lo:hi]
+
+    def is_timeout(self, exc):
+        return False
+
+    def peer_name(self, peer):
+        return str(peer)
+
+    def batch(self, sends, recvs):
+        return [self.isend(s) for s in sends] + [self.irecv(r) for r in recvs]
+
+
+def _params(algorithm: str, n: int) -> dict:
+    return {"local_size": 2 if n % 2 == 0 else 1} if algorithm == "hierarchical" else {}
+
+
+def _run(collective, algorithm, n, count, *, driver="dataflow", segment_elems=0, victim=None,
+         fail_at=None, timeout=5.0):
+    schedule = build_schedule(collective, algorithm, n, **_params(algorithm, n))
+    rng = np.random.default_rng(7)
+    wire = _Wire(n)
+    buffers, plans, outcome = [], [], [None] * n
+    for rank in range(n):
+        lay = layout(schedule, rank, buffer_count=count)
+        buffers.append(rng.integers(-8, 8, lay.numel).astype(np.float64))
+        plans.append(engine.plan(schedule, rank, lay.offsets, segment_elems))
+    before = [b.copy() for b in buffers]
+    run = engine.run_dataflow if driver == "dataflow" else engine.run_lockstep
+
+    def body(rank):
+        p = plans[rank]
+        transport = _Transport(wire, rank, buffers[rank], np.zeros(p.staging_elems), timeout,
+                               fail_at if rank == victim else None)
+        try:
+            if p.steps:
+                run(schedule, rank, p, transport, timeout=timeout, restore=True)
+        except PeerError as exc:
+            outcome[rank] = exc
+
+    threads = [threading.Thread(target=body, args=(r,)) for r in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+        assert not t.is_alive(), "a rank hung"
+    return before, buffers, outcome, schedule
+
+
+@pytest.mark.parametrize("collective,algorithm", PAIRS)
+@pytest.mark.parametrize("driver", ["dataflow", "lockstep"])
+def test_drivers_agree(collective, algorithm, driver):
+    for n in (3, 4):
+        _, reference, errors, _ = _run(collective, algorithm, n, 10 * n)
+        assert not any(errors)
+        _, got, errors, _ = _run(collective, algorithm, n, 10 * n, driver=driver,
+                                 segment_elems=3)
+        assert not any(errors)
+        for r in range(n):
+            np.testing.assert_array_equal(got[r], reference[r])
+
+
+@settings(max_examples=60, deadline=None)
+@given(pair=st.sampled_from(PAIRS), n=st.integers(2, 5), data=st.data())
+def test_failure_anywhere_is_all_or_nothing(pair, n, data):
+    collective, algorithm = pair
+    count = data.draw(st.integers(0, 6)) * n + data.draw(st.sampled_from([0, n]))
+    _, reference, _, schedule = _run(collective, algorithm, n, count)
+    victim = data.draw(st.integers(0, n - 1))
+    fail_at = data.draw(st.integers(0, 12))
+    before, got, errors, _ = _run(collective, algorithm, n, count, victim=victim,
+                                  fail_at=fail_at, timeout=0.3)
+    for r in range(n):
+        if errors[r] is None:
+            np.testing.assert_array_equal(got[r], reference[r])   # finished: the right answer
+            continue
+        np.testing.assert_array_equal(got[r], before[r])          # failed: untouched
+        exc = errors[r]
+        assert exc.collective == collective and exc.algorithm == algorithm
+        assert 0 <= exc.step < schedule.num_steps and f"at step {exc.step}" in str(exc)
+        assert exc.peer is not None and f"rank {exc.peer}" in str(exc)
+        assert isinstance(exc, RingcclTimeout) == ("within" in str(exc))
+
+
+def test_a_silent_peer_times_out_naming_it():
+    # rank 1 fails before posting anything: rank 2 (its successor on the ring) waits for it
+    _, _, errors, _ = _run("all_reduce", "ring", 3, 30, victim=1, fail_at=0, timeout=0.2)
+    assert isinstance(errors[1], PeerError) and not isinstance(errors[1], RingcclTimeout)
+    assert isinstance(errors[2], RingcclTimeout)
+    assert errors[2].peer == 1 and errors[2].step == 0
+    assert "ring all_reduce timed out after 0.2 s on rank 2 at step 0 waiting for a receive " \
+           "from rank 1" in str(errors[2])
