@@ -34,6 +34,7 @@ from .ops import ReduceOp, check_dtype, check_op_dtype, identity, parse_op, ufun
 __all__ = ["simulate", "SimResult", "SimStats", "reference_tolerance", "default_algorithm"]
 
 _MAX_PIECES = 8  # beyond this many strided runs a step uses one gather/scatter instead
+_BATCH_BYTES = 4 << 20  # largest temporary of a gather/scatter step (see _scatter)
 
 
 @dataclass(frozen=True)
@@ -171,16 +172,35 @@ def _run(plan: list, flat: np.ndarray, combine: np.ufunc) -> None:
         else:
             _, s, d, red, rounds = entry
             vals = scratch[:s.shape[0]]
-            np.take(flat, s, axis=0, out=vals)  # a gather always snapshots
+            # a gather always snapshots; mode="clip" (indices are valid) writes straight into
+            # vals: with the default mode="raise" numpy buffers `out` in a full temporary
+            np.take(flat, s, axis=0, out=vals, mode="clip")
             if not red.all():
-                flat[d[~red]] = vals[~red]
+                _scatter(flat, d, vals, np.nonzero(~red)[0], None)
             if rounds is not None:
                 for sel in rounds:
-                    idx = d[sel]
-                    flat[idx] = combine(flat[idx], vals[sel])
+                    _scatter(flat, d, vals, sel, combine)
             elif red.any():
-                idx = d[red]
-                flat[idx] = combine(flat[idx], vals[red])
+                _scatter(flat, d, vals, np.nonzero(red)[0], combine)
+
+
+def _scatter(flat: np.ndarray, d: np.ndarray, vals: np.ndarray, pos: np.ndarray,
+             combine: np.ufunc | None) -> None:
+    """``flat[d[pos]] = vals[pos]`` (combine None) or ``combine(flat[d[pos]], vals[pos])``, for
+    distinct ``d[pos]``, in batches of rows so that numpy's fancy-indexing temporaries stay
+    within min(_BATCH_BYTES, 1/16 of the storage) each, whatever the step moves (peak memory:
+    storage + snapshot + two such batches)."""
+    row_bytes = max(1, flat.shape[1] * flat.itemsize)
+    rows = max(1, min(_BATCH_BYTES, flat.nbytes // 16) // row_bytes)
+    for a in range(0, pos.shape[0], rows):
+        p = pos[a:a + rows]
+        idx = d[p]
+        if combine is None:
+            flat[idx] = vals[p]
+        else:
+            part = flat[idx]  # a copy of at most `rows` rows
+            combine(part, vals[p], out=part)
+            flat[idx] = part
 
 
 # -- data in and out ------------------------------------------------------------------------------
