@@ -35,3 +35,12 @@ def test_gather_scatter_steps_make_no_full_temporaries():
     # result were whole-buffer temporaries): 5× the input
     x = np.ones((16, 1 << 18), np.float32)
     assert _peak_ratio("all_reduce", x, "recursive_doubling") <= 2.25
+
+
+@pytest.mark.parametrize("collective,algorithm", [("all_reduce", "direct"),
+                                                  ("reduce", "direct")])
+def test_a_step_with_many_transfers_snapshots_each_source_slot_once(collective, algorithm):
+    # direct all_reduce: one step of N(N-1) whole-buffer reduces; the snapshot used to hold one
+    # row per transfer, (N-1)x the input (31x here, 64x at N = 64)
+    x = np.ones((32, 1 << 15), np.float32)
+    assert _peak_ratio(collective, x, algorithm) <= 2.5

@@ -136,7 +136,13 @@ def _compile(schedule: Schedule) -> list:
             # several reduces into one slot: applied in rounds, in canonical order (ir.py)
             rounds = (reduce_rounds(d, red) if np.unique(d[red]).size < int(red.sum())
                       else None)
-            plan.append(("fancy", s, d, red, rounds))
+            # BSP: only sources this step also writes need a snapshot (one row per slot)
+            protect = np.intersect1d(s, d)
+            at = np.searchsorted(protect, s)
+            snap = np.where((at < protect.size) & (protect[np.minimum(at, max(protect.size - 1,
+                                                                                 0))] == s)
+                            if protect.size else np.zeros(s.shape, bool), at, -1)
+            plan.append(("fancy", s, d, red, rounds, protect, snap))
         else:
             plan.append(("slices", groups, hazard, int(hi - lo)))
     schedule._cache["sim_plan"] = plan
@@ -149,7 +155,8 @@ def _view(flat: np.ndarray, start: int, stride: int, length: int) -> np.ndarray:
 
 def _run(plan: list, flat: np.ndarray, combine: np.ufunc) -> None:
     """Execute compiled steps in place on ``flat`` (world_size·num_chunks, m)."""
-    max_t = max((p[3] if p[0] == "slices" else p[1].shape[0] for p in plan), default=0)
+    max_t = max(((p[3] if p[2] else 0) if p[0] == "slices" else p[5].shape[0] for p in plan),
+                default=0)
     scratch = np.empty((max_t, flat.shape[1]), dtype=flat.dtype)
     for entry in plan:
         if entry[0] == "slices":
@@ -172,36 +179,49 @@ def _run(plan: list, flat: np.ndarray, combine: np.ufunc) -> None:
                 else:
                     np.copyto(dst, src)
         else:
-            _, s, d, red, rounds = entry
-            vals = scratch[:s.shape[0]]
-            # a gather always snapshots; mode="clip" (indices are valid) writes straight into
-            # vals: with the default mode="raise" numpy buffers `out` in a full temporary
-            np.take(flat, s, axis=0, out=vals, mode="clip")
+            _, s, d, red, rounds, protect, snap = entry
+            saved = scratch[:protect.shape[0]]
+            # mode="clip" (indices are valid) writes straight into `saved`: with the default
+            # mode="raise" numpy buffers `out` in a full temporary
+            np.take(flat, protect, axis=0, out=saved, mode="clip")
+            src = (flat, saved, s, snap)
             if not red.all():
-                _scatter(flat, d, vals, np.nonzero(~red)[0], None)
+                _scatter(flat, d, src, np.nonzero(~red)[0], None)
             if rounds is not None:
                 for sel in rounds:
-                    _scatter(flat, d, vals, sel, combine)
+                    _scatter(flat, d, src, sel, combine)
             elif red.any():
-                _scatter(flat, d, vals, np.nonzero(red)[0], combine)
+                _scatter(flat, d, src, np.nonzero(red)[0], combine)
 
 
-def _scatter(flat: np.ndarray, d: np.ndarray, vals: np.ndarray, pos: np.ndarray,
+def _scatter(flat: np.ndarray, d: np.ndarray, src: tuple, pos: np.ndarray,
              combine: np.ufunc | None) -> None:
-    """``flat[d[pos]] = vals[pos]`` (combine None) or ``combine(flat[d[pos]], vals[pos])``, for
-    distinct ``d[pos]``, in batches of rows so that numpy's fancy-indexing temporaries stay
-    within min(_BATCH_BYTES, 1/16 of the storage) each, whatever the step moves (peak memory:
-    storage + snapshot + two such batches)."""
+    """``flat[d[pos]] = source rows`` (combine None) or ``combine(flat[d[pos]], source rows)``,
+    for distinct ``d[pos]``, in batches of rows so that numpy's fancy-indexing temporaries stay
+    within min(_BATCH_BYTES, 1/16 of the storage) each, whatever the step moves. Source rows are
+    read from the step's snapshot where the step also writes them (``snap`` >= 0), else from
+    ``flat`` directly. Peak memory: storage + snapshot (<= storage) + three batches."""
+    flat_src, saved, s, snap = src
     row_bytes = max(1, flat.shape[1] * flat.itemsize)
     rows = max(1, min(_BATCH_BYTES, flat.nbytes // 16) // row_bytes)
     for a in range(0, pos.shape[0], rows):
         p = pos[a:a + rows]
         idx = d[p]
+        k = snap[p]
+        from_snap = k >= 0
+        if from_snap.all():
+            vals = saved[k]
+        elif not from_snap.any():
+            vals = flat_src[s[p]]
+        else:
+            vals = np.empty((p.shape[0], flat.shape[1]), dtype=flat.dtype)
+            vals[from_snap] = saved[k[from_snap]]
+            vals[~from_snap] = flat_src[s[p[~from_snap]]]
         if combine is None:
-            flat[idx] = vals[p]
+            flat[idx] = vals
         else:
             part = flat[idx]  # a copy of at most `rows` rows
-            combine(part, vals[p], out=part)
+            combine(part, vals, out=part)
             flat[idx] = part
 
 
