@@ -29,7 +29,7 @@ import ringccl  # noqa: E402
 def fuzz(examples: int, seed_value: int, progress=None) -> dict:
     """Run ``examples`` cases; returns counts per collective and the failures."""
     cases, mismatched, failures, elements = Counter(), Counter(), [], 0
-    algos = Counter()
+    algos, sizes, counts = Counter(), Counter(), Counter()
 
     @seed(seed_value)
     @settings(max_examples=examples, deadline=None, database=None, phases=[Phase.generate],
@@ -40,6 +40,10 @@ def fuzz(examples: int, seed_value: int, progress=None) -> dict:
         cases[case.collective] += 1
         algos[case.collective, case.algorithm] += 1
         elements += case.world_size * case.count
+        n, c = case.world_size, case.count
+        sizes["1-8" if n <= 8 else "9-32" if n <= 32 else "33-64"] += 1
+        counts["0" if c == 0 else "1-100" if c <= 100 else "101-1000" if c <= 1000
+               else "1001-10000"] += 1
         try:
             problems = run_case(case)
         except Exception:  # noqa: BLE001 - a crash is a finding too
@@ -53,7 +57,8 @@ def fuzz(examples: int, seed_value: int, progress=None) -> dict:
     one()
     return {"cases": dict(cases), "mismatches": dict(mismatched), "failures": failures,
             "algorithms": {f"{c}/{a}": k for (c, a), k in sorted(algos.items())},
-            "input_elements": elements}
+            "input_elements": elements, "world_sizes": dict(sorted(sizes.items())),
+            "counts": dict(sorted(counts.items(), key=lambda kv: len(kv[0])))}
 
 
 def main(argv=None) -> int:
@@ -99,6 +104,8 @@ def main(argv=None) -> int:
                       str(sum(result["mismatches"].values())))
         console = Console()
         console.print(table)
+        console.print(f"world sizes: {result['world_sizes']}; counts: {result['counts']}; "
+                      f"{result['input_elements']:,} input elements in all")
         for f in result["failures"][:20]:
             console.print(f"[red]{f['case']}[/red]\n  " + "\n  ".join(f["problems"]))
     return 1 if result["failures"] else 0
