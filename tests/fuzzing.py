@@ -6,6 +6,8 @@ Used by tests/test_fuzz.py (a small CI profile) and benchmarks/fuzz_sim.py (>= 1
 The reference is written here from torch.distributed's semantics (numpy.array_split blocks,
 a per-element fold over ranks), not from ringccl's own checker.
 
+Floating reductions also draw accumulate_dtype (None or a wider float).
+
 Sizes: world sizes 1…64 and counts 0…10,000, drawn so that the simulator's storage (N·count
 elements, N²·count for all_gather and gather) stays within :data:`MAX_ELEMENTS`: large N × large
 count cases cost O(N·count) per step over O(N) steps, and they add little that small cases do
@@ -52,6 +54,7 @@ class Case:
     params: dict = field(default_factory=dict)
     splits: tuple | None = None   # all_to_all: (N, N) input split sizes, row r = rank r's
     seed: int = 0
+    accumulate_dtype: str | None = None  # reducing collectives on floats only
 
 
 def _storage(collective: str, n: int, count: int) -> int:
@@ -96,8 +99,12 @@ def fuzz_cases(draw, max_world_size: int = MAX_WORLD_SIZE, max_count: int = MAX_
             rows = draw(st.lists(st.lists(st.integers(0, per), min_size=n, max_size=n),
                                  min_size=n, max_size=n))
             splits = tuple(tuple(r) for r in rows)
+    accumulate = None
+    if ringccl.get_collective(collective).reduces and dtype in ("float16", "float32"):
+        wider = ["float32", "float64"] if dtype == "float16" else ["float64"]
+        accumulate = draw(st.one_of(st.none(), st.sampled_from(wider)))
     return Case(collective, algorithm, n, count, dtype, op, root, params, splits,
-                draw(st.integers(0, 2 ** 32 - 1)))
+                draw(st.integers(0, 2 ** 32 - 1)), accumulate)
 
 
 # -- inputs and the independent reference ---------------------------------------------------------
@@ -137,22 +144,35 @@ def _fold(x: np.ndarray, op: str) -> np.ndarray:
     return acc
 
 
-def _reduced(x: np.ndarray, op: str):
-    """(expected values in float64 or x's dtype, absolute tolerance or None for exact)."""
+_BITS = {"float16": (11, 5), "float32": (24, 8), "float64": (53, 11)}
+
+
+def _reduced(x: np.ndarray, op: str, accumulate: str | None = None):
+    """(expected values in float64 or x's dtype, absolute tolerance or None for exact).
+
+    Floating sums: Higham §4.2, |ŝ − s| <= γ_{N−1}·Σ|x_i| with γ_k = k·u/(1 − k·u) for the
+    dtype the additions round to; accumulating in a wider dtype adds one rounding to x's dtype
+    (u·|result|, or half the smallest subnormal)."""
     n = x.shape[0]
     if x.dtype.kind != "f" or op in ("min", "max"):
         return _fold(x, op), None
-    u = 2.0 ** -{"float16": 11, "float32": 24, "float64": 53}[x.dtype.name]
-    gamma = (n - 1) * u / (1 - (n - 1) * u)  # Higham §4.2: γ_{N−1}
+    p, e = _BITS[x.dtype.name]
+    u = 2.0 ** -p
+    ua = u if accumulate is None else 2.0 ** -_BITS[accumulate][0]
+    gamma = (n - 1) * ua / (1 - (n - 1) * ua)  # γ_{N−1}
+    last = 0.0 if accumulate is None else u  # the final rounding back to x's dtype
+    tiny = 0.0 if accumulate is None else 2.0 ** (2 - 2 ** (e - 1) - p)
     x64 = x.astype(np.float64)
+    slack = 2 * n * 2.0 ** -52  # the float64 reference's own rounding
     if op == "prod":
         ref = np.prod(x64, axis=0)
-        return ref, gamma * np.abs(ref) + 2 * n * 2.0 ** -52 * np.abs(ref)
+        return ref, (gamma + last + gamma * last + slack) * np.abs(ref) + tiny
     ref = x64.sum(axis=0)
-    tol = gamma * np.abs(x64).sum(axis=0) + n * 2.0 ** -52 * np.abs(x64).sum(axis=0)
+    abs_sum = np.abs(x64).sum(axis=0)
+    tol = (gamma + slack) * abs_sum + last * (np.abs(ref) + gamma * abs_sum) + tiny
     if op == "avg":
         ref = ref / n
-        tol = tol / n + 2 * u * np.abs(ref)
+        tol = tol / n + 2 * u * np.abs(ref) + tiny
     return ref, tol
 
 
@@ -160,7 +180,7 @@ def expected(case: Case, x):
     """Per-rank expected outputs (gather: the root's only) as (values, tolerance) pairs."""
     n, c, root = case.world_size, case.collective, case.root
     if c in ("all_reduce", "reduce", "reduce_scatter"):
-        ref, tol = _reduced(x, case.op)
+        ref, tol = _reduced(x, case.op, case.accumulate_dtype)
         if c == "all_reduce":
             return [(ref, tol)] * n
         if c == "reduce":
@@ -193,6 +213,8 @@ def run_case(case: Case) -> list[str]:
         kwargs[ROOT_ARG[case.collective]] = case.root
     if case.splits is not None:
         kwargs["input_split_sizes"] = np.asarray(case.splits, dtype=np.int64)
+    if case.accumulate_dtype is not None:
+        kwargs["accumulate_dtype"] = case.accumulate_dtype
     r = ringccl.simulate(case.collective, x, op=case.op, algorithm=case.algorithm, **kwargs)
     problems = []
     if not all(np.array_equal(a, b) for a, b in zip(x, before)):

@@ -5,7 +5,9 @@ from hypothesis import given, settings
 
 from .fuzzing import Case, fuzz_cases, run_case
 
-CI_EXAMPLES = 150
+#: examples in CI (about 15 s on one core); a profile asking for more (RINGCCL_HYPOTHESIS=
+#: thorough) gets its own number
+CI_EXAMPLES = max(300, settings.default.max_examples)
 
 
 @settings(max_examples=CI_EXAMPLES)
