@@ -104,7 +104,8 @@ def torch_worker(rank: int, world_size: int, count: int) -> list:
     from ringccl.torch import _plan
 
     rows = []
-    cases = [("all_reduce", "ring", torch.float32, None), ("all_reduce", "tree", torch.float32, None),
+    cases = [("all_reduce", "ring", torch.float32, None),
+             ("all_reduce", "tree", torch.float32, None),
              ("all_reduce", "recursive_doubling", torch.float32, None),
              ("all_reduce", "ring", torch.float16, torch.float32),
              ("reduce_scatter", "ring", torch.float32, None),
