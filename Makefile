@@ -34,6 +34,8 @@ bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/bench_vs_builtin.py
 	$(BIN)/python benchmarks/bench_mpi.py
 	$(BIN)/python benchmarks/bench_fit.py
+	$(BIN)/python benchmarks/bench_memory.py
+	$(BIN)/python benchmarks/fuzz_sim.py --examples 10000
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -3,7 +3,15 @@
 ``ReduceOp`` mirrors ``torch.distributed.ReduceOp`` (SUM, PRODUCT, MIN, MAX, AVG, BAND, BOR, BXOR).
 Rules (as torch.distributed / NCCL): AVG needs a floating dtype; the bitwise ops need an integer
 or bool dtype. On bool, SUM and MAX are logical or, PRODUCT and MIN logical and (numpy's rules).
-Integer SUM and PRODUCT wrap around on overflow, as numpy and torch do.
+Integer SUM and PRODUCT wrap around on overflow, as numpy and torch do (two's complement modulo
+2^bits: an int8 sum of 100 + 100 is -56, exactly ``numpy.add`` on int8; no error, no warning).
+Floating ops follow IEEE 754: a NaN operand makes a sum or product NaN, +inf + -inf is NaN, and
+min/max propagate NaN (``numpy.minimum``/``numpy.maximum`` and ``torch.minimum``/``torch.maximum``
+semantics, not ``fmin``/``fmax``): a NaN on any rank makes that element NaN on every rank that
+receives the reduction.
+
+Floating sums may accumulate in a wider dtype (``accumulate_dtype=``, see
+:func:`check_accumulate_dtype` and :func:`ringccl.sim.fp_error_bound`).
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ import numpy as np
 from .errors import ArgumentError, ArgumentTypeError
 
 __all__ = ["ReduceOp", "SUPPORTED_DTYPES", "parse_op", "check_dtype", "check_op_dtype", "identity",
-           "ufunc"]
+           "ufunc", "FLOAT_FORMATS", "check_accumulate_dtype"]
 
 #: dtypes every executor supports (torch adds bfloat16 in ringccl.torch).
 SUPPORTED_DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8",
@@ -96,6 +104,69 @@ def check_op_dtype(op: ReduceOp, dtype: np.dtype, argument: str = "op") -> None:
     if op in (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR) and is_float:
         raise ArgumentError(f"{argument}={op.value} is bitwise and needs an integer or bool dtype, "
                             f"got {dtype.name}")
+
+
+#: floating formats: name -> (precision p in bits incl. the implicit bit, exponent bits).
+#: unit roundoff u = 2^-p (Higham, "Accuracy and Stability of Numerical Algorithms", 2nd ed.,
+#: section 2.1): float16 2^-11, bfloat16 2^-8, float32 2^-24, float64 2^-53.
+FLOAT_FORMATS = {"float16": (11, 5), "bfloat16": (8, 8), "float32": (24, 8), "float64": (53, 11)}
+
+
+def _dtype_name(dtype: Any) -> str | None:
+    """'float32' for np.float32, np.dtype('float32'), 'float32', torch.float32; None if none."""
+    text = str(dtype)
+    if text.startswith("torch."):
+        return text[len("torch."):]
+    if isinstance(dtype, str) and dtype in FLOAT_FORMATS:
+        return dtype
+    try:
+        return np.dtype(dtype).name
+    except TypeError:
+        return None
+
+
+def check_accumulate_dtype(accumulate_dtype: Any, dtype: Any, collective: str,
+                           reduces: bool, argument: str = "accumulate_dtype") -> str | None:
+    """Validate a request to accumulate a reduction in a wider floating dtype.
+
+    Args:
+        accumulate_dtype: None, or a floating dtype as a name ("float32"), numpy dtype or type
+            (np.float32) or torch dtype (torch.float32).
+        dtype: the input's dtype (numpy or torch).
+        collective: the collective's name, for messages.
+        reduces: whether the collective reduces (only reductions accumulate).
+
+    Returns:
+        None (no accumulate dtype) or the accumulate dtype's name, a key of
+        :data:`FLOAT_FORMATS` whose precision and exponent range are both at least the input's
+        (accumulating in the input's own dtype is allowed and changes nothing).
+    Raises:
+        ArgumentError: not a dtype, not floating, narrower than the input, an integer or bool
+            input, or a collective that does not reduce. The message names ``argument``, the value
+            and what is allowed.
+    """
+    if accumulate_dtype is None:
+        return None
+    name = _dtype_name(accumulate_dtype)
+    source = _dtype_name(dtype)
+    if not reduces:
+        raise ArgumentError(f"{argument}={accumulate_dtype!r} applies to reducing collectives "
+                            f"only (all_reduce, reduce_scatter, reduce), not {collective}")
+    if source not in FLOAT_FORMATS:
+        raise ArgumentError(f"{argument}={accumulate_dtype!r} needs a floating input, got "
+                            f"{source}: integer sums are exact (modulo 2^bits) and wrap as numpy "
+                            "and torch do")
+    p, e = FLOAT_FORMATS[source]
+    allowed = [k for k, (q, f) in FLOAT_FORMATS.items() if q >= p and f >= e]
+    if name not in FLOAT_FORMATS:
+        raise ArgumentError(f"{argument}={accumulate_dtype!r} is not a floating dtype; expected "
+                            f"None or one of {', '.join(allowed)} (at least as wide as the "
+                            f"input's {source})")
+    if name not in allowed:
+        raise ArgumentError(f"{argument}={name} is narrower than the input's {source}; expected "
+                            f"None or one of {', '.join(allowed)} (precision and exponent range "
+                            "at least the input's)")
+    return name
 
 
 def ufunc(op: ReduceOp) -> np.ufunc:

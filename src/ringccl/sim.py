@@ -29,11 +29,14 @@ from .algorithms import algorithms, build_schedule
 from .collectives import check_root, get_collective, split_sizes
 from .errors import ArgumentError, ArgumentTypeError
 from .ir import Schedule, chunk_bounds, reduce_rounds
-from .ops import ReduceOp, check_dtype, check_op_dtype, identity, parse_op, ufunc
+from .ops import (FLOAT_FORMATS, ReduceOp, check_accumulate_dtype, check_dtype, check_op_dtype,
+                  identity, parse_op, ufunc)
 
-__all__ = ["simulate", "SimResult", "SimStats", "reference_tolerance", "default_algorithm"]
+__all__ = ["simulate", "SimResult", "SimStats", "reference_tolerance", "default_algorithm",
+           "fp_error_bound", "unit_roundoff"]
 
 _MAX_PIECES = 8  # beyond this many strided runs a step uses one gather/scatter instead
+_BATCH_BYTES = 4 << 20  # largest temporary of a gather/scatter step (see _scatter)
 
 
 @dataclass(frozen=True)
@@ -133,7 +136,13 @@ def _compile(schedule: Schedule) -> list:
             # several reduces into one slot: applied in rounds, in canonical order (ir.py)
             rounds = (reduce_rounds(d, red) if np.unique(d[red]).size < int(red.sum())
                       else None)
-            plan.append(("fancy", s, d, red, rounds))
+            # BSP: only sources this step also writes need a snapshot (one row per slot)
+            protect = np.intersect1d(s, d)
+            at = np.searchsorted(protect, s)
+            snap = np.where((at < protect.size) & (protect[np.minimum(at, max(protect.size - 1,
+                                                                                 0))] == s)
+                            if protect.size else np.zeros(s.shape, bool), at, -1)
+            plan.append(("fancy", s, d, red, rounds, protect, snap))
         else:
             plan.append(("slices", groups, hazard, int(hi - lo)))
     schedule._cache["sim_plan"] = plan
@@ -146,7 +155,8 @@ def _view(flat: np.ndarray, start: int, stride: int, length: int) -> np.ndarray:
 
 def _run(plan: list, flat: np.ndarray, combine: np.ufunc) -> None:
     """Execute compiled steps in place on ``flat`` (world_size·num_chunks, m)."""
-    max_t = max((p[3] if p[0] == "slices" else p[1].shape[0] for p in plan), default=0)
+    max_t = max(((p[3] if p[2] else 0) if p[0] == "slices" else p[5].shape[0] for p in plan),
+                default=0)
     scratch = np.empty((max_t, flat.shape[1]), dtype=flat.dtype)
     for entry in plan:
         if entry[0] == "slices":
@@ -169,18 +179,50 @@ def _run(plan: list, flat: np.ndarray, combine: np.ufunc) -> None:
                 else:
                     np.copyto(dst, src)
         else:
-            _, s, d, red, rounds = entry
-            vals = scratch[:s.shape[0]]
-            np.take(flat, s, axis=0, out=vals)  # a gather always snapshots
+            _, s, d, red, rounds, protect, snap = entry
+            saved = scratch[:protect.shape[0]]
+            # mode="clip" (indices are valid) writes straight into `saved`: with the default
+            # mode="raise" numpy buffers `out` in a full temporary
+            np.take(flat, protect, axis=0, out=saved, mode="clip")
+            src = (flat, saved, s, snap)
             if not red.all():
-                flat[d[~red]] = vals[~red]
+                _scatter(flat, d, src, np.nonzero(~red)[0], None)
             if rounds is not None:
                 for sel in rounds:
-                    idx = d[sel]
-                    flat[idx] = combine(flat[idx], vals[sel])
+                    _scatter(flat, d, src, sel, combine)
             elif red.any():
-                idx = d[red]
-                flat[idx] = combine(flat[idx], vals[red])
+                _scatter(flat, d, src, np.nonzero(red)[0], combine)
+
+
+def _scatter(flat: np.ndarray, d: np.ndarray, src: tuple, pos: np.ndarray,
+             combine: np.ufunc | None) -> None:
+    """``flat[d[pos]] = source rows`` (combine None) or ``combine(flat[d[pos]], source rows)``,
+    for distinct ``d[pos]``, in batches of rows so that numpy's fancy-indexing temporaries stay
+    within min(_BATCH_BYTES, 1/16 of the storage) each, whatever the step moves. Source rows are
+    read from the step's snapshot where the step also writes them (``snap`` >= 0), else from
+    ``flat`` directly. Peak memory: storage + snapshot (<= storage) + three batches."""
+    flat_src, saved, s, snap = src
+    row_bytes = max(1, flat.shape[1] * flat.itemsize)
+    rows = max(1, min(_BATCH_BYTES, flat.nbytes // 16) // row_bytes)
+    for a in range(0, pos.shape[0], rows):
+        p = pos[a:a + rows]
+        idx = d[p]
+        k = snap[p]
+        from_snap = k >= 0
+        if from_snap.all():
+            vals = saved[k]
+        elif not from_snap.any():
+            vals = flat_src[s[p]]
+        else:
+            vals = np.empty((p.shape[0], flat.shape[1]), dtype=flat.dtype)
+            vals[from_snap] = saved[k[from_snap]]
+            vals[~from_snap] = flat_src[s[p[~from_snap]]]
+        if combine is None:
+            flat[idx] = vals
+        else:
+            part = flat[idx]  # a copy of at most `rows` rows
+            combine(part, vals, out=part)
+            flat[idx] = part
 
 
 # -- data in and out ------------------------------------------------------------------------------
@@ -244,7 +286,88 @@ def _stack(parts):
 
 # -- reference ------------------------------------------------------------------------------------
 
-def reference_tolerance(op: ReduceOp, dtype: np.dtype, world_size: int) -> str:
+def unit_roundoff(dtype) -> float:
+    """u = 2^-p for a floating dtype with p bits of precision: float16 2^-11, bfloat16 2^-8,
+    float32 2^-24, float64 2^-53 (half of numpy.finfo(dtype).eps).
+
+    Raises:
+        ArgumentError: not a floating dtype.
+    """
+    return 2.0 ** -FLOAT_FORMATS[_float_name(dtype)][0]
+
+
+def _float_name(dtype) -> str:
+    name = str(dtype).replace("torch.", "") if str(dtype).startswith("torch.") else None
+    if name is None:
+        try:
+            name = np.dtype(dtype).name
+        except TypeError:
+            name = str(dtype)
+    if name not in FLOAT_FORMATS:
+        raise ArgumentError(f"dtype={dtype!r} is not a floating dtype; expected one of "
+                            f"{', '.join(FLOAT_FORMATS)}")
+    return name
+
+
+def _gamma(k: int, u: float) -> float:
+    """Higham's γ_k = k·u / (1 − k·u); inf when k·u >= 1 (the bound says nothing)."""
+    return k * u / (1 - k * u) if k * u < 1 else float("inf")
+
+
+def fp_error_bound(dtype, world_size: int, abs_sum, exact_sum=0.0,
+                   accumulate_dtype=None) -> np.ndarray:
+    """Worst-case error of a sum over ``world_size`` ranks by any of ringccl's algorithms.
+
+    Every output element of a sum all_reduce/reduce/reduce_scatter is the sum of N = world_size
+    contributions formed by N − 1 additions (a chain for ring and direct, a tree for tree and
+    recursive doubling, in any order). For any such summation, Higham, "Accuracy and Stability
+    of Numerical Algorithms", 2nd ed., section 4.2 (eq. 4.4 and the text after it) gives
+
+        |ŝ − s| <= γ_{N−1} · Σ|x_i|,   γ_k = k·u / (1 − k·u),
+
+    u the unit roundoff of the dtype the additions round to (:func:`unit_roundoff`). Additions
+    with gradual underflow are exact when the result is subnormal, so no absolute term enters.
+
+    With ``accumulate_dtype`` (wider, unit roundoff u_a) the additions round to it and the sum is
+    rounded once more to ``dtype`` at the end (round to nearest: relative error <= u, or an
+    absolute ½ of the smallest subnormal d_min when the result is subnormal), so
+
+        |ŝ − s| <= γ^a_{N−1}·Σ|x_i| + u·(|s| + γ^a_{N−1}·Σ|x_i|) + d_min/2.
+
+    Args:
+        dtype: the inputs' (and outputs') floating dtype.
+        world_size: N >= 1.
+        abs_sum: Σ_i |x_i| per element (float64 array or scalar), the inputs exact.
+        exact_sum: |s| = |Σ_i x_i| per element (only used with ``accumulate_dtype``).
+        accumulate_dtype: None, or the dtype the additions round to.
+
+    Returns:
+        float64 array (the broadcast shape of ``abs_sum`` and ``exact_sum``): the bound, in the
+        inputs' units; inf where (N − 1)·u >= 1 (float16 beyond 2049 ranks without
+        accumulation). Overflow to inf is outside the bound's model (elements whose Σ|x_i|
+        exceeds the largest finite value of a dtype that rounds).
+
+    Example: 1024 float16 ranks: γ_1023 = 0.998 (the bound allows an error of about Σ|x_i|);
+    accumulating in float32: γ_1023 = 6.1e-5, so ≈ 6.1e-5·Σ|x_i| + 2^-11·|s|.
+    """
+    n = int(world_size)
+    if n < 1:
+        raise ArgumentError(f"world_size={world_size!r} must be >= 1")
+    abs_sum = np.asarray(abs_sum, dtype=np.float64)
+    exact_sum = np.abs(np.asarray(exact_sum, dtype=np.float64))
+    u = unit_roundoff(dtype)
+    acc = check_accumulate_dtype(accumulate_dtype, dtype, "sum", True)
+    if acc is None or unit_roundoff(acc) == u:
+        return np.broadcast_to(_gamma(n - 1, u) * abs_sum, np.broadcast_shapes(
+            abs_sum.shape, exact_sum.shape)).astype(np.float64)
+    g = _gamma(n - 1, unit_roundoff(acc))
+    p, e = FLOAT_FORMATS[_float_name(dtype)]
+    tiny_half = 2.0 ** (2 - 2 ** (e - 1) - p)  # ½·smallest subnormal = ½·2^(emin − p + 1)
+    return g * abs_sum + u * (exact_sum + g * abs_sum) + tiny_half
+
+
+def reference_tolerance(op: ReduceOp, dtype: np.dtype, world_size: int,
+                        accumulate_dtype=None) -> str:
     """The tolerance :func:`simulate` allows against the float64 reference, as text.
 
     * sum on floats: |out - ref| <= (N-1)·eps·Σ|x_i|, the bound for recursive summation in any
@@ -257,17 +380,26 @@ def reference_tolerance(op: ReduceOp, dtype: np.dtype, world_size: int) -> str:
     Elements whose Σ|x_i| exceeds the dtype's largest finite value are not compared (partial sums
     may overflow to inf legitimately). Collectives that only copy (broadcast, scatter, gather,
     all_gather, all_to_all) must match exactly.
+
+    With ``accumulate_dtype`` the sum's tolerance is :func:`fp_error_bound` (γ_{N−1} of the
+    accumulate dtype, plus the final rounding to ``dtype``), plus N·2^-53·Σ|x| for the float64
+    reference's own rounding; avg divides it by N and adds eps·|ref|.
     """
     dtype = np.dtype(dtype)
     if dtype.kind != "f" or op not in (ReduceOp.SUM, ReduceOp.AVG, ReduceOp.PRODUCT):
         return "exact"
+    acc = check_accumulate_dtype(accumulate_dtype, dtype, "all_reduce", True)
+    if acc is not None and op is not ReduceOp.PRODUCT:
+        text = (f"fp_error_bound({dtype.name}, N={world_size}, accumulate_dtype={acc}) "
+                "+ N·2^-53·Σ|x|")
+        return text if op is ReduceOp.SUM else f"({text})/N + eps·|ref|"
     return {ReduceOp.SUM: f"(N-1)·eps·Σ|x| with N={world_size}, eps={np.finfo(dtype).eps:g}",
             ReduceOp.AVG: f"(N-1)·eps·Σ|x|/N + eps·|ref| with N={world_size}",
             ReduceOp.PRODUCT: f"(N-1)·eps·|ref| + N·tiny with N={world_size}"}[op]
 
 
-def _reference_reduction(x: np.ndarray, op: ReduceOp, cols: slice):
-    """The reduction over ranks of ``x[:, cols]``.
+def _reference_reduction(x: np.ndarray, op: ReduceOp, cols: slice, accumulate=None):
+    """The reduction over ranks of ``x[:, cols]`` (``accumulate``: see reference_tolerance).
 
     Returns (exact expected in x's dtype or None, float64 expected or None, tolerance or None).
     """
@@ -283,7 +415,12 @@ def _reference_reduction(x: np.ndarray, op: ReduceOp, cols: slice):
             tol = (n - 1) * eps * np.abs(ref) + n * float(np.finfo(x.dtype).tiny)
         else:
             ref = b64.sum(axis=0)
-            tol = (n - 1) * eps * np.abs(b64).sum(axis=0)
+            abs_sum = np.abs(b64).sum(axis=0)
+            if accumulate is None:
+                tol = (n - 1) * eps * abs_sum
+            else:
+                tol = (fp_error_bound(x.dtype, n, abs_sum, ref, accumulate)
+                       + n * 2.0 ** -53 * abs_sum)
             if op is ReduceOp.AVG:
                 ref = ref / n
                 tol = tol / n + eps * np.abs(ref)
@@ -343,7 +480,7 @@ def _copy_reference(name: str, rows, n: int, root: int | None, ins) -> list:
             for r in range(n)]
 
 
-def _check_outputs(spec, rows, outputs, op, root, ins) -> tuple[int, float]:
+def _check_outputs(spec, rows, outputs, op, root, ins, accumulate=None) -> tuple[int, float]:
     n = len(rows)
     mismatches, max_err = 0, 0.0
 
@@ -368,7 +505,7 @@ def _check_outputs(spec, rows, outputs, op, root, ins) -> tuple[int, float]:
     whole = spec.name == "all_reduce" and isinstance(outputs, np.ndarray)
     for a in range(0, count, step):
         cols = slice(a, min(count, a + step))
-        ref, ref64, tol = _reference_reduction(x, op, cols)
+        ref, ref64, tol = _reference_reduction(x, op, cols, accumulate)
         if whole:  # every rank outputs the whole reduced buffer
             add(_compare(outputs[:, cols], ref, ref64, tol))
             continue
@@ -466,7 +603,7 @@ def _check_transfer_sizes(schedule: Schedule, sizes: np.ndarray) -> None:
 def simulate(collective: str, inputs, op: Any = "sum", algorithm: str | None = None, *,
              schedule: Schedule | None = None, check: bool = True, out: np.ndarray | None = None,
              src: int | None = None, dst: int | None = None, input_split_sizes=None,
-             output_split_sizes=None, **params) -> SimResult:
+             output_split_sizes=None, accumulate_dtype=None, **params) -> SimResult:
     """Run ``algorithm`` for ``collective`` on N virtual ranks and compare with numpy.
 
     Args:
@@ -492,6 +629,13 @@ def simulate(collective: str, inputs, op: Any = "sum", algorithm: str | None = N
         input_split_sizes, output_split_sizes: all_to_all only (all_to_all_single): (N, N)
             integer arrays, row r = rank r's splits; one may be None (then it is the other's
             transpose). Zero sizes are allowed.
+        accumulate_dtype: reducing collectives on floating inputs only: None (reduce in the
+            inputs' dtype), or a floating dtype at least as wide ("float32", np.float32,
+            torch.float32). The working buffer is held in it (inputs cast in, every step reduces
+            in it, outputs cast back to the inputs' dtype once), so each element is rounded to
+            the inputs' dtype once instead of at each of the N − 1 additions; error bound in
+            :func:`fp_error_bound`. ``stats`` then count the accumulate dtype's bytes (what
+            the wire would carry) and ``out`` is not used as storage.
         **params: algorithm parameters passed to the builder (root, segments, ...).
 
     Returns:
@@ -514,6 +658,11 @@ def simulate(collective: str, inputs, op: Any = "sum", algorithm: str | None = N
             schedule for another collective or world size, a schedule whose transfers do not
             fit the chunk sizes (scratch-chunk all_to_all algorithms with uneven blocks).
         ArgumentTypeError: unsupported dtype.
+
+    Numerics: integer sums and products wrap modulo 2^bits exactly as numpy's (an int8 sum over
+    ranks equals ``x.sum(axis=0, dtype=np.int8)``); floats follow IEEE 754: NaN on any rank
+    gives NaN on every rank receiving that element of the reduction, +inf + -inf = NaN, and
+    min/max propagate NaN (numpy.minimum/maximum, torch.minimum/maximum).
     """
     spec = get_collective(collective)
     splits = input_split_sizes is not None or output_split_sizes is not None
@@ -528,6 +677,8 @@ def simulate(collective: str, inputs, op: Any = "sum", algorithm: str | None = N
     reduce_op = parse_op(op)
     if spec.reduces:
         check_op_dtype(reduce_op, dtype)
+    acc = check_accumulate_dtype(accumulate_dtype, dtype, collective, spec.reduces)
+    work_dtype = np.dtype(acc) if acc is not None else dtype
     params = resolve_root(spec, params, src, dst)
     if spec.root_arg:
         check_root(params["root"], n, spec.root_arg)
@@ -568,7 +719,7 @@ def simulate(collective: str, inputs, op: Any = "sum", algorithm: str | None = N
             raise ArgumentError(f"out must be a C-contiguous {dtype.name} array of shape "
                                 f"({n}, {length}), got "
                                 f"{getattr(out, 'shape', type(out).__name__)}")
-    if out is not None and even:
+    if out is not None and even and work_dtype == dtype:
         storage = out.reshape(n, c, m)
         if whole:
             np.copyto(out, rows)
@@ -576,21 +727,26 @@ def simulate(collective: str, inputs, op: Any = "sum", algorithm: str | None = N
             storage.fill(identity(reduce_op, dtype))
             _load(rows, storage, sizes, in_lists, even)
     elif whole:
-        storage = rows.reshape(n, c, m).copy()  # the only full copy
+        # the only full copy (in the accumulate dtype: the cast is the copy)
+        storage = rows.reshape(n, c, m).astype(work_dtype, copy=True)
     else:
-        storage = np.full((n, c, m), identity(reduce_op, dtype), dtype=dtype)
+        storage = np.full((n, c, m), identity(reduce_op, work_dtype), dtype=work_dtype)
         _load(rows, storage, sizes, in_lists, even)
     if m:
         with np.errstate(all="ignore"):  # IEEE results (inf, NaN) are intended, not warnings
             _run(_compile(schedule), storage.reshape(n * c, m), ufunc(reduce_op))
-    outputs = _shape(spec, _unload(storage, sizes, out_lists, even), rows, root, splits)
+    outputs = _shape(spec, _unload(storage, sizes, out_lists, even),
+                     rows if work_dtype == dtype else rows.astype(work_dtype), root, splits)
     if spec.reduces and reduce_op is ReduceOp.AVG:
-        outputs = _divide(spec, outputs, n, root, dtype)
+        outputs = _divide(spec, outputs, n, root, work_dtype)
+    if work_dtype != dtype:  # one rounding to the inputs' dtype
+        outputs = (tuple(o.astype(dtype) for o in outputs) if isinstance(outputs, tuple)
+                   else outputs.astype(dtype))
     total = spec.buffer_count(n, count or 0)
     stats = SimStats(schedule.num_steps,
-                     schedule.bytes_sent(total, dtype.itemsize, chunk_sizes=sizes),
-                     schedule.bytes_received(total, dtype.itemsize, chunk_sizes=sizes))
-    mismatches, max_err = (_check_outputs(spec, rows, outputs, reduce_op, root, ins)
+                     schedule.bytes_sent(total, work_dtype.itemsize, chunk_sizes=sizes),
+                     schedule.bytes_received(total, work_dtype.itemsize, chunk_sizes=sizes))
+    mismatches, max_err = (_check_outputs(spec, rows, outputs, reduce_op, root, ins, acc)
                            if check else (0, 0.0))
     return SimResult(outputs, stats, mismatches == 0 if check else None, mismatches, max_err,
                      schedule)

@@ -150,6 +150,20 @@ z[rank * 5:(rank + 1) * 5] = rank + 10
 rm.run_schedule(direct, z)
 check("run_schedule with a direct all_gather", z, np.repeat(np.arange(n) + 10, 5).astype(np.int32))
 
+# float16 accumulated in float32: multiples of 1/8 below 256 make every float32 partial sum
+# exact, so the result is the exact sum rounded once to float16
+k = np.random.default_rng(16).integers(0, 2048, (n, 4 * n + 3))
+h = (k / 8).astype(np.float16)
+exact16 = k.sum(axis=0) / 8
+acc = h[rank].copy()
+rm.all_reduce(acc, accumulate_dtype="float32")
+check("all_reduce float16 accumulate_dtype=float32", acc, exact16.astype(np.float16))
+hs = h[:, :4 * n]
+out16 = np.empty(4, dtype=np.float16)
+rm.reduce_scatter(out16, hs[rank].copy(), accumulate_dtype=np.float32)
+check("reduce_scatter float16 accumulate_dtype=float32", out16,
+      (hs.astype(np.float64).sum(axis=0)[rank * 4:(rank + 1) * 4]).astype(np.float16))
+
 # bad arguments raise before any data moves (every rank raises, so nobody waits)
 for call, error, text in [
     (lambda: rm.all_reduce(np.ones((4, 4))[:, 0]), ArgumentError, "C-contiguous"),
@@ -159,6 +173,10 @@ for call, error, text in [
     (lambda: rm.reduce_scatter(np.ones(3), np.ones(3 * n + 1)), ArgumentError, "input has"),
     (lambda: rm.all_gather(np.ones(n + 1), np.ones(1)), ArgumentError, "output has"),
     (lambda: rm.all_reduce(np.ones(4), algorithm="nope"), ArgumentError, "not available"),
+    (lambda: rm.all_reduce(np.ones(4, np.int16), accumulate_dtype="float32"), ArgumentError,
+     "accumulate_dtype='float32' needs a floating input, got int16"),
+    (lambda: rm.all_reduce(np.ones(4), accumulate_dtype="float32"), ArgumentError,
+     "accumulate_dtype=float32 is narrower than the input's float64"),
     (lambda: rm.run_schedule(ringccl.schedule("all_reduce", "ring", n + 1), np.ones(8)),
      BackendError, f"world_size={n + 1}"),
 ]:

@@ -52,7 +52,8 @@ from ..algorithms import REGISTRY, build_schedule
 from ..collectives import check_root
 from ..errors import ArgumentError, ArgumentTypeError
 from ..layout import all_to_all_sizes, clear_cache, layout, rooted, split_rows
-from ..ops import SUPPORTED_DTYPES, ReduceOp, check_dtype, check_op_dtype, parse_op
+from ..ops import (SUPPORTED_DTYPES, ReduceOp, check_accumulate_dtype, check_dtype,
+                   check_op_dtype, parse_op)
 
 __all__ = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "scatter",
            "gather", "all_to_all", "run_schedule", "release_buffers", "ReduceOp",
@@ -184,8 +185,16 @@ def run_schedule(schedule, buffer: np.ndarray, op: Any = ReduceOp.SUM, comm=None
                     bounds=bounds)
 
 
+def _accumulate(accumulate_dtype: Any, dtype: np.dtype, collective: str) -> np.dtype | None:
+    """The numpy dtype to reduce in (None: the buffer's own), validated
+    (:func:`ringccl.ops.check_accumulate_dtype`)."""
+    name = check_accumulate_dtype(accumulate_dtype, dtype, collective, True)
+    return None if name is None or np.dtype(name) == dtype else np.dtype(name)
+
+
 def all_reduce(buffer: np.ndarray, op: Any = ReduceOp.SUM, comm=None, algorithm: str = "ring",
-               segment_bytes: int | None = None, **params) -> np.ndarray:
+               segment_bytes: int | None = None, accumulate_dtype: Any = None,
+               **params) -> np.ndarray:
     """Reduce ``buffer`` across all ranks of ``comm``, in place (``MPI_Allreduce(MPI_IN_PLACE)``).
 
     Args:
@@ -196,6 +205,9 @@ def all_reduce(buffer: np.ndarray, op: Any = ReduceOp.SUM, comm=None, algorithm:
         algorithm: a name from ``ringccl.algorithms("all_reduce")``.
         segment_bytes: pipelining segment size in bytes (None: :data:`PIPELINE_THRESHOLD_BYTES`
             decides, 0: never split).
+        accumulate_dtype: floating buffers only: None, or a floating dtype at least as wide
+            ("float32", np.float32): the working buffer is a copy in that dtype (what travels),
+            the result is cast back once (error bound: :func:`ringccl.sim.fp_error_bound`).
         params: the algorithm's keyword parameters (e.g. ``segments=8`` for tree,
             ``local_size=`` for hierarchical, ``root=`` for master).
 
@@ -208,20 +220,23 @@ def all_reduce(buffer: np.ndarray, op: Any = ReduceOp.SUM, comm=None, algorithm:
     comm = _comm(comm)
     _check_array(buffer, "buffer")
     reduce_op = _check_op(op, buffer.dtype)
+    acc = _accumulate(accumulate_dtype, buffer.dtype, "all_reduce")
     _check_segment_bytes(segment_bytes)
     world_size = comm.Get_size()
     schedule = _schedule("all_reduce", algorithm, world_size, params)
-    work = buffer.reshape(-1)
+    work = buffer.reshape(-1) if acc is None else buffer.reshape(-1).astype(acc)
     _execute(schedule, work, reduce_op, comm, segment_bytes,
              bounds=layout(schedule, comm.Get_rank(), work.size).offsets)
     if reduce_op is ReduceOp.AVG:
         np.divide(work, world_size, out=work)
+    if acc is not None:
+        buffer.reshape(-1)[...] = work  # one rounding back to the buffer's dtype
     return buffer
 
 
 def reduce_scatter(output: np.ndarray, input: np.ndarray, op: Any = ReduceOp.SUM, comm=None,
                    algorithm: str = "ring", segment_bytes: int | None = None,
-                   **params) -> np.ndarray:
+                   accumulate_dtype: Any = None, **params) -> np.ndarray:
     """Reduce ``input`` across ranks and leave block ``rank`` in ``output``
     (``MPI_Reduce_scatter_block``; ``torch.distributed.reduce_scatter_tensor``).
 
@@ -231,7 +246,7 @@ def reduce_scatter(output: np.ndarray, input: np.ndarray, op: Any = ReduceOp.SUM
             the view
             ``input[rank * output.size:(rank + 1) * output.size]`` (in place, as nccl-tests
             does); ``input`` is then modified.
-        op, comm, algorithm, segment_bytes, params: as :func:`all_reduce`
+        op, comm, algorithm, segment_bytes, accumulate_dtype, params: as :func:`all_reduce`
             (``ringccl.algorithms("reduce_scatter")``).
 
     Returns:
@@ -250,6 +265,7 @@ def reduce_scatter(output: np.ndarray, input: np.ndarray, op: Any = ReduceOp.SUM
         raise ArgumentError(f"input has {input.size} elements; reduce_scatter needs "
                             f"world_size * output.size = {world_size} * {output.size}")
     reduce_op = _check_op(op, input.dtype)
+    acc = _accumulate(accumulate_dtype, input.dtype, "reduce_scatter")
     _check_segment_bytes(segment_bytes)
     schedule = _schedule("reduce_scatter", algorithm, world_size, params)
     flat = input.reshape(-1)
@@ -258,13 +274,16 @@ def reduce_scatter(output: np.ndarray, input: np.ndarray, op: Any = ReduceOp.SUM
     if in_place and not np.shares_memory(output.reshape(-1), flat[block]):
         raise ArgumentError("output overlaps input but is not input's block rank "
                             f"(elements {block.start}:{block.stop})")
-    work = flat if in_place else _scratch(flat)
+    if acc is not None:
+        work = flat.astype(acc)
+    else:
+        work = flat if in_place else _scratch(flat)
     _execute(schedule, work, reduce_op, comm, segment_bytes,
              bounds=layout(schedule, rank, flat.size).offsets)
     result = work[block]
     if reduce_op is ReduceOp.AVG:
         np.divide(result, world_size, out=result)
-    if not in_place:
+    if not in_place or acc is not None:
         output.reshape(-1)[...] = result
     return output
 

@@ -52,7 +52,7 @@ from ..algorithms import build_schedule, get_algorithm
 from .. import consistency
 from ..errors import ArgumentError, ArgumentTypeError, BackendError, ConsistencyError, PeerError
 from ..layout import Layout, all_to_all_sizes, layout, rooted, split_rows
-from ..ops import ReduceOp, parse_op
+from ..ops import ReduceOp, check_accumulate_dtype, parse_op
 from .executor import execute
 
 __all__ = ["all_reduce", "reduce_scatter_tensor", "all_gather_into_tensor", "broadcast",
@@ -214,17 +214,31 @@ def run_schedule(schedule, buffer: torch.Tensor, op: Any = ReduceOp.SUM, group=N
                    segment_bytes=segment_bytes, bounds=bounds, timeout=timeout, restore=restore)
 
 
+def _accumulate(accumulate_dtype: Any, dtype: torch.dtype, collective: str,
+                op: ReduceOp) -> torch.dtype | None:
+    """The torch dtype to reduce in (None: the tensor's own), validated
+    (:func:`ringccl.ops.check_accumulate_dtype`)."""
+    name = check_accumulate_dtype(accumulate_dtype, dtype, collective, True)
+    if name is None:
+        return None
+    acc = getattr(torch, name)
+    return None if acc == dtype else acc
+
+
 def _in_place(collective: str, tensor: torch.Tensor, op: ReduceOp, group, algorithm: str,
-              copy: bool = False, **params) -> None:
+              copy: bool = False, accumulate: torch.dtype | None = None, **params) -> None:
     """Run a collective whose working buffer is the whole tensor (all_reduce, broadcast, reduce);
-    ``copy``: work on a copy and leave ``tensor`` unchanged."""
+    ``copy``: work on a copy and leave ``tensor`` unchanged; ``accumulate``: hold the working
+    buffer in this dtype (the tensor is cast in, the result cast back once)."""
     world_size = dist.get_world_size(group)
     _agree(group, collective, algorithm, params, None if collective == "broadcast" else op,
-           tensor.dtype, tensor.numel())
+           accumulate or tensor.dtype, tensor.numel())
     plan = _plan(collective, algorithm, world_size, dist.get_rank(group),
                  buffer_count=tensor.numel(), **params)
-    private = copy or not tensor.is_contiguous()
-    if copy:
+    private = copy or accumulate is not None or not tensor.is_contiguous()
+    if accumulate is not None:
+        work = tensor.reshape(-1).to(accumulate)  # a new contiguous buffer, the wider dtype
+    elif copy:
         work = tensor.reshape(-1).clone()
     else:
         work = tensor.view(-1) if tensor.is_contiguous() else tensor.contiguous().view(-1)
@@ -238,7 +252,8 @@ def _in_place(collective: str, tensor: torch.Tensor, op: ReduceOp, group, algori
 
 
 def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
-               algorithm: str = "ring", **params) -> torch.Tensor:
+               algorithm: str = "ring", accumulate_dtype: Any = None,
+               **params) -> torch.Tensor:
     """Reduce ``tensor`` across all ranks of ``group``, in place (as ``dist.all_reduce``).
 
     Args:
@@ -248,8 +263,17 @@ def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
             integers or bool.
         group: process group (None = default group).
         algorithm: a name from ``ringccl.algorithms("all_reduce")``.
+        accumulate_dtype: floating tensors only: None, or a floating dtype at least as wide as
+            the tensor's (torch.float32, "float32", np.float32). The working buffer (and what
+            travels) is then held in it: ``tensor`` is cast in, every step reduces in it, and
+            the result is cast back once, so a float16 sum over N ranks is rounded to float16
+            once instead of N − 1 times. Costs one buffer of the wider dtype and its bytes on
+            the wire. Error bound: :func:`ringccl.sim.fp_error_bound`.
         params: the algorithm's parameters, and ``segment_bytes``, ``timeout`` (seconds),
             ``restore`` (default True), ``check`` (see the module docstring).
+
+    Numerics: integer sums wrap modulo 2^bits as torch and numpy do; NaN and ±inf follow IEEE
+    (NaN anywhere gives NaN; +inf + -inf = NaN; max/min propagate NaN like torch.maximum).
 
     Returns:
         ``tensor`` (also modified in place).
@@ -262,7 +286,9 @@ def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
     """
     _group_size(group)
     _check_tensor(tensor, "tensor")
-    _in_place("all_reduce", tensor, _check_op(op, tensor.dtype), group, algorithm, **params)
+    reduce_op = _check_op(op, tensor.dtype)
+    acc = _accumulate(accumulate_dtype, tensor.dtype, "all_reduce", reduce_op)
+    _in_place("all_reduce", tensor, reduce_op, group, algorithm, accumulate=acc, **params)
     return tensor
 
 
@@ -291,7 +317,7 @@ def broadcast(tensor: torch.Tensor, src: int, group=None, algorithm: str = "ring
 
 
 def reduce(tensor: torch.Tensor, dst: int, op: Any = ReduceOp.SUM, group=None,
-           algorithm: str = "ring", **params) -> torch.Tensor:
+           algorithm: str = "ring", accumulate_dtype: Any = None, **params) -> torch.Tensor:
     """Reduce ``tensor`` of every rank into ``dst``'s ``tensor`` (as ``dist.reduce``).
 
     Only ``dst``'s tensor receives the result; the other ranks' tensors are left unchanged
@@ -301,7 +327,7 @@ def reduce(tensor: torch.Tensor, dst: int, op: Any = ReduceOp.SUM, group=None,
     Args:
         tensor: any shape, same shape and dtype on every rank.
         dst: global rank of the destination.
-        op, group: as :func:`all_reduce`.
+        op, group, accumulate_dtype: as :func:`all_reduce`.
         algorithm: a name from ``ringccl.algorithms("reduce")`` (default the pipelined ring
             chain).
 
@@ -313,21 +339,24 @@ def reduce(tensor: torch.Tensor, dst: int, op: Any = ReduceOp.SUM, group=None,
     world_size = _group_size(group)
     _check_tensor(tensor, "tensor")
     reduce_op = _check_op(op, tensor.dtype)
+    acc = _accumulate(accumulate_dtype, tensor.dtype, "reduce", reduce_op)
     root = _group_rank(group, dst, "dst", world_size)
     _in_place("reduce", tensor, reduce_op, group, algorithm,
-              copy=dist.get_rank(group) != root, **rooted(params, root))
+              copy=dist.get_rank(group) != root, accumulate=acc, **rooted(params, root))
     return tensor
 
 
 def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = ReduceOp.SUM,
-                          group=None, algorithm: str = "ring", **params) -> torch.Tensor:
+                          group=None, algorithm: str = "ring", accumulate_dtype: Any = None,
+                          **params) -> torch.Tensor:
     """Reduce ``input`` across ranks and leave block ``rank`` in ``output``
     (as ``dist.reduce_scatter_tensor``).
 
     Args:
         output: ``input.numel() // world_size`` elements, same dtype and device as ``input``.
         input: world_size · output.numel() elements; not modified.
-        op, group, algorithm: as :func:`all_reduce` (``ringccl.algorithms("reduce_scatter")``).
+        op, group, algorithm, accumulate_dtype: as :func:`all_reduce`
+            (``ringccl.algorithms("reduce_scatter")``).
 
     Returns:
         ``output``.
@@ -342,10 +371,12 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = R
         raise ArgumentError(f"input has {input.numel()} elements; reduce_scatter_tensor needs "
                             f"world_size * output.numel() = {world_size} * {output.numel()}")
     reduce_op = _check_op(op, input.dtype)
-    _agree(group, "reduce_scatter", algorithm, params, reduce_op, input.dtype, input.numel())
+    acc = _accumulate(accumulate_dtype, input.dtype, "reduce_scatter", reduce_op)
+    _agree(group, "reduce_scatter", algorithm, params, reduce_op, acc or input.dtype,
+           input.numel())
     plan = _plan("reduce_scatter", algorithm, world_size, dist.get_rank(group),
                  buffer_count=input.numel(), **params)
-    work = input.new_empty(plan.numel)
+    work = input.new_empty(plan.numel, dtype=acc or input.dtype)  # copy_ below casts in
     _write(work, plan, input.reshape(-1))  # the caller's input stays as it is
     _execute(plan, work, reduce_op, group, restore=False)
     block = _read(work, plan)
