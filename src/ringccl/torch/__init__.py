@@ -20,7 +20,9 @@ named algorithm's schedule, maps the collective's contract (``ringccl.collective
 working buffer and runs it with :func:`executor.execute`; none
 knows any algorithm. Roots (``src``, ``dst``) are global ranks, as in torch.distributed. Chunks a
 rank never touches get no memory (non-root ranks of scatter and gather hold only their subtree's
-blocks). Arguments are checked before any data moves; a call that raises on some ranks only
+blocks). Every tensor argument, input or output (list entries included), may be
+non-contiguous: handled through a contiguous copy written back. Arguments are checked before any
+data moves (README, "Errors"); a call that raises on some ranks only
 (e.g. ``scatter_list`` given on a non-source rank, as torch.distributed also refuses) leaves the
 others waiting, as torch.distributed does.
 """
@@ -35,9 +37,10 @@ import torch
 import torch.distributed as dist
 
 from ..algorithms import build_schedule, get_algorithm
+from ..args import check_int, check_rank
 from ..collectives import get_collective, split_safe
 from ..errors import ArgumentError, ArgumentTypeError, BackendError
-from ..ops import ReduceOp, parse_op
+from ..ops import ReduceOp, check_op_dtype, parse_op
 from .executor import execute
 
 __all__ = ["all_reduce", "reduce_scatter_tensor", "all_gather_into_tensor", "broadcast",
@@ -57,41 +60,42 @@ def _group_size(group) -> int:
     return dist.get_world_size(group)
 
 
-def _check_tensor(t: Any, argument: str) -> torch.Tensor:
+def _check_tensor(t: Any, argument: str, written: bool = False) -> torch.Tensor:
+    """A tensor of a supported dtype; ``written``: the call writes into it, so no two of its
+    elements may share memory (an ``expand``ed view). Any strides are fine otherwise:
+    non-contiguous tensors are handled through a contiguous copy that is written back."""
     if not isinstance(t, torch.Tensor):
         raise ArgumentTypeError(f"{argument} must be a torch.Tensor, got {type(t).__name__}")
     if t.dtype not in _SUPPORTED:
         raise ArgumentTypeError(f"{argument}.dtype={t.dtype} is not supported; expected one of "
                                 f"{', '.join(str(d).replace('torch.', '') for d in _SUPPORTED)}")
+    if written and any(st == 0 and n > 1 for st, n in zip(t.stride(), t.shape)):
+        raise ArgumentError(f"{argument} (shape {tuple(t.shape)}, stride {t.stride()}) has "
+                            "elements that share memory (an expanded view) and cannot be written; "
+                            "pass a tensor with its own storage (e.g. .clone())")
     return t
 
 
 def _check_op(op: Any, dtype: torch.dtype, argument: str = "op") -> ReduceOp:
     reduce_op = parse_op(op)
-    is_float = dtype in _FLOATS
-    if reduce_op is ReduceOp.AVG and not is_float:
-        raise ArgumentError(f"{argument}=avg needs a floating dtype, got {dtype}")
-    if reduce_op in (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR) and is_float:
-        raise ArgumentError(f"{argument}={reduce_op.value} is bitwise and needs an integer or bool "
-                            f"dtype, got {dtype}")
+    check_op_dtype(reduce_op, dtype, argument)
     return reduce_op
 
 
 def _check_pair(a: torch.Tensor, b: torch.Tensor, name_a: str, name_b: str) -> None:
     if a.dtype != b.dtype:
-        raise ArgumentTypeError(f"{name_a}.dtype={a.dtype} differs from {name_b}.dtype={b.dtype}")
+        raise ArgumentTypeError(f"{name_a}.dtype={a.dtype} differs from {name_b}.dtype={b.dtype}; "
+                                "they must be the same")
     if a.device != b.device:
-        raise ArgumentError(f"{name_a}.device={a.device} differs from {name_b}.device={b.device}")
+        raise ArgumentError(f"{name_a}.device={a.device} differs from {name_b}.device={b.device}; "
+                            "they must be the same")
 
 
 def _group_rank(group, rank: int, argument: str, world_size: int) -> int:
     """torch.distributed's global ``rank`` (src/dst) as a rank of ``group``."""
-    if isinstance(rank, bool) or not isinstance(rank, int):
-        raise ArgumentError(f"{argument}={rank!r} must be an integer rank")
     if group is None or group is dist.group.WORLD:
-        if not 0 <= rank < world_size:
-            raise ArgumentError(f"{argument}={rank} is out of range for world_size={world_size}")
-        return rank
+        return check_rank(rank, world_size, argument)
+    rank = check_int(rank, argument, minimum=0)
     try:
         return dist.get_group_rank(group, rank)
     except (RuntimeError, ValueError):
@@ -127,6 +131,8 @@ def _plan(collective: str, algorithm: str, world_size: int, rank: int, sizes=Non
     a size of ``buffer_count`` elements. ``params["segment_bytes"]`` goes to the executor.
     """
     segment_bytes = params.pop("segment_bytes", None)
+    if segment_bytes is not None:
+        segment_bytes = check_int(segment_bytes, "segment_bytes")
     spec = get_collective(collective)
     schedule = build_schedule(collective, algorithm, world_size, **params)
     n, c = world_size, schedule.num_chunks
@@ -174,7 +180,8 @@ def run_schedule(schedule, buffer: torch.Tensor, op: Any = ReduceOp.SUM, group=N
     _group_size(group)
     _check_tensor(buffer, "buffer")
     if buffer.dim() != 1 or not buffer.is_contiguous():
-        raise ArgumentError(f"buffer must be 1-D and contiguous, got shape {tuple(buffer.shape)}")
+        raise ArgumentError(f"buffer must be 1-D and contiguous, got shape {tuple(buffer.shape)}, "
+                            f"stride {buffer.stride()}")
     return execute(schedule, buffer, _check_op(op, buffer.dtype), group,
                    segment_bytes=segment_bytes, bounds=bounds)
 
@@ -219,7 +226,7 @@ def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
         BackendError: no process group, or a failed transfer.
     """
     _group_size(group)
-    _check_tensor(tensor, "tensor")
+    _check_tensor(tensor, "tensor", written=True)
     _in_place("all_reduce", tensor, _check_op(op, tensor.dtype), group, algorithm, **params)
     return tensor
 
@@ -230,7 +237,7 @@ def broadcast(tensor: torch.Tensor, src: int, group=None, algorithm: str = "ring
 
     Args:
         tensor: any shape, same shape and dtype on every rank; sent from ``src``, overwritten
-            elsewhere.
+            elsewhere. Non-contiguous: handled.
         src: global rank of the source.
         group: process group (None = default group).
         algorithm: a name from ``ringccl.algorithms("broadcast")`` (default the pipelined ring
@@ -242,7 +249,7 @@ def broadcast(tensor: torch.Tensor, src: int, group=None, algorithm: str = "ring
         ArgumentError: src not in the group, unknown algorithm; ArgumentTypeError: dtype.
     """
     world_size = _group_size(group)
-    _check_tensor(tensor, "tensor")
+    _check_tensor(tensor, "tensor", written=True)
     root = _group_rank(group, src, "src", world_size)
     _in_place("broadcast", tensor, ReduceOp.SUM, group, algorithm, **_rooted(params, root))
     return tensor
@@ -257,7 +264,7 @@ def reduce(tensor: torch.Tensor, dst: int, op: Any = ReduceOp.SUM, group=None,
     overwrites them with partial results).
 
     Args:
-        tensor: any shape, same shape and dtype on every rank.
+        tensor: any shape, same shape and dtype on every rank. Non-contiguous: handled.
         dst: global rank of the destination.
         op, group: as :func:`all_reduce`.
         algorithm: a name from ``ringccl.algorithms("reduce")`` (default the pipelined ring
@@ -269,7 +276,7 @@ def reduce(tensor: torch.Tensor, dst: int, op: Any = ReduceOp.SUM, group=None,
         ArgumentError, ArgumentTypeError: bad argument, before any data moves.
     """
     world_size = _group_size(group)
-    _check_tensor(tensor, "tensor")
+    _check_tensor(tensor, "tensor", written=True)
     reduce_op = _check_op(op, tensor.dtype)
     root = _group_rank(group, dst, "dst", world_size)
     _in_place("reduce", tensor, reduce_op, group, algorithm,
@@ -284,7 +291,7 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = R
 
     Args:
         output: ``input.numel() // world_size`` elements, same dtype and device as ``input``.
-        input: world_size · output.numel() elements; not modified.
+        input: world_size · output.numel() elements; not modified. Non-contiguous: handled.
         op, group, algorithm: as :func:`all_reduce` (``ringccl.algorithms("reduce_scatter")``).
 
     Returns:
@@ -293,7 +300,7 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = R
         ArgumentError: sizes that do not match, dtype/device mismatch, bad op.
     """
     world_size = _group_size(group)
-    _check_tensor(output, "output")
+    _check_tensor(output, "output", written=True)
     _check_tensor(input, "input")
     _check_pair(output, input, "output", "input")
     if input.numel() != world_size * output.numel():
@@ -320,7 +327,7 @@ def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tens
 
     Args:
         output_tensor: world_size · input_tensor.numel() elements, same dtype and device.
-        input_tensor: this rank's block.
+        input_tensor: this rank's block. Non-contiguous: handled.
         group, algorithm: as :func:`all_reduce` (``ringccl.algorithms("all_gather")``).
 
     Returns:
@@ -329,7 +336,7 @@ def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tens
         ArgumentError: sizes that do not match, dtype/device mismatch.
     """
     world_size = _group_size(group)
-    _check_tensor(output_tensor, "output_tensor")
+    _check_tensor(output_tensor, "output_tensor", written=True)
     _check_tensor(input_tensor, "input_tensor")
     _check_pair(output_tensor, input_tensor, "output_tensor", "input_tensor")
     if output_tensor.numel() != world_size * input_tensor.numel():
@@ -340,7 +347,7 @@ def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tens
                  buffer_count=output_tensor.numel(), **params)
     # every chunk is part of the output, so the working buffer is output_tensor itself
     contiguous = output_tensor.is_contiguous()
-    work = output_tensor.view(-1) if contiguous else torch.empty_like(output_tensor).view(-1)
+    work = output_tensor.view(-1) if contiguous else output_tensor.new_empty(output_tensor.numel())
     _write(work, plan, plan.inputs, input_tensor.reshape(-1))
     execute(plan.schedule, work, ReduceOp.SUM, group, bounds=plan.bounds,
             segment_bytes=plan.segment_bytes)
@@ -349,15 +356,23 @@ def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tens
     return output_tensor
 
 
-def _check_list(tensors: Any, argument: str, world_size: int, like: torch.Tensor) -> list:
-    if not isinstance(tensors, (list, tuple)) or len(tensors) != world_size:
+def _check_list(tensors: Any, argument: str, world_size: int, like: torch.Tensor | None,
+                like_name: str = "tensor", written: bool = False) -> list:
+    """A list of world_size tensors with ``like``'s dtype and device (None: the first entry's)
+    and, when ``like_name`` is "tensor", its numel; ``written``: as :func:`_check_tensor`."""
+    if tensors is None:  # missing, e.g. scatter_list=None on the source rank
         raise ArgumentError(f"{argument} must be a list of world_size={world_size} tensors, got "
-                            f"{type(tensors).__name__}"
-                            + (f" of length {len(tensors)}" if hasattr(tensors, "__len__") else ""))
+                            "NoneType")
+    if not isinstance(tensors, (list, tuple)):
+        raise ArgumentTypeError(f"{argument} must be a list of world_size={world_size} tensors, "
+                                f"got {type(tensors).__name__}")
+    if len(tensors) != world_size:
+        raise ArgumentError(f"{argument} must be a list of world_size={world_size} tensors, got "
+                            f"{type(tensors).__name__} of length {len(tensors)}")
     for i, t in enumerate(tensors):
-        _check_tensor(t, f"{argument}[{i}]")
-        _check_pair(t, like, f"{argument}[{i}]", "tensor")
-        if t.numel() != like.numel():
+        _check_tensor(t, f"{argument}[{i}]", written)
+        _check_pair(t, tensors[0] if like is None else like, f"{argument}[{i}]", like_name)
+        if like_name == "tensor" and t.numel() != like.numel():
             raise ArgumentError(f"{argument}[{i}] has {t.numel()} elements; every tensor must "
                                 f"have tensor.numel()={like.numel()}")
     return list(tensors)
@@ -368,7 +383,7 @@ def scatter(tensor: torch.Tensor, scatter_list: list | None = None, src: int = 0
     """Send ``scatter_list[r]`` of rank ``src`` to rank r's ``tensor`` (as ``dist.scatter``).
 
     Args:
-        tensor: this rank's output, any shape, same numel on every rank.
+        tensor: this rank's output, any shape, same numel on every rank. Non-contiguous: handled.
         scatter_list: on ``src``: world_size tensors with tensor.numel() elements each, same
             dtype and device; on the other ranks None (torch.distributed's rule).
         src: global rank of the source.
@@ -382,7 +397,7 @@ def scatter(tensor: torch.Tensor, scatter_list: list | None = None, src: int = 0
             in the group; ArgumentTypeError: dtype.
     """
     world_size = _group_size(group)
-    _check_tensor(tensor, "tensor")
+    _check_tensor(tensor, "tensor", written=True)
     root = _group_rank(group, src, "src", world_size)
     get_algorithm("scatter", algorithm)  # every rank refuses alike, before the root-only checks
     rank = dist.get_rank(group)
@@ -407,7 +422,7 @@ def gather(tensor: torch.Tensor, gather_list: list | None = None, dst: int = 0, 
     """Collect every rank's ``tensor`` into ``gather_list`` on rank ``dst`` (as ``dist.gather``).
 
     Args:
-        tensor: this rank's input, same numel on every rank; not modified.
+        tensor: this rank's input, same numel on every rank; not modified. Non-contiguous: handled.
         gather_list: on ``dst``: world_size tensors with tensor.numel() elements each; entry r
             receives rank r's tensor. On the other ranks None.
         dst: global rank of the destination.
@@ -426,7 +441,7 @@ def gather(tensor: torch.Tensor, gather_list: list | None = None, dst: int = 0, 
     get_algorithm("gather", algorithm)  # every rank refuses alike, before the root-only checks
     rank = dist.get_rank(group)
     if rank == root:
-        gather_list = _check_list(gather_list, "gather_list", world_size, tensor)
+        gather_list = _check_list(gather_list, "gather_list", world_size, tensor, written=True)
     elif gather_list:
         raise ArgumentError("gather_list must be None on non-destination ranks (rank "
                             f"{dist.get_rank()} is not dst={dst})")
@@ -450,14 +465,27 @@ def _splits(sizes: Any, argument: str, world_size: int, rows: int, tensor: str) 
             raise ArgumentError(f"{tensor} has {rows} rows (dim 0), not divisible by "
                                 f"world_size={world_size}; give {argument}")
         return [rows // world_size] * world_size
-    sizes = list(sizes)
-    if len(sizes) != world_size or any(isinstance(v, bool) or not isinstance(v, int) or v < 0
-                                       for v in sizes):
-        raise ArgumentError(f"{argument}={sizes!r} must be {world_size} integers >= 0")
+    if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__len__"):
+        raise ArgumentTypeError(f"{argument}={sizes!r} must be a list of world_size={world_size} "
+                                f"integers >= 0, got {type(sizes).__name__}")
+    if len(sizes) != world_size:
+        raise ArgumentError(f"{argument}={list(sizes)!r} has {len(sizes)} entries; it must have "
+                            f"world_size={world_size} (one per rank)")
+    sizes = [check_int(v, f"{argument}[{i}]") for i, v in enumerate(sizes)]
     if sum(sizes) != rows:
         raise ArgumentError(f"{argument} sums to {sum(sizes)}, but {tensor} has {rows} rows "
-                            "(dim 0)")
+                            f"(dim 0): {argument}={sizes!r} must sum to {tensor}.shape[0]")
     return sizes
+
+
+def _check_own_block(rank: int, sent: int, received: int, sent_name: str, received_name: str,
+                     unit: str) -> None:
+    """The block a rank sends to itself must fit the slot it receives it in (the one pair of
+    split sizes checkable without asking the other ranks)."""
+    if sent != received:
+        raise ArgumentError(f"{received_name.format(rank)}={received} {unit}, but this rank (rank "
+                            f"{rank}) sends itself {sent_name.format(rank)}={sent} {unit}; "
+                            "they must be equal")
 
 
 def _exchange(input_flat: torch.Tensor, in_sizes: Sequence[int], out_sizes: Sequence[int],
@@ -496,7 +524,7 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
 
     Args:
         output: receives the pieces, same dtype, device and trailing dims as ``input``.
-        input: not modified.
+        input: not modified. Non-contiguous: handled.
         output_split_sizes, input_split_sizes: rows (dim 0) per rank, world_size integers >= 0
             (zeros allowed), or None for equal pieces (dim 0 divisible by world_size). Rank r's
             input_split_sizes[j] must equal rank j's output_split_sizes[r].
@@ -511,7 +539,7 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
             algorithm, trailing dims that differ; ArgumentTypeError: dtype.
     """
     world_size = _group_size(group)
-    _check_tensor(output, "output")
+    _check_tensor(output, "output", written=True)
     _check_tensor(input, "input")
     _check_pair(output, input, "output", "input")
     in_rows = input.shape[0] if input.dim() else 1
@@ -522,6 +550,9 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
                             f"{tuple(input.shape)} differ beyond dim 0")
     ins = _splits(input_split_sizes, "input_split_sizes", world_size, in_rows, "input")
     outs = _splits(output_split_sizes, "output_split_sizes", world_size, out_rows, "output")
+    rank = dist.get_rank(group)
+    _check_own_block(rank, ins[rank], outs[rank], "input_split_sizes[{}]",
+                     "output_split_sizes[{}]", "rows")
     result = _exchange(input.reshape(-1), [k * row for k in ins], [k * row for k in outs], group,
                        algorithm, params)
     output.copy_(result.view(output.shape))
@@ -536,6 +567,7 @@ def all_to_all(output_tensor_list: list, input_tensor_list: list, group=None,
 
     Args:
         output_tensor_list, input_tensor_list: world_size tensors each, one dtype and device.
+            Non-contiguous: handled.
         group, algorithm: as :func:`all_to_all_single`.
 
     Returns:
@@ -544,13 +576,13 @@ def all_to_all(output_tensor_list: list, input_tensor_list: list, group=None,
         ArgumentError, ArgumentTypeError: malformed lists, dtype or device mismatch.
     """
     world_size = _group_size(group)
-    for name, tensors in (("input_tensor_list", input_tensor_list),
-                          ("output_tensor_list", output_tensor_list)):
-        if not isinstance(tensors, (list, tuple)) or len(tensors) != world_size:
-            raise ArgumentError(f"{name} must be a list of world_size={world_size} tensors")
-        for i, t in enumerate(tensors):
-            _check_tensor(t, f"{name}[{i}]")
-            _check_pair(t, input_tensor_list[0], f"{name}[{i}]", "input_tensor_list[0]")
+    first = _check_list(input_tensor_list, "input_tensor_list", world_size, None,
+                        "input_tensor_list[0]")[0]
+    _check_list(output_tensor_list, "output_tensor_list", world_size, first,
+                "input_tensor_list[0]", written=True)
+    rank = dist.get_rank(group)
+    _check_own_block(rank, input_tensor_list[rank].numel(), output_tensor_list[rank].numel(),
+                     "input_tensor_list[{}].numel()", "output_tensor_list[{}].numel()", "elements")
     flat = torch.cat([t.reshape(-1) for t in input_tensor_list])
     result = _exchange(flat, [t.numel() for t in input_tensor_list],
                        [t.numel() for t in output_tensor_list], group, algorithm, params)
