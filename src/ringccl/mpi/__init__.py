@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..algorithms import REGISTRY, build_schedule
+from ..args import check_int
 from ..collectives import get_collective
 from ..errors import ArgumentError, ArgumentTypeError
 from ..ops import SUPPORTED_DTYPES, ReduceOp, check_dtype, check_op_dtype, parse_op
@@ -108,10 +109,16 @@ def _check_array(a: Any, argument: str) -> np.ndarray:
         raise ArgumentTypeError(f"{argument} must be a numpy.ndarray, got {type(a).__name__}")
     check_dtype(a.dtype, f"{argument}.dtype")
     if not a.flags.c_contiguous:
-        raise ArgumentError(f"{argument} must be C-contiguous (use numpy.ascontiguousarray)")
+        raise ArgumentError(f"{argument} (shape {a.shape}, strides {a.strides}) must be "
+                            "C-contiguous, as MPI buffers are (use numpy.ascontiguousarray)")
     if not a.flags.writeable:
-        raise ArgumentError(f"{argument} is read-only")
+        raise ArgumentError(f"{argument} (shape {a.shape}) is read-only; it must be writeable")
     return a
+
+
+def _check_segment_bytes(segment_bytes: Any) -> None:
+    if segment_bytes is not None:
+        check_int(segment_bytes, "segment_bytes")
 
 
 _checked_ops: dict = {}
@@ -134,6 +141,7 @@ def run_schedule(schedule, buffer: np.ndarray, op: Any = ReduceOp.SUM, comm=None
     """Execute any ``schedule`` in place on this rank's 1-D working ``buffer``
     (``bounds``: this rank's chunk offsets; see :func:`ringccl.mpi.executor.execute`)."""
     _check_array(buffer, "buffer")
+    _check_segment_bytes(segment_bytes)
     if buffer.ndim != 1:
         raise ArgumentError(f"buffer must be 1-D, got shape {buffer.shape}")
     return _execute(schedule, buffer, _check_op(op, buffer.dtype), _comm(comm), segment_bytes,
@@ -161,6 +169,7 @@ def all_reduce(buffer: np.ndarray, op: Any = ReduceOp.SUM, comm=None, algorithm:
     """
     comm = _comm(comm)
     _check_array(buffer, "buffer")
+    _check_segment_bytes(segment_bytes)
     reduce_op = _check_op(op, buffer.dtype)
     world_size = comm.Get_size()
     schedule = _schedule("all_reduce", algorithm, world_size)
@@ -193,6 +202,7 @@ def reduce_scatter(output: np.ndarray, input: np.ndarray, op: Any = ReduceOp.SUM
     comm = _comm(comm)
     _check_array(output, "output")
     _check_array(input, "input")
+    _check_segment_bytes(segment_bytes)
     if output.dtype != input.dtype:
         raise ArgumentTypeError(f"output.dtype={output.dtype} differs from "
                                 f"input.dtype={input.dtype}")
@@ -239,6 +249,7 @@ def all_gather(output: np.ndarray, input: np.ndarray, comm=None, algorithm: str 
     comm = _comm(comm)
     _check_array(output, "output")
     _check_array(input, "input")
+    _check_segment_bytes(segment_bytes)
     if output.dtype != input.dtype:
         raise ArgumentTypeError(f"output.dtype={output.dtype} differs from "
                                 f"input.dtype={input.dtype}")
