@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import ringccl
 from ringccl.algorithms import REGISTRY, get_algorithm
 from ringccl.collectives import COLLECTIVES
-from ringccl.errors import ArgumentError
+from ringccl.errors import ArgumentError, ArgumentTypeError
 
 tree = importlib.import_module("ringccl.algorithms.tree")
 recursive = importlib.import_module("ringccl.algorithms.recursive")
@@ -386,13 +386,15 @@ def test_scatter_allgather_with_fewer_elements_than_ranks(count):
     assert r.matches_reference
 
 
-@pytest.mark.parametrize("call,match", [
-    (lambda: tree.reduce(4, root=4), "root=4 must be an integer rank in \\[0, 4\\)"),
-    (lambda: tree.broadcast(4, root=-1), "root=-1"),
-    (lambda: tree.all_reduce(4, segments=0), "segments=0 must be an integer >= 1"),
-    (lambda: tree.double_binary_tree_all_reduce(4, segments=1.5), "segments=1.5"),
-    (lambda: scatter_allgather.broadcast(3, root=True), "root=True"),
+@pytest.mark.parametrize("call,error,match", [
+    (lambda: tree.reduce(4, root=4), ArgumentError,
+     "root=4 is out of range for world_size=4; root must be an integer rank in \\[0, 4\\)"),
+    (lambda: tree.broadcast(4, root=-1), ArgumentError, "root=-1"),
+    (lambda: tree.all_reduce(4, segments=0), ArgumentError, "segments=0 must be an integer >= 1"),
+    (lambda: tree.double_binary_tree_all_reduce(4, segments=1.5), ArgumentTypeError,
+     "segments=1.5"),
+    (lambda: scatter_allgather.broadcast(3, root=True), ArgumentTypeError, "root=True"),
 ])
-def test_bad_parameters_name_the_argument(call, match):
-    with pytest.raises(ArgumentError, match=match):
+def test_bad_parameters_name_the_argument(call, error, match):
+    with pytest.raises(error, match=match):
         call()

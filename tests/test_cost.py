@@ -207,7 +207,7 @@ def test_explicit_placement():
 
 
 @pytest.mark.parametrize("kwargs,message", [
-    (dict(nodes=0), "nodes=0 must be >= 1"),
+    (dict(nodes=0), "nodes=0 must be an integer >= 1"),
     (dict(nics_per_node=9), "nics_per_node=9 must be <= local=8"),
     (dict(oversubscription=0.5), "oversubscription=0.5 must be"),
     (dict(placement=[0, 0]), "distinct devices"),

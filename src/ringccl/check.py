@@ -25,7 +25,7 @@ from typing import Iterator
 import numpy as np
 
 from .collectives import ALL, ANY, ORIGIN, get_collective
-from .errors import VerificationError
+from .errors import ArgumentTypeError, VerificationError
 from .ir import Schedule, reduce_rounds
 
 __all__ = ["verify", "SymbolicState"]
@@ -240,7 +240,11 @@ def verify(schedule: Schedule) -> Schedule:
     Raises:
         VerificationError: the first faulty step, rank and chunk (see module docstring).
         ArgumentError: the schedule's collective is unknown.
+        ArgumentTypeError: ``schedule`` is not a :class:`~ringccl.ir.Schedule`.
     """
+    if not isinstance(schedule, Schedule):
+        raise ArgumentTypeError(f"schedule={schedule!r} must be a ringccl Schedule, got "
+                                f"{type(schedule).__name__}")
     state = SymbolicState(schedule)
     for _ in state.run():
         pass

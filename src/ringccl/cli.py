@@ -21,10 +21,10 @@ import numpy as np
 from . import units
 from .algorithms import REGISTRY, algorithms, build_schedule, get_algorithm
 from .check import verify
-from .collectives import COLLECTIVES, get_collective
+from .collectives import COLLECTIVES, check_root, get_collective
 from .errors import ArgumentError, RingcclError
 from .ir import chunk_bounds
-from .ops import SUPPORTED_DTYPES, check_dtype, parse_op
+from .ops import SUPPORTED_DTYPES, check_dtype, check_op_dtype, parse_op
 from .show import step_rows
 from .sim import default_algorithm, reference_tolerance, resolve_root, simulate
 
@@ -167,11 +167,25 @@ def _print_sim(r: dict) -> None:
            f"op={r['op']}{extra}", ["", "value"], rows)
 
 
+def _check_call(args, world_size: int, dtype: np.dtype, op, params: dict) -> None:
+    """Refuse what the simulator or the workers would refuse, before any input is made or any
+    process started: op × dtype, the root (named as the user gave it), the builder parameters."""
+    spec = get_collective(args.collective)
+    if spec.reduces:
+        check_op_dtype(op, dtype)
+    if "root" in params:
+        given = next((name for name in ("src", "dst") if getattr(args, name, None) is not None),
+                     "root")
+        check_root(params["root"], world_size, given)
+    build_schedule(args.collective, args.algorithm, world_size, **params)
+
+
 def _cmd_simulate(args) -> int:
     dtype = check_dtype(args.dtype)
     op = parse_op(args.op)
     params = _params(args)
     get_algorithm(args.collective, args.algorithm)
+    _check_call(args, args.world_size, dtype, op, params)
     with _status(f"simulating {args.world_size} ranks …"):
         r = _sim_report(args.collective, args.algorithm, args.world_size, args.count, dtype, op,
                         args.seed, params)
@@ -217,7 +231,7 @@ def _cmd_run(args) -> int:
     op = parse_op(args.op)
     params = _params(args)
     get_algorithm(args.collective, args.algorithm)
-    build_schedule(args.collective, args.algorithm, args.nproc, **params)  # refuse bad params here
+    _check_call(args, args.nproc, dtype, op, params)  # in this process, before any worker starts
     r = _run_rows(args.collective, args.algorithm, args.nproc, args.count, dtype.name, op.value,
                   args.iters, args.warmup, args.timeout, params)
     if args.json:
@@ -1068,14 +1082,21 @@ _NCCL_DTYPES = {"float": "float32", "half": "float16", "double": "float64", "int
 
 # -- argument parsing -----------------------------------------------------------------------------
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
-    return value
+def _int_at_least(minimum: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} must be >= {minimum}")
+        return value
+    parse.__name__ = f"integer >= {minimum}"
+    return parse
+
+
+_positive_int = _int_at_least(1)
+_nonnegative_int = _int_at_least(0)
 
 
 def _widths(text: str) -> tuple:
@@ -1181,7 +1202,7 @@ def build_parser() -> argparse.ArgumentParser:
                    choices=[d for d in SUPPORTED_DTYPES])
     p.add_argument("--op", default="sum")
     p.add_argument("--iters", type=_positive_int, default=10)
-    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--warmup", type=_nonnegative_int, default=3)
     p.add_argument("--timeout", type=float, default=300.0, help="seconds before giving up")
     p.set_defaults(func=_cmd_run)
 

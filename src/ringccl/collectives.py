@@ -57,6 +57,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from .args import check_rank
 from .errors import ArgumentError
 from .ir import chunk_bounds
 
@@ -72,17 +73,13 @@ ChunkLists = Sequence[np.ndarray]
 
 
 def check_root(root, world_size: int, argument: str = "root") -> int:
-    """``root`` as an int in [0, world_size).
+    """``root`` as an int in [0, world_size) (:func:`ringccl.args.check_rank`).
 
     Raises:
-        ArgumentError: not an integer, or out of range (the message names ``argument``).
+        ArgumentTypeError: not an integer; ArgumentError: out of range (the message names
+            ``argument``).
     """
-    if isinstance(root, bool) or not isinstance(root, (int, np.integer)):
-        raise ArgumentError(f"{argument}={root!r} must be an integer rank")
-    if not 0 <= int(root) < world_size:
-        raise ArgumentError(f"{argument}={root} is out of range for world_size={world_size}; "
-                            f"expected 0 <= {argument} < {world_size}")
-    return int(root)
+    return check_rank(root, world_size, argument)
 
 
 def _root(world_size: int, params: Mapping) -> int:

@@ -28,6 +28,7 @@ from typing import Iterator, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
+from .args import check_int, check_rank
 from .errors import ArgumentError, ScheduleError
 
 __all__ = ["Kind", "Transfer", "Step", "Schedule", "Program", "RankStep", "Send", "Recv",
@@ -60,13 +61,11 @@ def chunk_bounds(count: int, num_chunks: int) -> np.ndarray:
     Returns:
         int64 array of shape (num_chunks + 1,): chunk c is ``[bounds[c], bounds[c + 1])``.
     Raises:
-        ArgumentError: count < 0 or num_chunks < 1.
+        ArgumentError: count < 0 or num_chunks < 1; ArgumentTypeError: not integers.
     """
-    if count < 0:
-        raise ArgumentError(f"count={count} must be >= 0")
-    if num_chunks < 1:
-        raise ArgumentError(f"num_chunks={num_chunks} must be >= 1")
-    base, extra = divmod(int(count), int(num_chunks))
+    count = check_int(count, "count")
+    num_chunks = check_int(num_chunks, "num_chunks", minimum=1)
+    base, extra = divmod(count, num_chunks)
     sizes = np.full(num_chunks, base, dtype=np.int64)
     sizes[:extra] += 1
     bounds = np.zeros(num_chunks + 1, dtype=np.int64)
@@ -254,10 +253,8 @@ class Schedule:
 
     def _init(self, collective, algorithm, world_size, num_chunks, step, src, dst, src_chunk,
               dst_chunk, reduce, phases, params, num_steps=None):
-        if isinstance(world_size, bool) or int(world_size) != world_size or world_size < 1:
-            raise ArgumentError(f"world_size={world_size!r} must be an integer >= 1")
-        if num_chunks < 1:
-            raise ArgumentError(f"num_chunks={num_chunks} must be >= 1")
+        check_int(world_size, "world_size", minimum=1)
+        check_int(num_chunks, "num_chunks", minimum=1)
         self.collective = collective
         self.algorithm = algorithm
         self.world_size = int(world_size)
@@ -356,8 +353,7 @@ class Schedule:
         Raises:
             ArgumentError: rank out of range.
         """
-        if not 0 <= rank < self.world_size:
-            raise ArgumentError(f"rank={rank} is out of range for world_size={self.world_size}")
+        rank = check_rank(rank, self.world_size, "rank")
         key = ("program", rank)
         if key in self._cache:
             return self._cache[key]
@@ -427,6 +423,8 @@ class Schedule:
         return self._bytes(self.chunk_recvs(), buffer_count, itemsize, chunk_sizes)
 
     def _bytes(self, counts, buffer_count, itemsize, chunk_sizes) -> np.ndarray:
+        buffer_count = check_int(buffer_count, "buffer_count")
+        itemsize = check_int(itemsize, "itemsize", minimum=1)
         sizes = self.chunk_sizes(buffer_count) if chunk_sizes is None else np.asarray(chunk_sizes)
         if sizes.ndim == 2 and sizes.strides[0] == 0:  # same sizes on every rank
             sizes = sizes[0]

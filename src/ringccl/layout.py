@@ -18,10 +18,12 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
+from .args import check_int
 from .collectives import get_collective, split_safe
-from .errors import ArgumentError
+from .errors import ArgumentError, ArgumentTypeError
 
-__all__ = ["Layout", "layout", "clear_cache", "runs", "rooted", "split_rows", "all_to_all_sizes"]
+__all__ = ["Layout", "layout", "clear_cache", "runs", "rooted", "split_rows", "check_own_block",
+           "all_to_all_sizes"]
 
 
 class Layout(NamedTuple):
@@ -111,32 +113,45 @@ def split_rows(sizes: Any, argument: str, world_size: int, rows: int, name: str)
     """torch.distributed's / MPI_Alltoallv's split sizes along dim 0 (None: equal splits).
 
     Args:
-        sizes: world_size integers >= 0, or None.
+        sizes: world_size integers >= 0 (Python or numpy ints), or None.
         argument: the argument's name for messages (``input_split_sizes``).
         rows: the array's rows (its dim 0; 1 for a 0-d array); name: the array's name.
 
     Raises:
+        ArgumentTypeError: not a sequence, or an entry that is not an integer.
         ArgumentError: None with ``rows`` not divisible by world_size, the wrong number of
-            sizes, a negative or non-integer size, or sizes that do not sum to ``rows``.
+            sizes, a negative size, or sizes that do not sum to ``rows``.
     """
     if sizes is None:
         if rows % world_size:
             raise ArgumentError(f"{name} has {rows} rows (dim 0), not divisible by "
                                 f"world_size={world_size}; give {argument}")
         return [rows // world_size] * world_size
-    try:
-        sizes = list(sizes)
-    except TypeError:
-        raise ArgumentError(f"{argument}={sizes!r} must be {world_size} integers >= 0") from None
-    if len(sizes) != world_size or any(
-            isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < 0
-            for v in sizes):
-        raise ArgumentError(f"{argument}={sizes!r} must be {world_size} integers >= 0")
-    sizes = [int(v) for v in sizes]
+    if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__len__"):
+        raise ArgumentTypeError(f"{argument}={sizes!r} must be a list of world_size={world_size} "
+                                f"integers >= 0, got {type(sizes).__name__}")
+    if len(sizes) != world_size:
+        raise ArgumentError(f"{argument}={list(sizes)!r} has {len(sizes)} entries; it must have "
+                            f"world_size={world_size} (one per rank)")
+    sizes = [check_int(v, f"{argument}[{i}]") for i, v in enumerate(sizes)]
     if sum(sizes) != rows:
         raise ArgumentError(f"{argument} sums to {sum(sizes)}, but {name} has {rows} rows "
-                            "(dim 0)")
+                            f"(dim 0): {argument}={sizes!r} must sum to {name}.shape[0]")
     return sizes
+
+
+def check_own_block(rank: int, sent: int, received: int, sent_name: str, received_name: str,
+                    unit: str) -> None:
+    """The block a rank sends to itself must fit the slot it receives it in (the one pair of
+    split sizes checkable without asking the other ranks; ``check=True`` compares the rest).
+
+    Raises:
+        ArgumentError: they differ.
+    """
+    if sent != received:
+        raise ArgumentError(f"{received_name.format(rank)}={received} {unit}, but this rank (rank "
+                            f"{rank}) sends itself {sent_name.format(rank)}={sent} {unit}; "
+                            "they must be equal")
 
 
 def all_to_all_sizes(schedule, in_sizes: Sequence[int], out_sizes: Sequence[int],

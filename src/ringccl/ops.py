@@ -91,19 +91,27 @@ def check_dtype(dtype: Any, argument: str = "dtype") -> np.dtype:
     return dt
 
 
-def check_op_dtype(op: ReduceOp, dtype: np.dtype, argument: str = "op") -> None:
+def check_op_dtype(op: ReduceOp, dtype: Any, argument: str = "op") -> None:
     """Refuse combinations torch.distributed refuses: AVG on integers/bool, bitwise ops on floats.
+
+    ``dtype``: a numpy dtype or anything with ``is_floating_point`` (a ``torch.dtype``, so
+    ringccl.torch shares this check, bfloat16 included).
 
     Raises:
         ArgumentError: the combination is not allowed.
     """
-    is_float = dtype.kind == "f"
+    is_float = getattr(dtype, "is_floating_point", None)
+    if is_float is None:
+        dtype = np.dtype(dtype)
+        is_float, name = dtype.kind == "f", dtype.name
+    else:
+        name = str(dtype).replace("torch.", "")
     if op is ReduceOp.AVG and not is_float:
-        raise ArgumentError(f"{argument}=avg needs a floating dtype, got {dtype.name}; "
+        raise ArgumentError(f"{argument}=avg needs a floating dtype, got {name}; "
                             "use sum and divide, or convert to float")
     if op in (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR) and is_float:
         raise ArgumentError(f"{argument}={op.value} is bitwise and needs an integer or bool dtype, "
-                            f"got {dtype.name}")
+                            f"got {name}")
 
 
 #: floating formats: name -> (precision p in bits incl. the implicit bit, exponent bits).

@@ -716,9 +716,11 @@ def simulate(collective: str, inputs, op: Any = "sum", algorithm: str | None = N
         length = c * m if even else int(sizes[0].sum())
         if (not isinstance(out, np.ndarray) or out.shape != (n, length) or out.dtype != dtype
                 or not out.flags.c_contiguous):
+            got = (f"shape {out.shape}, dtype {out.dtype}, "
+                   f"{'' if out.flags.c_contiguous else 'not '}C-contiguous"
+                   if isinstance(out, np.ndarray) else type(out).__name__)
             raise ArgumentError(f"out must be a C-contiguous {dtype.name} array of shape "
-                                f"({n}, {length}), got "
-                                f"{getattr(out, 'shape', type(out).__name__)}")
+                                f"({n}, {length}), got {got}")
     if out is not None and even and work_dtype == dtype:
         storage = out.reshape(n, c, m)
         if whole:

@@ -40,17 +40,14 @@ from typing import Sequence
 import numpy as np
 
 from . import units
+from .args import check_int
 from .errors import ArgumentError, ArgumentTypeError
 
 __all__ = ["Topology", "Flat", "TwoLevel", "flat", "two_level"]
 
 
 def _positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ArgumentTypeError(f"{name}={value!r} must be an integer")
-    if value < 1:
-        raise ArgumentError(f"{name}={value!r} must be >= 1")
-    return int(value)
+    return check_int(value, name, minimum=1)
 
 
 def _link(name: str, value) -> tuple[float, float]:

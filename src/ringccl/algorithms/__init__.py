@@ -15,6 +15,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Callable
 
+from ..args import check_int
 from ..collectives import get_collective
 from ..errors import ArgumentError
 from ..ir import Schedule
@@ -130,8 +131,7 @@ def build_schedule(collective: str, algorithm: str, world_size: int, **params) -
             not take.
     """
     algo = get_algorithm(collective, algorithm)
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ArgumentError(f"world_size={world_size!r} must be an integer >= 1")
+    world_size = check_int(world_size, "world_size", minimum=1)
     try:
         inspect.signature(algo.builder).bind(world_size, **params)
     except TypeError:

@@ -11,7 +11,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ..errors import ArgumentError
+from ..args import check_int, check_rank
 from ..ir import Schedule
 
 __all__ = ["ceil_log2", "floor_log2", "Transfers", "check_root", "check_positive"]
@@ -28,18 +28,13 @@ def floor_log2(n: int) -> int:
 
 
 def check_root(root, world_size: int) -> int:
-    """``root`` as an int in [0, world_size), else ArgumentError naming it."""
-    if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not (
-            0 <= root < world_size):
-        raise ArgumentError(f"root={root!r} must be an integer rank in [0, {world_size})")
-    return int(root)
+    """``root`` as an int in [0, world_size), else ArgumentError/ArgumentTypeError naming it."""
+    return check_rank(root, world_size, "root")
 
 
 def check_positive(name: str, value) -> int:
-    """``value`` as an int >= 1, else ArgumentError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ArgumentError(f"{name}={value!r} must be an integer >= 1")
-    return int(value)
+    """``value`` as an int >= 1, else ArgumentError/ArgumentTypeError naming ``name``."""
+    return check_int(value, name, minimum=1)
 
 
 class Transfers:

@@ -41,7 +41,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..collectives import check_root
-from ..errors import ArgumentError
+from ..args import check_int
 from ..ir import Schedule
 from . import Algorithm, register
 
@@ -128,9 +128,7 @@ def _chain(collective: str, world_size: int, root: int, segments: int | None) ->
 def _segments(world_size: int, segments: int | None) -> int:
     if segments is None:
         return world_size
-    if isinstance(segments, bool) or not isinstance(segments, (int, np.integer)) or segments < 1:
-        raise ArgumentError(f"segments={segments!r} must be an integer >= 1")
-    return int(segments)
+    return check_int(segments, "segments", minimum=1)
 
 
 def broadcast(world_size: int, root: int = 0, segments: int | None = None) -> Schedule:

@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from ..algorithms import REGISTRY, build_schedule
+from ..args import check_int
 from ..collectives import check_root
 from ..errors import ArgumentError, ArgumentTypeError
 from ..layout import all_to_all_sizes, clear_cache, layout, rooted, split_rows
@@ -116,11 +117,8 @@ def _schedule(collective: str, algorithm: str, world_size: int, params: dict | N
 
 def _check_segment_bytes(segment_bytes: Any) -> None:
     if segment_bytes is None or (type(segment_bytes) is int and segment_bytes >= 0):
-        return
-    if (isinstance(segment_bytes, (bool, np.bool_))
-            or not isinstance(segment_bytes, (int, np.integer)) or segment_bytes < 0):
-        raise ArgumentError(f"segment_bytes={segment_bytes!r} must be None or an integer >= 0 "
-                            "(0: never split)")
+        return  # the common case, without a call
+    check_int(segment_bytes, "segment_bytes")  # 0: never split
 
 
 def release_buffers() -> None:
@@ -148,9 +146,10 @@ def _check_array(a: Any, argument: str, writable: bool = True,
         raise ArgumentTypeError(f"{argument} must be a numpy.ndarray, got {type(a).__name__}")
     check_dtype(a.dtype, f"{argument}.dtype")
     if contiguous and not a.flags.c_contiguous:
-        raise ArgumentError(f"{argument} must be C-contiguous (use numpy.ascontiguousarray)")
+        raise ArgumentError(f"{argument} (shape {a.shape}, strides {a.strides}) must be "
+                            "C-contiguous, as MPI buffers are (use numpy.ascontiguousarray)")
     if writable and not a.flags.writeable:
-        raise ArgumentError(f"{argument} is read-only")
+        raise ArgumentError(f"{argument} (shape {a.shape}) is read-only; it must be writeable")
     return a
 
 
@@ -179,6 +178,7 @@ def run_schedule(schedule, buffer: np.ndarray, op: Any = ReduceOp.SUM, comm=None
     """Execute any ``schedule`` in place on this rank's 1-D working ``buffer``
     (``bounds``: this rank's chunk offsets; see :func:`ringccl.mpi.executor.execute`)."""
     _check_array(buffer, "buffer")
+    _check_segment_bytes(segment_bytes)
     if buffer.ndim != 1:
         raise ArgumentError(f"buffer must be 1-D, got shape {buffer.shape}")
     return _execute(schedule, buffer, _check_op(op, buffer.dtype), _comm(comm), segment_bytes,

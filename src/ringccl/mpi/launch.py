@@ -17,7 +17,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from ..errors import ArgumentError, BackendError
+from ..args import check_int
+from ..errors import BackendError
 
 __all__ = ["mpi_launcher", "mpirun_command", "launch_bench", "under_mpirun", "ROW_PREFIX"]
 
@@ -55,8 +56,7 @@ def mpi_launcher() -> tuple[str, bool]:
 
 def mpirun_command(nproc: int, argv: list[str]) -> list[str]:
     """The command line that runs ``argv`` on ``nproc`` local processes."""
-    if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
-        raise ArgumentError(f"nproc={nproc!r} must be an integer >= 1")
+    nproc = check_int(nproc, "nproc", minimum=1)
     exe, open_mpi = mpi_launcher()
     flags = ["-n", str(nproc)]
     if open_mpi:

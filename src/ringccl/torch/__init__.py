@@ -34,7 +34,9 @@ named algorithm's schedule, maps the collective's contract (``ringccl.collective
 working buffer and runs it with :func:`executor.execute`; none
 knows any algorithm. Roots (``src``, ``dst``) are global ranks, as in torch.distributed. Chunks a
 rank never touches get no memory (non-root ranks of scatter and gather hold only their subtree's
-blocks). Arguments are checked before any data moves; a call that raises on some ranks only
+blocks). Every tensor argument, input or output (list entries included), may be
+non-contiguous: handled through a contiguous copy written back. Arguments are checked before any
+data moves (README, "Errors"); a call that raises on some ranks only
 (e.g. ``scatter_list`` given on a non-source rank, as torch.distributed also refuses) leaves the
 others waiting, as torch.distributed does.
 """
@@ -50,10 +52,11 @@ import torch.distributed as dist
 
 from ..algorithms import build_schedule, get_algorithm
 from .. import consistency
+from ..args import check_int, check_rank
 from ..errors import ArgumentError, ArgumentTypeError, BackendError, ConsistencyError, PeerError
-from ..layout import Layout, all_to_all_sizes, layout, rooted, split_rows
-from ..ops import ReduceOp, check_accumulate_dtype, parse_op
-from .executor import execute
+from ..layout import Layout, all_to_all_sizes, check_own_block, layout, rooted, split_rows
+from ..ops import ReduceOp, check_accumulate_dtype, check_op_dtype, parse_op
+from .executor import check_timeout, execute
 
 __all__ = ["all_reduce", "reduce_scatter_tensor", "all_gather_into_tensor", "broadcast",
            "reduce", "scatter", "gather", "all_to_all_single", "all_to_all", "run_schedule",
@@ -72,41 +75,42 @@ def _group_size(group) -> int:
     return dist.get_world_size(group)
 
 
-def _check_tensor(t: Any, argument: str) -> torch.Tensor:
+def _check_tensor(t: Any, argument: str, written: bool = False) -> torch.Tensor:
+    """A tensor of a supported dtype; ``written``: the call writes into it, so no two of its
+    elements may share memory (an ``expand``ed view). Any strides are fine otherwise:
+    non-contiguous tensors are handled through a contiguous copy that is written back."""
     if not isinstance(t, torch.Tensor):
         raise ArgumentTypeError(f"{argument} must be a torch.Tensor, got {type(t).__name__}")
     if t.dtype not in _SUPPORTED:
         raise ArgumentTypeError(f"{argument}.dtype={t.dtype} is not supported; expected one of "
                                 f"{', '.join(str(d).replace('torch.', '') for d in _SUPPORTED)}")
+    if written and any(st == 0 and n > 1 for st, n in zip(t.stride(), t.shape)):
+        raise ArgumentError(f"{argument} (shape {tuple(t.shape)}, stride {t.stride()}) has "
+                            "elements that share memory (an expanded view) and cannot be written; "
+                            "pass a tensor with its own storage (e.g. .clone())")
     return t
 
 
 def _check_op(op: Any, dtype: torch.dtype, argument: str = "op") -> ReduceOp:
     reduce_op = parse_op(op)
-    is_float = dtype in _FLOATS
-    if reduce_op is ReduceOp.AVG and not is_float:
-        raise ArgumentError(f"{argument}=avg needs a floating dtype, got {dtype}")
-    if reduce_op in (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR) and is_float:
-        raise ArgumentError(f"{argument}={reduce_op.value} is bitwise and needs an integer or bool "
-                            f"dtype, got {dtype}")
+    check_op_dtype(reduce_op, dtype, argument)
     return reduce_op
 
 
 def _check_pair(a: torch.Tensor, b: torch.Tensor, name_a: str, name_b: str) -> None:
     if a.dtype != b.dtype:
-        raise ArgumentTypeError(f"{name_a}.dtype={a.dtype} differs from {name_b}.dtype={b.dtype}")
+        raise ArgumentTypeError(f"{name_a}.dtype={a.dtype} differs from {name_b}.dtype={b.dtype}; "
+                                "they must be the same")
     if a.device != b.device:
-        raise ArgumentError(f"{name_a}.device={a.device} differs from {name_b}.device={b.device}")
+        raise ArgumentError(f"{name_a}.device={a.device} differs from {name_b}.device={b.device}; "
+                            "they must be the same")
 
 
 def _group_rank(group, rank: int, argument: str, world_size: int) -> int:
     """torch.distributed's global ``rank`` (src/dst) as a rank of ``group``."""
-    if isinstance(rank, bool) or not isinstance(rank, int):
-        raise ArgumentError(f"{argument}={rank!r} must be an integer rank")
     if group is None or group is dist.group.WORLD:
-        if not 0 <= rank < world_size:
-            raise ArgumentError(f"{argument}={rank} is out of range for world_size={world_size}")
-        return rank
+        return check_rank(rank, world_size, argument)
+    rank = check_int(rank, argument, minimum=0)
     try:
         return dist.get_group_rank(group, rank)
     except (RuntimeError, ValueError):
@@ -144,6 +148,9 @@ def _plan(collective: str, algorithm: str, world_size: int, rank: int, sizes=Non
     ``params`` go to the executor; ``check`` must have been taken out by :func:`_agree`.
     """
     options = {k: params.pop(k) for k in _EXECUTOR_OPTIONS if k in params}
+    if options.get("segment_bytes") is not None:
+        options["segment_bytes"] = check_int(options["segment_bytes"], "segment_bytes")
+    check_timeout(options.get("timeout"))
     schedule = build_schedule(collective, algorithm, world_size, **params)
     return _Plan(layout(schedule, rank, buffer_count=buffer_count, sizes=sizes), options)
 
@@ -209,7 +216,8 @@ def run_schedule(schedule, buffer: torch.Tensor, op: Any = ReduceOp.SUM, group=N
     _group_size(group)
     _check_tensor(buffer, "buffer")
     if buffer.dim() != 1 or not buffer.is_contiguous():
-        raise ArgumentError(f"buffer must be 1-D and contiguous, got shape {tuple(buffer.shape)}")
+        raise ArgumentError(f"buffer must be 1-D and contiguous, got shape {tuple(buffer.shape)}, "
+                            f"stride {buffer.stride()}")
     return execute(schedule, buffer, _check_op(op, buffer.dtype), group,
                    segment_bytes=segment_bytes, bounds=bounds, timeout=timeout, restore=restore)
 
@@ -285,7 +293,7 @@ def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
             functions raise these too (module docstring).
     """
     _group_size(group)
-    _check_tensor(tensor, "tensor")
+    _check_tensor(tensor, "tensor", written=True)
     reduce_op = _check_op(op, tensor.dtype)
     acc = _accumulate(accumulate_dtype, tensor.dtype, "all_reduce", reduce_op)
     _in_place("all_reduce", tensor, reduce_op, group, algorithm, accumulate=acc, **params)
@@ -298,7 +306,7 @@ def broadcast(tensor: torch.Tensor, src: int, group=None, algorithm: str = "ring
 
     Args:
         tensor: any shape, same shape and dtype on every rank; sent from ``src``, overwritten
-            elsewhere.
+            elsewhere. Non-contiguous: handled.
         src: global rank of the source.
         group: process group (None = default group).
         algorithm: a name from ``ringccl.algorithms("broadcast")`` (default the pipelined ring
@@ -310,7 +318,7 @@ def broadcast(tensor: torch.Tensor, src: int, group=None, algorithm: str = "ring
         ArgumentError: src not in the group, unknown algorithm; ArgumentTypeError: dtype.
     """
     world_size = _group_size(group)
-    _check_tensor(tensor, "tensor")
+    _check_tensor(tensor, "tensor", written=True)
     root = _group_rank(group, src, "src", world_size)
     _in_place("broadcast", tensor, ReduceOp.SUM, group, algorithm, **rooted(params, root))
     return tensor
@@ -325,7 +333,7 @@ def reduce(tensor: torch.Tensor, dst: int, op: Any = ReduceOp.SUM, group=None,
     overwrites them with partial results).
 
     Args:
-        tensor: any shape, same shape and dtype on every rank.
+        tensor: any shape, same shape and dtype on every rank. Non-contiguous: handled.
         dst: global rank of the destination.
         op, group, accumulate_dtype: as :func:`all_reduce`.
         algorithm: a name from ``ringccl.algorithms("reduce")`` (default the pipelined ring
@@ -337,7 +345,7 @@ def reduce(tensor: torch.Tensor, dst: int, op: Any = ReduceOp.SUM, group=None,
         ArgumentError, ArgumentTypeError: bad argument, before any data moves.
     """
     world_size = _group_size(group)
-    _check_tensor(tensor, "tensor")
+    _check_tensor(tensor, "tensor", written=True)
     reduce_op = _check_op(op, tensor.dtype)
     acc = _accumulate(accumulate_dtype, tensor.dtype, "reduce", reduce_op)
     root = _group_rank(group, dst, "dst", world_size)
@@ -354,7 +362,7 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = R
 
     Args:
         output: ``input.numel() // world_size`` elements, same dtype and device as ``input``.
-        input: world_size · output.numel() elements; not modified.
+        input: world_size · output.numel() elements; not modified. Non-contiguous: handled.
         op, group, algorithm, accumulate_dtype: as :func:`all_reduce`
             (``ringccl.algorithms("reduce_scatter")``).
 
@@ -364,7 +372,7 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = R
         ArgumentError: sizes that do not match, dtype/device mismatch, bad op.
     """
     world_size = _group_size(group)
-    _check_tensor(output, "output")
+    _check_tensor(output, "output", written=True)
     _check_tensor(input, "input")
     _check_pair(output, input, "output", "input")
     if input.numel() != world_size * output.numel():
@@ -393,7 +401,7 @@ def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tens
 
     Args:
         output_tensor: world_size · input_tensor.numel() elements, same dtype and device.
-        input_tensor: this rank's block.
+        input_tensor: this rank's block. Non-contiguous: handled.
         group, algorithm: as :func:`all_reduce` (``ringccl.algorithms("all_gather")``).
 
     Returns:
@@ -402,7 +410,7 @@ def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tens
         ArgumentError: sizes that do not match, dtype/device mismatch.
     """
     world_size = _group_size(group)
-    _check_tensor(output_tensor, "output_tensor")
+    _check_tensor(output_tensor, "output_tensor", written=True)
     _check_tensor(input_tensor, "input_tensor")
     _check_pair(output_tensor, input_tensor, "output_tensor", "input_tensor")
     if output_tensor.numel() != world_size * input_tensor.numel():
@@ -415,7 +423,7 @@ def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tens
                  buffer_count=output_tensor.numel(), **params)
     # every chunk is part of the output, so the working buffer is output_tensor itself
     contiguous = output_tensor.is_contiguous()
-    work = output_tensor.view(-1) if contiguous else torch.empty_like(output_tensor).view(-1)
+    work = output_tensor.view(-1) if contiguous else output_tensor.new_empty(output_tensor.numel())
     runs = plan.layout.input_runs if contiguous else ()
     before = [work[a:b].clone() for a, b in runs]  # this rank's block, written before the run
     _write(work, plan, input_tensor.reshape(-1))
@@ -430,15 +438,23 @@ def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tens
     return output_tensor
 
 
-def _check_list(tensors: Any, argument: str, world_size: int, like: torch.Tensor) -> list:
-    if not isinstance(tensors, (list, tuple)) or len(tensors) != world_size:
+def _check_list(tensors: Any, argument: str, world_size: int, like: torch.Tensor | None,
+                like_name: str = "tensor", written: bool = False) -> list:
+    """A list of world_size tensors with ``like``'s dtype and device (None: the first entry's)
+    and, when ``like_name`` is "tensor", its numel; ``written``: as :func:`_check_tensor`."""
+    if tensors is None:  # missing, e.g. scatter_list=None on the source rank
         raise ArgumentError(f"{argument} must be a list of world_size={world_size} tensors, got "
-                            f"{type(tensors).__name__}"
-                            + (f" of length {len(tensors)}" if hasattr(tensors, "__len__") else ""))
+                            "NoneType")
+    if not isinstance(tensors, (list, tuple)):
+        raise ArgumentTypeError(f"{argument} must be a list of world_size={world_size} tensors, "
+                                f"got {type(tensors).__name__}")
+    if len(tensors) != world_size:
+        raise ArgumentError(f"{argument} must be a list of world_size={world_size} tensors, got "
+                            f"{type(tensors).__name__} of length {len(tensors)}")
     for i, t in enumerate(tensors):
-        _check_tensor(t, f"{argument}[{i}]")
-        _check_pair(t, like, f"{argument}[{i}]", "tensor")
-        if t.numel() != like.numel():
+        _check_tensor(t, f"{argument}[{i}]", written)
+        _check_pair(t, tensors[0] if like is None else like, f"{argument}[{i}]", like_name)
+        if like_name == "tensor" and t.numel() != like.numel():
             raise ArgumentError(f"{argument}[{i}] has {t.numel()} elements; every tensor must "
                                 f"have tensor.numel()={like.numel()}")
     return list(tensors)
@@ -449,7 +465,7 @@ def scatter(tensor: torch.Tensor, scatter_list: list | None = None, src: int = 0
     """Send ``scatter_list[r]`` of rank ``src`` to rank r's ``tensor`` (as ``dist.scatter``).
 
     Args:
-        tensor: this rank's output, any shape, same numel on every rank.
+        tensor: this rank's output, any shape, same numel on every rank. Non-contiguous: handled.
         scatter_list: on ``src``: world_size tensors with tensor.numel() elements each, same
             dtype and device; on the other ranks None (torch.distributed's rule).
         src: global rank of the source.
@@ -463,7 +479,7 @@ def scatter(tensor: torch.Tensor, scatter_list: list | None = None, src: int = 0
             in the group; ArgumentTypeError: dtype.
     """
     world_size = _group_size(group)
-    _check_tensor(tensor, "tensor")
+    _check_tensor(tensor, "tensor", written=True)
     root = _group_rank(group, src, "src", world_size)
     get_algorithm("scatter", algorithm)  # every rank refuses alike, before the root-only checks
     rank = dist.get_rank(group)
@@ -489,7 +505,7 @@ def gather(tensor: torch.Tensor, gather_list: list | None = None, dst: int = 0, 
     """Collect every rank's ``tensor`` into ``gather_list`` on rank ``dst`` (as ``dist.gather``).
 
     Args:
-        tensor: this rank's input, same numel on every rank; not modified.
+        tensor: this rank's input, same numel on every rank; not modified. Non-contiguous: handled.
         gather_list: on ``dst``: world_size tensors with tensor.numel() elements each; entry r
             receives rank r's tensor. On the other ranks None.
         dst: global rank of the destination.
@@ -508,7 +524,7 @@ def gather(tensor: torch.Tensor, gather_list: list | None = None, dst: int = 0, 
     get_algorithm("gather", algorithm)  # every rank refuses alike, before the root-only checks
     rank = dist.get_rank(group)
     if rank == root:
-        gather_list = _check_list(gather_list, "gather_list", world_size, tensor)
+        gather_list = _check_list(gather_list, "gather_list", world_size, tensor, written=True)
     elif gather_list:
         raise ArgumentError("gather_list must be None on non-destination ranks (rank "
                             f"{dist.get_rank()} is not dst={dst})")
@@ -557,7 +573,7 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
 
     Args:
         output: receives the pieces, same dtype, device and trailing dims as ``input``.
-        input: not modified.
+        input: not modified. Non-contiguous: handled.
         output_split_sizes, input_split_sizes: rows (dim 0) per rank, world_size integers >= 0
             (zeros allowed), or None for equal pieces (dim 0 divisible by world_size). Rank r's
             input_split_sizes[j] must equal rank j's output_split_sizes[r].
@@ -572,7 +588,7 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
             algorithm, trailing dims that differ; ArgumentTypeError: dtype.
     """
     world_size = _group_size(group)
-    _check_tensor(output, "output")
+    _check_tensor(output, "output", written=True)
     _check_tensor(input, "input")
     _check_pair(output, input, "output", "input")
     in_rows = input.shape[0] if input.dim() else 1
@@ -583,6 +599,9 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
                             f"{tuple(input.shape)} differ beyond dim 0")
     ins = split_rows(input_split_sizes, "input_split_sizes", world_size, in_rows, "input")
     outs = split_rows(output_split_sizes, "output_split_sizes", world_size, out_rows, "output")
+    rank = dist.get_rank(group)
+    check_own_block(rank, ins[rank], outs[rank], "input_split_sizes[{}]",
+                    "output_split_sizes[{}]", "rows")
     result = _exchange(input.reshape(-1), [k * row for k in ins], [k * row for k in outs], group,
                        algorithm, params)
     output.copy_(result.view(output.shape))
@@ -597,6 +616,7 @@ def all_to_all(output_tensor_list: list, input_tensor_list: list, group=None,
 
     Args:
         output_tensor_list, input_tensor_list: world_size tensors each, one dtype and device.
+            Non-contiguous: handled.
         group, algorithm: as :func:`all_to_all_single`.
 
     Returns:
@@ -605,13 +625,13 @@ def all_to_all(output_tensor_list: list, input_tensor_list: list, group=None,
         ArgumentError, ArgumentTypeError: malformed lists, dtype or device mismatch.
     """
     world_size = _group_size(group)
-    for name, tensors in (("input_tensor_list", input_tensor_list),
-                          ("output_tensor_list", output_tensor_list)):
-        if not isinstance(tensors, (list, tuple)) or len(tensors) != world_size:
-            raise ArgumentError(f"{name} must be a list of world_size={world_size} tensors")
-        for i, t in enumerate(tensors):
-            _check_tensor(t, f"{name}[{i}]")
-            _check_pair(t, input_tensor_list[0], f"{name}[{i}]", "input_tensor_list[0]")
+    first = _check_list(input_tensor_list, "input_tensor_list", world_size, None,
+                        "input_tensor_list[0]")[0]
+    _check_list(output_tensor_list, "output_tensor_list", world_size, first,
+                "input_tensor_list[0]", written=True)
+    rank = dist.get_rank(group)
+    check_own_block(rank, input_tensor_list[rank].numel(), output_tensor_list[rank].numel(),
+                    "input_tensor_list[{}].numel()", "output_tensor_list[{}].numel()", "elements")
     flat = torch.cat([t.reshape(-1) for t in input_tensor_list])
     result = _exchange(flat, [t.numel() for t in input_tensor_list],
                        [t.numel() for t in output_tensor_list], group, algorithm, params)

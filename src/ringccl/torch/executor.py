@@ -148,7 +148,7 @@ class _Transport:
         return dist.batch_isend_irecv(ops)
 
 
-def _timeout(timeout) -> datetime.timedelta | None:
+def check_timeout(timeout) -> datetime.timedelta | None:
     """``timeout=`` (seconds or timedelta) or RINGCCL_TIMEOUT (seconds); None: the group's."""
     if timeout is None:
         env = os.environ.get("RINGCCL_TIMEOUT")
@@ -227,7 +227,7 @@ def execute(schedule: Schedule, buffer: torch.Tensor, op: ReduceOp = ReduceOp.SU
                            f"group has {world_size} ranks")
     if rank < 0:
         raise BackendError("this process is not a member of the given process group")
-    wait_timeout = _timeout(timeout)
+    wait_timeout = check_timeout(timeout)
     bounds = check_bounds(bounds, schedule.num_chunks, buffer.numel())
     itemsize = buffer.element_size()
     if segment_bytes is None:

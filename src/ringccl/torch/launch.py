@@ -18,7 +18,8 @@ import time
 import traceback
 from typing import Any, Callable
 
-from ..errors import ArgumentError, BackendError
+from ..args import check_int
+from ..errors import BackendError
 
 __all__ = ["launch", "free_port"]
 
@@ -64,11 +65,10 @@ def launch(fn: Callable[..., Any], nproc: int, *args: Any, backend: str = "gloo"
     Returns:
         the results in rank order.
     Raises:
-        ArgumentError: nproc < 1.
+        ArgumentError: nproc < 1; ArgumentTypeError: nproc not an integer.
         BackendError: a worker raised, died, or the run timed out.
     """
-    if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
-        raise ArgumentError(f"nproc={nproc!r} must be an integer >= 1")
+    nproc = check_int(nproc, "nproc", minimum=1)
     import torch.multiprocessing as mp
 
     ctx = mp.get_context("spawn")
