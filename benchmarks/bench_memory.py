@@ -11,8 +11,9 @@
       the staging buffer it keeps) and the next (warm: staging reused);
     * ``allocated``: bytes torch allocates during the call (torch.profiler, profile_memory=True),
       cold and warm (staging reused);
-    next to ``max_staging_elements`` (the executor's staging: two halves, each one chunk per
-    receive of a step) and the API layer's own working copies.
+    next to ``max_staging_elements`` (the executor's staging: two halves, each the staged
+    receives of one step), the rollback backup (``restore=True`` on calls that work in the
+    caller's tensor: the chunks the rank overwrites) and the API layer's own working copies.
 
     python benchmarks/bench_memory.py [--json] [--skip-torch] [--count 16Mi]
 """
@@ -104,16 +105,18 @@ def torch_worker(rank: int, world_size: int, count: int) -> list:
     from ringccl.torch import _plan
 
     rows = []
-    cases = [("all_reduce", "ring", torch.float32, None),
-             ("all_reduce", "tree", torch.float32, None),
-             ("all_reduce", "recursive_doubling", torch.float32, None),
-             ("all_reduce", "ring", torch.float16, torch.float32),
-             ("reduce_scatter", "ring", torch.float32, None),
-             ("all_gather", "ring", torch.float32, None)]
+    cases = [("all_reduce", "ring", torch.float32, None, True),
+             ("all_reduce", "ring", torch.float32, None, False),
+             ("all_reduce", "tree", torch.float32, None, True),
+             ("all_reduce", "recursive_doubling", torch.float32, None, True),
+             ("all_reduce", "ring", torch.float16, torch.float32, True),
+             ("reduce_scatter", "ring", torch.float32, None, True),
+             ("all_gather", "ring", torch.float32, None, True),
+             ("all_gather", "ring", torch.float32, None, False)]
     small = torch.ones(world_size * 8)
     rt.all_reduce(small)  # gloo connections up before anything is measured
-    for collective, algorithm, dtype, acc in cases:
-        kw = {"algorithm": algorithm}
+    for collective, algorithm, dtype, acc, restore in cases:
+        kw = {"algorithm": algorithm, "restore": restore}
         if acc is not None:
             kw["accumulate_dtype"] = acc
         if collective == "all_reduce":
@@ -142,6 +145,13 @@ def torch_worker(rank: int, world_size: int, count: int) -> list:
         # not modify it); accumulate_dtype holds the buffer in the wider dtype
         api_copy = (plan.numel * itemsize if collective == "reduce_scatter" or acc is not None
                     else 0)
+        # restore=True on a call that works in the caller's tensor: the chunks it overwrites
+        # are saved first (kept between calls, like staging)
+        written = {c for step in executor.engine.plan(plan.schedule, rank,
+                                                      tuple(int(b) for b in plan.bounds), 0).steps
+                   for c in step.writes}
+        backup = (sum(int(plan.bounds[c + 1] - plan.bounds[c]) for c in written) * itemsize
+                  if restore and not api_copy else 0)
         executor.release_buffers()
         dist.barrier()
         rss_cold = _peak_rss_growth(call)
@@ -157,8 +167,9 @@ def torch_worker(rank: int, world_size: int, count: int) -> list:
                      "accumulate_dtype": None if acc is None else str(acc).replace("torch.", ""),
                      "world_size": world_size, "rank": rank, "count": count,
                      "caller_bytes": caller, "largest_chunk_bytes": chunk,
-                     "staging_bytes": staging, "api_copy_bytes": api_copy,
-                     "expected_extra_bytes": staging + api_copy,
+                     "restore": restore, "staging_bytes": staging, "backup_bytes": backup,
+                     "api_copy_bytes": api_copy,
+                     "expected_extra_bytes": staging + backup + api_copy,
                      "peak_rss_growth_cold": rss_cold, "peak_rss_growth_warm": rss_warm,
                      "allocated_cold": cold,
                      "allocated_warm": warm})
@@ -210,22 +221,24 @@ def main(argv=None) -> int:
         console.print(t)
     if result["torch"]:
         t = Table(title="ringccl.torch extra memory per call, 2 gloo processes (rank 0 / rank 1)")
-        for col in ("call", "dtype", "caller MiB", "chunk MiB", "staging MiB", "API copy MiB",
+        for col in ("call", "dtype", "restore", "caller MiB", "chunk MiB", "staging MiB",
+                    "backup MiB", "API copy MiB",
                     "RSS peak +, cold", "RSS peak +, warm", "allocated, cold",
                     "allocated, warm"):
             t.add_column(col, justify="left" if col in ("call", "dtype") else "right")
         keyed = {}
         for r in result["torch"]:
             keyed.setdefault((r["collective"], r["algorithm"], r["dtype"],
-                              r["accumulate_dtype"]), []).append(r)
-        for (c, a, d, acc), rs in keyed.items():
+                              r["accumulate_dtype"], r["restore"]), []).append(r)
+        for (c, a, d, acc, restore), rs in keyed.items():
             rs = sorted(rs, key=lambda r: r["rank"])
 
             def both(key):
                 return " / ".join(_mib(r[key]) for r in rs)
 
-            t.add_row(f"{c} {a}", d + (f"→{acc}" if acc else ""), _mib(rs[0]["caller_bytes"]),
-                      both("largest_chunk_bytes"), both("staging_bytes"), both("api_copy_bytes"),
+            t.add_row(f"{c} {a}", d + (f"→{acc}" if acc else ""), str(restore),
+                      _mib(rs[0]["caller_bytes"]), both("largest_chunk_bytes"),
+                      both("staging_bytes"), both("backup_bytes"), both("api_copy_bytes"),
                       both("peak_rss_growth_cold"), both("peak_rss_growth_warm"),
                       both("allocated_cold"),
                       both("allocated_warm"))

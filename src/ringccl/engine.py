@@ -108,12 +108,19 @@ def plan(schedule: Schedule, rank: int, bounds: tuple, segment_elems: int) -> Pl
         segment_elems: split every transferred chunk into segments of this many elements
             (0: whole chunks).
 
-    Staged receives use half ``k % 2`` of the staging buffer at step k, so step k+1 can post its
-    receives while step k is applied; ``staging_elems`` is both halves.
+    Staged receives (reduces, and copies into a chunk the step also sends) use half ``k % 2`` of
+    the staging buffer at step k, so step k+1 can post its receives while step k is applied;
+    ``staging_elems`` is both halves: twice the largest step's staged elements (ring all_reduce:
+    two chunks; all_gather, broadcast: none).
     """
     program = schedule.program(rank)
-    longest = max((bounds[c + 1] - bounds[c] for c in range(schedule.num_chunks)), default=0)
-    half = max((len(s.recvs) for s in program.steps), default=0) * longest
+
+    def staged(step) -> int:  # elements of the step's receives that land in staging
+        sending = {s.chunk for s in step.sends}
+        return sum(bounds[r.chunk + 1] - bounds[r.chunk] for r in step.recvs
+                   if r.kind is Kind.REDUCE or r.chunk in sending)
+
+    half = max((staged(step) for step in program.steps), default=0)
     steps = []
     for k, step in enumerate(program.steps):
         sending = {s.chunk for s in step.sends}
