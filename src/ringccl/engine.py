@@ -226,26 +226,34 @@ def run_lockstep(schedule: Schedule, rank: int, p: Plan, transport: Transport, *
     batch into one group call, which is what keeps a ring from deadlocking).
 
     Raises:
-        PeerError, RingcclTimeout: a batch failed; the message names step and peers.
+        PeerError, RingcclTimeout: a batch failed (after the rollback); the message names the
+            step and the peer whose operation failed, or the step's peers when the backend
+            returned one handle for the batch.
     """
     ctx = _Context(schedule, rank, transport, timeout)
     guard = _Guard(transport, p.bounds, restore)
     for step in p.steps:
         if not step.sends and not step.recvs:
             continue
+        ops = step.sends + step.recvs
+        op = None   # the operation that failed, when the backend's handles say which
         try:
             for r in step.recvs:
                 if r.stage < 0:
                     guard.before_write(r.chunk)
-            for handle in transport.batch(step.sends, step.recvs):
+            handles = transport.batch(step.sends, step.recvs)
+            for i, handle in enumerate(handles):
+                # NCCL may return one handle for the whole coalesced batch: then no single peer
+                op = ops[i] if len(handles) == len(ops) else None
                 transport.wait(handle)
+            op = None
             for r in step.recvs:
                 if r.stage >= 0:
                     guard.before_write(r.chunk)
                     transport.apply(r)
         except Exception as exc:
             guard.rollback()
-            raise _fail(ctx, None, step, exc) from exc
+            raise _fail(ctx, op, step, exc) from exc
 
 
 def run_dataflow(schedule: Schedule, rank: int, p: Plan, transport: Transport, *,
