@@ -424,7 +424,8 @@ def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tens
     # every chunk is part of the output, so the working buffer is output_tensor itself
     contiguous = output_tensor.is_contiguous()
     work = output_tensor.view(-1) if contiguous else output_tensor.new_empty(output_tensor.numel())
-    runs = plan.layout.input_runs if contiguous else ()
+    keep = contiguous and plan.options.get("restore", True) is not False
+    runs = plan.layout.input_runs if keep else ()
     before = [work[a:b].clone() for a, b in runs]  # this rank's block, written before the run
     _write(work, plan, input_tensor.reshape(-1))
     try:
