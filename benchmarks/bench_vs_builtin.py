@@ -8,7 +8,8 @@ runs (min–max in brackets). 2 and 4 processes are reported separately: 4 proce
 oversubscribe a 2-core machine.
 
 ``--segments 0,1MiB,…`` adds the ring once per pipelining segment size ("auto" is the executor's
-own threshold, 0 never splits), to show where segmenting pays.
+own threshold, 0 never splits), to show where segmenting pays. ``--no-restore`` measures
+ringccl.torch without its all-or-nothing backup copy (what gloo's own all_reduce promises).
 
     python benchmarks/bench_vs_builtin.py --backend mpi [--nproc 2 4] [--runs 3]
         [--segments auto,0] [--json]
@@ -55,6 +56,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--segments", default="auto",
                         help="ring pipelining settings, comma-separated: auto, 0 or sizes")
+    parser.add_argument("--no-restore", action="store_true",
+                        help="gloo: measure ringccl with restore=False (no rollback backup)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--plot", help="write a PNG of median busbw vs size")
     args = parser.parse_args(argv)
@@ -63,7 +66,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     for nproc in args.nproc:
         spec = BenchSpec("all_reduce", ("ring", BUILTIN), units.size(args.b), units.size(args.e),
                          args.f, args.iters, args.warmup, segment_bytes=segments,
-                         backend=args.backend, calibrate=False)
+                         backend=args.backend, calibrate=False, restore=not args.no_restore)
         runs = [best_placement(launch(spec, nproc)) for _ in range(args.runs)]
         for size in sorted({r["size"] for r in runs[0]}):
             per_run = [{label(r): r for r in run if r["size"] == size} for run in runs]

@@ -85,6 +85,8 @@ class BenchSpec:
         placements: a subset of :data:`PLACEMENTS`.
         backend: "gloo", "nccl" or "mpi" (for the report).
         calibrate: add a ``local-reduce`` row per size for reducing collectives.
+        restore: ringccl.torch's all-or-nothing backup (``restore=``, default True); False
+            measures what the backends' own collectives promise (contents undefined on failure).
     """
 
     collective: str
@@ -102,6 +104,7 @@ class BenchSpec:
     placements: tuple[str, ...] = PLACEMENTS
     backend: str = "gloo"
     calibrate: bool = True
+    restore: bool = True
 
     def validate(self, world_size: int | None = None) -> "BenchSpec":
         """Raise ArgumentError/ArgumentTypeError for a bad field (before any process starts)."""

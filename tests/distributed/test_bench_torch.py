@@ -30,6 +30,18 @@ def test_bench_all_reduce_ring_and_builtin(capsys):
     assert len([r for r in report["rows"] if r["kind"] == "local-reduce"]) == 3
 
 
+def test_bench_no_restore(capsys):
+    from ringccl import bench
+    spec = bench.BenchSpec("all_reduce", ("ring",), 1024, 1024, 2, 1, 0, restore=False)
+    assert bench.BenchSpec.from_dict(spec.to_dict()).restore is False
+    assert main(["bench", "all_reduce", "--nproc", "2", "-b", "1KiB", "-e", "1KiB", "-n", "1",
+                 "-w", "0", "--algorithm", "ring", "--no-restore", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["spec"]["restore"] is False
+    assert report["rows"] and all(r["wrong"] == 0 for r in report["rows"]
+                                  if r["kind"] == "collective")
+
+
 @pytest.mark.parametrize("collective,extra", [
     ("reduce_scatter", ["-d", "int32", "-o", "max", "--segment-bytes", "auto,256B"]),
     ("all_gather", ["-d", "float64", "--placement", "in-place"]),

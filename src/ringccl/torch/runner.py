@@ -214,6 +214,8 @@ class TorchBackend:
             kw = {"group": self.group, "algorithm": algorithm}
             if segment_bytes is not None:
                 kw["segment_bytes"] = segment_bytes
+            if not spec.restore:
+                kw["restore"] = False
             op_arg = op
             if not hasattr(ns, _API[collective][0]):
                 raise BackendError(f"ringccl.torch has no {_API[collective][0]} for {collective}")
