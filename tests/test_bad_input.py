@@ -278,6 +278,18 @@ def _torch_cases():
          r"dst=2 is out of range for world_size=1"),
         ("gather dst str", lambda t, rt: rt.gather(t.ones(2), [t.ones(2)], dst="0"), T,
          r"dst='0' must be an integer rank, got str|dst='0' must be an integer rank in"),
+        ("all_gather overlap", lambda t, rt: (lambda o: rt.all_gather_into_tensor(o[0:4], o[1:5]))(
+            t.arange(5.0)), E, r"input_tensor shares memory with output_tensor but is not "
+         r"output_tensor's block rank 0 \(elements 0:4"),
+        ("timeout inf", lambda t, rt: rt.all_reduce(t.ones(4), timeout=float("inf")), E,
+         r"timeout=inf must be a finite number of seconds > 0"),
+        ("restore str", lambda t, rt: rt.all_reduce(t.ones(4), restore="no"), T,
+         r"restore='no' must be True or False"),
+        ("check str", lambda t, rt: rt.all_reduce(t.ones(4), check="yes"), T,
+         r"check='yes' must be True, False or None"),
+        ("accumulate on broadcast", lambda t, rt: rt.broadcast(t.ones(4), src=0,
+                                                               accumulate_dtype="float64"), E,
+         r"accumulate_dtype='float64' applies to reducing collectives only .* not broadcast"),
         ("broadcast root=", lambda t, rt: rt.broadcast(t.ones(4), src=0, root=0), E,
          r"give the root as src/dst, not as root=0"),
         # split sizes

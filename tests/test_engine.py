@@ -181,5 +181,5 @@ def test_a_silent_peer_times_out_naming_it():
     assert isinstance(errors[1], PeerError) and not isinstance(errors[1], RingcclTimeout)
     assert isinstance(errors[2], RingcclTimeout)
     assert errors[2].peer == 1 and errors[2].step == 0
-    assert "ring all_reduce timed out after 0.2 s on rank 2 at step 0 waiting for a receive " \
-           "from rank 1" in str(errors[2])
+    assert "ring all_reduce timed out after 0.2 s on rank 2 at step 0 of 4 (reduce-scatter) " \
+           "waiting for a receive from rank 1" in str(errors[2])

@@ -70,7 +70,9 @@ def compare(fingerprints: list[dict[str, Any]]) -> str | None:
     for field in _FIELDS:
         values = [fp[field] for fp in fingerprints]
         if any(v != values[0] for v in values[1:]):
-            return f"{_NAMES.get(field, field)} differs: {_by_value(values)}"
+            name = _NAMES.get(field, field)
+            verb = "differ" if field == "params" else "differs"
+            return f"{name} {verb}: {_by_value(values)}"
     if fingerprints and fingerprints[0]["splits"] is not None:
         n = len(fingerprints)
         ins = [fp["splits"][0] for fp in fingerprints]

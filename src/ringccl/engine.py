@@ -194,8 +194,9 @@ def _fail(ctx: _Context, op: Send | Recv | None, step: StepPlan, exc: BaseExcept
            else "timed out" if timed_out else "failed")
     # gloo prefixes its messages with its source location: "[.../pair.cc:553] Connection ..."
     detail = re.sub(r"^\[[^\]]*\]\s*", "", str(exc).strip()) or type(exc).__name__
+    # 0-based step of the whole schedule, with its phase (``ringccl show`` numbers per phase)
     message = (f"{s.algorithm} {s.collective} {how} on rank {ctx.rank} at step {step_index} "
-               f"{what}: {detail}")
+               f"of {s.num_steps} ({s.phase_names[step_index]}) {what}: {detail}")
     cls = RingcclTimeout if timed_out else PeerError
     return cls(message, collective=s.collective, algorithm=s.algorithm, step=step_index,
                rank=ctx.rank, peer=peer)

@@ -27,7 +27,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import engine
-from ..errors import ArgumentError, BackendError
+from ..errors import ArgumentError, BackendError, RingcclTimeout
 from ..ir import Schedule
 from ..ops import ReduceOp, ufunc
 
@@ -54,14 +54,42 @@ def _staging(nbytes: int, purpose: str = "staging") -> np.ndarray:
     return cached
 
 
-def _private(comm) -> "MPI.Comm":
-    """A duplicate of ``comm`` kept for ringccl's messages (created collectively on first use)."""
+def _private(comm, schedule: Schedule, timeout: float | None) -> "MPI.Comm":
+    """A duplicate of ``comm`` kept for ringccl's messages (created collectively on first use;
+    with a timeout, ``MPI_Comm_idup`` polled until it, so a peer that never calls is reported)."""
     key = MPI.Comm.py2f(comm)
     dup = _comm_cache.get(key)
     if dup is None:
-        dup = comm.Dup()
+        if timeout is None:
+            dup = comm.Dup()
+        else:
+            dup, request = comm.Idup()
+            try:
+                _wait(request, timeout)
+            except TimeoutError as exc:
+                raise RingcclTimeout(
+                    f"{schedule.algorithm} {schedule.collective} timed out after {timeout:g} s "
+                    f"on rank {comm.Get_rank()} before step 0, duplicating the communicator "
+                    "(the first ringccl call on it, collective): a peer did not join",
+                    collective=schedule.collective, algorithm=schedule.algorithm,
+                    rank=comm.Get_rank()) from exc
         _comm_cache[key] = dup
     return dup
+
+
+def _wait(request, timeout: float | None) -> None:
+    """``MPI_Wait``, or with a timeout ``MPI_Test`` polled until it (then TimeoutError)."""
+    if timeout is None:
+        request.Wait()
+        return
+    deadline = time.monotonic() + timeout
+    spins = 0
+    while not request.Test():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no answer within {timeout:g} s")
+        spins += 1
+        if spins > 1000:  # past the latency of a message: stop burning the core
+            time.sleep(1e-4)
 
 
 def release_buffers() -> None:
@@ -100,17 +128,7 @@ class _Transport:
         return self.comm.Irecv([landing, MPI.BYTE], r.peer, _TAG)
 
     def wait(self, request) -> None:
-        if self.timeout is None:
-            request.Wait()
-            return
-        deadline = time.monotonic() + self.timeout
-        spins = 0
-        while not request.Test():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"no answer within {self.timeout:g} s")
-            spins += 1
-            if spins > 1000:  # past the latency of a message: stop burning the core
-                time.sleep(1e-4)
+        _wait(request, self.timeout)
 
     def apply(self, r) -> None:
         i = self.itemsize
@@ -150,8 +168,9 @@ def _timeout(timeout) -> float | None:
             timeout = float(env)
         except ValueError:
             pass
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise ArgumentError(f"{argument}={timeout!r} must be a number of seconds > 0")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not (
+            0 < timeout < 10 ** 9):
+        raise ArgumentError(f"{argument}={timeout!r} must be a finite number of seconds > 0")
     return float(timeout)
 
 
@@ -181,7 +200,9 @@ def execute(schedule: Schedule, buffer: np.ndarray, op: ReduceOp = ReduceOp.SUM,
         restore: save each chunk before this rank first writes it and restore it if the call
             fails (memory: up to one copy of ``buffer``, kept between calls). None: only when a
             timeout is in effect; without one an MPI failure aborts the job (Open MPI's and
-            MPICH's default error handler), so there is nothing to restore for.
+            MPICH's default error handler), so there is nothing to restore for. After a
+            RingcclTimeout, end the job with ``comm.Abort()``: operations still posted to the
+            silent peer cannot be withdrawn, and ``MPI_Finalize`` may crash on them.
 
     Returns:
         ``buffer``.
@@ -215,7 +236,8 @@ def execute(schedule: Schedule, buffer: np.ndarray, op: ReduceOp = ReduceOp.SUM,
     plan = engine.plan(schedule, rank, bounds, segment_elems)
     if not plan.steps:
         return buffer
-    transport = _Transport(buffer, _staging(plan.staging_elems * itemsize), op, _private(comm),
+    transport = _Transport(buffer, _staging(plan.staging_elems * itemsize), op,
+                           _private(comm, schedule, wait_timeout),
                            wait_timeout)
     if restore is None:
         restore = wait_timeout is not None

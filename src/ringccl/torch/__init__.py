@@ -148,6 +148,10 @@ def _plan(collective: str, algorithm: str, world_size: int, rank: int, sizes=Non
     ``params`` go to the executor; ``check`` must have been taken out by :func:`_agree`.
     """
     options = {k: params.pop(k) for k in _EXECUTOR_OPTIONS if k in params}
+    if "restore" in options and not isinstance(options["restore"], bool):
+        raise ArgumentTypeError(f"restore={options['restore']!r} must be True or False")
+    if "accumulate_dtype" in params:  # the reducing functions take it as an argument
+        check_accumulate_dtype(params.pop("accumulate_dtype"), "float32", collective, False)
     if options.get("segment_bytes") is not None:
         options["segment_bytes"] = check_int(options["segment_bytes"], "segment_bytes")
     check_timeout(options.get("timeout"))
@@ -168,6 +172,9 @@ def _agree(group, collective: str, algorithm: str, params: dict, op: ReduceOp | 
     disagree (see :mod:`ringccl.consistency`).
     """
     check = params.pop("check", None)
+    if check is not None and not isinstance(check, bool):
+        raise ArgumentTypeError(f"check={check!r} must be True, False or None (None: "
+                                "RINGCCL_DEBUG decides)")
     key = id(group if group is not None else dist.group.WORLD)
     seq = _sequence.get(key, 0)
     _sequence[key] = seq + 1
@@ -178,7 +185,17 @@ def _agree(group, collective: str, algorithm: str, params: dict, op: ReduceOp | 
                                      if k not in _EXECUTOR_OPTIONS},
         None if op is None else op.value, str(dtype).replace("torch.", ""), count, splits)
     everyone: list = [None] * dist.get_world_size(group)
-    dist.all_gather_object(everyone, mine, group=group)
+    try:
+        dist.all_gather_object(everyone, mine, group=group)
+    except RuntimeError as exc:
+        # the peers are not in the same check: it is on for some ranks only, or they called
+        # something else (or died); the exchange is bounded by the group's timeout
+        raise PeerError(f"the cross-rank check of {algorithm} {collective} (check=True or "
+                        f"RINGCCL_DEBUG) failed on rank {dist.get_rank(group)}: the other ranks "
+                        "did not join it; is the check on for every rank, and are they all "
+                        f"calling a ringccl collective? ({exc})",
+                        collective=collective, algorithm=algorithm,
+                        rank=dist.get_rank(group)) from exc
     problem = consistency.compare(everyone)
     if problem:
         raise ConsistencyError(f"ranks of the group call different collectives: {problem}",
@@ -417,6 +434,7 @@ def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tens
         raise ArgumentError(f"output_tensor has {output_tensor.numel()} elements; "
                             f"all_gather_into_tensor needs world_size * input_tensor.numel() = "
                             f"{world_size} * {input_tensor.numel()}")
+    _check_in_place_block(output_tensor, input_tensor, dist.get_rank(group))
     _agree(group, "all_gather", algorithm, params, None, input_tensor.dtype,
            output_tensor.numel())
     plan = _plan("all_gather", algorithm, world_size, dist.get_rank(group),
@@ -437,6 +455,29 @@ def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tens
     if not contiguous:
         output_tensor.copy_(work.view(output_tensor.shape))
     return output_tensor
+
+
+def _check_in_place_block(output: torch.Tensor, input: torch.Tensor, rank: int) -> None:
+    """``input`` may share memory with ``output`` only as output's block ``rank`` (in place, as
+    torch.distributed allows); any other overlap would be overwritten while it is read."""
+    if not input.numel() or input.untyped_storage().data_ptr() != \
+            output.untyped_storage().data_ptr():
+        return
+    k = input.numel()
+    start = output.storage_offset() + rank * k
+    exact = (output.is_contiguous() and input.is_contiguous()
+             and input.storage_offset() == start)
+    lo_in, hi_in = input.storage_offset(), input.storage_offset() + k
+    lo_out = output.storage_offset()
+    hi_out = lo_out + output.numel()
+    if not exact and (output.is_contiguous() and input.is_contiguous()
+                      and (hi_in <= lo_out or hi_out <= lo_in)):
+        return  # same storage, disjoint ranges
+    if not exact:
+        raise ArgumentError(
+            f"input_tensor shares memory with output_tensor but is not output_tensor's block "
+            f"rank {rank} (elements {rank * k}:{(rank + 1) * k} of the flattened output); "
+            "pass that exact view for in place, or a separate tensor")
 
 
 def _check_list(tensors: Any, argument: str, world_size: int, like: torch.Tensor | None,

@@ -164,9 +164,10 @@ def check_timeout(timeout) -> datetime.timedelta | None:
         argument = "timeout"
     if isinstance(timeout, datetime.timedelta):
         timeout = timeout.total_seconds()
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise ArgumentError(f"{argument}={timeout!r} must be a number of seconds > 0 (or a "
-                            "datetime.timedelta)")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not (
+            0 < timeout < 10 ** 9):
+        raise ArgumentError(f"{argument}={timeout!r} must be a finite number of seconds > 0 "
+                            "(or a datetime.timedelta)")
     return datetime.timedelta(seconds=float(timeout))
 
 
