@@ -220,7 +220,8 @@ def _print_run(r: dict) -> None:
     extra = "".join(f", {k}={v}" for k, v in r.get("params", {}).items())
     _table(f"{r['collective']} on {r['world_size']} local gloo processes, op={r['op']}{extra}, "
            f"median of {r['iters']} iterations (max over ranks)", headers, rows)
-    print(f"busbw ratio ringccl/gloo: {r['busbw_ratio']:.2f}   "
+    ratio = r["busbw_ratio"]
+    print(f"busbw ratio ringccl/gloo: {'n/a' if ratio is None else f'{ratio:.2f}'}   "
           f"result {'matches' if r['wrong'] == 0 else 'DIFFERS FROM'} gloo's own "
           f"{r['collective']} ({r['wrong']} elements differ)")
 
@@ -1099,6 +1100,17 @@ _positive_int = _int_at_least(1)
 _nonnegative_int = _int_at_least(0)
 
 
+def _seconds(text: str) -> float:
+    """A finite number of seconds > 0 (argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value < 1e9:
+        raise argparse.ArgumentTypeError(f"{text} must be a finite number of seconds > 0")
+    return value
+
+
 def _widths(text: str) -> tuple:
     try:
         widths = tuple(int(w) for w in text.split(","))
@@ -1203,7 +1215,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--op", default="sum")
     p.add_argument("--iters", type=_positive_int, default=10)
     p.add_argument("--warmup", type=_nonnegative_int, default=3)
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds before giving up")
+    p.add_argument("--timeout", type=_seconds, default=300.0, help="seconds before giving up")
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser(
@@ -1252,7 +1264,7 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--json", action="store_true", help="print JSON (input of ringccl fit)")
     out.add_argument("--csv", action="store_true", help="print CSV")
     p.add_argument("--plot", metavar="PNG", help="also write busbw vs size to this PNG")
-    p.add_argument("--timeout", type=float, default=900.0, help="seconds before giving up")
+    p.add_argument("--timeout", type=_seconds, default=900.0, help="seconds before giving up")
     p.set_defaults(func=_cmd_bench)
 
     p = sub.add_parser(
@@ -1310,7 +1322,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--plot", default="ringccl_train.png", help="output image (default %(default)s)")
     p.add_argument("--no-plot", action="store_true")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds before giving up")
+    p.add_argument("--timeout", type=_seconds, default=600.0, help="seconds before giving up")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_train)
     _add_cost_parsers(sub, collectives)
@@ -1323,6 +1335,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except RingcclError as exc:
+        print(f"ringccl: error: {exc}", file=sys.stderr)
+        return 2
+    except MemoryError as exc:
+        print(f"ringccl: error: not enough memory ({exc or 'MemoryError'}); use a smaller "
+              "--count or --world-size", file=sys.stderr)
+        return 2
+    except OSError as exc:  # an output path that cannot be written, ...
         print(f"ringccl: error: {exc}", file=sys.stderr)
         return 2
 

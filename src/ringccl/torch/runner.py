@@ -160,7 +160,9 @@ def measure(rank: int, world_size: int, collective: str, algorithm: str, count: 
         row[name] = {"time_s": med, "min_s": min(times), "p90_s": float(np.percentile(times, 90)),
                      "algbw": algbw(nbytes, med), "busbw": busbw(collective, nbytes, med,
                                                                  world_size)}
-    row["busbw_ratio"] = row["ringccl"]["busbw"] / row["builtin"]["busbw"]
+    # busbw is 0 for one rank (bus factor 0) and for an empty buffer: no ratio then
+    ours, builtin = row["ringccl"]["busbw"], row["builtin"]["busbw"]
+    row["busbw_ratio"] = ours / builtin if builtin > 0 else None
     row["bus_factor"] = spec.bus_factor(world_size)
     return row
 
