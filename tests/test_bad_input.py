@@ -281,6 +281,8 @@ def _torch_cases():
         ("all_gather overlap", lambda t, rt: (lambda o: rt.all_gather_into_tensor(o[0:4], o[1:5]))(
             t.arange(5.0)), E, r"input_tensor shares memory with output_tensor but is not "
          r"output_tensor's block rank 0 \(elements 0:4"),
+        ("group str", lambda t, rt: rt.all_reduce(t.ones(4), group="x"), T,
+         r"group='x' must be a torch.distributed ProcessGroup"),
         ("timeout inf", lambda t, rt: rt.all_reduce(t.ones(4), timeout=float("inf")), E,
          r"timeout=inf must be a finite number of seconds > 0"),
         ("restore str", lambda t, rt: rt.all_reduce(t.ones(4), restore="no"), T,

@@ -72,6 +72,9 @@ def _group_size(group) -> int:
         raise BackendError("torch.distributed is not initialized: call "
                            "torch.distributed.init_process_group first (or run under torchrun, "
                            "or use ringccl.torch.launch.launch)")
+    if group is not None and not isinstance(group, dist.ProcessGroup):
+        raise ArgumentTypeError(f"group={group!r} must be a torch.distributed ProcessGroup "
+                                f"(e.g. from dist.new_group) or None, got {type(group).__name__}")
     return dist.get_world_size(group)
 
 
