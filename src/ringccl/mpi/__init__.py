@@ -38,6 +38,12 @@ and its value); a check that fails on some ranks only (a root-only list) leaves 
 waiting, as in torch.distributed: run scripts with ``python -m mpi4py script.py`` so that an
 uncaught exception aborts the whole job.
 
+Failures: MPI has no timeouts and aborts the job when a process dies. With ``RINGCCL_TIMEOUT``
+(seconds) set, every wait (and the first call's duplication of ``comm``) polls ``MPI_Test`` until
+the deadline and raises :class:`ringccl.errors.RingcclTimeout` naming the step and the peer, with
+the caller's buffers restored; then end the job with ``comm.Abort()`` (see
+:func:`ringccl.mpi.executor.execute`). There is no cross-rank consistency check here.
+
 Importing this package does not import mpi4py (which initializes MPI); the first collective does.
 """
 
