@@ -36,6 +36,7 @@ bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/bench_fit.py
 	$(BIN)/python benchmarks/bench_memory.py
 	$(BIN)/python benchmarks/fuzz_sim.py --examples 10000
+	$(BIN)/python benchmarks/fault_injection.py --trials 60
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
