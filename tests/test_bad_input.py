@@ -20,6 +20,8 @@ from ringccl.args import check_int, check_rank
 from ringccl.cli import main
 from ringccl.errors import ArgumentError, ArgumentTypeError
 
+from .gloo_group import one_rank_gloo_group
+
 E, T = ArgumentError, ArgumentTypeError
 X = np.arange(32, dtype=np.float32).reshape(4, 8)   # 4 ranks, 8 elements each
 XI = np.arange(32, dtype=np.int32).reshape(4, 8)
@@ -228,17 +230,7 @@ torch_missing = importlib.util.find_spec("torch") is None
 
 @pytest.fixture(scope="module")
 def group():
-    if torch_missing:
-        pytest.skip("torch is not installed (pip install 'ringccl[torch]')")
-    import torch.distributed as dist
-
-    from ringccl.torch.launch import free_port
-    if dist.is_initialized():  # pragma: no cover - another module left one
-        pytest.skip("a process group is already initialized in this process")
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0,
-                            world_size=1)
-    yield
-    dist.destroy_process_group()
+    yield from one_rank_gloo_group()
 
 
 def _torch_cases():

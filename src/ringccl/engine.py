@@ -33,15 +33,17 @@ the error propagates, so the working buffer is either fully updated or exactly a
 
 from __future__ import annotations
 
+import datetime
 import functools
+import os
 import re
 from typing import Any, NamedTuple, Protocol
 
-from .errors import PeerError, RingcclTimeout
+from .errors import ArgumentError, BackendError, PeerError, RingcclTimeout
 from .ir import Kind, Schedule, chunk_bounds
 
 __all__ = ["Send", "Recv", "StepPlan", "Plan", "Transport", "plan", "uniform_bounds",
-           "run_dataflow", "run_lockstep"]
+           "check_bounds", "timeout_seconds", "run_dataflow", "run_lockstep"]
 
 
 class Send(NamedTuple):
@@ -150,6 +152,49 @@ def plan(schedule: Schedule, rank: int, bounds: tuple, segment_elems: int) -> Pl
 def uniform_bounds(count: int, num_chunks: int) -> tuple:
     """``chunk_bounds(count, num_chunks)`` as a tuple (the ``numpy.array_split`` pieces)."""
     return tuple(chunk_bounds(count, num_chunks).tolist())
+
+
+def check_bounds(bounds, num_chunks: int, count: int) -> tuple:
+    """An executor's ``bounds=`` argument as a tuple of ints (None: :func:`uniform_bounds`).
+
+    Raises:
+        BackendError: not num_chunks + 1 non-decreasing offsets within ``count`` elements.
+    """
+    if bounds is None:
+        return uniform_bounds(count, num_chunks)
+    bounds = tuple(int(b) for b in bounds)
+    if len(bounds) != num_chunks + 1 or any(b < a for a, b in zip(bounds, bounds[1:])) or (
+            bounds[0] < 0 or bounds[-1] > count):
+        raise BackendError(f"bounds must be {num_chunks + 1} non-decreasing offsets within the "
+                           f"buffer's {count} elements")
+    return bounds
+
+
+def timeout_seconds(timeout) -> float | None:
+    """An executor's ``timeout=`` (seconds or ``datetime.timedelta``) in seconds; when None, the
+    ``RINGCCL_TIMEOUT`` environment variable (seconds), or None if it is not set either.
+
+    Raises:
+        ArgumentError: not a finite number of seconds > 0 (the message names ``timeout`` or
+            ``RINGCCL_TIMEOUT``).
+    """
+    argument = "timeout"
+    if timeout is None:
+        env = os.environ.get("RINGCCL_TIMEOUT")
+        if not env:
+            return None
+        argument, timeout = "RINGCCL_TIMEOUT", env
+        try:
+            timeout = float(env)
+        except ValueError:
+            pass
+    if isinstance(timeout, datetime.timedelta):
+        timeout = timeout.total_seconds()
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not (
+            0 < timeout < 10 ** 9):
+        raise ArgumentError(f"{argument}={timeout!r} must be a finite number of seconds > 0 "
+                            "(or a datetime.timedelta)")
+    return float(timeout)
 
 
 class Transport(Protocol):
@@ -305,8 +350,7 @@ def run_dataflow(schedule: Schedule, rank: int, p: Plan, transport: Transport, *
     def apply(r: Recv) -> None:
         if r.stage >= 0:
             drain(r.chunk)  # sends may still read the chunk being updated
-            guard.before_write(r.chunk)
-            transport.apply(r)
+            transport.apply(r)  # its chunk was saved when the step began (step.writes)
 
     try:
         recv_handles = {0: [post_recv(r) for r in steps[0].recvs]}

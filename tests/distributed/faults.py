@@ -121,22 +121,28 @@ def _install_fault(trial: Trial, results, armed: list) -> None:
     armed.append(fail)
 
 
-def _rank(rank: int, port: int, trial: Trial, results) -> None:
+def _init_group(rank: int, world_size: int, port: int, timeout: float) -> None:
+    """In a forked rank: one intra-op thread, a gloo group over loopback with ``timeout``."""
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
     import torch
     import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world_size, timeout=datetime.timedelta(seconds=timeout))
+
+
+def _rank(rank: int, port: int, trial: Trial, results) -> None:
+    import torch
 
     import ringccl.torch as rt
     from ringccl.errors import PeerError
     from ringccl.ops import parse_op
     from ringccl.torch.runner import _calls
 
-    torch.set_num_threads(1)
     record: dict = {"calls": [], "error": None}
     try:
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                                world_size=trial.world_size,
-                                timeout=datetime.timedelta(seconds=trial.timeout))
+        _init_group(rank, trial.world_size, port, trial.timeout)
         n = trial.world_size
         count = trial.count or 12 * n
         calls = _calls(trial.collective, trial.algorithm, parse_op(trial.op), n, count,
@@ -239,15 +245,8 @@ def run(trial: Trial) -> Outcome:
 
 
 def _call(fn, rank: int, world_size: int, port: int, timeout: float, args, results) -> None:
-    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
-    import torch
-    import torch.distributed as dist
-
-    torch.set_num_threads(1)
     try:
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                                world_size=world_size,
-                                timeout=datetime.timedelta(seconds=timeout))
+        _init_group(rank, world_size, port, timeout)
         value = (True, fn(rank, world_size, *args))
     except BaseException as exc:
         value = (False, f"{type(exc).__name__}: {exc}")

@@ -10,23 +10,17 @@ import contextlib
 import pytest
 
 torch = pytest.importorskip("torch")
-import torch.distributed as dist  # noqa: E402
 
 import ringccl.torch as rt  # noqa: E402
 from ringccl.errors import BackendError  # noqa: E402
-from ringccl.torch.launch import free_port  # noqa: E402
+from ..gloo_group import one_rank_gloo_group  # noqa: E402
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(300)]
 
 
 @pytest.fixture(scope="module", autouse=True)
 def one_rank_group():
-    if dist.is_initialized():  # pragma: no cover - another module left one
-        pytest.skip("a process group is already initialized in this process")
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0,
-                            world_size=1)
-    yield
-    dist.destroy_process_group()
+    yield from one_rank_gloo_group()
 
 
 def _model(seed=0):

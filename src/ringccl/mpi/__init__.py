@@ -263,9 +263,7 @@ def reduce_scatter(output: np.ndarray, input: np.ndarray, op: Any = ReduceOp.SUM
     comm = _comm(comm)
     _check_array(output, "output")
     _check_array(input, "input", writable=False, contiguous=False)
-    if output.dtype != input.dtype:
-        raise ArgumentTypeError(f"output.dtype={output.dtype} differs from "
-                                f"input.dtype={input.dtype}")
+    _check_pair(output, input, "output", "input")
     world_size, rank = comm.Get_size(), comm.Get_rank()
     if input.size != world_size * output.size:
         raise ArgumentError(f"input has {input.size} elements; reduce_scatter needs "
@@ -315,9 +313,7 @@ def all_gather(output: np.ndarray, input: np.ndarray, comm=None, algorithm: str 
     comm = _comm(comm)
     _check_array(output, "output")
     _check_array(input, "input", writable=False, contiguous=False)
-    if output.dtype != input.dtype:
-        raise ArgumentTypeError(f"output.dtype={output.dtype} differs from "
-                                f"input.dtype={input.dtype}")
+    _check_pair(output, input, "output", "input")
     world_size, rank = comm.Get_size(), comm.Get_rank()
     if output.size != world_size * input.size:
         raise ArgumentError(f"output has {output.size} elements; all_gather needs "

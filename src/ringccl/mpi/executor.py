@@ -20,14 +20,13 @@ References:
 
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
 from mpi4py import MPI
 
 from .. import engine
-from ..errors import ArgumentError, BackendError, RingcclTimeout
+from ..errors import BackendError, RingcclTimeout
 from ..ir import Schedule
 from ..ops import ReduceOp, ufunc
 
@@ -156,24 +155,6 @@ class _Transport:
         return str(peer)
 
 
-def _timeout(timeout) -> float | None:
-    """``timeout=`` or RINGCCL_TIMEOUT (seconds); None: unbounded MPI waits."""
-    argument = "timeout"
-    if timeout is None:
-        env = os.environ.get("RINGCCL_TIMEOUT")
-        if not env:
-            return None
-        argument, timeout = "RINGCCL_TIMEOUT", env
-        try:
-            timeout = float(env)
-        except ValueError:
-            pass
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not (
-            0 < timeout < 10 ** 9):
-        raise ArgumentError(f"{argument}={timeout!r} must be a finite number of seconds > 0")
-    return float(timeout)
-
-
 def execute(schedule: Schedule, buffer: np.ndarray, op: ReduceOp = ReduceOp.SUM, comm=None,
             segment_bytes: int | None = None, bounds=None, *, timeout: float | None = None,
             restore: bool | None = None) -> np.ndarray:
@@ -216,17 +197,10 @@ def execute(schedule: Schedule, buffer: np.ndarray, op: ReduceOp = ReduceOp.SUM,
     if world_size != schedule.world_size:
         raise BackendError(f"schedule is for world_size={schedule.world_size}, but the "
                            f"communicator has {world_size} ranks")
-    wait_timeout = _timeout(timeout)
+    wait_timeout = engine.timeout_seconds(timeout)
     itemsize = buffer.itemsize
     count = buffer.shape[0]
-    if bounds is None:
-        bounds = engine.uniform_bounds(count, schedule.num_chunks)
-    else:
-        bounds = tuple(int(b) for b in bounds)
-        if len(bounds) != schedule.num_chunks + 1 or any(
-                b < a for a, b in zip(bounds, bounds[1:])) or bounds[0] < 0 or bounds[-1] > count:
-            raise BackendError(f"bounds must be {schedule.num_chunks + 1} non-decreasing offsets "
-                               f"within the buffer's {count} elements")
+    bounds = engine.check_bounds(bounds, schedule.num_chunks, count)
     if segment_bytes is None:  # the package-level parameters, read now so users can set them
         from . import DEFAULT_SEGMENT_BYTES, PIPELINE_THRESHOLD_BYTES
         longest = max(b - a for a, b in zip(bounds, bounds[1:])) * itemsize

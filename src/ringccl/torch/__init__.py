@@ -445,12 +445,12 @@ def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tens
     # every chunk is part of the output, so the working buffer is output_tensor itself
     contiguous = output_tensor.is_contiguous()
     work = output_tensor.view(-1) if contiguous else output_tensor.new_empty(output_tensor.numel())
-    keep = contiguous and plan.options.get("restore", True) is not False
-    runs = plan.layout.input_runs if keep else ()
+    restore = contiguous and plan.options.get("restore", True)
+    runs = plan.layout.input_runs if restore else ()
     before = [work[a:b].clone() for a, b in runs]  # this rank's block, written before the run
     _write(work, plan, input_tensor.reshape(-1))
     try:
-        _execute(plan, work, ReduceOp.SUM, group, restore=contiguous)
+        _execute(plan, work, ReduceOp.SUM, group, restore=restore)
     except PeerError:
         for (a, b), saved in zip(runs, before):
             work[a:b].copy_(saved)  # the other chunks were restored by the executor

@@ -17,16 +17,14 @@ Staging memory (two halves of the largest step's receives) is reused across call
 from __future__ import annotations
 
 import datetime
-import os
 import threading
 from typing import Sequence
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
 from .. import engine
-from ..errors import ArgumentError, BackendError
+from ..errors import BackendError
 from ..ir import Schedule
 from ..ops import ReduceOp
 
@@ -104,10 +102,13 @@ class _Transport:
     def isend(self, s):
         return dist.isend(self.buffer[s.lo:s.hi], self.peers[s.peer], self.group)
 
+    def _landing(self, r) -> torch.Tensor:
+        """Where receive ``r`` lands: its segment of the buffer, or its staging slot."""
+        return (self.buffer[r.lo:r.hi] if r.stage < 0
+                else self.staging[r.stage:r.stage + r.hi - r.lo])
+
     def irecv(self, r):
-        landing = (self.buffer[r.lo:r.hi] if r.stage < 0
-                   else self.staging[r.stage:r.stage + r.hi - r.lo])
-        return dist.irecv(landing, self.peers[r.peer], self.group)
+        return dist.irecv(self._landing(r), self.peers[r.peer], self.group)
 
     def wait(self, work) -> None:
         if self.timeout is None:
@@ -142,45 +143,16 @@ class _Transport:
     def batch(self, sends, recvs) -> list:
         ops = ([dist.P2POp(dist.isend, self.buffer[s.lo:s.hi], self.peers[s.peer], self.group)
                 for s in sends]
-               + [dist.P2POp(dist.irecv, self.buffer[r.lo:r.hi] if r.stage < 0 else
-                             self.staging[r.stage:r.stage + r.hi - r.lo], self.peers[r.peer],
-                             self.group) for r in recvs])
+               + [dist.P2POp(dist.irecv, self._landing(r), self.peers[r.peer], self.group)
+                  for r in recvs])
         return dist.batch_isend_irecv(ops)
 
 
 def check_timeout(timeout) -> datetime.timedelta | None:
-    """``timeout=`` (seconds or timedelta) or RINGCCL_TIMEOUT (seconds); None: the group's."""
-    if timeout is None:
-        env = os.environ.get("RINGCCL_TIMEOUT")
-        if not env:
-            return None
-        try:
-            timeout = float(env)
-        except ValueError:
-            raise ArgumentError(f"RINGCCL_TIMEOUT={env!r} must be a number of seconds > 0") \
-                from None
-        argument = "RINGCCL_TIMEOUT"
-    else:
-        argument = "timeout"
-    if isinstance(timeout, datetime.timedelta):
-        timeout = timeout.total_seconds()
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not (
-            0 < timeout < 10 ** 9):
-        raise ArgumentError(f"{argument}={timeout!r} must be a finite number of seconds > 0 "
-                            "(or a datetime.timedelta)")
-    return datetime.timedelta(seconds=float(timeout))
-
-
-def check_bounds(bounds, num_chunks: int, count: int) -> tuple:
-    """``bounds`` (None: the ``tensor_split`` pieces of ``count``) as a tuple of ints, checked."""
-    if bounds is None:
-        return engine.uniform_bounds(count, num_chunks)
-    bounds = tuple(int(b) for b in np.asarray(bounds).tolist())
-    if len(bounds) != num_chunks + 1 or any(b < a for a, b in zip(bounds, bounds[1:])) or (
-            bounds and (bounds[0] < 0 or bounds[-1] > count)):
-        raise BackendError(f"bounds must be {num_chunks + 1} non-decreasing offsets within the "
-                           f"buffer's {count} elements")
-    return bounds
+    """``timeout=`` (seconds or timedelta) or RINGCCL_TIMEOUT as a timedelta; None: the group's
+    (:func:`ringccl.engine.timeout_seconds`)."""
+    seconds = engine.timeout_seconds(timeout)
+    return None if seconds is None else datetime.timedelta(seconds=seconds)
 
 
 def execute(schedule: Schedule, buffer: torch.Tensor, op: ReduceOp = ReduceOp.SUM,
@@ -229,7 +201,7 @@ def execute(schedule: Schedule, buffer: torch.Tensor, op: ReduceOp = ReduceOp.SU
     if rank < 0:
         raise BackendError("this process is not a member of the given process group")
     wait_timeout = check_timeout(timeout)
-    bounds = check_bounds(bounds, schedule.num_chunks, buffer.numel())
+    bounds = engine.check_bounds(bounds, schedule.num_chunks, buffer.numel())
     itemsize = buffer.element_size()
     if segment_bytes is None:
         longest = max((b - a for a, b in zip(bounds, bounds[1:])), default=0)
@@ -251,5 +223,5 @@ def execute(schedule: Schedule, buffer: torch.Tensor, op: ReduceOp = ReduceOp.SU
 def max_staging_elements(schedule: Schedule, rank: int, count: int, bounds=None) -> int:
     """Elements of staging memory :func:`execute` allocates on ``rank`` for a buffer of ``count``
     (chunks from ``bounds``, default ``chunk_bounds(count, num_chunks)``; whole chunks)."""
-    return engine.plan(schedule, rank, check_bounds(bounds, schedule.num_chunks, count),
+    return engine.plan(schedule, rank, engine.check_bounds(bounds, schedule.num_chunks, count),
                        0).staging_elems
