@@ -42,8 +42,9 @@ from typing import Any, NamedTuple, Protocol
 from .errors import ArgumentError, BackendError, PeerError, RingcclTimeout
 from .ir import Kind, Schedule, chunk_bounds
 
-__all__ = ["Send", "Recv", "StepPlan", "Plan", "Transport", "plan", "uniform_bounds",
-           "check_bounds", "timeout_seconds", "run_dataflow", "run_lockstep"]
+__all__ = ["Send", "Recv", "StepPlan", "Plan", "Transport", "Instr", "Program", "plan",
+           "uniform_bounds", "check_bounds", "timeout_seconds", "dataflow_program",
+           "run_dataflow", "run_lockstep"]
 
 
 class Send(NamedTuple):
@@ -302,18 +303,187 @@ def run_lockstep(schedule: Schedule, rank: int, p: Plan, transport: Transport, *
             raise _fail(ctx, op, step, exc) from exc
 
 
+# The dataflow driver's instructions (see :func:`dataflow_program`).
+RECV, SEND, WAIT, APPLY, SAVE = range(5)
+
+
+class Instr(NamedTuple):
+    """One instruction of a compiled dataflow program.
+
+    ``code`` is RECV/SEND (post ``op``, keep its handle in ``slot``), WAIT (wait for the handle in
+    ``slot``; ``op`` is the operation posted there), APPLY (combine/copy the staged receive
+    ``op`` into place) or SAVE (back up ``op = (lo, hi)`` of the buffer for the rollback);
+    ``step`` is the index into ``Plan.steps`` an error here is reported at when ``op`` has none.
+    """
+
+    code: int
+    op: Any
+    slot: int
+    step: int
+
+
+class Program(NamedTuple):
+    """A rank's whole dataflow execution as a flat instruction list (one handle per slot)."""
+
+    instrs: tuple
+    slots: int
+
+
+def _compile_dataflow(p: Plan, restore: bool) -> Program:
+    """List-schedule ``p``'s operations into the order :func:`run_dataflow` executes them.
+
+    Nothing in the dataflow order depends on timing, so it is decided once per plan: the replay
+    is a flat loop. Rules (per segment ``(chunk, segment)``; a staged receive completes when it
+    is applied, an in-place one when it is waited for, a send when it is waited for):
+
+    * posting order per peer and direction is the canonical one (step-major, then the step's
+      order), so both sides post matching operations in the same order; posts look at most one
+      step ahead of the step whose receives are being waited for;
+    * a send is posted once every earlier step's write to its segment has completed (it sends
+      final data);
+    * a staged receive of step k is posted once step k-2 (the same staging half) has completed;
+    * an in-place receive is posted once every earlier write to its segment has completed and
+      every earlier send reading it has been waited for. Waiting for such a send is put off
+      until this rank has waited for as large a fraction of its own step's receives as the send's
+      position in that step's sends (a send and the receive at the same position in a symmetric
+      exchange finish together), so that at the switch from reduce-scatter to all-gather each
+      segment's receive is posted as soon as its own send is done, not after the whole chunk;
+    * an apply first waits for every send still reading its segment (of this step too: sends
+      read the pre-step state);
+    * with ``restore``, every chunk is saved before its first write; chunks the current and the
+      next step write are saved as the step begins, while its messages are in flight.
+    """
+    steps = p.steps
+    code: list[Instr] = []
+    ops: dict[tuple, Any] = {}                  # id -> op; id = (step, kind, index)
+    send_q: dict[int, list] = {}                # peer -> ids in canonical order
+    recv_q: dict[int, list] = {}
+    pending_writes: dict[tuple, list] = {}      # segment -> steps of its incomplete writes
+    reads: dict[tuple, list] = {}               # segment -> ids of its sends not waited for
+    left = [len(st.recvs) for st in steps]      # incomplete receives per step
+    for k, st in enumerate(steps):
+        for i, r in enumerate(st.recvs):
+            ops[(k, "r", i)] = r
+            recv_q.setdefault(r.peer, []).append((k, "r", i))
+            pending_writes.setdefault((r.chunk, r.segment), []).append(k)
+        for i, s in enumerate(st.sends):
+            ops[(k, "s", i)] = s
+            send_q.setdefault(s.peer, []).append((k, "s", i))
+            reads.setdefault((s.chunk, s.segment), []).append((k, "s", i))
+    heads = {("r", q): 0 for q in recv_q} | {("s", q): 0 for q in send_q}
+    queues = {("r", q): v for q, v in recv_q.items()} | {("s", q): v for q, v in send_q.items()}
+    slot: dict[tuple, int] = {}                 # id -> handle slot, once posted
+    saved: set[int] = set()
+    progress = [0, -1]                          # step being waited for, its receives done - 1
+
+    def save(chunk: int, k: int) -> None:
+        if restore and chunk not in saved:
+            saved.add(chunk)
+            code.append(Instr(SAVE, (p.bounds[chunk], p.bounds[chunk + 1]), -1, k))
+
+    def wait_send(sid: tuple) -> None:
+        code.append(Instr(WAIT, ops[sid], slot[sid], sid[0]))
+        s = ops[sid]
+        reads[(s.chunk, s.segment)].remove(sid)
+
+    def releasable(sid: tuple) -> bool:
+        k, i = progress
+        if sid[0] < k:
+            return True
+        st = steps[k]
+        return sid[0] == k and (i + 1) * len(st.sends) >= (sid[2] + 1) * len(st.recvs)
+
+    def try_post(oid: tuple) -> bool:
+        k, kind, _ = oid
+        op = ops[oid]
+        key = (op.chunk, op.segment)
+        if (kind == "s" or op.stage < 0) and any(w < k for w in pending_writes.get(key, ())):
+            return False                         # earlier writes to the segment not complete
+        if kind == "s":
+            code.append(Instr(SEND, op, len(slot), k))
+            slot[oid] = len(slot)
+            return True
+        if op.stage >= 0:
+            if k >= 2 and left[k - 2]:
+                return False                     # its staging half is still in use
+        else:
+            blocking = [sid for sid in reads.get(key, ()) if sid[0] < k]
+            if not all(sid in slot and releasable(sid) for sid in blocking):
+                return False
+            for sid in blocking:
+                wait_send(sid)
+            save(op.chunk, k)
+        code.append(Instr(RECV, op, len(slot), k))
+        slot[oid] = len(slot)
+        return True
+
+    def post_ready() -> None:
+        # this step's operations before the next step's; receives before sends, so the
+        # peer's data can land directly; again while posting a send unblocks a receive
+        for limit in (progress[0], progress[0] + 1):
+            posted = True
+            while posted:
+                posted = False
+                for kind in ("r", "s"):
+                    for q, queue in queues.items():
+                        if q[0] != kind:
+                            continue
+                        while heads[q] < len(queue) and queue[heads[q]][0] <= limit and (
+                                try_post(queue[heads[q]])):
+                            heads[q] += 1
+                            posted = True
+
+    for k, st in enumerate(steps):
+        progress[:] = [k, -1]
+        post_ready()
+        if any(heads[q] < len(queue) and queue[heads[q]][0] <= k for q, queue in queues.items()):
+            raise AssertionError("dataflow program stalled")  # every step-k op is out by now
+        for chunk in sorted(st.writes | (steps[k + 1].writes if k + 1 < len(steps) else set())):
+            save(chunk, k)
+        for i, r in enumerate(st.recvs):
+            rid = (k, "r", i)
+            code.append(Instr(WAIT, r, slot[rid], k))
+            if r.stage >= 0:
+                key = (r.chunk, r.segment)
+                for sid in [sid for sid in reads.get(key, ()) if sid[0] <= k]:
+                    wait_send(sid)               # sends still read the segment
+                save(r.chunk, k)
+                code.append(Instr(APPLY, r, -1, k))
+            pending_writes[(r.chunk, r.segment)].remove(k)
+            left[k] -= 1
+            progress[1] = i
+            post_ready()
+    for sid in sorted(slot, key=slot.get):
+        if sid[1] == "s" and sid in reads[(ops[sid].chunk, ops[sid].segment)]:
+            wait_send(sid)
+    return Program(tuple(code), len(slot))
+
+
+_programs: dict = {}
+
+
+def dataflow_program(p: Plan, restore: bool) -> Program:
+    """:func:`_compile_dataflow` of ``p``, cached per plan object (plans are cached too)."""
+    key = (id(p), restore)
+    hit = _programs.get(key)
+    if hit is None or hit[0] is not p:
+        if len(_programs) >= 256:
+            _programs.clear()
+        hit = _programs[key] = (p, _compile_dataflow(p, restore))
+    return hit[1]
+
+
 def run_dataflow(schedule: Schedule, rank: int, p: Plan, transport: Transport, *,
                  timeout: float | None = None, restore: bool = False) -> None:
-    """Post every operation as soon as its data is ready (gloo, MPI).
+    """Post every operation as soon as its data is ready (gloo, MPI): replay
+    :func:`dataflow_program` (the order and its rules are documented at
+    :func:`_compile_dataflow`).
 
     * step k+1's receives are posted while step k is still running (staged ones land in the
-      other staging half; in-place ones wait until nothing of step k writes their chunk);
-    * a send of step k+1 is posted as soon as step k has finished writing its segment;
-    * a chunk is overwritten only after every earlier send reading it completed.
-
-    Posting order per peer and direction stays the canonical one (step-major, then the step's
-    order, segment-minor) on both sides, so messages match: an operation that must wait holds
-    back the later ones to the same peer.
+      other staging half; in-place ones once the sends reading their segment are done);
+    * a send is posted as soon as its segment is final, so with segments a reduced segment is
+      forwarded while later segments are still arriving;
+    * a segment is overwritten only after every earlier send reading it completed.
 
     Args:
         timeout: seconds, only used in the error message (the transport bounds its waits).
@@ -322,96 +492,28 @@ def run_dataflow(schedule: Schedule, rank: int, p: Plan, transport: Transport, *
         PeerError, RingcclTimeout: an operation failed or timed out (after the rollback); the
             message names the collective, algorithm, step and peer.
     """
-    ctx = _Context(schedule, rank, transport, timeout)
-    guard = _Guard(transport, p.bounds, restore)
-    steps = p.steps
-    in_flight: dict[int, list] = {}   # chunk -> (send, handle) that may still read it
-    current: list = [None, steps[0]]  # the operation being posted or waited for, its step
-
-    def wait(op, handle) -> None:
-        current[0] = op
-        transport.wait(handle)
-
-    def drain(chunk: int) -> None:
-        for s, handle in in_flight.pop(chunk, ()):
-            wait(s, handle)
-
-    def post_send(s: Send) -> None:
-        current[0] = s
-        in_flight.setdefault(s.chunk, []).append((s, transport.isend(s)))
-
-    def post_recv(r: Recv):
-        if r.stage < 0:
-            drain(r.chunk)
-            guard.before_write(r.chunk)
-        current[0] = r
-        return transport.irecv(r)
-
-    def apply(r: Recv) -> None:
-        if r.stage >= 0:
-            drain(r.chunk)  # sends may still read the chunk being updated
-            transport.apply(r)  # its chunk was saved when the step began (step.writes)
-
+    program = dataflow_program(p, restore)
+    handles: list = [None] * program.slots
+    t = transport
+    at = 0
     try:
-        recv_handles = {0: [post_recv(r) for r in steps[0].recvs]}
-        for s in steps[0].sends:
-            post_send(s)
-        for k, step in enumerate(steps):
-            current[1] = step
-            nxt = steps[k + 1] if k + 1 < len(steps) else None
-            # sends of step k+1 held back, per peer in posting order: [send, ready?]
-            held: dict[int, list[list]] = {}
-            pending: dict[tuple[int, int], list[list]] = {}  # segment -> its held entries
-            # the last receive into each segment (several reduces may target one segment)
-            last = {(r.chunk, r.segment): i for i, r in enumerate(step.recvs)}
-
-            def flush(peer: int) -> None:
-                queue = held[peer]
-                while queue and queue[0][1]:
-                    post_send(queue.pop(0)[0])
-
-            if nxt is not None:
-                # receives of step k+1 that cannot disturb step k go out now; once one from a
-                # peer must wait, the later ones from that peer wait too (order matches them)
-                late, late_peers = [], set()
-                for r in nxt.recvs:
-                    hold = r.peer in late_peers or (r.stage < 0 and r.chunk in step.writes)
-                    if hold:
-                        late_peers.add(r.peer)
-                    late.append(hold)
-                recv_handles[k + 1] = [None if hold else post_recv(r)
-                                       for r, hold in zip(nxt.recvs, late)]
-                for s in nxt.sends:
-                    blocked = s.chunk in step.writes
-                    if blocked or held.get(s.peer):
-                        entry = [s, not blocked]
-                        held.setdefault(s.peer, []).append(entry)
-                        if blocked:
-                            pending.setdefault((s.chunk, s.segment), []).append(entry)
-                    else:
-                        post_send(s)
-            for chunk in step.writes:
-                guard.before_write(chunk)  # while this step's messages are in flight
-            for i, (r, handle) in enumerate(zip(step.recvs, recv_handles.pop(k))):
-                wait(r, handle)
-                apply(r)
-                if last[(r.chunk, r.segment)] == i:
-                    # the segment is final for this step: forward it
-                    for entry in pending.pop((r.chunk, r.segment), ()):
-                        entry[1] = True
-                        flush(entry[0].peer)
-            for peer, queue in held.items():
-                for entry in queue:
-                    entry[1] = True
-                flush(peer)
-            if nxt is not None:
-                handles = recv_handles[k + 1]
-                for i, r in enumerate(nxt.recvs):
-                    if handles[i] is None:
-                        handles[i] = post_recv(r)
-        for chunk in list(in_flight):
-            drain(chunk)
+        for at, (code, op, slot, _) in enumerate(program.instrs):
+            if code == WAIT:
+                t.wait(handles[slot])
+                handles[slot] = None
+            elif code == RECV:
+                handles[slot] = t.irecv(op)
+            elif code == SEND:
+                handles[slot] = t.isend(op)
+            elif code == APPLY:
+                t.apply(op)
+            else:
+                t.save(*op)
     except Exception as exc:
-        guard.rollback()
-        raise _fail(ctx, current[0], current[1], exc) from exc
-
+        for code, op, _, _ in program.instrs[:at]:
+            if code == SAVE:
+                t.restore(*op)
+        instr = program.instrs[at]
+        op = instr.op if instr.code != SAVE else None
+        raise _fail(_Context(schedule, rank, transport, timeout), op, p.steps[instr.step],
+                    exc) from exc
