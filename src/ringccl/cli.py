@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import inspect
 import json
 import sys
@@ -23,7 +24,6 @@ from .algorithms import REGISTRY, algorithms, build_schedule, get_algorithm
 from .check import verify
 from .collectives import COLLECTIVES, check_root, get_collective
 from .errors import ArgumentError, RingcclError
-from .ir import chunk_bounds
 from .ops import SUPPORTED_DTYPES, check_dtype, check_op_dtype, parse_op
 from .show import step_rows
 from .sim import default_algorithm, reference_tolerance, resolve_root, simulate
@@ -365,7 +365,7 @@ def _cmd_algorithms(args) -> int:
 
 def _need_torch() -> None:
     try:
-        import torch  # noqa: F401
+        importlib.import_module("torch")
     except ImportError:
         raise RingcclError("this command needs torch: pip install 'ringccl[torch]'") from None
 
@@ -518,8 +518,8 @@ def _print_train(report: dict, args) -> None:
            f"gloo processes, {runs[0]['steps']} steps, accumulation {args.accumulation}",
            ["mode", "final loss", "rel. diff", "test acc", "sent/step", "model/round",
             "opt. state", "ms/step", "replicas equal"], rows)
-    print(f"bytes per rank: sent/step measured from the schedules (torch mode: not measured); "
-          f"model/round = 2(N-1)/N x gradient bytes (zero: reduce-scatter + all-gather).")
+    print("bytes per rank: sent/step measured from the schedules (torch mode: not measured); "
+          "model/round = 2(N-1)/N x gradient bytes (zero: reduce-scatter + all-gather).")
     if len(runs) > 1:
         print(f"final losses {'agree' if report['losses_agree'] else 'DIFFER'} within relative "
               f"tolerance {report['loss_rtol']:g}")
