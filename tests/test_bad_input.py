@@ -193,6 +193,23 @@ SIM_CASES = [
      r"inputs rows have different dtypes: float32, int32"),
     ("inputs shape", lambda: ringccl.simulate("all_reduce", np.zeros(3, np.float32)), E,
      r"inputs must have shape \(world_size, count\), got shape \(3,\)"),
+    # ragged inputs: numpy cannot stack them; the message names the first row that differs
+    ("ragged rows", lambda: ringccl.simulate(
+        "all_reduce", [np.ones(3, np.float32), np.ones(3, np.float32), np.ones(4, np.float32)]),
+     E, r"inputs must have shape \(world_size, count\), one row of the same length per rank; "
+        r"inputs\[0\] has shape \(3,\) but inputs\[2\] has shape \(4,\) \(rows of different "
+        r"lengths need all_to_all with input_split_sizes/output_split_sizes\)"),
+    ("ragged ndim", lambda: ringccl.simulate("reduce_scatter", [np.ones((2, 2)), np.ones(4)]),
+     E, r"inputs\[0\] has shape \(2, 2\) but inputs\[1\] has shape \(4,\)"),
+    ("ragged lists", lambda: ringccl.simulate("all_gather", [[1, 2], [3]]), E,
+     r"inputs\[0\] has shape \(2,\) but inputs\[1\] has shape \(1,\)"),
+    ("ragged row", lambda: ringccl.simulate("all_to_all", ([1, 2], [3, [4]])), E,
+     r"inputs\[0\] has shape \(2,\) but inputs\[1\] is itself ragged"),
+    ("ragged split row", lambda: ringccl.simulate(
+        "all_to_all", [np.ones(4), np.ones((2, 2))], algorithm="direct",
+        input_split_sizes=np.full((2, 2), 2)), E,
+     r"inputs\[1\] has shape \(2, 2\); with split sizes inputs must be a sequence of 1-D "
+     r"arrays, one per rank"),
     ("schedule for another call", lambda: ringccl.simulate(
         "all_reduce", X, schedule=ringccl.schedule("all_reduce", "ring", 3)), E,
      r"schedule is for all_reduce on world_size=3, but the call is all_reduce on 4 ranks"),

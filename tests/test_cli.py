@@ -1,5 +1,6 @@
 """The ringccl command: outputs, --json, exit codes."""
 
+import importlib.util
 import json
 
 import pytest
@@ -51,6 +52,18 @@ def test_algorithms_listing(capsys):
     (["simulate", "all_reduce", "--op", "avg", "--dtype", "int32"], "op=avg needs a floating"),
     (["simulate", "all_reduce", "--algorithm", "nope"], "algorithm='nope' is not available"),
     (["show", "all_gather", "--algorithm", "tree"], "algorithm='tree' is not available"),
+    # --accumulate-dtype: checked before any input is made, naming the option and what is allowed
+    (["simulate", "all_gather", "--accumulate-dtype", "float32"],
+     "--accumulate-dtype='float32' applies to reducing collectives only (all_reduce, "
+     "reduce_scatter, reduce), not all_gather"),
+    (["simulate", "all_reduce", "--accumulate-dtype", "float16"],
+     "--accumulate-dtype=float16 is narrower than the input's float32; expected None or one of "
+     "float32, float64"),
+    (["simulate", "reduce", "--dtype", "int32", "--accumulate-dtype", "float64"],
+     "--accumulate-dtype='float64' needs a floating input, got int32"),
+    (["simulate", "reduce_scatter", "--accumulate-dtype", "int64"],
+     "--accumulate-dtype='int64' is not a floating dtype; expected None or one of float32, "
+     "float64"),
 ])
 def test_errors_exit_2_with_one_line(capsys, argv, message):
     assert main(argv) == 2
@@ -69,3 +82,53 @@ def test_demo_without_processes(capsys):
     assert main(["demo", "--no-run", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["simulate"]["verified"] and data["simulate"]["world_size"] == 8
+
+
+def test_simulate_accumulate_dtype(capsys):
+    argv = ["simulate", "all_reduce", "-N", "5", "-c", "1003", "--dtype", "float16", "--json"]
+    assert main(argv) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert main(argv + ["--accumulate-dtype", "f4"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["accumulate_dtype"] == "float32" and plain["accumulate_dtype"] is None
+    assert r["verified"] is True and "accumulate_dtype=float32" in r["tolerance"]
+    # the working buffer, and so every message, is float32: twice float16's bytes
+    assert r["buffer_bytes"] == plain["buffer_bytes"] == 1003 * 2
+    assert r["wire_bytes"] == 2 * plain["wire_bytes"] == 1003 * 4
+    assert r["bytes_sent_max"] == 2 * plain["bytes_sent_max"]
+    assert r["bytes_sent_closed_form"] == 2 * plain["bytes_sent_closed_form"]
+    assert main(argv[:-1] + ["--accumulate-dtype", "float64"]) == 0
+    out = capsys.readouterr().out
+    assert "accumulate_dtype=float64" in out and "on the wire in float64" in out
+
+
+@pytest.mark.parametrize("command", ["simulate", "run"])
+def test_accumulate_dtype_is_in_the_help(capsys, command):
+    with pytest.raises(SystemExit) as info:
+        main([command, "--help"])
+    assert info.value.code == 0
+    assert "--accumulate-dtype DTYPE" in capsys.readouterr().out
+
+
+torch_missing = importlib.util.find_spec("torch") is None
+
+
+@pytest.mark.skipif(torch_missing, reason="ringccl run needs torch")
+def test_run_accumulate_dtype_reaches_the_workers_and_is_checked_first(capsys, monkeypatch):
+    import ringccl.torch.launch as tl
+    calls = []
+
+    def launch(fn, nproc, *args, **kwargs):
+        calls.append(args)
+        return [{"wrong": 0, "accumulate_dtype": args[-1]}]
+
+    monkeypatch.setattr(tl, "launch", launch)
+    assert main(["run", "reduce", "-n", "2", "-c", "8", "--dtype", "float16",
+                 "--accumulate-dtype", "float64", "--json"]) == 0
+    assert calls[0][-1] == "float64"
+    assert json.loads(capsys.readouterr().out)["accumulate_dtype"] == "float64"
+    # refused in this process, before any worker starts
+    assert main(["run", "broadcast", "-n", "2", "-c", "8", "--accumulate-dtype", "float64"]) == 2
+    assert "--accumulate-dtype='float64' applies to reducing collectives only" in \
+        capsys.readouterr().err
+    assert len(calls) == 1

@@ -41,9 +41,9 @@ from .tuning import TuneResult, predict_table, tune
 __version__ = "0.1.0"
 
 __all__ = ["schedule", "verify", "simulate", "algorithms", "collectives", "get_algorithm",
-           "register", "Algorithm", "Schedule", "Step", "Transfer", "Kind", "Program",
-           "ReduceOp", "SimResult", "SimStats", "chunk_bounds", "algbw", "busbw", "units",
-           "cost", "predictor", "walk", "CostResult", "StepCost", "Predictor", "topology",
+           "get_collective", "register", "Algorithm", "Schedule", "Step", "Transfer", "Kind",
+           "Program", "ReduceOp", "SimResult", "SimStats", "chunk_bounds", "algbw", "busbw",
+           "units", "cost", "predictor", "walk", "CostResult", "StepCost", "Predictor", "topology",
            "tune", "TuneResult", "predict_table", "buckets", "presets",
            "RingcclError", "ArgumentError", "ArgumentTypeError", "ScheduleError",
            "VerificationError", "BackendError", "PeerError", "RingcclTimeout",

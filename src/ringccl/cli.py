@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import inspect
 import json
 import sys
@@ -23,8 +24,7 @@ from .algorithms import REGISTRY, algorithms, build_schedule, get_algorithm
 from .check import verify
 from .collectives import COLLECTIVES, check_root, get_collective
 from .errors import ArgumentError, RingcclError
-from .ir import chunk_bounds
-from .ops import SUPPORTED_DTYPES, check_dtype, check_op_dtype, parse_op
+from .ops import SUPPORTED_DTYPES, check_accumulate_dtype, check_dtype, check_op_dtype, parse_op
 from .show import step_rows
 from .sim import default_algorithm, reference_tolerance, resolve_root, simulate
 
@@ -127,52 +127,66 @@ def _random_inputs(world_size: int, count: int, dtype: np.dtype, seed: int) -> n
 
 
 def _sim_report(collective: str, algorithm: str, world_size: int, count: int, dtype, op,
-                seed: int = 0, params: dict | None = None) -> dict:
+                seed: int = 0, params: dict | None = None,
+                accumulate_dtype: str | None = None) -> dict:
     x = _random_inputs(world_size, count, dtype, seed)
     t0 = time.perf_counter()
-    result = simulate(collective, x, op=op, algorithm=algorithm, **(params or {}))
+    result = simulate(collective, x, op=op, algorithm=algorithm,
+                      accumulate_dtype=accumulate_dtype, **(params or {}))
     seconds = time.perf_counter() - t0
     spec = get_collective(collective)
     algo = get_algorithm(collective, algorithm)
     buffer_bytes = spec.buffer_count(world_size, count) * dtype.itemsize
+    # what travels: with an accumulate dtype the working buffer (and every message) is held in it
+    wire_itemsize = np.dtype(accumulate_dtype or dtype).itemsize
+    wire_bytes = spec.buffer_count(world_size, count) * wire_itemsize
     sent = result.stats.bytes_sent
     used = result.schedule.params
     return {"collective": collective, "algorithm": algorithm, "world_size": world_size,
             "count": count, "dtype": dtype.name, "op": str(op), "params": used,
+            "accumulate_dtype": accumulate_dtype, "wire_bytes": wire_bytes,
             "steps": result.stats.steps, "steps_closed_form": algo.steps_for(world_size, **used),
             "steps_formula": algo.steps_formula, "bytes_formula": algo.bytes_formula,
             "buffer_bytes": buffer_bytes, "bytes_sent_max": int(sent.max()),
             "bytes_sent_min": int(sent.min()),
             "bytes_received_max": int(result.stats.bytes_received.max()),
-            "bytes_sent_closed_form": algo.bytes_for(world_size, buffer_bytes, **used),
+            "bytes_sent_closed_form": algo.bytes_for(world_size, wire_bytes, **used),
             "bytes_sent": sent.tolist() if world_size <= 16 else None,
             "verified": bool(result.matches_reference), "mismatches": result.mismatches,
-            "tolerance": reference_tolerance(op, dtype, world_size), "seconds": seconds}
+            "tolerance": reference_tolerance(op, dtype, world_size, accumulate_dtype),
+            "seconds": seconds}
 
 
 def _print_sim(r: dict) -> None:
-    k = r["buffer_bytes"]
+    k, acc = r["buffer_bytes"], r.get("accumulate_dtype")
+    wire = r.get("wire_bytes", k)  # the byte counts and the formula's M: the buffer as sent
     rows = [("steps", f"{r['steps']}  (= {r['steps_formula']})"),
             ("buffer per rank", f"{units.format_size(k)}  "
-             f"({k // np.dtype(r['dtype']).itemsize:,} × {r['dtype']})"),
+             f"({k // np.dtype(r['dtype']).itemsize:,} × {r['dtype']})"
+             + (f"; {units.format_size(wire)} on the wire in {acc}" if acc else "")),
             ("bytes sent per rank (max)", f"{r['bytes_sent_max']:,}  "
-             f"({r['bytes_sent_max'] / k if k else 0:.4f} × buffer; {r['bytes_formula']} = "
+             f"({r['bytes_sent_max'] / wire if wire else 0:.4f} × buffer"
+             f"{' on the wire' if acc else ''}; {r['bytes_formula']} = "
              f"{r['bytes_sent_closed_form']:,.0f})"),
             ("bytes sent per rank (min)", f"{r['bytes_sent_min']:,}"),
             ("verified against numpy", f"{'yes' if r['verified'] else 'NO'} "
              f"({r['mismatches']} mismatches; tolerance: {r['tolerance']})"),
             ("simulator time", units.format_duration(r["seconds"]))]
     extra = "".join(f", {k}={v}" for k, v in r["params"].items())
+    extra += f", accumulate_dtype={acc}" if acc else ""
     _table(f"simulated {r['algorithm']} {r['collective']} on {r['world_size']} ranks, "
            f"op={r['op']}{extra}", ["", "value"], rows)
 
 
 def _check_call(args, world_size: int, dtype: np.dtype, op, params: dict) -> None:
     """Refuse what the simulator or the workers would refuse, before any input is made or any
-    process started: op × dtype, the root (named as the user gave it), the builder parameters."""
+    process started: op × dtype, --accumulate-dtype (normalized in place: "f4" -> "float32"),
+    the root (named as the user gave it), the builder parameters."""
     spec = get_collective(args.collective)
     if spec.reduces:
         check_op_dtype(op, dtype)
+    args.accumulate_dtype = check_accumulate_dtype(args.accumulate_dtype, dtype, args.collective,
+                                                   spec.reduces, "--accumulate-dtype")
     if "root" in params:
         given = next((name for name in ("src", "dst") if getattr(args, name, None) is not None),
                      "root")
@@ -188,7 +202,7 @@ def _cmd_simulate(args) -> int:
     _check_call(args, args.world_size, dtype, op, params)
     with _status(f"simulating {args.world_size} ranks …"):
         r = _sim_report(args.collective, args.algorithm, args.world_size, args.count, dtype, op,
-                        args.seed, params)
+                        args.seed, params, args.accumulate_dtype)
     if args.json:
         _emit_json(r)
     else:
@@ -197,12 +211,12 @@ def _cmd_simulate(args) -> int:
 
 
 def _run_rows(collective, algorithm, nproc, count, dtype, op, iters, warmup, timeout,
-              params=None) -> dict:
+              params=None, accumulate_dtype=None) -> dict:
     from .torch.launch import launch
     from .torch.runner import measure
     with _status(f"running {algorithm} {collective} on {nproc} local gloo processes …"):
         rows = launch(measure, nproc, collective, algorithm, count, dtype, op, iters, warmup,
-                      params or {}, timeout=timeout)
+                      params or {}, accumulate_dtype, timeout=timeout)
     return rows[0]
 
 
@@ -218,6 +232,7 @@ def _print_run(r: dict) -> None:
                      f"{m['busbw'] / 1e9:.3f}", f"{m['min_s'] * 1e6:.1f}",
                      f"{m['p90_s'] * 1e6:.1f}", r["wrong"] if name == "ringccl" else "-"])
     extra = "".join(f", {k}={v}" for k, v in r.get("params", {}).items())
+    extra += f", accumulate_dtype={r['accumulate_dtype']}" if r.get("accumulate_dtype") else ""
     _table(f"{r['collective']} on {r['world_size']} local gloo processes, op={r['op']}{extra}, "
            f"median of {r['iters']} iterations (max over ranks)", headers, rows)
     ratio = r["busbw_ratio"]
@@ -234,7 +249,7 @@ def _cmd_run(args) -> int:
     get_algorithm(args.collective, args.algorithm)
     _check_call(args, args.nproc, dtype, op, params)  # in this process, before any worker starts
     r = _run_rows(args.collective, args.algorithm, args.nproc, args.count, dtype.name, op.value,
-                  args.iters, args.warmup, args.timeout, params)
+                  args.iters, args.warmup, args.timeout, params, args.accumulate_dtype)
     if args.json:
         _emit_json(r)
     else:
@@ -365,7 +380,7 @@ def _cmd_algorithms(args) -> int:
 
 def _need_torch() -> None:
     try:
-        import torch  # noqa: F401
+        importlib.import_module("torch")
     except ImportError:
         raise RingcclError("this command needs torch: pip install 'ringccl[torch]'") from None
 
@@ -518,8 +533,8 @@ def _print_train(report: dict, args) -> None:
            f"gloo processes, {runs[0]['steps']} steps, accumulation {args.accumulation}",
            ["mode", "final loss", "rel. diff", "test acc", "sent/step", "model/round",
             "opt. state", "ms/step", "replicas equal"], rows)
-    print(f"bytes per rank: sent/step measured from the schedules (torch mode: not measured); "
-          f"model/round = 2(N-1)/N x gradient bytes (zero: reduce-scatter + all-gather).")
+    print("bytes per rank: sent/step measured from the schedules (torch mode: not measured); "
+          "model/round = 2(N-1)/N x gradient bytes (zero: reduce-scatter + all-gather).")
     if len(runs) > 1:
         print(f"final losses {'agree' if report['losses_agree'] else 'DIFFER'} within relative "
               f"tolerance {report['loss_rtol']:g}")
@@ -1135,6 +1150,16 @@ def _count(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _accumulate_option(p, note: str = "") -> None:
+    """--accumulate-dtype, checked by :func:`_check_call` (ringccl.ops.check_accumulate_dtype)."""
+    p.add_argument("--accumulate-dtype", metavar="DTYPE", default=None,
+                   help="reducing collectives (all_reduce, reduce_scatter, reduce) on a floating "
+                   "--dtype: hold the working buffer in this floating dtype, at least as wide "
+                   "(float16 inputs: float16, float32 or float64; float32: float32 or float64; "
+                   "float64: float64), so each result is rounded to --dtype once; what travels "
+                   "is then this dtype's bytes. Default: reduce in --dtype." + note)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ringccl", description="Collective-communication algorithms as data: see, check, "
@@ -1201,6 +1226,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="elements per rank: 1M = 10^6, 1Mi = 2^20 (default 1Mi)")
     p.add_argument("--dtype", default="float32", choices=SUPPORTED_DTYPES)
     p.add_argument("--op", default="sum", help="sum, prod, min, max, avg, band, bor, bxor")
+    _accumulate_option(p)
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=_cmd_simulate)
 
@@ -1213,6 +1239,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="float32",
                    choices=[d for d in SUPPORTED_DTYPES])
     p.add_argument("--op", default="sum")
+    _accumulate_option(p, " ringccl's result is still compared with gloo's element for "
+                       "element: exact for the default integer inputs' sums")
     p.add_argument("--iters", type=_positive_int, default=10)
     p.add_argument("--warmup", type=_nonnegative_int, default=3)
     p.add_argument("--timeout", type=_seconds, default=300.0, help="seconds before giving up")

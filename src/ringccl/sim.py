@@ -561,12 +561,39 @@ def resolve_root(spec, params: dict, src=None, dst=None) -> dict:
     return params
 
 
+def _row_shape(row):
+    """``row``'s shape, or None when the row is itself ragged."""
+    try:
+        return np.shape(row)
+    except ValueError:
+        return None
+
+
+def _ragged_error(inputs) -> ArgumentError:
+    """The error for a sequence of rows that numpy cannot stack into (world_size, count)."""
+    shapes = [_row_shape(r) for r in inputs]
+    bad = next((i for i, shape in enumerate(shapes) if shape is None or shape != shapes[0]), 0)
+    got = "is itself ragged" if shapes[bad] is None else f"has shape {shapes[bad]}"
+    first = "" if bad == 0 else f"inputs[0] has shape {shapes[0]} but "
+    return ArgumentError(
+        f"inputs must have shape (world_size, count), one row of the same length per rank; "
+        f"{first}inputs[{bad}] {got} (rows of different lengths need all_to_all with "
+        "input_split_sizes/output_split_sizes)")
+
+
 def _rows(spec, inputs, splits: bool):
     """The inputs as an (N, count) array, or (all_to_all with split sizes) a list of 1-D rows."""
     if splits and isinstance(inputs, (list, tuple)):
-        rows = [np.asarray(r) for r in inputs]
-        if any(r.ndim != 1 for r in rows):
-            raise ArgumentError("inputs must be a sequence of 1-D arrays, one per rank")
+        rows = []
+        for i, r in enumerate(inputs):
+            try:
+                rows.append(np.asarray(r))
+            except ValueError:
+                raise ArgumentError(f"inputs[{i}] is itself ragged; with split sizes inputs must "
+                                    "be a sequence of 1-D arrays, one per rank") from None
+            if rows[-1].ndim != 1:
+                raise ArgumentError(f"inputs[{i}] has shape {rows[-1].shape}; with split sizes "
+                                    "inputs must be a sequence of 1-D arrays, one per rank")
         dtypes = {r.dtype for r in rows}
         if len(dtypes) > 1:
             raise ArgumentTypeError(f"inputs rows have different dtypes: "
@@ -574,7 +601,13 @@ def _rows(spec, inputs, splits: bool):
         if len({r.shape[0] for r in rows}) == 1:
             return np.stack(rows)
         return rows
-    x = np.asarray(inputs)
+    try:
+        x = np.asarray(inputs)
+    except ValueError:
+        # numpy refuses ragged rows from deep inside np.asarray: name the first odd row instead
+        if not isinstance(inputs, (list, tuple)):
+            raise
+        raise _ragged_error(inputs) from None
     if x.ndim != 2:
         raise ArgumentError(f"inputs must have shape (world_size, count), got shape {x.shape}")
     return x

@@ -58,7 +58,9 @@ def test_root_only_lists_are_checked():
     ["gather", "--dst", "2", "-a", "direct"],
     ["all_to_all"],
     ["all_reduce", "-a", "master", "--root", "1"],
-], ids=lambda argv: argv[0] + ("-" + argv[argv.index("-a") + 1] if "-a" in argv else ""))
+    ["reduce_scatter", "--dtype", "float16", "--accumulate-dtype", "float32"],
+], ids=lambda argv: argv[0] + ("-" + argv[argv.index("-a") + 1] if "-a" in argv else "")
+    + ("-accumulate" if "--accumulate-dtype" in argv else ""))
 def test_cli_run_matches_gloo(capsys, argv):
     import json
 
@@ -68,3 +70,5 @@ def test_cli_run_matches_gloo(capsys, argv):
     report = json.loads(capsys.readouterr().out)
     assert code == 0 and report["wrong"] == 0 and report["world_size"] == 3
     assert report["ringccl"]["busbw"] > 0 and report["builtin"]["busbw"] > 0
+    if "--accumulate-dtype" in argv:
+        assert report["accumulate_dtype"] == argv[argv.index("--accumulate-dtype") + 1]

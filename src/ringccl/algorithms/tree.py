@@ -42,7 +42,7 @@ import numpy as np
 
 from ..ir import Schedule
 from . import Algorithm, register
-from ._build import Transfers, ceil_log2, check_positive, check_root, floor_log2
+from ._build import Transfers, ceil_log2, check_positive, check_root
 
 __all__ = ["reduce", "broadcast", "all_reduce", "double_binary_tree_all_reduce", "BinaryTree",
            "binary_tree", "second_tree_roles", "reduce_start", "num_steps", "time"]

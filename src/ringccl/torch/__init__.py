@@ -141,15 +141,22 @@ class _Plan(NamedTuple):
         return self.layout.numel
 
 
-def _plan(collective: str, algorithm: str, world_size: int, rank: int, sizes=None,
+def _plan(collective: str, algorithm: str, world_size: int, rank: int,
           buffer_count: int | None = None, **params) -> _Plan:
     """Build the schedule and this rank's layout from the collective's contract
-    (:func:`ringccl.layout.layout`).
+    (:func:`ringccl.layout.layout`) for a size of ``buffer_count`` elements.
 
-    ``sizes``: this rank's chunk sizes (num_chunks,), or None to take them from the contract for
-    a size of ``buffer_count`` elements. The executor's options (``_EXECUTOR_OPTIONS``) in
-    ``params`` go to the executor; ``check`` must have been taken out by :func:`_agree`.
+    The executor's options (``_EXECUTOR_OPTIONS``) in ``params`` go to the executor; ``check``
+    must have been taken out by :func:`_agree`.
     """
+    options = _executor_options(collective, params)
+    schedule = build_schedule(collective, algorithm, world_size, **params)
+    return _Plan(layout(schedule, rank, buffer_count=buffer_count), options)
+
+
+def _executor_options(collective: str, params: dict) -> dict:
+    """Take the executor's options (and ``accumulate_dtype``, which the reducing functions take
+    as an argument) out of ``params`` and check them; returns the options."""
     options = {k: params.pop(k) for k in _EXECUTOR_OPTIONS if k in params}
     if "restore" in options and not isinstance(options["restore"], bool):
         raise ArgumentTypeError(f"restore={options['restore']!r} must be True or False")
@@ -158,8 +165,7 @@ def _plan(collective: str, algorithm: str, world_size: int, rank: int, sizes=Non
     if options.get("segment_bytes") is not None:
         options["segment_bytes"] = check_int(options["segment_bytes"], "segment_bytes")
     check_timeout(options.get("timeout"))
-    schedule = build_schedule(collective, algorithm, world_size, **params)
-    return _Plan(layout(schedule, rank, buffer_count=buffer_count, sizes=sizes), options)
+    return options
 
 
 _EXECUTOR_OPTIONS = ("segment_bytes", "timeout", "restore")
@@ -603,7 +609,9 @@ def _exchange(input_flat: torch.Tensor, in_sizes: Sequence[int], out_sizes: Sequ
         return int(t[0]), int(t[1])
 
     sizes = all_to_all_sizes(schedule, in_sizes, out_sizes, agree)
-    plan = _plan("all_to_all", algorithm, world_size, rank, sizes=sizes, **params)
+    # the layout takes this rank's chunk sizes, and the schedule built above (once per call)
+    options = _executor_options("all_to_all", params)
+    plan = _Plan(layout(schedule, rank, sizes=sizes), options)
     work = input_flat.new_empty(plan.numel)
     _write(work, plan, input_flat)
     _execute(plan, work, ReduceOp.SUM, group, restore=False)

@@ -57,9 +57,9 @@ class _Calls:
 
 
 def _calls(collective: str, algorithm: str, op, world_size: int, count: int, dtype, rank: int,
-           params: dict) -> _Calls:
+           params: dict, accumulate_dtype: str | None = None) -> _Calls:
     """Calls for ``collective``; ``params`` are the algorithm's (``root`` = src/dst when the
-    collective is rooted)."""
+    collective is rooted); ``accumulate_dtype`` goes to ringccl's reducing collectives."""
     gen = torch.Generator().manual_seed(1234 + rank)
     torch_op = getattr(dist.ReduceOp, _TORCH_OPS[op.value])
     base = torch.randint(-8, 8, (count,), generator=gen).to(dtype)
@@ -70,6 +70,8 @@ def _calls(collective: str, algorithm: str, op, world_size: int, count: int, dty
     params = dict(params)
     root = int(params.pop("root", 0)) if get_collective(collective).root_arg else 0
     kw = dict(algorithm=algorithm, **params)
+    if accumulate_dtype is not None:  # checked by the caller: a reducing collective
+        kw["accumulate_dtype"] = accumulate_dtype
     if collective == "all_reduce":
         return _Calls(lambda x, out: all_reduce(x, op, **kw),
                       lambda x, out: dist.all_reduce(x, torch_op), fresh, none,
@@ -123,14 +125,15 @@ def _time(call, make_in, make_out, iters: int, warmup: int) -> list[float]:
 
 def measure(rank: int, world_size: int, collective: str, algorithm: str, count: int,
             dtype_name: str, op_name: str, iters: int, warmup: int,
-            params: dict | None = None) -> dict:
+            params: dict | None = None, accumulate_dtype: str | None = None) -> dict:
     """Worker body for :func:`ringccl.torch.launch.launch`: time and check one collective.
 
     ``count`` is the element count of one rank's input (all_reduce, broadcast, reduce,
     all_gather, gather, all_to_all) or of the whole N-block input (reduce_scatter, scatter);
     reduce_scatter, scatter and all_to_all round it down to a multiple of world_size.
     ``params``: the algorithm's parameters; ``root`` is the src/dst of rooted collectives
-    (default 0).
+    (default 0). ``accumulate_dtype``: reducing collectives only, passed to ringccl's function
+    (the builtin reduces in the tensor's dtype).
 
     Returns (on every rank): a dict with times in seconds, bytes, bytes/s and ``wrong``.
     """
@@ -140,7 +143,8 @@ def measure(rank: int, world_size: int, collective: str, algorithm: str, count: 
     params = dict(params or {})
     if collective in ("reduce_scatter", "scatter", "all_to_all"):
         count -= count % world_size
-    calls = _calls(collective, algorithm, op, world_size, count, dtype, rank, params)
+    calls = _calls(collective, algorithm, op, world_size, count, dtype, rank, params,
+                   accumulate_dtype)
     # correctness first: same inputs through both, compared element for element
     x1, o1, x2, o2 = calls.make_in(), calls.make_out(), calls.make_in(), calls.make_out()
     calls.ours(x1, o1)
@@ -154,7 +158,8 @@ def measure(rank: int, world_size: int, collective: str, algorithm: str, count: 
     nbytes = spec.buffer_count(world_size, count) * itemsize
     row = {"collective": collective, "algorithm": algorithm, "world_size": world_size,
            "count": count, "dtype": dtype_name, "op": op.value, "size_bytes": nbytes,
-           "params": params, "wrong": int(wrong.item()), "iters": iters, "warmup": warmup}
+           "params": params, "accumulate_dtype": accumulate_dtype, "wrong": int(wrong.item()),
+           "iters": iters, "warmup": warmup}
     for name, times in (("ringccl", t_ours), ("builtin", t_builtin)):
         med = statistics.median(times)
         row[name] = {"time_s": med, "min_s": min(times), "p90_s": float(np.percentile(times, 90)),
