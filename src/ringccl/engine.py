@@ -350,8 +350,8 @@ def _compile_dataflow(p: Plan, restore: bool) -> Program:
       segment's receive is posted as soon as its own send is done, not after the whole chunk;
     * an apply first waits for every send still reading its segment (of this step too: sends
       read the pre-step state);
-    * with ``restore``, every chunk is saved before its first write; chunks the current and the
-      next step write are saved as the step begins, while its messages are in flight.
+    * with ``restore``, every segment is saved just before its first write (the apply then
+      reads it from cache).
     """
     steps = p.steps
     code: list[Instr] = []
@@ -373,13 +373,13 @@ def _compile_dataflow(p: Plan, restore: bool) -> Program:
     heads = {("r", q): 0 for q in recv_q} | {("s", q): 0 for q in send_q}
     queues = {("r", q): v for q, v in recv_q.items()} | {("s", q): v for q, v in send_q.items()}
     slot: dict[tuple, int] = {}                 # id -> handle slot, once posted
-    saved: set[int] = set()
+    saved: set[tuple] = set()                  # segments backed up (restore)
     progress = [0, -1]                          # step being waited for, its receives done - 1
 
-    def save(chunk: int, k: int) -> None:
-        if restore and chunk not in saved:
-            saved.add(chunk)
-            code.append(Instr(SAVE, (p.bounds[chunk], p.bounds[chunk + 1]), -1, k))
+    def save(op, k: int) -> None:               # just before op first writes its segment
+        if restore and (op.chunk, op.segment) not in saved:
+            saved.add((op.chunk, op.segment))
+            code.append(Instr(SAVE, (op.lo, op.hi), -1, k))
 
     def wait_send(sid: tuple) -> None:
         code.append(Instr(WAIT, ops[sid], slot[sid], sid[0]))
@@ -412,7 +412,7 @@ def _compile_dataflow(p: Plan, restore: bool) -> Program:
                 return False
             for sid in blocking:
                 wait_send(sid)
-            save(op.chunk, k)
+            save(op, k)
         code.append(Instr(RECV, op, len(slot), k))
         slot[oid] = len(slot)
         return True
@@ -438,8 +438,6 @@ def _compile_dataflow(p: Plan, restore: bool) -> Program:
         post_ready()
         if any(heads[q] < len(queue) and queue[heads[q]][0] <= k for q, queue in queues.items()):
             raise AssertionError("dataflow program stalled")  # every step-k op is out by now
-        for chunk in sorted(st.writes | (steps[k + 1].writes if k + 1 < len(steps) else set())):
-            save(chunk, k)
         for i, r in enumerate(st.recvs):
             rid = (k, "r", i)
             code.append(Instr(WAIT, r, slot[rid], k))
@@ -447,7 +445,7 @@ def _compile_dataflow(p: Plan, restore: bool) -> Program:
                 key = (r.chunk, r.segment)
                 for sid in [sid for sid in reads.get(key, ()) if sid[0] <= k]:
                     wait_send(sid)               # sends still read the segment
-                save(r.chunk, k)
+                save(r, k)
                 code.append(Instr(APPLY, r, -1, k))
             pending_writes[(r.chunk, r.segment)].remove(k)
             left[k] -= 1

@@ -56,14 +56,16 @@ def _peers(group, world_size: int) -> Sequence[int]:
 
 
 #: chunks of at least this many bytes are split into segments of ``DEFAULT_SEGMENT_BYTES`` so
-#: the reduction of one segment overlaps the transfer of the next; below it every extra message
-#: costs more (a rendezvous per message on gloo) than the overlap saves. Measured on 2 gloo
-#: processes over loopback with benchmarks/bench_torch_ring.py --segments 0,1MiB,4MiB (median
-#: of 3 runs, each against gloo's all_reduce in the same run; docs/benchmarks.md): segments
-#: gave 0.93–1.12x the busbw of whole chunks for 4–32 MiB chunks (8–64 MiB buffers), no
-#: consistent gain, and 4 MiB segments 1.09x for 64 MiB chunks (128 MiB buffers).
-PIPELINE_THRESHOLD_BYTES = 64 << 20
-DEFAULT_SEGMENT_BYTES = 4 << 20
+#: the reduction of one segment overlaps the transfer of the next (and, at the switch from
+#: reduce-scatter to all-gather, a reduced segment is forwarded while later ones still arrive);
+#: below it every extra message costs more than the overlap saves. Measured on 2 gloo processes
+#: over loopback with ``benchmarks/bench_torch_ring.py -b 8MiB -e 64MiB --segments
+#: 0,512KiB,1MiB,2MiB,4MiB --runs 3 --no-restore`` (busbw ratio to gloo's all_reduce in the same
+#: run, median of 3; docs/benchmarks.md): whole chunks 0.68 / 0.77 / 0.75 / 0.83 at 8 / 16 / 32 /
+#: 64 MiB buffers, 2 MiB segments 0.72 / 0.91 / 0.91 / 1.00 (1 MiB: 0.73 / 0.85 / 0.88 / 0.90;
+#: 4 MiB: 0.64 / 0.80 / 0.92 / 0.98).
+PIPELINE_THRESHOLD_BYTES = 4 << 20
+DEFAULT_SEGMENT_BYTES = 2 << 20
 
 _staging_cache: dict = {}
 
