@@ -14,7 +14,8 @@ Two drivers, chosen by the backend, never by the algorithm:
 
 * :func:`run_dataflow` (gloo, MPI: each isend/irecv is independent): operations are posted as soon
   as their data is ready. The next step's receives go out while this step is applied; with
-  segments a reduced segment is forwarded while later segments are still arriving.
+  segments a reduced segment is forwarded while later segments are still arriving. The order
+  depends only on the plan, so it is compiled once (:func:`dataflow_program`) and replayed.
 * :func:`run_lockstep` (NCCL, UCC: they coalesce a batch of point-to-point into one group call):
   one batch per step, waited for, then applied.
 
@@ -27,8 +28,9 @@ overwritten only after every send reading it has completed.
 Failures: every wait is bounded (by the transport's timeout). The first failing operation raises
 :class:`ringccl.errors.PeerError` (or :class:`~ringccl.errors.RingcclTimeout` when the wait ran
 out of time) naming the collective, algorithm, step and the peer it was exchanging with. With
-``restore=True`` every chunk is saved just before this rank first writes it and restored before
-the error propagates, so the working buffer is either fully updated or exactly as it was.
+``restore=True`` every chunk (with the dataflow driver: every segment) is saved just before this
+rank first writes it and restored before the error propagates, so the working buffer is either
+fully updated or exactly as it was.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from .errors import ArgumentError, BackendError, PeerError, RingcclTimeout
 from .ir import Kind, Schedule, chunk_bounds
 
 __all__ = ["Send", "Recv", "StepPlan", "Plan", "Transport", "Instr", "Program", "plan",
-           "uniform_bounds", "check_bounds", "timeout_seconds", "dataflow_program",
+           "uniform_bounds", "check_bounds", "timeout_seconds", "dataflow_program", "clear_caches",
            "run_dataflow", "run_lockstep"]
 
 
@@ -469,6 +471,13 @@ def dataflow_program(p: Plan, restore: bool) -> Program:
             _programs.clear()
         hit = _programs[key] = (p, _compile_dataflow(p, restore))
     return hit[1]
+
+
+def clear_caches() -> None:
+    """Forget the cached plans and dataflow programs (executors' ``release_buffers``)."""
+    plan.cache_clear()
+    uniform_bounds.cache_clear()
+    _programs.clear()
 
 
 def run_dataflow(schedule: Schedule, rank: int, p: Plan, transport: Transport, *,

@@ -97,7 +97,7 @@ def release_buffers() -> None:
     Collective over every communicator ringccl used: call it on every rank.
     """
     _staging_cache.clear()
-    engine.plan.cache_clear()
+    engine.clear_caches()
     for comm in _comm_cache.values():
         comm.Free()
     _comm_cache.clear()

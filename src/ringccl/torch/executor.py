@@ -87,8 +87,9 @@ def _staging(buffer: torch.Tensor, elements: int, purpose: str = "staging") -> t
 
 
 def release_buffers() -> None:
-    """Free the staging buffers kept between calls."""
+    """Free the staging buffers, cached plans and dataflow programs kept between calls."""
     _staging_cache.clear()
+    engine.clear_caches()
 
 
 class _Transport:
