@@ -37,8 +37,10 @@ from __future__ import annotations
 
 import datetime
 import functools
+import heapq
 import os
 import re
+from collections import deque
 from typing import Any, NamedTuple, Protocol
 
 from .errors import ArgumentError, BackendError, PeerError, RingcclTimeout
@@ -360,23 +362,41 @@ def _compile_dataflow(p: Plan, restore: bool) -> Program:
     ops: dict[tuple, Any] = {}                  # id -> op; id = (step, kind, index)
     send_q: dict[int, list] = {}                # peer -> ids in canonical order
     recv_q: dict[int, list] = {}
-    pending_writes: dict[tuple, list] = {}      # segment -> steps of its incomplete writes
+    pending_writes: dict[tuple, deque] = {}     # segment -> steps of its incomplete writes
     reads: dict[tuple, list] = {}               # segment -> ids of its sends not waited for
     left = [len(st.recvs) for st in steps]      # incomplete receives per step
     for k, st in enumerate(steps):
         for i, r in enumerate(st.recvs):
             ops[(k, "r", i)] = r
             recv_q.setdefault(r.peer, []).append((k, "r", i))
-            pending_writes.setdefault((r.chunk, r.segment), []).append(k)
+            pending_writes.setdefault((r.chunk, r.segment), deque()).append(k)
         for i, s in enumerate(st.sends):
             ops[(k, "s", i)] = s
             send_q.setdefault(s.peer, []).append((k, "s", i))
             reads.setdefault((s.chunk, s.segment), []).append((k, "s", i))
     heads = {("r", q): 0 for q in recv_q} | {("s", q): 0 for q in send_q}
     queues = {("r", q): v for q, v in recv_q.items()} | {("s", q): v for q, v in send_q.items()}
+    order = [q for q in queues if q[0] == "r"] + [q for q in queues if q[0] == "s"]
     slot: dict[tuple, int] = {}                 # id -> handle slot, once posted
     saved: set[tuple] = set()                  # segments backed up (restore)
     progress = [0, -1]                          # step being waited for, its receives done - 1
+    # Queues (by index in ``order``) whose head could not be posted, by what they wait for; an
+    # event re-examines only those, in ``order`` (scanning every queue after every receive is
+    # quadratic in the number of peers). ``scan``: the pass in progress, as a heap of indices
+    # after its position; ``dirty``: indices for the next pass.
+    waiting: dict[tuple, set] = {}
+    dirty: set[int] = set()
+    scan: list = [[], -1]
+
+    def wake(reason: tuple) -> None:
+        heap, at = scan
+        for i in waiting.pop(reason, ()):
+            if i > at:
+                if i not in dirty:
+                    dirty.add(i)
+                    heapq.heappush(heap, i)
+            else:
+                dirty.add(i)
 
     def save(op, k: int) -> None:               # just before op first writes its segment
         if restore and (op.chunk, op.segment) not in saved:
@@ -387,6 +407,7 @@ def _compile_dataflow(p: Plan, restore: bool) -> Program:
         code.append(Instr(WAIT, ops[sid], slot[sid], sid[0]))
         s = ops[sid]
         reads[(s.chunk, s.segment)].remove(sid)
+        wake(("segment", (s.chunk, s.segment)))
 
     def releasable(sid: tuple) -> bool:
         k, i = progress
@@ -395,63 +416,82 @@ def _compile_dataflow(p: Plan, restore: bool) -> Program:
         st = steps[k]
         return sid[0] == k and (i + 1) * len(st.sends) >= (sid[2] + 1) * len(st.recvs)
 
-    def try_post(oid: tuple) -> bool:
+    def try_post(oid: tuple) -> tuple | None:
+        """Post ``oid`` (None) or say what it waits for."""
         k, kind, _ = oid
         op = ops[oid]
         key = (op.chunk, op.segment)
-        if (kind == "s" or op.stage < 0) and any(w < k for w in pending_writes.get(key, ())):
-            return False                         # earlier writes to the segment not complete
+        pending = pending_writes.get(key)
+        if (kind == "s" or op.stage < 0) and pending and pending[0] < k:
+            return ("segment", key)              # earlier writes to the segment not complete
         if kind == "s":
             code.append(Instr(SEND, op, len(slot), k))
             slot[oid] = len(slot)
-            return True
+            wake(("segment", key))               # a receive may wait for this send's slot
+            return None
         if op.stage >= 0:
             if k >= 2 and left[k - 2]:
-                return False                     # its staging half is still in use
+                return ("half", k - 2)           # its staging half is still in use
         else:
             blocking = [sid for sid in reads.get(key, ()) if sid[0] < k]
-            if not all(sid in slot and releasable(sid) for sid in blocking):
-                return False
+            if not all(sid in slot for sid in blocking):
+                return ("segment", key)
+            if not all(releasable(sid) for sid in blocking):
+                return ("progress",)
             for sid in blocking:
                 wait_send(sid)
             save(op, k)
         code.append(Instr(RECV, op, len(slot), k))
         slot[oid] = len(slot)
-        return True
+        return None
 
     def post_ready() -> None:
         # this step's operations before the next step's; receives before sends, so the
         # peer's data can land directly; again while posting a send unblocks a receive
         for limit in (progress[0], progress[0] + 1):
-            posted = True
-            while posted:
-                posted = False
-                for kind in ("r", "s"):
-                    for q, queue in queues.items():
-                        if q[0] != kind:
-                            continue
-                        while heads[q] < len(queue) and queue[heads[q]][0] <= limit and (
-                                try_post(queue[heads[q]])):
-                            heads[q] += 1
-                            posted = True
+            scan[1] = len(order)                 # between passes: every wake is for the next
+            wake(("limit",))
+            while dirty:
+                heap = sorted(dirty)             # one pass over the dirty queues, in order
+                scan[0], scan[1] = heap, -1
+                while heap:
+                    i = heapq.heappop(heap)
+                    dirty.discard(i)
+                    scan[1] = i
+                    q = order[i]
+                    queue = queues[q]
+                    while heads[q] < len(queue):
+                        oid = queue[heads[q]]
+                        reason = ("limit",) if oid[0] > limit else try_post(oid)
+                        if reason is not None:
+                            waiting.setdefault(reason, set()).add(i)
+                            break
+                        heads[q] += 1
+                scan[1] = len(order)
 
     for k, st in enumerate(steps):
         progress[:] = [k, -1]
+        dirty.update(range(len(order)))          # a new step: look at every queue
+        waiting.clear()
         post_ready()
         if any(heads[q] < len(queue) and queue[heads[q]][0] <= k for q, queue in queues.items()):
             raise AssertionError("dataflow program stalled")  # every step-k op is out by now
         for i, r in enumerate(st.recvs):
             rid = (k, "r", i)
             code.append(Instr(WAIT, r, slot[rid], k))
+            key = (r.chunk, r.segment)
             if r.stage >= 0:
-                key = (r.chunk, r.segment)
                 for sid in [sid for sid in reads.get(key, ()) if sid[0] <= k]:
                     wait_send(sid)               # sends still read the segment
                 save(r, k)
                 code.append(Instr(APPLY, r, -1, k))
-            pending_writes[(r.chunk, r.segment)].remove(k)
+            pending_writes[key].popleft()        # writes complete in step order
+            wake(("segment", key))
             left[k] -= 1
+            if not left[k]:
+                wake(("half", k))
             progress[1] = i
+            wake(("progress",))
             post_ready()
     for sid in sorted(slot, key=slot.get):
         if sid[1] == "s" and sid in reads[(ops[sid].chunk, ops[sid].segment)]:
