@@ -46,10 +46,6 @@ from .errors import ArgumentError, ArgumentTypeError
 __all__ = ["Topology", "Flat", "TwoLevel", "flat", "two_level"]
 
 
-def _positive_int(name: str, value) -> int:
-    return check_int(value, name, minimum=1)
-
-
 def _link(name: str, value) -> tuple[float, float]:
     """Parse an ``(alpha, bandwidth)`` pair such as ``("5us", "900GB/s")``."""
     if isinstance(value, str):
@@ -139,7 +135,7 @@ class Flat(Topology):
     kinds = ("port out", "port in")
 
     def __init__(self, world_size: int, alpha, bandwidth):
-        self.world_size = _positive_int("world_size", world_size)
+        self.world_size = check_int(world_size, "world_size", minimum=1)
         self.alpha = units.duration(alpha)
         self.bandwidth = units.bandwidth(bandwidth)
 
@@ -184,12 +180,12 @@ class TwoLevel(Topology):
 
     def __init__(self, nodes: int, local: int, intra, inter, nics_per_node: int | None = None,
                  oversubscription: float = 1.0, placement: str | Sequence[int] | None = None):
-        self.nodes = _positive_int("nodes", nodes)
-        self.local = _positive_int("local", local)
+        self.nodes = check_int(nodes, "nodes", minimum=1)
+        self.local = check_int(local, "local", minimum=1)
         self.intra_alpha, self.intra_bandwidth = _link("intra", intra)
         self.inter_alpha, self.inter_bandwidth = _link("inter", inter)
-        self.nics_per_node = _positive_int("nics_per_node", self.local if nics_per_node is None
-                                           else nics_per_node)
+        self.nics_per_node = check_int(self.local if nics_per_node is None else nics_per_node,
+                                       "nics_per_node", minimum=1)
         if self.nics_per_node > self.local:
             raise ArgumentError(f"nics_per_node={self.nics_per_node} must be <= local="
                                 f"{self.local} (each device uses one NIC of its rail)")

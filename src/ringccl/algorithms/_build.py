@@ -11,10 +11,9 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ..args import check_int, check_rank
 from ..ir import Schedule
 
-__all__ = ["ceil_log2", "floor_log2", "Transfers", "check_root", "check_positive"]
+__all__ = ["ceil_log2", "floor_log2", "Transfers"]
 
 
 def ceil_log2(n: int) -> int:
@@ -25,16 +24,6 @@ def ceil_log2(n: int) -> int:
 def floor_log2(n: int) -> int:
     """⌊log2 n⌋ for n >= 1."""
     return int(n).bit_length() - 1
-
-
-def check_root(root, world_size: int) -> int:
-    """``root`` as an int in [0, world_size), else ArgumentError/ArgumentTypeError naming it."""
-    return check_rank(root, world_size, "root")
-
-
-def check_positive(name: str, value) -> int:
-    """``value`` as an int >= 1, else ArgumentError/ArgumentTypeError naming ``name``."""
-    return check_int(value, name, minimum=1)
 
 
 class Transfers:

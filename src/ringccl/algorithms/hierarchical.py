@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..args import check_int
 from ..errors import ArgumentError
 from ..ir import Schedule
 from . import Algorithm, register
-from ._build import Transfers, check_positive
+from ._build import Transfers
 
 __all__ = ["all_reduce", "default_local_size", "DEFAULT_MAX_LOCAL_SIZE"]
 
@@ -50,7 +51,7 @@ def default_local_size(world_size: int) -> int:
 def _local_size(world_size: int, local_size) -> int:
     if local_size is None:
         return default_local_size(world_size)
-    local_size = check_positive("local_size", local_size)
+    local_size = check_int(local_size, "local_size", minimum=1)
     if world_size % local_size:
         raise ArgumentError(f"local_size={local_size} must divide world_size={world_size} "
                             "(consecutive ranks fill nodes of local_size ranks)")

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..collectives import check_root
 from ..ir import Schedule
 from . import Algorithm, register
-from ._build import Transfers, ceil_log2, check_root
+from ._build import Transfers, ceil_log2
 
 __all__ = ["broadcast"]
 

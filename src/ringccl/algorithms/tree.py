@@ -40,9 +40,11 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..args import check_int
+from ..collectives import check_root
 from ..ir import Schedule
 from . import Algorithm, register
-from ._build import Transfers, ceil_log2, check_positive, check_root
+from ._build import Transfers, ceil_log2
 
 __all__ = ["reduce", "broadcast", "all_reduce", "double_binary_tree_all_reduce", "BinaryTree",
            "binary_tree", "second_tree_roles", "reduce_start", "num_steps", "time"]
@@ -155,7 +157,7 @@ def reduce(world_size: int, root: int = 0, segments: int = 1) -> Schedule:
     Raises: ArgumentError: root out of range, segments < 1.
     """
     n = world_size
-    root, s = check_root(root, n), check_positive("segments", segments)
+    root, s = check_root(root, n), check_int(segments, "segments", minimum=1)
     tree, t = binary_tree(n), Transfers()
     _reduce_up(t, tree, _logical_to_rank(n, root), s)
     steps = reduce_start(n) + s if n > 1 else 0
@@ -172,7 +174,7 @@ def broadcast(world_size: int, root: int = 0, segments: int = 1) -> Schedule:
     Raises: ArgumentError: root out of range, segments < 1.
     """
     n = world_size
-    root, s = check_root(root, n), check_positive("segments", segments)
+    root, s = check_root(root, n), check_int(segments, "segments", minimum=1)
     tree, t = binary_tree(n), Transfers()
     _broadcast_down(t, tree, _logical_to_rank(n, root), s, 0)
     steps = ceil_log2(n) + s - 1 if n > 1 else 0
@@ -200,7 +202,7 @@ def all_reduce(world_size: int, segments: int = 1) -> Schedule:
     Raises: ArgumentError: segments < 1.
     """
     n = world_size
-    s = check_positive("segments", segments)
+    s = check_int(segments, "segments", minimum=1)
     tree, t = binary_tree(n), Transfers()
     label = np.arange(n)
     _reduce_up(t, tree, label, s)
@@ -231,7 +233,7 @@ def double_binary_tree_all_reduce(world_size: int, segments: int = 1) -> Schedul
     Raises: ArgumentError: segments < 1.
     """
     n = world_size
-    s = check_positive("segments", segments)
+    s = check_int(segments, "segments", minimum=1)
     tree, t = binary_tree(n), Transfers()
     first = reduce_start(n) + 1
     label_a = np.arange(n)

@@ -473,26 +473,23 @@ def _check_in_place_block(output: torch.Tensor, input: torch.Tensor, rank: int) 
             output.untyped_storage().data_ptr():
         return
     k = input.numel()
-    start = output.storage_offset() + rank * k
-    exact = (output.is_contiguous() and input.is_contiguous()
-             and input.storage_offset() == start)
-    lo_in, hi_in = input.storage_offset(), input.storage_offset() + k
-    lo_out = output.storage_offset()
-    hi_out = lo_out + output.numel()
-    if not exact and (output.is_contiguous() and input.is_contiguous()
-                      and (hi_in <= lo_out or hi_out <= lo_in)):
-        return  # same storage, disjoint ranges
-    if not exact:
-        raise ArgumentError(
-            f"input_tensor shares memory with output_tensor but is not output_tensor's block "
-            f"rank {rank} (elements {rank * k}:{(rank + 1) * k} of the flattened output); "
-            "pass that exact view for in place, or a separate tensor")
+    if output.is_contiguous() and input.is_contiguous():
+        lo_in, lo_out = input.storage_offset(), output.storage_offset()
+        if lo_in == lo_out + rank * k:
+            return  # exactly output's block rank: in place
+        if lo_in + k <= lo_out or lo_out + output.numel() <= lo_in:
+            return  # same storage, disjoint ranges
+    raise ArgumentError(
+        f"input_tensor shares memory with output_tensor but is not output_tensor's block "
+        f"rank {rank} (elements {rank * k}:{(rank + 1) * k} of the flattened output); "
+        "pass that exact view for in place, or a separate tensor")
 
 
 def _check_list(tensors: Any, argument: str, world_size: int, like: torch.Tensor | None,
-                like_name: str = "tensor", written: bool = False) -> list:
+                like_name: str = "tensor", written: bool = False,
+                same_numel: bool = True) -> list:
     """A list of world_size tensors with ``like``'s dtype and device (None: the first entry's)
-    and, when ``like_name`` is "tensor", its numel; ``written``: as :func:`_check_tensor`."""
+    and, with ``same_numel``, its numel; ``written``: as :func:`_check_tensor`."""
     if tensors is None:  # missing, e.g. scatter_list=None on the source rank
         raise ArgumentError(f"{argument} must be a list of world_size={world_size} tensors, got "
                             "NoneType")
@@ -505,7 +502,7 @@ def _check_list(tensors: Any, argument: str, world_size: int, like: torch.Tensor
     for i, t in enumerate(tensors):
         _check_tensor(t, f"{argument}[{i}]", written)
         _check_pair(t, tensors[0] if like is None else like, f"{argument}[{i}]", like_name)
-        if like_name == "tensor" and t.numel() != like.numel():
+        if same_numel and t.numel() != like.numel():
             raise ArgumentError(f"{argument}[{i}] has {t.numel()} elements; every tensor must "
                                 f"have tensor.numel()={like.numel()}")
     return list(tensors)
@@ -679,9 +676,9 @@ def all_to_all(output_tensor_list: list, input_tensor_list: list, group=None,
     """
     world_size = _group_size(group)
     first = _check_list(input_tensor_list, "input_tensor_list", world_size, None,
-                        "input_tensor_list[0]")[0]
+                        "input_tensor_list[0]", same_numel=False)[0]
     _check_list(output_tensor_list, "output_tensor_list", world_size, first,
-                "input_tensor_list[0]", written=True)
+                "input_tensor_list[0]", written=True, same_numel=False)
     rank = dist.get_rank(group)
     check_own_block(rank, input_tensor_list[rank].numel(), output_tensor_list[rank].numel(),
                     "input_tensor_list[{}].numel()", "output_tensor_list[{}].numel()", "elements")
