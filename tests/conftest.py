@@ -8,4 +8,3 @@ settings.register_profile("ci", max_examples=60, deadline=None,
 settings.register_profile("thorough", max_examples=2000, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("RINGCCL_HYPOTHESIS", "ci"))
-
