@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from ringccl import engine
 from ringccl.algorithms import REGISTRY, build_schedule
-from ringccl.errors import PeerError, RingcclTimeout
+from ringccl.errors import BackendError, PeerError, RingcclTimeout
 from ringccl.layout import layout
 
 PAIRS = sorted(REGISTRY)
@@ -268,3 +268,15 @@ def test_two_rank_ring_forwards_each_segment_as_it_is_reduced():
         # are posted, before the next reduce-scatter segment is waited for
         assert ("RECV", 1, seg) in order[applied:order.index(("WAIT", 0, seg + 1))]
         assert ("SEND", 1, seg) in order[applied:order.index(("WAIT", 0, seg + 1))]
+
+
+@pytest.mark.parametrize("bounds", [(0, 2, 1), (0, 1, 5), (-1, 1, 2), (0, 1), [0, 3, 2],
+                                    np.array([0, 1, 9])])
+def test_bad_bounds_are_refused_every_time(bounds):
+    # the check is cached for tuples: a refused tuple must stay refused, a good one stay equal
+    assert engine.check_bounds((0, 1, 4), 2, 4) == (0, 1, 4)
+    for _ in range(2):
+        with pytest.raises(BackendError, match="3 non-decreasing offsets within the buffer's 4"):
+            engine.check_bounds(bounds, 2, 4)
+    assert engine.check_bounds([np.int64(0), 2.0, 4], 2, 4) == (0, 2, 4)
+    assert all(type(b) is int for b in engine.check_bounds((np.int64(0), 2, 4), 2, 4))

@@ -167,6 +167,16 @@ def check_bounds(bounds, num_chunks: int, count: int) -> tuple:
     """
     if bounds is None:
         return uniform_bounds(count, num_chunks)
+    if type(bounds) is tuple:  # the layouts' own tuples, checked once (every call passes one)
+        try:
+            return _checked_bounds(bounds, num_chunks, count)
+        except TypeError:  # unhashable entries: checked (and refused) below
+            pass
+    return _checked_bounds.__wrapped__(tuple(bounds), num_chunks, count)
+
+
+@functools.lru_cache(maxsize=256)
+def _checked_bounds(bounds: tuple, num_chunks: int, count: int) -> tuple:
     bounds = tuple(int(b) for b in bounds)
     if len(bounds) != num_chunks + 1 or any(b < a for a, b in zip(bounds, bounds[1:])) or (
             bounds[0] < 0 or bounds[-1] > count):
@@ -517,6 +527,7 @@ def clear_caches() -> None:
     """Forget the cached plans and dataflow programs (executors' ``release_buffers``)."""
     plan.cache_clear()
     uniform_bounds.cache_clear()
+    _checked_bounds.cache_clear()
     _programs.clear()
 
 

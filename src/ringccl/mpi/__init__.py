@@ -78,8 +78,14 @@ PIPELINE_THRESHOLD_BYTES: int | None = None
 DEFAULT_SEGMENT_BYTES = 4 << 20
 
 
+_mpi: list = []  # the mpi4py.MPI module, imported on first use (importing it starts MPI)
+
+
 def _comm(comm):
-    from mpi4py import MPI
+    if not _mpi:
+        from mpi4py import MPI
+        _mpi.append(MPI)
+    MPI = _mpi[0]
     if comm is None:
         return MPI.COMM_WORLD
     if not isinstance(comm, MPI.Intracomm):
