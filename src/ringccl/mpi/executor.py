@@ -39,7 +39,7 @@ _comm_cache: dict = {}
 
 
 def _staging(nbytes: int, purpose: str = "staging") -> np.ndarray:
-    """A reusable byte buffer of at least ``nbytes``, 64-byte aligned, kept between calls.
+    """A reusable byte buffer of ``nbytes`` (the start of one kept between calls), 64-byte aligned.
 
     Allocating (and page-faulting) a fresh staging buffer per call costs as much as the transfer
     itself for large buffers.
@@ -50,7 +50,7 @@ def _staging(nbytes: int, purpose: str = "staging") -> np.ndarray:
         start = (-raw.ctypes.data) % 64
         cached = raw[start:start + nbytes]
         _staging_cache[purpose] = cached
-    return cached
+    return cached[:nbytes]  # exactly nbytes, so that it views as any dtype of that size
 
 
 def _private(comm, schedule: Schedule, timeout: float | None) -> "MPI.Comm":
@@ -108,31 +108,26 @@ class _Transport:
 
     def __init__(self, buffer: np.ndarray, staging: np.ndarray, op: ReduceOp, comm,
                  timeout: float | None):
-        self.data = buffer.view(np.uint8)
-        self.dtype, self.itemsize = buffer.dtype, buffer.itemsize
-        self.staging, self.comm, self.timeout = staging, comm, timeout
+        # messages are [array slice, MPI.BYTE]: mpi4py counts its bytes, whatever the dtype
+        self.buffer, self.comm, self.timeout = buffer, comm, timeout
+        self.staging = staging.view(buffer.dtype)
         self.combine = ufunc(op)
         self.backup: np.ndarray | None = None
 
     def isend(self, s):
-        i = self.itemsize
-        return self.comm.Isend([self.data[s.lo * i:s.hi * i], MPI.BYTE], s.peer, _TAG)
+        return self.comm.Isend([self.buffer[s.lo:s.hi], MPI.BYTE], s.peer, _TAG)
 
     def irecv(self, r):
-        i = self.itemsize
-        if r.stage < 0:
-            landing = self.data[r.lo * i:r.hi * i]
-        else:
-            landing = self.staging[r.stage * i:(r.stage + r.hi - r.lo) * i]
+        landing = (self.buffer[r.lo:r.hi] if r.stage < 0
+                   else self.staging[r.stage:r.stage + r.hi - r.lo])
         return self.comm.Irecv([landing, MPI.BYTE], r.peer, _TAG)
 
     def wait(self, request) -> None:
         _wait(request, self.timeout)
 
     def apply(self, r) -> None:
-        i = self.itemsize
-        dst = self.data[r.lo * i:r.hi * i].view(self.dtype)
-        src = self.staging[r.stage * i:(r.stage + r.hi - r.lo) * i].view(self.dtype)
+        dst = self.buffer[r.lo:r.hi]
+        src = self.staging[r.stage:r.stage + r.hi - r.lo]
         if r.reduce:
             self.combine(dst, src, out=dst)
         else:
@@ -140,13 +135,11 @@ class _Transport:
 
     def save(self, lo: int, hi: int) -> None:
         if self.backup is None:
-            self.backup = _staging(self.data.nbytes, "backup")
-        i = self.itemsize
-        self.backup[lo * i:hi * i] = self.data[lo * i:hi * i]
+            self.backup = _staging(self.buffer.nbytes, "backup").view(self.buffer.dtype)
+        self.backup[lo:hi] = self.buffer[lo:hi]
 
     def restore(self, lo: int, hi: int) -> None:
-        i = self.itemsize
-        self.data[lo * i:hi * i] = self.backup[lo * i:hi * i]
+        self.buffer[lo:hi] = self.backup[lo:hi]
 
     def is_timeout(self, exc: BaseException) -> bool:
         return False  # MPI waits never time out; the polling wait raises TimeoutError itself
