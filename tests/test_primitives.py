@@ -66,13 +66,28 @@ def primitive_cases(draw):
     op = draw(st.sampled_from(FLOAT_OPS if dtype.startswith("float") else INT_OPS))
     root = draw(st.integers(0, n - 1))
     segments = draw(st.sampled_from([None, 1, 2, 7]))
-    return collective, algorithm, n, count, dtype, op, root, segments, draw(st.integers(0, 2**32))
+    order = draw(st.sampled_from(["C", "F", "transposed", "strided"]))
+    return (collective, algorithm, n, count, dtype, op, root, segments, order,
+            draw(st.integers(0, 2**32)))
+
+
+def _in_layout(x: np.ndarray, order: str) -> np.ndarray:
+    """The same values as ``x`` in another memory layout (inputs need not be C-contiguous)."""
+    if order == "F":
+        return np.asfortranarray(x)
+    if order == "transposed":
+        return np.ascontiguousarray(x.T).T
+    if order == "strided":
+        wide = np.zeros((x.shape[0], 2 * x.shape[1]), x.dtype)
+        wide[:, ::2] = x
+        return wide[:, ::2]
+    return x
 
 
 @given(primitive_cases())
 def test_every_primitive_matches_numpy(case):
-    collective, algorithm, n, count, dtype, op, root, segments, seed = case
-    x = _inputs(np.random.default_rng(seed), n, count, dtype)
+    collective, algorithm, n, count, dtype, op, root, segments, order, seed = case
+    x = _in_layout(_inputs(np.random.default_rng(seed), n, count, dtype), order)
     before = x.copy()
     kwargs = {ROOT_ARG[collective]: root} if collective in ROOT_ARG else {}
     if algorithm == "master":

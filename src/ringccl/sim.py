@@ -763,7 +763,8 @@ def simulate(collective: str, inputs, op: Any = "sum", algorithm: str | None = N
             _load(rows, storage, sizes, in_lists, even)
     elif whole:
         # the only full copy (in the accumulate dtype: the cast is the copy)
-        storage = rows.reshape(n, c, m).astype(work_dtype, copy=True)
+        # order="C": _run reduces in place through a (n·c, m) view of it
+        storage = rows.reshape(n, c, m).astype(work_dtype, order="C", copy=True)
     else:
         storage = np.full((n, c, m), identity(reduce_op, work_dtype), dtype=work_dtype)
         _load(rows, storage, sizes, in_lists, even)
