@@ -6,6 +6,8 @@ collectives (no hang) and one bad case does not hide the others. Inputs are smal
 integers stored in the dtype, so every reduction is exact and results must be equal.
 """
 
+import math
+
 import torch
 import torch.distributed as dist
 
@@ -248,3 +250,41 @@ def root_only_arguments(rank, n):
     rt.gather(torch.arange(3.0), out, dst=0)
     messages.append(out[0].tolist())
     return messages
+
+
+def requires_grad(rank, n):
+    """Tensors that require grad (parameters) are written below autograd, as dist's all_reduce,
+    reduce and broadcast do."""
+    failures = []
+
+    def leaf(*shape):
+        return (torch.arange(float(math.prod(shape))).reshape(shape) + rank).requires_grad_()
+
+    for name, ours, theirs in [
+        ("all_reduce", lambda t: rt.all_reduce(t), lambda t: dist.all_reduce(t)),
+        ("reduce", lambda t: rt.reduce(t, dst=n - 1), lambda t: dist.reduce(t, dst=n - 1)),
+        ("broadcast", lambda t: rt.broadcast(t, src=1), lambda t: dist.broadcast(t, src=1)),
+        ("all_gather_into_tensor",
+         lambda t: rt.all_gather_into_tensor(t, leaf(3).detach()),
+         lambda t: dist.all_gather_into_tensor(t, leaf(3).detach())),
+        ("reduce_scatter_tensor", lambda t: rt.reduce_scatter_tensor(t, leaf(3 * n).detach()),
+         lambda t: dist.reduce_scatter_tensor(t, leaf(3 * n).detach())),
+    ]:
+        shape = (3 * n,) if name == "all_gather_into_tensor" else (3,) if (
+            name == "reduce_scatter_tensor") else (2, 5)
+        mine, want = leaf(*shape), leaf(*shape)
+        try:
+            ours(mine)
+        except Exception as exc:  # noqa: BLE001 - reported to the parent
+            failures.append(f"{name}: {type(exc).__name__}: {exc}")
+            continue
+        theirs(want.detach())  # the reference (dist's own refuses some outputs that need grad)
+        if name == "reduce" and rank != n - 1:
+            want = leaf(*shape)  # gloo leaves partial sums off dst; ringccl the input
+        if not (mine.requires_grad and torch.equal(mine.detach(), want.detach())):
+            failures.append(f"{name}: {mine.tolist()} != {want.tolist()}")
+    after = torch.ones(4)
+    rt.all_reduce(after)  # the group is fine afterwards
+    if after.tolist() != [float(n)] * 4:
+        failures.append(f"next all_reduce got {after.tolist()}")
+    return failures

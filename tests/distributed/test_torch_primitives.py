@@ -72,3 +72,7 @@ def test_cli_run_matches_gloo(capsys, argv):
     assert report["ringccl"]["busbw"] > 0 and report["builtin"]["busbw"] > 0
     if "--accumulate-dtype" in argv:
         assert report["accumulate_dtype"] == argv[argv.index("--accumulate-dtype") + 1]
+
+
+def test_tensors_that_require_grad_are_written_like_dist_does():
+    assert launch(workers.requires_grad, 3, timeout=120) == [[]] * 3

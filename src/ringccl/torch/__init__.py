@@ -58,6 +58,10 @@ from ..layout import Layout, all_to_all_sizes, check_own_block, layout, rooted, 
 from ..ops import ReduceOp, check_accumulate_dtype, check_op_dtype, parse_op
 from .executor import check_timeout, execute
 
+# Collectives write tensors that may require grad (parameters, their views), as
+# torch.distributed's do: below autograd, so in-place writes to a leaf are allowed.
+_no_grad = torch.no_grad()
+
 __all__ = ["all_reduce", "reduce_scatter_tensor", "all_gather_into_tensor", "broadcast",
            "reduce", "scatter", "gather", "all_to_all_single", "all_to_all", "run_schedule",
            "ReduceOp"]
@@ -233,6 +237,7 @@ def _read(work: torch.Tensor, plan: _Plan) -> torch.Tensor:
     return parts[0] if len(parts) == 1 else torch.cat(parts) if parts else work[:0]
 
 
+@_no_grad
 def run_schedule(schedule, buffer: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
                  bounds=None, segment_bytes: int | None = None, *, timeout=None,
                  restore: bool = True) -> torch.Tensor:
@@ -285,6 +290,7 @@ def _in_place(collective: str, tensor: torch.Tensor, op: ReduceOp, group, algori
         tensor.copy_(work.view(tensor.shape))
 
 
+@_no_grad
 def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
                algorithm: str = "ring", accumulate_dtype: Any = None,
                **params) -> torch.Tensor:
@@ -326,6 +332,7 @@ def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
     return tensor
 
 
+@_no_grad
 def broadcast(tensor: torch.Tensor, src: int, group=None, algorithm: str = "ring",
               **params) -> torch.Tensor:
     """Copy ``src``'s ``tensor`` into ``tensor`` on every rank, in place (as ``dist.broadcast``).
@@ -350,6 +357,7 @@ def broadcast(tensor: torch.Tensor, src: int, group=None, algorithm: str = "ring
     return tensor
 
 
+@_no_grad
 def reduce(tensor: torch.Tensor, dst: int, op: Any = ReduceOp.SUM, group=None,
            algorithm: str = "ring", accumulate_dtype: Any = None, **params) -> torch.Tensor:
     """Reduce ``tensor`` of every rank into ``dst``'s ``tensor`` (as ``dist.reduce``).
@@ -380,6 +388,7 @@ def reduce(tensor: torch.Tensor, dst: int, op: Any = ReduceOp.SUM, group=None,
     return tensor
 
 
+@_no_grad
 def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = ReduceOp.SUM,
                           group=None, algorithm: str = "ring", accumulate_dtype: Any = None,
                           **params) -> torch.Tensor:
@@ -420,6 +429,7 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = R
     return output
 
 
+@_no_grad
 def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tensor, group=None,
                            algorithm: str = "ring", **params) -> torch.Tensor:
     """Gather every rank's ``input_tensor`` into ``output_tensor`` on every rank, in rank order
@@ -508,6 +518,7 @@ def _check_list(tensors: Any, argument: str, world_size: int, like: torch.Tensor
     return list(tensors)
 
 
+@_no_grad
 def scatter(tensor: torch.Tensor, scatter_list: list | None = None, src: int = 0, group=None,
             algorithm: str = "binomial", **params) -> torch.Tensor:
     """Send ``scatter_list[r]`` of rank ``src`` to rank r's ``tensor`` (as ``dist.scatter``).
@@ -548,6 +559,7 @@ def scatter(tensor: torch.Tensor, scatter_list: list | None = None, src: int = 0
     return tensor
 
 
+@_no_grad
 def gather(tensor: torch.Tensor, gather_list: list | None = None, dst: int = 0, group=None,
            algorithm: str = "binomial", **params) -> None:
     """Collect every rank's ``tensor`` into ``gather_list`` on rank ``dst`` (as ``dist.gather``).
@@ -615,6 +627,7 @@ def _exchange(input_flat: torch.Tensor, in_sizes: Sequence[int], out_sizes: Sequ
     return _read(work, plan)
 
 
+@_no_grad
 def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_sizes=None,
                       input_split_sizes=None, group=None, algorithm: str = "direct",
                       **params) -> torch.Tensor:
@@ -658,6 +671,7 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
     return output
 
 
+@_no_grad
 def all_to_all(output_tensor_list: list, input_tensor_list: list, group=None,
                algorithm: str = "direct", **params) -> list:
     """Send ``input_tensor_list[j]`` to rank j; ``output_tensor_list[i]`` receives rank i's
