@@ -31,6 +31,17 @@ def test_model_json_matches_the_api(capsys):
     assert r["count"] == 2**18 and r["type"] == "float32"
 
 
+def test_json_is_strict_for_one_rank(capsys):
+    # one rank moves nothing in no time: algbw inf, busbw nan, written as null (strict JSON)
+    assert main(["model", "all_reduce", "-N", "1", "--size", "4KiB", "--json"]) == 0
+
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+
+    row = json.loads(capsys.readouterr().out, parse_constant=refuse)["tables"][0]["rows"][0]
+    assert row["time_s"] == 0 and row["algbw"] is None and row["busbw"] is None
+
+
 def test_model_table_prints_nccl_tests_columns(capsys):
     assert main(["model", "all_reduce", "-N", "1024", "--size", "4MiB"]) == 0
     out = capsys.readouterr().out

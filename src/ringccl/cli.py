@@ -13,6 +13,7 @@ import contextlib
 import importlib
 import inspect
 import json
+import math
 import sys
 import time
 from typing import Sequence
@@ -70,9 +71,22 @@ def _status(message: str):
         return contextlib.nullcontext()
 
 
+def _strict(obj):
+    """``obj`` with NaN and ±inf as None (null): strict JSON parsers (jq, JavaScript) refuse
+    them, and world_size 1 gives algbw = inf, busbw = nan."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _strict(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_strict(v) for v in obj]
+    if hasattr(obj, "tolist"):  # numpy arrays and scalars
+        return _strict(obj.tolist())
+    return obj
+
+
 def _emit_json(obj) -> None:
-    print(json.dumps(obj, indent=2, default=lambda o: o.tolist() if hasattr(o, "tolist")
-                     else str(o)))
+    print(json.dumps(_strict(obj), indent=2, allow_nan=False, default=str))
 
 
 # -- commands -------------------------------------------------------------------------------------
