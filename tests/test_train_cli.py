@@ -13,6 +13,14 @@ import ringccl.cli  # noqa: E402
     (["--accumulation", "3"], "batch_size=32 must be a multiple of accumulation=3"),
     (["--mode", "zero", "--compression", "fp16"], "compression='fp16' applies to mode 'ddp'"),
     (["--max-norm", "0"], "max_norm=0.0 must be > 0"),
+    (["--algorithm", "bruck"], "algorithm='bruck' is not available for all_reduce; expected "
+                               "one of ring"),
+    (["--mode", "zero", "--algorithm", "tree"], "algorithm='tree' is not available for "
+                                                "reduce_scatter"),
+    (["--bucket-cap-mb", "-1"], "bucket_cap_mb=-1.0 must be a number of MiB > 0"),
+    (["--first-bucket-mb", "0"], "first_bucket_mb=0.0 must be a number of MiB > 0"),
+    (["--batch-size", "100000", "--nproc", "2"], "batch_size=100000 x 2 ranks exceeds the 1437 "
+                                                 "training images"),
 ])
 def test_bad_train_arguments_exit_2(capsys, argv, message):
     assert ringccl.cli.main(["train", *argv]) == 2

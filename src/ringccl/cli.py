@@ -498,6 +498,7 @@ def _cmd_train(args) -> int:
         first_bucket_mb=args.first_bucket_mb, max_norm=args.max_norm,
         compression=args.compression if m == "ddp" else None).validate()) for m in modes]
     data = load_digits(args.seed)  # once here: importing scikit-learn costs seconds per process
+    TrainConfig(batch_size=args.batch_size).check_data(args.nproc, len(data["y_train"]))
     queue = mp.get_context("spawn").Queue()
     outcome: dict = {}
 

@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from ..algorithms import get_algorithm
 from ..errors import ArgumentError, RingcclError
 
 __all__ = ["TrainConfig", "MODES", "load_digits", "make_mlp", "train_worker", "plot_training"]
@@ -79,7 +80,24 @@ class TrainConfig:
             raise ArgumentError(f"max_norm={self.max_norm!r} must be > 0")
         if self.compression is not None and self.mode != "ddp":
             raise ArgumentError(f"compression={self.compression!r} applies to mode 'ddp' only")
+        for name in ("bucket_cap_mb", "first_bucket_mb"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and 0 < value < math.inf):
+                raise ArgumentError(f"{name}={value!r} must be a number of MiB > 0")
+        # the collectives each mode runs with `algorithm` (torch's DDP runs gloo's own)
+        uses = {"ddp": ("all_reduce",), "bucketer": ("all_reduce",),
+                "zero": ("reduce_scatter", "all_gather"), "torch": ()}[self.mode]
+        for collective in uses + (("all_reduce",) if self.max_norm is not None
+                                  and self.mode in ("ddp", "bucketer") else ()):
+            get_algorithm(collective, self.algorithm)  # ArgumentError naming what exists
         return self
+
+    def check_data(self, world_size: int, train_size: int) -> None:
+        """Raises ArgumentError unless a global batch (world_size × batch_size) fits in the
+        ``train_size`` training images."""
+        if self.batch_size * world_size > train_size:
+            raise ArgumentError(f"batch_size={self.batch_size} x {world_size} ranks exceeds the "
+                                f"{train_size} training images")
 
 
 def load_digits(seed: int = 0, test_size: int = 360) -> dict:
@@ -197,11 +215,9 @@ def _one_run(rank: int, world_size: int, cfg: TrainConfig, data: dict, progress)
                                         ("x_train", "y_train", "x_test", "y_test"))
     model = make_mlp(cfg.hidden, cfg.seed)
     mode = _Mode(cfg, model)
+    cfg.check_data(world_size, len(y_train))
     global_batch = world_size * cfg.batch_size
     steps_per_epoch = len(y_train) // global_batch
-    if steps_per_epoch < 1:
-        raise ArgumentError(f"batch_size={cfg.batch_size} x {world_size} ranks exceeds the "
-                            f"{len(y_train)} training images")
     micro = cfg.batch_size // cfg.accumulation
     history, step_bytes, timelines = [], [], []
     t_run = time.perf_counter()
