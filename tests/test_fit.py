@@ -144,9 +144,10 @@ def test_load_rows(tmp_path):
     b.write_text(json.dumps(rows[3:]))
     assert fitmod.load_rows([a, b]) == rows
     bad = tmp_path / "bad.json"
-    bad.write_text("{}")
-    with pytest.raises(ArgumentError, match="holds no benchmark rows"):
-        fitmod.load_rows([bad])
+    for text in ("{}", "[]", '{"rows": []}', "[1, 2]"):
+        bad.write_text(text)
+        with pytest.raises(ArgumentError, match="holds no benchmark rows"):
+            fitmod.load_rows([bad])
     with pytest.raises(ArgumentError, match="cannot read"):
         fitmod.load_rows([tmp_path / "missing.json"])
 

@@ -1230,7 +1230,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", action="store_true",
                    help="simulate each algorithm on the same random float32 inputs and report "
                    "its error against a float64 reference (needs N × count × 4 bytes per array)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_nonnegative_int, default=0, help="random seed (default 0)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(func=_cmd_compare)
 
@@ -1242,7 +1242,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="float32", choices=SUPPORTED_DTYPES)
     p.add_argument("--op", default="sum", help="sum, prod, min, max, avg, band, bor, bxor")
     _accumulate_option(p)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_nonnegative_int, default=0, help="random seed (default 0)")
     p.set_defaults(func=_cmd_simulate)
 
     p = sub.add_parser("run", help="run on local gloo processes and compare with gloo's own")
@@ -1362,7 +1362,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-norm", type=float, default=None, help="clip by the global norm")
     p.add_argument("--compression", choices=["fp16", "bf16"], default=None,
                    help="mode ddp: all-reduce buckets in fp16/bf16")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_nonnegative_int, default=0, help="random seed (default 0)")
     p.add_argument("--plot", default="ringccl_train.png", help="output image (default %(default)s)")
     p.add_argument("--no-plot", action="store_true")
     p.add_argument("--timeout", type=_seconds, default=600.0, help="seconds before giving up")

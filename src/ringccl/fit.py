@@ -60,7 +60,7 @@ def load_rows(paths: Iterable[str | Path]) -> list[dict]:
         except (OSError, json.JSONDecodeError) as exc:
             raise ArgumentError(f"cannot read benchmark rows from {str(path)!r}: {exc}") from None
         part = data.get("rows") if isinstance(data, dict) else data
-        if not isinstance(part, list) or not all(isinstance(r, dict) for r in part):
+        if not isinstance(part, list) or not part or not all(isinstance(r, dict) for r in part):
             raise ArgumentError(f"{str(path)!r} holds no benchmark rows: expected the output of "
                                 "`ringccl bench --json`")
         rows.extend(part)
