@@ -271,3 +271,24 @@ def test_best_placement_and_plot(tmp_path):
     path = tmp_path / "busbw.png"
     bench.plot_busbw(rows, str(path), "test")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_nccl_without_gpus_is_refused_before_any_process_starts(monkeypatch):
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+
+    from ringccl.errors import BackendError
+    from ringccl.torch import launch as launch_mod
+
+    def never(*args, **kwargs):
+        raise AssertionError("a process was started")
+
+    monkeypatch.setattr(torch.multiprocessing, "get_context", never)
+    monkeypatch.setattr(dist, "is_nccl_available", lambda: False)
+    with pytest.raises(BackendError, match="backend='nccl' is not available in this torch"):
+        launch_mod.launch(print, 2, backend="nccl")
+    monkeypatch.setattr(dist, "is_nccl_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(BackendError, match="one CUDA GPU per process: nproc=2, but 1 GPUs"):
+        launch_mod.launch(print, 2, backend="nccl")

@@ -51,6 +51,20 @@ def _worker(rank: int, world_size: int, port: int, backend: str, timeout: float,
         results.put((rank, False, traceback.format_exc()))
 
 
+def _check_nccl(nproc: int) -> None:
+    """Refuse in the parent what every NCCL worker would fail on: no NCCL, too few GPUs."""
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_nccl_available():
+        raise BackendError("backend='nccl' is not available in this torch build (CPU-only "
+                           "wheel?); use backend 'gloo' or 'mpi'")
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus < nproc:
+        raise BackendError(f"backend='nccl' needs one CUDA GPU per process: nproc={nproc}, "
+                           f"but {gpus} GPUs are visible")
+
+
 def launch(fn: Callable[..., Any], nproc: int, *args: Any, backend: str = "gloo",
            timeout: float = 300.0, threads: int | None = None) -> list[Any]:
     """Run ``fn(rank, world_size, *args)`` on ``nproc`` fresh local processes.
@@ -66,9 +80,12 @@ def launch(fn: Callable[..., Any], nproc: int, *args: Any, backend: str = "gloo"
         the results in rank order.
     Raises:
         ArgumentError: nproc < 1; ArgumentTypeError: nproc not an integer.
-        BackendError: a worker raised, died, or the run timed out.
+        BackendError: a worker raised, died, or the run timed out; backend "nccl" without NCCL
+            or with fewer than ``nproc`` GPUs (before any process starts).
     """
     nproc = check_int(nproc, "nproc", minimum=1)
+    if backend == "nccl":
+        _check_nccl(nproc)
     import torch.multiprocessing as mp
 
     ctx = mp.get_context("spawn")
