@@ -132,3 +132,11 @@ def test_run_accumulate_dtype_reaches_the_workers_and_is_checked_first(capsys, m
     assert "--accumulate-dtype='float64' applies to reducing collectives only" in \
         capsys.readouterr().err
     assert len(calls) == 1
+
+
+def test_a_simulation_larger_than_memory_is_refused_up_front(capsys):
+    # 4 ranks x 2^36 float32 (1 TiB of inputs): refused before any input is made, not killed
+    assert main(["simulate", "all_reduce", "-N", "4", "-c", "64Gi"]) == 2
+    err = capsys.readouterr().err
+    assert "simulating all_reduce on 4 ranks x count=68719476736 needs about 2.50 TiB" in err
+    assert "more than this machine's" in err and "use a smaller --count" in err

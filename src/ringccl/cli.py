@@ -14,6 +14,7 @@ import importlib
 import inspect
 import json
 import math
+import os
 import sys
 import time
 from typing import Sequence
@@ -208,12 +209,31 @@ def _check_call(args, world_size: int, dtype: np.dtype, op, params: dict) -> Non
     build_schedule(args.collective, args.algorithm, world_size, **params)
 
 
+def _check_sim_memory(collective: str, world_size: int, count: int, itemsize: int) -> None:
+    """Refuse a simulation that cannot fit in this machine's memory (instead of being killed
+    by the kernel half-way): the N × count inputs plus about 1.5 × N × M elements for the
+    simulator's storage, outputs and check (docs: benchmarks/bench_memory.py figures)."""
+    m = get_collective(collective).buffer_count(world_size, count)
+    need = itemsize * (world_size * count + 1.5 * world_size * m)
+    try:
+        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not POSIX: let numpy's MemoryError speak
+        return
+    if need > have:
+        raise ArgumentError(f"simulating {collective} on {world_size} ranks x count={count} "
+                            f"needs about {units.format_size(need)}, more than this machine's "
+                            f"{units.format_size(have)} of memory: use a smaller --count or "
+                            "--world-size")
+
+
 def _cmd_simulate(args) -> int:
     dtype = check_dtype(args.dtype)
     op = parse_op(args.op)
     params = _params(args)
     get_algorithm(args.collective, args.algorithm)
     _check_call(args, args.world_size, dtype, op, params)
+    _check_sim_memory(args.collective, args.world_size, args.count,
+                      max(dtype.itemsize, np.dtype(args.accumulate_dtype or dtype).itemsize))
     with _status(f"simulating {args.world_size} ranks …"):
         r = _sim_report(args.collective, args.algorithm, args.world_size, args.count, dtype, op,
                         args.seed, params, args.accumulate_dtype)
