@@ -558,14 +558,16 @@ def _mpi_cases():
          r"segment_bytes=-1 must be an integer >= 0"),
         ("segment_bytes float", lambda: rm.all_gather(A.copy(), A.copy(), segment_bytes=0.5), T,
          r"segment_bytes=0\.5 must be an integer >= 0, got float"),
+        ("timeout (ringccl.torch's keyword)", lambda: rm.all_reduce(A.copy(), timeout=5), E,
+         r"ringccl\.mpi\.all_reduce takes no timeout= \(got 5\); set the RINGCCL_TIMEOUT"),
     ]
 
 
 @needs_mpi
-@pytest.mark.parametrize("index", range(13))
+@pytest.mark.parametrize("index", range(14))
 def test_mpi_refuses_bad_arguments(index):
     cases = _mpi_cases()
-    assert len(cases) == 13
+    assert len(cases) == 14
     _, call, exc, pattern = cases[index]
     _raises(call, exc, pattern)
 

@@ -192,3 +192,10 @@ def test_tolerance_is_stated():
     assert ringccl.sim.reference_tolerance(ReduceOp.SUM, np.dtype("float16"), 8).startswith(
         "(N-1)·eps·Σ|x|")
     assert ringccl.sim.reference_tolerance(ReduceOp.MAX, np.dtype("float32"), 8) == "exact"
+
+
+def test_an_input_numpy_cannot_read_is_an_argument_type_error():
+    torch = pytest.importorskip("torch")
+    with pytest.raises(ringccl.ArgumentTypeError,
+                       match=r"inputs \(Tensor, dtype torch.bfloat16\) cannot be read as a numpy"):
+        ringccl.simulate("all_reduce", torch.ones(4, 8, dtype=torch.bfloat16))

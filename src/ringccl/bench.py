@@ -46,6 +46,7 @@ from typing import Callable, Protocol, Sequence
 import numpy as np
 
 from .algorithms import algorithms, get_algorithm
+from .args import check_rank
 from .collectives import get_collective
 from .errors import ArgumentError
 from .ops import ReduceOp, check_dtype, check_op_dtype, parse_op, ufunc
@@ -128,8 +129,8 @@ class BenchSpec:
         for s in self.segment_bytes:
             if s is not None and s < 0:
                 raise ArgumentError(f"segment_bytes={s} must be >= 0 (0 = never split)")
-        if world_size is not None and _is_rooted(spec) and not 0 <= self.root < world_size:
-            raise ArgumentError(f"root={self.root} is out of range for world_size={world_size}")
+        if world_size is not None and _is_rooted(spec):
+            check_rank(self.root, world_size, "root")
         return self
 
     def to_dict(self) -> dict:

@@ -54,11 +54,20 @@ def _table(title: str, headers: Sequence[str], rows: Sequence[Sequence[object]])
     for r in rows:
         table.add_row(*(str(c) for c in r))
     console = Console()
-    if not console.is_terminal:  # piped or captured: never squeeze numbers into 80 columns
+    if not console.is_terminal or _unknown_width():
+        # piped, captured, or a pty without a size (mpirun's): never squeeze numbers into 80
         # wide tables (ringccl model) get the width their rows need
         widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows)]
         console = Console(width=max(console.width, 160, sum(widths) + 3 * len(widths) + 1))
     console.print(table)
+
+
+def _unknown_width() -> bool:
+    """True on a terminal that reports 0 columns (mpirun gives its processes such a pty)."""
+    try:
+        return os.get_terminal_size(sys.stdout.fileno()).columns == 0
+    except (OSError, ValueError, AttributeError):  # not a terminal, or no fileno (captured)
+        return False
 
 
 def _status(message: str):
@@ -112,6 +121,7 @@ def _params(args) -> dict:
 
 def _cmd_show(args) -> int:
     params = _params(args)
+    _check_root_arg(args, params, args.world_size)
     schedule = verify(build_schedule(args.collective, args.algorithm, args.world_size, **params))
     if args.trace:
         with open(args.trace, "w") as f:
@@ -158,7 +168,8 @@ def _sim_report(collective: str, algorithm: str, world_size: int, count: int, dt
     sent = result.stats.bytes_sent
     used = result.schedule.params
     return {"collective": collective, "algorithm": algorithm, "world_size": world_size,
-            "count": count, "dtype": dtype.name, "op": str(op), "params": used,
+            "count": count, "dtype": dtype.name, "op": str(op) if spec.reduces else None,
+            "params": used,
             "accumulate_dtype": accumulate_dtype, "wire_bytes": wire_bytes,
             "steps": result.stats.steps, "steps_closed_form": algo.steps_for(world_size, **used),
             "steps_formula": algo.steps_formula, "bytes_formula": algo.bytes_formula,
@@ -168,7 +179,8 @@ def _sim_report(collective: str, algorithm: str, world_size: int, count: int, dt
             "bytes_sent_closed_form": algo.bytes_for(world_size, wire_bytes, **used),
             "bytes_sent": sent.tolist() if world_size <= 16 else None,
             "verified": bool(result.matches_reference), "mismatches": result.mismatches,
-            "tolerance": reference_tolerance(op, dtype, world_size, accumulate_dtype),
+            "tolerance": (reference_tolerance(op, dtype, world_size, accumulate_dtype)
+                          if spec.reduces else "exact"),  # copies must match bit for bit
             "seconds": seconds}
 
 
@@ -189,8 +201,9 @@ def _print_sim(r: dict) -> None:
             ("simulator time", units.format_duration(r["seconds"]))]
     extra = "".join(f", {k}={v}" for k, v in r["params"].items())
     extra += f", accumulate_dtype={acc}" if acc else ""
-    _table(f"simulated {r['algorithm']} {r['collective']} on {r['world_size']} ranks, "
-           f"op={r['op']}{extra}", ["", "value"], rows)
+    op = f", op={r['op']}" if r["op"] else ""  # copy collectives reduce nothing
+    _table(f"simulated {r['algorithm']} {r['collective']} on {r['world_size']} ranks"
+           f"{op}{extra}", ["", "value"], rows)
 
 
 def _check_call(args, world_size: int, dtype: np.dtype, op, params: dict) -> None:
@@ -202,11 +215,16 @@ def _check_call(args, world_size: int, dtype: np.dtype, op, params: dict) -> Non
         check_op_dtype(op, dtype)
     args.accumulate_dtype = check_accumulate_dtype(args.accumulate_dtype, dtype, args.collective,
                                                    spec.reduces, "--accumulate-dtype")
+    _check_root_arg(args, params, world_size)
+    build_schedule(args.collective, args.algorithm, world_size, **params)
+
+
+def _check_root_arg(args, params: dict, world_size: int) -> None:
+    """The root's range, named as the user gave it (src, dst or root)."""
     if "root" in params:
         given = next((name for name in ("src", "dst") if getattr(args, name, None) is not None),
                      "root")
         check_root(params["root"], world_size, given)
-    build_schedule(args.collective, args.algorithm, world_size, **params)
 
 
 def _check_sim_memory(collective: str, world_size: int, count: int, itemsize: int) -> None:
@@ -267,7 +285,8 @@ def _print_run(r: dict) -> None:
                      f"{m['p90_s'] * 1e6:.1f}", r["wrong"] if name == "ringccl" else "-"])
     extra = "".join(f", {k}={v}" for k, v in r.get("params", {}).items())
     extra += f", accumulate_dtype={r['accumulate_dtype']}" if r.get("accumulate_dtype") else ""
-    _table(f"{r['collective']} on {r['world_size']} local gloo processes, op={r['op']}{extra}, "
+    op = f", op={r['op']}" if get_collective(r["collective"]).reduces else ""
+    _table(f"{r['collective']} on {r['world_size']} local gloo processes{op}{extra}, "
            f"median of {r['iters']} iterations (max over ranks)", headers, rows)
     ratio = r["busbw_ratio"]
     print(f"busbw ratio ringccl/gloo: {'n/a' if ratio is None else f'{ratio:.2f}'}   "
@@ -1232,8 +1251,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("show", help="print a schedule's step table")
     common(p)
-    p.add_argument("--world-size", "-N", type=_positive_int, default=4)
-    p.add_argument("--max-steps", type=_positive_int, default=200)
+    p.add_argument("--world-size", "-N", type=_positive_int, default=4,
+                   help="ranks N (default 4, the seed's table)")
+    p.add_argument("--max-steps", type=_positive_int, default=200,
+                   help="print at most this many steps (default 200)")
     p.add_argument("--trace", metavar="OUT.json",
                    help="also write a Chrome/Perfetto trace (one track per rank)")
     p.add_argument("--msccl-xml", metavar="OUT.xml", help="also write the schedule as MSCCL XML")
@@ -1241,7 +1262,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("compare", help="every algorithm of a collective side by side")
     p.add_argument("collective", choices=collectives, help="collective to compare")
-    p.add_argument("--world-size", "-N", type=_positive_int, default=8)
+    p.add_argument("--world-size", "-N", type=_positive_int, default=8, help="ranks N (default 8)")
     p.add_argument("--count", "-c", type=_count, default=units.count("1Mi"),
                    help="elements per rank: 1M = 10^6, 1Mi = 2^20 (default 1Mi)")
     p.add_argument("--dtype", default="float32", choices=SUPPORTED_DTYPES,
@@ -1256,7 +1277,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("simulate", help="simulate on N virtual ranks and check against numpy")
     common(p)
-    p.add_argument("--world-size", "-N", type=_positive_int, default=8)
+    p.add_argument("--world-size", "-N", type=_positive_int, default=8, help="ranks N (default 8)")
     p.add_argument("--count", "-c", type=_count, default=units.count("1Mi"),
                    help="elements per rank: 1M = 10^6, 1Mi = 2^20 (default 1Mi)")
     p.add_argument("--dtype", default="float32", choices=SUPPORTED_DTYPES)
@@ -1325,7 +1346,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="table (default) or nccl-tests' text layout")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print JSON (input of ringccl fit)")
-    out.add_argument("--csv", action="store_true", help="print CSV")
+    out.add_argument("--csv", action="store_true",
+                     help="print CSV in SI units: bytes, seconds, algbw/busbw in bytes/s")
     p.add_argument("--plot", metavar="PNG", help="also write busbw vs size to this PNG")
     p.add_argument("--timeout", type=_seconds, default=900.0, help="seconds before giving up")
     p.set_defaults(func=_cmd_bench)

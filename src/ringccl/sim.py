@@ -608,6 +608,11 @@ def _rows(spec, inputs, splits: bool):
         if not isinstance(inputs, (list, tuple)):
             raise
         raise _ragged_error(inputs) from None
+    except TypeError as exc:  # e.g. a torch bfloat16 tensor: numpy has no such dtype
+        dtype = getattr(inputs, "dtype", None)
+        raise ArgumentTypeError(f"inputs ({type(inputs).__name__}, dtype {dtype}) cannot be "
+                                f"read as a numpy array: {exc}; convert it first (bfloat16: "
+                                "x.float())") from None
     if x.ndim != 2:
         raise ArgumentError(f"inputs must have shape (world_size, count), got shape {x.shape}")
     return x

@@ -111,6 +111,10 @@ def _schedule(collective: str, algorithm: str, world_size: int, params: dict | N
     """``build_schedule``, remembered: its argument checks cost microseconds on every call
     (keyed by the registry entry too, so re-registering a name is seen). ``params``: the
     algorithm's keyword parameters (root included for rooted collectives)."""
+    if params and "timeout" in params:  # ringccl.torch's keyword: say where MPI's is
+        raise ArgumentError(f"ringccl.mpi.{collective} takes no timeout= (got "
+                            f"{params['timeout']!r}); set the RINGCCL_TIMEOUT environment "
+                            "variable (seconds) to bound every wait")
     try:
         key = (collective, algorithm, world_size, tuple(sorted(params.items())) if params else ())
         hash(key)
