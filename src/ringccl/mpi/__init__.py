@@ -161,11 +161,12 @@ def _check_array(a: Any, argument: str, writable: bool = True,
     if not isinstance(a, np.ndarray):
         raise ArgumentTypeError(f"{argument} must be a numpy.ndarray, got {type(a).__name__}")
     check_dtype(a.dtype, f"{argument}.dtype")
+    # read-only first: a broadcast (stride-0) view is both, and a copy would not be the output
+    if writable and not a.flags.writeable:
+        raise ArgumentError(f"{argument} (shape {a.shape}) is read-only; it must be writeable")
     if contiguous and not a.flags.c_contiguous:
         raise ArgumentError(f"{argument} (shape {a.shape}, strides {a.strides}) must be "
                             "C-contiguous, as MPI buffers are (use numpy.ascontiguousarray)")
-    if writable and not a.flags.writeable:
-        raise ArgumentError(f"{argument} (shape {a.shape}) is read-only; it must be writeable")
     return a
 
 
