@@ -14,7 +14,7 @@ from ringccl import bench
 from ringccl.bench import BUILTIN, PLACEMENTS, BenchSpec, Prepared
 from ringccl.collectives import COLLECTIVES
 from ringccl.errors import ArgumentError
-from ringccl.ops import ReduceOp, ufunc
+from ringccl.ops import ufunc
 
 DTYPE_OPS = [("float32", "sum"), ("float64", "avg"), ("float16", "prod"), ("int8", "sum"),
              ("int16", "bxor"), ("uint8", "max"), ("int64", "min"), ("bool", "sum"),
