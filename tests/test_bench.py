@@ -292,3 +292,23 @@ def test_nccl_without_gpus_is_refused_before_any_process_starts(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     with pytest.raises(BackendError, match="one CUDA GPU per process: nproc=2, but 1 GPUs"):
         launch_mod.launch(print, 2, backend="nccl")
+
+
+def test_accumulate_dtype_is_checked_normalized_and_labelled():
+    spec = BenchSpec("all_reduce", dtype="float16", accumulate_dtype="f4").validate(2)
+    assert spec.accumulate_dtype == "float32"
+    assert BenchSpec.from_dict(spec.to_dict()) == spec
+    assert BenchSpec.from_dict({"collective": "all_reduce"}).accumulate_dtype is None
+    for kwargs, message in [
+            (dict(collective="all_gather", dtype="float16"), "applies to reducing collectives"),
+            (dict(collective="all_reduce", dtype="int32"), "needs a floating input, got int32"),
+            (dict(collective="all_reduce", dtype="float32", accumulate_dtype="float16"),
+             "accumulate_dtype=float16 is narrower than the input's float32"),
+            (dict(collective="reduce", dtype="float16", backend="mpi"),
+             "ringccl.mpi accumulates in all_reduce and reduce_scatter only, not reduce")]:
+        kwargs.setdefault("accumulate_dtype", "float32")
+        with pytest.raises(ArgumentError, match=message):
+            BenchSpec(**kwargs).validate(2)
+    row = {"algorithm": "ring", "segment_bytes": 1 << 20, "accumulate_dtype": "float32"}
+    assert bench.row_label(row) == "ring seg=1MiB acc=float32"
+    assert bench.row_label({"algorithm": "builtin", "accumulate_dtype": None}) == "builtin"

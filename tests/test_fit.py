@@ -85,8 +85,9 @@ def test_parameters_stay_non_negative():
 def test_unusable_rows_are_skipped_and_none_left_raises():
     builtin = [dict(r, algorithm=BUILTIN) for r in _rows("all_reduce", 2, calibrate=False)]
     other = [dict(r, placement="out-of-place") for r in _rows("all_reduce", 2, calibrate=False)]
+    wider = [dict(r, accumulate_dtype="float64") for r in _rows("all_reduce", 2, calibrate=False)]
     with pytest.raises(ArgumentError, match="no benchmark rows the model can explain"):
-        fitmod.fit_rows(builtin + other)
+        fitmod.fit_rows(builtin + other + wider)
     assert len(fitmod.fit_rows(other, placement=None).rows) == len(other)
 
 

@@ -40,7 +40,7 @@ import io
 import math
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, Protocol, Sequence
 
 import numpy as np
@@ -49,7 +49,8 @@ from .algorithms import algorithms, get_algorithm
 from .args import check_rank
 from .collectives import get_collective
 from .errors import ArgumentError
-from .ops import ReduceOp, check_dtype, check_op_dtype, parse_op, ufunc
+from .ops import (ReduceOp, check_accumulate_dtype, check_dtype, check_op_dtype, parse_op,
+                  ufunc)
 
 __all__ = ["BUILTIN", "PLACEMENTS", "LOCAL_REDUCE", "BenchSpec", "Case", "Backend", "Prepared",
            "Sweep", "parse_algorithms", "sweep_sizes", "buffer_elements", "nccl_count", "make_case",
@@ -88,6 +89,10 @@ class BenchSpec:
         calibrate: add a ``local-reduce`` row per size for reducing collectives.
         restore: ringccl.torch's all-or-nothing backup (``restore=``, default True); False
             measures what the backends' own collectives promise (contents undefined on failure).
+        accumulate_dtype: ringccl algorithms of reducing collectives reduce in this wider
+            floating dtype (``accumulate_dtype=`` of ringccl.torch and ringccl.mpi; what travels
+            is then its bytes); size, algbw and busbw still count the buffer in ``dtype``, so
+            the rows compare with the builtin's as a user sees them. None: reduce in ``dtype``.
     """
 
     collective: str
@@ -106,9 +111,11 @@ class BenchSpec:
     backend: str = "gloo"
     calibrate: bool = True
     restore: bool = True
+    accumulate_dtype: str | None = None
 
     def validate(self, world_size: int | None = None) -> "BenchSpec":
-        """Raise ArgumentError/ArgumentTypeError for a bad field (before any process starts)."""
+        """Raise ArgumentError/ArgumentTypeError for a bad field (before any process starts);
+        returns the spec, with ``accumulate_dtype`` normalized to its name ("f4" -> "float32")."""
         spec = get_collective(self.collective)
         dtype = check_dtype(self.dtype)
         op = parse_op(self.op)
@@ -131,7 +138,11 @@ class BenchSpec:
                 raise ArgumentError(f"segment_bytes={s} must be >= 0 (0 = never split)")
         if world_size is not None and _is_rooted(spec):
             check_rank(self.root, world_size, "root")
-        return self
+        acc = check_accumulate_dtype(self.accumulate_dtype, dtype, self.collective, spec.reduces)
+        if acc is not None and self.backend == "mpi" and self.collective == "reduce":
+            raise ArgumentError(f"accumulate_dtype={acc} with backend 'mpi': ringccl.mpi "
+                                "accumulates in all_reduce and reduce_scatter only, not reduce")
+        return self if acc == self.accumulate_dtype else replace(self, accumulate_dtype=acc)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -439,7 +450,9 @@ def run_sweep(backend: Backend, spec: BenchSpec,
                 algorithm, seg, placement = variants[i]
                 t = stats["time_s"]
                 row = dict(base, kind="collective", algorithm=algorithm, placement=placement,
-                           segment_bytes=seg, wrong=wrongs[i], **stats)
+                           segment_bytes=seg, wrong=wrongs[i],
+                           accumulate_dtype=None if algorithm == BUILTIN else spec.accumulate_dtype,
+                           **stats)
                 row["algbw"] = nbytes / t if t > 0 else math.inf
                 row["busbw"] = row["algbw"] * coll.bus_factor(n)
             rows.append(row)
@@ -451,12 +464,13 @@ def run_sweep(backend: Backend, spec: BenchSpec,
 # -- output --------------------------------------------------------------------------------------
 
 def row_label(row: dict) -> str:
-    """Algorithm label: ``ring``, ``ring seg=1MiB``, ``builtin``."""
+    """Algorithm label: ``ring``, ``ring seg=1MiB``, ``ring acc=float32``, ``builtin``."""
     from .units import format_size
-    seg = row.get("segment_bytes")
-    if row["algorithm"] == BUILTIN or seg is None:
-        return row["algorithm"]
-    return f"{row['algorithm']} seg={'off' if seg == 0 else format_size(seg, 0).replace(' ', '')}"
+    seg, acc = row.get("segment_bytes"), row.get("accumulate_dtype")
+    label = row["algorithm"]
+    if label != BUILTIN and seg is not None:
+        label += f" seg={'off' if seg == 0 else format_size(seg, 0).replace(' ', '')}"
+    return f"{label} acc={acc}" if acc else label
 
 
 def _num(value: float, width: int) -> str:

@@ -1026,7 +1026,7 @@ def _cmd_bench(args) -> int:
         args.maxbytes, args.stepfactor, args.iters, args.warmup_iters, bool(args.check), dtype,
         args.op, args.root, _segment_list(args.segment_bytes),
         PLACEMENTS if args.placement == "both" else (args.placement,), args.backend,
-        not args.no_calibrate, not args.no_restore).validate(args.nproc)
+        not args.no_calibrate, not args.no_restore, args.accumulate_dtype).validate(args.nproc)
     rows, world_size, printer = _bench_rows(spec, args)
     if not printer:
         return 0
@@ -1342,6 +1342,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-restore", action="store_true",
                    help="gloo/nccl: skip ringccl's all-or-nothing backup copy (restore=False), "
                    "as the backends' own collectives do")
+    _accumulate_option(p, " Applies to ringccl's algorithms, not to builtin; sizes and "
+                       "bandwidths still count --dtype's bytes (mpi: all_reduce, reduce_scatter).")
     p.add_argument("--format", choices=["table", "nccl-tests"], default="table",
                    help="table (default) or nccl-tests' text layout")
     out = p.add_mutually_exclusive_group()

@@ -78,12 +78,15 @@ def _closed_form(row: dict):
 
 def usable(row: dict, placement: str | None = "in-place") -> bool:
     """True for rows the model explains: a registered algorithm with a closed form (or a
-    local-reduce calibration row), of ``placement`` (None: any), with a positive time."""
+    local-reduce calibration row), of ``placement`` (None: any), with a positive time, reducing
+    in the row's own dtype (no ``accumulate_dtype``)."""
     if not row.get("time_s") or row["time_s"] <= 0:
         return False
     if row.get("kind") == LOCAL_REDUCE:
         return bool(row.get("reduced_bytes"))
     if row.get("algorithm") == BUILTIN or _closed_form(row) is None:
+        return False
+    if row.get("accumulate_dtype"):  # its messages are wider than the row's size says
         return False
     return placement is None or row.get("placement") == placement
 

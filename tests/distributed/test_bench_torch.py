@@ -42,6 +42,20 @@ def test_bench_no_restore(capsys):
                                   if r["kind"] == "collective")
 
 
+@pytest.mark.parametrize("collective", ["all_reduce", "reduce_scatter", "reduce"])
+def test_bench_accumulate_dtype(capsys, collective):
+    # float16 inputs reduced in float32 by ringccl (not by builtin); sizes count float16 bytes
+    assert main(["bench", collective, "--nproc", "2", "-b", "4KiB", "-e", "4KiB", "-n", "2",
+                 "-w", "0", "-d", "half", "--algorithm", "ring,builtin", "--accumulate-dtype",
+                 "f4", "--no-calibrate", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["spec"]["accumulate_dtype"] == "float32"
+    acc = {r["algorithm"]: r["accumulate_dtype"] for r in report["rows"]}
+    assert acc == {"ring": "float32", "builtin": None}
+    assert all(r["wrong"] == 0 and r["size"] == 4096 and r["dtype"] == "float16"
+               for r in report["rows"])
+
+
 @pytest.mark.parametrize("collective,extra", [
     ("reduce_scatter", ["-d", "int32", "-o", "max", "--segment-bytes", "auto,256B"]),
     ("all_gather", ["-d", "float64", "--placement", "in-place"]),

@@ -80,6 +80,8 @@ class MpiBackend:
             if collective not in _RINGCCL:
                 raise BackendError(f"ringccl.mpi has no {collective} yet")
             kw = {"comm": self.comm, "algorithm": algorithm, "segment_bytes": segment_bytes}
+            if spec.accumulate_dtype is not None:
+                kw["accumulate_dtype"] = spec.accumulate_dtype
             if get_collective(collective).reduces:
                 kw["op"] = op
             run, reset, result = _RINGCCL[collective](rm, kw, self, inp, case, placement,

@@ -223,6 +223,8 @@ class TorchBackend:
                 kw["segment_bytes"] = segment_bytes
             if not spec.restore:
                 kw["restore"] = False
+            if spec.accumulate_dtype is not None:
+                kw["accumulate_dtype"] = spec.accumulate_dtype
             op_arg = op
             if not hasattr(ns, _API[collective][0]):
                 raise BackendError(f"ringccl.torch has no {_API[collective][0]} for {collective}")
