@@ -54,21 +54,30 @@ def model_chart(tables: Sequence[dict], path: str, title: str = "") -> str:
 
     algorithms = list(dict.fromkeys(a for t in tables for a in t["seconds"]))
     colors = {a: plt.get_cmap("tab10")(i % 10) for i, a in enumerate(algorithms)}
-    fig, (ax_t, ax_b) = plt.subplots(1, 2, figsize=(13, 5.2))
+    from matplotlib.lines import Line2D
+
+    fig, (ax_t, ax_b) = plt.subplots(1, 2, figsize=(14, 5.4))
+    notes = []  # crossovers: numbered dots on the plot, explained in a box (labels overlap)
     for j, t in enumerate(tables):
         style = _STYLES[j % len(_STYLES)]
         sizes = np.asarray(t["sizes"], dtype=float)
         for a in t["seconds"]:
-            label = f"{a}, N={t['world_size']}"
-            ax_t.loglog(sizes, np.asarray(t["seconds"][a]) * 1e3, style, color=colors[a],
-                        label=label)
-            ax_b.semilogx(sizes, np.asarray(t["busbw"][a]) / 1e9, style, color=colors[a],
-                          label=label)
+            ax_t.loglog(sizes, np.asarray(t["seconds"][a]) * 1e3, style, color=colors[a])
+            ax_b.semilogx(sizes, np.asarray(t["busbw"][a]) / 1e9, style, color=colors[a])
         for c in t["crossovers"]:
-            ax_t.plot([c["nbytes"]], [c["seconds"] * 1e3], "o", color="black", ms=6, zorder=5)
-            ax_t.annotate(f"{c['below']}→{c['above']}\n{_size_label(c['nbytes'], digits=3)}",
-                          (c["nbytes"], c["seconds"] * 1e3), textcoords="offset points",
-                          xytext=(6, -18), fontsize=8)
+            notes.append(f"{len(notes) + 1}  N={t['world_size']}: {c['below']} → {c['above']} "
+                         f"at {_size_label(c['nbytes'], digits=3)}")
+            ax_t.plot([c["nbytes"]], [c["seconds"] * 1e3], "o", color="black", ms=5, zorder=5)
+            ax_t.annotate(str(len(notes)), (c["nbytes"], c["seconds"] * 1e3),
+                          textcoords="offset points", xytext=(3, 3), fontsize=8, zorder=6)
+    if notes:
+        ax_t.text(0.98, 0.02, "crossovers (fastest below → above)\n" + "\n".join(notes),
+                  transform=ax_t.transAxes, ha="right", va="bottom", fontsize=7,
+                  bbox=dict(facecolor="white", alpha=0.85, edgecolor="0.8"))
+    # one legend entry per algorithm (colour) and per world size (line style), not per pair
+    handles = [Line2D([], [], color=colors[a], label=a) for a in algorithms]
+    handles += [Line2D([], [], color="black", linestyle=_STYLES[j % len(_STYLES)],
+                       label=f"N={t['world_size']}") for j, t in enumerate(tables)]
     for ax in (ax_t, ax_b):
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_locator(LogLocator(base=4))
@@ -81,10 +90,10 @@ def model_chart(tables: Sequence[dict], path: str, title: str = "") -> str:
                                      else ""))
     ax_b.set_ylabel("busbw (GB/s)")
     ax_b.set_title("bus bandwidth vs size (nccl-tests busbw)")
-    ax_t.legend(fontsize=7, loc="upper left", framealpha=0.85)
     if title:
         fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 0.86, 1))
+    fig.legend(handles=handles, loc="center right", fontsize=8, framealpha=0.9)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
