@@ -84,7 +84,11 @@ def test_clip_coefficient_formula():
 
 
 @pytest.mark.parametrize("call,error,text", [
-    (lambda ps: rt.clip_grad_norm_(ps, -1.0), ArgumentError, "max_norm=-1.0 must be >= 0"),
+    (lambda ps: rt.clip_grad_norm_(ps, -1.0), ArgumentError,
+     "max_norm=-1.0 must be a number >= 0"),
+    (lambda ps: rt.clip_grad_norm_(ps, "1"), ArgumentError, "max_norm='1' must be a number >= 0"),
+    (lambda ps: rt.clip_grad_norm_(ps, 1.0, norm_type="x"), ArgumentError,
+     "norm_type='x' is not supported; expected 2.0 or inf"),
     (lambda ps: rt.clip_grad_norm_(ps, float("nan")), ArgumentError, "max_norm=nan"),
     (lambda ps: rt.clip_grad_norm_(ps, 1.0, norm_type=3), ArgumentError, "norm_type=3.0"),
     (lambda ps: rt.clip_grad_norm_(ps, 1.0, sharded=[True]), ArgumentError, "one bool per"),

@@ -137,12 +137,32 @@ def test_clip_coefficient_identical_on_ranks_with_different_shards(runs, dtype):
 def test_bad_arguments_raise_before_anything_moves(runs):
     messages = runs[0]["bad_arguments"]
     assert "compression='int8' is not supported" in messages[0]
-    assert "bucket_cap_mb=0 must be > 0" in messages[1]
-    assert "algorithm='nope' is not available" in messages[2]
-    assert "params is empty" in messages[3]
-    assert messages[4].startswith("ArgumentTypeError: optimizer_class must be")
-    assert "norm_type=1.0 is not supported" in messages[5]
-    assert "sharded must be a bool or one bool per parameter" in messages[6]
+    assert "bucket_cap_mb=0 must be a finite number of MiB > 0" in messages[1]
+    assert "bucket_cap_mb=inf must be a finite number of MiB > 0" in messages[2]
+    assert "params[0].dtype=torch.int64 cannot be optimized" in messages[3]
+    assert "algorithm='nope' is not available" in messages[4]
+    assert "params is empty" in messages[5]
+    assert messages[6].startswith("ArgumentTypeError: optimizer_class must be")
+    assert "norm_type=1.0 is not supported" in messages[7]
+    assert "sharded must be a bool or one bool per parameter" in messages[8]
+
+
+def test_zero_leaves_frozen_parameters_alone_as_torch_optim_does(runs):
+    for r in runs:
+        diff, frozen_moved = r["zero_frozen"]
+        assert diff < EXACT and frozen_moved == 0.0
+
+
+def test_zero_rank_without_backward_still_pairs_its_collectives(runs):
+    assert all(r["zero_one_rank_backward"] < EXACT for r in runs)
+
+
+def test_inf_norm_is_nan_when_any_rank_has_a_nan(runs):
+    assert all(np.isnan(r["inf_norm_nan_elsewhere"]) for r in runs)
+
+
+def test_private_groups_inherit_the_group_timeout(runs):
+    assert all(r["communicator_timeout"] == 800.0 for r in runs)
 
 
 def test_cli_train_all_modes(capsys, tmp_path):

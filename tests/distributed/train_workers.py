@@ -215,6 +215,8 @@ def bad_arguments(rank, world_size):
     messages = []
     for call in (lambda: rt.comm_hook(compression="int8"),
                  lambda: rt.GradientBucketer(model, bucket_cap_mb=0),
+                 lambda: rt.GradientBucketer(model, bucket_cap_mb=float("inf")),
+                 lambda: rt.ShardedOptimizer([torch.zeros(3, dtype=torch.int64)]),
                  lambda: rt.GradientBucketer(model, algorithm="nope"),
                  lambda: rt.ShardedOptimizer([], torch.optim.AdamW),
                  lambda: rt.ShardedOptimizer(model.parameters(), dict),
@@ -226,6 +228,55 @@ def bad_arguments(rank, world_size):
         except (ArgumentError, ArgumentTypeError) as exc:
             messages.append(f"{type(exc).__name__}: {exc}")
     return messages
+
+
+def zero_frozen(rank, world_size, steps=3):
+    """ShardedOptimizer vs torch's AdamW (full batch, one process) on a model whose middle
+    layer is frozen: torch.optim never steps it, and weight decay must not move it either."""
+    def build():
+        m = make_model()
+        m[2].requires_grad_(False)
+        return m
+
+    ref, model = build(), build()
+    opt_ref = adamw([p for p in ref.parameters()])
+    opt = rt.ShardedOptimizer(model.parameters(), torch.optim.AdamW, lr=LR, weight_decay=WD)
+    x, y = make_data(world_size, steps)
+    for s in range(steps):
+        opt_ref.zero_grad()
+        F.cross_entropy(ref(x[s]), y[s]).backward()
+        opt_ref.step()
+        opt.zero_grad()
+        F.cross_entropy(model(local(x[s], rank, world_size)),
+                        local(y[s], rank, world_size)).backward()
+        opt.step()
+    frozen_moved = float((model[2].weight - make_model()[2].weight).abs().max())
+    return float(torch.max(torch.abs(torch.as_tensor(flat(model) - flat(ref))))), frozen_moved
+
+
+def zero_one_rank_backward(rank, world_size):
+    """Only rank 0 runs backward, then every rank steps: the ranks' collectives must still pair
+    (the others reduce-scatter zeros), so every replica ends up equal to rank 0's gradient / N."""
+    model = make_model()
+    opt = rt.ShardedOptimizer(model.parameters(), torch.optim.SGD, lr=1.0)
+    x, y = make_data(world_size, 1)
+    ref = make_model()
+    F.cross_entropy(ref(x[0]), y[0]).backward()  # the same loss everywhere, for the expectation
+    want = torch.cat([(p - p.grad / world_size).detach().reshape(-1) for p in ref.parameters()])
+    if rank == 0:
+        F.cross_entropy(model(x[0]), y[0]).backward()
+    opt.step()
+    return float((torch.as_tensor(flat(model)) - want).abs().max())
+
+
+def inf_norm_nan_elsewhere(rank, world_size):
+    """A NaN in the shard of the last rank makes the global inf-norm NaN on every rank."""
+    g = torch.ones(3, dtype=DTYPE)
+    if rank == world_size - 1:
+        g[1] = float("nan")
+    p = torch.zeros(3, dtype=DTYPE, requires_grad=True)
+    p.grad = g
+    return float(rt.clip_grad_norm_([p], 1.0, norm_type=float("inf"), sharded=True))
 
 
 def everything(rank, world_size):
@@ -253,5 +304,10 @@ def everything(rank, world_size):
     out["accumulation"] = accumulation(rank, world_size)
     out["clip"] = clip_shards(rank, world_size)
     out["bad_arguments"] = bad_arguments(rank, world_size)
+    out["zero_frozen"] = zero_frozen(rank, world_size)
+    out["zero_one_rank_backward"] = zero_one_rank_backward(rank, world_size)
+    out["inf_norm_nan_elsewhere"] = inf_norm_nan_elsewhere(rank, world_size)
+    with rt.Communicator() as comm:  # inherits the group's timeout (launch: 800 s)
+        out["communicator_timeout"] = rt.background._group_timeout(comm.group).total_seconds()
     dist.barrier()
     return out

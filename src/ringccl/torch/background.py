@@ -39,6 +39,17 @@ from ..errors import BackendError
 __all__ = ["Communicator"]
 
 
+def _group_timeout(group) -> datetime.timedelta | None:
+    """The timeout ``group`` (None: the default group) was created with, so a private copy
+    inherits ``init_process_group(timeout=...)`` instead of torch's 30-minute default; None where
+    this torch does not expose it."""
+    pg = dist.group.WORLD if group is None else group
+    try:
+        return pg._get_backend(torch.device("cpu")).options._timeout
+    except (AttributeError, RuntimeError, ValueError):
+        return None
+
+
 class Communicator:
     """Runs collectives on a background thread over a private copy of ``group``.
 
@@ -48,7 +59,8 @@ class Communicator:
 
     Args:
         group: the ranks to communicate with (None: the default group).
-        timeout: timeout of the private process group (None: torch's default for the backend).
+        timeout: timeout of the private process group (None: ``group``'s own, e.g. the one given
+            to ``init_process_group``).
 
     Example::
 
@@ -63,6 +75,7 @@ class Communicator:
             raise BackendError("torch.distributed is not initialized: call "
                                "torch.distributed.init_process_group first")
         ranks = None if group is None else dist.get_process_group_ranks(group)
+        timeout = _group_timeout(group) if timeout is None else timeout
         kwargs = {} if timeout is None else {"timeout": timeout}
         self.group = dist.new_group(ranks, **kwargs)
         self._jobs: queue.Queue = queue.Queue()

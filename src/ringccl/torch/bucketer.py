@@ -27,6 +27,8 @@ VLDB 13(12), 2020, sections 3.2-3.3 (bucketing, overlap, no_sync); Sergeev & Del
 from __future__ import annotations
 
 import contextlib
+import math
+import numbers
 import time
 from dataclasses import dataclass, field
 
@@ -154,8 +156,9 @@ class GradientBucketer:
                                     f"{type(model).__name__}")
         for name, value in (("bucket_cap_mb", bucket_cap_mb), ("first_bucket_mb",
                                                               first_bucket_mb)):
-            if not value > 0:
-                raise ArgumentError(f"{name}={value!r} must be > 0")
+            if (isinstance(value, bool) or not isinstance(value, numbers.Real)
+                    or not 0 < value < math.inf):
+                raise ArgumentError(f"{name}={value!r} must be a finite number of MiB > 0")
         get_algorithm("all_reduce", algorithm)
         params, seen = [], set()
         for p in reversed(list(model.parameters())):

@@ -17,6 +17,7 @@ the same exactly rounded sum (``math.fsum``).
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Iterable, Sequence
 
 import torch
@@ -57,8 +58,10 @@ def clip_grad_norm_(parameters: torch.Tensor | Iterable[torch.Tensor], max_norm:
     rank 0's copy; sharded gradients (``sharded`` True: this rank's slice of a larger tensor,
     e.g. ``ShardedOptimizer.shard``) are counted on every rank. Every rank computes a
     bitwise-identical total norm and coefficient. This is a collective call (one all-gather of 2
-    floats per rank) when torch.distributed is initialized; without it, it equals
-    ``torch.nn.utils.clip_grad_norm_``.
+    floats per rank) when torch.distributed is initialized; without it, it clips as
+    ``torch.nn.utils.clip_grad_norm_`` does (the norm is accumulated in float32, or float64 for
+    float64 gradients, so for float16/bfloat16 gradients it can differ from torch's in the last
+    bits of those formats).
 
     Args:
         parameters: a tensor or tensors whose ``.grad`` to clip (those without grad are skipped).
@@ -82,8 +85,10 @@ def clip_grad_norm_(parameters: torch.Tensor | Iterable[torch.Tensor], max_norm:
         if not isinstance(p, torch.Tensor):
             raise ArgumentTypeError(f"parameters[{i}] must be a torch.Tensor, got "
                                     f"{type(p).__name__}")
-    if not (max_norm >= 0):
-        raise ArgumentError(f"max_norm={max_norm!r} must be >= 0")
+    if isinstance(max_norm, bool) or not isinstance(max_norm, numbers.Real) or not max_norm >= 0:
+        raise ArgumentError(f"max_norm={max_norm!r} must be a number >= 0")
+    if isinstance(norm_type, bool) or not isinstance(norm_type, numbers.Real):
+        raise ArgumentError(f"norm_type={norm_type!r} is not supported; expected 2.0 or inf")
     norm_type = float(norm_type)
     if norm_type not in (2.0, math.inf):
         raise ArgumentError(f"norm_type={norm_type!r} is not supported; expected 2.0 or inf")
@@ -113,8 +118,9 @@ def clip_grad_norm_(parameters: torch.Tensor | Iterable[torch.Tensor], max_norm:
     shards, replicated = [row[0] for row in gathered], gathered[0][1]
     if norm_type == 2.0:
         total = math.sqrt(math.fsum(shards + [replicated]))  # exact sum: same bits everywhere
-    else:
-        total = max(shards + [replicated])
+    else:  # NaN wherever it is (Python's max keeps a NaN only when it comes first)
+        parts = shards + [replicated]
+        total = math.nan if any(math.isnan(v) for v in parts) else max(parts)
     total_norm = torch.tensor(total, dtype=acc)
     coef = clip_coefficient(total_norm, max_norm)
     for g, _ in pairs:

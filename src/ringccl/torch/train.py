@@ -82,13 +82,16 @@ class TrainConfig:
             raise ArgumentError(f"compression={self.compression!r} applies to mode 'ddp' only")
         for name in ("bucket_cap_mb", "first_bucket_mb"):
             value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and 0 < value < math.inf):
+            if isinstance(value, bool) or not (isinstance(value, (int, float))
+                                               and 0 < value < math.inf):
                 raise ArgumentError(f"{name}={value!r} must be a number of MiB > 0")
-        # the collectives each mode runs with `algorithm` (torch's DDP runs gloo's own)
+        # the collectives each mode runs with `algorithm` (torch's DDP runs gloo's own; the
+        # clipping of replicated gradients all-gathers the partial norms)
         uses = {"ddp": ("all_reduce",), "bucketer": ("all_reduce",),
                 "zero": ("reduce_scatter", "all_gather"), "torch": ()}[self.mode]
-        for collective in uses + (("all_reduce",) if self.max_norm is not None
-                                  and self.mode in ("ddp", "bucketer") else ()):
+        if self.max_norm is not None and self.mode != "zero":
+            uses += ("all_gather",)
+        for collective in uses:
             get_algorithm(collective, self.algorithm)  # ArgumentError naming what exists
         return self
 

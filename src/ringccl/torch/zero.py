@@ -46,7 +46,11 @@ class ShardedOptimizer:
     """Shard ``optimizer_class``'s parameters and state over the ranks of ``group``.
 
     Every rank must construct it at the same point with the same parameters (same order, shapes,
-    dtype and values - e.g. the same seed). Memory per rank: the optimizer state of S elements,
+    dtype and values - e.g. the same seed). Parameters that do not require grad when it is built
+    are left out (never stepped, as torch.optim never steps a parameter without a gradient); a
+    trainable parameter that got no gradient on any rank in a step is stepped with a zero
+    gradient when others did (weight decay and momentum apply to it, as after DDP with
+    ``find_unused_parameters``), and nothing is stepped when no rank had any gradient. Memory per rank: the optimizer state of S elements,
     plus two flat P'-element buffers (the all-gather target and the gradient to reduce-scatter,
     which the collective copies once more while it runs). Gradients are reduced at the end of each
     backward (unless inside :meth:`no_sync`), and left in each rank's shard; ``param.grad`` is
@@ -67,9 +71,10 @@ class ShardedOptimizer:
         stats: :class:`~ringccl.torch.stats.CommStats`, bytes this rank sent.
 
     Raises:
-        ArgumentError: no parameters, mixed dtypes or devices, a parameter passed twice, an
-            unknown algorithm.
-        ArgumentTypeError: optimizer_class is not an Optimizer subclass.
+        ArgumentError: no parameters (or none requiring grad), mixed dtypes or devices, a
+            parameter passed twice, an unknown algorithm.
+        ArgumentTypeError: optimizer_class is not an Optimizer subclass, a parameter that is
+            not a floating tensor.
     """
 
     def __init__(self, params: Iterable[torch.Tensor], optimizer_class: type = torch.optim.AdamW,
@@ -80,6 +85,17 @@ class ShardedOptimizer:
         if any(isinstance(p, dict) for p in params):
             raise ArgumentError("params: parameter groups (dicts) are not supported; pass "
                                 "tensors and give hyperparameters as keyword arguments")
+        for i, p in enumerate(params):
+            if not isinstance(p, torch.Tensor):
+                raise ArgumentTypeError(f"params[{i}] must be a torch.Tensor, got "
+                                        f"{type(p).__name__}")
+            if not (p.is_floating_point() or p.is_complex()):
+                raise ArgumentTypeError(f"params[{i}].dtype={p.dtype} cannot be optimized; "
+                                        "expected a floating dtype")
+        # frozen parameters are left out: torch.optim never steps a parameter without a grad
+        params = [p for p in params if p.requires_grad]
+        if not params:
+            raise ArgumentError("params: none requires grad (frozen parameters are left out)")
         if not (isinstance(optimizer_class, type)
                 and issubclass(optimizer_class, torch.optim.Optimizer)):
             raise ArgumentTypeError(f"optimizer_class must be a torch.optim.Optimizer "
@@ -110,6 +126,7 @@ class ShardedOptimizer:
         self.optimizer = optimizer_class([self.shard], **defaults)
         self.stats = CommStats()
         self._sync = True
+        self._reduced = False  # a reduce-scatter ran since the last step
         self._callback_queued = False
         self._handles = [p.register_post_accumulate_grad_hook(self._on_grad_ready)
                          for p in params if p.requires_grad]
@@ -142,7 +159,7 @@ class ShardedOptimizer:
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        self.reduce_gradients()
+        self._reduce_once()
         self.optimizer.step()
         with torch.no_grad():
             lo = self.rank * self.shard_numel
@@ -151,6 +168,7 @@ class ShardedOptimizer:
             self._account("all_gather", self._flat)
             all_gather_into_tensor(self._flat, block, group=self.group, algorithm=self.algorithm)
             self._unpack(self._flat, self.params)
+        self._reduced = False
         return loss
 
     def state_dict(self) -> dict:
@@ -178,7 +196,20 @@ class ShardedOptimizer:
         parameter holds a gradient. Called at the end of each synchronized backward."""
         if all(p.grad is None for p in self.params):
             return
+        self._reduce()
+
+    def _reduce_once(self) -> None:
+        """The reduce-scatter of pending gradients, and at least one per step on every rank:
+        a rank that ran no backward since the last step takes part with zeros, so its
+        collectives still pair with the other ranks' (reduce-scatter with reduce-scatter, as
+        DDP's Join shadows a rank out of data) instead of its all-gather with their
+        reduce-scatter."""
+        if not self._reduced or any(p.grad is not None for p in self.params):
+            self._reduce()
+
+    def _reduce(self) -> None:
         flat = self._flat_grad
+        local = any(p.grad is not None for p in self.params)
         with torch.no_grad():
             flat.zero_()
             self._pack([p.grad for p in self.params], flat)
@@ -188,8 +219,10 @@ class ShardedOptimizer:
             out = torch.empty(self.shard_numel, dtype=flat.dtype, device=flat.device)
             self._account("reduce_scatter", flat)
             reduce_scatter_tensor(out, flat, group=self.group, algorithm=self.algorithm)
+            self._reduced = True
             if self.shard.grad is None:
-                self.shard.grad = out
+                if local or out.any():  # no gradient on any rank: no step, as torch.optim
+                    self.shard.grad = out
             else:
                 self.shard.grad.add_(out)
 
@@ -197,7 +230,7 @@ class ShardedOptimizer:
         """Reduce pending gradients, then clip the shards by the *global* norm (see
         :func:`ringccl.torch.clip_grad_norm_`); returns the total norm (float32)."""
         from .clip import clip_grad_norm_
-        self.reduce_gradients()
+        self._reduce_once()
         return clip_grad_norm_([self.shard], max_norm, norm_type=norm_type, group=self.group,
                                sharded=True)
 
