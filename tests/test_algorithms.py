@@ -398,3 +398,14 @@ def test_scatter_allgather_with_fewer_elements_than_ranks(count):
 def test_bad_parameters_name_the_argument(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+def test_cached_schedules_do_not_answer_equal_values_of_other_types():
+    # 2.0 == 2 and True == 1: a schedule cached for segments=2 (or 1) must not skip the check
+    from ringccl.algorithms import build_schedule
+    from ringccl.errors import ArgumentTypeError
+    build_schedule("broadcast", "tree", 4, root=0, segments=2)
+    build_schedule("broadcast", "tree", 4, root=0, segments=1)
+    for bad in (2.0, True):
+        with pytest.raises(ArgumentTypeError, match=f"segments={bad!r} must be an integer"):
+            build_schedule("broadcast", "tree", 4, root=0, segments=bad)

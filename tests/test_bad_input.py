@@ -531,6 +531,7 @@ def _mpi_cases():
     import ringccl.mpi as rm
     ro = np.zeros(8, np.float32)
     ro.flags.writeable = False
+    buf = np.arange(9, dtype=np.float32)
     return [
         ("algorithm", lambda: rm.all_reduce(A.copy(), algorithm="rign"), E,
          r"algorithm='rign' is not available for all_reduce; expected one of ring"),
@@ -560,14 +561,22 @@ def _mpi_cases():
          r"segment_bytes=0\.5 must be an integer >= 0, got float"),
         ("timeout (ringccl.torch's keyword)", lambda: rm.all_reduce(A.copy(), timeout=5), E,
          r"ringccl\.mpi\.all_reduce takes no timeout= \(got 5\); set the RINGCCL_TIMEOUT"),
+        ("reduce_scatter partial overlap", lambda: rm.reduce_scatter(buf[1:9], buf[0:8]), E,
+         r"output overlaps input but is not exactly input's block rank \(elements 0:8"),
+        ("all_gather partial overlap", lambda: rm.all_gather(buf[0:8], buf[1:9]), E,
+         r"input overlaps output but is not exactly output's block rank \(elements 0:8\)"),
+        ("segments=2.0 after segments=2 was cached",
+         lambda: (rm.broadcast(A.copy(), algorithm="tree", segments=2),
+                  rm.broadcast(A.copy(), algorithm="tree", segments=2.0)), T,
+         r"segments=2\.0 must be an integer >= 1, got float"),
     ]
 
 
 @needs_mpi
-@pytest.mark.parametrize("index", range(14))
+@pytest.mark.parametrize("index", range(17))
 def test_mpi_refuses_bad_arguments(index):
     cases = _mpi_cases()
-    assert len(cases) == 14
+    assert len(cases) == 17
     _, call, exc, pattern = cases[index]
     _raises(call, exc, pattern)
 

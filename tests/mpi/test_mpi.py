@@ -51,6 +51,18 @@ def test_primitives_match_mpi_collectives(nproc):
     assert proc.stdout.count(": OK") == nproc
 
 
+def test_a_stalled_rank_times_out_and_all_gather_output_is_restored():
+    # the job ends with MPI_Abort (as documented after a timeout): only the printed lines count
+    env_timeout = dict(os.environ, RINGCCL_TIMEOUT="2")
+    env = dict(env_timeout, PYTHONPATH=os.pathsep.join(
+        p for p in (SRC, os.environ.get("PYTHONPATH")) if p))
+    cmd = mpirun_command(3, [sys.executable, str(Path(__file__).with_name("timeout_script.py"))])
+    if "--oversubscribe" in cmd:  # Open MPI: pass the variable on explicitly
+        cmd[1:1] = ["-x", "RINGCCL_TIMEOUT", "-x", "PYTHONPATH"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    assert proc.stdout.count(": OK") == 2, proc.stdout + proc.stderr
+
+
 def test_mpirun_command_flags():
     cmd = mpirun_command(3, ["python", "x.py"])
     assert cmd[1:3] == ["-n", "3"] and cmd[-2:] == ["python", "x.py"]

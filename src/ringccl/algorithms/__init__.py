@@ -119,8 +119,11 @@ def get_algorithm(collective: str, algorithm: str) -> Algorithm:
 
 @functools.lru_cache(maxsize=32)
 def _build_cached(collective: str, algorithm: str, world_size: int,
-                  params: tuple[tuple[str, object], ...]) -> Schedule:
-    return REGISTRY[(collective, algorithm)].builder(world_size, **dict(params))
+                  params: tuple[tuple[str, type, object], ...]) -> Schedule:
+    # each value's type is in the key: 2.0 == 2 and True == 1, but the builder refuses
+    # floats and bools, so a cached segments=2 must not answer segments=2.0
+    return REGISTRY[(collective, algorithm)].builder(world_size,
+                                                    **{k: v for k, _, v in params})
 
 
 def build_schedule(collective: str, algorithm: str, world_size: int, **params) -> Schedule:
@@ -141,7 +144,8 @@ def build_schedule(collective: str, algorithm: str, world_size: int, **params) -
             from None
     except ValueError:  # no signature to check against: let the builder decide
         pass
-    return _build_cached(collective, algorithm, world_size, tuple(sorted(params.items())))
+    return _build_cached(collective, algorithm, world_size,
+                         tuple((k, type(v), v) for k, v in sorted(params.items())))
 
 
 from . import ring  # noqa: E402  (registers the ring family)

@@ -49,11 +49,13 @@ Importing this package does not import mpi4py (which initializes MPI); the first
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
 import numpy as np
 
+from .. import engine
 from ..algorithms import REGISTRY, build_schedule
 from ..args import check_int
 from ..collectives import check_root
@@ -116,7 +118,9 @@ def _schedule(collective: str, algorithm: str, world_size: int, params: dict | N
                             f"{params['timeout']!r}); set the RINGCCL_TIMEOUT environment "
                             "variable (seconds) to bound every wait")
     try:
-        key = (collective, algorithm, world_size, tuple(sorted(params.items())) if params else ())
+        # with each value's type: 2.0 == 2 and True == 1 must not find a schedule built for 2
+        key = (collective, algorithm, world_size,
+               tuple((k, type(v), v) for k, v in sorted(params.items())) if params else ())
         hash(key)
     except TypeError:  # unhashable names or parameters: build_schedule refuses or builds them
         return build_schedule(collective, algorithm, world_size, **(params or {}))
@@ -286,9 +290,10 @@ def reduce_scatter(output: np.ndarray, input: np.ndarray, op: Any = ReduceOp.SUM
     flat = input.reshape(-1)
     block = slice(rank * output.size, (rank + 1) * output.size)
     in_place = np.shares_memory(output, input)
-    if in_place and not np.shares_memory(output.reshape(-1), flat[block]):
-        raise ArgumentError("output overlaps input but is not input's block rank "
-                            f"(elements {block.start}:{block.stop})")
+    if in_place and not (input.flags.c_contiguous and _is_block(output.reshape(-1), flat, rank)):
+        raise ArgumentError("output overlaps input but is not exactly input's block rank "
+                            f"(elements {block.start}:{block.stop} of a C-contiguous input); "
+                            "pass that view, or arrays that do not overlap")
     if acc is not None:
         work = flat.astype(acc)
     else:
@@ -333,11 +338,31 @@ def all_gather(output: np.ndarray, input: np.ndarray, comm=None, algorithm: str 
     schedule = _schedule("all_gather", algorithm, world_size, params)
     work = output.reshape(-1)
     mine = work[rank * input.size:(rank + 1) * input.size]
-    if not np.shares_memory(mine, input):
-        mine[...] = input.reshape(-1)
-    _execute(schedule, work, ReduceOp.SUM, comm, segment_bytes,
-             bounds=layout(schedule, rank, work.size).offsets)
+    in_place = np.shares_memory(output, input)
+    if in_place and not (input.flags.c_contiguous and _is_block(input.reshape(-1), work, rank)):
+        raise ArgumentError("input overlaps output but is not exactly output's block rank "
+                            f"(elements {rank * input.size}:{(rank + 1) * input.size}); pass "
+                            "that view, or arrays that do not overlap")
+    with _kept(mine):
+        if not in_place:
+            mine[...] = input.reshape(-1)
+        _execute(schedule, work, ReduceOp.SUM, comm, segment_bytes,
+                 bounds=layout(schedule, rank, work.size).offsets)
     return output
+
+
+@contextlib.contextmanager
+def _kept(view: np.ndarray):
+    """Put ``view`` of a caller's array back if the body raises, when a failure can be
+    survived (a timeout is in effect, ``RINGCCL_TIMEOUT``: the executor then restores what it
+    overwrote too, and this covers what the caller's code copied in before it ran)."""
+    saved = view.copy() if engine.timeout_seconds(None) is not None else None
+    try:
+        yield
+    except BaseException:
+        if saved is not None:
+            view[...] = saved
+        raise
 
 
 _scratch_cache: dict = {}
@@ -607,9 +632,11 @@ def gather(buffer: np.ndarray, gather_list: Any = None, dst: int = 0, comm=None,
     direct = rank == root and len(blocks) == 1 and blocks[0].flags.c_contiguous
     # the root touches every chunk, so a contiguous receive buffer is the working buffer itself
     work = blocks[0].reshape(-1) if direct else _workspace(plan.numel, buffer.dtype)
-    if not (direct and _is_block(buffer, work, root)):  # in place: already there
-        _copy_in(work, plan.input_runs, [buffer])
-    _execute(schedule, work, ReduceOp.SUM, comm, segment_bytes, bounds=plan.offsets)
+    own = work[root * buffer.size:(root + 1) * buffer.size] if direct else work[:0]
+    with _kept(own):  # the root's own block of the caller's gather_list
+        if not (direct and _is_block(buffer, work, root)):  # in place: already there
+            _copy_in(work, plan.input_runs, [buffer])
+        _execute(schedule, work, ReduceOp.SUM, comm, segment_bytes, bounds=plan.offsets)
     if rank != root:
         return None
     if not direct:
