@@ -292,6 +292,8 @@ def test_nccl_without_gpus_is_refused_before_any_process_starts(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     with pytest.raises(BackendError, match="one CUDA GPU per process: nproc=2, but 1 GPUs"):
         launch_mod.launch(print, 2, backend="nccl")
+    with pytest.raises(BackendError, match="one CUDA GPU per process"):
+        launch_mod.launch(print, 2, backend="NCCL")  # torch accepts any case
 
 
 def test_accumulate_dtype_is_checked_normalized_and_labelled():

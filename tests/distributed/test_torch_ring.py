@@ -24,6 +24,16 @@ def test_subgroup_maps_peers_to_global_ranks():
     assert launch(workers.subgroup, 4, timeout=120) == [[]] * 4
 
 
+def test_a_worker_that_exits_without_reporting_is_named_at_once():
+    import time
+
+    from ringccl.errors import BackendError
+    start = time.monotonic()
+    with pytest.raises(BackendError, match="rank 1 exited with code 0 before reporting"):
+        launch(workers.exit_silently, 2, timeout=120)
+    assert time.monotonic() - start < 60  # not the 120 s (+30) deadline
+
+
 def test_bad_arguments_raise_before_data_moves():
     results = launch(workers.bad_arguments, 3, timeout=120)
     for messages in results:

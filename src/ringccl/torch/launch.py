@@ -84,7 +84,7 @@ def launch(fn: Callable[..., Any], nproc: int, *args: Any, backend: str = "gloo"
             or with fewer than ``nproc`` GPUs (before any process starts).
     """
     nproc = check_int(nproc, "nproc", minimum=1)
-    if backend == "nccl":
+    if str(backend).lower() == "nccl":  # torch accepts any case
         _check_nccl(nproc)
     import torch.multiprocessing as mp
 
@@ -99,15 +99,21 @@ def launch(fn: Callable[..., Any], nproc: int, *args: Any, backend: str = "gloo"
         p.start()
     out: dict[int, Any] = {}
     deadline = time.monotonic() + timeout + 30  # + start-up (importing torch) time
+    gone: dict[int, float] = {}  # rank -> when it was first seen exited without a result
     try:
         while len(out) < nproc:
             try:
                 rank, ok, value = results.get(timeout=0.5)
             except queue_mod.Empty:
-                dead = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0)
-                        and r not in out]
+                now = time.monotonic()
+                for r, p in enumerate(procs):
+                    if p.exitcode is not None and r not in out:
+                        gone.setdefault(r, now)
+                # a result put just before exiting may still be in flight: wait 2 s for it
+                dead = [r for r, t in gone.items() if r not in out and (
+                    procs[r].exitcode != 0 or now - t > 2.0)]
                 if dead:
-                    raise BackendError(f"rank {dead[0]} died with exit code "
+                    raise BackendError(f"rank {dead[0]} exited with code "
                                        f"{procs[dead[0]].exitcode} before reporting") from None
                 if time.monotonic() > deadline:
                     raise BackendError(f"launch timed out after {timeout:.0f} s waiting for ranks "
