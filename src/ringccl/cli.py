@@ -237,11 +237,19 @@ def _check_sim_memory(collective: str, world_size: int, count: int, itemsize: in
         have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):  # not POSIX: let numpy's MemoryError speak
         return
+    for limit in ("/sys/fs/cgroup/memory.max",  # a container's limit (cgroup v2, then v1)
+                  "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(limit) as f:
+                have = min(have, int(f.read().strip()))
+            break
+        except (OSError, ValueError):  # absent, or "max" (no limit)
+            continue
     if need > have:
         raise ArgumentError(f"simulating {collective} on {world_size} ranks x count={count} "
                             f"needs about {units.format_size(need)}, more than this machine's "
-                            f"{units.format_size(have)} of memory: use a smaller --count or "
-                            "--world-size")
+                            f"{units.format_size(have)} of memory (or its container's limit): "
+                            "use a smaller --count or --world-size")
 
 
 def _cmd_simulate(args) -> int:
