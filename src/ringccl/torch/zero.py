@@ -50,11 +50,12 @@ class ShardedOptimizer:
     are left out (never stepped, as torch.optim never steps a parameter without a gradient); a
     trainable parameter that got no gradient on any rank in a step is stepped with a zero
     gradient when others did (weight decay and momentum apply to it, as after DDP with
-    ``find_unused_parameters``), and nothing is stepped when no rank had any gradient. Memory per rank: the optimizer state of S elements,
-    plus two flat P'-element buffers (the all-gather target and the gradient to reduce-scatter,
-    which the collective copies once more while it runs). Gradients are reduced at the end of each
-    backward (unless inside :meth:`no_sync`), and left in each rank's shard; ``param.grad`` is
-    set back to None. Then ``step()`` updates the shard and all-gathers the parameters.
+    ``find_unused_parameters``), and nothing is stepped when no rank had any gradient.
+    Memory per rank: the optimizer state of S elements, plus two flat P'-element buffers (the
+    all-gather target and the gradient to reduce-scatter, which the collective copies once more
+    while it runs). Gradients are reduced at the end of each backward (unless inside
+    :meth:`no_sync`), and left in each rank's shard; ``param.grad`` is set back to None. Then
+    ``step()`` updates the shard and all-gathers the parameters.
 
     Args:
         params: tensors to optimize (one dtype, one device).
