@@ -256,9 +256,11 @@ def test_nccl_tests_missing_placement_and_unchecked():
 def test_csv_round_trip():
     spec = BenchSpec("all_reduce", ("ring", BUILTIN), 64, 256, 4)
     rows = _fake_rows(spec)
+    rows[0]["accumulate_dtype"] = "float32"
     back = list(csv.DictReader(io.StringIO(bench.format_csv(rows))))
     assert len(back) == len(rows)
     assert float(back[0]["time_s"]) == rows[0]["time_s"] and back[0]["algorithm"] == "ring"
+    assert back[0]["accumulate_dtype"] == "float32" and back[1]["accumulate_dtype"] == ""
 
 
 def test_best_placement_and_plot(tmp_path):

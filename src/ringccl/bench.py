@@ -544,9 +544,9 @@ def format_nccl_tests(rows: Sequence[dict], spec: BenchSpec, world_size: int) ->
     return out.getvalue()
 
 
-CSV_FIELDS = ["collective", "backend", "world_size", "algorithm", "segment_bytes", "placement",
-              "size", "count", "dtype", "type", "redop", "root", "time_s", "min_s", "p90_s",
-              "algbw", "busbw", "wrong", "iters", "warmup", "kind"]
+CSV_FIELDS = ["collective", "backend", "world_size", "algorithm", "segment_bytes",
+              "accumulate_dtype", "placement", "size", "count", "dtype", "type", "redop", "root",
+              "time_s", "min_s", "p90_s", "algbw", "busbw", "wrong", "iters", "warmup", "kind"]
 
 
 def format_csv(rows: Sequence[dict]) -> str:

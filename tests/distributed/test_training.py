@@ -157,6 +157,14 @@ def test_zero_rank_without_backward_still_pairs_its_collectives(runs):
     assert all(r["zero_one_rank_backward"] < EXACT for r in runs)
 
 
+def test_zero_a_skipped_step_does_not_unpair_the_next(runs):
+    assert all(r["zero_skipped_step"] < EXACT for r in runs)
+
+
+def test_zero_grad_to_zeros_steps_as_torch_optim(runs):
+    assert all(r["zero_grad_to_zeros"] < EXACT for r in runs)
+
+
 def test_inf_norm_is_nan_when_any_rank_has_a_nan(runs):
     assert all(np.isnan(r["inf_norm_nan_elsewhere"]) for r in runs)
 

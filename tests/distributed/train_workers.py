@@ -269,6 +269,42 @@ def zero_one_rank_backward(rank, world_size):
     return float((torch.as_tensor(flat(model)) - want).abs().max())
 
 
+def zero_skipped_step_then_one_rank_backward(rank, world_size):
+    """Every rank runs backward and zero_grad() without stepping; then only rank 0 runs
+    backward and all step: the dropped reduction must not count for the next step (the other
+    ranks' collectives would pair their all-gather with rank 0's reduce-scatter)."""
+    model = make_model()
+    opt = rt.ShardedOptimizer(model.parameters(), torch.optim.SGD, lr=1.0)
+    x, y = make_data(world_size, 2)
+    F.cross_entropy(model(x[0]), y[0]).backward()
+    opt.zero_grad()  # the step is skipped
+    ref = make_model()
+    F.cross_entropy(ref(x[1]), y[1]).backward()
+    want = torch.cat([(p - p.grad / world_size).detach().reshape(-1) for p in ref.parameters()])
+    if rank == 0:
+        F.cross_entropy(model(x[1]), y[1]).backward()
+    opt.step()
+    return float((torch.as_tensor(flat(model)) - want).abs().max())
+
+
+def zero_grad_to_zeros_still_steps(rank, world_size):
+    """zero_grad(set_to_none=False) then step(): torch.optim steps with zero gradients (AdamW's
+    weight decay and moments move the parameters); so must ShardedOptimizer."""
+    ref, model = make_model(), make_model()
+    opt_ref = adamw(ref.parameters())
+    opt = rt.ShardedOptimizer(model.parameters(), torch.optim.AdamW, lr=LR, weight_decay=WD)
+    x, y = make_data(world_size, 1)
+    F.cross_entropy(ref(x[0]), y[0]).backward()
+    F.cross_entropy(model(local(x[0], rank, world_size)),
+                    local(y[0], rank, world_size)).backward()
+    for _ in range(2):
+        opt_ref.step()
+        opt_ref.zero_grad(set_to_none=False)
+        opt.step()
+        opt.zero_grad(set_to_none=False)
+    return float(torch.max(torch.abs(torch.as_tensor(flat(model) - flat(ref)))))
+
+
 def inf_norm_nan_elsewhere(rank, world_size):
     """A NaN in the shard of the last rank makes the global inf-norm NaN on every rank."""
     g = torch.ones(3, dtype=DTYPE)
@@ -307,6 +343,8 @@ def everything(rank, world_size):
     out["zero_frozen"] = zero_frozen(rank, world_size)
     out["zero_one_rank_backward"] = zero_one_rank_backward(rank, world_size)
     out["inf_norm_nan_elsewhere"] = inf_norm_nan_elsewhere(rank, world_size)
+    out["zero_skipped_step"] = zero_skipped_step_then_one_rank_backward(rank, world_size)
+    out["zero_grad_to_zeros"] = zero_grad_to_zeros_still_steps(rank, world_size)
     with rt.Communicator() as comm:  # inherits the group's timeout (launch: 800 s)
         out["communicator_timeout"] = rt.background._group_timeout(comm.group).total_seconds()
     dist.barrier()

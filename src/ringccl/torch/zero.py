@@ -50,7 +50,11 @@ class ShardedOptimizer:
     are left out (never stepped, as torch.optim never steps a parameter without a gradient); a
     trainable parameter that got no gradient on any rank in a step is stepped with a zero
     gradient when others did (weight decay and momentum apply to it, as after DDP with
-    ``find_unused_parameters``), and nothing is stepped when no rank had any gradient.
+    ``find_unused_parameters``), and nothing is stepped when no rank had any gradient. A rank
+    that ran no backward in a step takes part in its reduce-scatter with zeros and cannot tell
+    "no rank had a gradient" from "the gradient of my shard is exactly zero everywhere": it
+    steps its shard only if its reduced gradient is nonzero somewhere (torch would still apply
+    weight decay to a used parameter whose gradient is exactly zero).
     Memory per rank: the optimizer state of S elements, plus two flat P'-element buffers (the
     all-gather target and the gradient to reduce-scatter, which the collective copies once more
     while it runs). Gradients are reduced at the end of each backward (unless inside
@@ -143,10 +147,15 @@ class ShardedOptimizer:
         return optimizer_state_bytes(self.optimizer)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Drop local gradients and this rank's reduced gradient shard."""
+        """Drop local gradients and this rank's reduced gradient shard (``set_to_none=False``:
+        zero them, so the next step still steps, with zero gradients, as torch.optim does)."""
         for p in self.params:
             p.grad = None if set_to_none else (None if p.grad is None else p.grad.zero_())
-        self.shard.grad = None
+        if set_to_none or self.shard.grad is None:
+            self.shard.grad = None
+        else:
+            self.shard.grad.zero_()
+        self._reduced = False  # what was reduced is dropped: the next step reduces again
 
     def step(self, closure: Callable[[], Any] | None = None):
         """Reduce-scatter gradients still held locally, step the shard, all-gather parameters.
