@@ -409,3 +409,8 @@ def test_cached_schedules_do_not_answer_equal_values_of_other_types():
     for bad in (2.0, True):
         with pytest.raises(ArgumentTypeError, match=f"segments={bad!r} must be an integer"):
             build_schedule("broadcast", "tree", 4, root=0, segments=bad)
+    for bad in ([2], np.array(2)):  # unhashable: not cached, checked by the builder
+        with pytest.raises(ArgumentTypeError, match="must be an integer >= 1, got"):
+            build_schedule("broadcast", "tree", 4, root=0, segments=bad)
+    assert build_schedule("broadcast", "tree", 4, root=0, segments=np.int64(2)).params[
+        "segments"] == 2

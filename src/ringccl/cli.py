@@ -58,7 +58,8 @@ def _table(title: str, headers: Sequence[str], rows: Sequence[Sequence[object]])
         # piped, captured, or a pty without a size (mpirun's): never squeeze numbers into 80
         # wide tables (ringccl model) get the width their rows need
         widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows)]
-        console = Console(width=max(console.width, 160, sum(widths) + 3 * len(widths) + 1))
+        console = Console(width=max(console.width, 160, sum(widths) + 3 * len(widths) + 1),
+                          force_terminal=False)  # and no colour codes in a log
     console.print(table)
 
 

@@ -144,8 +144,12 @@ def build_schedule(collective: str, algorithm: str, world_size: int, **params) -
             from None
     except ValueError:  # no signature to check against: let the builder decide
         pass
-    return _build_cached(collective, algorithm, world_size,
-                         tuple((k, type(v), v) for k, v in sorted(params.items())))
+    key = tuple((k, type(v), v) for k, v in sorted(params.items()))
+    try:
+        hash(key)
+    except TypeError:  # an unhashable value (a list, an array): the builder checks it
+        return algo.builder(world_size, **params)
+    return _build_cached(collective, algorithm, world_size, key)
 
 
 from . import ring  # noqa: E402  (registers the ring family)

@@ -70,7 +70,9 @@ def launch(fn: Callable[..., Any], nproc: int, *args: Any, backend: str = "gloo"
     """Run ``fn(rank, world_size, *args)`` on ``nproc`` fresh local processes.
 
     Args:
-        fn: a picklable (module-level) function; its return value must be picklable.
+        fn: a picklable (module-level) function; its return value must be picklable and not
+            hold torch tensors (they travel through shared memory that ends with the worker:
+            return ``t.numpy()`` or lists).
         nproc: number of processes (>= 1).
         backend: torch.distributed backend ("gloo"; "nccl" needs one GPU per process).
         timeout: seconds for the whole run and for each collective's rendezvous.
@@ -104,6 +106,11 @@ def launch(fn: Callable[..., Any], nproc: int, *args: Any, backend: str = "gloo"
         while len(out) < nproc:
             try:
                 rank, ok, value = results.get(timeout=0.5)
+            except (EOFError, ConnectionError, FileNotFoundError) as exc:
+                # a torch tensor's result lives in shared memory the exited worker freed
+                raise BackendError(f"could not read a worker's result ({type(exc).__name__}: "
+                                   f"{exc}); return numpy arrays or plain Python values, not "
+                                   "torch tensors") from None
             except queue_mod.Empty:
                 now = time.monotonic()
                 for r, p in enumerate(procs):
