@@ -85,6 +85,8 @@ def clip_grad_norm_(parameters: torch.Tensor | Iterable[torch.Tensor], max_norm:
         if not isinstance(p, torch.Tensor):
             raise ArgumentTypeError(f"parameters[{i}] must be a torch.Tensor, got "
                                     f"{type(p).__name__}")
+    if isinstance(max_norm, torch.Tensor) and max_norm.numel() == 1:  # as torch accepts
+        max_norm = max_norm.item()
     if isinstance(max_norm, bool) or not isinstance(max_norm, numbers.Real) or not max_norm >= 0:
         raise ArgumentError(f"max_norm={max_norm!r} must be a number >= 0")
     if isinstance(norm_type, bool) or not isinstance(norm_type, numbers.Real):
