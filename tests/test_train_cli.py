@@ -17,8 +17,8 @@ import ringccl.cli  # noqa: E402
                                "one of ring"),
     (["--mode", "zero", "--algorithm", "tree"], "algorithm='tree' is not available for "
                                                 "reduce_scatter"),
-    (["--bucket-cap-mb", "-1"], "bucket_cap_mb=-1.0 must be a number of MiB > 0"),
-    (["--first-bucket-mb", "0"], "first_bucket_mb=0.0 must be a number of MiB > 0"),
+    (["--bucket-cap-mb", "-1"], "bucket_cap_mb=-1.0 must be a finite number of MiB > 0"),
+    (["--first-bucket-mb", "0"], "first_bucket_mb=0.0 must be a finite number of MiB > 0"),
     (["--mode", "torch", "--algorithm", "tree", "--max-norm", "1"],
      "algorithm='tree' is not available for all_gather"),
     (["--batch-size", "100000", "--nproc", "2"], "batch_size=100000 x 2 ranks exceeds the 1437 "

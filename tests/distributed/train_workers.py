@@ -254,35 +254,23 @@ def zero_frozen(rank, world_size, steps=3):
     return float(torch.max(torch.abs(torch.as_tensor(flat(model) - flat(ref))))), frozen_moved
 
 
-def zero_one_rank_backward(rank, world_size):
+def zero_one_rank_backward(rank, world_size, skipped_step=False):
     """Only rank 0 runs backward, then every rank steps: the ranks' collectives must still pair
-    (the others reduce-scatter zeros), so every replica ends up equal to rank 0's gradient / N."""
+    (the others reduce-scatter zeros), so every replica ends up equal to rank 0's gradient / N.
+    ``skipped_step``: first every rank runs backward and zero_grad() without stepping; that
+    dropped reduction must not count for the next step (the other ranks would pair their
+    all-gather with rank 0's reduce-scatter)."""
     model = make_model()
     opt = rt.ShardedOptimizer(model.parameters(), torch.optim.SGD, lr=1.0)
-    x, y = make_data(world_size, 1)
+    x, y = make_data(world_size, 2)
+    if skipped_step:
+        F.cross_entropy(model(x[1]), y[1]).backward()
+        opt.zero_grad()
     ref = make_model()
     F.cross_entropy(ref(x[0]), y[0]).backward()  # the same loss everywhere, for the expectation
     want = torch.cat([(p - p.grad / world_size).detach().reshape(-1) for p in ref.parameters()])
     if rank == 0:
         F.cross_entropy(model(x[0]), y[0]).backward()
-    opt.step()
-    return float((torch.as_tensor(flat(model)) - want).abs().max())
-
-
-def zero_skipped_step_then_one_rank_backward(rank, world_size):
-    """Every rank runs backward and zero_grad() without stepping; then only rank 0 runs
-    backward and all step: the dropped reduction must not count for the next step (the other
-    ranks' collectives would pair their all-gather with rank 0's reduce-scatter)."""
-    model = make_model()
-    opt = rt.ShardedOptimizer(model.parameters(), torch.optim.SGD, lr=1.0)
-    x, y = make_data(world_size, 2)
-    F.cross_entropy(model(x[0]), y[0]).backward()
-    opt.zero_grad()  # the step is skipped
-    ref = make_model()
-    F.cross_entropy(ref(x[1]), y[1]).backward()
-    want = torch.cat([(p - p.grad / world_size).detach().reshape(-1) for p in ref.parameters()])
-    if rank == 0:
-        F.cross_entropy(model(x[1]), y[1]).backward()
     opt.step()
     return float((torch.as_tensor(flat(model)) - want).abs().max())
 
@@ -343,7 +331,7 @@ def everything(rank, world_size):
     out["zero_frozen"] = zero_frozen(rank, world_size)
     out["zero_one_rank_backward"] = zero_one_rank_backward(rank, world_size)
     out["inf_norm_nan_elsewhere"] = inf_norm_nan_elsewhere(rank, world_size)
-    out["zero_skipped_step"] = zero_skipped_step_then_one_rank_backward(rank, world_size)
+    out["zero_skipped_step"] = zero_one_rank_backward(rank, world_size, skipped_step=True)
     out["zero_grad_to_zeros"] = zero_grad_to_zeros_still_steps(rank, world_size)
     with rt.Communicator() as comm:  # inherits the group's timeout (launch: 800 s)
         out["communicator_timeout"] = rt.background._group_timeout(comm.group).total_seconds()

@@ -13,14 +13,15 @@ from __future__ import annotations
 import functools
 import inspect
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Mapping
 
 from ..args import check_int
 from ..collectives import get_collective
 from ..errors import ArgumentError
 from ..ir import Schedule
 
-__all__ = ["Algorithm", "register", "get_algorithm", "algorithms", "build_schedule", "REGISTRY"]
+__all__ = ["Algorithm", "register", "get_algorithm", "algorithms", "build_schedule", "params_key",
+           "REGISTRY"]
 
 
 @dataclass(frozen=True)
@@ -117,11 +118,16 @@ def get_algorithm(collective: str, algorithm: str) -> Algorithm:
     return REGISTRY[(collective, algorithm)]
 
 
+def params_key(params: Mapping[str, object]) -> tuple:
+    """``params`` as a cache key: (name, type, value) in name order. The type is in the key
+    because 2.0 == 2 and True == 1, but builders refuse floats and bools, so a schedule cached
+    for segments=2 must not answer segments=2.0. Unhashable values make ``hash()`` of it fail."""
+    return tuple((k, type(v), v) for k, v in sorted(params.items()))
+
+
 @functools.lru_cache(maxsize=32)
 def _build_cached(collective: str, algorithm: str, world_size: int,
                   params: tuple[tuple[str, type, object], ...]) -> Schedule:
-    # each value's type is in the key: 2.0 == 2 and True == 1, but the builder refuses
-    # floats and bools, so a cached segments=2 must not answer segments=2.0
     return REGISTRY[(collective, algorithm)].builder(world_size,
                                                     **{k: v for k, _, v in params})
 
@@ -144,7 +150,7 @@ def build_schedule(collective: str, algorithm: str, world_size: int, **params) -
             from None
     except ValueError:  # no signature to check against: let the builder decide
         pass
-    key = tuple((k, type(v), v) for k, v in sorted(params.items()))
+    key = params_key(params)
     try:
         hash(key)
     except TypeError:  # an unhashable value (a list, an array): the builder checks it

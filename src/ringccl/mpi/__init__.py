@@ -56,7 +56,7 @@ from typing import Any
 import numpy as np
 
 from .. import engine
-from ..algorithms import REGISTRY, build_schedule
+from ..algorithms import REGISTRY, build_schedule, params_key
 from ..args import check_int
 from ..collectives import check_root
 from ..errors import ArgumentError, ArgumentTypeError
@@ -118,9 +118,7 @@ def _schedule(collective: str, algorithm: str, world_size: int, params: dict | N
                             f"{params['timeout']!r}); set the RINGCCL_TIMEOUT environment "
                             "variable (seconds) to bound every wait")
     try:
-        # with each value's type: 2.0 == 2 and True == 1 must not find a schedule built for 2
-        key = (collective, algorithm, world_size,
-               tuple((k, type(v), v) for k, v in sorted(params.items())) if params else ())
+        key = (collective, algorithm, world_size, params_key(params) if params else ())
         hash(key)
     except TypeError:  # unhashable names or parameters: build_schedule refuses or builds them
         return build_schedule(collective, algorithm, world_size, **(params or {}))

@@ -46,6 +46,12 @@ __all__ = ["GradientBucketer", "StepTimeline", "BucketEvent"]
 _MB = 1024 * 1024  # DDP's bucket_cap_mb counts MiB
 
 
+def check_cap_mb(value, argument: str) -> None:
+    """A bucket cap: a finite number of MiB > 0, else ArgumentError naming ``argument``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
+        raise ArgumentError(f"{argument}={value!r} must be a finite number of MiB > 0")
+
+
 @dataclass
 class BucketEvent:
     """One bucket in one step; times are ``time.perf_counter()`` seconds.
@@ -154,11 +160,8 @@ class GradientBucketer:
         if not isinstance(model, torch.nn.Module):
             raise ArgumentTypeError(f"model must be a torch.nn.Module, got "
                                     f"{type(model).__name__}")
-        for name, value in (("bucket_cap_mb", bucket_cap_mb), ("first_bucket_mb",
-                                                              first_bucket_mb)):
-            if (isinstance(value, bool) or not isinstance(value, numbers.Real)
-                    or not 0 < value < math.inf):
-                raise ArgumentError(f"{name}={value!r} must be a finite number of MiB > 0")
+        check_cap_mb(bucket_cap_mb, "bucket_cap_mb")
+        check_cap_mb(first_bucket_mb, "first_bucket_mb")
         get_algorithm("all_reduce", algorithm)
         params, seen = [], set()
         for p in reversed(list(model.parameters())):

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 
 from ..algorithms import get_algorithm
 from ..errors import ArgumentError, RingcclError
+from .bucketer import check_cap_mb
 
 __all__ = ["TrainConfig", "MODES", "load_digits", "make_mlp", "train_worker", "plot_training"]
 
@@ -80,11 +81,8 @@ class TrainConfig:
             raise ArgumentError(f"max_norm={self.max_norm!r} must be > 0")
         if self.compression is not None and self.mode != "ddp":
             raise ArgumentError(f"compression={self.compression!r} applies to mode 'ddp' only")
-        for name in ("bucket_cap_mb", "first_bucket_mb"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not (isinstance(value, (int, float))
-                                               and 0 < value < math.inf):
-                raise ArgumentError(f"{name}={value!r} must be a number of MiB > 0")
+        check_cap_mb(self.bucket_cap_mb, "bucket_cap_mb")
+        check_cap_mb(self.first_bucket_mb, "first_bucket_mb")
         # the collectives each mode runs with `algorithm` (torch's DDP runs gloo's own; the
         # clipping of replicated gradients all-gathers the partial norms)
         uses = {"ddp": ("all_reduce",), "bucketer": ("all_reduce",),
