@@ -15,7 +15,8 @@ import json
 import time
 
 import ringccl
-from ringccl.algorithms import REGISTRY, _build_cached
+from ringccl.algorithms import REGISTRY
+from ringccl.algorithms.registry import _build_cached
 
 
 def _params(key, n):

@@ -19,8 +19,8 @@ import numpy as np
 
 import ringccl
 from ringccl.algorithms import get_algorithm
-from ringccl.costmodel import walk
-from ringccl.topology import flat, two_level
+from ringccl.costmodel.model import walk
+from ringccl.costmodel.topology import flat, two_level
 
 
 def _timed(fn, repeat: int) -> tuple[float, object]:

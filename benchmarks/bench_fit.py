@@ -20,8 +20,8 @@ import statistics
 from pathlib import Path
 
 from ringccl import units
-from ringccl.bench import BenchSpec
-from ringccl.fit import held_out
+from ringccl.bench.harness import BenchSpec
+from ringccl.costmodel.fit import held_out
 from ringccl.mpi.launch import launch_bench
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")

@@ -10,7 +10,8 @@ import math
 import numpy as np
 
 import ringccl
-from ringccl.algorithms import REGISTRY, Algorithm, _build_cached, register
+from ringccl.algorithms import REGISTRY, Algorithm, register
+from ringccl.algorithms.registry import _build_cached
 
 NAME = "test_recursive_doubling"
 

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import ringccl
-from ringccl.algorithms import REGISTRY, _build_cached
+from ringccl.algorithms import REGISTRY
+from ringccl.algorithms.registry import _build_cached
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 

@@ -1,4 +1,4 @@
-"""ringccl.bench without processes: sizes, exact inputs, the sweep driver, nccl-tests output."""
+"""ringccl.bench.harness without processes: sizes, exact inputs, the sweep driver, nccl-tests output."""
 
 import csv
 import io
@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import ringccl
-from ringccl import bench
-from ringccl.bench import BUILTIN, PLACEMENTS, BenchSpec, Prepared
+from ringccl.bench import harness as bench
+from ringccl.bench.harness import BUILTIN, PLACEMENTS, BenchSpec, Prepared
 from ringccl.collectives import COLLECTIVES
 from ringccl.errors import ArgumentError
 from ringccl.ops import ufunc

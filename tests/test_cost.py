@@ -9,8 +9,8 @@ from hypothesis import given, strategies as st
 import ringccl
 from ringccl import ArgumentError, ArgumentTypeError
 from ringccl.algorithms import REGISTRY
-from ringccl.costmodel import WALK_LIMIT, walk
-from ringccl.topology import flat, two_level
+from ringccl.costmodel.model import WALK_LIMIT, walk
+from ringccl.costmodel.topology import flat, two_level
 
 from .cost_helpers import registered
 

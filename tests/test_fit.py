@@ -1,4 +1,4 @@
-"""ringccl.fit on synthetic benchmark rows whose true α, β, γ are known."""
+"""ringccl.costmodel.fit on synthetic benchmark rows whose true α, β, γ are known."""
 
 import json
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import ringccl
-from ringccl import fit as fitmod
-from ringccl.bench import BUILTIN, LOCAL_REDUCE
+from ringccl.costmodel import fit as fitmod
+from ringccl.bench.harness import BUILTIN, LOCAL_REDUCE
 from ringccl.cli import main
 from ringccl.errors import ArgumentError
 

@@ -18,7 +18,7 @@ import pytest
 import ringccl
 from ringccl.algorithms import REGISTRY
 from ringccl.errors import ArgumentError
-from ringccl.interop import msccl_buffer
+from ringccl.views.interop import msccl_buffer
 
 KEYS = sorted(REGISTRY)
 
@@ -220,6 +220,6 @@ def test_chrome_trace_with_step_durations():
     assert starts == pytest.approx([0.0, 1.0, 3.0])
     with pytest.raises(ArgumentError, match="step_seconds must be 3 durations"):
         s.to_chrome_trace(step_seconds=[1.0])
-    from ringccl.interop import to_chrome_trace
+    from ringccl.views.interop import to_chrome_trace
     with pytest.raises(ArgumentError, match="max_transfers=2"):
         to_chrome_trace(s, max_transfers=2)

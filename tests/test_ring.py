@@ -4,13 +4,13 @@ import numpy as np
 import pytest
 
 import ringccl
-import ringccl.show
+import ringccl.views.show
 import ringccl.check
 from ringccl.algorithms import get_algorithm
 
 
 def _cells(schedule):
-    return [row for row in ringccl.show.step_rows(schedule)]
+    return [row for row in ringccl.views.show.step_rows(schedule)]
 
 
 def test_seed_table_n4():

@@ -14,7 +14,7 @@ import pytest
 import ringccl
 from ringccl import presets
 from ringccl.algorithms import REGISTRY
-from ringccl.topology import two_level
+from ringccl.costmodel.topology import two_level
 
 MS = 1e-3
 P_LIST = [4, 8, 16, 64, 256, 1024]

@@ -7,8 +7,8 @@ import pytest
 
 import ringccl
 from ringccl import ArgumentError, buckets
-from ringccl.tuning import Range, predict_table
-from ringccl.topology import two_level
+from ringccl.costmodel.tuning import Range, predict_table
+from ringccl.costmodel.topology import two_level
 
 from .cost_helpers import recursive_doubling_time, registered, ring_only
 

@@ -25,18 +25,19 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from . import buckets, presets, topology, units
+from . import units
+from .costmodel import buckets, presets, topology
 from .algorithms import Algorithm, algorithms, build_schedule, get_algorithm, register
 from .check import verify
 from .collectives import COLLECTIVES, get_collective
-from .costmodel import CostResult, Predictor, StepCost, cost, predictor, walk
+from .costmodel.model import CostResult, Predictor, StepCost, cost, predictor, walk
 from .errors import (ArgumentError, ArgumentTypeError, BackendError, ConsistencyError, PeerError,
                      RingcclError, RingcclTimeout, ScheduleError, VerificationError)
 from .ir import Kind, Program, Schedule, Step, Transfer, chunk_bounds
-from .metrics import algbw, busbw
+from .bench.metrics import algbw, busbw
 from .ops import ReduceOp
 from .sim import SimResult, SimStats, simulate
-from .tuning import TuneResult, predict_table, tune
+from .costmodel.tuning import TuneResult, predict_table, tune
 
 __version__ = "0.1.0"
 

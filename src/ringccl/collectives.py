@@ -59,7 +59,7 @@ import numpy as np
 
 from .args import check_rank
 from .errors import ArgumentError
-from .ir import chunk_bounds
+from .chunking import chunk_bounds
 
 __all__ = ["Collective", "COLLECTIVES", "get_collective", "ALL", "ANY", "ORIGIN",
            "check_root", "split_sizes", "split_safe"]

@@ -29,6 +29,7 @@ from typing import Iterator, Mapping, NamedTuple, Sequence
 import numpy as np
 
 from .args import check_int, check_rank
+from .chunking import chunk_bounds
 from .errors import ArgumentError, ScheduleError
 
 __all__ = ["Kind", "Transfer", "Step", "Schedule", "Program", "RankStep", "Send", "Recv",
@@ -50,27 +51,6 @@ class Transfer(NamedTuple):
     src_chunk: int
     dst_chunk: int
     kind: Kind
-
-
-def chunk_bounds(count: int, num_chunks: int) -> np.ndarray:
-    """Chunk boundaries of a ``count``-element buffer split into ``num_chunks`` chunks.
-
-    ``numpy.array_split`` / ``torch.tensor_split`` semantics: the first ``count % num_chunks``
-    chunks get one extra element; chunks may be empty.
-
-    Returns:
-        int64 array of shape (num_chunks + 1,): chunk c is ``[bounds[c], bounds[c + 1])``.
-    Raises:
-        ArgumentError: count < 0 or num_chunks < 1; ArgumentTypeError: not integers.
-    """
-    count = check_int(count, "count")
-    num_chunks = check_int(num_chunks, "num_chunks", minimum=1)
-    base, extra = divmod(count, num_chunks)
-    sizes = np.full(num_chunks, base, dtype=np.int64)
-    sizes[:extra] += 1
-    bounds = np.zeros(num_chunks + 1, dtype=np.int64)
-    np.cumsum(sizes, out=bounds[1:])
-    return bounds
 
 
 def reduce_rounds(dst_slots: np.ndarray, reduce: np.ndarray) -> list[np.ndarray]:
@@ -441,17 +421,17 @@ class Schedule:
         checker), e.g. ``owns c1`` after a reduce-scatter phase. This reproduces the N=4 table of
         the ring walk-through (seed 000, section 2).
         """
-        from .show import step_table
+        from .views.show import step_table
         return step_table(self, max_steps=max_steps)
 
     # -- interop ---------------------------------------------------------------------------------
 
     def to_msccl_xml(self, name: str | None = None) -> str:
         """This schedule in MSCCL's XML IR (mapping and limits: :mod:`ringccl.interop`)."""
-        from .interop import to_msccl_xml
+        from .views.interop import to_msccl_xml
         return to_msccl_xml(self, name=name)
 
     def to_chrome_trace(self, step_seconds=None) -> dict:
         """This schedule as a Chrome/Perfetto trace (:func:`ringccl.interop.to_chrome_trace`)."""
-        from .interop import to_chrome_trace
+        from .views.interop import to_chrome_trace
         return to_chrome_trace(self, step_seconds=step_seconds)

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..collectives import check_root
 from ..ir import Schedule
-from . import Algorithm, register
+from .registry import Algorithm, register
 
 __all__ = ["scatter", "gather"]
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Schedule
-from . import Algorithm, register
+from .registry import Algorithm, register
 from ._build import Transfers, ceil_log2
 
 __all__ = ["all_gather", "all_to_all", "offsets_with_bit"]

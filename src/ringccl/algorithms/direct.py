@@ -47,7 +47,7 @@ import numpy as np
 
 from ..collectives import check_root as _root
 from ..ir import Schedule
-from . import Algorithm, register
+from .registry import Algorithm, register
 
 __all__ = ["all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce",
            "scatter", "gather", "master_all_reduce"]

@@ -33,7 +33,7 @@ import numpy as np
 from ..args import check_int
 from ..errors import ArgumentError
 from ..ir import Schedule
-from . import Algorithm, register
+from .registry import Algorithm, register
 from ._build import Transfers
 
 __all__ = ["all_reduce", "default_local_size", "DEFAULT_MAX_LOCAL_SIZE"]

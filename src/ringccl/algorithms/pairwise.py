@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Schedule
-from . import Algorithm, register
+from .registry import Algorithm, register
 from ._build import Transfers
 
 __all__ = ["all_to_all"]

@@ -36,7 +36,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Schedule
-from . import Algorithm, register
+from .registry import Algorithm, register
 from ._build import Transfers, floor_log2
 
 __all__ = ["recursive_doubling_all_reduce", "recursive_doubling_all_gather",

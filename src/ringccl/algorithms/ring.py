@@ -43,7 +43,7 @@ import numpy as np
 from ..collectives import check_root
 from ..args import check_int
 from ..ir import Schedule
-from . import Algorithm, register
+from .registry import Algorithm, register
 
 __all__ = ["reduce_scatter", "all_gather", "all_reduce", "broadcast", "reduce"]
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..collectives import check_root
 from ..ir import Schedule
-from . import Algorithm, register
+from .registry import Algorithm, register
 from ._build import Transfers, ceil_log2
 
 __all__ = ["broadcast"]

@@ -43,7 +43,7 @@ import numpy as np
 from ..args import check_int
 from ..collectives import check_root
 from ..ir import Schedule
-from . import Algorithm, register
+from .registry import Algorithm, register
 from ._build import Transfers, ceil_log2
 
 __all__ = ["reduce", "broadcast", "all_reduce", "double_binary_tree_all_reduce", "BinaryTree",

@@ -19,8 +19,8 @@ import sys
 import numpy as np
 from mpi4py import MPI
 
-from .. import bench
-from ..bench import BUILTIN, BenchSpec, Case, Prepared
+from ..bench import harness as bench
+from ..bench.harness import BUILTIN, BenchSpec, Case, Prepared
 from ..collectives import get_collective
 from ..errors import BackendError
 from ..ops import ReduceOp, parse_op, ufunc

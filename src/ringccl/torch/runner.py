@@ -31,11 +31,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from .. import bench
-from ..bench import BUILTIN, BenchSpec, Case, Prepared
+from ..bench import harness as bench
+from ..bench.harness import BUILTIN, BenchSpec, Case, Prepared
 from ..collectives import get_collective
 from ..errors import BackendError
-from ..metrics import algbw, busbw
+from ..bench.metrics import algbw, busbw
 from ..ops import parse_op
 from .executor import combine_fn
 from . import (all_gather_into_tensor, all_reduce, all_to_all_single, broadcast, gather, reduce,

@@ -39,9 +39,9 @@ from typing import Sequence
 
 import numpy as np
 
-from . import units
-from .args import check_int
-from .errors import ArgumentError, ArgumentTypeError
+from .. import units
+from ..args import check_int
+from ..errors import ArgumentError, ArgumentTypeError
 
 __all__ = ["Topology", "Flat", "TwoLevel", "flat", "two_level"]
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import math
 
-from .algorithms import REGISTRY
-from .costmodel import cost
+from ..algorithms import REGISTRY
+from .model import cost
 from .topology import two_level
 
 __all__ = ["lecture_all_reduce_seconds", "per_rank_bytes", "ring_latency", "experiment3",

@@ -8,8 +8,8 @@ all_reduce, (N-1)/N for reduce_scatter and all_gather. Units: bytes and seconds 
 
 from __future__ import annotations
 
-from .collectives import get_collective
-from .errors import ArgumentError
+from ..collectives import get_collective
+from ..errors import ArgumentError
 
 __all__ = ["algbw", "busbw"]
 

@@ -21,14 +21,14 @@ from typing import Sequence
 
 import numpy as np
 
-from . import units
-from .algorithms import REGISTRY, algorithms, build_schedule, get_algorithm
-from .check import verify
-from .collectives import COLLECTIVES, check_root, get_collective
-from .errors import ArgumentError, RingcclError
-from .ops import SUPPORTED_DTYPES, check_accumulate_dtype, check_dtype, check_op_dtype, parse_op
-from .show import step_rows
-from .sim import default_algorithm, reference_tolerance, resolve_root, simulate
+from .. import units
+from ..algorithms import REGISTRY, algorithms, build_schedule, get_algorithm
+from ..check import verify
+from ..collectives import COLLECTIVES, check_root, get_collective
+from ..errors import ArgumentError, RingcclError
+from ..ops import SUPPORTED_DTYPES, check_accumulate_dtype, check_dtype, check_op_dtype, parse_op
+from ..views.show import step_rows
+from ..sim import default_algorithm, reference_tolerance, resolve_root, simulate
 
 __all__ = ["main"]
 
@@ -273,8 +273,8 @@ def _cmd_simulate(args) -> int:
 
 def _run_rows(collective, algorithm, nproc, count, dtype, op, iters, warmup, timeout,
               params=None, accumulate_dtype=None) -> dict:
-    from .torch.launch import launch
-    from .torch.runner import measure
+    from ..torch.launch import launch
+    from ..torch.runner import measure
     with _status(f"running {algorithm} {collective} on {nproc} local gloo processes …"):
         rows = launch(measure, nproc, collective, algorithm, count, dtype, op, iters, warmup,
                       params or {}, accumulate_dtype, timeout=timeout)
@@ -532,8 +532,8 @@ def _cmd_train(args) -> int:
 
     import torch.multiprocessing as mp
 
-    from .torch.launch import launch
-    from .torch.train import MODES, TrainConfig, load_digits, plot_training, train_worker
+    from ..torch.launch import launch
+    from ..torch.train import MODES, TrainConfig, load_digits, plot_training, train_worker
 
     modes = list(MODES) if args.mode == "all" else [m.strip() for m in args.mode.split(",")]
     if args.compression and "ddp" not in modes:
@@ -615,7 +615,7 @@ def _ms(seconds: float) -> str:
 
 def _machines(args) -> list:
     """The machines the command line describes: one per world size (flat) or one two-level."""
-    from .topology import flat, two_level
+    from ..costmodel.topology import flat, two_level
     if args.nodes is not None:
         topo = two_level(args.nodes, args.local, intra=args.intra, inter=args.inter,
                          nics_per_node=args.nics_per_node,
@@ -633,7 +633,7 @@ def _link_bytes_text(max_link_bytes: dict) -> str:
 
 
 def _model_report(args) -> dict:
-    from .tuning import predict_table, tune
+    from ..costmodel.tuning import predict_table, tune
     tables = []
     for topo in _machines(args):
         rows, skipped = predict_table(args.collective, None, args.size, topo, gamma=args.gamma,
@@ -666,7 +666,7 @@ def _print_model(report: dict) -> None:
 
 
 def _plot_model(report: dict, path: str) -> None:
-    from .plot import model_chart
+    from ..views.plot import model_chart
     charts = []
     for t in report["tables"]:
         algos = list(dict.fromkeys(r["algorithm"] for r in t["rows"]))
@@ -726,7 +726,7 @@ def _print_seed(fig: dict) -> None:
 
 def _cmd_model(args) -> int:
     if args.preset == "seed":
-        from .presets import seed_figures
+        from ..costmodel.presets import seed_figures
         with _status("computing the seeds' figures …"):
             fig = seed_figures()
         if args.json:
@@ -747,7 +747,7 @@ def _cmd_model(args) -> int:
 
 
 def _bucket_report(args, topo) -> dict | None:
-    from .buckets import (DDP_BUCKET_BYTES, DDP_FIRST_BUCKET_BYTES, best_bucket_size,
+    from ..costmodel.buckets import (DDP_BUCKET_BYTES, DDP_FIRST_BUCKET_BYTES, best_bucket_size,
                           bucket_plan, gpt2_gradient_sizes)
     if args.bucket_model is None and args.tensor_sizes is None:
         return None
@@ -770,7 +770,7 @@ def _bucket_report(args, topo) -> dict | None:
 
 
 def _cmd_tune(args) -> int:
-    from .tuning import tune
+    from ..costmodel.tuning import tune
     topo = _machines(args)
     if len(topo) != 1:
         raise ArgumentError(f"tune takes one --world-size, got {args.world_size}")
@@ -855,7 +855,7 @@ def _checked(parse):
 
 def _gamma(text: str) -> float:
     """``--gamma``: seconds per byte (a number) or a reduction rate such as ``100GB/s``."""
-    from .costmodel import parse_gamma
+    from ..costmodel.model import parse_gamma
     try:
         return parse_gamma(float(text))
     except ValueError:
@@ -939,27 +939,27 @@ def _progress(total: int, description: str):
 
 def _bench_rows(spec, args) -> tuple[list[dict], int, bool]:
     """Run the sweep the way the command line asks: (rows, world_size, print here?)."""
-    from .bench import row_count
+    from ..bench.harness import row_count
     total = row_count(spec)
     if args.nproc:
         bar, advance = _progress(total, f"{spec.collective} on {args.nproc} {spec.backend} "
                                  "processes")
         with bar:
             if spec.backend == "mpi":
-                from .mpi.launch import launch_bench
+                from ..mpi.launch import launch_bench
                 rows = launch_bench(spec, args.nproc, advance, args.timeout)
             else:
                 _need_torch()
-                from .torch.runner import launch_sweep
+                from ..torch.runner import launch_sweep
                 rows = launch_sweep(spec, args.nproc, advance, args.timeout)
         return rows, args.nproc, True
     import os
     if spec.backend == "mpi":
-        from .mpi.launch import under_mpirun
+        from ..mpi.launch import under_mpirun
         if under_mpirun():
             from mpi4py import MPI
 
-            from .mpi.runner import sweep
+            from ..mpi.runner import sweep
             rank = MPI.COMM_WORLD.Get_rank()
             bar, advance = _progress(total, spec.collective) if rank == 0 else (None, None)
             import contextlib
@@ -970,7 +970,7 @@ def _bench_rows(spec, args) -> tuple[list[dict], int, bool]:
         _need_torch()
         import torch.distributed as dist
 
-        from .torch.runner import sweep
+        from ..torch.runner import sweep
         dist.init_process_group(spec.backend)
         try:
             rank, world_size = dist.get_rank(), dist.get_world_size()
@@ -994,7 +994,7 @@ class _Callback:
 
 
 def _print_bench(rows: list[dict], spec, world_size: int) -> None:
-    from .bench import BUILTIN, row_label
+    from ..bench.harness import BUILTIN, row_label
     builtin = {(r["size"], r["placement"]): r["busbw"] for r in rows
                if r["algorithm"] == BUILTIN}
     headers = ["size", "count", "type", "redop", "root", "algorithm", "placement", "time (us)",
@@ -1027,7 +1027,7 @@ def _segment_list(text: str | None) -> tuple:
 
 
 def _cmd_bench(args) -> int:
-    from .bench import PLACEMENTS, BenchSpec, Sweep, format_csv, format_nccl_tests, \
+    from ..bench.harness import PLACEMENTS, BenchSpec, Sweep, format_csv, format_nccl_tests, \
         parse_algorithms, plot_busbw
     dtype = _NCCL_DTYPES.get(args.dtype, args.dtype)
     spec = BenchSpec(
@@ -1062,7 +1062,7 @@ def _fmt_param(name: str, value: float) -> str:
 
 
 def _print_fit(fit, held, args) -> None:
-    from .fit import PARAMS
+    from ..costmodel.fit import PARAMS
     names = {"alpha": "α (per step)", "beta": "β (per byte sent)",
              "gamma": "γ (per byte reduced)", "delta": "δ (per local-reduce call)"}
     rows = []
@@ -1082,7 +1082,7 @@ def _print_fit(fit, held, args) -> None:
            ["parameter", "estimate", "std. error", "95% confidence interval", "as a rate"], rows)
     for note in fit.notes:
         print(f"  note: {note}")
-    from .fit import LOCAL_REDUCE, sweep_key, sweep_label
+    from ..costmodel.fit import LOCAL_REDUCE, sweep_key, sweep_label
     res = []
     for r, p in zip(fit.rows, fit.predicted):
         label = LOCAL_REDUCE if r.get("kind") == LOCAL_REDUCE else sweep_label(sweep_key(r))
@@ -1104,8 +1104,8 @@ def _print_fit(fit, held, args) -> None:
 
 
 def _predictions(fit, args, data_rows) -> list[dict]:
-    from .algorithms import REGISTRY
-    from .collectives import get_collective
+    from ..algorithms import REGISTRY
+    from ..collectives import get_collective
     collectives = (args.collective.split(",") if args.collective
                    else list(dict.fromkeys(r["collective"] for r in data_rows)))
     out = []
@@ -1125,13 +1125,13 @@ def _predictions(fit, args, data_rows) -> list[dict]:
 
 
 def _cmd_fit(args) -> int:
-    from .fit import by_backend, held_out, load_rows
+    from ..costmodel.fit import by_backend, held_out, load_rows
     rows = load_rows(args.files)
     placement = None if args.placement == "any" else args.placement
     report = []
     for backend, group in by_backend(rows).items():
         held = held_out(group, args.train, backend, placement)
-        from .fit import fit_rows
+        from ..costmodel.fit import fit_rows
         fit = fit_rows(group, backend, placement)
         preds = _predictions(fit, args, group) if args.predict else []
         if args.json:

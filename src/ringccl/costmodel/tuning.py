@@ -20,13 +20,13 @@ from typing import Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from . import units
-from .algorithms import algorithms as registered
-from .algorithms import get_algorithm
-from .collectives import get_collective
-from .costmodel import Predictor, resolve_topology, parse_gamma
-from .errors import ArgumentError, RingcclError
-from .ops import check_dtype
+from .. import units
+from ..algorithms import algorithms as registered
+from ..algorithms import get_algorithm
+from ..collectives import get_collective
+from .model import Predictor, resolve_topology, parse_gamma
+from ..errors import ArgumentError, RingcclError
+from ..ops import check_dtype
 from .topology import Topology
 
 __all__ = ["tune", "TuneResult", "Crossover", "Range", "default_sizes", "predict_table",

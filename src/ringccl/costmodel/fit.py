@@ -36,9 +36,9 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .algorithms import REGISTRY
-from .bench import BUILTIN, LOCAL_REDUCE
-from .errors import ArgumentError
+from ..algorithms import REGISTRY
+from ..bench.harness import BUILTIN, LOCAL_REDUCE
+from ..errors import ArgumentError
 
 __all__ = ["Fit", "HeldOut", "load_rows", "sweep_key", "fit_rows", "held_out", "predict",
            "PARAMS"]
@@ -107,7 +107,7 @@ def sweep_key(row: dict) -> tuple:
 
 
 def sweep_label(key: tuple) -> str:
-    from .units import format_size
+    from ..units import format_size
     collective, algorithm, n, seg = key
     extra = "" if seg is None else f", seg={'off' if seg == 0 else format_size(seg, 0)}"
     return f"{algorithm} {collective}, {n} ranks{extra}"
@@ -283,7 +283,7 @@ def predict(fit: Fit, collective: str, algorithm: str, world_size: int, nbytes: 
     Raises:
         ArgumentError: unknown algorithm, or one registered without a closed form.
     """
-    from .algorithms import get_algorithm
+    from ..algorithms import get_algorithm
     algo = get_algorithm(collective, algorithm)
     if algo.time is None:
         raise ArgumentError(f"{algorithm} {collective} has no closed-form time to predict with")

@@ -25,11 +25,11 @@ from typing import Any
 
 import numpy as np
 
-from .algorithms import algorithms, build_schedule
-from .collectives import check_root, get_collective, split_sizes
-from .errors import ArgumentError, ArgumentTypeError
-from .ir import Schedule, chunk_bounds, reduce_rounds
-from .ops import (FLOAT_FORMATS, ReduceOp, check_accumulate_dtype, check_dtype, check_op_dtype,
+from ..algorithms import algorithms, build_schedule
+from ..collectives import check_root, get_collective, split_sizes
+from ..errors import ArgumentError, ArgumentTypeError
+from ..ir import Schedule, chunk_bounds, reduce_rounds
+from ..ops import (FLOAT_FORMATS, ReduceOp, check_accumulate_dtype, check_dtype, check_op_dtype,
                   identity, parse_op, ufunc)
 
 __all__ = ["simulate", "SimResult", "SimStats", "reference_tolerance", "default_algorithm",

@@ -11,7 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .errors import RingcclError
+from ..errors import RingcclError
 
 __all__ = ["model_chart"]
 

@@ -41,11 +41,11 @@ from typing import Mapping, NamedTuple
 
 import numpy as np
 
-from . import units
-from .algorithms import Algorithm, build_schedule, get_algorithm
-from .collectives import get_collective
-from .errors import ArgumentError, ArgumentTypeError
-from .ir import Schedule
+from .. import units
+from ..algorithms import Algorithm, build_schedule, get_algorithm
+from ..collectives import get_collective
+from ..errors import ArgumentError, ArgumentTypeError
+from ..ir import Schedule
 from .topology import Topology, TwoLevel, flat
 
 __all__ = ["cost", "walk", "predictor", "Predictor", "CostResult", "StepCost", "WALK_LIMIT",

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from .check import SymbolicState
-from .collectives import get_collective
-from .ir import Schedule
+from ..check import SymbolicState
+from ..collectives import get_collective
+from ..ir import Schedule
 
 __all__ = ["step_table", "step_rows"]
 

@@ -57,8 +57,8 @@ from typing import Sequence
 
 import numpy as np
 
-from .errors import ArgumentError
-from .ir import Schedule
+from ..errors import ArgumentError
+from ..ir import Schedule
 
 __all__ = ["to_msccl_xml", "msccl_buffer", "to_chrome_trace", "MSCCL_COLLECTIVES"]
 

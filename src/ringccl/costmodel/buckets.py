@@ -32,9 +32,9 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-from . import units
-from .costmodel import Predictor, predictor
-from .errors import ArgumentError
+from .. import units
+from .model import Predictor, predictor
+from ..errors import ArgumentError
 from .topology import Topology
 
 __all__ = ["assign_buckets", "bucket_plan", "best_bucket_size", "BucketPlan", "Bucket",

@@ -45,11 +45,11 @@ from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
-from .algorithms import algorithms, get_algorithm
-from .args import check_rank
-from .collectives import get_collective
-from .errors import ArgumentError
-from .ops import (ReduceOp, check_accumulate_dtype, check_dtype, check_op_dtype, parse_op,
+from ..algorithms import algorithms, get_algorithm
+from ..args import check_rank
+from ..collectives import get_collective
+from ..errors import ArgumentError
+from ..ops import (ReduceOp, check_accumulate_dtype, check_dtype, check_op_dtype, parse_op,
                   ufunc)
 
 __all__ = ["BUILTIN", "PLACEMENTS", "LOCAL_REDUCE", "BenchSpec", "Case", "Backend", "Prepared",
@@ -465,7 +465,7 @@ def run_sweep(backend: Backend, spec: BenchSpec,
 
 def row_label(row: dict) -> str:
     """Algorithm label: ``ring``, ``ring seg=1MiB``, ``ring acc=float32``, ``builtin``."""
-    from .units import format_size
+    from ..units import format_size
     seg, acc = row.get("segment_bytes"), row.get("accumulate_dtype")
     label = row["algorithm"]
     if label != BUILTIN and seg is not None:

@@ -1,0 +1,158 @@
+"""Algorithm registry: (collective, algorithm) -> schedule builder.
+
+Each family lives in its own module and registers its builders with :func:`register`. A builder
+takes ``world_size`` (and keyword parameters such as ``root``) and returns a
+:class:`~ringccl.ir.Schedule`; it never touches data, numpy buffers of user data or torch.
+
+Adding an algorithm is one new module that calls ``register`` (see README, "Adding an algorithm"),
+imported by :mod:`ringccl.algorithms` or by the user before use.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+from ..args import check_int
+from ..collectives import get_collective
+from ..errors import ArgumentError
+from ..ir import Schedule
+
+__all__ = ["Algorithm", "register", "get_algorithm", "algorithms", "build_schedule", "params_key",
+           "REGISTRY"]
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """A registered algorithm for one collective.
+
+    Attributes:
+        collective, name: registry key.
+        builder: ``builder(world_size, **params) -> Schedule``.
+        num_steps: closed form, world_size -> number of steps.
+        bytes_sent: closed form, (world_size, nbytes) -> bytes the busiest rank sends, with chunks
+            treated as fluid (nbytes / num_chunks each); exact when the count divides evenly.
+        steps_formula, bytes_formula: the same, as text for listings.
+        reference: paper or source of the algorithm.
+        time: closed-form seconds on a flat network (every rank one full-duplex port to a
+            non-blocking switch), ``time(world_size, nbytes, alpha, beta, gamma)`` with alpha in
+            s per step, beta in s per byte, gamma in s per byte reduced; must equal the cost
+            model's walk of the schedule (chunks treated as fluid). None: always walk.
+    """
+
+    collective: str
+    name: str
+    builder: Callable[..., Schedule]
+    num_steps: Callable[[int], int]
+    bytes_sent: Callable[[int, float], float]
+    steps_formula: str
+    bytes_formula: str
+    reference: str = ""
+    time: Callable[[int, float, float, float, float], float] | None = None
+
+    # Closed forms may take the builder's keyword parameters (e.g. ``segments``); these pass on
+    # the ones each function accepts, so callers can hand over ``schedule.params`` as they are.
+
+    def steps_for(self, world_size: int, **params) -> int:
+        """``num_steps`` for ``params`` (those the closed form does not take are ignored)."""
+        return self.num_steps(world_size, **_accepted(self.num_steps, params))
+
+    def bytes_for(self, world_size: int, nbytes: float, **params) -> float:
+        """``bytes_sent`` for ``params`` (see :meth:`steps_for`)."""
+        return self.bytes_sent(world_size, nbytes, **_accepted(self.bytes_sent, params))
+
+    def time_for(self, world_size: int, nbytes: float, alpha: float, beta: float, gamma: float,
+                 **params) -> float | None:
+        """``time`` for ``params`` (see :meth:`steps_for`); None when there is no closed form."""
+        if self.time is None:
+            return None
+        return self.time(world_size, nbytes, alpha, beta, gamma, **_accepted(self.time, params))
+
+
+def _accepted(fn: Callable, params: dict) -> dict:
+    """The entries of ``params`` that ``fn`` takes as keywords."""
+    if not params:
+        return {}
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return {}
+    if any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
+        return dict(params)
+    return {k: v for k, v in params.items() if k in sig.parameters}
+
+
+REGISTRY: dict[tuple[str, str], Algorithm] = {}
+
+
+def register(algorithm: Algorithm) -> Algorithm:
+    """Add ``algorithm`` to the registry (replacing an entry with the same key)."""
+    get_collective(algorithm.collective)  # unknown collective -> ArgumentError
+    REGISTRY[(algorithm.collective, algorithm.name)] = algorithm
+    _build_cached.cache_clear()
+    return algorithm
+
+
+def algorithms(collective: str) -> list[str]:
+    """Names of the algorithms registered for ``collective``.
+
+    Raises:
+        ArgumentError: unknown collective.
+    """
+    get_collective(collective)
+    return [name for (coll, name) in REGISTRY if coll == collective]
+
+
+def get_algorithm(collective: str, algorithm: str) -> Algorithm:
+    """The registry entry for (collective, algorithm).
+
+    Raises:
+        ArgumentError: unknown collective or algorithm (the message lists the valid names).
+    """
+    names = algorithms(collective)
+    if (collective, algorithm) not in REGISTRY:
+        raise ArgumentError(f"algorithm={algorithm!r} is not available for {collective}; "
+                            f"expected one of {', '.join(names) or '(none)'}")
+    return REGISTRY[(collective, algorithm)]
+
+
+def params_key(params: Mapping[str, object]) -> tuple:
+    """``params`` as a cache key: (name, type, value) in name order. The type is in the key
+    because 2.0 == 2 and True == 1, but builders refuse floats and bools, so a schedule cached
+    for segments=2 must not answer segments=2.0. Unhashable values make ``hash()`` of it fail."""
+    return tuple((k, type(v), v) for k, v in sorted(params.items()))
+
+
+@functools.lru_cache(maxsize=32)
+def _build_cached(collective: str, algorithm: str, world_size: int,
+                  params: tuple[tuple[str, type, object], ...]) -> Schedule:
+    return REGISTRY[(collective, algorithm)].builder(world_size,
+                                                    **{k: v for k, _, v in params})
+
+
+def build_schedule(collective: str, algorithm: str, world_size: int, **params) -> Schedule:
+    """Build (or fetch from a small cache) the schedule of ``algorithm`` for ``collective``.
+
+    Raises:
+        ArgumentError: unknown names, world_size not an int >= 1, or a parameter the builder does
+            not take.
+    """
+    algo = get_algorithm(collective, algorithm)
+    world_size = check_int(world_size, "world_size", minimum=1)
+    try:
+        inspect.signature(algo.builder).bind(world_size, **params)
+    except TypeError:
+        takes = [p.name for p in list(inspect.signature(algo.builder).parameters.values())[1:]]
+        raise ArgumentError(f"{algorithm} {collective} takes the parameters "
+                            f"{', '.join(takes) or '(none)'}; got {', '.join(sorted(params))}") \
+            from None
+    except ValueError:  # no signature to check against: let the builder decide
+        pass
+    key = params_key(params)
+    try:
+        hash(key)
+    except TypeError:  # an unhashable value (a list, an array): the builder checks it
+        return algo.builder(world_size, **params)
+    return _build_cached(collective, algorithm, world_size, key)

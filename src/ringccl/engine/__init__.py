@@ -1,0 +1,55 @@
+"""One rank's part of a schedule, driven over any point-to-point transport.
+
+The executors (:mod:`ringccl.torch.executor` for torch.distributed, :mod:`ringccl.mpi.executor`
+for mpi4py) differ only in how a message is posted, waited for and combined; the order of
+operations, the staging layout, pipelining into segments, error attribution, timeouts and the
+all-or-nothing guarantee live here, once. Nothing here knows an algorithm: the engine walks
+``schedule.program(rank)``, whose per-step sends and receives come in the schedule's canonical
+order, identical on every rank, so operations between a pair of ranks are posted in the same order
+on both sides and matched by order (MPI 4.0 §3.5, non-overtaking messages; gloo and NCCL match
+point-to-point the same way). No rank ever blocks in a send before its peer has posted the
+matching receive (that deadlocks a ring).
+
+Two drivers, chosen by the backend, never by the algorithm:
+
+* `run_dataflow` (gloo, MPI: each isend/irecv is independent): operations are posted as soon
+  as their data is ready. The next step's receives go out while this step is applied; with
+  segments a reduced segment is forwarded while later segments are still arriving. The order
+  depends only on the plan, so it is compiled once (:func:`dataflow_program`) and replayed.
+* :func:`run_lockstep` (NCCL, UCC: they coalesce a batch of point-to-point into one group call):
+  one batch per step, waited for, then applied.
+
+Receives that reduce land in a staging buffer (two halves, so consecutive steps do not collide)
+and are then combined into the working buffer, several reduces into one chunk in canonical
+(ascending source) order, as the simulator does; receives that copy land directly in their chunk
+unless the step also sends that chunk (BSP: a step's sends read the pre-step state). A chunk is
+overwritten only after every send reading it has completed.
+
+Failures: every wait is bounded (by the transport's timeout). The first failing operation raises
+:class:`ringccl.errors.PeerError` (or :class:`~ringccl.errors.RingcclTimeout` when the wait ran
+out of time) naming the collective, algorithm, step and the peer it was exchanging with. With
+``restore=True`` every chunk (with the dataflow driver: every segment) is saved just before this
+rank first writes it and restored before the error propagates, so the working buffer is either
+fully updated or exactly as it was.
+"""
+
+from __future__ import annotations
+
+from .dataflow import DataflowProgram, Instr, dataflow_program, run_dataflow
+from .dataflow import _programs
+from .lockstep import run_lockstep
+from .plan import (Plan, SegmentRecv, SegmentSend, StepPlan, _checked_bounds, check_bounds, plan,
+                   uniform_bounds)
+from .transport import Transport, timeout_seconds
+
+__all__ = ["SegmentSend", "SegmentRecv", "StepPlan", "Plan", "Transport", "Instr",
+           "DataflowProgram", "plan", "uniform_bounds", "check_bounds", "timeout_seconds",
+           "dataflow_program", "clear_caches", "run_dataflow", "run_lockstep"]
+
+
+def clear_caches() -> None:
+    """Forget the cached plans and dataflow programs (executors' ``release_buffers``)."""
+    plan.cache_clear()
+    uniform_bounds.cache_clear()
+    _checked_bounds.cache_clear()
+    _programs.clear()

@@ -1,0 +1,146 @@
+"""A rank's part of a schedule as segment-level sends and receives (cached per plan)."""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+from ..chunking import chunk_bounds
+from ..errors import BackendError
+from ..ir import Kind, Schedule
+
+__all__ = ["SegmentSend", "SegmentRecv", "StepPlan", "Plan", "plan", "uniform_bounds", "check_bounds"]
+
+
+class SegmentSend(NamedTuple):
+    """Send ``buffer[lo:hi]`` (element offsets; one segment of ``chunk``) to ``peer`` at the
+    schedule's step ``step``."""
+
+    step: int
+    chunk: int
+    segment: int
+    lo: int
+    hi: int
+    peer: int
+
+
+class SegmentRecv(NamedTuple):
+    """Receive ``hi - lo`` elements from ``peer`` for ``buffer[lo:hi]`` (segment of ``chunk``).
+
+    ``stage`` is the element offset in the staging buffer where it lands, or -1 when it lands in
+    the buffer itself; ``reduce``: combine with the reduce op instead of copying.
+    """
+
+    step: int
+    chunk: int
+    segment: int
+    lo: int
+    hi: int
+    stage: int
+    reduce: bool
+    peer: int
+
+
+class StepPlan(NamedTuple):
+    index: int
+    phase: str
+    sends: tuple
+    recvs: tuple
+    writes: frozenset     # chunks this step writes
+    peers: tuple
+
+
+class Plan(NamedTuple):
+    """This rank's whole part of a schedule: steps, chunk offsets, staging elements needed."""
+
+    steps: tuple
+    bounds: tuple         # num_chunks + 1 element offsets into the working buffer
+    staging_elems: int
+
+
+def _segments(lo: int, hi: int, segment_elems: int) -> list[tuple[int, int]]:
+    if segment_elems <= 0 or hi - lo <= segment_elems:
+        return [(lo, hi)]
+    return [(a, min(a + segment_elems, hi)) for a in range(lo, hi, segment_elems)]
+
+
+@functools.lru_cache(maxsize=128)
+def plan(schedule: Schedule, rank: int, bounds: tuple, segment_elems: int) -> Plan:
+    """Per step, ``rank``'s segment-level sends and receives in canonical order (cached).
+
+    Args:
+        schedule: a verified schedule.
+        rank: this rank, 0 <= rank < schedule.world_size.
+        bounds: num_chunks + 1 non-decreasing element offsets: chunk c is
+            ``buffer[bounds[c]:bounds[c+1]]``; empty chunks move nothing.
+        segment_elems: split every transferred chunk into segments of this many elements
+            (0: whole chunks).
+
+    Staged receives (reduces, and copies into a chunk the step also sends) use half ``k % 2`` of
+    the staging buffer at step k, so step k+1 can post its receives while step k is applied;
+    ``staging_elems`` is both halves: twice the largest step's staged elements (ring all_reduce:
+    two chunks; all_gather, broadcast: none).
+    """
+    program = schedule.program(rank)
+
+    def staged(step) -> int:  # elements of the step's receives that land in staging
+        sending = {s.chunk for s in step.sends}
+        return sum(bounds[r.chunk + 1] - bounds[r.chunk] for r in step.recvs
+                   if r.kind is Kind.REDUCE or r.chunk in sending)
+
+    half = max((staged(step) for step in program.steps), default=0)
+    steps = []
+    for k, step in enumerate(program.steps):
+        sending = {s.chunk for s in step.sends}
+        sends = tuple(SegmentSend(step.index, s.chunk, i, lo, hi, s.peer) for s in step.sends
+                      for i, (lo, hi) in enumerate(_segments(bounds[s.chunk], bounds[s.chunk + 1],
+                                                             segment_elems)) if hi > lo)
+        recvs = []
+        offset = (k % 2) * half
+        for r in step.recvs:
+            lo, hi = bounds[r.chunk], bounds[r.chunk + 1]
+            if hi == lo:
+                continue
+            reduce = r.kind is Kind.REDUCE
+            staged = reduce or r.chunk in sending
+            for i, (a, b) in enumerate(_segments(lo, hi, segment_elems)):
+                recvs.append(SegmentRecv(step.index, r.chunk, i, a, b,
+                                  offset + a - lo if staged else -1, reduce, r.peer))
+            if staged:
+                offset += hi - lo
+        peers = tuple(sorted({s.peer for s in step.sends} | {r.peer for r in step.recvs}))
+        steps.append(StepPlan(step.index, step.phase, sends, tuple(recvs),
+                              frozenset(r.chunk for r in recvs), peers))
+    return Plan(tuple(steps), tuple(bounds), 2 * half)
+
+
+@functools.lru_cache(maxsize=128)
+def uniform_bounds(count: int, num_chunks: int) -> tuple:
+    """``chunk_bounds(count, num_chunks)`` as a tuple (the ``numpy.array_split`` pieces)."""
+    return tuple(chunk_bounds(count, num_chunks).tolist())
+
+
+def check_bounds(bounds, num_chunks: int, count: int) -> tuple:
+    """An executor's ``bounds=`` argument as a tuple of ints (None: :func:`uniform_bounds`).
+
+    Raises:
+        BackendError: not num_chunks + 1 non-decreasing offsets within ``count`` elements.
+    """
+    if bounds is None:
+        return uniform_bounds(count, num_chunks)
+    if type(bounds) is tuple:  # the layouts' own tuples, checked once (every call passes one)
+        try:
+            return _checked_bounds(bounds, num_chunks, count)
+        except TypeError:  # unhashable entries: checked (and refused) below
+            pass
+    return _checked_bounds.__wrapped__(tuple(bounds), num_chunks, count)
+
+
+@functools.lru_cache(maxsize=256)
+def _checked_bounds(bounds: tuple, num_chunks: int, count: int) -> tuple:
+    bounds = tuple(int(b) for b in bounds)
+    if len(bounds) != num_chunks + 1 or any(b < a for a, b in zip(bounds, bounds[1:])) or (
+            bounds[0] < 0 or bounds[-1] > count):
+        raise BackendError(f"bounds must be {num_chunks + 1} non-decreasing offsets within the "
+                           f"buffer's {count} elements")
+    return bounds
