@@ -26,6 +26,7 @@ import importlib
 from typing import Any
 
 from . import units
+from .caches import clear_caches
 from .costmodel import buckets, presets, topology
 from .algorithms import Algorithm, algorithms, build_schedule, get_algorithm, register
 from .check import verify
@@ -48,7 +49,7 @@ __all__ = ["schedule", "verify", "simulate", "algorithms", "collectives", "get_a
            "tune", "TuneResult", "predict_table", "buckets", "presets",
            "RingcclError", "ArgumentError", "ArgumentTypeError", "ScheduleError",
            "VerificationError", "BackendError", "PeerError", "RingcclTimeout",
-           "ConsistencyError", "__version__"]
+           "ConsistencyError", "clear_caches", "__version__"]
 
 
 def schedule(collective: str, algorithm: str = "ring", world_size: int = 4, **params) -> Schedule:
