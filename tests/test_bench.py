@@ -1,4 +1,4 @@
-"""ringccl.bench.harness without processes: sizes, exact inputs, the sweep driver, nccl-tests output."""
+"""ringccl.bench without processes: sizes, exact inputs, the sweep driver, nccl-tests output."""
 
 import csv
 import io
@@ -10,8 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import ringccl
-from ringccl.bench import harness as bench
-from ringccl.bench.harness import BUILTIN, PLACEMENTS, BenchSpec, Prepared
+from ringccl import bench
+from ringccl.bench import BUILTIN, PLACEMENTS, BenchSpec, Prepared
+from ringccl.bench.report import _num
+from ringccl.bench.sweep import _variants
 from ringccl.collectives import COLLECTIVES
 from ringccl.errors import ArgumentError
 from ringccl.ops import ufunc
@@ -198,7 +200,7 @@ def test_run_sweep_without_check_or_calibration():
 def _fake_rows(spec, n=4):
     rows = []
     for size in bench.sweep_sizes(spec.min_bytes, spec.max_bytes, spec.factor):
-        for algorithm, seg, placement in bench._variants(spec):
+        for algorithm, seg, placement in _variants(spec):
             t = 1e-5 + size / 2e9 * (1.5 if algorithm == BUILTIN else 1.0)
             rows.append({"kind": "collective", "collective": spec.collective,
                          "algorithm": algorithm, "segment_bytes": seg, "placement": placement,
@@ -241,7 +243,7 @@ def test_nccl_tests_layout():
                                         (123456.7, " 123457"), (12345678.0, "1.2e+07"),
                                         (0.0, "   0.00")])
 def test_nccl_tests_numbers(value, text):
-    assert bench._num(value, 7) == text
+    assert _num(value, 7) == text
 
 
 def test_nccl_tests_missing_placement_and_unchecked():
