@@ -28,8 +28,8 @@ class _Calls:
         self.make_in, self.make_out, self.result = make_in, make_out, result
 
 
-def collective_calls(collective: str, algorithm: str, op, world_size: int, count: int, dtype, rank: int,
-           params: dict, accumulate_dtype: str | None = None) -> _Calls:
+def collective_calls(collective: str, algorithm: str, op, world_size: int, count: int, dtype,
+                     rank: int, params: dict, accumulate_dtype: str | None = None) -> _Calls:
     """Calls for ``collective``; ``params`` are the algorithm's (``root`` = src/dst when the
     collective is rooted); ``accumulate_dtype`` goes to ringccl's reducing collectives."""
     gen = torch.Generator().manual_seed(1234 + rank)

@@ -110,8 +110,7 @@ class BenchSpec:
                 raise ArgumentError(f"segment_bytes={s} must be >= 0 (0 = never split)")
         if world_size is not None and _is_rooted(spec):
             check_rank(self.root, world_size, "root")
-        if not isinstance(self.params, dict) or not all(isinstance(k, str)
-                                                         for k in self.params):
+        if not (isinstance(self.params, dict) and all(isinstance(k, str) for k in self.params)):
             raise ArgumentError(f"params={self.params!r} must be a dict of builder parameter "
                                 "names to values")
         if _is_rooted(spec) and "root" in self.params:

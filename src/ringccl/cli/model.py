@@ -135,7 +135,7 @@ def _print_seed(fig: dict) -> None:
              units.format_size(h["hierarchical_formula"]["nic_bytes"]),
              h["hierarchical_formula"]["nics_used_per_node"]]]
           + ([["hierarchical (walked)", _ms(hw["seconds"]), units.format_size(hw["nic_bytes"]),
-                hw["nics_used_per_node"]]] if hw else []))
+               hw["nics_used_per_node"]]] if hw else []))
     print(f"  speed-up of hierarchical over flat ring: {h['speedup_formula']:.2f}x (formula)"
           + (f", {hw['speedup']:.2f}x (walked)" if hw else "")
           + f"; bytes per NIC {h['nic_bytes_ratio']:.2f}x fewer")

@@ -202,8 +202,9 @@ def register_run(sub) -> None:
     p.add_argument("--dtype", default="float32",
                    choices=[d for d in SUPPORTED_DTYPES])
     p.add_argument("--op", default="sum")
-    add_accumulate_option(p, " ringccl's result is still compared with gloo's element for "
-                          "element: exact for the default integer inputs' sums")
+    add_accumulate_option(p, " ringccl's result is still compared with the exact result "
+                          "element for element: the inputs are small integers, whose sums are "
+                          "exact")
     p.add_argument("--iters", type=positive_int, default=10)
     p.add_argument("--warmup", type=nonnegative_int, default=3)
     p.add_argument("--timeout", type=seconds_arg, default=300.0, help="seconds before giving up")
@@ -253,7 +254,8 @@ def register_bench(sub) -> None:
                    help="gloo/nccl: skip ringccl's all-or-nothing backup copy (restore=False), "
                    "as the backends' own collectives do")
     add_accumulate_option(p, " Applies to ringccl's algorithms, not to builtin; sizes and "
-                          "bandwidths still count --dtype's bytes (mpi: all_reduce, reduce_scatter).")
+                          "bandwidths still count --dtype's bytes (mpi: all_reduce, "
+                          "reduce_scatter).")
     p.add_argument("--format", choices=["table", "nccl-tests"], default="table",
                    help="table (default) or nccl-tests' text layout")
     out = p.add_mutually_exclusive_group()
