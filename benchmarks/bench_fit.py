@@ -20,7 +20,7 @@ import statistics
 from pathlib import Path
 
 from ringccl import units
-from ringccl.bench.harness import BenchSpec
+from ringccl.bench import BenchSpec
 from ringccl.costmodel.fit import held_out
 from ringccl.mpi.launch import launch_bench
 

@@ -22,7 +22,7 @@ import json
 import statistics
 
 from ringccl import units
-from ringccl.bench.harness import BUILTIN, BenchSpec, best_placement
+from ringccl.bench import BUILTIN, BenchSpec, best_placement
 
 BUILTIN_NAME = {"mpi": "MPI_Allreduce", "gloo": "gloo all_reduce", "nccl": "NCCL all_reduce"}
 

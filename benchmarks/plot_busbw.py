@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ringccl import units
-from ringccl.bench.harness import BUILTIN, BenchSpec, best_placement
+from ringccl.bench import BUILTIN, BenchSpec, best_placement
 from ringccl.costmodel.fit import fit_rows
 
 NAMES = {"mpi": ("ringccl ring over MPI", "MPI_Allreduce"),

@@ -1,4 +1,4 @@
-"""ringccl.bench.harness without processes: sizes, exact inputs, the sweep driver, nccl-tests output."""
+"""ringccl.bench without processes: sizes, exact inputs, the sweep driver, nccl-tests output."""
 
 import csv
 import io
@@ -10,8 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import ringccl
-from ringccl.bench import harness as bench
-from ringccl.bench.harness import BUILTIN, PLACEMENTS, BenchSpec, Prepared
+from ringccl import bench
+from ringccl.bench import BUILTIN, PLACEMENTS, BenchSpec, Prepared
+from ringccl.bench.report import _num
+from ringccl.bench.sweep import _variants
 from ringccl.collectives import COLLECTIVES
 from ringccl.errors import ArgumentError
 from ringccl.ops import ufunc
@@ -188,6 +190,62 @@ def test_run_sweep_rows_and_wrong_counts():
     assert backend.barriers == len(rows) * 5  # one barrier per timed iteration
 
 
+@pytest.mark.parametrize("collective,count,n,m,placement", [
+    ("all_reduce", 1001, 3, 1001, "in-place"), ("reduce_scatter", 1001, 3, 999, "out-of-place"),
+    ("all_gather", 10, 3, 30, "out-of-place"), ("all_to_all", 10, 4, 8, "out-of-place"),
+    ("broadcast", 7, 2, 7, "in-place"), ("gather", 5, 2, 10, "out-of-place"),
+])
+def test_one_size_is_the_run_commands_spec(collective, count, n, m, placement):
+    # `ringccl run`'s count (elements per rank; reduce_scatter and scatter: the N-block input)
+    # becomes one bench size, the collective's buffer M, and one placement
+    algorithm = "direct" if collective in ("gather", "all_to_all") else "ring"
+    spec = bench.one_size(collective, algorithm, count, n, dtype="float64", iters=2, warmup=0,
+                          params={"segments": 2})
+    assert spec.min_bytes == spec.max_bytes == 8 * m
+    assert bench.buffer_elements(collective, spec.min_bytes, 8, n) == m
+    assert spec.placements == (placement,) and spec.algorithms[1] == BUILTIN
+    assert not spec.calibrate and spec.check and spec.params == {"segments": 2}
+
+
+def test_one_size_takes_the_root_of_rooted_collectives_out_of_params():
+    spec = bench.one_size("broadcast", "ring", 8, 3, params={"root": 2, "segments": 4})
+    assert spec.root == 2 and spec.params == {"segments": 4}
+    spec = bench.one_size("all_reduce", "master", 8, 3, params={"root": 1})  # the algorithm's
+    assert spec.root == 0 and spec.params == {"root": 1}
+    with pytest.raises(ArgumentError, match="root=3 is out of range for world_size=3"):
+        bench.one_size("reduce", "ring", 8, 3, params={"root": 3})
+    with pytest.raises(ArgumentError, match="not a parameter"):
+        BenchSpec("reduce", params={"root": 1}).validate()
+
+
+def test_run_report_from_a_one_size_sweep():
+    spec = bench.one_size("all_reduce", "ring", 100, 1, iters=3, warmup=1)
+    rows = bench.run_sweep(OneRank(corrupt="ring"), spec)
+    report = bench.run_report(rows, spec, 100, {"segments": 2})
+    assert report["wrong"] == 3 and report["ringccl"]["wrong"] == 3
+    assert report["builtin"]["wrong"] == 0 and report["count"] == 100
+    assert report["size_bytes"] == 400 and report["params"] == {"segments": 2}
+    assert report["busbw_ratio"] is None and report["bus_factor"] == 0.0  # one rank
+    assert report["ringccl"]["min_s"] <= report["ringccl"]["time_s"] <= report["ringccl"]["p90_s"]
+
+
+def test_count_wrong_is_one_definition():
+    expected = np.array([1.0, np.nan, 3.0])
+    assert bench.count_wrong(np.array([1.0, np.nan, 3.0]), expected) == 0  # NaN == NaN here
+    assert bench.count_wrong(np.array([1.0, 2.0, 4.0]), expected) == 2
+    assert bench.count_wrong(None, expected) == 3 and bench.count_wrong(np.ones(2), expected) == 3
+    assert bench.count_wrong(None, None) == 0  # a rank without output
+
+
+def test_random_inputs_are_small_integers_and_seeded():
+    x = bench.random_inputs(4, 1000, "float32", seed=3)
+    assert x.shape == (4, 1000) and x.dtype == np.float32
+    assert x.min() >= -8 and x.max() < 8 and np.array_equal(x, np.round(x))
+    assert np.array_equal(x, bench.random_inputs(4, 1000, np.float32, seed=3))
+    assert bench.random_inputs(2, 5, "uint8").min() >= 0
+    assert bench.random_inputs(2, 5, "bool").dtype == np.bool_
+
+
 def test_run_sweep_without_check_or_calibration():
     spec = BenchSpec("all_gather", ("ring",), 64, 64, 2, iters=1, warmup=0, check=False,
                      placements=("in-place",), calibrate=False)
@@ -198,7 +256,7 @@ def test_run_sweep_without_check_or_calibration():
 def _fake_rows(spec, n=4):
     rows = []
     for size in bench.sweep_sizes(spec.min_bytes, spec.max_bytes, spec.factor):
-        for algorithm, seg, placement in bench._variants(spec):
+        for algorithm, seg, placement in _variants(spec):
             t = 1e-5 + size / 2e9 * (1.5 if algorithm == BUILTIN else 1.0)
             rows.append({"kind": "collective", "collective": spec.collective,
                          "algorithm": algorithm, "segment_bytes": seg, "placement": placement,
@@ -241,7 +299,7 @@ def test_nccl_tests_layout():
                                         (123456.7, " 123457"), (12345678.0, "1.2e+07"),
                                         (0.0, "   0.00")])
 def test_nccl_tests_numbers(value, text):
-    assert bench._num(value, 7) == text
+    assert _num(value, 7) == text
 
 
 def test_nccl_tests_missing_placement_and_unchecked():

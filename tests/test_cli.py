@@ -118,14 +118,16 @@ def test_run_accumulate_dtype_reaches_the_workers_and_is_checked_first(capsys, m
     import ringccl.torch.launch as tl
     calls = []
 
-    def launch(fn, nproc, *args, **kwargs):
-        calls.append(args)
-        return [{"wrong": 0, "accumulate_dtype": args[-1]}]
+    def launch(fn, nproc, spec, *args, **kwargs):  # the bench sweep's worker and its spec
+        calls.append(spec)
+        row = {"world_size": nproc, "size": 16, "wrong": 0, "time_s": 1e-5, "min_s": 1e-5,
+               "p90_s": 1e-5, "algbw": 1.6e6, "busbw": 1.6e6}
+        return [[dict(row, algorithm=spec["algorithms"][0]), dict(row, algorithm="builtin")]]
 
     monkeypatch.setattr(tl, "launch", launch)
     assert main(["run", "reduce", "-n", "2", "-c", "8", "--dtype", "float16",
                  "--accumulate-dtype", "float64", "--json"]) == 0
-    assert calls[0][-1] == "float64"
+    assert calls[0]["accumulate_dtype"] == "float64"
     assert json.loads(capsys.readouterr().out)["accumulate_dtype"] == "float64"
     # refused in this process, before any worker starts
     assert main(["run", "broadcast", "-n", "2", "-c", "8", "--accumulate-dtype", "float64"]) == 2

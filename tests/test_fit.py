@@ -7,7 +7,7 @@ import pytest
 
 import ringccl
 from ringccl.costmodel import fit as fitmod
-from ringccl.bench.harness import BUILTIN, LOCAL_REDUCE
+from ringccl.bench.spec import BUILTIN, LOCAL_REDUCE
 from ringccl.cli import main
 from ringccl.errors import ArgumentError
 

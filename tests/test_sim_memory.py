@@ -44,3 +44,18 @@ def test_a_step_with_many_transfers_snapshots_each_source_slot_once(collective, 
     # row per transfer, (N-1)x the input (31x here, 64x at N = 64)
     x = np.ones((32, 1 << 15), np.float32)
     assert _peak_ratio(collective, x, algorithm) <= 2.5
+
+
+def test_memory_estimate_and_guard():
+    from ringccl.errors import ArgumentError
+    from ringccl.sim.memory import available_bytes, check_memory, simulation_bytes
+
+    # inputs N × count plus 1.5 × N × M elements (M = N × count for all_gather)
+    assert simulation_bytes("all_reduce", 4, 1000, 4) == 4 * (4000 + 1.5 * 4000)
+    assert simulation_bytes("all_gather", 4, 1000, 4) == 4 * (4000 + 1.5 * 16000)
+    check_memory("all_reduce", 4, 1000, 4)  # fits anywhere
+    if available_bytes() is not None:
+        with pytest.raises(ArgumentError, match="use a smaller count or world_size"):
+            check_memory("all_reduce", 4, 1 << 40, 4)
+        with pytest.raises(ArgumentError, match="use a smaller --count or --world-size"):
+            check_memory("all_reduce", 4, 1 << 40, 4, names=("--count", "--world-size"))

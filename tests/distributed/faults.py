@@ -138,7 +138,7 @@ def _rank(rank: int, port: int, trial: Trial, results) -> None:
     import ringccl.torch as rt
     from ringccl.errors import PeerError
     from ringccl.ops import parse_op
-    from ringccl.torch.runner import _calls
+    from .calls import collective_calls as _calls
 
     record: dict = {"calls": [], "error": None}
     try:

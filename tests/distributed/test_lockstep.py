@@ -25,7 +25,7 @@ def _lockstep(rank, world_size, cases):
 
     from ringccl.ops import parse_op
     from ringccl.torch import executor
-    from ringccl.torch.runner import _calls
+    from .calls import collective_calls as _calls
 
     executor.dist = _Nccl(dist)
     wrong = {}

@@ -37,7 +37,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from ..algorithms import REGISTRY
-from ..bench.harness import BUILTIN, LOCAL_REDUCE
+from ..bench.spec import BUILTIN, LOCAL_REDUCE
 from ..errors import ArgumentError
 
 __all__ = ["Fit", "HeldOut", "load_rows", "sweep_key", "fit_rows", "held_out", "predict",

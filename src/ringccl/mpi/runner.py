@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import json
 import sys
+
 import numpy as np
 from mpi4py import MPI
 
-from ..bench import harness as bench
-from ..bench.harness import BUILTIN, BenchSpec, Case, Prepared
+from ..bench.inputs import Case
+from ..bench.spec import BUILTIN, BenchSpec
+from ..bench.sweep import Prepared, run_sweep
 from ..collectives import get_collective
 from ..errors import BackendError
 from ..ops import ReduceOp, parse_op, ufunc
@@ -79,7 +81,8 @@ class MpiBackend:
             from .. import mpi as rm
             if collective not in _RINGCCL:
                 raise BackendError(f"ringccl.mpi has no {collective} yet")
-            kw = {"comm": self.comm, "algorithm": algorithm, "segment_bytes": segment_bytes}
+            kw = {"comm": self.comm, "algorithm": algorithm, "segment_bytes": segment_bytes,
+                  **spec.params}
             if spec.accumulate_dtype is not None:
                 kw["accumulate_dtype"] = spec.accumulate_dtype
             if get_collective(collective).reduces:
@@ -275,7 +278,7 @@ _RINGCCL = {"all_reduce": _rc_all_reduce, "reduce_scatter": _rc_reduce_scatter,
 
 def sweep(spec: BenchSpec, comm=None, emit=None) -> list[dict]:
     """Run ``ringccl bench``'s sweep on ``comm`` (every rank calls it; all return the rows)."""
-    return bench.run_sweep(MpiBackend(comm), spec, emit)
+    return run_sweep(MpiBackend(comm), spec, emit)
 
 
 def main(argv: list[str] | None = None) -> int:

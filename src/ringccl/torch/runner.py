@@ -1,29 +1,17 @@
-"""Measure ringccl collectives against the backend's own on local processes.
+"""``ringccl bench`` and ``ringccl run`` on torch.distributed: how a case runs on gloo (CPU
+tensors) and NCCL (CUDA tensors).
 
-:func:`measure` is ``ringccl run`` (one size, ringccl's result compared with the backend's);
-:class:`TorchBackend` implements :class:`ringccl.bench.Backend` for ``ringccl bench`` on gloo
-(CPU tensors) and NCCL (CUDA tensors), with :func:`sweep` its worker body under
-:func:`ringccl.torch.launch.launch` or torchrun and :func:`launch_sweep` the local launcher.
-ringccl's functions mirror torch.distributed's names and arguments, so one adapter per
-collective drives both: ``ns`` is ``ringccl.torch`` (plus ``algorithm=``) or
+:class:`TorchBackend` implements :class:`ringccl.bench.Backend`; :func:`sweep` is its worker
+body under :func:`ringccl.torch.launch.launch` or torchrun and :func:`launch_sweep` the local
+launcher. The spec, the inputs, the timing loop and ``#wrong`` are :mod:`ringccl.bench`'s, the
+same for every backend. ringccl's functions mirror torch.distributed's names and arguments, so
+one adapter per collective drives both: ``ns`` is ``ringccl.torch`` (plus ``algorithm=``) or
 ``torch.distributed``.
-
-For ``ringccl run``:
-
-Inputs are random integers in [-8, 8) stored in the requested dtype, so every reduction is exact
-in float32/float64 (|sum| <= 8·N is far below 2^24) and ringccl's result must equal the
-backend's element for element: ``wrong`` counts the elements that differ.
-
-Timing follows nccl-tests: warm-up iterations first, then each iteration is timed on every rank
-between a barrier and the collective's return; an iteration's time is the maximum over ranks,
-and the reported time is the median over iterations.
 """
 
 from __future__ import annotations
 
 import os
-import statistics
-import time
 import warnings
 from typing import Any, Callable
 
@@ -31,148 +19,19 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..bench import harness as bench
-from ..bench.harness import BUILTIN, BenchSpec, Case, Prepared
+from ..bench.inputs import Case
+from ..bench.spec import BUILTIN, BenchSpec
+from ..bench.sweep import Prepared, run_sweep
 from ..collectives import get_collective
 from ..errors import BackendError
-from ..bench.metrics import algbw, busbw
 from ..ops import parse_op
 from .executor import combine_fn
-from . import (all_gather_into_tensor, all_reduce, all_to_all_single, broadcast, gather, reduce,
-               reduce_scatter_tensor, scatter)
 
-__all__ = ["measure", "TorchBackend", "sweep", "launch_sweep"]
+__all__ = ["TorchBackend", "sweep", "launch_sweep"]
 
 _TORCH_OPS = {"sum": "SUM", "prod": "PRODUCT", "min": "MIN", "max": "MAX", "band": "BAND",
               "bor": "BOR", "bxor": "BXOR", "avg": "AVG"}
 
-
-class _Calls:
-    """One collective both ways: ``ours(x, out)``, ``builtin(x, out)``, fresh inputs and
-    outputs, and ``result(x, out)``, the tensor to compare (empty where a rank has no output)."""
-
-    def __init__(self, ours, builtin, make_in, make_out, result):
-        self.ours, self.builtin = ours, builtin
-        self.make_in, self.make_out, self.result = make_in, make_out, result
-
-
-def _calls(collective: str, algorithm: str, op, world_size: int, count: int, dtype, rank: int,
-           params: dict, accumulate_dtype: str | None = None) -> _Calls:
-    """Calls for ``collective``; ``params`` are the algorithm's (``root`` = src/dst when the
-    collective is rooted); ``accumulate_dtype`` goes to ringccl's reducing collectives."""
-    gen = torch.Generator().manual_seed(1234 + rank)
-    torch_op = getattr(dist.ReduceOp, _TORCH_OPS[op.value])
-    base = torch.randint(-8, 8, (count,), generator=gen).to(dtype)
-    fresh = base.clone
-    none = lambda: None  # noqa: E731
-    empty = torch.empty(0, dtype=dtype)
-    n = world_size
-    params = dict(params)
-    root = int(params.pop("root", 0)) if get_collective(collective).root_arg else 0
-    kw = dict(algorithm=algorithm, **params)
-    if accumulate_dtype is not None:  # checked by the caller: a reducing collective
-        kw["accumulate_dtype"] = accumulate_dtype
-    if collective == "all_reduce":
-        return _Calls(lambda x, out: all_reduce(x, op, **kw),
-                      lambda x, out: dist.all_reduce(x, torch_op), fresh, none,
-                      lambda x, out: x)
-    if collective == "broadcast":
-        return _Calls(lambda x, out: broadcast(x, root, **kw),
-                      lambda x, out: dist.broadcast(x, root), fresh, none, lambda x, out: x)
-    if collective == "reduce":
-        return _Calls(lambda x, out: reduce(x, root, op, **kw),
-                      lambda x, out: dist.reduce(x, root, torch_op), fresh, none,
-                      lambda x, out: x if rank == root else empty)  # non-roots: unspecified
-    if collective == "reduce_scatter":
-        return _Calls(lambda x, out: reduce_scatter_tensor(out, x, op, **kw),
-                      lambda x, out: dist.reduce_scatter_tensor(out, x, torch_op), fresh,
-                      lambda: torch.empty(count // n, dtype=dtype), lambda x, out: out)
-    if collective == "all_gather":
-        return _Calls(lambda x, out: all_gather_into_tensor(out, x, **kw),
-                      lambda x, out: dist.all_gather_into_tensor(out, x), fresh,
-                      lambda: torch.empty(count * n, dtype=dtype), lambda x, out: out)
-    if collective == "scatter":  # count = the root's N blocks
-        pieces = lambda x: list(x.view(n, count // n).unbind(0)) if rank == root else None  # noqa
-        return _Calls(lambda x, out: scatter(out, pieces(x), root, **kw),
-                      lambda x, out: dist.scatter(out, pieces(x), root), fresh,
-                      lambda: torch.empty(count // n, dtype=dtype), lambda x, out: out)
-    if collective == "gather":
-        blocks = lambda: [torch.empty(count, dtype=dtype) for _ in range(n)] \
-            if rank == root else None  # noqa: E731
-        return _Calls(lambda x, out: gather(x, out, root, **kw),
-                      lambda x, out: dist.gather(x, out, root), fresh, blocks,
-                      lambda x, out: torch.cat(out) if out else empty)
-    # all_to_all: count = this rank's N equal blocks
-    return _Calls(lambda x, out: all_to_all_single(out, x, **kw),
-                  lambda x, out: dist.all_to_all_single(out, x), fresh,
-                  lambda: torch.empty(count, dtype=dtype), lambda x, out: out)
-
-
-def _time(call, make_in, make_out, iters: int, warmup: int) -> list[float]:
-    for _ in range(warmup):
-        call(make_in(), make_out())
-    times = []
-    for _ in range(iters):
-        x, out = make_in(), make_out()
-        dist.barrier()
-        t0 = time.perf_counter()
-        call(x, out)
-        times.append(time.perf_counter() - t0)
-    t = torch.tensor(times, dtype=torch.float64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)  # an iteration lasts until its slowest rank ends
-    return t.tolist()
-
-
-def measure(rank: int, world_size: int, collective: str, algorithm: str, count: int,
-            dtype_name: str, op_name: str, iters: int, warmup: int,
-            params: dict | None = None, accumulate_dtype: str | None = None) -> dict:
-    """Worker body for :func:`ringccl.torch.launch.launch`: time and check one collective.
-
-    ``count`` is the element count of one rank's input (all_reduce, broadcast, reduce,
-    all_gather, gather, all_to_all) or of the whole N-block input (reduce_scatter, scatter);
-    reduce_scatter, scatter and all_to_all round it down to a multiple of world_size.
-    ``params``: the algorithm's parameters; ``root`` is the src/dst of rooted collectives
-    (default 0). ``accumulate_dtype``: reducing collectives only, passed to ringccl's function
-    (the builtin reduces in the tensor's dtype).
-
-    Returns (on every rank): a dict with times in seconds, bytes, bytes/s and ``wrong``.
-    """
-    spec = get_collective(collective)
-    op = parse_op(op_name)
-    dtype = getattr(torch, dtype_name)
-    params = dict(params or {})
-    if collective in ("reduce_scatter", "scatter", "all_to_all"):
-        count -= count % world_size
-    calls = _calls(collective, algorithm, op, world_size, count, dtype, rank, params,
-                   accumulate_dtype)
-    # correctness first: same inputs through both, compared element for element
-    x1, o1, x2, o2 = calls.make_in(), calls.make_out(), calls.make_in(), calls.make_out()
-    calls.ours(x1, o1)
-    calls.builtin(x2, o2)
-    a, b = calls.result(x1, o1), calls.result(x2, o2)
-    wrong = torch.tensor([int((a != b).sum())], dtype=torch.int64)
-    dist.all_reduce(wrong)
-    t_ours = _time(calls.ours, calls.make_in, calls.make_out, iters, warmup)
-    t_builtin = _time(calls.builtin, calls.make_in, calls.make_out, iters, warmup)
-    itemsize = torch.empty(0, dtype=dtype).element_size()
-    nbytes = spec.buffer_count(world_size, count) * itemsize
-    row = {"collective": collective, "algorithm": algorithm, "world_size": world_size,
-           "count": count, "dtype": dtype_name, "op": op.value, "size_bytes": nbytes,
-           "params": params, "accumulate_dtype": accumulate_dtype, "wrong": int(wrong.item()),
-           "iters": iters, "warmup": warmup}
-    for name, times in (("ringccl", t_ours), ("builtin", t_builtin)):
-        med = statistics.median(times)
-        row[name] = {"time_s": med, "min_s": min(times), "p90_s": float(np.percentile(times, 90)),
-                     "algbw": algbw(nbytes, med), "busbw": busbw(collective, nbytes, med,
-                                                                 world_size)}
-    # busbw is 0 for one rank (bus factor 0) and for an empty buffer: no ratio then
-    ours, builtin = row["ringccl"]["busbw"], row["builtin"]["busbw"]
-    row["busbw_ratio"] = ours / builtin if builtin > 0 else None
-    row["bus_factor"] = spec.bus_factor(world_size)
-    return row
-
-
-# -- ringccl bench ------------------------------------------------------------------------------
 
 class TorchBackend:
     """:class:`ringccl.bench.Backend` on a torch.distributed process group (gloo or NCCL)."""
@@ -218,7 +77,7 @@ class TorchBackend:
             op_arg = getattr(dist.ReduceOp, _TORCH_OPS[op.value])
         else:
             from .. import torch as ns  # ringccl.torch
-            kw = {"group": self.group, "algorithm": algorithm}
+            kw = {"group": self.group, "algorithm": algorithm, **spec.params}
             if segment_bytes is not None:
                 kw["segment_bytes"] = segment_bytes
             if not spec.restore:
@@ -342,7 +201,7 @@ def sweep(rank: int, world_size: int, spec_dict: dict, progress=None) -> list[di
     with warnings.catch_warnings():
         # torch 2.13 deprecates all_gather_into_tensor, the builtin we compare with
         warnings.simplefilter("ignore", FutureWarning)
-        rows = bench.run_sweep(TorchBackend(), spec, emit)
+        rows = run_sweep(TorchBackend(), spec, emit)
     return rows if rank == 0 else []
 
 

@@ -1,0 +1,199 @@
+"""Reports of measured rows: nccl-tests' text layout, CSV, a busbw chart, the JSON of a sweep,
+and ``ringccl run``'s ringccl-versus-builtin summary (:func:`run_report`). Formatting only: the
+CLI prints these strings and dicts."""
+
+from __future__ import annotations
+
+import csv
+import io
+import statistics
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from ..collectives import get_collective
+from ..ops import parse_op
+from ..units import format_size
+from .spec import BUILTIN, PLACEMENTS, BenchSpec, run_count
+
+__all__ = ["row_label", "format_nccl_tests", "CSV_FIELDS", "format_csv", "best_placement",
+           "plot_busbw", "Sweep", "run_report"]
+
+def row_label(row: dict) -> str:
+    """Algorithm label: ``ring``, ``ring seg=1MiB``, ``ring acc=float32``, ``builtin``."""
+    seg, acc = row.get("segment_bytes"), row.get("accumulate_dtype")
+    label = row["algorithm"]
+    if label != BUILTIN and seg is not None:
+        label += f" seg={'off' if seg == 0 else format_size(seg, 0).replace(' ', '')}"
+    return f"{label} acc={acc}" if acc else label
+
+
+def _num(value: float, width: int) -> str:
+    """nccl-tests' number style: 2 decimals while they fit in ``width``, then fewer, then
+    scientific notation."""
+    digits = len(str(int(value))) if value >= 1 else 0
+    if digits < width - 2:
+        return f"{value:{width}.2f}"
+    if digits < width - 1:
+        return f"{value:{width}.1f}"
+    if digits < width + 1:
+        return f"{value:{width}.0f}"
+    return f"{value:{width}.1e}"
+
+
+def format_nccl_tests(rows: Sequence[dict], spec: BenchSpec, world_size: int) -> str:
+    """The report in nccl-tests' text layout, one block per algorithm (segment setting).
+
+    Reproduced: the ``#``-comment preamble line with the sweep parameters, the two header lines
+    with the out-of-place and in-place groups, the units line, one data line per size
+    (``size count type redop root`` then ``time algbw busbw #wrong`` per placement, nccl-tests'
+    column widths and number formatting), and the footer (``# Out of bounds values`` and
+    ``# Avg bus bandwidth``). Not reproduced: the device list (ringccl runs on CPUs) and the
+    per-iteration columns. A placement that was not measured prints ``N/A`` fields; ``#wrong``
+    prints ``N/A`` when checking is off, as nccl-tests does. Each block starts with a comment
+    ``# ringccl algorithm: <label>`` so one file can hold several algorithms.
+    """
+    out = io.StringIO()
+    p = lambda line="": out.write(line + "\n")  # noqa: E731
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        if r.get("kind", "collective") == "collective":
+            groups.setdefault(row_label(r), []).append(r)
+    for label, group in groups.items():
+        p(f"# ringccl bench {spec.collective}: backend {spec.backend}, world_size {world_size}")
+        p(f"# nThread 1 nGpus 1 minBytes {spec.min_bytes} maxBytes {spec.max_bytes} "
+          f"step: {spec.factor}(factor) warmup iters: {spec.warmup} iters: {spec.iters} "
+          f"agg iters: 1 validation: {int(spec.check)} graph: 0")
+        p(f"# ringccl algorithm: {label}")
+        p("#")
+        p(f"# {'':>10}  {'':>12}  {'':>8}  {'':>6}  {'':>6}           out-of-place"
+          f"                       in-place          ")
+        p(f"# {'size':>10}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>6}  "
+          f"{'time':>7}  {'algbw':>6}  {'busbw':>6}  {'#wrong':>6}  "
+          f"{'time':>7}  {'algbw':>6}  {'busbw':>6}  {'#wrong':>6} ")
+        p(f"# {'(B)':>10}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>6}  "
+          f"{'(us)':>7}  {'(GB/s)':>6}  {'(GB/s)':>6}  {'':>6}  "
+          f"{'(us)':>7}  {'(GB/s)':>6}  {'(GB/s)':>6}  {'':>6} ")
+        by_size: dict[int, dict[str, dict]] = {}
+        for r in group:
+            by_size.setdefault(r["size"], {})[r["placement"]] = r
+        errors, busbws = 0, []
+        for size, placed in by_size.items():
+            first = next(iter(placed.values()))
+            line = (f"{size:>12}  {first['count']:>12}  {first['type']:>8}  "
+                    f"{first['redop']:>6}  {first['root']:>6}")
+            for placement in PLACEMENTS:
+                r = placed.get(placement)
+                if r is None:
+                    line += f"  {'N/A':>7}  {'N/A':>6}  {'N/A':>6}  {'N/A':>6}"
+                    continue
+                wrong = "N/A" if r["wrong"] is None else f"{r['wrong']:g}"
+                line += (f"  {_num(r['time_s'] * 1e6, 7)}  {_num(r['algbw'] / 1e9, 6)}  "
+                         f"{_num(r['busbw'] / 1e9, 6)}  {wrong:>6}")
+                errors += r["wrong"] or 0
+                busbws.append(r["busbw"] / 1e9)
+            p(line)
+        p(f"# {'Out of bounds values':<20} : {errors} {'FAILED' if errors else 'OK'}")
+        p(f"# {'Avg bus bandwidth':<20} : {statistics.fmean(busbws) if busbws else 0:g} ")
+        p("#")
+    return out.getvalue()
+
+
+CSV_FIELDS = ["collective", "backend", "world_size", "algorithm", "segment_bytes",
+              "accumulate_dtype", "placement", "size", "count", "dtype", "type", "redop", "root",
+              "time_s", "min_s", "p90_s", "algbw", "busbw", "wrong", "iters", "warmup", "kind"]
+
+
+def format_csv(rows: Sequence[dict]) -> str:
+    """One CSV line per row (SI units: bytes, seconds, bytes/s); per-iteration times omitted."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=CSV_FIELDS, extrasaction="ignore",
+                            lineterminator="\n")
+    writer.writeheader()
+    for r in rows:
+        writer.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in CSV_FIELDS})
+    return out.getvalue()
+
+
+def best_placement(rows: Sequence[dict]) -> list[dict]:
+    """Per (algorithm label, size): the faster of the out-of-place and in-place rows."""
+    best: dict[tuple, dict] = {}
+    for r in rows:
+        if r.get("kind", "collective") != "collective":
+            continue
+        key = (row_label(r), r["world_size"], r["size"])
+        if key not in best or r["time_s"] < best[key]["time_s"]:
+            best[key] = r
+    return list(best.values())
+
+
+def plot_busbw(rows: Sequence[dict], path: str, title: str = "") -> None:
+    """Write a PNG of busbw (GB/s) versus size per algorithm (best placement), matplotlib Agg."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    lines: dict[str, list[dict]] = {}
+    for r in best_placement(rows):
+        label = row_label(r) + (f", {r['world_size']} ranks"
+                             if len({x["world_size"] for x in rows}) > 1 else "")
+        lines.setdefault(label, []).append(r)
+    for label, sel in lines.items():
+        sel.sort(key=lambda r: r["size"])
+        ax.plot([r["size"] for r in sel], [r["busbw"] / 1e9 for r in sel],
+                "s--" if label.startswith(BUILTIN) else "o-", label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("size (bytes)")
+    ax.set_ylabel("busbw (GB/s = 1e9 B/s)")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+@dataclass
+class Sweep:
+    """A finished run: the spec, the world size and the rows (what ``--json`` prints)."""
+
+    spec: BenchSpec
+    world_size: int
+    rows: list = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"spec": self.spec.to_dict(), "world_size": self.world_size, "rows": self.rows}
+
+
+def run_report(rows: Sequence[dict], spec: BenchSpec, count: int,
+               params: dict | None = None) -> dict:
+    """``ringccl run``'s report from the rows of a :func:`~ringccl.bench.spec.one_size` sweep.
+
+    Args:
+        rows: the sweep's two rows, ringccl's algorithm and the builtin (one size, placement).
+        count: the count the user asked for (:func:`~ringccl.bench.spec.run_count` rounds it).
+        params: the builder parameters as the user gave them (reported as they are).
+    Returns:
+        collective, algorithm, world_size, count (as measured), dtype, op, size_bytes, params
+        (as given), accumulate_dtype, wrong (ringccl's
+        ``#wrong``), iters, warmup; ``ringccl`` and ``builtin``: time_s, min_s, p90_s (seconds),
+        algbw, busbw (bytes/s), wrong; busbw_ratio (ringccl / builtin, None when the builtin's
+        busbw is 0: one rank or an empty buffer) and bus_factor.
+    """
+    ours = next(r for r in rows if r["algorithm"] != BUILTIN)
+    builtin = next(r for r in rows if r["algorithm"] == BUILTIN)
+    coll = get_collective(spec.collective)
+    n = ours["world_size"]
+    report = {"collective": spec.collective, "algorithm": ours["algorithm"], "world_size": n,
+              "count": run_count(spec.collective, count, n), "dtype": spec.dtype,
+              "op": parse_op(spec.op).value, "size_bytes": ours["size"],
+              "params": dict(params or {}),
+              "accumulate_dtype": spec.accumulate_dtype, "wrong": ours["wrong"],
+              "iters": spec.iters, "warmup": spec.warmup}
+    for name, r in (("ringccl", ours), ("builtin", builtin)):
+        report[name] = {key: r[key] for key in ("time_s", "min_s", "p90_s", "algbw", "busbw",
+                                                "wrong")}
+    report["busbw_ratio"] = (ours["busbw"] / builtin["busbw"] if builtin["busbw"] > 0
+                             else None)
+    report["bus_factor"] = coll.bus_factor(n)
+    return report

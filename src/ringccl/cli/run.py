@@ -1,0 +1,267 @@
+"""Commands on real processes: ``run`` (one size, ringccl's algorithm against the backend's
+own) and ``bench`` (an nccl-tests-style sweep). Both are the same harness
+(:mod:`ringccl.bench`): one spec, one timing loop, one input generator, one ``#wrong``; ``run``
+is a one-size bench (:func:`ringccl.bench.one_size`)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+
+from .. import units
+from ..algorithms import get_algorithm
+from ..bench import (BUILTIN, PLACEMENTS, BenchSpec, Sweep, format_csv, format_nccl_tests,
+                     one_size, parse_algorithms, plot_busbw, row_count, row_label, run_report)
+from ..collectives import COLLECTIVES, get_collective
+from ..errors import RingcclError
+from ..ops import SUPPORTED_DTYPES, check_dtype, parse_op
+from .common import (add_accumulate_option, add_collective_args, check_call, count_arg,
+                     emit_json, need_torch, nonnegative_int, positive_int, progress,
+                     schedule_params, seconds_arg, size_arg, status, table)
+
+__all__ = ["register_run", "register_bench", "measure_run", "print_run"]
+
+
+def measure_run(collective: str, algorithm: str, nproc: int, count: int, dtype: str, op: str,
+                iters: int, warmup: int, timeout: float, params: dict | None = None,
+                accumulate_dtype: str | None = None) -> dict:
+    """``ringccl run``: the bench harness at one size (:func:`ringccl.bench.one_size`), ringccl's
+    ``algorithm`` against gloo's own on ``nproc`` local processes; returns
+    :func:`ringccl.bench.run_report`'s dict."""
+    from ..torch.runner import launch_sweep
+    spec = one_size(collective, algorithm, count, nproc, dtype=dtype, op=op, iters=iters,
+                    warmup=warmup, params=params, accumulate_dtype=accumulate_dtype)
+    with status(f"running {algorithm} {collective} on {nproc} local gloo processes …"):
+        rows = launch_sweep(spec, nproc, timeout=timeout)
+    return run_report(rows, spec, count, params)
+
+
+def print_run(r: dict) -> None:
+    """Print :func:`measure_run`'s dict: one row for ringccl, one for gloo, the busbw ratio."""
+    headers = ["impl", "size", "count", "type", "time (us)", "algbw (GB/s)", "busbw (GB/s)",
+               "min (us)", "p90 (us)", "#wrong"]
+    rows = []
+    for name in ("ringccl", "builtin"):
+        m = r[name]
+        label = f"ringccl {r['algorithm']}" if name == "ringccl" else "gloo (builtin)"
+        rows.append([label, units.format_size(r["size_bytes"]), r["count"], r["dtype"],
+                     f"{m['time_s'] * 1e6:.1f}", f"{m['algbw'] / 1e9:.3f}",
+                     f"{m['busbw'] / 1e9:.3f}", f"{m['min_s'] * 1e6:.1f}",
+                     f"{m['p90_s'] * 1e6:.1f}", m["wrong"]])
+    extra = "".join(f", {k}={v}" for k, v in r.get("params", {}).items())
+    extra += f", accumulate_dtype={r['accumulate_dtype']}" if r.get("accumulate_dtype") else ""
+    op = f", op={r['op']}" if get_collective(r["collective"]).reduces else ""
+    table(f"{r['collective']} on {r['world_size']} local gloo processes{op}{extra}, "
+          f"median of {r['iters']} iterations (max over ranks)", headers, rows)
+    ratio = r["busbw_ratio"]
+    print(f"busbw ratio ringccl/gloo: {'n/a' if ratio is None else f'{ratio:.2f}'}   "
+          f"result {'matches' if r['wrong'] == 0 else 'DIFFERS FROM'} the exact "
+          f"{r['collective']} ({r['wrong']} elements differ; gloo's own: "
+          f"{r['builtin']['wrong']})")
+
+
+def _cmd_run(args) -> int:
+    need_torch()
+    dtype = check_dtype(args.dtype)
+    op = parse_op(args.op)
+    params = schedule_params(args)
+    get_algorithm(args.collective, args.algorithm)
+    check_call(args, args.nproc, dtype, op, params)  # in this process, before any worker starts
+    r = measure_run(args.collective, args.algorithm, args.nproc, args.count, dtype.name, op.value,
+                    args.iters, args.warmup, args.timeout, params, args.accumulate_dtype)
+    if args.json:
+        emit_json(r)
+    else:
+        print_run(r)
+    return 0 if r["wrong"] == 0 else 1
+
+
+#: nccl-tests' -d names, accepted next to numpy's
+_NCCL_DTYPES = {"float": "float32", "half": "float16", "double": "float64", "int": "int32"}
+
+
+def _bench_rows(spec, args) -> tuple[list[dict], int, bool]:
+    """Run the sweep the way the command line asks: (rows, world_size, print here?)."""
+    total = row_count(spec)
+    if args.nproc:
+        bar, advance = progress(total, f"{spec.collective} on {args.nproc} {spec.backend} "
+                                "processes")
+        with bar:
+            if spec.backend == "mpi":
+                from ..mpi.launch import launch_bench
+                rows = launch_bench(spec, args.nproc, advance, args.timeout)
+            else:
+                need_torch()
+                from ..torch.runner import launch_sweep
+                rows = launch_sweep(spec, args.nproc, advance, args.timeout)
+        return rows, args.nproc, True
+    if spec.backend == "mpi":
+        from ..mpi.launch import under_mpirun
+        if under_mpirun():
+            from mpi4py import MPI
+
+            from ..mpi.runner import sweep
+            rank = MPI.COMM_WORLD.Get_rank()
+            bar, advance = progress(total, spec.collective) if rank == 0 else (None, None)
+            with bar or contextlib.nullcontext():
+                rows = sweep(spec, emit=advance)
+            return rows, MPI.COMM_WORLD.Get_size(), rank == 0
+    elif "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ:  # torchrun (env://)
+        need_torch()
+        import torch.distributed as dist
+
+        from ..torch.runner import sweep
+        dist.init_process_group(spec.backend)
+        try:
+            rank, world_size = dist.get_rank(), dist.get_world_size()
+            bar, advance = progress(total, spec.collective)
+            queue = _Callback(advance) if rank == 0 else None
+            with bar if rank == 0 else contextlib.nullcontext():
+                rows = sweep(rank, world_size, spec.to_dict(), queue)
+        finally:
+            dist.destroy_process_group()
+        return rows, world_size, rank == 0
+    raise RingcclError(f"ringccl bench needs processes: give --nproc N, or start it under "
+                       f"{'mpirun' if spec.backend == 'mpi' else 'torchrun'}")
+
+
+class _Callback:
+    """A queue-like object whose ``put`` calls a function (sweep's progress in-process)."""
+
+    def __init__(self, fn):
+        self.put = fn
+
+
+def _print_bench(rows: list[dict], spec, world_size: int) -> None:
+    builtin = {(r["size"], r["placement"]): r["busbw"] for r in rows
+               if r["algorithm"] == BUILTIN}
+    headers = ["size", "count", "type", "redop", "root", "algorithm", "placement", "time (us)",
+               "algbw", "busbw", "#wrong", "min (us)", "p90 (us)", "vs builtin"]
+    out = []
+    for r in rows:
+        if r["kind"] != "collective":
+            continue
+        ref = builtin.get((r["size"], r["placement"]))
+        ratio = (f"{r['busbw'] / ref:.2f}x" if ref and r["algorithm"] != BUILTIN else "")
+        out.append([units.format_size(r["size"]), r["count"], r["type"], r["redop"], r["root"],
+                    row_label(r), r["placement"], f"{r['time_s'] * 1e6:.1f}",
+                    f"{r['algbw'] / 1e9:.3f}", f"{r['busbw'] / 1e9:.3f}",
+                    "-" if r["wrong"] is None else r["wrong"], f"{r['min_s'] * 1e6:.1f}",
+                    f"{r['p90_s'] * 1e6:.1f}", ratio])
+    table(f"{spec.collective} on {world_size} {spec.backend} processes: median of {spec.iters} "
+          f"iterations (max over ranks) after {spec.warmup} warm-up; algbw, busbw in GB/s "
+          "(1e9 B/s); vs builtin = busbw / builtin's busbw (same size and placement)",
+          headers, out)
+
+
+def _segment_list(text: str | None) -> tuple:
+    if text is None:
+        return (None,)
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        out.append(None if part == "auto" else units.size(part))
+    return tuple(out)
+
+
+def _cmd_bench(args) -> int:
+    dtype = _NCCL_DTYPES.get(args.dtype, args.dtype)
+    spec = BenchSpec(
+        args.collective, parse_algorithms(args.collective, args.algorithm), args.minbytes,
+        args.maxbytes, args.stepfactor, args.iters, args.warmup_iters, bool(args.check), dtype,
+        args.op, args.root, _segment_list(args.segment_bytes),
+        PLACEMENTS if args.placement == "both" else (args.placement,), args.backend,
+        not args.no_calibrate, not args.no_restore, args.accumulate_dtype).validate(args.nproc)
+    rows, world_size, printer = _bench_rows(spec, args)
+    if not printer:
+        return 0
+    wrong = sum(r["wrong"] or 0 for r in rows)
+    if args.json:
+        emit_json(Sweep(spec, world_size, rows).to_json())
+    elif args.csv:
+        print(format_csv(rows), end="")
+    elif args.format == "nccl-tests":
+        print(format_nccl_tests(rows, spec, world_size), end="")
+    else:
+        _print_bench(rows, spec, world_size)
+    if args.plot:
+        plot_busbw(rows, args.plot, f"{spec.collective}, {world_size} {spec.backend} processes")
+        print(f"wrote {args.plot}", file=sys.stderr)
+    return 0 if wrong == 0 else 1
+
+
+def register_run(sub) -> None:
+    """``ringccl run``."""
+    p = sub.add_parser("run", help="run on local gloo processes and compare with gloo's own")
+    add_collective_args(p)
+    p.add_argument("--nproc", "-n", type=positive_int, default=4)
+    p.add_argument("--count", "-c", type=count_arg, default=units.count("16Mi"),
+                   help="elements per rank (reduce_scatter, scatter: the whole N-block input; "
+                   "rounded down to a multiple of N for those and all_to_all), default 16Mi")
+    p.add_argument("--dtype", default="float32",
+                   choices=[d for d in SUPPORTED_DTYPES])
+    p.add_argument("--op", default="sum")
+    add_accumulate_option(p, " ringccl's result is still compared with the exact result "
+                          "element for element: the inputs are small integers, whose sums are "
+                          "exact")
+    p.add_argument("--iters", type=positive_int, default=10)
+    p.add_argument("--warmup", type=nonnegative_int, default=3)
+    p.add_argument("--timeout", type=seconds_arg, default=300.0, help="seconds before giving up")
+    p.set_defaults(func=_cmd_run)
+
+
+def register_bench(sub) -> None:
+    """``ringccl bench``."""
+    p = sub.add_parser(
+        "bench", help="nccl-tests-style sweep: every algorithm against the backend's own",
+        description="Measure ringccl's algorithms and the backend's own collective (builtin) "
+        "over a range of sizes, nccl-tests style: per size and algorithm time, algbw, busbw "
+        "(GB/s = 1e9 B/s), #wrong and the spread over iterations. Starts --nproc local "
+        "processes itself, or runs under torchrun / mpirun.")
+    p.add_argument("collective", choices=list(COLLECTIVES))
+    p.add_argument("-b", "--minbytes", type=size_arg, default=units.size("4KiB"),
+                   help="smallest size, e.g. 4KiB (default 4KiB)")
+    p.add_argument("-e", "--maxbytes", type=size_arg, default=units.size("64MiB"),
+                   help="largest size (default 64MiB)")
+    p.add_argument("-f", "--stepfactor", type=int, default=4,
+                   help="multiply the size by this between rows (default 4)")
+    p.add_argument("-n", "--iters", type=positive_int, default=20,
+                   help="timed iterations per row (default 20; the median is reported)")
+    p.add_argument("-w", "--warmup-iters", type=int, default=5,
+                   help="untimed iterations first (default 5)")
+    p.add_argument("-c", "--check", type=int, choices=[0, 1], default=1,
+                   help="count wrong elements against the exact result (default 1)")
+    p.add_argument("-d", "--dtype", default="float32",
+                   choices=list(SUPPORTED_DTYPES) + list(_NCCL_DTYPES),
+                   help="element type (numpy or nccl-tests names; default float32)")
+    p.add_argument("-o", "--op", default="sum", help="sum, prod, min, max, avg, band, bor, bxor")
+    p.add_argument("-r", "--root", type=int, default=0, help="root rank of rooted collectives")
+    p.add_argument("--algorithm", "-a", default="all",
+                   help="comma-separated algorithms and/or builtin (the backend's own); "
+                   "'all' (default) = every registered algorithm and builtin")
+    p.add_argument("--backend", choices=["gloo", "nccl", "mpi"], default="gloo")
+    p.add_argument("--nproc", "-p", type=positive_int,
+                   help="start this many local processes (else run under torchrun/mpirun)")
+    p.add_argument("--segment-bytes", metavar="LIST",
+                   help="pipelining segments for ringccl algorithms, one sweep per entry: "
+                   "auto (the executor's threshold), 0 (never split) or a size, e.g. "
+                   "'0,1MiB' (default auto)")
+    p.add_argument("--placement", choices=["both", "out-of-place", "in-place"], default="both")
+    p.add_argument("--no-calibrate", action="store_true",
+                   help="skip the local-reduce rows (the gamma calibration for ringccl fit)")
+    p.add_argument("--no-restore", action="store_true",
+                   help="gloo/nccl: skip ringccl's all-or-nothing backup copy (restore=False), "
+                   "as the backends' own collectives do")
+    add_accumulate_option(p, " Applies to ringccl's algorithms, not to builtin; sizes and "
+                          "bandwidths still count --dtype's bytes (mpi: all_reduce, "
+                          "reduce_scatter).")
+    p.add_argument("--format", choices=["table", "nccl-tests"], default="table",
+                   help="table (default) or nccl-tests' text layout")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print JSON (input of ringccl fit)")
+    out.add_argument("--csv", action="store_true",
+                     help="print CSV in SI units: bytes, seconds, algbw/busbw in bytes/s")
+    p.add_argument("--plot", metavar="PNG", help="also write busbw vs size to this PNG")
+    p.add_argument("--timeout", type=seconds_arg, default=900.0, help="seconds before giving up")
+    p.set_defaults(func=_cmd_bench)

@@ -1,0 +1,170 @@
+"""Commands about schedules themselves: ``algorithms`` (the registry with its cost formulas),
+``show`` (one schedule's step table, trace, MSCCL XML) and ``compare`` (every algorithm of a
+collective side by side: steps, bytes, optionally float32 error)."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import sys
+
+import numpy as np
+
+from .. import units
+from ..algorithms import REGISTRY, algorithms, build_schedule, get_algorithm
+from ..check import verify
+from ..collectives import COLLECTIVES, get_collective
+from ..ops import SUPPORTED_DTYPES, check_dtype
+from ..sim.precision import output_errors
+from ..views.interop import to_chrome_trace, to_msccl_xml
+from ..views.show import step_rows, step_table
+from .common import (add_collective_args, check_root_arg, count_arg, emit_json, nonnegative_int,
+                     positive_int, schedule_params, status, table)
+
+__all__ = ["register_algorithms", "register_show", "register_compare"]
+
+
+def _cmd_show(args) -> int:
+    params = schedule_params(args)
+    check_root_arg(args, params, args.world_size)
+    schedule = verify(build_schedule(args.collective, args.algorithm, args.world_size, **params))
+    if args.trace:
+        with open(args.trace, "w") as f:
+            json.dump(to_chrome_trace(schedule), f)
+        print(f"wrote {args.trace}: Chrome/Perfetto trace, one track per rank "
+              "(open in https://ui.perfetto.dev)", file=sys.stderr)
+    if args.msccl_xml:
+        with open(args.msccl_xml, "w") as f:
+            f.write(to_msccl_xml(schedule) + "\n")
+        print(f"wrote {args.msccl_xml}: MSCCL XML", file=sys.stderr)
+    if args.json:
+        emit_json({"collective": schedule.collective, "algorithm": schedule.algorithm,
+                   "world_size": schedule.world_size, "num_chunks": schedule.num_chunks,
+                   "num_steps": schedule.num_steps, "params": schedule.params,
+                   "rows": step_rows(schedule, args.max_steps)})
+    else:
+        print(step_table(schedule, max_steps=args.max_steps))
+    return 0
+
+
+def _builder_params(algo, args) -> dict:
+    """Keyword arguments the CLI passes to a builder: ``root`` if it takes one and it is set."""
+    params = {}
+    if getattr(args, "root", None) is not None and "root" in inspect.signature(
+            algo.builder).parameters:
+        params["root"] = args.root
+    return params
+
+
+def _compare_rows(collective: str, world_size: int, count: int, dtype, args) -> list[dict]:
+    spec = get_collective(collective)
+    buffer_count = spec.buffer_count(world_size, count)
+    k = buffer_count * dtype.itemsize
+    x = None
+    if args.precision:
+        x = np.random.default_rng(args.seed).standard_normal((world_size, count)).astype(
+            np.float32)
+    rows = []
+    for name in algorithms(collective):
+        algo = get_algorithm(collective, name)
+        schedule = build_schedule(collective, name, world_size, **_builder_params(algo, args))
+        sent = schedule.bytes_sent(buffer_count, dtype.itemsize)
+        through = sent + schedule.bytes_received(buffer_count, dtype.itemsize)
+        row = {"algorithm": name, "steps": schedule.num_steps, "steps_formula": algo.steps_formula,
+               "bytes_sent_max": int(sent.max()),
+               "bytes_sent_per_buffer": float(sent.max()) / k if k else 0.0,
+               "bytes_through_max": int(through.max()),
+               "busiest_rank": int(np.argmax(through))}
+        if x is not None:
+            row["max_abs_error"], row["max_rel_error"] = output_errors(collective, schedule, x)
+        rows.append(row)
+    return rows
+
+
+def _cmd_compare(args) -> int:
+    dtype = check_dtype(args.dtype)
+    what = "simulating every algorithm …" if args.precision else "building schedules …"
+    with status(what):
+        rows = _compare_rows(args.collective, args.world_size, args.count, dtype, args)
+    spec = get_collective(args.collective)
+    k = spec.buffer_count(args.world_size, args.count) * dtype.itemsize
+    if args.json:
+        emit_json({"collective": args.collective, "world_size": args.world_size,
+                   "count": args.count, "dtype": dtype.name, "buffer_bytes": k,
+                   "rows": rows})
+        return 0
+    headers = ["algorithm", "steps", "bytes sent/rank (max)", "× buffer",
+               "through busiest rank (sent+recv)"]
+    if args.precision:
+        headers += ["max abs error", "max rel error"]
+    body = []
+    for r in rows:
+        line = [r["algorithm"], f"{r['steps']:,}",
+                units.format_size(r["bytes_sent_max"]), f"{r['bytes_sent_per_buffer']:.3f}",
+                f"{units.format_size(r['bytes_through_max'])} (R{r['busiest_rank']})"]
+        if args.precision:
+            line += [f"{r['max_abs_error']:.3g}", f"{r['max_rel_error']:.3g}"]
+        body.append(line)
+    table(f"{args.collective} on {args.world_size} ranks, {args.count:,} × {dtype.name} per "
+          f"rank (buffer {units.format_size(k)}); bytes counted from each schedule",
+          headers, body)
+    print("step and byte formulas: `ringccl algorithms " + args.collective + "`")
+    if args.precision:
+        print(f"errors: float32 inputs ~ N(0, 1) (seed {args.seed}) against their float64 sum; "
+              "relative error is per element (large where the sum nearly cancels); each "
+              "algorithm adds in its own order.")
+    return 0
+
+
+def _cmd_algorithms(args) -> int:
+    rows = [{"collective": a.collective, "algorithm": a.name, "steps": a.steps_formula,
+             "bytes_sent_per_rank": a.bytes_formula, "reference": a.reference}
+            for a in REGISTRY.values()
+            if args.collective is None or a.collective == args.collective]
+    if args.json:
+        emit_json(rows)
+    else:
+        table("algorithms (N = world_size, M = buffer bytes)",
+               ["collective", "algorithm", "steps", "bytes sent per rank", "reference"],
+               [list(r.values()) for r in rows])
+    return 0
+
+
+def register_show(sub) -> None:
+    """``ringccl show``."""
+    p = sub.add_parser("show", help="print a schedule's step table")
+    add_collective_args(p)
+    p.add_argument("--world-size", "-N", type=positive_int, default=4,
+                   help="ranks N (default 4, the seed's table)")
+    p.add_argument("--max-steps", type=positive_int, default=200,
+                   help="print at most this many steps (default 200)")
+    p.add_argument("--trace", metavar="OUT.json",
+                   help="also write a Chrome/Perfetto trace (one track per rank)")
+    p.add_argument("--msccl-xml", metavar="OUT.xml", help="also write the schedule as MSCCL XML")
+    p.set_defaults(func=_cmd_show)
+
+
+def register_compare(sub) -> None:
+    """``ringccl compare``."""
+    p = sub.add_parser("compare", help="every algorithm of a collective side by side")
+    p.add_argument("collective", choices=list(COLLECTIVES), help="collective to compare")
+    p.add_argument("--world-size", "-N", type=positive_int, default=8, help="ranks N (default 8)")
+    p.add_argument("--count", "-c", type=count_arg, default=units.count("1Mi"),
+                   help="elements per rank: 1M = 10^6, 1Mi = 2^20 (default 1Mi)")
+    p.add_argument("--dtype", default="float32", choices=SUPPORTED_DTYPES,
+                   help="element type for the byte counts (default float32)")
+    p.add_argument("--root", type=int, default=None, help="root rank of rooted collectives")
+    p.add_argument("--precision", action="store_true",
+                   help="simulate each algorithm on the same random float32 inputs and report "
+                   "its error against a float64 reference (needs N × count × 4 bytes per array)")
+    p.add_argument("--seed", type=nonnegative_int, default=0, help="random seed (default 0)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.set_defaults(func=_cmd_compare)
+
+
+def register_algorithms(sub) -> None:
+    """``ringccl algorithms``."""
+    p = sub.add_parser("algorithms", help="list collectives × algorithms with their costs")
+    p.add_argument("collective", nargs="?", choices=list(COLLECTIVES))
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_algorithms)
