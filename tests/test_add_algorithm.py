@@ -11,6 +11,7 @@ import pytest
 import ringccl
 from ringccl.algorithms import REGISTRY
 from ringccl.algorithms.registry import _build_cached
+from ringccl.views.interop import to_msccl_xml
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -50,4 +51,4 @@ def test_example_registers_verifies_and_simulates(reverse_ring):
     assert r.matches_reference
     assert np.array_equal(r.outputs[3], x.reshape(-1))
     assert algo.time(8, 8e6, 1e-6, 1e-9, 0.0) == pytest.approx(7 * (1e-6 + 1e6 * 1e-9))
-    assert "<algo" in ringccl.schedule("all_gather", "reverse_ring", world_size=4).to_msccl_xml()
+    assert "<algo" in to_msccl_xml(ringccl.schedule("all_gather", "reverse_ring", world_size=4))

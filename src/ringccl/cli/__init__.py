@@ -27,7 +27,8 @@ from ..check import verify
 from ..collectives import COLLECTIVES, check_root, get_collective
 from ..errors import ArgumentError, RingcclError
 from ..ops import SUPPORTED_DTYPES, check_accumulate_dtype, check_dtype, check_op_dtype, parse_op
-from ..views.show import step_rows
+from ..views.interop import to_chrome_trace, to_msccl_xml
+from ..views.show import step_rows, step_table
 from ..sim import default_algorithm, reference_tolerance, resolve_root, simulate
 
 __all__ = ["main"]
@@ -126,12 +127,12 @@ def _cmd_show(args) -> int:
     schedule = verify(build_schedule(args.collective, args.algorithm, args.world_size, **params))
     if args.trace:
         with open(args.trace, "w") as f:
-            json.dump(schedule.to_chrome_trace(), f)
+            json.dump(to_chrome_trace(schedule), f)
         print(f"wrote {args.trace}: Chrome/Perfetto trace, one track per rank "
               "(open in https://ui.perfetto.dev)", file=sys.stderr)
     if args.msccl_xml:
         with open(args.msccl_xml, "w") as f:
-            f.write(schedule.to_msccl_xml() + "\n")
+            f.write(to_msccl_xml(schedule) + "\n")
         print(f"wrote {args.msccl_xml}: MSCCL XML", file=sys.stderr)
     if args.json:
         _emit_json({"collective": schedule.collective, "algorithm": schedule.algorithm,
@@ -139,7 +140,7 @@ def _cmd_show(args) -> int:
                     "num_steps": schedule.num_steps, "params": schedule.params,
                     "rows": step_rows(schedule, args.max_steps)})
     else:
-        print(schedule.table(max_steps=args.max_steps))
+        print(step_table(schedule, max_steps=args.max_steps))
     return 0
 
 
@@ -454,7 +455,7 @@ def _cmd_demo(args) -> int:
         print("1) The seed's ring all-reduce on N=4 ranks (seed 000, section 2): at reduce-scatter"
               " step s rank r sends chunk (r-s) mod N\n   to rank r+1, which adds it in; then the"
               " complete chunks travel once more around the ring.\n")
-        print(schedule.table())
+        print(step_table(schedule))
         print("\n   verified symbolically: every rank ends with every rank's contribution to every"
               " chunk exactly once.\n")
     out["table"] = step_rows(schedule)
