@@ -36,9 +36,11 @@ def recursive_doubling_time(n, nbytes, alpha, beta, gamma):
 
 @contextlib.contextmanager
 def registered():
-    register(Algorithm("all_reduce", NAME, recursive_doubling, lambda n: int(math.log2(n)),
-                       lambda n, b: math.log2(n) * b, "log2 N", "log2(N)·M", "test",
-                       recursive_doubling_time))
+    register(Algorithm(collective="all_reduce", name=NAME, builder=recursive_doubling,
+                       num_steps=lambda n: int(math.log2(n)),
+                       bytes_sent=lambda n, b: math.log2(n) * b, steps_formula="log2 N",
+                       bytes_formula="log2(N)·M", reference="test",
+                       time=recursive_doubling_time))
     try:
         yield NAME
     finally:

@@ -96,7 +96,10 @@ def _time(n: int, nbytes: float, alpha: float, beta: float, gamma: float) -> flo
     return _levels(n) * alpha + (n - 1) / n * nbytes * beta
 
 
-register(Algorithm("scatter", "binomial", scatter, _levels, lambda n, m: (n - 1) / n * m,
-                   "⌈log2 N⌉", "(N-1)/N·M (root)", _THAKUR, _time))
-register(Algorithm("gather", "binomial", gather, _levels, _gather_bytes, "⌈log2 N⌉",
-                   "max(N-2^(L-1), 2^(L-2))·M/N, L=⌈log2 N⌉", _THAKUR, _time))
+register(Algorithm(collective="scatter", name="binomial", builder=scatter, num_steps=_levels,
+                   bytes_sent=lambda n, m: (n - 1) / n * m, steps_formula="⌈log2 N⌉",
+                   bytes_formula="(N-1)/N·M (root)", reference=_THAKUR, time=_time))
+register(Algorithm(collective="gather", name="binomial", builder=gather, num_steps=_levels,
+                   bytes_sent=_gather_bytes, steps_formula="⌈log2 N⌉",
+                   bytes_formula="max(N-2^(L-1), 2^(L-2))·M/N, L=⌈log2 N⌉", reference=_THAKUR,
+                   time=_time))

@@ -188,9 +188,11 @@ _DIRECT = [
 ]
 
 for _collective, _builder, _bytes, _formula, _t in _DIRECT:
-    register(Algorithm(_collective, "direct", _builder, _one, _bytes, "1 (N>1)", _formula,
-                       _THAKUR, _t))
+    register(Algorithm(collective=_collective, name="direct", builder=_builder, num_steps=_one,
+                       bytes_sent=_bytes, steps_formula="1 (N>1)", bytes_formula=_formula,
+                       reference=_THAKUR, time=_t))
 
-register(Algorithm("all_reduce", "master", master_all_reduce, lambda n: 2 * (n - 1),
-                   lambda n, m: (n - 1) * m, "2(N-1)", "(N-1)·M (root; 2(N-1)·M through it)",
-                   _SEED, _master_time))
+register(Algorithm(collective="all_reduce", name="master", builder=master_all_reduce,
+                   num_steps=lambda n: 2 * (n - 1), bytes_sent=lambda n, m: (n - 1) * m,
+                   steps_formula="2(N-1)", bytes_formula="(N-1)·M (root; 2(N-1)·M through it)",
+                   reference=_SEED, time=_master_time))

@@ -5,7 +5,13 @@ takes ``world_size`` (and keyword parameters such as ``root``) and returns a
 :class:`~ringccl.ir.Schedule`; it never touches data, numpy buffers of user data or torch.
 
 Adding an algorithm is one new module that calls ``register`` (see README, "Adding an algorithm"),
-imported by :mod:`ringccl.algorithms` or by the user before use.
+imported by :mod:`ringccl.algorithms` or by the user before use. An entry is written with keywords
+only, so the nine fields cannot be swapped silently::
+
+    register(Algorithm(collective="all_gather", name="ring", builder=all_gather,
+                       num_steps=lambda n: n - 1, bytes_sent=lambda n, m: (n - 1) / n * m,
+                       steps_formula="N-1", bytes_formula="(N-1)/N·M", reference="...",
+                       time=lambda n, m, alpha, beta, gamma: (n - 1) * (alpha + m / n * beta)))
 """
 
 from __future__ import annotations
@@ -17,16 +23,17 @@ from typing import Callable, Mapping
 
 from ..args import check_int
 from ..collectives import get_collective
-from ..errors import ArgumentError
+from ..errors import ArgumentError, ArgumentTypeError
 from ..ir import Schedule
 
 __all__ = ["Algorithm", "register", "get_algorithm", "algorithms", "build_schedule", "params_key",
            "REGISTRY"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Algorithm:
-    """A registered algorithm for one collective.
+    """A registered algorithm for one collective (keyword arguments only: ``Algorithm("ring", ...)``
+    raises TypeError).
 
     Attributes:
         collective, name: registry key.
@@ -88,7 +95,15 @@ REGISTRY: dict[tuple[str, str], Algorithm] = {}
 
 
 def register(algorithm: Algorithm) -> Algorithm:
-    """Add ``algorithm`` to the registry (replacing an entry with the same key)."""
+    """Add ``algorithm`` to the registry (replacing an entry with the same key); returns it.
+
+    Raises:
+        ArgumentTypeError: ``algorithm`` is not an :class:`Algorithm`.
+        ArgumentError: unknown collective.
+    """
+    if not isinstance(algorithm, Algorithm):
+        raise ArgumentTypeError(f"register takes an Algorithm(collective=..., name=..., "
+                                f"builder=..., ...), got {algorithm!r}")
     get_collective(algorithm.collective)  # unknown collective -> ArgumentError
     REGISTRY[(algorithm.collective, algorithm.name)] = algorithm
     _build_cached.cache_clear()

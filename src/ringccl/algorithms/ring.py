@@ -191,16 +191,23 @@ def _half_time(reduces: bool):
     return time
 
 
-register(Algorithm("all_reduce", "ring", all_reduce, lambda n: 2 * (n - 1),
-                   lambda n, b: 2 * (n - 1) / n * b, "2(N-1)", "2(N-1)/N·M", _PATARASUK,
-                   _all_reduce_time))
-register(Algorithm("reduce_scatter", "ring", reduce_scatter, lambda n: n - 1,
-                   lambda n, b: (n - 1) / n * b, "N-1", "(N-1)/N·M", _PATARASUK,
-                   _half_time(True)))
-register(Algorithm("all_gather", "ring", all_gather, lambda n: n - 1,
-                   lambda n, b: (n - 1) / n * b, "N-1", "(N-1)/N·M", _PATARASUK,
-                   _half_time(False)))
-register(Algorithm("broadcast", "ring", broadcast, _chain_steps, _chain_bytes, "N-2+S (S=N)",
-                   "M", _THAKUR, _chain_time(False)))
-register(Algorithm("reduce", "ring", reduce, _chain_steps, _chain_bytes, "N-2+S (S=N)", "M",
-                   _THAKUR, _chain_time(True)))
+register(Algorithm(collective="all_reduce", name="ring", builder=all_reduce,
+                   num_steps=lambda n: 2 * (n - 1), bytes_sent=lambda n, b: 2 * (n - 1) / n * b,
+                   steps_formula="2(N-1)", bytes_formula="2(N-1)/N·M", reference=_PATARASUK,
+                   time=_all_reduce_time))
+register(Algorithm(collective="reduce_scatter", name="ring", builder=reduce_scatter,
+                   num_steps=lambda n: n - 1, bytes_sent=lambda n, b: (n - 1) / n * b,
+                   steps_formula="N-1", bytes_formula="(N-1)/N·M", reference=_PATARASUK,
+                   time=_half_time(True)))
+register(Algorithm(collective="all_gather", name="ring", builder=all_gather,
+                   num_steps=lambda n: n - 1, bytes_sent=lambda n, b: (n - 1) / n * b,
+                   steps_formula="N-1", bytes_formula="(N-1)/N·M", reference=_PATARASUK,
+                   time=_half_time(False)))
+register(Algorithm(collective="broadcast", name="ring", builder=broadcast,
+                   num_steps=_chain_steps, bytes_sent=_chain_bytes,
+                   steps_formula="N-2+S (S=N)", bytes_formula="M", reference=_THAKUR,
+                   time=_chain_time(False)))
+register(Algorithm(collective="reduce", name="ring", builder=reduce,
+                   num_steps=_chain_steps, bytes_sent=_chain_bytes,
+                   steps_formula="N-2+S (S=N)", bytes_formula="M", reference=_THAKUR,
+                   time=_chain_time(True)))
