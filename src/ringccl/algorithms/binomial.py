@@ -28,6 +28,7 @@ import numpy as np
 from ..collectives import check_root
 from ..ir import Schedule
 from .registry import Algorithm, register
+from ._build import Transfers
 
 __all__ = ["scatter", "gather"]
 
@@ -43,7 +44,7 @@ def _tree(collective: str, world_size: int, root: int) -> Schedule:
     n = world_size
     root = check_root(root, n)
     levels = _levels(n)
-    parts = []
+    t = Transfers()
     for k in range(levels):
         # scatter walks the masks down from the top, gather up from 1
         m = 1 << (levels - 1 - k if collective == "scatter" else k)
@@ -55,12 +56,9 @@ def _tree(collective: str, world_size: int, root: int) -> Schedule:
         block = first + (np.arange(size.sum()) - np.repeat(np.cumsum(size) - size, size))
         sender, receiver = ((np.repeat(parent, size), first) if collective == "scatter"
                             else (first, np.repeat(parent, size)))
-        parts.append((np.full(block.shape, k), (sender + root) % n, (receiver + root) % n,
-                      (block + root) % n))
-    cat = (lambda i: np.concatenate([p[i] for p in parts]) if parts else np.zeros(0, np.int64))
-    return Schedule.from_arrays(collective, "binomial", n, n, step=cat(0), src=cat(1),
-                                dst=cat(2), src_chunk=cat(3), phases=[collective] * levels,
-                                num_steps=levels, params={"root": root})
+        t.add(k, (sender + root) % n, (receiver + root) % n, (block + root) % n)
+    return t.schedule(collective, "binomial", n, n, [collective] * levels,
+                      params={"root": root})
 
 
 def scatter(world_size: int, root: int = 0) -> Schedule:

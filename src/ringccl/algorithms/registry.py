@@ -2,7 +2,8 @@
 
 Each family lives in its own module and registers its builders with :func:`register`. A builder
 takes ``world_size`` (and keyword parameters such as ``root``) and returns a
-:class:`~ringccl.ir.Schedule`; it never touches data, numpy buffers of user data or torch.
+:class:`~ringccl.ir.Schedule`; it never touches data, numpy buffers of user data or torch. The
+built-in builders all use one style, :class:`ringccl.algorithms._build.Transfers`.
 
 Adding an algorithm is one new module that calls ``register`` (see README, "Adding an algorithm"),
 imported by :mod:`ringccl.algorithms` or by the user before use. An entry is written with keywords
