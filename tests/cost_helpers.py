@@ -11,7 +11,6 @@ import numpy as np
 
 import ringccl
 from ringccl.algorithms import REGISTRY, Algorithm, register
-from ringccl.algorithms.registry import _build_cached
 
 NAME = "test_recursive_doubling"
 
@@ -57,9 +56,9 @@ def ring_only():
     hidden = {k: v for k, v in REGISTRY.items() if k[1] != "ring"}
     for k in hidden:
         del REGISTRY[k]
-    _build_cached.cache_clear()
+    ringccl.clear_caches()
     try:
         yield
     finally:
         REGISTRY.update(hidden)
-        _build_cached.cache_clear()
+        ringccl.clear_caches()

@@ -10,7 +10,6 @@ import pytest
 
 import ringccl
 from ringccl.algorithms import REGISTRY
-from ringccl.algorithms.registry import _build_cached
 from ringccl.views.interop import to_msccl_xml
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -29,7 +28,7 @@ def reverse_ring():
     exec(compile(source, "README.md (Adding an algorithm)", "exec"), module.__dict__)
     yield module
     REGISTRY.pop(("all_gather", "reverse_ring"), None)
-    _build_cached.cache_clear()
+    ringccl.clear_caches()
 
 
 def test_example_is_about_twenty_lines():

@@ -36,11 +36,11 @@ References:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
 from ..args import check_int
+from ..caches import memoize
 from ..collectives import check_root
 from ..ir import Schedule
 from .registry import Algorithm, register
@@ -71,7 +71,7 @@ class BinaryTree:
     start: np.ndarray
 
 
-@lru_cache(maxsize=16)
+@memoize(maxsize=16)
 def binary_tree(world_size: int) -> BinaryTree:
     """The in-order binary tree of ``world_size`` ranks with its reduce start steps."""
     n = world_size
