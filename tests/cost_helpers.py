@@ -11,7 +11,6 @@ import numpy as np
 
 import ringccl
 from ringccl.algorithms import REGISTRY, Algorithm, register
-from ringccl.algorithms.registry import _build_cached
 
 NAME = "test_recursive_doubling"
 
@@ -36,9 +35,11 @@ def recursive_doubling_time(n, nbytes, alpha, beta, gamma):
 
 @contextlib.contextmanager
 def registered():
-    register(Algorithm("all_reduce", NAME, recursive_doubling, lambda n: int(math.log2(n)),
-                       lambda n, b: math.log2(n) * b, "log2 N", "log2(N)·M", "test",
-                       recursive_doubling_time))
+    register(Algorithm(collective="all_reduce", name=NAME, builder=recursive_doubling,
+                       num_steps=lambda n: int(math.log2(n)),
+                       bytes_sent=lambda n, b: math.log2(n) * b, steps_formula="log2 N",
+                       bytes_formula="log2(N)·M", reference="test",
+                       time=recursive_doubling_time))
     try:
         yield NAME
     finally:
@@ -55,9 +56,9 @@ def ring_only():
     hidden = {k: v for k, v in REGISTRY.items() if k[1] != "ring"}
     for k in hidden:
         del REGISTRY[k]
-    _build_cached.cache_clear()
+    ringccl.clear_caches()
     try:
         yield
     finally:
         REGISTRY.update(hidden)
-        _build_cached.cache_clear()
+        ringccl.clear_caches()

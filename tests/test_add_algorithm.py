@@ -10,7 +10,7 @@ import pytest
 
 import ringccl
 from ringccl.algorithms import REGISTRY
-from ringccl.algorithms.registry import _build_cached
+from ringccl.views.interop import to_msccl_xml
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -28,7 +28,7 @@ def reverse_ring():
     exec(compile(source, "README.md (Adding an algorithm)", "exec"), module.__dict__)
     yield module
     REGISTRY.pop(("all_gather", "reverse_ring"), None)
-    _build_cached.cache_clear()
+    ringccl.clear_caches()
 
 
 def test_example_is_about_twenty_lines():
@@ -50,4 +50,18 @@ def test_example_registers_verifies_and_simulates(reverse_ring):
     assert r.matches_reference
     assert np.array_equal(r.outputs[3], x.reshape(-1))
     assert algo.time(8, 8e6, 1e-6, 1e-9, 0.0) == pytest.approx(7 * (1e-6 + 1e6 * 1e-9))
-    assert "<algo" in ringccl.schedule("all_gather", "reverse_ring", world_size=4).to_msccl_xml()
+    assert "<algo" in to_msccl_xml(ringccl.schedule("all_gather", "reverse_ring", world_size=4))
+
+
+def test_registration_takes_keywords_only(reverse_ring):
+    """Nine positional fields are easy to swap (bytes_sent for num_steps, formulas for the
+    reference): an Algorithm is written with keywords, and register takes nothing else."""
+    algo = ringccl.get_algorithm("all_gather", "reverse_ring")
+    fields = dict(collective=algo.collective, name=algo.name, builder=algo.builder,
+                  num_steps=algo.num_steps, bytes_sent=algo.bytes_sent,
+                  steps_formula=algo.steps_formula, bytes_formula=algo.bytes_formula)
+    with pytest.raises(TypeError, match="positional"):
+        ringccl.Algorithm(*fields.values())
+    with pytest.raises(ringccl.ArgumentTypeError, match="register takes an Algorithm"):
+        ringccl.register(tuple(fields.values()))
+    assert ringccl.Algorithm(**fields) == ringccl.Algorithm(**fields, reference="", time=None)

@@ -18,7 +18,7 @@ import pytest
 import ringccl
 from ringccl.algorithms import REGISTRY
 from ringccl.errors import ArgumentError
-from ringccl.views.interop import msccl_buffer
+from ringccl.views.interop import msccl_buffer, to_chrome_trace, to_msccl_xml
 
 KEYS = sorted(REGISTRY)
 
@@ -134,7 +134,7 @@ def _check_structure(text, n):
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6, 8])
 def test_msccl_xml_runs_like_the_schedule(key, n):
     s = ringccl.schedule(*key, world_size=n, **_params(key, n))
-    text = s.to_msccl_xml()
+    text = to_msccl_xml(s)
     _check_structure(text, n)
     rng = np.random.default_rng(n)
     state = rng.integers(-1000, 1000, size=(n, s.num_chunks))
@@ -157,7 +157,7 @@ def test_msccl_xml_runs_like_the_schedule(key, n):
 
 
 def test_msccl_xml_of_the_ring_matches_the_format():
-    text = ringccl.schedule("all_reduce", "ring", world_size=4).to_msccl_xml()
+    text = to_msccl_xml(ringccl.schedule("all_reduce", "ring", world_size=4))
     algo = ET.fromstring(text)
     assert algo.get("coll") == "allreduce" and algo.get("nchunksperloop") == "4"
     gpu0 = algo.find("gpu")
@@ -172,18 +172,18 @@ def test_msccl_xml_of_the_ring_matches_the_format():
 
 
 def test_msccl_buffers_follow_the_collective():
-    ag = ET.fromstring(ringccl.schedule("all_gather", "bruck", world_size=4).to_msccl_xml())
+    ag = ET.fromstring(to_msccl_xml(ringccl.schedule("all_gather", "bruck", world_size=4)))
     assert ag.get("coll") == "allgather"
     assert {s.get("srcbuf") for s in ag.iter("step")} == {"o"}
     assert ag.find("gpu").get("i_chunks") == "1" and ag.find("gpu").get("o_chunks") == "4"
-    rs = ET.fromstring(ringccl.schedule("reduce_scatter", "ring", world_size=4).to_msccl_xml())
+    rs = ET.fromstring(to_msccl_xml(ringccl.schedule("reduce_scatter", "ring", world_size=4)))
     assert rs.get("coll") == "reducescatter" and rs.find("gpu").get("o_chunks") == "1"
 
 
 def test_multiple_dependencies_become_nops():
     """The tree root's child waits for both children's receives before sending up: that is
     one dependency per step, so extra ones are nop steps (as msccl-tools writes them)."""
-    text = ringccl.schedule("all_reduce", "double_binary_tree", world_size=16).to_msccl_xml()
+    text = to_msccl_xml(ringccl.schedule("all_reduce", "double_binary_tree", world_size=16))
     nops = [s for s in ET.fromstring(text).iter("step") if s.get("type") == "nop"]
     assert nops and all(int(s.get("depid")) >= 0 for s in nops)
 
@@ -192,7 +192,7 @@ def test_multiple_dependencies_become_nops():
 
 def test_chrome_trace_has_one_track_per_rank_and_an_event_per_transfer():
     s = ringccl.schedule("all_reduce", "tree", world_size=6)
-    trace = json.loads(json.dumps(s.to_chrome_trace()))
+    trace = json.loads(json.dumps(to_chrome_trace(s)))
     ev = trace["traceEvents"]
     names = {e["tid"]: e["args"]["name"] for e in ev if e.get("name") == "thread_name"}
     assert names == {r: f"R{r}" for r in range(6)}
@@ -215,11 +215,10 @@ def test_chrome_trace_has_one_track_per_rank_and_an_event_per_transfer():
 def test_chrome_trace_with_step_durations():
     s = ringccl.schedule("all_gather", "bruck", world_size=5)
     seconds = [1e-6 * (k + 1) for k in range(s.num_steps)]   # 1, 2, 3 µs
-    ev = s.to_chrome_trace(step_seconds=seconds)["traceEvents"]
+    ev = to_chrome_trace(s, step_seconds=seconds)["traceEvents"]
     starts = sorted({e["ts"] for e in ev if e.get("cat") == "send"})
     assert starts == pytest.approx([0.0, 1.0, 3.0])
     with pytest.raises(ArgumentError, match="step_seconds must be 3 durations"):
-        s.to_chrome_trace(step_seconds=[1.0])
-    from ringccl.views.interop import to_chrome_trace
+        to_chrome_trace(s, step_seconds=[1.0])
     with pytest.raises(ArgumentError, match="max_transfers=2"):
         to_chrome_trace(s, max_transfers=2)

@@ -31,7 +31,7 @@ def test_seed_table_n4():
 
 
 def test_table_text_has_the_seed_rows():
-    text = ringccl.schedule("all_reduce", "ring", world_size=4).table()
+    text = ringccl.table(ringccl.schedule("all_reduce", "ring", world_size=4))
     assert "reduce-scatter 1      c0 → R1" in text
     assert "after reduce-scatter  owns c1" in text
 

@@ -8,7 +8,7 @@ Quick tour::
 
     import ringccl
     s = ringccl.schedule("all_reduce", "ring", world_size=4)
-    print(s.table())                      # the seed's N=4 step table
+    print(ringccl.table(s))               # the seed's N=4 step table
     ringccl.verify(s)                     # symbolic proof; raises VerificationError if wrong
     r = ringccl.simulate("all_reduce", x) # x: (world_size, count) numpy array
     r.outputs, r.stats.bytes_sent, r.matches_reference
@@ -17,7 +17,9 @@ Quick tour::
     ringccl.tune("all_reduce", 1024, alpha="5us", bandwidth="50GB/s").ranges
 
 ``ringccl.cost`` and ``ringccl.tune`` are functions; their modules are ``ringccl.costmodel``
-(``walk``, ``Predictor``) and ``ringccl.tuning`` (``predict_table``).
+(``walk``, ``Predictor``) and ``ringccl.tuning`` (``predict_table``). Views of a schedule are
+functions of it, not methods: ``ringccl.table(s)``; MSCCL XML and Chrome traces are
+``ringccl.views.interop.to_msccl_xml(s)`` and ``to_chrome_trace(s)``.
 """
 
 from __future__ import annotations
@@ -39,10 +41,11 @@ from .bench.metrics import algbw, busbw
 from .ops import ReduceOp
 from .sim import SimResult, SimStats, simulate
 from .costmodel.tuning import TuneResult, predict_table, tune
+from .views.show import step_table as table
 
 __version__ = "0.1.0"
 
-__all__ = ["schedule", "verify", "simulate", "algorithms", "collectives", "get_algorithm",
+__all__ = ["schedule", "verify", "simulate", "table", "algorithms", "collectives", "get_algorithm",
            "get_collective", "register", "Algorithm", "Schedule", "Step", "Transfer", "Kind",
            "Program", "ReduceOp", "SimResult", "SimStats", "chunk_bounds", "algbw", "busbw",
            "units", "cost", "predictor", "walk", "CostResult", "StepCost", "Predictor", "topology",
@@ -55,7 +58,7 @@ __all__ = ["schedule", "verify", "simulate", "algorithms", "collectives", "get_a
 def schedule(collective: str, algorithm: str = "ring", world_size: int = 4, **params) -> Schedule:
     """The schedule of ``algorithm`` for ``collective`` on ``world_size`` ranks.
 
-    Example: ``ringccl.schedule("all_reduce", "ring", world_size=4).table()``.
+    Example: ``ringccl.table(ringccl.schedule("all_reduce", "ring", world_size=4))``.
 
     Raises:
         ArgumentError: unknown collective or algorithm (listing the valid names), world_size < 1.

@@ -18,6 +18,9 @@ Steps are stored as small integer arrays (one entry per transfer), not as Python
 1024-rank ring all-reduce (2046 steps x 1024 transfers) stays a few tens of MB. Transfers inside a
 step are kept sorted by (src, dst, src_chunk, dst_chunk): every rank derives the same post order
 for its sends and receives from :meth:`Schedule.program`.
+
+The IR knows none of its views: step tables are :func:`ringccl.table` (:mod:`ringccl.views.show`),
+MSCCL XML and Chrome traces :mod:`ringccl.views.interop`.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import numpy as np
 
 from .args import check_int, check_rank
 from .chunking import chunk_bounds
+from .collectives import get_collective
 from .errors import ArgumentError, ScheduleError
 
 __all__ = ["Kind", "Transfer", "Step", "Schedule", "Program", "RankStep", "Send", "Recv",
@@ -378,7 +382,6 @@ class Schedule:
     def chunk_sizes(self, buffer_count: int) -> np.ndarray:
         """(world_size, num_chunks) elements of each rank's chunks for a collective size of
         ``buffer_count`` elements (the collective's contract: ``Collective.chunk_sizes``)."""
-        from .collectives import get_collective
         return get_collective(self.collective).chunk_sizes(
             self.world_size, self.num_chunks, buffer_count, self.params)
 
@@ -411,27 +414,3 @@ class Schedule:
         if sizes.ndim == 1:
             return counts @ sizes.astype(np.int64) * itemsize
         return (counts * sizes).sum(axis=1).astype(np.int64) * itemsize
-
-    # -- display ---------------------------------------------------------------------------------
-
-    def table(self, max_steps: int = 200) -> str:
-        """The step table: one row per step, one column per rank, entries like ``c0 → R1``.
-
-        After each phase a row shows what each rank then holds completely (from the symbolic
-        checker), e.g. ``owns c1`` after a reduce-scatter phase. This reproduces the N=4 table of
-        the ring walk-through (seed 000, section 2).
-        """
-        from .views.show import step_table
-        return step_table(self, max_steps=max_steps)
-
-    # -- interop ---------------------------------------------------------------------------------
-
-    def to_msccl_xml(self, name: str | None = None) -> str:
-        """This schedule in MSCCL's XML IR (mapping and limits: :mod:`ringccl.interop`)."""
-        from .views.interop import to_msccl_xml
-        return to_msccl_xml(self, name=name)
-
-    def to_chrome_trace(self, step_seconds=None) -> dict:
-        """This schedule as a Chrome/Perfetto trace (:func:`ringccl.interop.to_chrome_trace`)."""
-        from .views.interop import to_chrome_trace
-        return to_chrome_trace(self, step_seconds=step_seconds)

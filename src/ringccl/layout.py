@@ -13,16 +13,16 @@ non-root ranks of scatter and gather hold only the blocks of their subtree.
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
 from .args import check_int
+from .caches import clear_caches, memoize
 from .collectives import get_collective, split_safe
 from .errors import ArgumentError, ArgumentTypeError
 
-__all__ = ["Layout", "layout", "clear_cache", "runs", "rooted", "split_rows", "check_own_block",
+__all__ = ["Layout", "layout", "runs", "rooted", "split_rows", "check_own_block",
            "all_to_all_sizes"]
 
 
@@ -60,7 +60,7 @@ def runs(bounds: np.ndarray, chunks: np.ndarray) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
-@functools.lru_cache(maxsize=256)
+@memoize(maxsize=256)
 def _layout(schedule, rank: int, buffer_count: int | None, sizes: tuple | None) -> Layout:
     spec = get_collective(schedule.collective)
     n, c = schedule.world_size, schedule.num_chunks
@@ -81,7 +81,8 @@ def _layout(schedule, rank: int, buffer_count: int | None, sizes: tuple | None) 
 
 def layout(schedule, rank: int, buffer_count: int | None = None,
            sizes: Sequence[int] | None = None) -> Layout:
-    """This rank's working buffer for ``schedule`` (cached per schedule, rank and size).
+    """This rank's working buffer for ``schedule`` (cached per schedule, rank and size;
+    :func:`ringccl.clear_caches` forgets them).
 
     Args:
         schedule: a built schedule (its collective, world_size, num_chunks and params decide the
@@ -97,9 +98,9 @@ def layout(schedule, rank: int, buffer_count: int | None = None,
     return _layout(schedule, int(rank), buffer_count, sizes)
 
 
-def clear_cache() -> None:
-    """Forget the layouts :func:`layout` remembers (and the schedules they hold)."""
-    _layout.cache_clear()
+# The layouts are one of the tables ringccl.clear_caches() empties; this name stays only for
+# ringccl.mpi's release_buffers, which imports it (it clears every cache, as that function does).
+clear_cache = clear_caches
 
 
 def rooted(params: dict, root: int) -> dict:

@@ -1,8 +1,18 @@
 """Small helpers shared by the algorithm families: logarithms and a transfer accumulator.
 
-Builders describe a schedule as a few vectorized groups of transfers ("at step s every rank r
-sends chunk f(r, s) to g(r, s)"); :class:`Transfers` collects those groups as numpy arrays and
-hands them to :meth:`Schedule.from_arrays` once, so no builder loops over single transfers.
+The one builder style of the library: a builder describes its schedule as a few vectorized
+groups of transfers ("at step s every rank r sends chunk f(r, s) to g(r, s)"), one
+:meth:`Transfers.add` per group (arrays broadcast together, so a group is often one call over a
+(step, rank) grid), and ends with :meth:`Transfers.schedule`, which names the phase of every step
+and hands everything to :meth:`Schedule.from_arrays` once. No builder loops over single
+transfers, concatenates arrays itself or calls ``Schedule.from_arrays`` directly; a user's
+algorithm may do the latter (README, "Adding an algorithm").
+
+Example (ring all-gather: at step s rank r sends block (r - s) mod N to r + 1)::
+
+    t, r, s = Transfers(), np.arange(n), np.arange(n - 1)[:, None]
+    t.add(s, r, (r + 1) % n, (r - s) % n)
+    return t.schedule("all_gather", "ring", n, n, ["all-gather"] * (n - 1))
 """
 
 from __future__ import annotations
@@ -26,29 +36,53 @@ def floor_log2(n: int) -> int:
     return int(n).bit_length() - 1
 
 
+#: dtypes of (step, src, dst, src_chunk, dst_chunk, reduce) as Transfers keeps them
+_DTYPES = (np.int64, np.int32, np.int32, np.int32, np.int32, np.bool_)
+
+
 class Transfers:
-    """Accumulates groups of transfers (numpy arrays or scalars, broadcast together)."""
+    """Accumulates groups of transfers (numpy arrays or scalars, broadcast together).
+
+    Ranks and chunks are kept as int32, the IR's own dtype (:class:`~ringccl.ir.Schedule` stores
+    int32 arrays), so they are copied once here and not converted again by the schedule.
+    """
 
     def __init__(self) -> None:
         self._parts: list[tuple[np.ndarray, ...]] = []
 
     def add(self, step, src, dst, src_chunk, dst_chunk=None, reduce=False) -> None:
-        """Add transfers; ``dst_chunk`` defaults to ``src_chunk``; empty groups are fine."""
+        """Add transfers; ``dst_chunk`` defaults to ``src_chunk``; empty groups are fine.
+
+        Args:
+            step, src, dst, src_chunk, dst_chunk: integer arrays or scalars, broadcast together:
+                one transfer per element (the step index, sending rank, receiving rank, chunk
+                read at src, chunk written at dst).
+            reduce: bool array or scalar: True where the receiver reduces, False where it copies.
+        """
         if dst_chunk is None:
             dst_chunk = src_chunk
-        arrays = np.broadcast_arrays(*(np.asarray(a, dtype=np.int64) for a in
+        arrays = np.broadcast_arrays(*(np.asarray(a) for a in
                                        (step, src, dst, src_chunk, dst_chunk)),
                                      np.asarray(reduce, dtype=bool))
-        self._parts.append(tuple(np.ravel(a) for a in arrays))
+        # astype copies (a broadcast view is not ours to keep) and ravel then returns a view;
+        # steps stay int64, as Schedule sorts them, the indices become the IR's int32
+        self._parts.append(tuple(a.astype(dtype, order="C").ravel()
+                                 for a, dtype in zip(arrays, _DTYPES)))
 
     def schedule(self, collective: str, algorithm: str, world_size: int, num_chunks: int,
                  phases: Sequence[str], params: Mapping[str, object] | None = None) -> Schedule:
-        """The schedule of everything added, with one phase name per step."""
-        if self._parts:
+        """The schedule of everything added, with one phase name per step (``len(phases)``
+        steps; a step may have no transfers).
+
+        Raises:
+            ScheduleError, ArgumentError: as :meth:`Schedule.from_arrays`.
+        """
+        if len(self._parts) == 1:
+            st, s, d, sc, dc, red = self._parts[0]
+        elif self._parts:
             st, s, d, sc, dc, red = (np.concatenate(col) for col in zip(*self._parts))
         else:
-            st = s = d = sc = dc = np.zeros(0, dtype=np.int64)
-            red = np.zeros(0, dtype=bool)
+            st, s, d, sc, dc, red = (np.zeros(0, dtype=dtype) for dtype in _DTYPES)
         return Schedule.from_arrays(collective, algorithm, world_size, num_chunks, step=st,
                                     src=s, dst=d, src_chunk=sc, dst_chunk=dc, reduce=red,
                                     phases=list(phases), num_steps=len(phases), params=params)

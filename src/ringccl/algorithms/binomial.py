@@ -28,6 +28,7 @@ import numpy as np
 from ..collectives import check_root
 from ..ir import Schedule
 from .registry import Algorithm, register
+from ._build import Transfers
 
 __all__ = ["scatter", "gather"]
 
@@ -43,7 +44,7 @@ def _tree(collective: str, world_size: int, root: int) -> Schedule:
     n = world_size
     root = check_root(root, n)
     levels = _levels(n)
-    parts = []
+    t = Transfers()
     for k in range(levels):
         # scatter walks the masks down from the top, gather up from 1
         m = 1 << (levels - 1 - k if collective == "scatter" else k)
@@ -55,12 +56,9 @@ def _tree(collective: str, world_size: int, root: int) -> Schedule:
         block = first + (np.arange(size.sum()) - np.repeat(np.cumsum(size) - size, size))
         sender, receiver = ((np.repeat(parent, size), first) if collective == "scatter"
                             else (first, np.repeat(parent, size)))
-        parts.append((np.full(block.shape, k), (sender + root) % n, (receiver + root) % n,
-                      (block + root) % n))
-    cat = (lambda i: np.concatenate([p[i] for p in parts]) if parts else np.zeros(0, np.int64))
-    return Schedule.from_arrays(collective, "binomial", n, n, step=cat(0), src=cat(1),
-                                dst=cat(2), src_chunk=cat(3), phases=[collective] * levels,
-                                num_steps=levels, params={"root": root})
+        t.add(k, (sender + root) % n, (receiver + root) % n, (block + root) % n)
+    return t.schedule(collective, "binomial", n, n, [collective] * levels,
+                      params={"root": root})
 
 
 def scatter(world_size: int, root: int = 0) -> Schedule:
@@ -96,7 +94,10 @@ def _time(n: int, nbytes: float, alpha: float, beta: float, gamma: float) -> flo
     return _levels(n) * alpha + (n - 1) / n * nbytes * beta
 
 
-register(Algorithm("scatter", "binomial", scatter, _levels, lambda n, m: (n - 1) / n * m,
-                   "⌈log2 N⌉", "(N-1)/N·M (root)", _THAKUR, _time))
-register(Algorithm("gather", "binomial", gather, _levels, _gather_bytes, "⌈log2 N⌉",
-                   "max(N-2^(L-1), 2^(L-2))·M/N, L=⌈log2 N⌉", _THAKUR, _time))
+register(Algorithm(collective="scatter", name="binomial", builder=scatter, num_steps=_levels,
+                   bytes_sent=lambda n, m: (n - 1) / n * m, steps_formula="⌈log2 N⌉",
+                   bytes_formula="(N-1)/N·M (root)", reference=_THAKUR, time=_time))
+register(Algorithm(collective="gather", name="binomial", builder=gather, num_steps=_levels,
+                   bytes_sent=_gather_bytes, steps_formula="⌈log2 N⌉",
+                   bytes_formula="max(N-2^(L-1), 2^(L-2))·M/N, L=⌈log2 N⌉", reference=_THAKUR,
+                   time=_time))

@@ -111,8 +111,10 @@ def _a2a_time(n, nbytes, alpha, beta, gamma):
                for k in range(ceil_log2(n)))
 
 
-register(Algorithm("all_gather", "bruck", all_gather, _steps, lambda n, b: (n - 1) / n * b,
-                   "⌈log2 N⌉", "(N-1)/N·M", _BRUCK, _ag_time))
-register(Algorithm("all_to_all", "bruck", all_to_all, _steps,
-                   lambda n, b: _a2a_blocks(n) * b / n, "⌈log2 N⌉",
-                   "Σ_k |{i<N: bit k of i}|·M/N ≈ M/2·log2 N", _BRUCK, _a2a_time))
+register(Algorithm(collective="all_gather", name="bruck", builder=all_gather, num_steps=_steps,
+                   bytes_sent=lambda n, b: (n - 1) / n * b, steps_formula="⌈log2 N⌉",
+                   bytes_formula="(N-1)/N·M", reference=_BRUCK, time=_ag_time))
+register(Algorithm(collective="all_to_all", name="bruck", builder=all_to_all, num_steps=_steps,
+                   bytes_sent=lambda n, b: _a2a_blocks(n) * b / n, steps_formula="⌈log2 N⌉",
+                   bytes_formula="Σ_k |{i<N: bit k of i}|·M/N ≈ M/2·log2 N", reference=_BRUCK,
+                   time=_a2a_time))

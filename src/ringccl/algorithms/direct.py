@@ -48,6 +48,7 @@ import numpy as np
 from ..collectives import check_root as _root
 from ..ir import Schedule
 from .registry import Algorithm, register
+from ._build import Transfers
 
 __all__ = ["all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce",
            "scatter", "gather", "master_all_reduce"]
@@ -66,9 +67,9 @@ def _pairs(n: int):
 def _one_step(collective, n, num_chunks, src, dst, src_chunk, dst_chunk=None, reduce=False,
               params=None, phase="direct") -> Schedule:
     steps = 1 if len(np.atleast_1d(src)) and n > 1 else 0
-    return Schedule.from_arrays(collective, "direct", n, num_chunks, step=0, src=src, dst=dst,
-                                src_chunk=src_chunk, dst_chunk=dst_chunk, reduce=reduce,
-                                phases=[phase] * steps, num_steps=steps, params=params)
+    t = Transfers()
+    t.add(0, src, dst, src_chunk, dst_chunk, reduce=reduce)
+    return t.schedule(collective, "direct", n, num_chunks, [phase] * steps, params=params)
 
 
 def all_reduce(world_size: int) -> Schedule:
@@ -144,12 +145,11 @@ def master_all_reduce(world_size: int, root: int = 0) -> Schedule:
     root = _root(root, n)
     others = (root + 1 + np.arange(n - 1)) % n
     k = np.arange(n - 1)
-    return Schedule.from_arrays(
-        "all_reduce", "master", n, 1, step=np.r_[k, n - 1 + k], src=np.r_[others, [root] * (n - 1)],
-        dst=np.r_[[root] * (n - 1), others], src_chunk=0, reduce=np.r_[[True] * (n - 1),
-                                                                       [False] * (n - 1)],
-        phases=["reduce"] * (n - 1) + ["broadcast"] * (n - 1), num_steps=2 * (n - 1),
-        params={"root": root})
+    t = Transfers()
+    t.add(k, others, root, 0, reduce=True)        # step k: the k-th other rank into the root
+    t.add(n - 1 + k, root, others, 0)             # step N-1+k: the sum back to it
+    return t.schedule("all_reduce", "master", n, 1,
+                      ["reduce"] * (n - 1) + ["broadcast"] * (n - 1), params={"root": root})
 
 
 # -- closed forms ---------------------------------------------------------------------------------
@@ -188,9 +188,11 @@ _DIRECT = [
 ]
 
 for _collective, _builder, _bytes, _formula, _t in _DIRECT:
-    register(Algorithm(_collective, "direct", _builder, _one, _bytes, "1 (N>1)", _formula,
-                       _THAKUR, _t))
+    register(Algorithm(collective=_collective, name="direct", builder=_builder, num_steps=_one,
+                       bytes_sent=_bytes, steps_formula="1 (N>1)", bytes_formula=_formula,
+                       reference=_THAKUR, time=_t))
 
-register(Algorithm("all_reduce", "master", master_all_reduce, lambda n: 2 * (n - 1),
-                   lambda n, m: (n - 1) * m, "2(N-1)", "(N-1)·M (root; 2(N-1)·M through it)",
-                   _SEED, _master_time))
+register(Algorithm(collective="all_reduce", name="master", builder=master_all_reduce,
+                   num_steps=lambda n: 2 * (n - 1), bytes_sent=lambda n, m: (n - 1) * m,
+                   steps_formula="2(N-1)", bytes_formula="(N-1)·M (root; 2(N-1)·M through it)",
+                   reference=_SEED, time=_master_time))

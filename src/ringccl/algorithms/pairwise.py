@@ -44,7 +44,8 @@ def all_to_all(world_size: int) -> Schedule:
     return t.schedule("all_to_all", "pairwise", n, 2 * n, ["pairwise exchange"] * (n - 1))
 
 
-register(Algorithm("all_to_all", "pairwise", all_to_all, lambda n: n - 1,
-                   lambda n, b: (n - 1) / n * b, "N-1", "(N-1)/N·M",
-                   "Thakur et al., IJHPCA 19(1) 2005, §5",
-                   lambda n, b, alpha, beta, gamma: (n - 1) * (alpha + b / n * beta)))
+register(Algorithm(collective="all_to_all", name="pairwise", builder=all_to_all,
+                   num_steps=lambda n: n - 1, bytes_sent=lambda n, b: (n - 1) / n * b,
+                   steps_formula="N-1", bytes_formula="(N-1)/N·M",
+                   reference="Thakur et al., IJHPCA 19(1) 2005, §5",
+                   time=lambda n, b, alpha, beta, gamma: (n - 1) * (alpha + b / n * beta)))

@@ -258,22 +258,28 @@ def _steps(phases_per_level: int):
 
 
 register(Algorithm(
-    "all_reduce", "recursive_doubling", recursive_doubling_all_reduce, _steps(1),
-    lambda n, b: (_fold_sizes(n)[1] + (1 if _fold_sizes(n)[2] else 0)) * b,
-    "⌊log2 N⌋ + 2[N≠2^k]", "(⌊log2 N⌋ + [N≠2^k])·M", _THAKUR, _rd_all_reduce_time))
+    collective="all_reduce", name="recursive_doubling", builder=recursive_doubling_all_reduce,
+    num_steps=_steps(1),
+    bytes_sent=lambda n, b: (_fold_sizes(n)[1] + (1 if _fold_sizes(n)[2] else 0)) * b,
+    steps_formula="⌊log2 N⌋ + 2[N≠2^k]", bytes_formula="(⌊log2 N⌋ + [N≠2^k])·M",
+    reference=_THAKUR, time=_rd_all_reduce_time))
 register(Algorithm(
-    "all_reduce", "halving_doubling", halving_doubling_all_reduce, _steps(2),
-    lambda n, b: (2 * (_fold_sizes(n)[0] - 1) / _fold_sizes(n)[0]
-                  + (1 if _fold_sizes(n)[2] else 0)) * b,
-    "2⌊log2 N⌋ + 2[N≠2^k]", "2(P-1)/P·M (+M if N≠2^k), P=2^⌊log2 N⌋", _RABENSEIFNER,
-    _hd_all_reduce_time))
+    collective="all_reduce", name="halving_doubling", builder=halving_doubling_all_reduce,
+    num_steps=_steps(2),
+    bytes_sent=lambda n, b: (2 * (_fold_sizes(n)[0] - 1) / _fold_sizes(n)[0]
+                             + (1 if _fold_sizes(n)[2] else 0)) * b,
+    steps_formula="2⌊log2 N⌋ + 2[N≠2^k]",
+    bytes_formula="2(P-1)/P·M (+M if N≠2^k), P=2^⌊log2 N⌋", reference=_RABENSEIFNER,
+    time=_hd_all_reduce_time))
 register(Algorithm(
-    "reduce_scatter", "halving_doubling", halving_doubling_reduce_scatter, _steps(1),
-    lambda n, b: b if _fold_sizes(n)[2] else (n - 1) / n * b,
-    "⌊log2 N⌋ + 2[N≠2^k]", "(N-1)/N·M (M if N≠2^k)", _RABENSEIFNER, _hd_reduce_scatter_time))
+    collective="reduce_scatter", name="halving_doubling", builder=halving_doubling_reduce_scatter,
+    num_steps=_steps(1), bytes_sent=lambda n, b: b if _fold_sizes(n)[2] else (n - 1) / n * b,
+    steps_formula="⌊log2 N⌋ + 2[N≠2^k]", bytes_formula="(N-1)/N·M (M if N≠2^k)",
+    reference=_RABENSEIFNER, time=_hd_reduce_scatter_time))
 for _name, _builder in (("recursive_doubling", recursive_doubling_all_gather),
                         ("halving_doubling", halving_doubling_all_gather)):
     register(Algorithm(
-        "all_gather", _name, _builder, _steps(1), _rd_all_gather_bytes,
-        "⌊log2 N⌋ + 2[N≠2^k]", "(N-1)/N·M if N=2^k (partners of extras send more)", _THAKUR,
-        _rd_all_gather_time))
+        collective="all_gather", name=_name, builder=_builder, num_steps=_steps(1),
+        bytes_sent=_rd_all_gather_bytes, steps_formula="⌊log2 N⌋ + 2[N≠2^k]",
+        bytes_formula="(N-1)/N·M if N=2^k (partners of extras send more)", reference=_THAKUR,
+        time=_rd_all_gather_time))

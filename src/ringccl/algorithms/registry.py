@@ -2,31 +2,39 @@
 
 Each family lives in its own module and registers its builders with :func:`register`. A builder
 takes ``world_size`` (and keyword parameters such as ``root``) and returns a
-:class:`~ringccl.ir.Schedule`; it never touches data, numpy buffers of user data or torch.
+:class:`~ringccl.ir.Schedule`; it never touches data, numpy buffers of user data or torch. The
+built-in builders all use one style, :class:`ringccl.algorithms._build.Transfers`.
 
 Adding an algorithm is one new module that calls ``register`` (see README, "Adding an algorithm"),
-imported by :mod:`ringccl.algorithms` or by the user before use.
+imported by :mod:`ringccl.algorithms` or by the user before use. An entry is written with keywords
+only, so the nine fields cannot be swapped silently::
+
+    register(Algorithm(collective="all_gather", name="ring", builder=all_gather,
+                       num_steps=lambda n: n - 1, bytes_sent=lambda n, m: (n - 1) / n * m,
+                       steps_formula="N-1", bytes_formula="(N-1)/N·M", reference="...",
+                       time=lambda n, m, alpha, beta, gamma: (n - 1) * (alpha + m / n * beta)))
 """
 
 from __future__ import annotations
 
-import functools
 import inspect
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from ..args import check_int
+from ..caches import memoize
 from ..collectives import get_collective
-from ..errors import ArgumentError
+from ..errors import ArgumentError, ArgumentTypeError
 from ..ir import Schedule
 
 __all__ = ["Algorithm", "register", "get_algorithm", "algorithms", "build_schedule", "params_key",
            "REGISTRY"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Algorithm:
-    """A registered algorithm for one collective.
+    """A registered algorithm for one collective (keyword arguments only: ``Algorithm("ring", ...)``
+    raises TypeError).
 
     Attributes:
         collective, name: registry key.
@@ -88,10 +96,18 @@ REGISTRY: dict[tuple[str, str], Algorithm] = {}
 
 
 def register(algorithm: Algorithm) -> Algorithm:
-    """Add ``algorithm`` to the registry (replacing an entry with the same key)."""
+    """Add ``algorithm`` to the registry (replacing an entry with the same key); returns it.
+
+    Raises:
+        ArgumentTypeError: ``algorithm`` is not an :class:`Algorithm`.
+        ArgumentError: unknown collective.
+    """
+    if not isinstance(algorithm, Algorithm):
+        raise ArgumentTypeError(f"register takes an Algorithm(collective=..., name=..., "
+                                f"builder=..., ...), got {algorithm!r}")
     get_collective(algorithm.collective)  # unknown collective -> ArgumentError
+    # no cache to clear: schedules are memoized per entry object, so the new entry builds anew
     REGISTRY[(algorithm.collective, algorithm.name)] = algorithm
-    _build_cached.cache_clear()
     return algorithm
 
 
@@ -125,34 +141,55 @@ def params_key(params: Mapping[str, object]) -> tuple:
     return tuple((k, type(v), v) for k, v in sorted(params.items()))
 
 
-@functools.lru_cache(maxsize=32)
-def _build_cached(collective: str, algorithm: str, world_size: int,
+def _build(algo: Algorithm, world_size: int, params: dict) -> Schedule:
+    """``algo.builder(world_size, **params)`` after checking the parameter names against the
+    builder's signature (values are the builder's to check)."""
+    try:
+        inspect.signature(algo.builder).bind(world_size, **params)
+    except TypeError:
+        takes = [p.name for p in list(inspect.signature(algo.builder).parameters.values())[1:]]
+        raise ArgumentError(f"{algo.name} {algo.collective} takes the parameters "
+                            f"{', '.join(takes) or '(none)'}; got {', '.join(sorted(params))}") \
+            from None
+    except ValueError:  # no signature to check against: let the builder decide
+        pass
+    return algo.builder(world_size, **params)
+
+
+@memoize(maxsize=64)
+def _build_cached(algo: Algorithm, world_size: int,
                   params: tuple[tuple[str, type, object], ...]) -> Schedule:
-    return REGISTRY[(collective, algorithm)].builder(world_size,
-                                                    **{k: v for k, _, v in params})
+    # keyed by the registry entry itself, not its name: a name registered again (or removed
+    # and added back) is a new entry and builds anew, while a hit costs one hash and skips the
+    # signature check its first build passed
+    return _build(algo, world_size, {k: v for k, _, v in params})
 
 
 def build_schedule(collective: str, algorithm: str, world_size: int, **params) -> Schedule:
     """Build (or fetch from a small cache) the schedule of ``algorithm`` for ``collective``.
 
+    A cache hit costs about a microsecond (one dict lookup and one LRU lookup), so callers need
+    no cache of their own; :func:`ringccl.clear_caches` empties it.
+
     Raises:
         ArgumentError: unknown names, world_size not an int >= 1, or a parameter the builder does
             not take.
+        ArgumentTypeError: world_size not an integer.
     """
-    algo = get_algorithm(collective, algorithm)
-    world_size = check_int(world_size, "world_size", minimum=1)
     try:
-        inspect.signature(algo.builder).bind(world_size, **params)
+        algo = REGISTRY.get((collective, algorithm))
+    except TypeError:  # an unhashable name: get_algorithm says what is allowed
+        algo = None
+    if algo is None:
+        algo = get_algorithm(collective, algorithm)  # raises, listing the valid names
+    if type(world_size) is not int or world_size < 1:
+        world_size = check_int(world_size, "world_size", minimum=1)
+    key = params_key(params) if params else ()
+    try:
+        return _build_cached(algo, world_size, key)
     except TypeError:
-        takes = [p.name for p in list(inspect.signature(algo.builder).parameters.values())[1:]]
-        raise ArgumentError(f"{algorithm} {collective} takes the parameters "
-                            f"{', '.join(takes) or '(none)'}; got {', '.join(sorted(params))}") \
-            from None
-    except ValueError:  # no signature to check against: let the builder decide
-        pass
-    key = params_key(params)
-    try:
-        hash(key)
-    except TypeError:  # an unhashable value (a list, an array): the builder checks it
-        return algo.builder(world_size, **params)
-    return _build_cached(collective, algorithm, world_size, key)
+        try:
+            hash(key)
+        except TypeError:  # an unhashable value (a list, an array): the builder checks it
+            return _build(algo, world_size, params)
+        raise

@@ -44,6 +44,7 @@ from ..collectives import check_root
 from ..args import check_int
 from ..ir import Schedule
 from .registry import Algorithm, register
+from ._build import Transfers
 
 __all__ = ["reduce_scatter", "all_gather", "all_reduce", "broadcast", "reduce"]
 
@@ -51,22 +52,24 @@ _PATARASUK = "Patarasuk & Yuan, JPDC 69(2) 2009"
 _THAKUR = "Thakur, Rabenseifner & Gropp, IJHPCA 19(1) 2005 (pipelined chain)"
 
 
-def _ring_phases(world_size: int, phases: list[tuple[int, bool, str]]) -> dict:
-    """Arrays for consecutive ring phases of N-1 steps each.
+def _ring_phases(collective: str, world_size: int,
+                 phases: list[tuple[int, bool, str]]) -> Schedule:
+    """Consecutive ring phases of N-1 steps each, on N chunks.
 
     For a phase (offset, reduce, name), at its step s every rank r sends chunk
     (r + offset - s) mod N to next_rank = (r + 1) mod N, which reduces or copies it.
     """
     n = world_size
-    s = np.repeat(np.arange(n - 1), n)            # step within the phase, per transfer
-    r = np.tile(np.arange(n), n - 1)              # sending rank
-    parts = [(p * (n - 1) + s, (r + offset - s) % n, np.full(s.shape, reduce))
-             for p, (offset, reduce, _) in enumerate(phases)]
-    return dict(step=np.concatenate([p[0] for p in parts]),
-                src=np.tile(r, len(phases)), dst=np.tile((r + 1) % n, len(phases)),
-                src_chunk=np.concatenate([p[1] for p in parts]),
-                reduce=np.concatenate([p[2] for p in parts]),
-                phases=[name for (_, _, name) in phases for _ in range(n - 1)])
+    # one group of shape (phase, step within the phase, sending rank r), broadcast together
+    k = np.arange(len(phases))[:, None, None]
+    offset = np.array([p[0] for p in phases])[:, None, None]
+    reduce = np.array([p[1] for p in phases])[:, None, None]
+    s = np.arange(n - 1)[None, :, None]
+    r = np.arange(n)
+    t = Transfers()
+    t.add(k * (n - 1) + s, r, (r + 1) % n, (r + offset - s) % n, reduce=reduce)
+    return t.schedule(collective, "ring", n, n, [name for (_, _, name) in phases
+                                                for _ in range(n - 1)])
 
 
 def all_reduce(world_size: int) -> Schedule:
@@ -85,8 +88,8 @@ def all_reduce(world_size: int) -> Schedule:
     References:
         Patarasuk & Yuan 2009; Thakur, Rabenseifner & Gropp 2005 (section 4).
     """
-    return Schedule.from_arrays("all_reduce", "ring", world_size, world_size, **_ring_phases(
-        world_size, [(0, True, "reduce-scatter"), (1, False, "all-gather")]))
+    return _ring_phases("all_reduce", world_size,
+                        [(0, True, "reduce-scatter"), (1, False, "all-gather")])
 
 
 def reduce_scatter(world_size: int) -> Schedule:
@@ -95,8 +98,7 @@ def reduce_scatter(world_size: int) -> Schedule:
     Pre:  rank r holds N blocks. Post: rank r holds block r reduced over all ranks.
     Cost: N-1 steps; each rank sends (N-1)/N · nbytes (nbytes = the whole N-block input).
     """
-    return Schedule.from_arrays("reduce_scatter", "ring", world_size, world_size,
-                                **_ring_phases(world_size, [(-1, True, "reduce-scatter")]))
+    return _ring_phases("reduce_scatter", world_size, [(-1, True, "reduce-scatter")])
 
 
 def all_gather(world_size: int) -> Schedule:
@@ -104,8 +106,7 @@ def all_gather(world_size: int) -> Schedule:
 
     Cost: N-1 steps; each rank sends (N-1)/N · nbytes (nbytes = the whole N-block output).
     """
-    return Schedule.from_arrays("all_gather", "ring", world_size, world_size,
-                                **_ring_phases(world_size, [(0, False, "all-gather")]))
+    return _ring_phases("all_gather", world_size, [(0, False, "all-gather")])
 
 
 def _chain(collective: str, world_size: int, root: int, segments: int | None) -> Schedule:
@@ -116,13 +117,13 @@ def _chain(collective: str, world_size: int, root: int, segments: int | None) ->
     reduce = collective == "reduce"
     # broadcast starts at the root; reduce ends at it
     order = (root + (1 if reduce else 0) + np.arange(n)) % n
-    p = np.repeat(np.arange(n - 1), segments)    # link, per transfer
-    s = np.tile(np.arange(segments), n - 1)      # segment, per transfer
+    p = np.arange(n - 1)[:, None]                # link (rows)
+    s = np.arange(segments)                      # segment (columns)
     steps = n - 2 + segments if n > 1 else 0
-    return Schedule.from_arrays(collective, "ring", n, segments, step=p + s, src=order[p],
-                                dst=order[p + 1], src_chunk=s, reduce=reduce,
-                                phases=[collective] * steps, num_steps=steps,
-                                params={"root": root, "segments": segments})
+    t = Transfers()
+    t.add(p + s, order[p], order[p + 1], s, reduce=reduce)
+    return t.schedule(collective, "ring", n, segments, [collective] * steps,
+                      params={"root": root, "segments": segments})
 
 
 def _segments(world_size: int, segments: int | None) -> int:
@@ -191,16 +192,23 @@ def _half_time(reduces: bool):
     return time
 
 
-register(Algorithm("all_reduce", "ring", all_reduce, lambda n: 2 * (n - 1),
-                   lambda n, b: 2 * (n - 1) / n * b, "2(N-1)", "2(N-1)/N·M", _PATARASUK,
-                   _all_reduce_time))
-register(Algorithm("reduce_scatter", "ring", reduce_scatter, lambda n: n - 1,
-                   lambda n, b: (n - 1) / n * b, "N-1", "(N-1)/N·M", _PATARASUK,
-                   _half_time(True)))
-register(Algorithm("all_gather", "ring", all_gather, lambda n: n - 1,
-                   lambda n, b: (n - 1) / n * b, "N-1", "(N-1)/N·M", _PATARASUK,
-                   _half_time(False)))
-register(Algorithm("broadcast", "ring", broadcast, _chain_steps, _chain_bytes, "N-2+S (S=N)",
-                   "M", _THAKUR, _chain_time(False)))
-register(Algorithm("reduce", "ring", reduce, _chain_steps, _chain_bytes, "N-2+S (S=N)", "M",
-                   _THAKUR, _chain_time(True)))
+register(Algorithm(collective="all_reduce", name="ring", builder=all_reduce,
+                   num_steps=lambda n: 2 * (n - 1), bytes_sent=lambda n, b: 2 * (n - 1) / n * b,
+                   steps_formula="2(N-1)", bytes_formula="2(N-1)/N·M", reference=_PATARASUK,
+                   time=_all_reduce_time))
+register(Algorithm(collective="reduce_scatter", name="ring", builder=reduce_scatter,
+                   num_steps=lambda n: n - 1, bytes_sent=lambda n, b: (n - 1) / n * b,
+                   steps_formula="N-1", bytes_formula="(N-1)/N·M", reference=_PATARASUK,
+                   time=_half_time(True)))
+register(Algorithm(collective="all_gather", name="ring", builder=all_gather,
+                   num_steps=lambda n: n - 1, bytes_sent=lambda n, b: (n - 1) / n * b,
+                   steps_formula="N-1", bytes_formula="(N-1)/N·M", reference=_PATARASUK,
+                   time=_half_time(False)))
+register(Algorithm(collective="broadcast", name="ring", builder=broadcast,
+                   num_steps=_chain_steps, bytes_sent=_chain_bytes,
+                   steps_formula="N-2+S (S=N)", bytes_formula="M", reference=_THAKUR,
+                   time=_chain_time(False)))
+register(Algorithm(collective="reduce", name="ring", builder=reduce,
+                   num_steps=_chain_steps, bytes_sent=_chain_bytes,
+                   steps_formula="N-2+S (S=N)", bytes_formula="M", reference=_THAKUR,
+                   time=_chain_time(True)))

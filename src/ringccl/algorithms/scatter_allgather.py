@@ -67,7 +67,9 @@ def _time(n, nbytes, alpha, beta, gamma):
     return scatter + (n - 1) * (alpha + block * beta)
 
 
-register(Algorithm("broadcast", "scatter_allgather", broadcast,
-                   lambda n: ceil_log2(n) + n - 1, lambda n, b: 2 * (n - 1) / n * b,
-                   "⌈log2 N⌉ + N-1", "2(N-1)/N·M", "van de Geijn (InterCom 1994); "
-                   "Thakur et al. 2005, §4.2", _time))
+register(Algorithm(collective="broadcast", name="scatter_allgather", builder=broadcast,
+                   num_steps=lambda n: ceil_log2(n) + n - 1,
+                   bytes_sent=lambda n, b: 2 * (n - 1) / n * b,
+                   steps_formula="⌈log2 N⌉ + N-1", bytes_formula="2(N-1)/N·M",
+                   reference="van de Geijn (InterCom 1994); Thakur et al. 2005, §4.2",
+                   time=_time))

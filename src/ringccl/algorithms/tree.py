@@ -36,11 +36,11 @@ References:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
 from ..args import check_int
+from ..caches import memoize
 from ..collectives import check_root
 from ..ir import Schedule
 from .registry import Algorithm, register
@@ -71,7 +71,7 @@ class BinaryTree:
     start: np.ndarray
 
 
-@lru_cache(maxsize=16)
+@memoize(maxsize=16)
 def binary_tree(world_size: int) -> BinaryTree:
     """The in-order binary tree of ``world_size`` ranks with its reduce start steps."""
     n = world_size
@@ -295,20 +295,26 @@ def _dbt_bytes(n: int, nbytes: float) -> float:
     return {1: 0.0, 2: nbytes, 3: 1.5 * nbytes}.get(n, 2 * nbytes)
 
 
-register(Algorithm("all_reduce", "tree", all_reduce, lambda n: num_steps("all_reduce", n),
-                   lambda n, b: _bytes("all_reduce", n, b), _TREE_STEPS,
-                   "3M", _NCCL_TREE,
-                   lambda n, b, alpha, beta, gamma: time("all_reduce", n, b, alpha, beta, gamma)))
-register(Algorithm("all_reduce", "double_binary_tree", double_binary_tree_all_reduce,
-                   lambda n: num_steps("all_reduce", n), _dbt_bytes,
-                   _TREE_STEPS, "2M", _SANDERS,
-                   lambda n, b, alpha, beta, gamma: time("all_reduce", n, b / 2, alpha, beta,
-                                                         gamma)))
-register(Algorithm("reduce", "tree", reduce, lambda n: num_steps("reduce", n),
-                   lambda n, b: _bytes("reduce", n, b), "⌈log2 N⌉",
-                   "M", _NCCL_TREE,
-                   lambda n, b, alpha, beta, gamma: time("reduce", n, b, alpha, beta, gamma)))
-register(Algorithm("broadcast", "tree", broadcast, lambda n: num_steps("broadcast", n),
-                   lambda n, b: _bytes("broadcast", n, b), "⌈log2 N⌉", "2M", _NCCL_TREE,
-                   lambda n, b, alpha, beta, gamma: time("broadcast", n, b, alpha, beta,
-                                                         gamma)))
+register(Algorithm(collective="all_reduce", name="tree", builder=all_reduce,
+                   num_steps=lambda n: num_steps("all_reduce", n),
+                   bytes_sent=lambda n, b: _bytes("all_reduce", n, b), steps_formula=_TREE_STEPS,
+                   bytes_formula="3M", reference=_NCCL_TREE,
+                   time=lambda n, b, alpha, beta, gamma: time("all_reduce", n, b, alpha, beta,
+                                                              gamma)))
+register(Algorithm(collective="all_reduce", name="double_binary_tree",
+                   builder=double_binary_tree_all_reduce,
+                   num_steps=lambda n: num_steps("all_reduce", n), bytes_sent=_dbt_bytes,
+                   steps_formula=_TREE_STEPS, bytes_formula="2M", reference=_SANDERS,
+                   time=lambda n, b, alpha, beta, gamma: time("all_reduce", n, b / 2, alpha,
+                                                              beta, gamma)))
+register(Algorithm(collective="reduce", name="tree", builder=reduce,
+                   num_steps=lambda n: num_steps("reduce", n),
+                   bytes_sent=lambda n, b: _bytes("reduce", n, b), steps_formula="⌈log2 N⌉",
+                   bytes_formula="M", reference=_NCCL_TREE,
+                   time=lambda n, b, alpha, beta, gamma: time("reduce", n, b, alpha, beta, gamma)))
+register(Algorithm(collective="broadcast", name="tree", builder=broadcast,
+                   num_steps=lambda n: num_steps("broadcast", n),
+                   bytes_sent=lambda n, b: _bytes("broadcast", n, b), steps_formula="⌈log2 N⌉",
+                   bytes_formula="2M", reference=_NCCL_TREE,
+                   time=lambda n, b, alpha, beta, gamma: time("broadcast", n, b, alpha, beta,
+                                                              gamma)))

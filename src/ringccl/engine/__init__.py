@@ -35,11 +35,12 @@ fully updated or exactly as it was.
 
 from __future__ import annotations
 
+from .. import caches
+from ..caches import clear_caches
 from .dataflow import DataflowProgram, Instr, dataflow_program, run_dataflow
 from .dataflow import _programs
 from .lockstep import run_lockstep
-from .plan import (Plan, SegmentRecv, SegmentSend, StepPlan, _checked_bounds, check_bounds, plan,
-                   uniform_bounds)
+from .plan import Plan, SegmentRecv, SegmentSend, StepPlan, check_bounds, plan, uniform_bounds
 from .transport import Transport, timeout_seconds
 
 __all__ = ["SegmentSend", "SegmentRecv", "StepPlan", "Plan", "Transport", "Instr",
@@ -47,9 +48,7 @@ __all__ = ["SegmentSend", "SegmentRecv", "StepPlan", "Plan", "Transport", "Instr
            "dataflow_program", "clear_caches", "run_dataflow", "run_lockstep"]
 
 
-def clear_caches() -> None:
-    """Forget the cached plans and dataflow programs (executors' ``release_buffers``)."""
-    plan.cache_clear()
-    uniform_bounds.cache_clear()
-    _checked_bounds.cache_clear()
-    _programs.clear()
+# The compiled dataflow programs are a memo table too (a dict bounded in dataflow.py); the plans
+# and bounds register themselves through caches.memoize. ``engine.clear_caches`` (what the
+# executors' release_buffers call) is ringccl.clear_caches: one story, every table.
+caches.register(_programs.clear)

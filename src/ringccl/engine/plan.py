@@ -1,10 +1,11 @@
-"""A rank's part of a schedule as segment-level sends and receives (cached per plan)."""
+"""A rank's part of a schedule as segment-level sends and receives (memoized: plans, bounds and
+checked bounds are tables that :func:`ringccl.clear_caches` empties)."""
 
 from __future__ import annotations
 
-import functools
 from typing import NamedTuple
 
+from ..caches import memoize
 from ..chunking import chunk_bounds
 from ..errors import BackendError
 from ..ir import Kind, Schedule
@@ -64,7 +65,7 @@ def _segments(lo: int, hi: int, segment_elems: int) -> list[tuple[int, int]]:
     return [(a, min(a + segment_elems, hi)) for a in range(lo, hi, segment_elems)]
 
 
-@functools.lru_cache(maxsize=128)
+@memoize(maxsize=128)
 def plan(schedule: Schedule, rank: int, bounds: tuple, segment_elems: int) -> Plan:
     """Per step, ``rank``'s segment-level sends and receives in canonical order (cached).
 
@@ -114,7 +115,7 @@ def plan(schedule: Schedule, rank: int, bounds: tuple, segment_elems: int) -> Pl
     return Plan(tuple(steps), tuple(bounds), 2 * half)
 
 
-@functools.lru_cache(maxsize=128)
+@memoize(maxsize=128)
 def uniform_bounds(count: int, num_chunks: int) -> tuple:
     """``chunk_bounds(count, num_chunks)`` as a tuple (the ``numpy.array_split`` pieces)."""
     return tuple(chunk_bounds(count, num_chunks).tolist())
@@ -136,7 +137,7 @@ def check_bounds(bounds, num_chunks: int, count: int) -> tuple:
     return _checked_bounds.__wrapped__(tuple(bounds), num_chunks, count)
 
 
-@functools.lru_cache(maxsize=256)
+@memoize(maxsize=256)
 def _checked_bounds(bounds: tuple, num_chunks: int, count: int) -> tuple:
     bounds = tuple(int(b) for b in bounds)
     if len(bounds) != num_chunks + 1 or any(b < a for a, b in zip(bounds, bounds[1:])) or (

@@ -49,8 +49,17 @@ def step_rows(schedule: Schedule, max_steps: int = 200) -> list[dict]:
 
 
 def step_table(schedule: Schedule, max_steps: int = 200) -> str:
-    """The step table as text: one row per step, one column per rank (``c0 → R1`` entries),
-    and after each phase what every rank holds completely ("owns c1" for reduced chunks).
+    """The step table as text (``ringccl.table``): one row per step, one column per rank
+    (entries like ``c0 → R1``), and after each phase what every rank holds completely, from the
+    symbolic checker ("owns c1" for reduced chunks after a reduce-scatter phase). For
+    ``ringccl.schedule("all_reduce", "ring", world_size=4)`` this is the N=4 table of the ring
+    walk-through (seed 000, section 2).
+
+    Args:
+        schedule: any schedule (built or loaded).
+        max_steps: show at most this many steps; a last line counts the steps left out.
+    Returns:
+        the table, lines joined by newlines (no trailing newline).
     """
     n = schedule.world_size
     rows = step_rows(schedule, max_steps)
