@@ -15,6 +15,7 @@ from ..bench import (BUILTIN, PLACEMENTS, BenchSpec, Sweep, format_csv, format_n
                      one_size, parse_algorithms, plot_busbw, row_count, row_label, run_report)
 from ..collectives import COLLECTIVES, get_collective
 from ..errors import RingcclError
+from ..mpi.launch import launch_bench, under_mpirun
 from ..ops import SUPPORTED_DTYPES, check_dtype, parse_op
 from .common import (add_accumulate_option, add_collective_args, check_call, count_arg,
                      emit_json, need_torch, nonnegative_int, positive_int, progress,
@@ -89,7 +90,6 @@ def _bench_rows(spec, args) -> tuple[list[dict], int, bool]:
                                 "processes")
         with bar:
             if spec.backend == "mpi":
-                from ..mpi.launch import launch_bench
                 rows = launch_bench(spec, args.nproc, advance, args.timeout)
             else:
                 need_torch()
@@ -97,7 +97,6 @@ def _bench_rows(spec, args) -> tuple[list[dict], int, bool]:
                 rows = launch_sweep(spec, args.nproc, advance, args.timeout)
         return rows, args.nproc, True
     if spec.backend == "mpi":
-        from ..mpi.launch import under_mpirun
         if under_mpirun():
             from mpi4py import MPI
 

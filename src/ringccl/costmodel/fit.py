@@ -36,9 +36,10 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from ..algorithms import REGISTRY
+from ..algorithms import REGISTRY, get_algorithm
 from ..bench.spec import BUILTIN, LOCAL_REDUCE
 from ..errors import ArgumentError
+from ..units import format_size
 
 __all__ = ["Fit", "HeldOut", "load_rows", "sweep_key", "fit_rows", "held_out", "predict",
            "PARAMS"]
@@ -107,7 +108,6 @@ def sweep_key(row: dict) -> tuple:
 
 
 def sweep_label(key: tuple) -> str:
-    from ..units import format_size
     collective, algorithm, n, seg = key
     extra = "" if seg is None else f", seg={'off' if seg == 0 else format_size(seg, 0)}"
     return f"{algorithm} {collective}, {n} ranks{extra}"
@@ -283,7 +283,6 @@ def predict(fit: Fit, collective: str, algorithm: str, world_size: int, nbytes: 
     Raises:
         ArgumentError: unknown algorithm, or one registered without a closed form.
     """
-    from ..algorithms import get_algorithm
     algo = get_algorithm(collective, algorithm)
     if algo.time is None:
         raise ArgumentError(f"{algorithm} {collective} has no closed-form time to predict with")
