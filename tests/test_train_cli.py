@@ -34,3 +34,26 @@ def test_hidden_widths_are_parsed():
     assert args.hidden == (64, 32, 16)
     with pytest.raises(SystemExit):
         ringccl.cli.build_parser().parse_args(["train", "--hidden", "64,x"])
+
+
+def test_unwritable_plot_is_refused_before_training(capsys, tmp_path, monkeypatch):
+    import ringccl.torch.launch
+    started = []
+    monkeypatch.setattr(ringccl.torch.launch, "launch", lambda *a, **k: started.append(a))
+    assert ringccl.cli.main(["train", "--plot", "/nonexistent/x.png"]) == 2
+    assert ringccl.cli.main(["train", "--plot", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "plot='/nonexistent/x.png': directory '/nonexistent' does not exist" in err
+    assert f"plot={str(tmp_path)!r} is a directory" in err
+    assert not started
+
+
+@pytest.mark.timeout(600)
+def test_train_on_one_rank_reports_every_mode(capsys):
+    """One rank: each round moves 0 bytes (the table printed a KeyError there)."""
+    code = ringccl.cli.main(["train", "--nproc", "1", "--epochs", "1", "--no-plot",
+                             "--hidden", "16", "--mode", "all"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    for mode in ("ddp", "bucketer", "zero", "torch"):
+        assert mode in out

@@ -16,6 +16,8 @@ __all__ = [
     "PeerError",
     "RingcclTimeout",
     "ConsistencyError",
+    "WorkerError",
+    "Interrupted",
 ]
 
 
@@ -102,3 +104,36 @@ class ConsistencyError(BackendError, ValueError):
     def __init__(self, message: str, fingerprints: list | None = None):
         super().__init__(message)
         self.fingerprints = fingerprints or []
+
+
+class WorkerError(BackendError):
+    """A worker process started by a launcher raised; the message is one line, "rank R:
+    ExceptionType: message" (plus the worker's traceback when the launcher was asked to be
+    verbose).
+
+    Attributes:
+        rank: the worker's rank.
+        exc_type: the name of the exception it raised ("ArgumentError", "MemoryError", ...).
+        worker_traceback: its formatted traceback (always kept, printed only when asked).
+    """
+
+    def __init__(self, message: str, *, rank: int | None = None, exc_type: str | None = None,
+                 worker_traceback: str | None = None):
+        super().__init__(message)
+        self.rank, self.exc_type, self.worker_traceback = rank, exc_type, worker_traceback
+
+
+class Interrupted(KeyboardInterrupt):
+    """A launcher was interrupted (Ctrl-C/SIGINT, or SIGTERM) and ended its workers first.
+
+    A :class:`KeyboardInterrupt`, not a :class:`RingcclError`: an interrupt is no error (the
+    CLI exits 130, as shells do for SIGINT), and ``except KeyboardInterrupt`` still sees it.
+
+    Attributes:
+        partial: what the launcher had received before the interrupt (bench rows, progress
+            events), in arrival order.
+    """
+
+    def __init__(self, message: str = "interrupted", *, partial: list | None = None):
+        super().__init__(message)
+        self.partial = list(partial or [])

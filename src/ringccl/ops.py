@@ -69,8 +69,11 @@ def parse_op(op: Any) -> ReduceOp:
     key = (name if isinstance(name, str) else str(op)).strip().lower()
     key = key.rsplit(".", 1)[-1]  # "ReduceOp.SUM" -> "sum"
     if key not in _ALIASES:
-        raise ArgumentError(f"op={op!r} is not a reduce op; expected one of "
-                            f"{', '.join(o.value for o in ReduceOp)}")
+        expected = ", ".join(o.value for o in ReduceOp)
+        if isinstance(name, str):  # a torch ReduceOp member: its name, not its repr
+            raise ArgumentError(f"op={name} is not supported by ringccl; expected one of "
+                                f"{expected}")
+        raise ArgumentError(f"op={op!r} is not a reduce op; expected one of {expected}")
     return _ALIASES[key]
 
 

@@ -69,7 +69,8 @@ def _cmd_train(args) -> int:
         algorithm=args.algorithm, accumulation=args.accumulation,
         sync_micro_batches=args.sync_micro_batches, bucket_cap_mb=args.bucket_cap_mb,
         first_bucket_mb=args.first_bucket_mb, max_norm=args.max_norm,
-        compression=args.compression if m == "ddp" else None).validate()) for m in modes]
+        compression=args.compression if m == "ddp" else None,
+        plot=None if args.no_plot else args.plot).validate()) for m in modes]
     data = load_digits(args.seed)  # once here: importing scikit-learn costs seconds per process
     TrainConfig(batch_size=args.batch_size).check_data(args.nproc, len(data["y_train"]))
     queue = mp.get_context("spawn").Queue()
@@ -108,7 +109,8 @@ def _print_train(report: dict, args) -> None:
     rows = []
     for r in report["runs"]:
         expected = r["expected_bytes"]
-        model = (expected.get("all_reduce") or expected["reduce_scatter"] + expected["all_gather"])
+        model = (expected["all_reduce"] if "all_reduce" in expected  # 0 on one rank
+                 else expected["reduce_scatter"] + expected["all_gather"])
         per_step = r["bytes_per_step"]
         rows.append([r["mode"], f"{r['final_train_loss']:.5f}", f"{r['loss_rel_diff']:.1e}",
                      f"{r['final_test_acc']:.2%}",

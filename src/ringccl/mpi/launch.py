@@ -7,20 +7,28 @@ Open MPI refuses to run as root and to place more processes than cores unless to
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import importlib.util
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Callable
 
 from ..args import check_int
-from ..errors import BackendError
+from ..engine import timeout_seconds
+from ..errors import BackendError, Interrupted, WorkerError
+from ..resources import WORKER_BYTES, check_processes, die_with_parent
 
-__all__ = ["mpi_launcher", "mpirun_command", "launch_bench", "under_mpirun", "ROW_PREFIX"]
+__all__ = ["mpi_launcher", "mpirun_command", "check_launch", "launch_bench", "under_mpirun",
+           "ROW_PREFIX"]
 
 #: rank 0 of ``python -m ringccl.mpi.runner`` prefixes each JSON row it prints with this
 ROW_PREFIX = "ROW "
@@ -72,43 +80,161 @@ def _env() -> dict:
     return env
 
 
+def check_launch(nproc: int, *, oversubscribe: bool = False, worker_bytes: int = 0) -> int:
+    """What :func:`launch_bench` refuses before mpirun starts: no launcher, no mpi4py in this
+    Python (every rank would fail to import it), ``RINGCCL_TIMEOUT`` not a number, ``nproc``
+    beyond the machine's cores or memory (:func:`ringccl.resources.check_processes`).
+
+    Returns:
+        nproc (an int).
+    Raises:
+        BackendError: no mpirun/mpiexec, or mpi4py not importable.
+        ArgumentError / ArgumentTypeError: nproc, RINGCCL_TIMEOUT, cores or memory.
+    """
+    nproc = check_int(nproc, "nproc", minimum=1)
+    check_processes(nproc, WORKER_BYTES + worker_bytes, oversubscribe=oversubscribe)
+    timeout_seconds(None)
+    mpi_launcher()
+    if importlib.util.find_spec("mpi4py") is None:
+        raise BackendError(f"backend 'mpi' needs mpi4py in {sys.executable}: pip install "
+                           "'ringccl[mpi]' (and an MPI library: scripts/install_mpi.sh)")
+    return nproc
+
+
+#: seconds mpirun gets between SIGTERM and SIGKILL when a launch ends early
+GRACE_S = 3.0
+
+#: the rank lines ``ringccl.mpi.runner`` prints before aborting: "rank R: Type: message"
+_RANK_LINE = re.compile(r"^rank (\d+): (.*)$", re.M)
+
+
 def launch_bench(spec, nproc: int, on_row: Callable[[dict], None] | None = None,
-                 timeout: float = 600.0) -> list[dict]:
+                 timeout: float = 600.0, *, oversubscribe: bool = False, worker_bytes: int = 0,
+                 verbose: bool = False) -> list[dict]:
     """Run ``ringccl bench``'s sweep (:class:`ringccl.bench.BenchSpec`) on ``nproc`` MPI
     processes; ``on_row(row)`` is called as each row arrives.
+
+    Checked first (:func:`check_launch`): mpirun and mpi4py present, RINGCCL_TIMEOUT valid,
+    ``nproc`` processes of ``WORKER_BYTES + worker_bytes`` bytes fit the machine (unless
+    ``oversubscribe``). mpirun runs in its own session and receives SIGTERM (Linux
+    parent-death signal) when this process ends; each rank ends when mpirun or this process does
+    (:func:`ringccl.resources.die_with_parent`), so nothing outlives a killed launcher. On
+    Ctrl-C or SIGTERM here, mpirun's session gets SIGTERM, then SIGKILL after GRACE_S seconds.
 
     Returns:
         the rows.
     Raises:
-        BackendError: no launcher, a process failed (with its stderr), or the run exceeded
-            ``timeout`` seconds.
+        WorkerError: a rank raised ("rank R: Type: message"; with ``verbose``, mpirun's stderr).
+        BackendError: no launcher or mpi4py, a process failed (with its stderr), or the run
+            exceeded ``timeout`` seconds.
+        Interrupted: Ctrl-C or SIGTERM; ``partial`` holds the rows received before it.
+        ArgumentError: see :func:`check_launch`.
     """
-    cmd = mpirun_command(nproc, [sys.executable, "-m", "ringccl.mpi.runner",
-                                 json.dumps(spec.to_dict())])
+    nproc = check_launch(nproc, oversubscribe=oversubscribe, worker_bytes=worker_bytes)
+    cmd = mpirun_command(nproc, [sys.executable, "-c", _RANK_MAIN, json.dumps(spec.to_dict())])
+    env = _env()
+    env[_LAUNCHER_PID] = str(os.getpid())
     rows: list[dict] = []
     with tempfile.TemporaryFile(mode="w+") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=_env(),
-                                start_new_session=True)
-        timer = _Killer(proc, timeout)
-        try:
-            for line in proc.stdout:
-                if line.startswith(ROW_PREFIX):
-                    row = json.loads(line[len(ROW_PREFIX):])
-                    rows.append(row)
-                    if on_row:
-                        on_row(row)
-            code = proc.wait()
-        finally:
-            timer.cancel()
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        interrupted = None
+        with _sigterm_as_interrupt():
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env,
+                                    start_new_session=True, preexec_fn=_mpirun_preexec())
+            timer = _Killer(proc, timeout)
+            try:
+                for line in proc.stdout:
+                    if line.startswith(ROW_PREFIX):
+                        row = json.loads(line[len(ROW_PREFIX):])
+                        rows.append(row)
+                        if on_row:
+                            on_row(row)
+                code = proc.wait()
+            except KeyboardInterrupt as exc:
+                interrupted = exc
+                code = None
+            finally:
+                timer.cancel()
+                if proc.poll() is None:
+                    _end_session(proc)
+        if interrupted is not None:
+            raise Interrupted(f"mpirun of {nproc} processes interrupted ({interrupted or 'Ctrl-C'})"
+                              "; every rank was ended", partial=rows) from None
         if code != 0 or timer.fired:
             err.seek(0)
             tail = err.read()[-4000:]
             why = f"timed out after {timeout:.0f} s" if timer.fired else f"exited with {code}"
+            failed = _RANK_LINE.search(tail)
+            if failed and not timer.fired:
+                raise WorkerError(failed.group(0) + (f"\n{tail}" if verbose else ""),
+                                  rank=int(failed.group(1)),
+                                  exc_type=failed.group(2).split(":", 1)[0],
+                                  worker_traceback=tail)
             raise BackendError(f"mpirun {why}: {' '.join(cmd[:4])} …\n{tail}")
     return rows
+
+
+#: environment variable that tells each rank which process launched mpirun
+_LAUNCHER_PID = "RINGCCL_LAUNCHER_PID"
+
+#: each rank's entry point: end with mpirun and with the launcher, then run the sweep
+_RANK_MAIN = "from ringccl.mpi.launch import _rank_main; _rank_main()"
+
+
+def _rank_main() -> None:
+    """``python -c _RANK_MAIN SPEC_JSON`` under mpirun: :func:`die_with_parent` (parent:
+    mpirun's daemon; watched: the launcher), then ``ringccl.mpi.runner.main``."""
+    launcher = os.environ.get(_LAUNCHER_PID)
+    die_with_parent(os.getppid(), watch_pid=int(launcher) if launcher else None)
+    from .runner import main
+    sys.exit(main(sys.argv[1:]))
+
+
+def _mpirun_preexec():
+    """A preexec_fn giving mpirun SIGTERM when this process ends (Linux), else None: SIGTERM,
+    not SIGKILL, so that mpirun ends its ranks and removes its shared-memory segments from
+    /dev/shm (after a SIGKILL, Open MPI leaves them behind)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before fork, not in the child
+
+    def preexec() -> None:
+        prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
+    return preexec
+
+
+def _end_session(proc) -> None:
+    """SIGTERM mpirun's session (mpirun and its ranks), SIGKILL after GRACE_S, reap mpirun."""
+    for sig, wait in ((signal.SIGTERM, GRACE_S), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM raises KeyboardInterrupt while mpirun runs (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_sigterm(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class _Killer:

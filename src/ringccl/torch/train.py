@@ -34,7 +34,7 @@ from ..algorithms import get_algorithm
 from ..errors import ArgumentError, RingcclError
 from .bucketer import check_cap_mb
 
-__all__ = ["TrainConfig", "MODES", "load_digits", "make_mlp", "train_worker", "plot_training"]
+__all__ = ["TrainConfig", "MODES", "check_plot_path", "load_digits", "make_mlp", "train_worker", "plot_training"]
 
 MODES = ("ddp", "bucketer", "zero", "torch")
 
@@ -63,6 +63,7 @@ class TrainConfig:
     compression: str | None = None
     test_size: int = 360
     timeline_steps: int = 5
+    plot: str | None = None            # where plot_training will write (checked up front)
 
     def validate(self) -> "TrainConfig":
         if self.mode not in MODES:
@@ -91,6 +92,8 @@ class TrainConfig:
             uses += ("all_gather",)
         for collective in uses:
             get_algorithm(collective, self.algorithm)  # ArgumentError naming what exists
+        if self.plot is not None:
+            check_plot_path(self.plot)
         return self
 
     def check_data(self, world_size: int, train_size: int) -> None:
@@ -99,6 +102,29 @@ class TrainConfig:
         if self.batch_size * world_size > train_size:
             raise ArgumentError(f"batch_size={self.batch_size} x {world_size} ranks exceeds the "
                                 f"{train_size} training images")
+
+
+def check_plot_path(path: str, argument: str = "plot") -> str:
+    """``path`` if a plot can be written there: its directory exists and is writable (checked
+    before training, not after minutes of it).
+
+    Raises:
+        ArgumentError: empty path, missing directory, a directory as the path, or no write
+            permission (the message names the path).
+    """
+    import os
+    if not isinstance(path, (str, os.PathLike)) or not str(path):
+        raise ArgumentError(f"{argument}={path!r} must be a file path (PNG, SVG, PDF)")
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise ArgumentError(f"{argument}={path!r} is a directory; give a file name such as "
+                            f"{os.path.join(path, 'train.png')!r}")
+    if not os.path.isdir(directory):
+        raise ArgumentError(f"{argument}={path!r}: directory {directory!r} does not exist")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise ArgumentError(f"{argument}={path!r}: directory {directory!r} is not writable")
+    return path
 
 
 def load_digits(seed: int = 0, test_size: int = 360) -> dict:
