@@ -245,9 +245,11 @@ def test_a_nan_on_a_non_first_rank_is_caught():
 
 
 def test_cancellation_is_judged_by_the_full_tolerance():
-    # |Σx| is tiny but Σ|x| is not: the lower bound built from |Σx| fails these elements, the
-    # tolerance (N-1)·eps·Σ|x| must still accept the float32 rounding
-    x = np.tile(np.array([[1.0], [2.0 ** -25], [-1.0]], dtype=np.float32), (1, 6))
+    # |Σx| and the first and last ranks' inputs are tiny but Σ|x| is not: the check's lower
+    # bound of the tolerance fails these elements, the tolerance (N-1)·eps·Σ|x| must still
+    # accept the float32 rounding
+    x = np.tile(np.array([[2.0 ** -25], [1.0], [-1.0], [2.0 ** -25]], dtype=np.float32),
+                (1, 8))
     result = ringccl.simulate("all_reduce", x)
     assert result.matches_reference is True and result.mismatches == 0
     assert result.max_abs_error > 0  # the rounding happened: the full tolerance was used

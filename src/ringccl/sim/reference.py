@@ -139,8 +139,9 @@ class _Tolerance:
     columns (see :func:`reference_tolerance`), computed where needed.
 
     The sum's and avg's tolerance grows with Σ|x_i|, which costs one more pass over every
-    rank's input; since Σ|x_i| >= |Σ x_i|, the tolerance evaluated at |Σ x_i| is a lower bound
-    that needs only the reference. :meth:`lower` gives it for every element; :meth:`exact` the
+    rank's input; since Σ|x_i| >= max(|Σ x_i|, |x_0|, |x_{N-1}|), the tolerance evaluated there
+    is a lower bound that needs only the reference and two ranks' inputs (|Σ x_i| alone is small
+    wherever the sum cancels). :meth:`lower` gives it for every element; :meth:`exact` the
     tolerance itself, for the few elements the lower bound does not clear.
     """
 
@@ -169,8 +170,13 @@ class _Tolerance:
         return tol
 
     def lower(self) -> np.ndarray:
-        """float64 (w,): at most the tolerance (Σ|x_i| replaced by |Σ x_i|)."""
-        return self._bound(np.abs(self.total), self.total)
+        """float64 (w,): at most the tolerance (Σ|x_i| replaced by a lower bound of it)."""
+        if self.op is ReduceOp.PRODUCT:  # its tolerance does not depend on Σ|x_i|
+            return self._bound(None, self.total)
+        least = np.abs(self.total)
+        for row in (self.block[0], self.block[-1]):
+            np.maximum(least, np.abs(row), out=least)
+        return self._bound(least, self.total)
 
     def exact(self, cols: np.ndarray) -> np.ndarray:
         """float64 (len(cols),): the tolerance of columns ``cols``; inf where Σ|x_i| exceeds the
