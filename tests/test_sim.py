@@ -253,3 +253,21 @@ def test_cancellation_is_judged_by_the_full_tolerance():
     result = ringccl.simulate("all_reduce", x)
     assert result.matches_reference is True and result.mismatches == 0
     assert result.max_abs_error > 0  # the rounding happened: the full tolerance was used
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int8", "bool"])
+@pytest.mark.parametrize("collective", ["all_reduce", "all_gather", "broadcast"])
+def test_large_copies_move_the_same_bytes(monkeypatch, dtype, collective):
+    # copies of more than _UFUNC_COPY_BYTES go through an identity ufunc on unsigned views:
+    # every bit (NaN payloads, -0.0) must arrive as np.copyto would move it
+    import ringccl.sim.kernel as kernel
+    x = _inputs(np.random.default_rng(5), 5, 60, dtype)
+    if x.dtype.kind == "f":
+        x[1, :3] = [-0.0, np.nan, -np.nan]
+    op = "max" if dtype == "bool" else "sum"
+    monkeypatch.setattr(kernel, "_UFUNC_COPY_BYTES", 1 << 62)
+    plain = ringccl.simulate(collective, x, op=op)
+    monkeypatch.setattr(kernel, "_UFUNC_COPY_BYTES", 0)
+    ufunc = ringccl.simulate(collective, x, op=op)
+    assert np.asarray(plain.outputs).tobytes() == np.asarray(ufunc.outputs).tobytes()
+    assert ufunc.matches_reference

@@ -15,7 +15,7 @@ from ..ir import Schedule
 from ..ops import (ReduceOp, check_accumulate_dtype, check_dtype, check_op_dtype, identity,
                    parse_op, ufunc)
 from .buffers import _check_transfer_sizes, _divide, _load, _rows, _shape, _unload
-from .kernel import _compile, _run
+from .kernel import _compile, _lazy_load, _run
 from .reference import _check_outputs
 
 __all__ = ["simulate", "SimResult", "SimStats", "default_algorithm", "resolve_root"]
@@ -220,13 +220,19 @@ def simulate(collective: str, inputs, op: Any = "sum", algorithm: str | None = N
                    if isinstance(out, np.ndarray) else type(out).__name__)
             raise ArgumentError(f"out must be a C-contiguous {dtype.name} array of shape "
                                 f"({n}, {length}), got {got}")
+    # the inputs fill the buffer in its own layout: the steps read them until first written
+    # instead of a full copy first (kernel: loading lazily); not onto memory they share
+    lazy = bool(whole and m and work_dtype == dtype and rows.flags.c_contiguous
+            and (out is None or not np.shares_memory(out, rows)))
     if out is not None and even and work_dtype == dtype:
         storage = out.reshape(n, c, m)
-        if whole:
+        if whole and not lazy:
             np.copyto(out, rows)
-        else:
+        elif not whole:
             storage.fill(identity(reduce_op, dtype))
             _load(rows, storage, sizes, in_lists, even)
+    elif lazy:
+        storage = np.empty((n, c, m), dtype=dtype)
     elif whole:
         # the only full copy (in the accumulate dtype: the cast is the copy)
         # order="C": _run reduces in place through a (n·c, m) view of it
@@ -236,7 +242,9 @@ def simulate(collective: str, inputs, op: Any = "sum", algorithm: str | None = N
         _load(rows, storage, sizes, in_lists, even)
     if m:
         with np.errstate(all="ignore"):  # IEEE results (inf, NaN) are intended, not warnings
-            _run(_compile(schedule), storage.reshape(n * c, m), ufunc(reduce_op))
+            plan = _compile(schedule)
+            _run(plan, storage.reshape(n * c, m), ufunc(reduce_op),
+                 *((rows.reshape(n * c, m), _lazy_load(schedule, plan)) if lazy else ()))
     outputs = _shape(spec, _unload(storage, sizes, out_lists, even),
                      rows if work_dtype == dtype else rows.astype(work_dtype), root, splits)
     if spec.reduces and reduce_op is ReduceOp.AVG:
