@@ -1,8 +1,8 @@
 """Simulator speed: ring all_reduce on N virtual ranks next to np.sum(axis=0) on the same array.
 
-The ring necessarily moves about 5x the memory traffic of a plain sum (a reduce-scatter reads two
-chunks and writes one per step, the all-gather copies, plus loading the inputs), so the ratio is
-the figure of merit. Three variants: the default call (fresh output, reference check on: what
+The ring necessarily moves about 4x the memory traffic of a plain sum (a reduce-scatter reads two
+chunks and writes one per step, the all-gather copies; the inputs are read in place until first
+written), so the ratio is the figure of merit. Three variants: the default call (fresh output, reference check on: what
 ``ringccl.simulate("all_reduce", x)`` costs), the executor alone (``check=False``; a fresh output
 pays the page faults of allocating world_size x count elements) and a preallocated ``out=``
 reused across calls. Every figure is the median of --repeat runs, np.sum measured in the same run.
