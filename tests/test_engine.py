@@ -280,3 +280,55 @@ def test_bad_bounds_are_refused_every_time(bounds):
             engine.check_bounds(bounds, 2, 4)
     assert engine.check_bounds([np.int64(0), 2.0, 4], 2, 4) == (0, 2, 4)
     assert all(type(b) is int for b in engine.check_bounds((np.int64(0), 2, 4), 2, 4))
+
+
+@pytest.mark.parametrize("pair", PAIRS)
+def test_dataflow_program_obeys_its_rules(pair):
+    # the compiler's rules (engine.dataflow._DataflowCompiler) as properties of its output, for
+    # every algorithm: each operation posted once and waited for once, per peer and direction in
+    # canonical order; a staged receive applied after its wait; with restore every written
+    # segment saved once, before its first write
+    collective, algorithm = pair
+    for n in (2, 3, 5):
+        schedule = build_schedule(collective, algorithm, n)
+        # chunks of 4 and 5 elements: segments of 2 split them unevenly
+        bounds = engine.uniform_bounds(4 * schedule.num_chunks + 1, schedule.num_chunks)
+        for rank in range(n):
+            for segment_elems in (0, 2):
+                p = engine.plan(schedule, rank, bounds, segment_elems)
+                for restore in (False, True):
+                    _check_program(p, engine.dataflow_program(p, restore), restore)
+
+
+def _check_program(p, program, restore):
+    from ringccl.engine.dataflow import APPLY, RECV, SAVE, SEND, WAIT
+    posted, waited, applied, saved = {}, set(), set(), []
+    order = {}
+    for at, (code, op, slot, _) in enumerate(program.instrs):
+        if code in (RECV, SEND):
+            assert slot not in posted and 0 <= slot < program.slots
+            posted[slot] = op
+            order.setdefault((code, op.peer), []).append(op)
+            if code == RECV and op.stage < 0 and restore:  # lands in place: saved before
+                assert (op.lo, op.hi) in saved
+        elif code == WAIT:
+            assert posted.get(slot) == op and slot not in waited
+            waited.add(slot)
+        elif code == APPLY:
+            assert op.stage >= 0 and op not in applied
+            assert any(posted[s] == op for s in waited)  # its receive has completed
+            applied.add(op)
+            if restore:
+                assert (op.lo, op.hi) in saved
+        else:
+            assert code == SAVE and restore and op not in saved
+            saved.append(op)
+    assert waited == set(posted) and len(posted) == program.slots
+    canonical = {}
+    for step in p.steps:
+        for r in step.recvs:
+            canonical.setdefault((RECV, r.peer), []).append(r)
+        for s in step.sends:
+            canonical.setdefault((SEND, s.peer), []).append(s)
+    assert order == canonical
+    assert applied == {r for step in p.steps for r in step.recvs if r.stage >= 0}

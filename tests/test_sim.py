@@ -199,3 +199,75 @@ def test_an_input_numpy_cannot_read_is_an_argument_type_error():
     with pytest.raises(ringccl.ArgumentTypeError,
                        match=r"inputs \(Tensor, dtype torch.bfloat16\) cannot be read as a numpy"):
         ringccl.simulate("all_reduce", torch.ones(4, 8, dtype=torch.bfloat16))
+
+
+def _ring_missing_last_delivery(n):
+    """Ring all_reduce on n ranks without its last transfer into rank n - 1: that rank keeps a
+    partial sum in one chunk, every other rank is right."""
+    good = ringccl.schedule("all_reduce", "ring", n)
+    last = [i for i in range(good.num_transfers)
+            if good.step_of(i) == good.num_steps - 1 and good.transfer(i).dst == n - 1]
+    keep = np.setdiff1d(np.arange(good.num_transfers), last)
+    return ringccl.Schedule.from_arrays(
+        "all_reduce", "broken", n, good.num_chunks, num_steps=good.num_steps,
+        step=good.step_of(keep), src=good.src[keep], dst=good.dst[keep],
+        src_chunk=good.src_chunk[keep], dst_chunk=good.dst_chunk[keep],
+        reduce=good.reduce[keep])
+
+
+@pytest.mark.parametrize("dtype", ["int32", "float32"])
+def test_a_wrong_row_on_a_non_first_rank_is_caught(dtype):
+    # the check compares rank 0 with the reference and the other ranks with rank 0: a rank that
+    # alone is wrong (here the last, in one chunk) must still count as mismatches
+    n, count = 5, 40
+    x = _inputs(np.random.default_rng(3), n, count, dtype)
+    if dtype == "int32":
+        x //= 1 << 8  # no wrap-around: partial sums differ from the total
+    result = ringccl.simulate("all_reduce", x, schedule=_ring_missing_last_delivery(n))
+    wrong = [r for r in range(n) if not np.array_equal(result.outputs[r], result.outputs[0])]
+    assert wrong == [n - 1]
+    assert result.matches_reference is False
+    assert result.mismatches == count // n  # one chunk of rank n - 1
+    assert (result.max_abs_error > 0) == (dtype == "float32")  # reported for floats only
+
+
+def test_a_nan_on_a_non_first_rank_is_caught():
+    from ringccl.collectives import get_collective
+    from ringccl.sim.reference import _check_outputs
+    x = np.random.default_rng(4).standard_normal((4, 9)).astype(np.float32)
+    outputs = ringccl.simulate("all_reduce", x).outputs.copy()
+    spec = get_collective("all_reduce")
+    assert _check_outputs(spec, x, outputs, ReduceOp.SUM, None, None)[0] == 0
+    outputs[2, 5] = np.nan
+    assert _check_outputs(spec, x, outputs, ReduceOp.SUM, None, None)[0] == 1
+    outputs[3, 0] += 1.0  # and a plain wrong value on another rank
+    assert _check_outputs(spec, x, outputs, ReduceOp.SUM, None, None)[0] == 2
+
+
+def test_cancellation_is_judged_by_the_full_tolerance():
+    # |Σx| and the first and last ranks' inputs are tiny but Σ|x| is not: the check's lower
+    # bound of the tolerance fails these elements, the tolerance (N-1)·eps·Σ|x| must still
+    # accept the float32 rounding
+    x = np.tile(np.array([[2.0 ** -25], [1.0], [-1.0], [2.0 ** -25]], dtype=np.float32),
+                (1, 8))
+    result = ringccl.simulate("all_reduce", x)
+    assert result.matches_reference is True and result.mismatches == 0
+    assert result.max_abs_error > 0  # the rounding happened: the full tolerance was used
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int8", "bool"])
+@pytest.mark.parametrize("collective", ["all_reduce", "all_gather", "broadcast"])
+def test_large_copies_move_the_same_bytes(monkeypatch, dtype, collective):
+    # copies of more than _UFUNC_COPY_BYTES go through an identity ufunc on unsigned views:
+    # every bit (NaN payloads, -0.0) must arrive as np.copyto would move it
+    import ringccl.sim.kernel as kernel
+    x = _inputs(np.random.default_rng(5), 5, 60, dtype)
+    if x.dtype.kind == "f":
+        x[1, :3] = [-0.0, np.nan, -np.nan]
+    op = "max" if dtype == "bool" else "sum"
+    monkeypatch.setattr(kernel, "_UFUNC_COPY_BYTES", 1 << 62)
+    plain = ringccl.simulate(collective, x, op=op)
+    monkeypatch.setattr(kernel, "_UFUNC_COPY_BYTES", 0)
+    ufunc = ringccl.simulate(collective, x, op=op)
+    assert np.asarray(plain.outputs).tobytes() == np.asarray(ufunc.outputs).tobytes()
+    assert ufunc.matches_reference

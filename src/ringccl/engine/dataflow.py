@@ -40,8 +40,8 @@ class DataflowProgram(NamedTuple):
     slots: int
 
 
-def _compile_dataflow(p: Plan, restore: bool) -> DataflowProgram:
-    """List-schedule ``p``'s operations into the order :func:`run_dataflow` executes them.
+class _DataflowCompiler:
+    """List-schedule a plan's operations into the order :func:`run_dataflow` executes them.
 
     Nothing in the dataflow order depends on timing, so it is decided once per plan: the replay
     is a flat loop. Rules (per segment ``(chunk, segment)``; a staged receive completes when it
@@ -63,147 +63,187 @@ def _compile_dataflow(p: Plan, restore: bool) -> DataflowProgram:
       read the pre-step state);
     * with ``restore``, every segment is saved just before its first write (the apply then
       reads it from cache).
+
+    Operations are named by id ``(step, kind, index)``, kind "r" (receive) or "s" (send), index
+    into the step's receives or sends. Each peer and direction is a queue of ids in canonical
+    order, posted from its head.
+
+    State (one compilation; :meth:`compile` runs it once):
+        code: the instructions emitted so far.
+        ops: id -> operation.
+        pending_writes: segment -> steps of its incomplete writes, in step order.
+        reads: segment -> ids of its sends not yet waited for.
+        left: per step, its receives not yet complete.
+        queues, heads: queue key ("r" or "s", peer) -> its ids, and the index of its first
+            unposted one; ``order`` lists the keys, receive queues first.
+        slot: id -> handle slot, once posted.
+        saved: segments backed up (restore).
+        step, received: the step whose receives are being waited for, and the index of its last
+            completed receive (-1: none yet).
+        waiting: what a queue's head waits for -> indices (in ``order``) of the queues blocked
+            on it. An event re-examines only those, in ``order`` (scanning every queue after
+            every receive is quadratic in the number of peers).
+        dirty: queue indices to examine in the next pass.
+        heap, at: the pass in progress: a heap of the indices still to visit after position
+            ``at`` (``at`` = len(order) between passes, so every wake is for the next one).
     """
-    steps = p.steps
-    code: list[Instr] = []
-    ops: dict[tuple, Any] = {}                  # id -> op; id = (step, kind, index)
-    send_q: dict[int, list] = {}                # peer -> ids in canonical order
-    recv_q: dict[int, list] = {}
-    pending_writes: dict[tuple, deque] = {}     # segment -> steps of its incomplete writes
-    reads: dict[tuple, list] = {}               # segment -> ids of its sends not waited for
-    left = [len(st.recvs) for st in steps]      # incomplete receives per step
-    for k, st in enumerate(steps):
-        for i, r in enumerate(st.recvs):
-            ops[(k, "r", i)] = r
-            recv_q.setdefault(r.peer, []).append((k, "r", i))
-            pending_writes.setdefault((r.chunk, r.segment), deque()).append(k)
-        for i, s in enumerate(st.sends):
-            ops[(k, "s", i)] = s
-            send_q.setdefault(s.peer, []).append((k, "s", i))
-            reads.setdefault((s.chunk, s.segment), []).append((k, "s", i))
-    heads = {("r", q): 0 for q in recv_q} | {("s", q): 0 for q in send_q}
-    queues = {("r", q): v for q, v in recv_q.items()} | {("s", q): v for q, v in send_q.items()}
-    order = [q for q in queues if q[0] == "r"] + [q for q in queues if q[0] == "s"]
-    slot: dict[tuple, int] = {}                 # id -> handle slot, once posted
-    saved: set[tuple] = set()                  # segments backed up (restore)
-    progress = [0, -1]                          # step being waited for, its receives done - 1
-    # Queues (by index in ``order``) whose head could not be posted, by what they wait for; an
-    # event re-examines only those, in ``order`` (scanning every queue after every receive is
-    # quadratic in the number of peers). ``scan``: the pass in progress, as a heap of indices
-    # after its position; ``dirty``: indices for the next pass.
-    waiting: dict[tuple, set] = {}
-    dirty: set[int] = set()
-    scan: list = [[], -1]
 
-    def wake(reason: tuple) -> None:
-        heap, at = scan
-        for i in waiting.pop(reason, ()):
-            if i > at:
-                if i not in dirty:
-                    dirty.add(i)
-                    heapq.heappush(heap, i)
+    def __init__(self, p: Plan, restore: bool) -> None:
+        self.steps = p.steps
+        self.restore = restore
+        self.code: list[Instr] = []
+        self.ops: dict[tuple, Any] = {}
+        send_q: dict[int, list] = {}
+        recv_q: dict[int, list] = {}
+        self.pending_writes: dict[tuple, deque] = {}
+        self.reads: dict[tuple, list] = {}
+        self.left = [len(st.recvs) for st in self.steps]
+        for k, st in enumerate(self.steps):
+            for i, r in enumerate(st.recvs):
+                self.ops[(k, "r", i)] = r
+                recv_q.setdefault(r.peer, []).append((k, "r", i))
+                self.pending_writes.setdefault((r.chunk, r.segment), deque()).append(k)
+            for i, s in enumerate(st.sends):
+                self.ops[(k, "s", i)] = s
+                send_q.setdefault(s.peer, []).append((k, "s", i))
+                self.reads.setdefault((s.chunk, s.segment), []).append((k, "s", i))
+        self.heads = {("r", q): 0 for q in recv_q} | {("s", q): 0 for q in send_q}
+        self.queues = ({("r", q): v for q, v in recv_q.items()}
+                       | {("s", q): v for q, v in send_q.items()})
+        self.order = ([q for q in self.queues if q[0] == "r"]
+                      + [q for q in self.queues if q[0] == "s"])
+        self.slot: dict[tuple, int] = {}
+        self.saved: set[tuple] = set()
+        self.step, self.received = 0, -1
+        self.waiting: dict[tuple, set] = {}
+        self.dirty: set[int] = set()
+        self.heap: list = []
+        self.at = -1
+
+    def wake(self, reason: tuple) -> None:
+        """Mark the queues waiting for ``reason`` for examination: in the pass in progress when
+        it has not reached them yet, else in the next."""
+        for i in self.waiting.pop(reason, ()):
+            if i > self.at:
+                if i not in self.dirty:
+                    self.dirty.add(i)
+                    heapq.heappush(self.heap, i)
             else:
-                dirty.add(i)
+                self.dirty.add(i)
 
-    def save(op, k: int) -> None:               # just before op first writes its segment
-        if restore and (op.chunk, op.segment) not in saved:
-            saved.add((op.chunk, op.segment))
-            code.append(Instr(SAVE, (op.lo, op.hi), -1, k))
+    def save(self, op, k: int) -> None:
+        """With ``restore``: back up ``op``'s segment, just before op first writes it."""
+        key = (op.chunk, op.segment)
+        if self.restore and key not in self.saved:
+            self.saved.add(key)
+            self.code.append(Instr(SAVE, (op.lo, op.hi), -1, k))
 
-    def wait_send(sid: tuple) -> None:
-        code.append(Instr(WAIT, ops[sid], slot[sid], sid[0]))
-        s = ops[sid]
-        reads[(s.chunk, s.segment)].remove(sid)
-        wake(("segment", (s.chunk, s.segment)))
+    def wait_send(self, sid: tuple) -> None:
+        """Wait for the posted send ``sid``: its segment may be overwritten after this."""
+        s = self.ops[sid]
+        self.code.append(Instr(WAIT, s, self.slot[sid], sid[0]))
+        self.reads[(s.chunk, s.segment)].remove(sid)
+        self.wake(("segment", (s.chunk, s.segment)))
 
-    def releasable(sid: tuple) -> bool:
-        k, i = progress
-        if sid[0] < k:
+    def releasable(self, sid: tuple) -> bool:
+        """True if the send ``sid`` may be waited for now (see the class docstring: a send of
+        the current step waits until as large a fraction of the step's receives is done)."""
+        if sid[0] < self.step:
             return True
-        st = steps[k]
-        return sid[0] == k and (i + 1) * len(st.sends) >= (sid[2] + 1) * len(st.recvs)
+        st = self.steps[self.step]
+        return sid[0] == self.step and (
+            (self.received + 1) * len(st.sends) >= (sid[2] + 1) * len(st.recvs))
 
-    def try_post(oid: tuple) -> tuple | None:
+    def try_post(self, oid: tuple) -> tuple | None:
         """Post ``oid`` (None) or say what it waits for."""
         k, kind, _ = oid
-        op = ops[oid]
+        op = self.ops[oid]
         key = (op.chunk, op.segment)
-        pending = pending_writes.get(key)
+        pending = self.pending_writes.get(key)
         if (kind == "s" or op.stage < 0) and pending and pending[0] < k:
             return ("segment", key)              # earlier writes to the segment not complete
         if kind == "s":
-            code.append(Instr(SEND, op, len(slot), k))
-            slot[oid] = len(slot)
-            wake(("segment", key))               # a receive may wait for this send's slot
+            self.code.append(Instr(SEND, op, len(self.slot), k))
+            self.slot[oid] = len(self.slot)
+            self.wake(("segment", key))          # a receive may wait for this send's slot
             return None
         if op.stage >= 0:
-            if k >= 2 and left[k - 2]:
+            if k >= 2 and self.left[k - 2]:
                 return ("half", k - 2)           # its staging half is still in use
         else:
-            blocking = [sid for sid in reads.get(key, ()) if sid[0] < k]
-            if not all(sid in slot for sid in blocking):
+            blocking = [sid for sid in self.reads.get(key, ()) if sid[0] < k]
+            if not all(sid in self.slot for sid in blocking):
                 return ("segment", key)
-            if not all(releasable(sid) for sid in blocking):
+            if not all(self.releasable(sid) for sid in blocking):
                 return ("progress",)
             for sid in blocking:
-                wait_send(sid)
-            save(op, k)
-        code.append(Instr(RECV, op, len(slot), k))
-        slot[oid] = len(slot)
+                self.wait_send(sid)
+            self.save(op, k)
+        self.code.append(Instr(RECV, op, len(self.slot), k))
+        self.slot[oid] = len(self.slot)
         return None
 
-    def post_ready() -> None:
+    def post_ready(self) -> None:
+        """Post every operation that can go out now, in queue order."""
         # this step's operations before the next step's; receives before sends, so the
         # peer's data can land directly; again while posting a send unblocks a receive
-        for limit in (progress[0], progress[0] + 1):
-            scan[1] = len(order)                 # between passes: every wake is for the next
-            wake(("limit",))
-            while dirty:
-                heap = sorted(dirty)             # one pass over the dirty queues, in order
-                scan[0], scan[1] = heap, -1
-                while heap:
-                    i = heapq.heappop(heap)
-                    dirty.discard(i)
-                    scan[1] = i
-                    q = order[i]
-                    queue = queues[q]
-                    while heads[q] < len(queue):
-                        oid = queue[heads[q]]
-                        reason = ("limit",) if oid[0] > limit else try_post(oid)
+        for limit in (self.step, self.step + 1):
+            self.at = len(self.order)            # between passes: every wake is for the next
+            self.wake(("limit",))
+            while self.dirty:
+                self.heap = sorted(self.dirty)   # one pass over the dirty queues, in order
+                self.at = -1
+                while self.heap:
+                    i = heapq.heappop(self.heap)
+                    self.dirty.discard(i)
+                    self.at = i
+                    q = self.order[i]
+                    queue = self.queues[q]
+                    while self.heads[q] < len(queue):
+                        oid = queue[self.heads[q]]
+                        reason = ("limit",) if oid[0] > limit else self.try_post(oid)
                         if reason is not None:
-                            waiting.setdefault(reason, set()).add(i)
+                            self.waiting.setdefault(reason, set()).add(i)
                             break
-                        heads[q] += 1
-                scan[1] = len(order)
+                        self.heads[q] += 1
+                self.at = len(self.order)
 
-    for k, st in enumerate(steps):
-        progress[:] = [k, -1]
-        dirty.update(range(len(order)))          # a new step: look at every queue
-        waiting.clear()
-        post_ready()
-        if any(heads[q] < len(queue) and queue[heads[q]][0] <= k for q, queue in queues.items()):
-            raise AssertionError("dataflow program stalled")  # every step-k op is out by now
-        for i, r in enumerate(st.recvs):
-            rid = (k, "r", i)
-            code.append(Instr(WAIT, r, slot[rid], k))
-            key = (r.chunk, r.segment)
-            if r.stage >= 0:
-                for sid in [sid for sid in reads.get(key, ()) if sid[0] <= k]:
-                    wait_send(sid)               # sends still read the segment
-                save(r, k)
-                code.append(Instr(APPLY, r, -1, k))
-            pending_writes[key].popleft()        # writes complete in step order
-            wake(("segment", key))
-            left[k] -= 1
-            if not left[k]:
-                wake(("half", k))
-            progress[1] = i
-            wake(("progress",))
-            post_ready()
-    for sid in sorted(slot, key=slot.get):
-        if sid[1] == "s" and sid in reads[(ops[sid].chunk, ops[sid].segment)]:
-            wait_send(sid)
-    return DataflowProgram(tuple(code), len(slot))
+    def compile(self) -> DataflowProgram:
+        """Run the list scheduling: per step, post what is ready, then wait for (and apply)
+        the step's receives one by one, posting what each completion unblocks."""
+        for k, st in enumerate(self.steps):
+            self.step, self.received = k, -1
+            self.dirty.update(range(len(self.order)))  # a new step: look at every queue
+            self.waiting.clear()
+            self.post_ready()
+            if any(self.heads[q] < len(queue) and queue[self.heads[q]][0] <= k
+                   for q, queue in self.queues.items()):
+                raise AssertionError("dataflow program stalled")  # every step-k op is out
+            for i, r in enumerate(st.recvs):
+                self.code.append(Instr(WAIT, r, self.slot[(k, "r", i)], k))
+                key = (r.chunk, r.segment)
+                if r.stage >= 0:
+                    for sid in [sid for sid in self.reads.get(key, ()) if sid[0] <= k]:
+                        self.wait_send(sid)      # sends still read the segment
+                    self.save(r, k)
+                    self.code.append(Instr(APPLY, r, -1, k))
+                self.pending_writes[key].popleft()  # writes complete in step order
+                self.wake(("segment", key))
+                self.left[k] -= 1
+                if not self.left[k]:
+                    self.wake(("half", k))
+                self.received = i
+                self.wake(("progress",))
+                self.post_ready()
+        for sid in sorted(self.slot, key=self.slot.get):  # the sends still outstanding
+            if sid[1] == "s" and sid in self.reads[(self.ops[sid].chunk, self.ops[sid].segment)]:
+                self.wait_send(sid)
+        return DataflowProgram(tuple(self.code), len(self.slot))
+
+
+def _compile_dataflow(p: Plan, restore: bool) -> DataflowProgram:
+    """``p``'s dataflow program (the order and its rules: :class:`_DataflowCompiler`)."""
+    return _DataflowCompiler(p, restore).compile()
 
 
 _programs: dict = {}
