@@ -1,9 +1,10 @@
 """One rank's part of a schedule, driven over any point-to-point transport.
 
-The executors (:mod:`ringccl.torch.executor` for torch.distributed, :mod:`ringccl.mpi.executor`
-for mpi4py) differ only in how a message is posted, waited for and combined; the order of
-operations, the staging layout, pipelining into segments, error attribution, timeouts and the
-all-or-nothing guarantee live here, once. Nothing here knows an algorithm: the engine walks
+The transports (:mod:`ringccl.torch.executor` for torch.distributed, :mod:`ringccl.mpi.executor`
+for mpi4py) only move bytes (:class:`Transport`: post a send or receive, wait, batch, map
+failures); the order of operations, the staging layout and buffer, applying a received segment
+(:class:`Workspace`), pipelining into segments (:class:`Pipelining`, a policy passed in), error
+attribution, timeouts and the all-or-nothing guarantee live here, once. Nothing here knows an algorithm: the engine walks
 ``schedule.program(rank)``, whose per-step sends and receives come in the schedule's canonical
 order, identical on every rank, so operations between a pair of ranks are posted in the same order
 on both sides and matched by order (MPI 4.0 §3.5, non-overtaking messages; gloo and NCCL match
@@ -38,17 +39,20 @@ from __future__ import annotations
 from .dataflow import DataflowProgram, Instr, dataflow_program, run_dataflow
 from .dataflow import _programs
 from .lockstep import run_lockstep
-from .plan import (Plan, SegmentRecv, SegmentSend, StepPlan, _checked_bounds, check_bounds, plan,
-                   uniform_bounds)
+from .plan import (Pipelining, Plan, SegmentRecv, SegmentSend, StepPlan, _checked_bounds,
+                   check_bounds, plan, uniform_bounds)
 from .transport import Transport, timeout_seconds
+from .workspace import ArrayOps, Workspace, kept_buffer, release_kept_buffers
 
 __all__ = ["SegmentSend", "SegmentRecv", "StepPlan", "Plan", "Transport", "Instr",
-           "DataflowProgram", "plan", "uniform_bounds", "check_bounds", "timeout_seconds",
+           "DataflowProgram", "Pipelining", "Workspace", "ArrayOps", "kept_buffer", "plan", "uniform_bounds", "check_bounds", "timeout_seconds",
            "dataflow_program", "clear_caches", "run_dataflow", "run_lockstep"]
 
 
 def clear_caches() -> None:
-    """Forget the cached plans and dataflow programs (executors' ``release_buffers``)."""
+    """Forget the cached plans and dataflow programs, and free the staging and backup buffers
+    kept between calls (executors' ``release_buffers``)."""
+    release_kept_buffers()
     plan.cache_clear()
     uniform_bounds.cache_clear()
     _checked_bounds.cache_clear()
