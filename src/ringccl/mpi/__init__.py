@@ -351,8 +351,8 @@ def all_reduce(buffer: np.ndarray, op: Any = ReduceOp.SUM, comm=None, algorithm:
             bool.
         comm: mpi4py communicator (None = ``MPI.COMM_WORLD``).
         algorithm: a name from ``ringccl.algorithms("all_reduce")``.
-        segment_bytes: pipelining segment size in bytes (None: :data:`PIPELINE_THRESHOLD_BYTES`
-            decides, 0: never split).
+        segment_bytes: pipelining segment size in bytes (None: the transport's measured policy,
+            ``ringccl.mpi.executor.PIPELINING``, decides: never split; 0: never split).
         accumulate_dtype: floating buffers only: None, or a floating dtype at least as wide
             ("float32", np.float32): the working buffer is a copy in that dtype (what travels),
             the result is cast back once (error bound: :func:`ringccl.sim.fp_error_bound`).
