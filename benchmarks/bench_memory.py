@@ -101,8 +101,9 @@ def torch_worker(rank: int, world_size: int, count: int) -> list:
     import torch.distributed as dist
 
     import ringccl.torch as rt
+    from ringccl.algorithms import build_schedule
+    from ringccl.layout import layout
     from ringccl.torch import executor
-    from ringccl.torch import _plan
 
     rows = []
     cases = [("all_reduce", "ring", torch.float32, None, True),
@@ -138,7 +139,9 @@ def torch_worker(rank: int, world_size: int, count: int) -> list:
             buffer_count = count
         work_dtype = acc or dtype
         itemsize = torch.empty(0, dtype=work_dtype).element_size()
-        plan = _plan(collective, algorithm, world_size, rank, buffer_count=buffer_count)
+        # this rank's working buffer for the call (ringccl.frontend maps every call this way)
+        plan = layout(build_schedule(collective, algorithm, world_size), rank,
+                      buffer_count=buffer_count)
         staging = executor.max_staging_elements(plan.schedule, rank, plan.numel,
                                                 plan.bounds) * itemsize
         # the API layer's own working copy: reduce_scatter_tensor copies its input (it must

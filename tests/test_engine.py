@@ -19,6 +19,7 @@ from ringccl import engine
 from ringccl.algorithms import REGISTRY, build_schedule
 from ringccl.errors import BackendError, PeerError, RingcclTimeout
 from ringccl.layout import layout
+from ringccl.ops import ReduceOp
 
 PAIRS = sorted(REGISTRY)
 
@@ -57,7 +58,6 @@ class _Transport:
                  timeout: float, fail_at: int | None):
         self.wire, self.rank, self.buffer, self.staging = wire, rank, buffer, staging
         self.timeout, self.fail_at, self.ops = timeout, fail_at, 0
-        self.backup = np.empty_like(buffer)
         self.sending: dict = {}     # handle -> (lo, hi, data at posting)
         self.landing: dict = {}     # handle -> (lo, hi) of an in-place receive not yet waited
         self.staged: dict = {}      # (start, stop) of staging -> recv not yet applied (or None)
@@ -76,7 +76,7 @@ class _Transport:
         if any(_overlap((lo, hi), v) for v in self.landing.values()):
             self._hazard(f"{what} [{lo}:{hi}] while a receive lands there")
 
-    def isend(self, s):
+    def isend(self, s, data=None):
         self._tick()
         if any(_overlap((s.lo, s.hi), v) for v in self.landing.values()):
             self._hazard(f"send of [{s.lo}:{s.hi}] while a receive lands there")
@@ -89,7 +89,7 @@ class _Transport:
         self.sending[handle] = (s.lo, s.hi, data)
         return handle
 
-    def irecv(self, r):
+    def irecv(self, r, landing=None):
         self._tick()
         key = (r.peer, self.rank, int(self.wire.recv_seq[r.peer, self.rank]))
         self.wire.recv_seq[r.peer, self.rank] += 1
@@ -122,23 +122,6 @@ class _Transport:
             self.staging[r.stage:r.stage + data.size] = data
             self.staged[(r.stage, r.stage + data.size)] = r
 
-    def apply(self, r):
-        slot = (r.stage, r.stage + r.hi - r.lo)
-        if self.staged.pop(slot, None) != r:
-            self._hazard(f"apply of staging {slot} before its receive completed")
-        self._check_write(r.lo, r.hi, "apply into")
-        src = self.staging[r.stage:r.stage + r.hi - r.lo]
-        if r.reduce:
-            self.buffer[r.lo:r.hi] += src
-        else:
-            self.buffer[r.lo:r.hi] = src
-
-    def save(self, lo, hi):
-        self.backup[lo:hi] = self.buffer[lo:hi]
-
-    def restore(self, lo, hi):
-        self.buffer[lo:hi] = self.backup[lo:hi]
-
     def is_timeout(self, exc):
         return False
 
@@ -146,7 +129,41 @@ class _Transport:
         return str(peer)
 
     def batch(self, sends, recvs):
-        return [self.isend(s) for s in sends] + [self.irecv(r) for r in recvs]
+        return [self.isend(s, d) for s, d in sends] + [self.irecv(r, d) for r, d in recvs]
+
+
+class _NumpyOps:
+    """The engine's array dialect on numpy arrays (:class:`ringccl.engine.ArrayOps`)."""
+
+    empty = staticmethod(lambda like, n: np.empty(n, like.dtype))
+    kind = staticmethod(lambda a: a.dtype)
+
+    @staticmethod
+    def copy(dst, src):
+        dst[...] = src
+
+    @staticmethod
+    def combine(op):
+        return lambda dst, src: np.add(dst, src, out=dst)
+
+
+class _Workspace(engine.Workspace):
+    """The engine's workspace, checking each apply against the transport's records."""
+
+    __slots__ = ("transport",)
+
+    def __init__(self, transport: _Transport):
+        super().__init__(_NumpyOps(), transport.buffer, ReduceOp.SUM, 0)
+        # the transport's own staging array: it records which slots hold unapplied receives
+        self.staging, self.transport = transport.staging, transport
+
+    def apply(self, r, received=None):
+        t = self.transport
+        slot = (r.stage, r.stage + r.hi - r.lo)
+        if t.staged.pop(slot, None) != r:
+            t._hazard(f"apply of staging {slot} before its receive completed")
+        t._check_write(r.lo, r.hi, "apply into")
+        super().apply(r, received)
 
 
 def _params(algorithm: str, n: int) -> dict:
@@ -172,7 +189,8 @@ def _run(collective, algorithm, n, count, *, driver="dataflow", segment_elems=0,
                                fail_at if rank == victim else None)
         try:
             if p.steps:
-                run(schedule, rank, p, transport, timeout=timeout, restore=True)
+                run(schedule, rank, p, transport, _Workspace(transport),
+                    timeout=timeout, restore=True)
         except PeerError as exc:
             outcome[rank] = exc
 

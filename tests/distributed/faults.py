@@ -113,10 +113,10 @@ def _install_fault(trial: Trial, results, armed: list) -> None:
     for name in ("isend", "irecv"):
         original = getattr(executor._Transport, name)
 
-        def patched(self, op, _original=original):
+        def patched(self, op, data, _original=original):
             if armed[0] and op.step >= trial.step:
                 fail()
-            return _original(self, op)
+            return _original(self, op, data)
         setattr(executor._Transport, name, patched)
     armed.append(fail)
 

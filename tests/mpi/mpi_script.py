@@ -11,6 +11,7 @@ from mpi4py import MPI
 
 import ringccl
 import ringccl.mpi as rm
+from ringccl.engine import Pipelining
 from ringccl.errors import ArgumentError, ArgumentTypeError, BackendError
 from ringccl.ops import ReduceOp, check_op_dtype, ufunc
 
@@ -104,13 +105,12 @@ for algorithm in ringccl.algorithms("all_gather"):
         rm.all_gather(out, x[rank].copy(), algorithm=algorithm)
         check(f"all_gather {algorithm} block={block}", out, x.reshape(-1))
 
-# the automatic pipelining reads the package's documented parameters at call time
-rm.PIPELINE_THRESHOLD_BYTES, rm.DEFAULT_SEGMENT_BYTES = 1024, 200  # 200 B -> 50 float32
+# automatic pipelining by an explicit policy: chunks >= 1024 B in segments of 200 B (50 float32)
 x = inputs(5003, "float32", 77)
 buf = x[rank].copy()
-rm.all_reduce(buf)
+rm.run_schedule(ringccl.schedule("all_reduce", "ring", n), buf,
+                pipelining=Pipelining(1024, 200))
 check("all_reduce with automatic segments", buf, reference(x, ReduceOp.SUM))
-rm.PIPELINE_THRESHOLD_BYTES, rm.DEFAULT_SEGMENT_BYTES = None, 4 << 20
 
 # the same results as MPI's own collectives, any shape
 x = inputs(4 * 257, "float64", 99).reshape(n, 4, 257)

@@ -1,9 +1,10 @@
 """One rank's part of a schedule, driven over any point-to-point transport.
 
-The executors (:mod:`ringccl.torch.executor` for torch.distributed, :mod:`ringccl.mpi.executor`
-for mpi4py) differ only in how a message is posted, waited for and combined; the order of
-operations, the staging layout, pipelining into segments, error attribution, timeouts and the
-all-or-nothing guarantee live here, once. Nothing here knows an algorithm: the engine walks
+The transports (:mod:`ringccl.torch.executor` for torch.distributed, :mod:`ringccl.mpi.executor`
+for mpi4py) only move bytes (:class:`Transport`: post a send or receive, wait, batch, map
+failures); the order of operations, the staging layout and buffer, applying a received segment
+(:class:`Workspace`), pipelining into segments (:class:`Pipelining`, a policy passed in), error
+attribution, timeouts and the all-or-nothing guarantee live here, once. Nothing here knows an algorithm: the engine walks
 ``schedule.program(rank)``, whose per-step sends and receives come in the schedule's canonical
 order, identical on every rank, so operations between a pair of ranks are posted in the same order
 on both sides and matched by order (MPI 4.0 §3.5, non-overtaking messages; gloo and NCCL match
@@ -40,15 +41,19 @@ from ..caches import clear_caches
 from .dataflow import DataflowProgram, Instr, dataflow_program, run_dataflow
 from .dataflow import _programs
 from .lockstep import run_lockstep
-from .plan import Plan, SegmentRecv, SegmentSend, StepPlan, check_bounds, plan, uniform_bounds
+from .plan import (Pipelining, Plan, SegmentRecv, SegmentSend, StepPlan, check_bounds, plan,
+                   uniform_bounds)
 from .transport import Transport, timeout_seconds
+from .workspace import ArrayOps, Workspace, kept_buffer
 
 __all__ = ["SegmentSend", "SegmentRecv", "StepPlan", "Plan", "Transport", "Instr",
-           "DataflowProgram", "plan", "uniform_bounds", "check_bounds", "timeout_seconds",
+           "DataflowProgram", "Pipelining", "Workspace", "ArrayOps", "kept_buffer", "plan",
+           "uniform_bounds", "check_bounds", "timeout_seconds",
            "dataflow_program", "clear_caches", "run_dataflow", "run_lockstep"]
 
 
 # The compiled dataflow programs are a memo table too (a dict bounded in dataflow.py); the plans
-# and bounds register themselves through caches.memoize. ``engine.clear_caches`` (what the
-# executors' release_buffers call) is ringccl.clear_caches: one story, every table.
+# and bounds register themselves through caches.memoize, the kept buffers through
+# caches.register. ``engine.clear_caches`` (what the executors' release_buffers call) is
+# ringccl.clear_caches: one story, every table.
 caches.register(_programs.clear)

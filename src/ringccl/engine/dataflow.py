@@ -9,7 +9,8 @@ from typing import Any, NamedTuple
 
 from ..ir import Schedule
 from .plan import Plan
-from .transport import Transport, _Context, _fail
+from .transport import Transport, _Context, _fail, _received
+from .workspace import Workspace
 
 __all__ = ["Instr", "DataflowProgram", "dataflow_program", "run_dataflow"]
 
@@ -260,8 +261,9 @@ def dataflow_program(p: Plan, restore: bool) -> DataflowProgram:
     return hit[1]
 
 
-def run_dataflow(schedule: Schedule, rank: int, p: Plan, transport: Transport, *,
-                 timeout: float | None = None, restore: bool = False) -> None:
+def run_dataflow(schedule: Schedule, rank: int, p: Plan, transport: Transport,
+                 workspace: Workspace, *, timeout: float | None = None,
+                 restore: bool = False) -> None:
     """Post every operation as soon as its data is ready (gloo, MPI): replay
     :func:`dataflow_program` (the order and its rules are documented at
     :func:`_compile_dataflow`).
@@ -273,6 +275,8 @@ def run_dataflow(schedule: Schedule, rank: int, p: Plan, transport: Transport, *
     * a segment is overwritten only after every earlier send reading it completed.
 
     Args:
+        transport: moves the bytes (:class:`Transport`).
+        workspace: the working buffer, its staging and backup (apply, save, restore).
         timeout: seconds, only used in the error message (the transport bounds its waits).
         restore: save each chunk before its first write and restore all on failure.
     Raises:
@@ -281,25 +285,33 @@ def run_dataflow(schedule: Schedule, rank: int, p: Plan, transport: Transport, *
     """
     program = dataflow_program(p, restore)
     handles: list = [None] * program.slots
-    t = transport
+    t, ws = transport, workspace
+    # views of received bytes, from a transport that reads receives in place (shared memory)
+    in_place: dict | None = {} if getattr(t, "reads_in_place", False) else None
     at = 0
     try:
         for at, (code, op, slot, _) in enumerate(program.instrs):
             if code == WAIT:
-                t.wait(handles[slot])
+                got = t.wait(handles[slot])
                 handles[slot] = None
+                if got is not None and in_place is not None:
+                    _received(t, ws, op, got, in_place)
             elif code == RECV:
-                handles[slot] = t.irecv(op)
+                handles[slot] = t.irecv(op, ws.landing(op))
             elif code == SEND:
-                handles[slot] = t.isend(op)
+                handles[slot] = t.isend(op, ws.source(op))
             elif code == APPLY:
-                t.apply(op)
+                if in_place is None:
+                    ws.apply(op)
+                else:
+                    ws.apply(op, in_place.pop(op, None))
+                    t.release(op)
             else:
-                t.save(*op)
+                ws.save(*op)
     except Exception as exc:
         for code, op, _, _ in program.instrs[:at]:
             if code == SAVE:
-                t.restore(*op)
+                ws.restore(*op)
         instr = program.instrs[at]
         op = instr.op if instr.code != SAVE else None
         raise _fail(_Context(schedule, rank, transport, timeout), op, p.steps[instr.step],

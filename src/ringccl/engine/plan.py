@@ -10,7 +10,8 @@ from ..chunking import chunk_bounds
 from ..errors import BackendError
 from ..ir import Kind, Schedule
 
-__all__ = ["SegmentSend", "SegmentRecv", "StepPlan", "Plan", "plan", "uniform_bounds", "check_bounds"]
+__all__ = ["SegmentSend", "SegmentRecv", "StepPlan", "Plan", "Pipelining", "plan", "uniform_bounds",
+           "check_bounds"]
 
 
 class SegmentSend(NamedTuple):
@@ -57,6 +58,42 @@ class Plan(NamedTuple):
     steps: tuple
     bounds: tuple         # num_chunks + 1 element offsets into the working buffer
     staging_elems: int
+
+
+class Pipelining(NamedTuple):
+    """When and how finely chunks are split into segments moved as a pipeline (a segment is
+    reduced as soon as it arrives and forwarded as soon as it is final, while later segments
+    are in flight).
+
+    Each transport offers its measured default (``ringccl.torch.executor.PIPELINING``,
+    ``ringccl.mpi.executor.PIPELINING``); the front ends pass it in, or
+    :meth:`fixed` for an explicit ``segment_bytes=``. Nothing reads a module global at call time.
+
+    Attributes:
+        threshold_bytes: split only when the plan's longest chunk has at least this many bytes
+            (0: always; None: never).
+        segment_bytes: the segment size in bytes (0: never split).
+    """
+
+    threshold_bytes: int | None
+    segment_bytes: int
+
+    @classmethod
+    def fixed(cls, segment_bytes: int) -> "Pipelining":
+        """Segments of ``segment_bytes`` for every chunk (0: whole chunks)."""
+        return cls(0, segment_bytes)
+
+    def segment_elems(self, bounds: tuple, itemsize: int) -> int:
+        """The plan's ``segment_elems`` for chunk offsets ``bounds`` of ``itemsize``-byte
+        elements (0: whole chunks; at least 1 element per segment otherwise)."""
+        threshold, segment_bytes = self.threshold_bytes, self.segment_bytes
+        if not segment_bytes or threshold is None:
+            return 0
+        if threshold > 0:
+            longest = max((b - a for a, b in zip(bounds, bounds[1:])), default=0)
+            if longest * itemsize < threshold:
+                return 0
+        return max(1, segment_bytes // itemsize)
 
 
 def _segments(lo: int, hi: int, segment_elems: int) -> list[tuple[int, int]]:

@@ -43,22 +43,41 @@ def timeout_seconds(timeout) -> float | None:
 
 
 class Transport(Protocol):
-    """What a backend provides to the engine (handles are the backend's request objects).
+    """What a backend provides to the engine: it only moves bytes (handles are the backend's
+    request objects). What happens to the bytes once they arrived (combine or copy into place,
+    the staging buffer, the rollback) is the engine's (:class:`ringccl.engine.workspace.
+    Workspace`), the same for every backend.
 
-    Every method may raise; the engine attributes the failure to the operation's step and peer.
-    ``wait`` must be bounded: it raises :class:`TimeoutError` (or a backend error that
-    ``is_timeout`` recognises) when the peer does not answer in time.
+    * ``isend(s, data)``: post the send of ``data`` (the segment ``s`` of the working buffer)
+      to ``s.peer``; returns a handle.
+    * ``irecv(r, landing)``: post the receive of ``r.hi - r.lo`` elements from ``r.peer`` into
+      ``landing`` (the segment itself, or its staging slot; None only for a transport that
+      reads its receives in place, see below); returns a handle.
+    * ``wait(handle)``: block until the operation completed; bounded: raises
+      :class:`TimeoutError` (or a backend error that ``is_timeout`` recognises) when the peer
+      does not answer in time. Returns None, or for a receive whose bytes the transport exposes
+      in place, a readable array of them, which the engine reduces or copies from directly.
+    * ``batch(sends, recvs)``: lockstep backends only: post ``[(s, data)]`` and
+      ``[(r, landing)]`` as one group call; returns the handles (one per operation, in that
+      order, or one for the whole batch).
+    * ``is_timeout(exc)``, ``peer_name(peer)``: failure mapping (PeerError vs RingcclTimeout;
+      how a peer is named in the message, e.g. with its global rank).
+
+    Optional attributes (read with ``getattr``, default False):
+
+    * ``reads_in_place``: receives need no staging: the peer's bytes are addressable on this
+      rank (shared memory), so ``irecv`` of a staged receive gets ``landing=None`` and ``wait``
+      returns a view of the bytes; the engine then allocates no staging buffer, copies an
+      in-place receive's view into its segment, and reduces a staged one from the view. The
+      view must stay valid until the engine calls ``release(r)`` after it applied it.
     """
 
-    def isend(self, s: SegmentSend) -> Any: ...
-    def irecv(self, r: SegmentRecv) -> Any: ...
-    def wait(self, handle: Any) -> None: ...
-    def apply(self, r: SegmentRecv) -> None: ...            # combine/copy a staged receive into place
-    def save(self, lo: int, hi: int) -> None: ...    # back up buffer[lo:hi] (restore=True)
-    def restore(self, lo: int, hi: int) -> None: ...
+    def isend(self, s: SegmentSend, data: Any) -> Any: ...
+    def irecv(self, r: SegmentRecv, landing: Any) -> Any: ...
+    def wait(self, handle: Any) -> Any: ...
     def is_timeout(self, exc: BaseException) -> bool: ...
     def peer_name(self, peer: int) -> str: ...
-    def batch(self, sends: tuple, recvs: tuple) -> list: ...   # lockstep backends only
+    def batch(self, sends: list, recvs: list) -> list: ...   # lockstep backends only
 
 
 class _Context(NamedTuple):
@@ -66,6 +85,16 @@ class _Context(NamedTuple):
     rank: int
     transport: Transport
     timeout: float | None
+
+
+def _received(t: Transport, ws: Any, r: SegmentRecv, got: Any, in_place: dict) -> None:
+    """A receive's view ``got`` from a transport that reads receives in place: copied into its
+    segment now (an in-place receive), or kept for its apply (a staged one)."""
+    if r.stage < 0:
+        ws.apply(r, got)   # a COPY receive: never a reduce
+        t.release(r)
+    else:
+        in_place[r] = got
 
 
 def _fail(ctx: _Context, op: SegmentSend | SegmentRecv | None, step: StepPlan, exc: BaseException):

@@ -38,105 +38,48 @@ and its value); a check that fails on some ranks only (a root-only list) leaves 
 waiting, as in torch.distributed: run scripts with ``python -m mpi4py script.py`` so that an
 uncaught exception aborts the whole job.
 
-Failures: MPI has no timeouts and aborts the job when a process dies. With ``RINGCCL_TIMEOUT``
-(seconds) set, every wait (and the first call's duplication of ``comm``) polls ``MPI_Test`` until
-the deadline and raises :class:`ringccl.errors.RingcclTimeout` naming the step and the peer, with
-the caller's buffers restored; then end the job with ``comm.Abort()`` (see
-:func:`ringccl.mpi.executor.execute`). There is no cross-rank consistency check here.
+Every function takes, keyword-only and in this order (as :mod:`ringccl.torch`),
+``segment_bytes=`` (pipelining; None: the transport's measured policy,
+``ringccl.mpi.executor.PIPELINING``, which never splits; 0: never split), ``timeout=``,
+``restore=`` and ``check=``; the flow is :mod:`ringccl.frontend`'s, shared with ringccl.torch.
+
+Failures: MPI has no timeouts and aborts the job when a process dies. With ``timeout=`` (seconds)
+or ``RINGCCL_TIMEOUT`` set, every wait (and the first call's duplication of ``comm``) polls
+``MPI_Test`` until the deadline and raises :class:`ringccl.errors.RingcclTimeout` naming the step
+and the peer, with the caller's buffers restored (``restore=None``: only when a timeout is in
+effect); then end the job with ``comm.Abort()`` (see :func:`ringccl.mpi.executor.execute`).
+``check=True`` (or ``RINGCCL_DEBUG=1`` on every rank) first compares a fingerprint of the call
+across ranks through the communicator (:mod:`ringccl.consistency`).
 
 Importing this package does not import mpi4py (which initializes MPI); the first collective does.
 """
 
 from __future__ import annotations
 
-import contextlib
-import math
 from typing import Any
 
 import numpy as np
 
-from .. import engine
-from ..algorithms import REGISTRY, build_schedule, params_key
-from ..args import check_int
+from .. import engine, frontend
 from ..collectives import check_root
 from ..errors import ArgumentError, ArgumentTypeError
-from ..layout import all_to_all_sizes, clear_cache, layout, rooted, split_rows
+from ..layout import rooted
 from ..ops import (SUPPORTED_DTYPES, ReduceOp, check_accumulate_dtype, check_dtype,
                    check_op_dtype, parse_op)
 
 __all__ = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "scatter",
-           "gather", "all_to_all", "run_schedule", "release_buffers", "ReduceOp",
-           "PIPELINE_THRESHOLD_BYTES", "DEFAULT_SEGMENT_BYTES"]
-
-#: Pipelining (``segment_bytes=None``): chunks of at least PIPELINE_THRESHOLD_BYTES are moved
-#: in segments of DEFAULT_SEGMENT_BYTES. None: never split by default. Measured with
-#: benchmarks/bench_mpi.py --segments on 2 Open MPI 4.1 processes over shared memory (vader,
-#: CMA single copy): segments of 64 KiB–32 MiB were slower than whole chunks at every size from
-#: 1 MiB to 256 MiB (e.g. 64 MiB: 1 MiB segments 0.46x, 4 MiB segments 0.65x the busbw of
-#: whole chunks), because every message is a rendezvous in which both processes must be
-#: running, and the receiver's single copy leaves no transfer to overlap with the reduction
-#: (docs/benchmarks.md). Pass segment_bytes to pipeline anyway, e.g. across nodes.
-PIPELINE_THRESHOLD_BYTES: int | None = None
-DEFAULT_SEGMENT_BYTES = 4 << 20
+           "gather", "all_to_all", "run_schedule", "release_buffers", "ReduceOp"]
 
 
 _mpi: list = []  # the mpi4py.MPI module, imported on first use (importing it starts MPI)
-
-
-def _comm(comm):
-    if not _mpi:
-        from mpi4py import MPI
-        _mpi.append(MPI)
-    MPI = _mpi[0]
-    if comm is None:
-        return MPI.COMM_WORLD
-    if not isinstance(comm, MPI.Intracomm):
-        raise ArgumentTypeError(f"comm must be an mpi4py intracommunicator (MPI.Intracomm) or "
-                                f"None, got {type(comm).__name__}")
-    return comm
-
-
 _executor: list = []
 
 
-def _execute(*args, **kwargs):
-    if not _executor:  # imported on first use: importing it imports mpi4py, which starts MPI
-        from .executor import execute
-        _executor.append(execute)
-    return _executor[0](*args, **kwargs)
-
-
-_schedule_cache: dict = {}
-
-
-def _schedule(collective: str, algorithm: str, world_size: int, params: dict | None = None):
-    """``build_schedule``, remembered: its argument checks cost microseconds on every call
-    (keyed by the registry entry too, so re-registering a name is seen). ``params``: the
-    algorithm's keyword parameters (root included for rooted collectives)."""
-    if params and "timeout" in params:  # ringccl.torch's keyword: say where MPI's is
-        raise ArgumentError(f"ringccl.mpi.{collective} takes no timeout= (got "
-                            f"{params['timeout']!r}); set the RINGCCL_TIMEOUT environment "
-                            "variable (seconds) to bound every wait")
-    try:
-        key = (collective, algorithm, world_size, params_key(params) if params else ())
-        hash(key)
-    except TypeError:  # unhashable names or parameters: build_schedule refuses or builds them
-        return build_schedule(collective, algorithm, world_size, **(params or {}))
-    entry = REGISTRY.get((collective, algorithm))
-    cached = _schedule_cache.get(key)
-    if cached is not None and cached[0] is entry:
-        return cached[1]
-    schedule = build_schedule(collective, algorithm, world_size, **(params or {}))
-    if len(_schedule_cache) > 64:
-        _schedule_cache.clear()
-    _schedule_cache[key] = (entry, schedule)
-    return schedule
-
-
-def _check_segment_bytes(segment_bytes: Any) -> None:
-    if segment_bytes is None or (type(segment_bytes) is int and segment_bytes >= 0):
-        return  # the common case, without a call
-    check_int(segment_bytes, "segment_bytes")  # 0: never split
+def _MPI():
+    if not _mpi:
+        from mpi4py import MPI
+        _mpi.append(MPI)
+    return _mpi[0]
 
 
 def release_buffers() -> None:
@@ -144,10 +87,7 @@ def release_buffers() -> None:
     on every rank)."""
     from .executor import release_buffers as release
     release()
-    _scratch_cache.clear()
-    clear_cache()
     _checked_ops.clear()
-    _schedule_cache.clear()
 
 
 _DTYPES = frozenset(np.dtype(d) for d in SUPPORTED_DTYPES)
@@ -172,48 +112,237 @@ def _check_array(a: Any, argument: str, writable: bool = True,
     return a
 
 
-def _check_pair(a: np.ndarray, b: np.ndarray, name_a: str, name_b: str) -> None:
-    if a.dtype != b.dtype:
-        raise ArgumentTypeError(f"{name_a}.dtype={a.dtype} differs from {name_b}.dtype={b.dtype}")
-
-
 _checked_ops: dict = {}
 
 
-def _check_op(op: Any, dtype: np.dtype) -> ReduceOp:
-    try:
-        return _checked_ops[op, dtype]
-    except (KeyError, TypeError):  # TypeError: an unhashable op, parsed (and refused) below
-        pass
-    reduce_op = parse_op(op)
-    check_op_dtype(reduce_op, dtype)
-    if isinstance(op, (str, ReduceOp)):
-        _checked_ops[op, dtype] = reduce_op
-    return reduce_op
+class _Numpy:
+    """ringccl.mpi's :class:`ringccl.frontend.Backend`: numpy arrays, mpi4py communicators, the
+    MPI point-to-point transport (:mod:`ringccl.mpi.executor`)."""
+
+    name = "ringccl.mpi"
+    size_word = "size"
+    #: mirrors ringccl.mpi.executor.PIPELINING (not imported here: that imports mpi4py);
+    #: None: the executor's measured default
+    pipelining = None
+
+    # -- group adapter --------------------------------------------------------------------------
+    @staticmethod
+    def group(comm):
+        MPI = _mpi[0] if _mpi else _MPI()
+        if comm is None:
+            return MPI.COMM_WORLD
+        if not isinstance(comm, MPI.Intracomm):
+            raise ArgumentTypeError(f"comm must be an mpi4py intracommunicator (MPI.Intracomm) "
+                                    f"or None, got {type(comm).__name__}")
+        return comm
+
+    @staticmethod
+    def size(comm) -> int:
+        return comm.Get_size()
+
+    @staticmethod
+    def rank(comm) -> int:
+        return comm.Get_rank()
+
+    @staticmethod
+    def root(comm, root, argument: str, world_size: int) -> int:
+        return check_root(root, world_size, argument)
+
+    key = staticmethod(id)   # as ringccl.torch: the communicator object's identity
+
+    @staticmethod
+    def gather_objects(comm, obj, collective: str, algorithm: str) -> list:
+        return comm.allgather(obj)
+
+    @staticmethod
+    def max2(comm, a: int, b: int) -> tuple[int, int]:
+        t = np.array([a, b], dtype=np.int64)
+        comm.Allreduce(_MPI().IN_PLACE, t, op=_MPI().MAX)
+        return int(t[0]), int(t[1])
+
+    @staticmethod
+    def default_restore(timeout) -> bool:
+        # without a timeout an MPI failure aborts the job: nothing to restore for
+        return timeout is not None
+
+    @staticmethod
+    def execute(schedule, work, op, comm, bounds, opts, restore: bool) -> None:
+        if not _executor:  # imported on first use: importing it imports mpi4py
+            from .executor import execute
+            _executor.append(execute)
+        _executor[0](schedule, work, op, comm, bounds=bounds, timeout=opts.timeout,
+                     restore=restore, pipelining=opts.pipelining)
+
+    # -- array dialect --------------------------------------------------------------------------
+    @staticmethod
+    def check(a, argument: str, written: bool = False, contiguous: bool = False):
+        return _check_array(a, argument, writable=written, contiguous=contiguous)
+
+    @staticmethod
+    def check_1d(a, argument: str):
+        _check_array(a, argument)
+        if a.ndim != 1:
+            raise ArgumentError(f"{argument} must be 1-D, got shape {a.shape}")
+        return a
+
+    @staticmethod
+    def check_pair(a, b, name_a: str, name_b: str) -> None:
+        if a.dtype != b.dtype:
+            raise ArgumentTypeError(f"{name_a}.dtype={a.dtype} differs from {name_b}.dtype="
+                                    f"{b.dtype}")
+
+    @staticmethod
+    def check_op(op, dtype) -> ReduceOp:
+        try:
+            return _checked_ops[op, dtype]
+        except (KeyError, TypeError):  # TypeError: an unhashable op, parsed (and refused) below
+            pass
+        reduce_op = parse_op(op)
+        check_op_dtype(reduce_op, dtype)
+        if isinstance(op, (str, ReduceOp)):
+            _checked_ops[op, dtype] = reduce_op
+        return reduce_op
+
+    @staticmethod
+    def accumulate(accumulate_dtype, dtype, collective: str):
+        """The numpy dtype to reduce in (None: the buffer's own), validated
+        (:func:`ringccl.ops.check_accumulate_dtype`)."""
+        if accumulate_dtype is None:
+            return None
+        name = check_accumulate_dtype(accumulate_dtype, dtype, collective, True)
+        return None if name is None or np.dtype(name) == dtype else np.dtype(name)
+
+    def check_blocks(self, blocks, argument: str, world_size: int, like, written: bool) -> list:
+        """A root's scatter_list/gather_list: world_size arrays of like.size elements each, or
+        one array of world_size·like.size elements (MPI's send/receive buffer, blocks in rank
+        order)."""
+        if isinstance(blocks, np.ndarray):
+            _check_array(blocks, argument, writable=written, contiguous=False)
+            self.check_pair(blocks, like, argument, "buffer")
+            if blocks.size != world_size * like.size:
+                raise ArgumentError(f"{argument} has {blocks.size} elements; one array must "
+                                    f"have world_size * buffer.size = {world_size} * "
+                                    f"{like.size}")
+            return [blocks]
+        if not isinstance(blocks, (list, tuple)) or len(blocks) != world_size:
+            raise ArgumentError(f"{argument} must be a list of world_size={world_size} arrays "
+                                f"(or one array of world_size * buffer.size elements), got "
+                                f"{type(blocks).__name__}"
+                                + (f" of length {len(blocks)}" if hasattr(blocks, "__len__")
+                                   else ""))
+        for i, b in enumerate(blocks):
+            _check_array(b, f"{argument}[{i}]", writable=written, contiguous=False)
+            self.check_pair(b, like, f"{argument}[{i}]", "buffer")
+            if b.size != like.size:
+                raise ArgumentError(f"{argument}[{i}] has {b.size} elements; every array must "
+                                    f"have buffer.size={like.size}")
+        return list(blocks)
+
+    @staticmethod
+    def no_blocks(blocks, argument: str, rank: int, root_arg: str, root) -> None:
+        if blocks is None or (isinstance(blocks, (list, tuple)) and not blocks):
+            return
+        raise ArgumentError(f"{argument} must be None on ranks other than {root_arg}={root} "
+                            f"(this is rank {rank}), as in torch.distributed")
+
+    @staticmethod
+    def overlap_error(inner: str, outer: str, rank: int, k: int) -> ArgumentError:
+        where = " of a C-contiguous input" if outer == "input" else ""
+        return ArgumentError(f"{inner} overlaps {outer} but is not exactly {outer}'s block rank "
+                             f"(elements {rank * k}:{(rank + 1) * k}{where}); pass that view, "
+                             "or arrays that do not overlap")
+
+    @staticmethod
+    def numel(a) -> int:
+        return a.size
+
+    @staticmethod
+    def dtype(a):
+        return a.dtype
+
+    dtype_name = staticmethod(str)
+
+    @staticmethod
+    def contiguous(a) -> bool:
+        return a.flags.c_contiguous
+
+    @staticmethod
+    def view1d(a):
+        return a.reshape(-1)
+
+    @staticmethod
+    def flat(a):
+        return a.reshape(-1)
+
+    @staticmethod
+    def empty(like, n: int, dtype=None):
+        return np.empty(n, dtype=dtype or like.dtype)
+
+    @staticmethod
+    def scratch(like, n: int):
+        """A working array kept between calls (contents undefined): allocating per call costs
+        page faults on every call."""
+        return engine.kept_buffer(_NUMPY_OPS, like, n, "work")
+
+    @staticmethod
+    def cast(flat, dtype):
+        return flat.astype(dtype)
+
+    @staticmethod
+    def copy(dst, src) -> None:
+        dst[...] = src
+
+    @staticmethod
+    def copy_into(dst, flat) -> None:
+        dst[...] = flat.reshape(dst.shape)
+
+    @staticmethod
+    def divide(a, n: int) -> None:
+        np.divide(a, n, out=a)
+
+    @staticmethod
+    def cat(flats: list):
+        return np.concatenate(flats)
+
+    shares_memory = staticmethod(np.shares_memory)
+
+    @staticmethod
+    def is_block(a, buffer, index: int) -> bool:
+        """True if ``a`` is exactly block ``index`` (of a.size elements) of the 1-D ``buffer``."""
+        if not a.flags.c_contiguous or not np.may_share_memory(a, buffer):
+            return False
+        block = buffer[index * a.size:(index + 1) * a.size]
+        return (a.__array_interface__["data"][0] == block.__array_interface__["data"][0]
+                and a.size == block.size)
+
+    @staticmethod
+    def rows(a) -> tuple[int, int]:
+        return (a.shape[0] if a.ndim else 1), int(np.prod(a.shape[1:], dtype=np.int64))
 
 
-def run_schedule(schedule, buffer: np.ndarray, op: Any = ReduceOp.SUM, comm=None,
-                 segment_bytes: int | None = None, bounds=None) -> np.ndarray:
+class _KeptOps:
+    """Plain numpy arrays for the kept working buffers (no mpi4py needed)."""
+
+    empty = staticmethod(lambda like, n: np.empty(n, dtype=like.dtype))
+    kind = staticmethod(lambda a: a.dtype)
+
+
+_NUMPY_OPS = _KeptOps()
+_B = _Numpy()
+
+
+def run_schedule(schedule, buffer: np.ndarray, op: Any = ReduceOp.SUM, comm=None, bounds=None,
+                 segment_bytes: int | None = None, *, timeout=None,
+                 restore: bool | None = None, pipelining=None) -> np.ndarray:
     """Execute any ``schedule`` in place on this rank's 1-D working ``buffer``
     (``bounds``: this rank's chunk offsets; see :func:`ringccl.mpi.executor.execute`)."""
-    _check_array(buffer, "buffer")
-    _check_segment_bytes(segment_bytes)
-    if buffer.ndim != 1:
-        raise ArgumentError(f"buffer must be 1-D, got shape {buffer.shape}")
-    return _execute(schedule, buffer, _check_op(op, buffer.dtype), _comm(comm), segment_bytes,
-                    bounds=bounds)
-
-
-def _accumulate(accumulate_dtype: Any, dtype: np.dtype, collective: str) -> np.dtype | None:
-    """The numpy dtype to reduce in (None: the buffer's own), validated
-    (:func:`ringccl.ops.check_accumulate_dtype`)."""
-    name = check_accumulate_dtype(accumulate_dtype, dtype, collective, True)
-    return None if name is None or np.dtype(name) == dtype else np.dtype(name)
+    return frontend.run_schedule(_B, schedule, buffer, op, comm, bounds, segment_bytes, timeout,
+                                 restore, pipelining)
 
 
 def all_reduce(buffer: np.ndarray, op: Any = ReduceOp.SUM, comm=None, algorithm: str = "ring",
-               segment_bytes: int | None = None, accumulate_dtype: Any = None,
-               **params) -> np.ndarray:
+               accumulate_dtype: Any = None, *, segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
+        check: bool | None = None, **params) -> np.ndarray:
     """Reduce ``buffer`` across all ranks of ``comm``, in place (``MPI_Allreduce(MPI_IN_PLACE)``).
 
     Args:
@@ -222,8 +351,8 @@ def all_reduce(buffer: np.ndarray, op: Any = ReduceOp.SUM, comm=None, algorithm:
             bool.
         comm: mpi4py communicator (None = ``MPI.COMM_WORLD``).
         algorithm: a name from ``ringccl.algorithms("all_reduce")``.
-        segment_bytes: pipelining segment size in bytes (None: :data:`PIPELINE_THRESHOLD_BYTES`
-            decides, 0: never split).
+        segment_bytes: pipelining segment size in bytes (None: the transport's measured policy,
+            ``ringccl.mpi.executor.PIPELINING``, decides: never split; 0: never split).
         accumulate_dtype: floating buffers only: None, or a floating dtype at least as wide
             ("float32", np.float32): the working buffer is a copy in that dtype (what travels),
             the result is cast back once (error bound: :func:`ringccl.sim.fp_error_bound`).
@@ -236,26 +365,20 @@ def all_reduce(buffer: np.ndarray, op: Any = ReduceOp.SUM, comm=None, algorithm:
         ArgumentError, ArgumentTypeError: bad argument, before any data moves.
         BackendError: a failed transfer.
     """
-    comm = _comm(comm)
+    comm = _B.group(comm)
     _check_array(buffer, "buffer")
-    reduce_op = _check_op(op, buffer.dtype)
-    acc = _accumulate(accumulate_dtype, buffer.dtype, "all_reduce")
-    _check_segment_bytes(segment_bytes)
-    world_size = comm.Get_size()
-    schedule = _schedule("all_reduce", algorithm, world_size, params)
-    work = buffer.reshape(-1) if acc is None else buffer.reshape(-1).astype(acc)
-    _execute(schedule, work, reduce_op, comm, segment_bytes,
-             bounds=layout(schedule, comm.Get_rank(), work.size).offsets)
-    if reduce_op is ReduceOp.AVG:
-        np.divide(work, world_size, out=work)
-    if acc is not None:
-        buffer.reshape(-1)[...] = work  # one rounding back to the buffer's dtype
+    reduce_op = _B.check_op(op, buffer.dtype)
+    acc = _B.accumulate(accumulate_dtype, buffer.dtype, "all_reduce")
+    opts = frontend.options(_B, segment_bytes, timeout, restore, check)
+    frontend.in_place(_B, "all_reduce", buffer, reduce_op, comm, algorithm, params, opts,
+                      accumulate=acc)
     return buffer
 
 
 def reduce_scatter(output: np.ndarray, input: np.ndarray, op: Any = ReduceOp.SUM, comm=None,
-                   algorithm: str = "ring", segment_bytes: int | None = None,
-                   accumulate_dtype: Any = None, **params) -> np.ndarray:
+                   algorithm: str = "ring", accumulate_dtype: Any = None, *,
+                   segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
+        check: bool | None = None, **params) -> np.ndarray:
     """Reduce ``input`` across ranks and leave block ``rank`` in ``output``
     (``MPI_Reduce_scatter_block``; ``torch.distributed.reduce_scatter_tensor``).
 
@@ -273,41 +396,21 @@ def reduce_scatter(output: np.ndarray, input: np.ndarray, op: Any = ReduceOp.SUM
     Raises:
         ArgumentError: sizes that do not match, dtype mismatch, bad op.
     """
-    comm = _comm(comm)
+    comm = _B.group(comm)
     _check_array(output, "output")
     _check_array(input, "input", writable=False, contiguous=False)
-    _check_pair(output, input, "output", "input")
-    world_size, rank = comm.Get_size(), comm.Get_rank()
-    if input.size != world_size * output.size:
-        raise ArgumentError(f"input has {input.size} elements; reduce_scatter needs "
-                            f"world_size * output.size = {world_size} * {output.size}")
-    reduce_op = _check_op(op, input.dtype)
-    acc = _accumulate(accumulate_dtype, input.dtype, "reduce_scatter")
-    _check_segment_bytes(segment_bytes)
-    schedule = _schedule("reduce_scatter", algorithm, world_size, params)
-    flat = input.reshape(-1)
-    block = slice(rank * output.size, (rank + 1) * output.size)
-    in_place = np.shares_memory(output, input)
-    if in_place and not (input.flags.c_contiguous and _is_block(output.reshape(-1), flat, rank)):
-        raise ArgumentError("output overlaps input but is not exactly input's block rank "
-                            f"(elements {block.start}:{block.stop} of a C-contiguous input); "
-                            "pass that view, or arrays that do not overlap")
-    if acc is not None:
-        work = flat.astype(acc)
-    else:
-        work = flat if in_place else _scratch(flat)
-    _execute(schedule, work, reduce_op, comm, segment_bytes,
-             bounds=layout(schedule, rank, flat.size).offsets)
-    result = work[block]
-    if reduce_op is ReduceOp.AVG:
-        np.divide(result, world_size, out=result)
-    if not in_place or acc is not None:
-        output.reshape(-1)[...] = result
+    _B.check_pair(output, input, "output", "input")
+    reduce_op = _B.check_op(op, input.dtype)
+    acc = _B.accumulate(accumulate_dtype, input.dtype, "reduce_scatter")
+    opts = frontend.options(_B, segment_bytes, timeout, restore, check)
+    frontend.reduce_scatter(_B, output, input, reduce_op, comm, algorithm, params, opts, acc,
+                            "reduce_scatter")
     return output
 
 
-def all_gather(output: np.ndarray, input: np.ndarray, comm=None, algorithm: str = "ring",
-               segment_bytes: int | None = None, **params) -> np.ndarray:
+def all_gather(output: np.ndarray, input: np.ndarray, comm=None, algorithm: str = "ring", *,
+               segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
+        check: bool | None = None, **params) -> np.ndarray:
     """Gather every rank's ``input`` into ``output`` on every rank, in rank order
     (``MPI_Allgather``; ``torch.distributed.all_gather_into_tensor``).
 
@@ -324,166 +427,19 @@ def all_gather(output: np.ndarray, input: np.ndarray, comm=None, algorithm: str 
     Raises:
         ArgumentError: sizes that do not match, dtype mismatch.
     """
-    comm = _comm(comm)
+    comm = _B.group(comm)
     _check_array(output, "output")
     _check_array(input, "input", writable=False, contiguous=False)
-    _check_pair(output, input, "output", "input")
-    world_size, rank = comm.Get_size(), comm.Get_rank()
-    if output.size != world_size * input.size:
-        raise ArgumentError(f"output has {output.size} elements; all_gather needs "
-                            f"world_size * input.size = {world_size} * {input.size}")
-    _check_segment_bytes(segment_bytes)
-    schedule = _schedule("all_gather", algorithm, world_size, params)
-    work = output.reshape(-1)
-    mine = work[rank * input.size:(rank + 1) * input.size]
-    in_place = np.shares_memory(output, input)
-    if in_place and not (input.flags.c_contiguous and _is_block(input.reshape(-1), work, rank)):
-        raise ArgumentError("input overlaps output but is not exactly output's block rank "
-                            f"(elements {rank * input.size}:{(rank + 1) * input.size}); pass "
-                            "that view, or arrays that do not overlap")
-    with _kept(mine):
-        if not in_place:
-            mine[...] = input.reshape(-1)
-        _execute(schedule, work, ReduceOp.SUM, comm, segment_bytes,
-                 bounds=layout(schedule, rank, work.size).offsets)
+    _B.check_pair(output, input, "output", "input")
+    opts = frontend.options(_B, segment_bytes, timeout, restore, check)
+    frontend.all_gather(_B, output, input, comm, algorithm, params, opts, "all_gather",
+                        ("output", "input"))
     return output
 
 
-@contextlib.contextmanager
-def _kept(view: np.ndarray):
-    """Put ``view`` of a caller's array back if the body raises, when a failure can be
-    survived (a timeout is in effect, ``RINGCCL_TIMEOUT``: the executor then restores what it
-    overwrote too, and this covers what the caller's code copied in before it ran)."""
-    saved = view.copy() if engine.timeout_seconds(None) is not None else None
-    try:
-        yield
-    except BaseException:
-        if saved is not None:
-            view[...] = saved
-        raise
-
-
-_scratch_cache: dict = {}
-
-
-def _workspace(size: int, dtype: np.dtype) -> np.ndarray:
-    """A working buffer of ``size`` elements kept between calls (contents undefined):
-    allocating per call costs page faults on every call."""
-    cached = _scratch_cache.get(dtype)
-    if cached is None or cached.size < size:
-        cached = np.empty(size, dtype=dtype)
-        _scratch_cache[dtype] = cached
-    return cached[:size]
-
-
-def _scratch(flat: np.ndarray) -> np.ndarray:
-    """A copy of ``flat`` in the working buffer kept between calls (reduce_scatter must not
-    modify its input)."""
-    work = _workspace(flat.size, flat.dtype)
-    work[...] = flat
-    return work
-
-
-def _copy_runs(work: np.ndarray, runs: tuple, pieces: list, into_work: bool) -> None:
-    """Copy between the ranges ``runs`` of ``work`` and the 1-D arrays ``pieces``, both taken
-    concatenated, without concatenating either (a range may span pieces and vice versa).
-    Overlapping source and destination are fine (numpy copies through a buffer then)."""
-    i, at = 0, 0
-    for a, b in runs:
-        while a < b:
-            piece = pieces[i]
-            if at == piece.size:
-                i, at = i + 1, 0
-                continue
-            k = min(b - a, piece.size - at)
-            if into_work:
-                work[a:a + k] = piece[at:at + k]
-            else:
-                piece[at:at + k] = work[a:a + k]
-            a, at = a + k, at + k
-
-
-def _copy_in(work: np.ndarray, runs: tuple, sources: list) -> None:
-    """Copy the arrays ``sources`` (any shape and layout, C order), concatenated, into the
-    ranges ``runs`` of ``work``."""
-    _copy_runs(work, runs, [s.reshape(-1) for s in sources], True)
-
-
-def _copy_out(work: np.ndarray, runs: tuple, targets: list) -> None:
-    """Copy the ranges ``runs`` of ``work``, concatenated, into the arrays ``targets`` (any
-    shape and layout, filled in C order)."""
-    flat = [t.reshape(-1) if t.flags.c_contiguous else np.empty(t.size, dtype=t.dtype)
-            for t in targets]
-    _copy_runs(work, runs, flat, False)
-    for t, f in zip(targets, flat):
-        if not t.flags.c_contiguous:
-            t[...] = f.reshape(t.shape)
-
-
-def _is_block(a: np.ndarray, buffer: np.ndarray, index: int) -> bool:
-    """True if ``a`` is exactly block ``index`` (of a.size elements) of the 1-D ``buffer``."""
-    if not a.flags.c_contiguous or not np.may_share_memory(a, buffer):
-        return False
-    block = buffer[index * a.size:(index + 1) * a.size]
-    return (a.__array_interface__["data"][0] == block.__array_interface__["data"][0]
-            and a.size == block.size)
-
-
-def _check_blocks(blocks: Any, argument: str, world_size: int, like: np.ndarray,
-                  writable: bool) -> list:
-    """A root's scatter_list/gather_list: world_size arrays of like.size elements each, or one
-    array of world_size·like.size elements (MPI's send/receive buffer, blocks in rank order)."""
-    if isinstance(blocks, np.ndarray):
-        _check_array(blocks, argument, writable=writable, contiguous=False)
-        _check_pair(blocks, like, argument, "buffer")
-        if blocks.size != world_size * like.size:
-            raise ArgumentError(f"{argument} has {blocks.size} elements; one array must have "
-                                f"world_size * buffer.size = {world_size} * {like.size}")
-        return [blocks]
-    if not isinstance(blocks, (list, tuple)) or len(blocks) != world_size:
-        raise ArgumentError(f"{argument} must be a list of world_size={world_size} arrays (or "
-                            f"one array of world_size * buffer.size elements), got "
-                            f"{type(blocks).__name__}"
-                            + (f" of length {len(blocks)}" if hasattr(blocks, "__len__") else ""))
-    for i, b in enumerate(blocks):
-        _check_array(b, f"{argument}[{i}]", writable=writable, contiguous=False)
-        _check_pair(b, like, f"{argument}[{i}]", "buffer")
-        if b.size != like.size:
-            raise ArgumentError(f"{argument}[{i}] has {b.size} elements; every array must have "
-                                f"buffer.size={like.size}")
-    return list(blocks)
-
-
-def _no_blocks(blocks: Any, argument: str, rank: int, root_arg: str, root: int) -> None:
-    if blocks is None or (isinstance(blocks, (list, tuple)) and not blocks):
-        return
-    raise ArgumentError(f"{argument} must be None on ranks other than {root_arg}={root} (this is "
-                        f"rank {rank}), as in torch.distributed")
-
-
-def _in_place(collective: str, buffer: np.ndarray, op: ReduceOp, comm, schedule,
-              segment_bytes, copy: bool) -> None:
-    """Run a collective whose working buffer is the whole buffer (broadcast, reduce); ``copy``:
-    work on a copy and leave ``buffer`` unchanged."""
-    rank = comm.Get_rank()
-    contiguous = buffer.flags.c_contiguous
-    if copy or not contiguous:
-        work = _workspace(buffer.size, buffer.dtype)
-        _copy_in(work, ((0, buffer.size),), [buffer])
-    else:
-        work = buffer.reshape(-1)
-    _execute(schedule, work, op, comm, segment_bytes,
-             bounds=layout(schedule, rank, buffer.size).offsets)
-    if copy:
-        return
-    if op is ReduceOp.AVG and collective == "reduce":
-        np.divide(work, comm.Get_size(), out=work)
-    if not contiguous:
-        buffer[...] = work.reshape(buffer.shape)
-
-
-def broadcast(buffer: np.ndarray, src: int = 0, comm=None, algorithm: str = "ring",
-              segment_bytes: int | None = None, **params) -> np.ndarray:
+def broadcast(buffer: np.ndarray, src: int = 0, comm=None, algorithm: str = "ring", *,
+              segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
+        check: bool | None = None, **params) -> np.ndarray:
     """Copy ``src``'s ``buffer`` into ``buffer`` on every rank, in place (``MPI_Bcast``;
     ``torch.distributed.broadcast``).
 
@@ -502,18 +458,19 @@ def broadcast(buffer: np.ndarray, src: int = 0, comm=None, algorithm: str = "rin
     Raises:
         ArgumentError: src out of range, unknown algorithm; ArgumentTypeError: dtype, comm.
     """
-    comm = _comm(comm)
+    comm = _B.group(comm)
     _check_array(buffer, "buffer", contiguous=False)
-    world_size = comm.Get_size()
-    root = check_root(src, world_size, "src")
-    _check_segment_bytes(segment_bytes)
-    schedule = _schedule("broadcast", algorithm, world_size, rooted(params, root))
-    _in_place("broadcast", buffer, ReduceOp.SUM, comm, schedule, segment_bytes, copy=False)
+    root = check_root(src, comm.Get_size(), "src")
+    opts = frontend.options(_B, segment_bytes, timeout, restore, check)
+    frontend.in_place(_B, "broadcast", buffer, ReduceOp.SUM, comm, algorithm,
+                      rooted(params, root), opts)
     return buffer
 
 
 def reduce(buffer: np.ndarray, dst: int = 0, op: Any = ReduceOp.SUM, comm=None,
-           algorithm: str = "ring", segment_bytes: int | None = None, **params) -> np.ndarray:
+           algorithm: str = "ring", accumulate_dtype: Any = None, *,
+           segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
+        check: bool | None = None, **params) -> np.ndarray:
     """Reduce ``buffer`` of every rank into ``dst``'s ``buffer``, in place there
     (``MPI_Reduce`` with ``MPI_IN_PLACE`` at the root; ``torch.distributed.reduce``).
 
@@ -535,20 +492,20 @@ def reduce(buffer: np.ndarray, dst: int = 0, op: Any = ReduceOp.SUM, comm=None,
     Raises:
         ArgumentError: dst out of range, bad op, unknown algorithm; ArgumentTypeError: dtype.
     """
-    comm = _comm(comm)
+    comm = _B.group(comm)
     _check_array(buffer, "buffer", contiguous=False)
-    reduce_op = _check_op(op, buffer.dtype)
-    world_size = comm.Get_size()
-    root = check_root(dst, world_size, "dst")
-    _check_segment_bytes(segment_bytes)
-    schedule = _schedule("reduce", algorithm, world_size, rooted(params, root))
-    _in_place("reduce", buffer, reduce_op, comm, schedule, segment_bytes,
-              copy=comm.Get_rank() != root)
+    reduce_op = _B.check_op(op, buffer.dtype)
+    acc = _B.accumulate(accumulate_dtype, buffer.dtype, "reduce")
+    root = check_root(dst, comm.Get_size(), "dst")
+    opts = frontend.options(_B, segment_bytes, timeout, restore, check)
+    frontend.in_place(_B, "reduce", buffer, reduce_op, comm, algorithm, rooted(params, root),
+                      opts, copy=comm.Get_rank() != root, accumulate=acc)
     return buffer
 
 
 def scatter(buffer: np.ndarray, scatter_list: Any = None, src: int = 0, comm=None,
-            algorithm: str = "binomial", segment_bytes: int | None = None,
+            algorithm: str = "binomial", *, segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
+        check: bool | None = None,
             **params) -> np.ndarray:
     """Send block r of ``src``'s ``scatter_list`` to rank r's ``buffer`` (``MPI_Scatter``;
     ``torch.distributed.scatter``).
@@ -574,27 +531,16 @@ def scatter(buffer: np.ndarray, scatter_list: Any = None, src: int = 0, comm=Non
             torch.distributed: run scripts with ``python -m mpi4py`` so that one rank's uncaught
             exception aborts the job.)
     """
-    comm = _comm(comm)
+    comm = _B.group(comm)
     _check_array(buffer, "buffer")
-    world_size, rank = comm.Get_size(), comm.Get_rank()
-    root = check_root(src, world_size, "src")
-    _check_segment_bytes(segment_bytes)
-    schedule = _schedule("scatter", algorithm, world_size, rooted(params, root))
-    if rank == root:  # every rank refused a bad algorithm alike before the root-only checks
-        blocks = _check_blocks(scatter_list, "scatter_list", world_size, buffer, writable=False)
-    else:
-        _no_blocks(scatter_list, "scatter_list", rank, "src", root)
-    plan = layout(schedule, rank, world_size * buffer.size)
-    work = _workspace(plan.numel, buffer.dtype)
-    if rank == root:
-        _copy_in(work, plan.input_runs, blocks)
-    _execute(schedule, work, ReduceOp.SUM, comm, segment_bytes, bounds=plan.offsets)
-    _copy_out(work, plan.output_runs, [buffer])
+    opts = frontend.options(_B, segment_bytes, timeout, restore, check)
+    frontend.scatter(_B, buffer, scatter_list, src, comm, algorithm, params, opts)
     return buffer
 
 
 def gather(buffer: np.ndarray, gather_list: Any = None, dst: int = 0, comm=None,
-           algorithm: str = "binomial", segment_bytes: int | None = None, **params):
+           algorithm: str = "binomial", *, segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
+        check: bool | None = None, **params):
     """Collect every rank's ``buffer`` into ``gather_list`` on rank ``dst`` (``MPI_Gather``;
     ``torch.distributed.gather``).
 
@@ -616,35 +562,17 @@ def gather(buffer: np.ndarray, gather_list: Any = None, dst: int = 0, comm=None,
             of range; ArgumentTypeError: dtype. (Root-only errors leave the other ranks
             waiting, as in :func:`scatter`.)
     """
-    comm = _comm(comm)
+    comm = _B.group(comm)
     _check_array(buffer, "buffer", writable=False, contiguous=False)
-    world_size, rank = comm.Get_size(), comm.Get_rank()
-    root = check_root(dst, world_size, "dst")
-    _check_segment_bytes(segment_bytes)
-    schedule = _schedule("gather", algorithm, world_size, rooted(params, root))
-    if rank == root:
-        blocks = _check_blocks(gather_list, "gather_list", world_size, buffer, writable=True)
-    else:
-        _no_blocks(gather_list, "gather_list", rank, "dst", root)
-    plan = layout(schedule, rank, world_size * buffer.size)
-    direct = rank == root and len(blocks) == 1 and blocks[0].flags.c_contiguous
-    # the root touches every chunk, so a contiguous receive buffer is the working buffer itself
-    work = blocks[0].reshape(-1) if direct else _workspace(plan.numel, buffer.dtype)
-    own = work[root * buffer.size:(root + 1) * buffer.size] if direct else work[:0]
-    with _kept(own):  # the root's own block of the caller's gather_list
-        if not (direct and _is_block(buffer, work, root)):  # in place: already there
-            _copy_in(work, plan.input_runs, [buffer])
-        _execute(schedule, work, ReduceOp.SUM, comm, segment_bytes, bounds=plan.offsets)
-    if rank != root:
-        return None
-    if not direct:
-        _copy_out(work, plan.output_runs, blocks)
-    return gather_list
+    opts = frontend.options(_B, segment_bytes, timeout, restore, check)
+    is_root = frontend.gather(_B, buffer, gather_list, dst, comm, algorithm, params, opts)
+    return gather_list if is_root else None
 
 
 def all_to_all(output: np.ndarray, input: np.ndarray, output_split_sizes=None,
-               input_split_sizes=None, comm=None, algorithm: str = "direct",
-               segment_bytes: int | None = None, **params) -> np.ndarray:
+               input_split_sizes=None, comm=None, algorithm: str = "direct", *,
+               segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
+        check: bool | None = None, **params) -> np.ndarray:
     """Split ``input`` along dim 0 and send piece j to rank j; piece i of ``output`` comes from
     rank i (``MPI_Alltoall``, or ``MPI_Alltoallv`` with split sizes;
     ``torch.distributed.all_to_all_single``).
@@ -669,32 +597,11 @@ def all_to_all(output: np.ndarray, input: np.ndarray, output_split_sizes=None,
         ArgumentError: split sizes that do not match the arrays, unequal pieces for a scratch
             algorithm (on every rank), trailing dims that differ; ArgumentTypeError: dtype.
     """
-    comm = _comm(comm)
+    comm = _B.group(comm)
     _check_array(output, "output", contiguous=False)
     _check_array(input, "input", writable=False, contiguous=False)
-    _check_pair(output, input, "output", "input")
-    world_size, rank = comm.Get_size(), comm.Get_rank()
-    in_rows = input.shape[0] if input.ndim else 1
-    out_rows = output.shape[0] if output.ndim else 1
-    row = math.prod(input.shape[1:])
-    if math.prod(output.shape[1:]) != row:
-        raise ArgumentError(f"output.shape={output.shape} and input.shape={input.shape} differ "
-                            "beyond dim 0")
-    ins = split_rows(input_split_sizes, "input_split_sizes", world_size, in_rows, "input")
-    outs = split_rows(output_split_sizes, "output_split_sizes", world_size, out_rows, "output")
-    _check_segment_bytes(segment_bytes)
-    schedule = _schedule("all_to_all", algorithm, world_size, params)
-
-    def agree(largest: int, neg_smallest: int) -> tuple[int, int]:
-        from mpi4py import MPI
-        t = np.array([largest, neg_smallest], dtype=np.int64)
-        comm.Allreduce(MPI.IN_PLACE, t, op=MPI.MAX)
-        return int(t[0]), int(t[1])
-
-    sizes = all_to_all_sizes(schedule, [k * row for k in ins], [k * row for k in outs], agree)
-    plan = layout(schedule, rank, sizes=sizes)
-    work = _workspace(plan.numel, input.dtype)
-    _copy_in(work, plan.input_runs, [input])
-    _execute(schedule, work, ReduceOp.SUM, comm, segment_bytes, bounds=plan.offsets)
-    _copy_out(work, plan.output_runs, [output])
+    _B.check_pair(output, input, "output", "input")
+    opts = frontend.options(_B, segment_bytes, timeout, restore, check)
+    frontend.all_to_all(_B, output, input, output_split_sizes, input_split_sizes, comm,
+                        algorithm, params, opts)
     return output

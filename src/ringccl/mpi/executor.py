@@ -7,7 +7,7 @@ posted in the same order on both sides and MPI's non-overtaking rule (same sourc
 communicator) matches them.
 
 Everything is moved as raw bytes (``MPI.BYTE``), so every numpy dtype works, float16 and bool
-included. The staging buffer is kept between calls and the per-rank plan (chunk and segment
+included. The staging buffer (the engine's workspace) is kept between calls and the per-rank plan (chunk and segment
 offsets) is cached per (schedule, bounds, segment size), so a call allocates neither index arrays
 nor buffers. Messages go over a private duplicate of the caller's communicator, so they never
 match the caller's own point-to-point traffic. MPI waits are unbounded; with ``timeout=`` every
@@ -30,27 +30,52 @@ from ..errors import BackendError, RingcclTimeout
 from ..ir import Schedule
 from ..ops import ReduceOp, ufunc
 
-__all__ = ["execute", "release_buffers"]
+__all__ = ["execute", "release_buffers", "PIPELINING", "OPS", "PIPELINE_THRESHOLD_BYTES",
+           "DEFAULT_SEGMENT_BYTES"]
 
 _TAG = 0  # order, not tags, matches messages: posting order per peer is the same on both sides
 
-_staging_cache: dict = {}
 _comm_cache: dict = {}
 
+#: Pipelining default: never split (threshold None; segments of 4 MiB when a caller asks for
+#: a threshold). Measured with benchmarks/bench_mpi.py --segments on 2 Open MPI 4.1 processes
+#: over shared memory (vader, CMA single copy): segments of 64 KiB–32 MiB were slower than whole
+#: chunks at every size from 1 MiB to 256 MiB (e.g. 64 MiB: 1 MiB segments 0.46x, 4 MiB
+#: segments 0.65x the busbw of whole chunks), because every message is a rendezvous in which
+#: both processes must be running, and the receiver's single copy leaves no transfer to overlap
+#: with the reduction (docs/benchmarks.md). Pass segment_bytes to pipeline anyway, e.g. across
+#: nodes.
+PIPELINE_THRESHOLD_BYTES: int | None = None
+DEFAULT_SEGMENT_BYTES = 4 << 20
+PIPELINING = engine.Pipelining(PIPELINE_THRESHOLD_BYTES, DEFAULT_SEGMENT_BYTES)
 
-def _staging(nbytes: int, purpose: str = "staging") -> np.ndarray:
-    """A reusable byte buffer of ``nbytes`` (the start of one kept between calls), 64-byte aligned.
 
-    Allocating (and page-faulting) a fresh staging buffer per call costs as much as the transfer
-    itself for large buffers.
-    """
-    cached = _staging_cache.get(purpose)
-    if cached is None or cached.nbytes < nbytes:
+class NumpyOps:
+    """The engine's array dialect on 1-D numpy arrays (:class:`ringccl.engine.ArrayOps`)."""
+
+    @staticmethod
+    def empty(like: np.ndarray, elements: int) -> np.ndarray:
+        """64-byte aligned (a cache line; what MPI's single copy moves fastest)."""
+        nbytes = elements * like.itemsize
         raw = np.empty(nbytes + 64, dtype=np.uint8)
         start = (-raw.ctypes.data) % 64
-        cached = raw[start:start + nbytes]
-        _staging_cache[purpose] = cached
-    return cached[:nbytes]  # exactly nbytes, so that it views as any dtype of that size
+        return raw[start:start + nbytes].view(like.dtype)
+
+    @staticmethod
+    def copy(dst: np.ndarray, src: np.ndarray) -> None:
+        dst[...] = src
+
+    @staticmethod
+    def combine(op: ReduceOp):
+        f = ufunc(op)
+        return lambda dst, src: f(dst, src, out=dst)
+
+    @staticmethod
+    def kind(a: np.ndarray):
+        return a.dtype
+
+
+OPS = NumpyOps()
 
 
 def _private(comm, schedule: Schedule, timeout: float | None) -> "MPI.Comm":
@@ -96,7 +121,6 @@ def release_buffers() -> None:
 
     Collective over every communicator ringccl used: call it on every rank.
     """
-    _staging_cache.clear()
     engine.clear_caches()
     for comm in _comm_cache.values():
         comm.Free()
@@ -104,42 +128,21 @@ def release_buffers() -> None:
 
 
 class _Transport:
-    """The engine's transport over mpi4py non-blocking point-to-point (see ringccl.engine)."""
+    """The engine's transport over mpi4py non-blocking point-to-point: it moves bytes only (see
+    :class:`ringccl.engine.Transport`); applying them is the engine's workspace."""
 
-    def __init__(self, buffer: np.ndarray, staging: np.ndarray, op: ReduceOp, comm,
-                 timeout: float | None):
-        # messages are [array slice, MPI.BYTE]: mpi4py counts its bytes, whatever the dtype
-        self.buffer, self.comm, self.timeout = buffer, comm, timeout
-        self.staging = staging.view(buffer.dtype)
-        self.combine = ufunc(op)
-        self.backup: np.ndarray | None = None
+    def __init__(self, comm, timeout: float | None):
+        self.comm, self.timeout = comm, timeout
 
-    def isend(self, s):
-        return self.comm.Isend([self.buffer[s.lo:s.hi], MPI.BYTE], s.peer, _TAG)
+    # messages are [array slice, MPI.BYTE]: mpi4py counts its bytes, whatever the dtype
+    def isend(self, s, data):
+        return self.comm.Isend([data, MPI.BYTE], s.peer, _TAG)
 
-    def irecv(self, r):
-        landing = (self.buffer[r.lo:r.hi] if r.stage < 0
-                   else self.staging[r.stage:r.stage + r.hi - r.lo])
+    def irecv(self, r, landing):
         return self.comm.Irecv([landing, MPI.BYTE], r.peer, _TAG)
 
     def wait(self, request) -> None:
         _wait(request, self.timeout)
-
-    def apply(self, r) -> None:
-        dst = self.buffer[r.lo:r.hi]
-        src = self.staging[r.stage:r.stage + r.hi - r.lo]
-        if r.reduce:
-            self.combine(dst, src, out=dst)
-        else:
-            dst[...] = src
-
-    def save(self, lo: int, hi: int) -> None:
-        if self.backup is None:
-            self.backup = _staging(self.buffer.nbytes, "backup").view(self.buffer.dtype)
-        self.backup[lo:hi] = self.buffer[lo:hi]
-
-    def restore(self, lo: int, hi: int) -> None:
-        self.buffer[lo:hi] = self.backup[lo:hi]
 
     def is_timeout(self, exc: BaseException) -> bool:
         return False  # MPI waits never time out; the polling wait raises TimeoutError itself
@@ -150,7 +153,8 @@ class _Transport:
 
 def execute(schedule: Schedule, buffer: np.ndarray, op: ReduceOp = ReduceOp.SUM, comm=None,
             segment_bytes: int | None = None, bounds=None, *, timeout: float | None = None,
-            restore: bool | None = None) -> np.ndarray:
+            restore: bool | None = None,
+            pipelining: engine.Pipelining | None = None) -> np.ndarray:
     """Execute ``schedule`` in place on this rank's working ``buffer``.
 
     Args:
@@ -160,10 +164,8 @@ def execute(schedule: Schedule, buffer: np.ndarray, op: ReduceOp = ReduceOp.SUM,
         comm: an mpi4py intracommunicator (None = ``MPI.COMM_WORLD``).
         segment_bytes: split each transferred chunk into segments of this many bytes and move
             them as a pipeline: a segment is reduced as soon as it arrives and forwarded as soon
-            as it is final, while later segments are in flight. None: segments of
-            ``ringccl.mpi.DEFAULT_SEGMENT_BYTES`` for chunks >= ``ringccl.mpi.
-            PIPELINE_THRESHOLD_BYTES`` (never when that is None, the measured default), else
-            whole chunks. 0: never split.
+            as it is final, while later segments are in flight. None: ``pipelining`` decides.
+            0: never split.
         bounds: this rank's chunk boundaries, num_chunks + 1 non-decreasing element offsets into
             ``buffer`` (from the collective's contract, ``Collective.chunk_sizes``); a
             transfer's chunk must have the same size on both ranks. None:
@@ -177,6 +179,8 @@ def execute(schedule: Schedule, buffer: np.ndarray, op: ReduceOp = ReduceOp.SUM,
             MPICH's default error handler), so there is nothing to restore for. After a
             RingcclTimeout, end the job with ``comm.Abort()``: operations still posted to the
             silent peer cannot be withdrawn, and ``MPI_Finalize`` may crash on them.
+        pipelining: the policy used when ``segment_bytes`` is None (None: :data:`PIPELINING`,
+            the measured default: never split).
 
     Returns:
         ``buffer``.
@@ -194,19 +198,19 @@ def execute(schedule: Schedule, buffer: np.ndarray, op: ReduceOp = ReduceOp.SUM,
     itemsize = buffer.itemsize
     count = buffer.shape[0]
     bounds = engine.check_bounds(bounds, schedule.num_chunks, count)
-    if segment_bytes is None:  # the package-level parameters, read now so users can set them
-        from . import DEFAULT_SEGMENT_BYTES, PIPELINE_THRESHOLD_BYTES
-        longest = max(b - a for a, b in zip(bounds, bounds[1:])) * itemsize
-        segment_bytes = (DEFAULT_SEGMENT_BYTES if PIPELINE_THRESHOLD_BYTES is not None
-                         and longest >= PIPELINE_THRESHOLD_BYTES else 0)
-    segment_elems = max(1, segment_bytes // itemsize) if segment_bytes else 0
+    if segment_bytes:
+        segment_elems = max(1, segment_bytes // itemsize)
+    elif segment_bytes is None and pipelining is not None:
+        segment_elems = pipelining.segment_elems(bounds, itemsize)
+    else:  # 0, or the measured default (PIPELINING): whole chunks
+        segment_elems = 0
     plan = engine.plan(schedule, rank, bounds, segment_elems)
     if not plan.steps:
         return buffer
-    transport = _Transport(buffer, _staging(plan.staging_elems * itemsize), op,
-                           _private(comm, schedule, wait_timeout),
-                           wait_timeout)
+    workspace = engine.Workspace(OPS, buffer, op, plan.staging_elems)
+    transport = _Transport(_private(comm, schedule, wait_timeout), wait_timeout)
     if restore is None:
         restore = wait_timeout is not None
-    engine.run_dataflow(schedule, rank, plan, transport, timeout=wait_timeout, restore=restore)
+    engine.run_dataflow(schedule, rank, plan, transport, workspace, timeout=wait_timeout,
+                        restore=restore)
     return buffer

@@ -21,7 +21,7 @@ Why this cannot deadlock:
    future completes; only the caller waits (on futures), never the worker.
 
 A collective that fails on one rank fails its future; peers stuck in the same collective get
-the process group's timeout. Staging buffers are per thread (see ``executor._staging``).
+the process group's timeout. Staging buffers are per thread (see :mod:`ringccl.engine.workspace`).
 """
 
 from __future__ import annotations

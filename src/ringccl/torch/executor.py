@@ -11,13 +11,13 @@ chosen by what it is, never by the algorithm:
 * gloo and MPI match independent ``isend``/``irecv``: operations are posted as soon as their data
   is ready (:func:`ringccl.engine.run_dataflow`).
 
-Staging memory (two halves of the largest step's receives) is reused across calls, per thread.
+Staging memory (two halves of the largest step's receives) is the engine's workspace, reused
+across calls, per thread (:mod:`ringccl.engine.workspace`).
 """
 
 from __future__ import annotations
 
 import datetime
-import threading
 from typing import Sequence
 
 import torch
@@ -28,8 +28,8 @@ from ..errors import BackendError
 from ..ir import Schedule
 from ..ops import ReduceOp
 
-__all__ = ["execute", "combine_fn", "release_buffers", "PIPELINE_THRESHOLD_BYTES",
-           "DEFAULT_SEGMENT_BYTES"]
+__all__ = ["execute", "combine_fn", "release_buffers", "PIPELINING", "OPS",
+           "PIPELINE_THRESHOLD_BYTES", "DEFAULT_SEGMENT_BYTES"]
 
 
 def combine_fn(op: ReduceOp):
@@ -67,73 +67,53 @@ def _peers(group, world_size: int) -> Sequence[int]:
 PIPELINE_THRESHOLD_BYTES = 4 << 20
 DEFAULT_SEGMENT_BYTES = 2 << 20
 
-_staging_cache: dict = {}
+class TorchOps:
+    """The engine's array dialect on 1-D torch tensors (:class:`ringccl.engine.ArrayOps`)."""
+
+    @staticmethod
+    def empty(like: torch.Tensor, elements: int) -> torch.Tensor:
+        return like.new_empty(elements)
+
+    @staticmethod
+    def copy(dst: torch.Tensor, src: torch.Tensor) -> None:
+        dst.copy_(src)
+
+    combine = staticmethod(combine_fn)
+
+    @staticmethod
+    def kind(a: torch.Tensor):
+        return (a.dtype, a.device)
 
 
-def _staging(buffer: torch.Tensor, elements: int, purpose: str = "staging") -> torch.Tensor:
-    """A reusable staging tensor of at least ``elements`` (same dtype/device as ``buffer``).
+OPS = TorchOps()
 
-    Reused across calls: allocating (and page-faulting) a fresh buffer per call cost as much as
-    the transfer itself for 64 MiB all-reduces on gloo. Kept per thread: a background
-    communicator (:mod:`ringccl.torch.background`) may run a collective while the caller's thread
-    runs another, and the two must not share staging memory.
-    """
-    key = (threading.get_ident(), purpose, buffer.dtype, buffer.device)
-    cached = _staging_cache.get(key)
-    if cached is None or cached.numel() < elements:
-        cached = buffer.new_empty(elements)
-        _staging_cache[key] = cached
-    return cached[:elements]
+#: the transport's measured default (see the constants above), passed in by ringccl.torch
+PIPELINING = engine.Pipelining(PIPELINE_THRESHOLD_BYTES, DEFAULT_SEGMENT_BYTES)
 
 
 def release_buffers() -> None:
     """Free the staging buffers, cached plans and dataflow programs kept between calls."""
-    _staging_cache.clear()
     engine.clear_caches()
 
 
 class _Transport:
-    """The engine's transport over torch.distributed point-to-point (see ringccl.engine)."""
+    """The engine's transport over torch.distributed point-to-point: it moves bytes only (see
+    :class:`ringccl.engine.Transport`); applying them is the engine's workspace."""
 
-    def __init__(self, buffer: torch.Tensor, staging: torch.Tensor | None, op: ReduceOp,
-                 group, peers: Sequence[int], timeout: datetime.timedelta | None):
-        self.buffer, self.staging, self.group, self.peers = buffer, staging, group, peers
-        self.combine = combine_fn(op)
-        self.timeout = timeout
-        self.backup: torch.Tensor | None = None
+    def __init__(self, group, peers: Sequence[int], timeout: datetime.timedelta | None):
+        self.group, self.peers, self.timeout = group, peers, timeout
 
-    def isend(self, s):
-        return dist.isend(self.buffer[s.lo:s.hi], self.peers[s.peer], self.group)
+    def isend(self, s, data):
+        return dist.isend(data, self.peers[s.peer], self.group)
 
-    def _landing(self, r) -> torch.Tensor:
-        """Where receive ``r`` lands: its segment of the buffer, or its staging slot."""
-        return (self.buffer[r.lo:r.hi] if r.stage < 0
-                else self.staging[r.stage:r.stage + r.hi - r.lo])
-
-    def irecv(self, r):
-        return dist.irecv(self._landing(r), self.peers[r.peer], self.group)
+    def irecv(self, r, landing):
+        return dist.irecv(landing, self.peers[r.peer], self.group)
 
     def wait(self, work) -> None:
         if self.timeout is None:
             work.wait()       # gloo bounds it by the group's timeout
         else:
             work.wait(self.timeout)
-
-    def apply(self, r) -> None:
-        dst = self.buffer[r.lo:r.hi]
-        src = self.staging[r.stage:r.stage + r.hi - r.lo]
-        if r.reduce:
-            self.combine(dst, src)
-        else:
-            dst.copy_(src)
-
-    def save(self, lo: int, hi: int) -> None:
-        if self.backup is None:
-            self.backup = _staging(self.buffer, self.buffer.numel(), "backup")
-        self.backup[lo:hi].copy_(self.buffer[lo:hi])
-
-    def restore(self, lo: int, hi: int) -> None:
-        self.buffer[lo:hi].copy_(self.backup[lo:hi])
 
     def is_timeout(self, exc: BaseException) -> bool:
         text = str(exc).lower()
@@ -144,10 +124,10 @@ class _Transport:
         return str(peer) if g == peer else f"{peer} (global rank {g})"
 
     def batch(self, sends, recvs) -> list:
-        ops = ([dist.P2POp(dist.isend, self.buffer[s.lo:s.hi], self.peers[s.peer], self.group)
-                for s in sends]
-               + [dist.P2POp(dist.irecv, self._landing(r), self.peers[r.peer], self.group)
-                  for r in recvs])
+        ops = ([dist.P2POp(dist.isend, data, self.peers[s.peer], self.group)
+                for s, data in sends]
+               + [dist.P2POp(dist.irecv, landing, self.peers[r.peer], self.group)
+                  for r, landing in recvs])
         return dist.batch_isend_irecv(ops)
 
 
@@ -161,7 +141,7 @@ def check_timeout(timeout) -> datetime.timedelta | None:
 def execute(schedule: Schedule, buffer: torch.Tensor, op: ReduceOp = ReduceOp.SUM,
             group=None, segment_bytes: int | None = None, bounds=None, *,
             timeout: float | datetime.timedelta | None = None,
-            restore: bool = True) -> torch.Tensor:
+            restore: bool = True, pipelining: engine.Pipelining | None = None) -> torch.Tensor:
     """Execute ``schedule`` in place on this rank's working ``buffer``.
 
     Args:
@@ -171,8 +151,7 @@ def execute(schedule: Schedule, buffer: torch.Tensor, op: ReduceOp = ReduceOp.SU
         group: process group (None = the default group).
         segment_bytes: split each transferred chunk into segments of this many bytes and move
             them as a pipeline: a segment is reduced as soon as it arrives and forwarded as soon
-            as it is reduced, while later segments are in flight. None: segments of
-            DEFAULT_SEGMENT_BYTES for chunks >= PIPELINE_THRESHOLD_BYTES, else whole chunks.
+            as it is reduced, while later segments are in flight. None: ``pipelining`` decides.
             0: never split.
         bounds: this rank's chunk boundaries, num_chunks + 1 non-decreasing offsets into
             ``buffer``: chunk c is ``buffer[bounds[c]:bounds[c+1]]`` (from the collective's
@@ -186,6 +165,8 @@ def execute(schedule: Schedule, buffer: torch.Tensor, op: ReduceOp = ReduceOp.SU
             copy of ``buffer``, kept between calls) and restore it if the call fails, so
             ``buffer`` is either fully updated or exactly as it was. False: on failure its
             contents are undefined (as with NCCL's own collectives).
+        pipelining: the policy used when ``segment_bytes`` is None (None: :data:`PIPELINING`,
+            segments of DEFAULT_SEGMENT_BYTES for chunks >= PIPELINE_THRESHOLD_BYTES).
 
     Returns:
         ``buffer``.
@@ -205,20 +186,17 @@ def execute(schedule: Schedule, buffer: torch.Tensor, op: ReduceOp = ReduceOp.SU
         raise BackendError("this process is not a member of the given process group")
     wait_timeout = check_timeout(timeout)
     bounds = engine.check_bounds(bounds, schedule.num_chunks, buffer.numel())
-    itemsize = buffer.element_size()
-    if segment_bytes is None:
-        longest = max((b - a for a, b in zip(bounds, bounds[1:])), default=0)
-        segment_bytes = (DEFAULT_SEGMENT_BYTES if longest * itemsize >= PIPELINE_THRESHOLD_BYTES
-                         else 0)
-    segment_elems = max(1, segment_bytes // itemsize) if segment_bytes else 0
+    if segment_bytes is not None:
+        pipelining = engine.Pipelining.fixed(segment_bytes)
+    segment_elems = (pipelining or PIPELINING).segment_elems(bounds, buffer.element_size())
     plan = engine.plan(schedule, rank, bounds, segment_elems)
     if not plan.steps:
         return buffer
-    staging = _staging(buffer, plan.staging_elems) if plan.staging_elems else None
-    transport = _Transport(buffer, staging, op, group, _peers(group, world_size), wait_timeout)
+    workspace = engine.Workspace(OPS, buffer, op, plan.staging_elems)
+    transport = _Transport(group, _peers(group, world_size), wait_timeout)
     backend = dist.get_backend(group)
     run = engine.run_lockstep if backend in ("nccl", "ucc") else engine.run_dataflow
-    run(schedule, rank, plan, transport, restore=restore,
+    run(schedule, rank, plan, transport, workspace, restore=restore,
         timeout=None if wait_timeout is None else wait_timeout.total_seconds())
     return buffer
 

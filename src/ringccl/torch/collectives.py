@@ -1,0 +1,599 @@
+"""ringccl collectives on real processes, with torch.distributed's names, arguments and shapes.
+
+Requires the ``torch`` extra and an initialized process group (``init_process_group``, torchrun,
+or :func:`ringccl.torch.launch.launch`). Every backend with point-to-point works: gloo for CPU
+tensors, NCCL for CUDA tensors, MPI.
+
+Example (under ``torchrun --nproc-per-node 4 script.py``)::
+
+    import torch, torch.distributed as dist, ringccl.torch as rt
+    dist.init_process_group("gloo")
+    t = torch.ones(1 << 20)
+    rt.all_reduce(t)                       # ring all-reduce, in place, like dist.all_reduce
+    rt.broadcast(t, src=0, algorithm="direct")
+
+Every function takes ``algorithm=`` (a name from ``ringccl.algorithms(collective)``) and the
+algorithm's keyword parameters (e.g. ``segments=8`` for the ring chain, ``root=`` for master
+all-reduce), and, keyword-only and in this order in every function (as in :mod:`ringccl.mpi`),
+the executor's options (see :func:`executor.execute`): ``segment_bytes=`` (pipelining; None lets
+its measured threshold, ``executor.PIPELINING``, decide), ``timeout=`` (seconds each wait for a
+peer may take; default the group's timeout) and ``restore=`` (None: True). ``check=True`` (or the
+environment variable ``RINGCCL_DEBUG=1`` on every rank) first compares a fingerprint of the call
+across ranks (:mod:`ringccl.consistency`).
+
+Failures: a peer that dies or stalls makes every waiting rank raise
+:class:`ringccl.errors.PeerError` / :class:`ringccl.errors.RingcclTimeout` naming the collective,
+algorithm, step and peer, within the timeout. The caller's tensors are then exactly as they were
+before the call (all or nothing): functions whose working buffer is a private copy write the
+caller's tensors only after success; those that work in the caller's tensor (all_reduce,
+broadcast, reduce on dst, all_gather_into_tensor) restore every chunk they had written. After
+such an error the group must not be used again: destroy it (a receive already posted to a
+stalled peer cannot be withdrawn from the backend).
+
+Every function is the backend-neutral flow of :mod:`ringccl.frontend` (build the named
+algorithm's schedule, map the collective's contract onto a working buffer, run it with
+:func:`executor.execute`) with torch's array dialect and process groups; none knows any
+algorithm. Roots (``src``, ``dst``) are global ranks, as in torch.distributed. Chunks a
+rank never touches get no memory (non-root ranks of scatter and gather hold only their subtree's
+blocks). Every tensor argument, input or output (list entries included), may be
+non-contiguous: handled through a contiguous copy written back. Arguments are checked before any
+data moves (README, "Errors"); a call that raises on some ranks only
+(e.g. ``scatter_list`` given on a non-source rank, as torch.distributed also refuses) leaves the
+others waiting, as torch.distributed does.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from .. import frontend
+from ..args import check_int, check_rank
+from ..errors import ArgumentError, ArgumentTypeError, BackendError, PeerError
+from ..layout import check_own_block, rooted
+from ..ops import ReduceOp, check_accumulate_dtype, check_op_dtype, parse_op
+from . import executor
+
+# Collectives write tensors that may require grad (parameters, their views), as
+# torch.distributed's do: below autograd, so in-place writes to a leaf are allowed.
+_no_grad = torch.no_grad()
+
+__all__ = ["all_reduce", "reduce_scatter_tensor", "all_gather_into_tensor", "broadcast",
+           "reduce", "scatter", "gather", "all_to_all_single", "all_to_all", "run_schedule",
+           "ReduceOp"]
+
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_SUPPORTED = _FLOATS + (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8,
+                        torch.bool)
+
+
+def _check_tensor(t: Any, argument: str, written: bool = False) -> torch.Tensor:
+    """A tensor of a supported dtype; ``written``: the call writes into it, so no two of its
+    elements may share memory (an ``expand``ed view). Any strides are fine otherwise:
+    non-contiguous tensors are handled through a contiguous copy that is written back."""
+    if not isinstance(t, torch.Tensor):
+        raise ArgumentTypeError(f"{argument} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in _SUPPORTED:
+        raise ArgumentTypeError(f"{argument}.dtype={t.dtype} is not supported; expected one of "
+                                f"{', '.join(str(d).replace('torch.', '') for d in _SUPPORTED)}")
+    if written and any(st == 0 and n > 1 for st, n in zip(t.stride(), t.shape)):
+        raise ArgumentError(f"{argument} (shape {tuple(t.shape)}, stride {t.stride()}) has "
+                            "elements that share memory (an expanded view) and cannot be written; "
+                            "pass a tensor with its own storage (e.g. .clone())")
+    return t
+
+
+class _Torch:
+    """ringccl.torch's :class:`ringccl.frontend.Backend`: torch tensors, process groups, the
+    torch.distributed point-to-point transport (:mod:`ringccl.torch.executor`)."""
+
+    name = "ringccl.torch"
+    size_word = "numel()"
+    pipelining = executor.PIPELINING
+
+    # -- group adapter --------------------------------------------------------------------------
+    @staticmethod
+    def group(group):
+        if not dist.is_available() or not dist.is_initialized():
+            raise BackendError("torch.distributed is not initialized: call "
+                               "torch.distributed.init_process_group first (or run under "
+                               "torchrun, or use ringccl.torch.launch.launch)")
+        if group is not None and not isinstance(group, dist.ProcessGroup):
+            raise ArgumentTypeError(f"group={group!r} must be a torch.distributed ProcessGroup "
+                                    f"(e.g. from dist.new_group) or None, got "
+                                    f"{type(group).__name__}")
+        return group
+
+    size = staticmethod(dist.get_world_size)
+    rank = staticmethod(dist.get_rank)
+
+    @staticmethod
+    def root(group, rank: int, argument: str, world_size: int) -> int:
+        """torch.distributed's global ``rank`` (src/dst) as a rank of ``group``."""
+        if group is None or group is dist.group.WORLD:
+            return check_rank(rank, world_size, argument)
+        rank = check_int(rank, argument, minimum=0)
+        try:
+            return dist.get_group_rank(group, rank)
+        except (RuntimeError, ValueError):
+            raise ArgumentError(f"{argument}={rank} is not a member of the given process "
+                                "group") from None
+
+    @staticmethod
+    def key(group):
+        return id(group if group is not None else dist.group.WORLD)
+
+    @staticmethod
+    def gather_objects(group, obj, collective: str, algorithm: str) -> list:
+        everyone: list = [None] * dist.get_world_size(group)
+        try:
+            dist.all_gather_object(everyone, obj, group=group)
+        except RuntimeError as exc:
+            # the peers are not in the same check: it is on for some ranks only, or they called
+            # something else (or died); the exchange is bounded by the group's timeout
+            raise PeerError(f"the cross-rank check of {algorithm} {collective} (check=True or "
+                            f"RINGCCL_DEBUG) failed on rank {dist.get_rank(group)}: the other "
+                            "ranks did not join it; is the check on for every rank, and are "
+                            f"they all calling a ringccl collective? ({exc})",
+                            collective=collective, algorithm=algorithm,
+                            rank=dist.get_rank(group)) from exc
+        return everyone
+
+    @staticmethod
+    def max2(group, a: int, b: int) -> tuple[int, int]:
+        t = torch.tensor([a, b], dtype=torch.int64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+        return int(t[0]), int(t[1])
+
+    @staticmethod
+    def default_restore(timeout) -> bool:
+        return True     # gloo's waits are always bounded: a failure can always be survived
+
+    @staticmethod
+    def execute(schedule, work, op, group, bounds, opts, restore: bool) -> None:
+        executor.execute(schedule, work, op, group, bounds=bounds, timeout=opts.timeout,
+                         restore=restore, pipelining=opts.pipelining)
+
+    # -- array dialect --------------------------------------------------------------------------
+    @staticmethod
+    def check(t, argument: str, written: bool = False, contiguous: bool = False):
+        return _check_tensor(t, argument, written)   # any strides: handled through a copy
+
+    @staticmethod
+    def check_1d(t, argument: str):
+        _check_tensor(t, argument)
+        if t.dim() != 1 or not t.is_contiguous():
+            raise ArgumentError(f"{argument} must be 1-D and contiguous, got shape "
+                                f"{tuple(t.shape)}, stride {t.stride()}")
+        return t
+
+    @staticmethod
+    def check_pair(a, b, name_a: str, name_b: str) -> None:
+        if a.dtype != b.dtype:
+            raise ArgumentTypeError(f"{name_a}.dtype={a.dtype} differs from {name_b}.dtype="
+                                    f"{b.dtype}; they must be the same")
+        if a.device != b.device:
+            raise ArgumentError(f"{name_a}.device={a.device} differs from {name_b}.device="
+                                f"{b.device}; they must be the same")
+
+    @staticmethod
+    def check_op(op, dtype, argument: str = "op") -> ReduceOp:
+        reduce_op = parse_op(op)
+        check_op_dtype(reduce_op, dtype, argument)
+        return reduce_op
+
+    @staticmethod
+    def accumulate(accumulate_dtype, dtype, collective: str):
+        """The torch dtype to reduce in (None: the tensor's own), validated
+        (:func:`ringccl.ops.check_accumulate_dtype`)."""
+        name = check_accumulate_dtype(accumulate_dtype, dtype, collective, True)
+        if name is None:
+            return None
+        acc = getattr(torch, name)
+        return None if acc == dtype else acc
+
+    def check_blocks(self, tensors, argument: str, world_size: int, like, written: bool,
+                     like_name: str = "tensor", same_numel: bool = True) -> list:
+        """A list of world_size tensors with ``like``'s dtype and device (None: the first
+        entry's) and, with ``same_numel``, its numel; ``written``: as :func:`_check_tensor`."""
+        if tensors is None:  # missing, e.g. scatter_list=None on the source rank
+            raise ArgumentError(f"{argument} must be a list of world_size={world_size} tensors, "
+                                "got NoneType")
+        if not isinstance(tensors, (list, tuple)):
+            raise ArgumentTypeError(f"{argument} must be a list of world_size={world_size} "
+                                    f"tensors, got {type(tensors).__name__}")
+        if len(tensors) != world_size:
+            raise ArgumentError(f"{argument} must be a list of world_size={world_size} tensors, "
+                                f"got {type(tensors).__name__} of length {len(tensors)}")
+        for i, t in enumerate(tensors):
+            _check_tensor(t, f"{argument}[{i}]", written)
+            self.check_pair(t, tensors[0] if like is None else like, f"{argument}[{i}]",
+                            like_name)
+            if same_numel and t.numel() != like.numel():
+                raise ArgumentError(f"{argument}[{i}] has {t.numel()} elements; every tensor "
+                                    f"must have tensor.numel()={like.numel()}")
+        return list(tensors)
+
+    @staticmethod
+    def no_blocks(blocks, argument: str, rank: int, root_arg: str, root) -> None:
+        if blocks:
+            which = "source" if root_arg == "src" else "destination"
+            raise ArgumentError(f"{argument} must be None on non-{which} ranks (rank "
+                                f"{dist.get_rank()} is not {root_arg}={root})")
+
+    @staticmethod
+    def overlap_error(inner: str, outer: str, rank: int, k: int) -> ArgumentError:
+        return ArgumentError(
+            f"{inner} shares memory with {outer} but is not {outer}'s block rank {rank} "
+            f"(elements {rank * k}:{(rank + 1) * k} of the flattened {outer.split('_')[0]}); "
+            "pass that exact view for in place, or a separate tensor")
+
+    numel = staticmethod(torch.Tensor.numel)
+
+    @staticmethod
+    def dtype(t):
+        return t.dtype
+
+    @staticmethod
+    def dtype_name(dtype) -> str:
+        return str(dtype).replace("torch.", "")
+
+    contiguous = staticmethod(torch.Tensor.is_contiguous)
+
+    @staticmethod
+    def view1d(t):
+        return t.view(-1)
+
+    @staticmethod
+    def flat(t):
+        return t.reshape(-1)
+
+    @staticmethod
+    def empty(like, n: int, dtype=None):
+        return like.new_empty(n, dtype=dtype or like.dtype)
+
+    @staticmethod
+    def scratch(like, n: int):
+        return like.new_empty(n)
+
+    @staticmethod
+    def cast(flat, dtype):
+        return flat.to(dtype, copy=True)
+
+    @staticmethod
+    def copy(dst, src) -> None:
+        dst.copy_(src)
+
+    @staticmethod
+    def copy_into(dst, flat) -> None:
+        dst.copy_(flat.view(dst.shape))
+
+    @staticmethod
+    def divide(t, n: int) -> None:
+        t.div_(n)
+
+    @staticmethod
+    def cat(flats: list):
+        return torch.cat(flats)
+
+    @staticmethod
+    def shares_memory(a, b) -> bool:
+        """Whether ``a`` and ``b`` may overlap: exact for contiguous tensors (element ranges
+        of one storage), conservative (same storage) otherwise."""
+        if not a.numel() or not b.numel() or \
+                a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+            return False
+        if a.is_contiguous() and b.is_contiguous() and a.element_size() == b.element_size():
+            lo_a, lo_b = a.storage_offset(), b.storage_offset()
+            return lo_a < lo_b + b.numel() and lo_b < lo_a + a.numel()
+        return True
+
+    @staticmethod
+    def is_block(a, buffer, index: int) -> bool:
+        k = a.numel()
+        return (a.is_contiguous() and a.untyped_storage().data_ptr()
+                == buffer.untyped_storage().data_ptr()
+                and a.storage_offset() == buffer.storage_offset() + index * k)
+
+    @staticmethod
+    def rows(t) -> tuple[int, int]:
+        return (t.shape[0] if t.dim() else 1), math.prod(t.shape[1:])
+
+
+_T = _Torch()
+
+
+@_no_grad
+def run_schedule(schedule, buffer: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
+                 bounds=None, segment_bytes: int | None = None, *, timeout=None,
+                 restore: bool | None = None, pipelining=None) -> torch.Tensor:
+    """Execute any ``schedule`` in place on this rank's 1-D contiguous working ``buffer``
+    (``bounds``: this rank's chunk offsets; ``segment_bytes``: pipelining; ``timeout``,
+    ``restore``: failures; see :func:`executor.execute`)."""
+    return frontend.run_schedule(_T, schedule, buffer, op, group, bounds, segment_bytes, timeout,
+                                 restore, pipelining)
+
+@_no_grad
+def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
+               algorithm: str = "ring", accumulate_dtype: Any = None, *,
+               segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
+        check: bool | None = None, **params) -> torch.Tensor:
+    """Reduce ``tensor`` across all ranks of ``group``, in place (as ``dist.all_reduce``).
+
+    Args:
+        tensor: any shape, same shape and dtype on every rank. Non-contiguous tensors are handled
+            through a contiguous copy that is written back.
+        op: ``ReduceOp``/``torch.distributed.ReduceOp``/name; AVG needs floats, bitwise ops
+            integers or bool.
+        group: process group (None = default group).
+        algorithm: a name from ``ringccl.algorithms("all_reduce")``.
+        accumulate_dtype: floating tensors only: None, or a floating dtype at least as wide as
+            the tensor's (torch.float32, "float32", np.float32). The working buffer (and what
+            travels) is then held in it: ``tensor`` is cast in, every step reduces in it, and
+            the result is cast back once, so a float16 sum over N ranks is rounded to float16
+            once instead of N − 1 times. Costs one buffer of the wider dtype and its bytes on
+            the wire. Error bound: :func:`ringccl.sim.fp_error_bound`.
+        params: the algorithm's parameters, and ``segment_bytes``, ``timeout`` (seconds),
+            ``restore`` (default True), ``check`` (see the module docstring).
+
+    Numerics: integer sums wrap modulo 2^bits as torch and numpy do; NaN and ±inf follow IEEE
+    (NaN anywhere gives NaN; +inf + -inf = NaN; max/min propagate NaN like torch.maximum).
+
+    Returns:
+        ``tensor`` (also modified in place).
+    Raises:
+        ArgumentError, ArgumentTypeError: bad argument, before any data moves.
+        BackendError: no process group.
+        PeerError, RingcclTimeout: a peer died or stalled (named step and peer; ``tensor`` is
+            restored). ConsistencyError: with ``check=True``, the ranks' calls differ. The other
+            functions raise these too (module docstring).
+    """
+    group = _T.group(group)
+    _check_tensor(tensor, "tensor", written=True)
+    reduce_op = _T.check_op(op, tensor.dtype)
+    acc = _T.accumulate(accumulate_dtype, tensor.dtype, "all_reduce")
+    opts = frontend.options(_T, segment_bytes, timeout, restore, check)
+    frontend.in_place(_T, "all_reduce", tensor, reduce_op, group, algorithm, params, opts,
+                      accumulate=acc)
+    return tensor
+
+@_no_grad
+def broadcast(tensor: torch.Tensor, src: int, group=None, algorithm: str = "ring", *,
+              segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
+        check: bool | None = None, **params) -> torch.Tensor:
+    """Copy ``src``'s ``tensor`` into ``tensor`` on every rank, in place (as ``dist.broadcast``).
+
+    Args:
+        tensor: any shape, same shape and dtype on every rank; sent from ``src``, overwritten
+            elsewhere. Non-contiguous: handled.
+        src: global rank of the source.
+        group: process group (None = default group).
+        algorithm: a name from ``ringccl.algorithms("broadcast")`` (default the pipelined ring
+            chain).
+
+    Returns:
+        ``tensor``.
+    Raises:
+        ArgumentError: src not in the group, unknown algorithm; ArgumentTypeError: dtype.
+    """
+    group = _T.group(group)
+    _check_tensor(tensor, "tensor", written=True)
+    root = _T.root(group, src, "src", dist.get_world_size(group))
+    opts = frontend.options(_T, segment_bytes, timeout, restore, check)
+    frontend.in_place(_T, "broadcast", tensor, ReduceOp.SUM, group, algorithm,
+                      rooted(params, root), opts)
+    return tensor
+
+@_no_grad
+def reduce(tensor: torch.Tensor, dst: int, op: Any = ReduceOp.SUM, group=None,
+           algorithm: str = "ring", accumulate_dtype: Any = None, *,
+           segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
+        check: bool | None = None, **params) -> torch.Tensor:
+    """Reduce ``tensor`` of every rank into ``dst``'s ``tensor`` (as ``dist.reduce``).
+
+    Only ``dst``'s tensor receives the result; the other ranks' tensors are left unchanged
+    (the schedule runs on a copy there; torch.distributed leaves them unspecified, gloo
+    overwrites them with partial results).
+
+    Args:
+        tensor: any shape, same shape and dtype on every rank. Non-contiguous: handled.
+        dst: global rank of the destination.
+        op, group, accumulate_dtype: as :func:`all_reduce`.
+        algorithm: a name from ``ringccl.algorithms("reduce")`` (default the pipelined ring
+            chain).
+
+    Returns:
+        ``tensor``.
+    Raises:
+        ArgumentError, ArgumentTypeError: bad argument, before any data moves.
+    """
+    group = _T.group(group)
+    _check_tensor(tensor, "tensor", written=True)
+    reduce_op = _T.check_op(op, tensor.dtype)
+    acc = _T.accumulate(accumulate_dtype, tensor.dtype, "reduce")
+    root = _T.root(group, dst, "dst", dist.get_world_size(group))
+    opts = frontend.options(_T, segment_bytes, timeout, restore, check)
+    frontend.in_place(_T, "reduce", tensor, reduce_op, group, algorithm, rooted(params, root),
+                      opts, copy=dist.get_rank(group) != root, accumulate=acc)
+    return tensor
+
+@_no_grad
+def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = ReduceOp.SUM,
+                          group=None, algorithm: str = "ring", accumulate_dtype: Any = None, *,
+                          segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
+        check: bool | None = None, **params) -> torch.Tensor:
+    """Reduce ``input`` across ranks and leave block ``rank`` in ``output``
+    (as ``dist.reduce_scatter_tensor``).
+
+    Args:
+        output: ``input.numel() // world_size`` elements, same dtype and device as ``input``.
+        input: world_size · output.numel() elements; not modified. Non-contiguous: handled.
+        op, group, algorithm, accumulate_dtype: as :func:`all_reduce`
+            (``ringccl.algorithms("reduce_scatter")``).
+
+    Returns:
+        ``output``.
+    Raises:
+        ArgumentError: sizes that do not match, dtype/device mismatch, bad op.
+    """
+    group = _T.group(group)
+    _check_tensor(output, "output", written=True)
+    _check_tensor(input, "input")
+    _T.check_pair(output, input, "output", "input")
+    reduce_op = _T.check_op(op, input.dtype)
+    acc = _T.accumulate(accumulate_dtype, input.dtype, "reduce_scatter")
+    opts = frontend.options(_T, segment_bytes, timeout, restore, check)
+    frontend.reduce_scatter(_T, output, input, reduce_op, group, algorithm, params, opts, acc,
+                            "reduce_scatter_tensor")
+    return output
+
+@_no_grad
+def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tensor, group=None,
+                           algorithm: str = "ring", *, segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
+        check: bool | None = None,
+                           **params) -> torch.Tensor:
+    """Gather every rank's ``input_tensor`` into ``output_tensor`` on every rank, in rank order
+    (as ``dist.all_gather_into_tensor``).
+
+    Args:
+        output_tensor: world_size · input_tensor.numel() elements, same dtype and device.
+        input_tensor: this rank's block. Non-contiguous: handled.
+        group, algorithm: as :func:`all_reduce` (``ringccl.algorithms("all_gather")``).
+
+    Returns:
+        ``output_tensor``.
+    Raises:
+        ArgumentError: sizes that do not match, dtype/device mismatch.
+    """
+    group = _T.group(group)
+    _check_tensor(output_tensor, "output_tensor", written=True)
+    _check_tensor(input_tensor, "input_tensor")
+    _T.check_pair(output_tensor, input_tensor, "output_tensor", "input_tensor")
+    opts = frontend.options(_T, segment_bytes, timeout, restore, check)
+    frontend.all_gather(_T, output_tensor, input_tensor, group, algorithm, params, opts,
+                        "all_gather_into_tensor", ("output_tensor", "input_tensor"))
+    return output_tensor
+
+@_no_grad
+def scatter(tensor: torch.Tensor, scatter_list: list | None = None, src: int = 0, group=None,
+            algorithm: str = "binomial", *, segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
+        check: bool | None = None,
+            **params) -> torch.Tensor:
+    """Send ``scatter_list[r]`` of rank ``src`` to rank r's ``tensor`` (as ``dist.scatter``).
+
+    Args:
+        tensor: this rank's output, any shape, same numel on every rank. Non-contiguous: handled.
+        scatter_list: on ``src``: world_size tensors with tensor.numel() elements each, same
+            dtype and device; on the other ranks None (torch.distributed's rule).
+        src: global rank of the source.
+        group: process group (None = default group).
+        algorithm: a name from ``ringccl.algorithms("scatter")`` (default binomial tree).
+
+    Returns:
+        ``tensor``.
+    Raises:
+        ArgumentError: a missing or malformed scatter_list on src, one given elsewhere, src not
+            in the group; ArgumentTypeError: dtype.
+    """
+    group = _T.group(group)
+    _check_tensor(tensor, "tensor", written=True)
+    opts = frontend.options(_T, segment_bytes, timeout, restore, check)
+    frontend.scatter(_T, tensor, scatter_list, src, group, algorithm, params, opts)
+    return tensor
+
+@_no_grad
+def gather(tensor: torch.Tensor, gather_list: list | None = None, dst: int = 0, group=None,
+           algorithm: str = "binomial", *, segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
+        check: bool | None = None,
+           **params) -> None:
+    """Collect every rank's ``tensor`` into ``gather_list`` on rank ``dst`` (as ``dist.gather``).
+
+    Args:
+        tensor: this rank's input, same numel on every rank; not modified. Non-contiguous: handled.
+        gather_list: on ``dst``: world_size tensors with tensor.numel() elements each; entry r
+            receives rank r's tensor. On the other ranks None.
+        dst: global rank of the destination.
+        group: process group (None = default group).
+        algorithm: a name from ``ringccl.algorithms("gather")`` (default binomial tree).
+
+    Returns:
+        None (as torch.distributed).
+    Raises:
+        ArgumentError: a missing or malformed gather_list on dst, one given elsewhere, dst not in
+            the group; ArgumentTypeError: dtype.
+    """
+    group = _T.group(group)
+    _check_tensor(tensor, "tensor")
+    opts = frontend.options(_T, segment_bytes, timeout, restore, check)
+    frontend.gather(_T, tensor, gather_list, dst, group, algorithm, params, opts)
+    return None
+
+@_no_grad
+def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_sizes=None,
+                      input_split_sizes=None, group=None, algorithm: str = "direct", *,
+                      segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
+        check: bool | None = None, **params) -> torch.Tensor:
+    """Split ``input`` along dim 0 and send piece j to rank j; piece i of ``output`` comes from
+    rank i (as ``dist.all_to_all_single``).
+
+    Args:
+        output: receives the pieces, same dtype, device and trailing dims as ``input``.
+        input: not modified. Non-contiguous: handled.
+        output_split_sizes, input_split_sizes: rows (dim 0) per rank, world_size integers >= 0
+            (zeros allowed), or None for equal pieces (dim 0 divisible by world_size). Rank r's
+            input_split_sizes[j] must equal rank j's output_split_sizes[r].
+        group: process group (None = default group).
+        algorithm: a name from ``ringccl.algorithms("all_to_all")``. Algorithms with scratch
+            chunks need equal pieces on every rank (checked across ranks before data moves).
+
+    Returns:
+        ``output``.
+    Raises:
+        ArgumentError: split sizes that do not match the tensors, unequal pieces for a scratch
+            algorithm, trailing dims that differ; ArgumentTypeError: dtype.
+    """
+    group = _T.group(group)
+    _check_tensor(output, "output", written=True)
+    _check_tensor(input, "input")
+    _T.check_pair(output, input, "output", "input")
+    opts = frontend.options(_T, segment_bytes, timeout, restore, check)
+    frontend.all_to_all(_T, output, input, output_split_sizes, input_split_sizes, group,
+                        algorithm, params, opts)
+    return output
+
+@_no_grad
+def all_to_all(output_tensor_list: list, input_tensor_list: list, group=None,
+               algorithm: str = "direct", *, segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
+        check: bool | None = None,
+               **params) -> list:
+    """Send ``input_tensor_list[j]`` to rank j; ``output_tensor_list[i]`` receives rank i's
+    (as ``dist.all_to_all``). Tensors may have different sizes (rank r's input j must have the
+    size of rank j's output r).
+
+    Args:
+        output_tensor_list, input_tensor_list: world_size tensors each, one dtype and device.
+            Non-contiguous: handled.
+        group, algorithm: as :func:`all_to_all_single`.
+
+    Returns:
+        ``output_tensor_list``.
+    Raises:
+        ArgumentError, ArgumentTypeError: malformed lists, dtype or device mismatch.
+    """
+    group = _T.group(group)
+    world_size = dist.get_world_size(group)
+    first = _T.check_blocks(input_tensor_list, "input_tensor_list", world_size, None, False,
+                            "input_tensor_list[0]", same_numel=False)[0]
+    _T.check_blocks(output_tensor_list, "output_tensor_list", world_size, first, True,
+                    "input_tensor_list[0]", same_numel=False)
+    rank = dist.get_rank(group)
+    check_own_block(rank, input_tensor_list[rank].numel(), output_tensor_list[rank].numel(),
+                    "input_tensor_list[{}].numel()", "output_tensor_list[{}].numel()", "elements")
+    opts = frontend.options(_T, segment_bytes, timeout, restore, check)
+    frontend.exchange(_T, list(input_tensor_list), [t.numel() for t in input_tensor_list],
+                      [t.numel() for t in output_tensor_list], group, algorithm, params, opts,
+                      list(output_tensor_list))
+    return output_tensor_list
