@@ -57,8 +57,8 @@ MAY_IMPORT = {
     "cli": set(LAYER_OF.values()) - {"cli"},
 }
 
-#: inside the leaf layer only the error vocabulary is shared
-LEAF_MAY_IMPORT = {"errors", "args"}
+#: inside the leaf layer only the error vocabulary, argument checks and human units are shared
+LEAF_MAY_IMPORT = {"errors", "args", "units"}
 
 
 def module_name(path: pathlib.Path, root: pathlib.Path) -> str:

@@ -16,6 +16,7 @@ and no memory check (nothing portable says what is available).
 
 from __future__ import annotations
 
+import ctypes
 import math
 import os
 import signal
@@ -181,7 +182,6 @@ def _set_pdeathsig(sig: int) -> bool:
     if not sys.platform.startswith("linux"):
         return False
     try:
-        import ctypes
         libc = ctypes.CDLL(None, use_errno=True)
         return libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
     except (OSError, AttributeError):

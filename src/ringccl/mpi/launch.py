@@ -8,6 +8,7 @@ Open MPI refuses to run as root and to place more processes than cores unless to
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import importlib.util
 import json
@@ -195,7 +196,6 @@ def _mpirun_preexec():
     /dev/shm (after a SIGKILL, Open MPI leaves them behind)."""
     if not sys.platform.startswith("linux"):
         return None
-    import ctypes
     prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before fork, not in the child
 
     def preexec() -> None:
@@ -241,7 +241,6 @@ class _Killer:
     """Kill ``proc`` (its whole session: mpirun and its children) after ``timeout`` seconds."""
 
     def __init__(self, proc, timeout: float):
-        import threading
         self.fired = False
         self._proc = proc
         self._timer = threading.Timer(timeout, self._fire)
@@ -249,7 +248,6 @@ class _Killer:
         self._timer.start()
 
     def _fire(self) -> None:
-        import signal
         self.fired = True
         try:
             os.killpg(self._proc.pid, signal.SIGKILL)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import time
 from dataclasses import asdict, dataclass
 
@@ -112,7 +113,6 @@ def check_plot_path(path: str, argument: str = "plot") -> str:
         ArgumentError: empty path, missing directory, a directory as the path, or no write
             permission (the message names the path).
     """
-    import os
     if not isinstance(path, (str, os.PathLike)) or not str(path):
         raise ArgumentError(f"{argument}={path!r} must be a file path (PNG, SVG, PDF)")
     path = os.fspath(path)
