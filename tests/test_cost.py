@@ -248,7 +248,7 @@ def test_two_level_rejects(kwargs, message):
     (lambda: ringccl.cost("all_reduce", "ring", 8, 1, alpha=0, bandwidth=1, method="fast"),
      ArgumentError, "method='fast'"),
     (lambda: ringccl.cost("all_reduce", "ring", 8, 1, topology="flat"), ArgumentTypeError,
-     "must be a ringccl.topology.Topology"),
+     "must be a ringccl.costmodel.topology.Topology"),
 ])
 def test_errors_name_the_argument(call, error, message):
     with pytest.raises(error, match=message):

@@ -17,8 +17,8 @@ Quick tour::
     ringccl.tune("all_reduce", 1024, alpha="5us", bandwidth="50GB/s").ranges
 
 ``ringccl.cost`` and ``ringccl.tune`` are functions; their modules are ``ringccl.costmodel``
-(``walk``, ``Predictor``) and ``ringccl.tuning`` (``predict_table``). Views of a schedule are
-functions of it, not methods: ``ringccl.table(s)``; MSCCL XML and Chrome traces are
+(``walk``, ``Predictor``) and ``ringccl.costmodel.tuning`` (``predict_table``). Views of a
+schedule are functions of it, not methods: ``ringccl.table(s)``; MSCCL XML and Chrome traces are
 ``ringccl.views.interop.to_msccl_xml(s)`` and ``to_chrome_trace(s)``.
 """
 

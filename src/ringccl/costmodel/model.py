@@ -10,7 +10,7 @@ and the collective takes the sum over steps. Transfers sharing a link in one ste
 on it, so they slow each other (a rank sending two chunks at once, a NIC shared by a node's
 ring hops, an oversubscribed uplink). A step without transfers costs nothing.
 
-On :func:`ringccl.topology.flat` every rank has one full-duplex port, and this reduces to
+On :func:`ringccl.costmodel.topology.flat` every rank has one full-duplex port, and this reduces to
 ``T = sum over steps [alpha + beta * max over ranks max(bytes out, bytes in) + gamma * max bytes
 reduced]``, which each algorithm's closed form (``Algorithm.time``) states in a line; the tests
 hold walk and closed form equal for world sizes up to 256. Above :data:`WALK_LIMIT` ranks on a flat
@@ -29,7 +29,7 @@ References:
     Computing 20(3), 1994: T = alpha + beta * m.
     Thakur, Rabenseifner & Gropp, "Optimization of Collective Communication Operations in MPICH",
     IJHPCA 19(1), 2005, section 2: alpha, beta, gamma (per byte reduced).
-    nccl-tests, doc/PERFORMANCE.md: algbw and busbw (:mod:`ringccl.metrics`).
+    nccl-tests, doc/PERFORMANCE.md: algbw and busbw (:mod:`ringccl.bench.metrics`).
 """
 
 from __future__ import annotations
@@ -176,7 +176,8 @@ def resolve_topology(world_size, topology, alpha, bandwidth) -> Topology:
             raise ArgumentError("world_size is required without a topology")
         return flat(world_size, alpha, bandwidth)
     if not isinstance(topology, Topology):
-        raise ArgumentTypeError(f"topology={topology!r} must be a ringccl.topology.Topology")
+        raise ArgumentTypeError(f"topology={topology!r} must be a "
+                                "ringccl.costmodel.topology.Topology")
     if alpha is not None or bandwidth is not None:
         raise ArgumentError("alpha and bandwidth describe a flat machine; with a topology they "
                             "come from its links (got both)")
@@ -438,9 +439,9 @@ def cost(collective: str, algorithm: str, world_size: int | None, nbytes,
         nbytes: bytes of one rank's working buffer, nccl-tests' "size" (all_reduce: the
             buffer; all_gather/reduce_scatter: the whole N-block buffer); a number or a string
             such as ``"4MiB"``. Chunks are fluid: each transfer moves nbytes / num_chunks.
-        topology: a :mod:`ringccl.topology` machine; or ``alpha`` (seconds per step, e.g.
+        topology: a :mod:`ringccl.costmodel.topology` machine; or ``alpha`` (seconds per step, e.g.
             ``"5us"``) and ``bandwidth`` (bytes/s per direction, e.g. ``"50GB/s"``,
-            ``"400Gbps"``) for :func:`ringccl.topology.flat`.
+            ``"400Gbps"``) for :func:`ringccl.costmodel.topology.flat`.
         gamma: seconds per byte reduced (number), or a reduction rate such as ``"100GB/s"``.
         method: ``"auto"`` (closed form on a flat machine above :data:`WALK_LIMIT` ranks when
             the algorithm has one, else walk), ``"walk"`` or ``"closed_form"``.

@@ -102,7 +102,7 @@ def hierarchical_question(nodes: int = 128, local: int = 8, nbytes: float = 2**3
     """Flat ring versus hierarchical all_reduce on ``nodes`` x ``local`` GPUs (seed 001, q. 4).
 
     * flat ring: ringccl's ring schedule over all nodes*local ranks, placed node-major, walked on
-      :func:`ringccl.topology.two_level` (each node's ring hop leaves through one NIC);
+      :func:`ringccl.costmodel.topology.two_level` (each node's ring hop leaves through one NIC);
     * hierarchical (formula): ring reduce_scatter inside each node over NVLink, ring all_reduce of
       the nbytes/local shard among the ``nodes`` same-local-index GPUs (one rail, one NIC each;
       the ``local`` rails run at once and share nothing), ring all_gather inside each node —

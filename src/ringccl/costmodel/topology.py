@@ -2,8 +2,8 @@
 
 A topology has ``num_links`` directed links, each with a latency ``alpha`` (seconds) and a
 ``bandwidth`` (bytes/s), and routes a transfer ``src -> dst`` to the links it uses. The cost
-model (:mod:`ringccl.costmodel`) adds up, per step, the bytes on every link, so transfers that share a
-link in one step slow each other down.
+model (:mod:`ringccl.costmodel`) adds up, per step, the bytes on every link, so transfers that
+share a link in one step slow each other down.
 
 Machine assumption (as in Hockney 1994 and Thakur, Rabenseifner & Gropp 2005): every port is
 full-duplex (its egress and ingress are separate links), a rank's port is shared by all its
