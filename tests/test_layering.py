@@ -33,7 +33,7 @@ LAYER_OF = {
     "frontend": "frontend",
     "bench": "bench",
     "costmodel": "cost",
-    "plan": "planner",
+    "planner": "planner",
     "torch": "backend", "mpi": "backend",
     "cli": "cli", "__main__": "cli",
     "__init__": "api",
