@@ -153,21 +153,21 @@ class Cluster:
 
 CLUSTER_PRESETS: dict[str, dict] = {
     "dgx-a100": dict(gpus_per_node=8, intra_bandwidth="300GB/s", inter_bandwidth="200Gbps",
-                     peak_flops=312e12, gpu_memory="80GB", name="dgx-a100",
+                     peak_flops=312e12, gpu_memory="80GiB", name="dgx-a100",
                      source="NVIDIA DGX A100 System Architecture white paper (2020): NVLink 3 "
                      "600 GB/s per GPU bidirectional, 8 x 200 Gb/s HDR IB; A100 datasheet: "
                      "312 TFLOP/s BF16 dense"),
     "dgx-h100": dict(gpus_per_node=8, intra_bandwidth="450GB/s", inter_bandwidth="400Gbps",
-                     peak_flops=989e12, gpu_memory="80GB", name="dgx-h100",
+                     peak_flops=989e12, gpu_memory="80GiB", name="dgx-h100",
                      source="NVIDIA DGX H100 datasheet: NVLink 4 900 GB/s per GPU "
                      "bidirectional, 8 x 400 Gb/s ConnectX-7; H100 SXM datasheet: 989 TFLOP/s "
                      "BF16 dense"),
     "h800": dict(gpus_per_node=8, intra_bandwidth="160GB/s", inter_bandwidth="50GB/s",
-                 peak_flops=989e12, gpu_memory="80GB", name="h800",
+                 peak_flops=989e12, gpu_memory="80GiB", name="h800",
                  source="DeepSeek-V3 Technical Report (arXiv:2412.19437) §3.2.2: NVLink 160 GB/s"
                  ", InfiniBand 50 GB/s per GPU (achieved), H800 = H100 compute"),
     "seed-9.3": dict(gpus_per_node=8, nodes=128, intra_bandwidth="900GB/s",
-                     inter_bandwidth="50GB/s", peak_flops=312e12, gpu_memory="80GB",
+                     inter_bandwidth="50GB/s", peak_flops=312e12, gpu_memory="80GiB",
                      name="seed-9.3", source="the lecture (seed 001), question 9.3: 128 x 8 "
                      "GPUs, NVLink 900 GB/s, InfiniBand 50 GB/s; A100 servers of its 0.2"),
 }
