@@ -16,6 +16,9 @@ Quick tour::
     c.seconds, c.latency_seconds          # predicted: 10.26 ms, 10.23 ms of it latency
     ringccl.tune("all_reduce", 1024, alpha="5us", bandwidth="50GB/s").ranges
 
+``ringccl.plan(model, layout, cluster)`` gives the collectives and time of a whole training
+step (:mod:`ringccl.planner`).
+
 ``ringccl.cost`` and ``ringccl.tune`` are functions; their modules are ``ringccl.costmodel``
 (``walk``, ``Predictor``) and ``ringccl.costmodel.tuning`` (``predict_table``). Views of a
 schedule are functions of it, not methods: ``ringccl.table(s)``; MSCCL XML and Chrome traces are
@@ -40,6 +43,7 @@ from .ir import Kind, Program, Schedule, Step, Transfer, chunk_bounds
 from .bench.metrics import algbw, busbw
 from .ops import ReduceOp
 from .sim import SimResult, SimStats, simulate
+from .planner import plan
 from .costmodel.tuning import TuneResult, predict_table, tune
 from .views.show import step_table as table
 
@@ -49,7 +53,7 @@ __all__ = ["schedule", "verify", "simulate", "table", "algorithms", "collectives
            "get_collective", "register", "Algorithm", "Schedule", "Step", "Transfer", "Kind",
            "Program", "ReduceOp", "SimResult", "SimStats", "chunk_bounds", "algbw", "busbw",
            "units", "cost", "predictor", "walk", "CostResult", "StepCost", "Predictor", "topology",
-           "tune", "TuneResult", "predict_table", "buckets", "presets",
+           "tune", "TuneResult", "predict_table", "buckets", "presets", "plan",
            "RingcclError", "ArgumentError", "ArgumentTypeError", "ScheduleError",
            "VerificationError", "BackendError", "PeerError", "RingcclTimeout",
            "ConsistencyError", "clear_caches", "__version__"]

@@ -13,6 +13,7 @@ from typing import Sequence
 
 from ..errors import RingcclError
 from . import demo, model, run, schedules, simulate, train
+from . import plan as plan_cmd
 
 __all__ = ["build_parser", "main", "COMMANDS"]
 
@@ -22,7 +23,7 @@ COMMANDS = (("demo", demo.register), ("show", schedules.register_show),
             ("run", run.register_run), ("bench", run.register_bench),
             ("fit", model.register_fit), ("algorithms", schedules.register_algorithms),
             ("train", train.register), ("model", model.register_model),
-            ("tune", model.register_tune))
+            ("tune", model.register_tune), ("plan", plan_cmd.register))
 
 
 def build_parser() -> argparse.ArgumentParser:

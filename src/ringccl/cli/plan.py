@@ -1,0 +1,254 @@
+"""``ringccl plan``: the communication of a whole training step (or ``--search`` for the best
+layout), from a model, a layout and a cluster; every option also from ``--config`` (JSON or
+TOML with top-level ``model``, ``seq_length``, ``dtype``, ``straggler``, ``gpus``, ``search``
+and tables ``layout`` and ``cluster``; the command line wins)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import tomllib
+from pathlib import Path
+
+from .. import units
+from ..errors import ArgumentError
+from ..planner import plan, resolve_cluster, resolve_layout, resolve_model, search
+from ..planner.cluster import CLUSTER_PRESETS
+from ..planner.layout import RECOMPUTE, SCHEDULES
+from ..planner.model import PRESETS
+from .common import emit_json, positive_int, table
+
+__all__ = ["register"]
+
+#: command-line dest -> Layout field
+_LAYOUT = {"dp": "dp", "tp": "tp", "sp": "sp", "cp": "cp", "pp": "pp", "ep": "ep",
+           "zero": "zero_stage", "micro_batch_size": "micro_batch_size",
+           "num_micro_batches": "num_micro_batches", "global_batch_size": "global_batch_size",
+           "schedule": "schedule", "virtual_stages": "virtual_stages",
+           "recompute": "recompute", "order": "order", "bucket_size": "bucket_bytes"}
+#: command-line dest -> Cluster field
+_CLUSTER = {"cluster": "preset", "nodes": "nodes", "gpus_per_node": "gpus_per_node",
+            "intra_bandwidth": "intra_bandwidth", "inter_bandwidth": "inter_bandwidth",
+            "intra_alpha": "intra_alpha", "inter_alpha": "inter_alpha",
+            "nics_per_node": "nics_per_node", "peak_flops": "peak_flops",
+            "compute_efficiency": "compute_efficiency", "gpu_memory": "gpu_memory",
+            "profile": "profile", "profile_level": "profile_level"}
+
+
+def _load_config(path: str) -> dict:
+    p = Path(path)
+    try:
+        text = p.read_bytes()
+        data = tomllib.loads(text.decode()) if p.suffix == ".toml" else json.loads(text)
+    except (OSError, ValueError) as exc:
+        raise ArgumentError(f"--config {path!r}: cannot read it as "
+                            f"{'TOML' if p.suffix == '.toml' else 'JSON'} ({exc})") from None
+    if not isinstance(data, dict):
+        raise ArgumentError(f"--config {path!r} must hold an object/table")
+    known = {"model", "seq_length", "dtype", "layout", "cluster", "straggler", "gpus", "search"}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ArgumentError(f"--config {path!r}: unknown key(s) {', '.join(unknown)}; expected "
+                            f"{', '.join(sorted(known))}")
+    return data
+
+
+def _straggler(text):
+    if text is None or isinstance(text, (list, tuple)):
+        return text
+    try:
+        rank, fraction = str(text).split(":")
+        return (int(rank), float(fraction))
+    except ValueError:
+        raise ArgumentError(f"--straggler {text!r} must be RANK:FRACTION, e.g. 17:0.25") from None
+
+
+def _inputs(args):
+    """(model, layout dict, cluster dict, straggler, search, gpus) merged: config, then CLI."""
+    cfg = _load_config(args.config) if args.config else {}
+    layout = dict(cfg.get("layout", {}))
+    cluster = dict(cfg.get("cluster", {}))
+    for dest, name in _LAYOUT.items():
+        if getattr(args, dest) is not None:
+            layout[name] = getattr(args, dest)
+    for dest, name in _CLUSTER.items():
+        if getattr(args, dest) is not None:
+            cluster[name] = getattr(args, dest)
+    model_name = args.model or cfg.get("model")
+    if model_name is None:
+        raise ArgumentError("--model is required (a preset: " + ", ".join(PRESETS)
+                            + ", or a config.json path)")
+    model = resolve_model(model_name, seq_length=args.seq_length or cfg.get("seq_length"),
+                          dtype=args.dtype or cfg.get("dtype"))
+    straggler = _straggler(args.straggler or cfg.get("straggler"))
+    return (model, layout, cluster, straggler, args.search or bool(cfg.get("search")),
+            args.gpus or cfg.get("gpus"))
+
+
+def _cluster_for(cluster: dict, world_size: int):
+    """The cluster, its node count following the GPUs when not given."""
+    values = dict(cluster)
+    if "preset" not in values and not any(k in values for k in ("intra_bandwidth",
+                                                                 "inter_bandwidth")):
+        values["preset"] = "dgx-h100"
+    if "nodes" not in values:
+        base = resolve_cluster({**values, "nodes": 1})
+        if world_size % base.gpus_per_node:
+            raise ArgumentError(f"{world_size} GPUs do not fill nodes of {base.gpus_per_node}; "
+                                "give --nodes and --gpus-per-node")
+        values["nodes"] = world_size // base.gpus_per_node
+    return resolve_cluster(values)
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3f}"
+
+
+def _print_plan(p) -> None:
+    s = p.summary()
+    table(f"ringccl plan: {p.model.name} ({p.model.num_parameters / 1e9:.2f}B parameters, "
+          f"{p.model.active_parameters / 1e9:.2f}B active) on {p.cluster.describe()}",
+          ["quantity", "value"],
+          [["layout", p.layout.describe()],
+           ["global batch", f"{p.layout.global_batch_size} sequences x {p.model.seq_length} "
+            f"tokens ({p.layout.num_micro_batches} micro-batches)"],
+           ["step time", units.format_duration(p.step_seconds)],
+           ["tokens/s", f"{p.tokens_per_second:,.0f}"], ["MFU", f"{100 * p.mfu:.2f}%"],
+           ["pipeline bubble", f"{units.format_duration(p.bubble_seconds)} (formula "
+            f"{100 * p.bubble_fraction:.2f}% of ideal)"],
+           ["peak memory per GPU", f"{units.format_size(p.peak_memory)} of "
+            f"{units.format_size(p.cluster.gpu_memory)}"
+            + ("" if p.fits_memory else "  EXCEEDS the GPU")],
+           ["straggler", "none" if p.straggler is None else
+            f"rank {p.straggler.rank} {p.straggler.link} at {p.straggler.fraction:g}x"]])
+    table("per parallelism (slowest position): exposed on the critical path, total, bytes sent "
+          "by the busiest rank", ["parallelism", "exposed (ms)", "total (ms)", "bytes/step"],
+          [[k, _ms(s["exposed_s"].get(k, 0.0)),
+            _ms(s["seconds_per_step_by_parallelism"].get(k, 0.0)),
+            units.format_size(s["bytes_per_step_by_parallelism"].get(k, 0.0))]
+           for k in sorted(set(s["exposed_s"]) | set(s["bytes_per_step_by_parallelism"]))])
+    seen = {}
+    for st in p.stages:
+        key = tuple((e.parallelism, e.collective, e.nbytes, e.calls_per_step, e.algorithm,
+                     e.seconds_per_call) for e in st.entries) + (st.shape.layers,)
+        seen.setdefault(key, []).append(st)
+    for stages in seen.values():
+        st = stages[0]
+        label = (f"stage {st.stage}" if len(stages) == 1 else
+                 f"stages {', '.join(str(x.stage) for x in stages)}")
+        rows = [[e.parallelism, e.collective, e.what, e.phase,
+                 f"{e.shape.size} ({e.shape.ranks_per_node}/node, {e.shape.nodes_spanned} "
+                 f"nodes)", units.format_size(e.nbytes), e.calls_per_step, e.algorithm,
+                 f"{e.seconds_per_call * 1e6:.2f}", _ms(e.seconds_per_step), e.overlap]
+                for e in st.entries]
+        mem = st.memory
+        table(f"{label}: {st.shape.layers} layers{', embedding' if st.shape.first else ''}"
+              f"{', LM head' if st.shape.last else ''}; compute "
+              f"{_ms(st.compute_per_micro_batch)} ms per micro-batch; memory "
+              f"{units.format_size(mem.total)} (weights {units.format_size(mem.weights)}, "
+              f"gradients {units.format_size(mem.gradients)}, optimizer "
+              f"{units.format_size(mem.optimizer)}, activations "
+              f"{units.format_size(mem.activations)}, buffers "
+              f"{units.format_size(mem.communication)})",
+              ["parallelism", "collective", "what", "phase", "group", "bytes/call",
+               "calls/step", "algorithm", "us/call", "ms/step", "overlap"], rows)
+    for note in p.notes:
+        print(f"note: {note}")
+
+
+def _progress(total: int):
+    try:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+    except ImportError:
+        return contextlib.nullcontext(), None
+    bar = Progress("searching layouts", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   console=Console(stderr=True), transient=True)
+    task = bar.add_task("search", total=total)
+    return bar, lambda done, total, layout: bar.update(task, completed=done, total=total)
+
+
+def _cmd_plan(args) -> int:
+    model, layout, cluster, straggler, do_search, gpus = _inputs(args)
+    if do_search:
+        if gpus is None:
+            raise ArgumentError("--search needs --gpus N")
+        machine = _cluster_for(cluster, gpus)
+        gbs = layout.get("global_batch_size")
+        bar, advance = _progress(0) if sys.stderr.isatty() and not args.json else (
+            contextlib.nullcontext(), None)
+        with bar:
+            result = search(model, machine, global_batch_size=gbs, progress=advance)
+        if args.json:
+            emit_json(result.to_dict())
+            return 0
+        table(f"ringccl plan --search: {model.name} on {machine.describe()}; {result.tried} "
+              f"layouts, {len(result.plans)} within memory, {result.refused_memory} too big",
+              ["#", "layout", "step", "MFU", "tokens/s", "memory/GPU", "why slower than #1"],
+              [[i + 1, p.layout.describe(), units.format_duration(p.step_seconds),
+                f"{100 * p.mfu:.2f}%", f"{p.tokens_per_second:,.0f}",
+                units.format_size(p.peak_memory), why]
+               for i, (p, why) in enumerate(result.top(10))])
+        return 0
+    lay = resolve_layout(layout)
+    p = plan(model, lay, _cluster_for(cluster, lay.world_size), straggler=straggler)
+    if args.json:
+        emit_json(p.to_dict())
+    else:
+        _print_plan(p)
+    return 0
+
+
+def register(sub) -> None:
+    """Add ``ringccl plan`` to the subparsers ``sub``."""
+    p = sub.add_parser(
+        "plan", help="the collectives, bytes, algorithms and time of a whole training step",
+        description="Every collective of one training step for a model, a DP/TP/SP/CP/PP/EP/"
+        "ZeRO layout and a two-level cluster: the algorithm the tuner picks on each group's "
+        "placement, predicted time, overlap, the bubble, step time, MFU, memory; or --search "
+        "--gpus N for the best layouts. Every option can come from --config (JSON or TOML).")
+    p.add_argument("--config", help="a JSON or TOML file with the options (the command line "
+                   "wins): model, seq_length, dtype, straggler, gpus, search, [layout], "
+                   "[cluster]")
+    p.add_argument("--model", help=f"a preset ({', '.join(PRESETS)}) or a Hugging Face "
+                   "config.json path")
+    p.add_argument("--seq-length", type=positive_int, help="tokens per sequence")
+    p.add_argument("--dtype", help="training dtype (default bfloat16)")
+    g = p.add_argument_group("layout")
+    for name in ("dp", "tp", "cp", "pp", "ep"):
+        g.add_argument(f"--{name}", type=positive_int, help=f"{name} group size")
+    g.add_argument("--sp", action="store_true", default=None, help="sequence parallelism")
+    g.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage (FSDP = 3)")
+    g.add_argument("--micro-batch-size", type=positive_int)
+    g.add_argument("--num-micro-batches", type=positive_int)
+    g.add_argument("--global-batch-size", type=positive_int)
+    g.add_argument("--schedule", choices=SCHEDULES)
+    g.add_argument("--virtual-stages", type=positive_int, help="model chunks per PP rank "
+                   "(interleaved)")
+    g.add_argument("--recompute", choices=RECOMPUTE)
+    g.add_argument("--order", help="rank order, fastest first (default tp-cp-ep-dp-pp)")
+    g.add_argument("--bucket-size", type=units.size, help="DDP bucket, e.g. 25MiB")
+    c = p.add_argument_group("cluster")
+    c.add_argument("--cluster", help=f"a preset: {', '.join(CLUSTER_PRESETS)} (default "
+                   "dgx-h100)")
+    c.add_argument("--nodes", type=positive_int, help="default: the GPUs / gpus per node")
+    c.add_argument("--gpus-per-node", type=positive_int)
+    c.add_argument("--intra-bandwidth", help="per GPU per direction, e.g. 450GB/s")
+    c.add_argument("--inter-bandwidth", help="per NIC per direction, e.g. 400Gbps (= 50GB/s)")
+    c.add_argument("--intra-alpha", help="e.g. 2us")
+    c.add_argument("--inter-alpha", help="e.g. 5us")
+    c.add_argument("--nics-per-node", type=positive_int)
+    c.add_argument("--peak-flops", type=float, help="GPU peak FLOP/s, e.g. 989e12")
+    c.add_argument("--compute-efficiency", type=float, help="fraction of peak (0, 1]")
+    c.add_argument("--gpu-memory", help="e.g. 80GB")
+    c.add_argument("--profile", help="a `ringccl fit --json` file: alpha, beta, gamma")
+    c.add_argument("--profile-level", choices=("inter", "intra"), help="which link the fit "
+                   "measured (default inter)")
+    p.add_argument("--straggler", help="RANK:FRACTION: that rank's NIC at a fraction of its "
+                   "bandwidth")
+    p.add_argument("--search", action="store_true", default=None, help="rank every valid "
+                   "layout on --gpus N by step time")
+    p.add_argument("--gpus", type=positive_int, help="GPUs for --search")
+    p.add_argument("--json", action="store_true", help="strict JSON on stdout")
+    p.set_defaults(func=_cmd_plan)

@@ -1,0 +1,251 @@
+"""The machine a step runs on: nodes of GPUs, their links, their FLOP/s and memory.
+
+Every rate is given in human units and parsed by :mod:`ringccl.units`: ``"400Gbps"`` is a NIC's
+rate in bits, 50 GB/s in bytes — the unit trap of the lecture's section 1.1. A bandwidth is per
+direction of one GPU's port (NVLink) or of one NIC (the cost model's two-level machine,
+:func:`ringccl.costmodel.topology.two_level`).
+
+Presets (per-direction bandwidths; α are assumptions of this module, not datasheet figures:
+2 µs inside a node, 5 µs across, the order of NCCL's LL/Simple protocol latencies):
+
+* ``dgx-a100``: 8 × A100-SXM4-80GB, NVLink 3 600 GB/s bidirectional = 300 GB/s per direction,
+  8 × 200 Gb/s HDR InfiniBand for compute, 312 TFLOP/s dense BF16 (NVIDIA DGX A100 System
+  Architecture white paper, 2020; A100 datasheet).
+* ``dgx-h100``: 8 × H100-SXM5-80GB, NVLink 4 900 GB/s bidirectional = 450 GB/s per direction,
+  8 × 400 Gb/s ConnectX-7, 989 TFLOP/s dense BF16 (NVIDIA DGX H100 datasheet; H100 datasheet).
+* ``h800``: DeepSeek-V3's cluster, 8 × H800 per node, NVLink 160 GB/s and InfiniBand 50 GB/s
+  per GPU as achieved (DeepSeek-V3 Technical Report, arXiv:2412.19437, §3.2.2), 989 TFLOP/s BF16.
+* ``seed-9.3``: the lecture's question 9.3, 128 nodes × 8 GPUs, NVLink 900 GB/s, IB 50 GB/s
+  (A100-class compute, 312 TFLOP/s, as its incident's 8-card A100 servers).
+
+A fitted profile (``ringccl fit --json`` output) can replace the α, β (and γ) of one level:
+:func:`load_profile`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from .. import units
+from ..args import check_int
+from ..costmodel.model import parse_gamma
+from ..errors import ArgumentError, ArgumentTypeError
+
+__all__ = ["Cluster", "CLUSTER_PRESETS", "cluster_preset", "load_profile", "resolve_cluster"]
+
+
+def _rate(value, what: str) -> float:
+    return units.bandwidth(value) if isinstance(value, str) else _positive(value, what)
+
+
+def _positive(value, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ArgumentError(f"{what}={value!r} must be a number > 0")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Nodes of GPUs.
+
+    Attributes (SI after parsing: bytes/s, seconds, FLOP/s, bytes):
+        nodes, gpus_per_node: the machine's shape.
+        intra_bandwidth, intra_alpha: a GPU's NVLink-class port, per direction ("450GB/s").
+        inter_bandwidth, inter_alpha: one NIC, per direction ("400Gbps" = 50 GB/s).
+        nics_per_node: NICs per node, rail-aligned (default one per GPU).
+        peak_flops: a GPU's dense peak in the training dtype ("989e12" or 989e12).
+        compute_efficiency: fraction of peak the model's matmuls reach (0, 1].
+        gpu_memory: bytes per GPU ("80GB").
+        gamma: seconds per byte reduced (or a rate such as "500GB/s"); 0 ignores reductions.
+        oversubscription: of the inter-node fabric (1 = non-blocking).
+        name, source: what it is and where its figures come from.
+    Raises:
+        ArgumentError: a count < 1, a rate or time that does not parse or is not > 0,
+            efficiency outside (0, 1].
+    """
+
+    nodes: int = 1
+    gpus_per_node: int = 8
+    intra_bandwidth: float | str = "450GB/s"
+    inter_bandwidth: float | str = "400Gbps"
+    intra_alpha: float | str = "2us"
+    inter_alpha: float | str = "5us"
+    nics_per_node: int | None = None
+    peak_flops: float | str = 989e12
+    compute_efficiency: float = 0.6
+    gpu_memory: float | str = "80GB"
+    gamma: float | str = 0.0
+    oversubscription: float = 1.0
+    name: str = "custom"
+    source: str = ""
+
+    def __post_init__(self):
+        check_int(self.nodes, "nodes", minimum=1)
+        check_int(self.gpus_per_node, "gpus_per_node", minimum=1)
+        nics = self.gpus_per_node if self.nics_per_node is None else self.nics_per_node
+        check_int(nics, "nics_per_node", minimum=1)
+        if nics > self.gpus_per_node:
+            raise ArgumentError(f"nics_per_node={nics} must be <= gpus_per_node="
+                                f"{self.gpus_per_node} (rail-aligned NICs)")
+        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 - frozen dataclass
+        set_("nics_per_node", nics)
+        set_("intra_bandwidth", _rate(self.intra_bandwidth, "intra_bandwidth"))
+        set_("inter_bandwidth", _rate(self.inter_bandwidth, "inter_bandwidth"))
+        for f in ("intra_alpha", "inter_alpha"):
+            v = getattr(self, f)
+            set_(f, units.duration(v) if isinstance(v, str) else v)
+            if not isinstance(getattr(self, f), (int, float)) or getattr(self, f) < 0:
+                raise ArgumentError(f"{f}={v!r} must be a duration >= 0 such as '5us'")
+        peak = self.peak_flops
+        if isinstance(peak, str):
+            try:
+                peak = float(peak.upper().replace("TFLOPS", "e12").replace("TFLOP/S", "e12"))
+            except ValueError:
+                raise ArgumentError(f"peak_flops={self.peak_flops!r} must be FLOP/s, e.g. "
+                                    "989e12 or '989TFLOPS'") from None
+        set_("peak_flops", _positive(peak, "peak_flops"))
+        if isinstance(self.gpu_memory, str):
+            set_("gpu_memory", float(units.size(self.gpu_memory)))
+        _positive(self.gpu_memory, "gpu_memory")
+        e = self.compute_efficiency
+        if isinstance(e, bool) or not isinstance(e, (int, float)) or not 0 < e <= 1:
+            raise ArgumentError(f"compute_efficiency={e!r} must be in (0, 1]")
+        set_("gamma", parse_gamma(self.gamma))
+        o = self.oversubscription
+        if isinstance(o, bool) or not isinstance(o, (int, float)) or not o >= 1:
+            raise ArgumentError(f"oversubscription={o!r} must be a number >= 1")
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def intra(self) -> tuple[float, float]:
+        """(alpha, bandwidth) as :func:`~ringccl.costmodel.topology.two_level` takes it."""
+        return (self.intra_alpha, self.intra_bandwidth)
+
+    @property
+    def inter(self) -> tuple[float, float]:
+        return (self.inter_alpha, self.inter_bandwidth)
+
+    def with_nodes(self, nodes: int) -> "Cluster":
+        return self.replace(nodes=nodes)
+
+    def replace(self, **changes) -> "Cluster":
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values.update(changes)
+        return Cluster(**values)
+
+    def describe(self) -> str:
+        return (f"{self.name}: {self.nodes} nodes x {self.gpus_per_node} GPUs, intra "
+                f"{units.format_bandwidth(self.intra_bandwidth)} "
+                f"({units.format_duration(self.intra_alpha)}), inter "
+                f"{units.format_bandwidth(self.inter_bandwidth)} per NIC "
+                f"({units.format_duration(self.inter_alpha)}), {self.nics_per_node} NICs/node, "
+                f"{self.peak_flops / 1e12:g} TFLOP/s x {self.compute_efficiency:g}, "
+                f"{units.format_size(self.gpu_memory)}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+CLUSTER_PRESETS: dict[str, dict] = {
+    "dgx-a100": dict(gpus_per_node=8, intra_bandwidth="300GB/s", inter_bandwidth="200Gbps",
+                     peak_flops=312e12, gpu_memory="80GiB", name="dgx-a100",
+                     source="NVIDIA DGX A100 System Architecture white paper (2020): NVLink 3 "
+                     "600 GB/s per GPU bidirectional, 8 x 200 Gb/s HDR IB; A100 datasheet: "
+                     "312 TFLOP/s BF16 dense"),
+    "dgx-h100": dict(gpus_per_node=8, intra_bandwidth="450GB/s", inter_bandwidth="400Gbps",
+                     peak_flops=989e12, gpu_memory="80GiB", name="dgx-h100",
+                     source="NVIDIA DGX H100 datasheet: NVLink 4 900 GB/s per GPU "
+                     "bidirectional, 8 x 400 Gb/s ConnectX-7; H100 SXM datasheet: 989 TFLOP/s "
+                     "BF16 dense"),
+    "h800": dict(gpus_per_node=8, intra_bandwidth="160GB/s", inter_bandwidth="50GB/s",
+                 peak_flops=989e12, gpu_memory="80GiB", name="h800",
+                 source="DeepSeek-V3 Technical Report (arXiv:2412.19437) §3.2.2: NVLink 160 GB/s"
+                 ", InfiniBand 50 GB/s per GPU (achieved), H800 = H100 compute"),
+    "seed-9.3": dict(gpus_per_node=8, nodes=128, intra_bandwidth="900GB/s",
+                     inter_bandwidth="50GB/s", peak_flops=312e12, gpu_memory="80GiB",
+                     name="seed-9.3", source="the lecture (seed 001), question 9.3: 128 x 8 "
+                     "GPUs, NVLink 900 GB/s, InfiniBand 50 GB/s; A100 servers of its 0.2"),
+}
+
+
+def cluster_preset(name: str, **changes) -> Cluster:
+    """The preset ``name`` with ``changes`` (e.g. ``nodes=128``).
+
+    Raises:
+        ArgumentError: unknown preset, listing them.
+    """
+    try:
+        values = dict(CLUSTER_PRESETS[name.lower()])
+    except (KeyError, AttributeError):
+        raise ArgumentError(f"cluster={name!r} is not a preset; expected one of "
+                            f"{', '.join(CLUSTER_PRESETS)}") from None
+    values.update({k: v for k, v in changes.items() if v is not None})
+    return Cluster(**values)
+
+
+def load_profile(path, level: str = "inter") -> dict:
+    """α, bandwidth (1/β) and γ of a ``ringccl fit --json`` file, for one level of the cluster.
+
+    The fit is of a flat network (one α and β for every transfer); ``level`` says which link it
+    measured: ``"inter"`` (the fit ran across nodes) or ``"intra"`` (inside one node).
+
+    Returns:
+        ``{"inter_alpha": s, "inter_bandwidth": bytes/s, "gamma": s/byte}`` (or ``intra_*``).
+    Raises:
+        ArgumentError: unreadable file, no fit in it, unknown level, a β <= 0.
+    """
+    if level not in ("inter", "intra"):
+        raise ArgumentError(f"profile level={level!r} must be 'inter' or 'intra'")
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ArgumentError(f"profile={str(path)!r}: cannot read a `ringccl fit --json` file "
+                            f"({exc})") from None
+    if isinstance(data, list) and data:
+        data = data[0]
+    if isinstance(data, dict) and "fit" in data:
+        data = data["fit"]
+    try:
+        params = data["params"]
+        alpha, beta = params["alpha"]["value"], params["beta"]["value"]
+        gamma = params.get("gamma", {}).get("value", 0.0) or 0.0
+    except (KeyError, TypeError):
+        raise ArgumentError(f"profile={str(path)!r} has no fit (expected `ringccl fit --json` "
+                            "output: params.alpha.value, params.beta.value)") from None
+    if not beta > 0:
+        raise ArgumentError(f"profile={str(path)!r}: beta={beta!r} must be > 0")
+    return {f"{level}_alpha": max(float(alpha), 0.0), f"{level}_bandwidth": 1.0 / float(beta),
+            "gamma": max(float(gamma), 0.0)}
+
+
+def resolve_cluster(cluster) -> Cluster:
+    """A :class:`Cluster` from a cluster, a preset name or a dictionary of its fields (with an
+    optional ``preset`` key and ``profile`` / ``profile_level``).
+
+    Raises:
+        ArgumentError: unknown preset or field, bad values.
+    """
+    if isinstance(cluster, Cluster):
+        return cluster
+    if isinstance(cluster, str):
+        return cluster_preset(cluster)
+    if not isinstance(cluster, dict):
+        raise ArgumentTypeError(f"cluster={cluster!r} must be a Cluster, a preset name or a dict")
+    values = dict(cluster)
+    base = values.pop("preset", None)
+    profile, level = values.pop("profile", None), values.pop("profile_level", "inter")
+    known = {f.name for f in fields(Cluster)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ArgumentError(f"unknown cluster field(s) {', '.join(unknown)}; expected "
+                            f"{', '.join(sorted(known))}")
+    if profile is not None:
+        values.update(load_profile(profile, level))
+    if base is not None:
+        return cluster_preset(base, **values)
+    return Cluster(**{k: v for k, v in values.items() if v is not None})

@@ -1,0 +1,290 @@
+"""One training step: compute, exposed communication, the pipeline bubble, step time and MFU.
+
+Per PP stage and micro-batch, the stage's time is its compute plus the communication on its
+critical path: ``τ_s = compute_s + exposed_s``. Compute is the stage's forward FLOPs × 3
+(backward = 2 × forward), plus one more forward with full recompute or the attention core's
+with selective recompute (Korthikanti et al. 2022 §5), at ``peak × compute_efficiency``.
+
+A collective that hides behind compute (DDP buckets in the backward, ZeRO-3 prefetch, MoE
+all-to-all micro-chunks against the expert GEMMs, CP's K/V ring against attention) exposes
+``max(0, T - W) + min(T, W) / chunks``: what exceeds its compute window ``W``, plus one of its
+``chunks`` pieces that cannot start before the compute it waits for (the last DDP bucket, the
+first prefetched layer). TP and SP (no overlap in Megatron's default) and PP's sends are exposed.
+
+The pipeline (Megatron-LM 2021 §2.2): with ``v`` model chunks per stage, the m·v chunk-steps
+of the slowest stage and the fill/drain through every stage give
+``T_pipe = (m·v − 1)·max_s(τ_s / v) + Σ_s τ_s / v`` — for equal stages
+``(m + (p − 1)/v)·τ``, a bubble of ``(p − 1)/m`` (1F1B, GPipe) or ``(p − 1)/(v·m)``
+(interleaved) of the ideal time. Once per step come the gradient reductions not hidden in the
+last backward, ZeRO's parameter gathers not hidden in the next forward and the tied-embedding
+all-reduce. ``step = T_pipe + max_s(per-step exposed_s)``;
+``MFU = model FLOPs per step / (step · GPUs · peak)``, model FLOPs without recompute
+(Megatron-LM 2021 §5.1; Chowdhery et al. 2022, PaLM, Appendix B).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .. import units
+from ..errors import ArgumentError
+from . import memory
+from .cluster import Cluster
+from .groups import RankGrid
+from .inventory import Entry, StageShape, Straggler, inventory, stage_shape
+from .layout import Layout
+from .model import ModelConfig
+
+__all__ = ["StagePlan", "StepPlan", "plan_step", "exposed_seconds", "stage_memory"]
+
+
+def exposed_seconds(seconds: float, window: float, chunks: int = 1) -> float:
+    """Communication of ``seconds`` overlapped with ``window`` seconds of compute, cut into
+    ``chunks`` pieces: what stays on the critical path."""
+    if window <= 0:
+        return seconds
+    return max(0.0, seconds - window) + min(seconds, window) / max(chunks, 1)
+
+
+@dataclass
+class StagePlan:
+    """One rank position (PP stage): its collectives, compute and exposed communication.
+
+    Times are seconds; ``exposed_per_micro_batch`` and ``exposed_per_step`` map a parallelism
+    ("tp", "sp", "pp", ...) to its exposed seconds.
+    """
+
+    stage: int
+    shape: StageShape
+    entries: list[Entry]
+    compute_per_micro_batch: float
+    forward_per_micro_batch: float
+    backward_per_micro_batch: float
+    exposed_per_micro_batch: dict
+    exposed_per_step: dict
+    memory: object = None
+
+    @property
+    def micro_batch_seconds(self) -> float:
+        return self.compute_per_micro_batch + sum(self.exposed_per_micro_batch.values())
+
+    def to_dict(self) -> dict:
+        mem = self.memory
+        return {"stage": self.stage, "layers": self.shape.layers,
+                "moe_layers": self.shape.moe_layers, "first": self.shape.first,
+                "last": self.shape.last, "dense_parameters": self.shape.dense_parameters,
+                "expert_parameters": self.shape.expert_parameters,
+                "compute_per_micro_batch_s": self.compute_per_micro_batch,
+                "micro_batch_s": self.micro_batch_seconds,
+                "exposed_per_micro_batch_s": dict(self.exposed_per_micro_batch),
+                "exposed_per_step_s": dict(self.exposed_per_step),
+                "memory": None if mem is None else {
+                    k: getattr(mem, k) for k in ("weights", "gradients", "optimizer",
+                                                 "activations", "communication", "total")},
+                "collectives": [e.to_dict() for e in self.entries]}
+
+
+@dataclass
+class StepPlan:
+    """The whole step (see the module docstring for the formulas).
+
+    Attributes:
+        model, layout, cluster, straggler: the inputs.
+        stages: one :class:`StagePlan` per PP stage.
+        pipeline_seconds, bubble_seconds, bubble_fraction (formula), step_seconds.
+        tokens_per_second, mfu, model_flops_per_step.
+        exposed: parallelism -> exposed seconds per step on the slowest path.
+        fits_memory: every stage's memory within the GPU's; peak_memory: the largest total.
+    """
+
+    model: ModelConfig
+    layout: Layout
+    cluster: Cluster
+    straggler: Straggler | None
+    stages: list[StagePlan]
+    pipeline_seconds: float
+    bubble_seconds: float
+    bubble_fraction: float
+    step_seconds: float
+    model_flops_per_step: float
+    exposed: dict
+    peak_memory: float
+    fits_memory: bool
+    notes: list = field(default_factory=list)
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.layout.global_batch_size * self.model.seq_length
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens_per_step / self.step_seconds
+
+    @property
+    def mfu(self) -> float:
+        return self.model_flops_per_step / (
+            self.step_seconds * self.layout.world_size * self.cluster.peak_flops)
+
+    def entries(self):
+        """(stage, entry) for every collective of every stage."""
+        return [(s.stage, e) for s in self.stages for e in s.entries]
+
+    def bytes_by_parallelism(self) -> dict:
+        """parallelism -> bytes the busiest rank of the slowest position sends per step."""
+        out: dict = {}
+        for s in self.stages:
+            per: dict = {}
+            for e in s.entries:
+                per[e.parallelism] = per.get(e.parallelism, 0.0) + e.bytes_sent_per_step
+            for k, v in per.items():
+                out[k] = max(out.get(k, 0.0), v)
+        return out
+
+    def seconds_by_parallelism(self) -> dict:
+        """parallelism -> predicted seconds per step (exposed or not), slowest position."""
+        out: dict = {}
+        for s in self.stages:
+            per: dict = {}
+            for e in s.entries:
+                per[e.parallelism] = per.get(e.parallelism, 0.0) + e.seconds_per_step
+            for k, v in per.items():
+                out[k] = max(out.get(k, 0.0), v)
+        return out
+
+    def summary(self) -> dict:
+        return {"step_s": self.step_seconds, "pipeline_s": self.pipeline_seconds,
+                "bubble_s": self.bubble_seconds, "bubble_fraction": self.bubble_fraction,
+                "tokens_per_s": self.tokens_per_second, "mfu": self.mfu,
+                "model_flops_per_step": self.model_flops_per_step,
+                "exposed_s": dict(self.exposed), "peak_memory_bytes": self.peak_memory,
+                "fits_memory": self.fits_memory,
+                "bytes_per_step_by_parallelism": self.bytes_by_parallelism(),
+                "seconds_per_step_by_parallelism": self.seconds_by_parallelism()}
+
+    def to_dict(self) -> dict:
+        """Everything as JSON-ready values (floats, ints, strings, lists, dicts)."""
+        return {"model": self.model.to_dict(), "layout": self.layout.to_dict(),
+                "cluster": self.cluster.to_dict(),
+                "straggler": None if self.straggler is None else vars(self.straggler),
+                "world_size": self.layout.world_size, "summary": self.summary(),
+                "stages": [s.to_dict() for s in self.stages], "notes": list(self.notes)}
+
+    def describe(self) -> str:
+        return (f"{self.model.name} on {self.layout.world_size} GPUs, {self.layout.describe()}: "
+                f"step {units.format_duration(self.step_seconds)}, MFU {100 * self.mfu:.1f}%")
+
+
+def stage_memory(model: ModelConfig, layout: Layout, st: StageShape, entries: list[Entry]):
+    """The memory of one rank of stage ``st`` (:mod:`ringccl.planner.memory`'s functions)."""
+    dense = memory.model_state_bytes(st.dense_parameters, dp=layout.dp * layout.cp,
+                                     zero_stage=layout.zero_stage)
+    expert = (memory.model_state_bytes(st.expert_parameters,
+                                       dp=max(1, layout.dp * layout.cp // layout.ep),
+                                       zero_stage=layout.zero_stage)
+              if st.expert_parameters else {"weights": 0, "gradients": 0, "optimizer": 0})
+    act = memory.activation_bytes(
+        seq_length=model.seq_length, micro_batch_size=layout.micro_batch_size,
+        hidden_size=model.hidden_size, num_attention_heads=model.num_attention_heads,
+        num_layers=st.layers, tp=layout.tp, sp=layout.sp, cp=layout.cp,
+        recompute=layout.recompute, dtype_bytes=model.dtype_bytes)
+    flight = memory.in_flight_micro_batches(
+        schedule=layout.schedule if layout.pp > 1 else "1f1b", pp=layout.pp, stage=st.stage,
+        num_micro_batches=layout.num_micro_batches, virtual_stages=layout.virtual_stages)
+    # communication buffers: the largest call of each kind that keeps a buffer alive (a DDP
+    # bucket, a ZeRO-3 prefetched layer, an all-to-all's send and receive buffers)
+    comm = 0.0
+    for e in entries:
+        if e.parallelism in ("dp", "zero") or e.collective == "all_to_all":
+            comm = max(comm, 2 * e.nbytes)
+    parts = {k: dense[k] + expert[k] for k in ("weights", "gradients", "optimizer")}
+    activations = float(act) * flight
+    total = sum(parts.values()) + activations + comm
+    return memory.MemoryBreakdown(weights=parts["weights"], gradients=parts["gradients"],
+                                  optimizer=parts["optimizer"], activations=activations,
+                                  communication=comm, total=total)
+
+
+def _stage(model, layout, cluster, grid, stage, straggler) -> StagePlan:
+    st = stage_shape(model, layout, stage)
+    entries = inventory(model, layout, cluster, stage, grid, straggler)
+    rate = cluster.peak_flops * cluster.compute_efficiency
+    fwd = st.forward_flops / rate
+    extra = {"none": 0.0, "selective": st.attention_core_flops / rate, "full": fwd}[
+        layout.recompute]
+    bwd = 2 * fwd + extra
+    m = layout.num_micro_batches
+    per_mb: dict = {}
+    per_step: dict = {}
+    attn_window = st.attention_core_flops / rate
+    expert_window = st.expert_forward_flops_per_layer / rate
+    for e in entries:
+        if e.per_micro_batch:
+            t = e.seconds_per_step / m          # this entry's seconds per micro-batch
+            if e.overlap == "exposed":
+                x = t
+            elif e.overlap == "attention":
+                x = exposed_seconds(t, attn_window * (2 if e.phase == "backward" else 1),
+                                    e.chunks)
+            elif e.overlap == "expert compute":
+                # each all-to-all against its layer's expert GEMMs (backward: 2x the forward)
+                per_call = e.seconds_per_call
+                window = expert_window * (2 if e.phase == "backward" else 1) / 2
+                x = exposed_seconds(per_call, window, e.chunks) * e.calls_per_micro_batch
+            else:
+                window = fwd if e.overlap == "forward" else bwd
+                x = exposed_seconds(t, window, e.chunks)
+            per_mb[e.parallelism] = per_mb.get(e.parallelism, 0.0) + x
+        else:
+            t = e.seconds_per_step
+            if e.overlap == "backward":       # hidden in the last micro-batch's backward
+                x = exposed_seconds(t, bwd, e.chunks)
+            elif e.overlap == "forward":      # hidden in the next step's first forward
+                x = exposed_seconds(t, fwd, e.chunks)
+            else:
+                x = t
+            per_step[e.parallelism] = per_step.get(e.parallelism, 0.0) + x
+    sp = StagePlan(stage, st, entries, fwd + bwd, fwd, bwd, per_mb, per_step)
+    sp.memory = stage_memory(model, layout, st, entries)
+    return sp
+
+
+def plan_step(model: ModelConfig, layout: Layout, cluster: Cluster,
+              straggler: Straggler | None = None) -> StepPlan:
+    """The :class:`StepPlan` of ``layout`` (checked against ``model`` and ``cluster``).
+
+    Raises:
+        ArgumentError: the layout refused (:meth:`Layout.check`), a straggler rank outside the
+            world.
+    """
+    layout.check(model, cluster.world_size)
+    if straggler is not None and not 0 <= straggler.rank < layout.world_size:
+        raise ArgumentError(f"straggler rank={straggler.rank} is outside the world of "
+                            f"{layout.world_size} ranks")
+    grid = RankGrid(layout, cluster.gpus_per_node, cluster.nics_per_node)
+    stages = [_stage(model, layout, cluster, grid, s, straggler) for s in range(layout.pp)]
+    m, v, p = layout.num_micro_batches, layout.virtual_stages, layout.pp
+    tau = [s.micro_batch_seconds for s in stages]
+    pipeline = (m * v - 1) * max(tau) / v + sum(tau) / v
+    bubble = pipeline - m * max(tau)
+    fraction = (p - 1) / (v * m)
+    per_step = max(sum(s.exposed_per_step.values()) for s in stages)
+    step = pipeline + per_step
+    slowest = max(stages, key=lambda s: s.micro_batch_seconds)
+    last = max(stages, key=lambda s: sum(s.exposed_per_step.values()))
+    exposed = {k: m * t for k, t in slowest.exposed_per_micro_batch.items()}
+    for k, t in last.exposed_per_step.items():
+        exposed[k] = exposed.get(k, 0.0) + t
+    if p > 1:
+        exposed["pp bubble"] = bubble
+    flops = layout.global_batch_size * model.seq_length * model.flops_per_token()
+    peak = max(s.memory.total for s in stages)
+    fits = all(s.memory.fits(cluster.gpu_memory) for s in stages)
+    notes = []
+    if not fits:
+        notes.append(f"needs {units.format_size(peak)} on a GPU of "
+                     f"{units.format_size(cluster.gpu_memory)}")
+    if not math.isfinite(step) or step <= 0:  # pragma: no cover - compute is always > 0
+        raise ArgumentError(f"step time {step!r} is not a positive number")
+    return StepPlan(model, layout, cluster, straggler, stages, pipeline, bubble, fraction, step,
+                    flops, exposed, peak, fits, notes)

@@ -1,0 +1,52 @@
+"""``ringccl plan``: options, a config file (JSON and TOML), --json, --search, refusals."""
+
+from __future__ import annotations
+
+import json
+
+from ringccl.cli.app import main
+
+
+def test_plan_json_from_the_command_line(capsys):
+    assert main(["plan", "--model", "llama3-8b", "--tp", "8", "--dp", "2", "--seq-length",
+                 "2048", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["world_size"] == 16 and out["cluster"]["nodes"] == 2
+    assert {c["parallelism"] for c in out["stages"][0]["collectives"]} == {"tp", "dp"}
+
+
+def test_plan_config_file_and_command_line_override(tmp_path, capsys):
+    toml = tmp_path / "plan.toml"
+    toml.write_text('model = "llama3-8b"\nseq_length = 2048\n[layout]\ntp = 4\ndp = 4\n'
+                    '[cluster]\npreset = "dgx-a100"\n')
+    assert main(["plan", "--config", str(toml), "--json"]) == 0
+    a = json.loads(capsys.readouterr().out)
+    assert a["layout"]["tp"] == 4 and a["cluster"]["name"] == "dgx-a100"
+    js = tmp_path / "plan.json"
+    js.write_text(json.dumps({"model": "llama3-8b", "seq_length": 2048,
+                              "layout": {"tp": 4, "dp": 4}}))
+    assert main(["plan", "--config", str(js), "--tp", "8", "--dp", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["layout"]["tp"] == 8
+    assert main(["plan", "--config", str(js), "--zero", "1"]) == 0   # the tables
+    assert "reduce_scatter" in capsys.readouterr().out
+
+
+def test_plan_refusals_exit_2_with_the_field(tmp_path, capsys):
+    assert main(["plan", "--model", "llama3-8b", "--tp", "3", "--dp", "1", "--nodes", "1",
+                 "--gpus-per-node", "3"]) == 2
+    assert "tp=3 must divide num_attention_heads=32" in capsys.readouterr().err
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"modle": "x"}))
+    assert main(["plan", "--config", str(bad)]) == 2
+    assert "unknown key(s) modle" in capsys.readouterr().err
+    assert main(["plan", "--model", "llama3-8b", "--search"]) == 2
+    assert "--search needs --gpus N" in capsys.readouterr().err
+
+
+def test_plan_search_json(capsys):
+    assert main(["plan", "--model", "llama3-8b", "--seq-length", "2048", "--search", "--gpus",
+                 "8", "--global-batch-size", "16", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["top"][0]["why_slower"] == "fastest" and len(out["top"]) <= 10
+    steps = [t["summary"]["step_s"] for t in out["top"]]
+    assert steps == sorted(steps)

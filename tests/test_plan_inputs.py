@@ -1,0 +1,165 @@
+"""The planner's inputs: model shapes and presets, the config.json loader, clusters and units,
+and every refusal with its message."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ringccl.errors import ArgumentError
+from ringccl.planner import Cluster, Layout, ModelConfig, PRESETS, plan, search
+from ringccl.planner.cluster import cluster_preset, load_profile, resolve_cluster
+from ringccl.planner.groups import RankGrid
+from ringccl.planner.model import load_config
+
+TINY = ModelConfig(num_hidden_layers=4, hidden_size=4096, num_attention_heads=32,
+                   num_key_value_heads=8, intermediate_size=11008, vocab_size=32000,
+                   seq_length=4096, name="tiny")
+MOE = ModelConfig(num_hidden_layers=4, hidden_size=4096, num_attention_heads=32,
+                  intermediate_size=11008, vocab_size=32000, num_local_experts=8,
+                  num_experts_per_tok=2, seq_length=4096, name="moe")
+
+
+@pytest.mark.parametrize("name, total, active", [
+    ("llama3-8b", 8.03e9, 8.03e9), ("llama3-70b", 70.55e9, 70.55e9),
+    ("llama3-405b", 405.85e9, 405.85e9), ("mixtral-8x7b", 46.70e9, 12.88e9),
+    ("deepseek-v3", 671.0e9, 37.55e9), ("gpt3-175b", 174.6e9, 174.6e9)])
+def test_presets_reproduce_published_parameter_counts(name, total, active):
+    m = PRESETS[name]
+    assert m.num_parameters == pytest.approx(total, rel=2e-3)
+    assert m.active_parameters == pytest.approx(active, rel=2e-3)
+
+
+def test_flops_per_token_is_6n_plus_12lhs():
+    m = PRESETS["llama3-8b"]
+    n = m.num_parameters - m.vocab_size * m.hidden_size      # the lookup is not a matmul
+    expected = 6 * n + 12 * m.num_hidden_layers * m.hidden_size * m.seq_length
+    assert m.flops_per_token() == pytest.approx(expected, rel=1e-12)
+
+
+def test_config_json_is_read_as_is(tmp_path):
+    m = PRESETS["deepseek-v3"]
+    cfg = {"architectures": ["DeepseekV3ForCausalLM"], "num_hidden_layers": 61,
+           "hidden_size": 7168, "num_attention_heads": 128, "num_key_value_heads": 128,
+           "intermediate_size": 18432, "vocab_size": 129280, "n_routed_experts": 256,
+           "num_experts_per_tok": 8, "moe_intermediate_size": 2048, "n_shared_experts": 1,
+           "first_k_dense_replace": 3, "q_lora_rank": 1536, "kv_lora_rank": 512,
+           "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+           "tie_word_embeddings": False, "torch_dtype": "bfloat16", "rope_theta": 10000}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    loaded = load_config(path, seq_length=4096)
+    assert loaded.num_parameters == m.num_parameters
+    assert loaded.flops_per_token() == m.flops_per_token()
+    path.write_text(json.dumps({"hidden_size": 8}))
+    with pytest.raises(ArgumentError, match="lacks num_hidden_layers"):
+        load_config(path)
+
+
+def test_cluster_units_and_presets():
+    c = Cluster(inter_bandwidth="400Gbps", intra_bandwidth="900GB/s")
+    assert c.inter_bandwidth == 50e9 and c.intra_bandwidth == 900e9   # the lecture's unit trap
+    assert cluster_preset("dgx-h100", nodes=2).world_size == 16
+    with pytest.raises(ArgumentError, match="cluster='dgx-z' is not a preset"):
+        cluster_preset("dgx-z")
+    with pytest.raises(ArgumentError, match="nics_per_node=9 must be <= gpus_per_node=8"):
+        Cluster(nics_per_node=9)
+    with pytest.raises(ArgumentError, match="compute_efficiency"):
+        Cluster(compute_efficiency=1.5)
+    with pytest.raises(ArgumentError, match="unknown cluster field"):
+        resolve_cluster({"gpus": 8})
+
+
+def test_fitted_profile_sets_one_level(tmp_path):
+    path = tmp_path / "fit.json"
+    path.write_text(json.dumps([{"fit": {"params": {"alpha": {"value": 4e-6},
+                                                    "beta": {"value": 1 / 40e9},
+                                                    "gamma": {"value": 0.0}}}}]))
+    assert load_profile(path) == {"inter_alpha": 4e-6, "inter_bandwidth": 40e9, "gamma": 0.0}
+    c = resolve_cluster({"preset": "dgx-h100", "nodes": 2, "profile": str(path)})
+    assert c.inter_bandwidth == pytest.approx(40e9)
+    path.write_text("{}")
+    with pytest.raises(ArgumentError, match="has no fit"):
+        load_profile(path)
+
+
+def test_rank_grid_megatron_order():
+    layout = Layout(tp=8, pp=4, dp=32)
+    grid = RankGrid(layout, 8)
+    assert grid.group("tp", 9) == tuple(range(8, 16))              # one node
+    assert grid.group("dp", 0) == tuple(range(0, 256, 8))         # 32 nodes, one rank each
+    assert grid.group("pp", 0) == (0, 256, 512, 768)
+    shape = grid.shapes("dp")[0]
+    assert (shape.size, shape.ranks_per_node, shape.nodes_spanned) == (32, 1, 32)
+    other = RankGrid(Layout(tp=8, pp=4, dp=32, order="dp-tp-cp-ep-pp"), 8)
+    assert other.group("tp", 0) == tuple(range(0, 256, 32))        # TP across nodes
+    # one NIC per node: the 8 concurrent DP groups of a node share it
+    assert RankGrid(layout, 8, nics_per_node=1).shapes("dp")[0].nic_sharing == 8
+
+
+# every refusal, with its message
+@pytest.mark.parametrize("model, layout, cluster, message", [
+    (TINY, {"dp": 4}, 8, r"dp x tp x cp x pp = 4 x 1 x 1 x 1 = 4 must equal the world size 8"),
+    (TINY, {"tp": 8, "sp": True}, 8, None),
+    (ModelConfig(num_hidden_layers=4, hidden_size=4800, num_attention_heads=24,
+                 intermediate_size=64, vocab_size=64), {"tp": 16}, 16,
+     r"tp=16 must divide num_attention_heads=24"),
+    (ModelConfig(num_hidden_layers=4, hidden_size=4096, num_attention_heads=32,
+                 num_key_value_heads=4, intermediate_size=64, vocab_size=64), {"tp": 8}, 8,
+     r"tp=8 must divide num_key_value_heads=4"),
+    (MOE, {"dp": 16, "ep": 16}, 16, r"ep=16 must divide the experts num_local_experts=8"),
+    (TINY, {"dp": 8, "ep": 2}, 8, r"ep=2 needs a mixture-of-experts model"),
+    (MOE, {"tp": 2, "dp": 4}, 8, r"sp must be on with tp=2 on an MoE model"),
+    (TINY, {"pp": 8}, 8, r"pp=8 x virtual_stages=1 = 8 stages is deeper than the model's "
+     r"num_hidden_layers=4"),
+    (TINY, {"pp": 4, "dp": 2, "schedule": "interleaved", "virtual_stages": 2,
+            "global_batch_size": 8}, 8, r"pp=4 x virtual_stages=2 = 8 stages is deeper"),
+])
+def test_refusals_name_the_field(model, layout, cluster, message):
+    c = Cluster(nodes=cluster // 8 or 1, gpus_per_node=min(cluster, 8))
+    if message is None:
+        plan(model, layout, c)
+        return
+    with pytest.raises(ArgumentError, match=message):
+        plan(model, layout, c)
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"dp": 4, "micro_batch_size": 2, "global_batch_size": 12},
+     r"global_batch_size=12 does not split into micro-batches: it must be a multiple of dp x "
+     r"micro_batch_size = 4 x 2 = 8"),
+    ({"dp": 4, "global_batch_size": 16, "num_micro_batches": 3},
+     r"global_batch_size=16 != dp x micro_batch_size x num_micro_batches"),
+    ({"pp": 4, "schedule": "interleaved", "virtual_stages": 2, "num_micro_batches": 6},
+     r"num_micro_batches=6 must be a multiple of pp=4"),
+    ({"dp": 6, "ep": 4}, r"ep=4 must divide dp=6"),
+    ({"zero_stage": 4}, r"zero_stage=4 must be 0, 1, 2 or 3"),
+    ({"schedule": "zb"}, r"schedule='zb' must be one of 1f1b, interleaved, gpipe"),
+    ({"recompute": "some"}, r"recompute='some' must be one of none, selective, full"),
+    ({"virtual_stages": 2}, r"virtual_stages=2 needs schedule='interleaved'"),
+    ({"order": "tp-dp-pp"}, r"order='tp-dp-pp' must name each of tp, cp, ep, dp, pp once"),
+    ({"tp": 0}, r"tp"),
+])
+def test_layout_refusals(fields, message):
+    with pytest.raises(ArgumentError, match=message):
+        Layout(**fields)
+
+
+def test_accumulation_steps_follow_from_the_batch():
+    layout = Layout(dp=4, micro_batch_size=2, global_batch_size=64)
+    assert layout.num_micro_batches == layout.gradient_accumulation_steps == 8
+
+
+def test_search_ranks_layouts_and_says_why_each_loses():
+    cluster = cluster_preset("dgx-h100", nodes=2)
+    seen = []
+    result = search(TINY, cluster, global_batch_size=32, micro_batch_sizes=(1,),
+                    recompute=("selective",), zero_stages=(0, 1),
+                    progress=lambda done, total, layout: seen.append((done, total)))
+    assert seen and seen[-1][0] == seen[-1][1] == result.tried
+    times = [p.step_seconds for p in result.plans]
+    assert times == sorted(times) and len(result.plans) + result.refused_memory == result.tried
+    top = result.top(10)
+    assert top[0][1] == "fastest" and all(why for _, why in top[1:])
+    assert all(p.layout.world_size == 16 for p, _ in top)

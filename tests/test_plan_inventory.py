@@ -1,0 +1,195 @@
+"""The lecture's statements (table 0.3, section 6, question 9.3) hold in the planner's inventory,
+and every inventory's bytes are what the simulator counts for the same collective and group."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import ringccl
+from ringccl.collectives import get_collective
+from ringccl.costmodel.topology import two_level
+from ringccl.planner import Cluster, ModelConfig, Straggler, plan
+
+# a 4-layer model of Llama-2-7B's width: activations of 32 MiB, so the tuner picks
+# bandwidth-optimal algorithms (at a few hundred KiB a one-step direct all-reduce wins, and it
+# sends (N-1)·M per rank: the lecture's 2(N-1)/N is a statement about those algorithms)
+SMALL = ModelConfig(num_hidden_layers=4, hidden_size=4096, num_attention_heads=32,
+                    num_key_value_heads=8, intermediate_size=11008, vocab_size=32000,
+                    seq_length=4096, name="small")
+SMALL_MOE = ModelConfig(num_hidden_layers=4, hidden_size=4096, num_attention_heads=32,
+                        num_key_value_heads=8, intermediate_size=11008, vocab_size=32000,
+                        num_local_experts=8, num_experts_per_tok=2, seq_length=4096,
+                        name="small-moe")
+
+
+def node(nodes=1, **kw):
+    return Cluster(nodes=nodes, gpus_per_node=8, intra_bandwidth="450GB/s",
+                   inter_bandwidth="400Gbps", **kw)
+
+
+def rows(p, parallelism, collective=None, phase=None, stage=0):
+    return [e for e in p.stages[stage].entries if e.parallelism == parallelism
+            and (collective is None or e.collective == collective)
+            and (phase is None or e.phase == phase)]
+
+
+def calls(p, parallelism, collective, phase):
+    return sum(e.calls_per_micro_batch for e in rows(p, parallelism, collective, phase))
+
+
+def test_megatron_tp_two_all_reduces_per_layer_each_way():
+    # the first stage adds one all-reduce after its vocab-parallel embedding, so compare a
+    # 4-layer and an 8-layer model: 4 more layers, 8 more all-reduces each way
+    small = plan(SMALL, {"tp": 8}, node())
+    deep = plan(SMALL.__class__(**{**SMALL.__dict__, "num_hidden_layers": 8}), {"tp": 8},
+                node())
+    for phase in ("forward", "backward"):
+        assert calls(deep, "tp", "all_reduce", phase) - calls(small, "tp", "all_reduce",
+                                                               phase) == 2 * 4
+    assert calls(small, "tp", "all_reduce", "forward") == 2 * 4 + 1
+    assert calls(small, "tp", "all_reduce", "backward") == 2 * 4
+    # full recompute repeats the forward's two in the backward
+    full = plan(SMALL, {"tp": 8, "recompute": "full"}, node())
+    assert calls(full, "tp", "all_reduce", "backward") == 4 * 4
+
+
+def test_sp_replaces_each_all_reduce_with_all_gather_plus_reduce_scatter_of_equal_bytes():
+    tp = plan(SMALL, {"tp": 8}, node())
+    sp = plan(SMALL, {"tp": 8, "sp": True}, node())
+    assert not rows(sp, "tp")
+    for phase in ("forward", "backward"):
+        ag, rs = (calls(sp, "sp", c, phase) for c in ("all_gather", "reduce_scatter"))
+        assert ag == rs
+    # bytes of the layers' collectives: equal (2(N-1)/N M = (N-1)/N M + (N-1)/N M)
+    ar_bytes = sum(e.bytes_sent_per_call for e in rows(tp, "tp", phase="backward")) * 8
+    sp_bytes = sum(e.bytes_sent_per_call for e in rows(sp, "sp", phase="backward")) * 8
+    assert sp_bytes == pytest.approx(ar_bytes, rel=1e-12)
+    ar = rows(tp, "tp", phase="backward")[0]
+    assert ar.calls_per_step == calls(sp, "sp", "all_gather", "backward")
+
+
+def test_zero3_moves_one_and_a_half_times_ddp_bytes():
+    ddp = plan(SMALL, {"dp": 16}, node(2))
+    z3 = plan(SMALL, {"dp": 16, "zero_stage": 3}, node(2))
+    b_ddp = sum(e.bytes_sent_per_step for e in rows(ddp, "dp"))
+    b_z3 = sum(e.bytes_sent_per_step for e in rows(z3, "zero"))
+    assert b_z3 / b_ddp == pytest.approx(1.5, rel=1e-12)          # 3Ψ against 2Ψ
+    kinds = sorted((e.collective, e.phase) for e in rows(z3, "zero"))
+    assert kinds == [("all_gather", "backward"), ("all_gather", "forward"),
+                     ("reduce_scatter", "backward")]
+    z1 = plan(SMALL, {"dp": 16, "zero_stage": 1}, node(2))
+    assert sorted(e.collective for e in rows(z1, "zero")) == ["all_gather", "reduce_scatter"]
+
+
+@pytest.mark.parametrize("layout", [{"dp": 8}, {"dp": 16}, {"tp": 8, "dp": 2}, {"dp": 32}])
+def test_all_reduce_bytes_per_rank_are_2_n_minus_1_over_n_of_the_buffer(layout):
+    p = plan(SMALL, layout, node(4 if layout.get("dp") == 32 else
+                                 2 if layout.get("dp", 1) * layout.get("tp", 1) == 16 else 1))
+    ars = [e for s, e in p.entries() if e.collective == "all_reduce"]
+    assert ars
+    for e in ars:
+        n = e.shape.size
+        assert e.bytes_sent_per_call == pytest.approx(2 * (n - 1) / n * e.nbytes, rel=1e-12)
+
+
+def test_question_9_3_hierarchical_inter_node_bytes_are_the_flat_rings_over_local_size():
+    cluster = ringccl.planner.cluster_preset("seed-9.3")
+    model = ringccl.planner.PRESETS["llama3-8b"]
+    # one bucket of all 16 GB of gradients: the question's big buffer
+    p0 = plan(model, {"dp": 1024, "global_batch_size": 1024, "bucket_bytes": "16GB"}, cluster)
+    ar = rows(p0, "dp", "all_reduce")[0]
+    assert ar.algorithm == "hierarchical" and ar.shape.nodes_spanned == 128
+    n, nodes, local, m = 1024, 128, 8, ar.nbytes
+    topo = two_level(128, 8, ("2us", "900GB/s"), ("5us", "50GB/s"))
+    ring = ringccl.cost("all_reduce", "ring", None, m, topo)
+    # flat ring: the node-crossing rank sends 2(N-1)/N M through its NIC
+    assert ring.max_link_bytes["nic out"] == pytest.approx(2 * (n - 1) / n * m, rel=1e-9)
+    # hierarchical: each of the 8 rail rings carries M/8 over 128 nodes
+    assert ar.inter_node_bytes_per_call == pytest.approx(2 * (nodes - 1) / nodes * m / local,
+                                                         rel=1e-9)
+    ratio = ring.max_link_bytes["nic out"] / ar.inter_node_bytes_per_call
+    assert ratio == pytest.approx(local * (1 - 1 / n) / (1 - 1 / nodes), rel=1e-9)  # ≈ 8
+    assert ar.seconds_per_call < ar.ring_seconds_per_call
+    assert ar.ring_seconds_per_call == pytest.approx(ring.seconds, rel=1e-9)
+
+
+def test_pipeline_bubble_and_interleaving():
+    m = {"global_batch_size": 8, "micro_batch_size": 1}
+    one = plan(SMALL, {"pp": 4, "dp": 2, **m}, node())
+    inter = plan(SMALL.__class__(**{**SMALL.__dict__, "num_hidden_layers": 8}),
+                 {"pp": 4, "dp": 2, "schedule": "interleaved", "virtual_stages": 2, **m}, node())
+    assert one.layout.num_micro_batches == 4
+    assert one.bubble_fraction == pytest.approx(3 / 4)
+    assert inter.bubble_fraction == pytest.approx(3 / 8)
+    assert one.bubble_seconds > 0
+    pp = rows(one, "pp", stage=1)[0]
+    assert pp.collective == "send_recv" and pp.calls_per_micro_batch == 2
+
+
+def test_moe_two_all_to_alls_per_moe_layer_each_way():
+    p = plan(SMALL_MOE, {"dp": 8, "ep": 8}, node())
+    for phase in ("forward", "backward"):
+        assert calls(p, "ep", "all_to_all", phase) == 2 * 4
+    assert all(e.overlap == "expert compute" for e in rows(p, "ep"))
+    # expert gradients are reduced over dp / ep ranks: 1 here, so only dense gradients move
+    assert [e.what for e in rows(p, "dp")] == ["dense gradients (DDP buckets)"]
+
+
+def test_straggler_paces_the_ring():
+    cluster = node(4)
+    base = plan(SMALL, {"dp": 32}, cluster)
+    slow = plan(SMALL, {"dp": 32}, cluster, straggler=Straggler(rank=3, fraction=0.1))
+    a, b = rows(base, "dp")[0], rows(slow, "dp")[0]
+    assert b.seconds_per_call > a.seconds_per_call
+    assert slow.step_seconds > base.step_seconds
+    with pytest.raises(ringccl.ArgumentError, match="straggler fraction"):
+        Straggler(rank=3, fraction=0)
+    with pytest.raises(ringccl.ArgumentError, match="straggler rank=99"):
+        plan(SMALL, {"dp": 32}, cluster, straggler=(99, 0.5))
+
+
+def test_to_dict_is_strict_json():
+    p = plan(SMALL_MOE, {"dp": 4, "ep": 2, "tp": 2, "sp": True, "pp": 2, "cp": 1,
+                         "global_batch_size": 16}, node(2))
+    text = json.dumps(p.to_dict(), allow_nan=False)
+    back = json.loads(text)
+    assert back["summary"]["step_s"] == p.step_seconds
+    assert {c["parallelism"] for s in back["stages"] for c in s["collectives"]} >= {
+        "sp", "ep", "pp", "dp"}
+
+
+def _simulated_bytes(entry) -> float:
+    """The busiest rank's bytes as ringccl.simulate counts them, scaled to the entry's size."""
+    collective = "broadcast" if entry.collective == "send_recv" else entry.collective
+    params = dict(entry.params)
+    extra = {"src": params.pop("root")} if "root" in params else {}
+    n = entry.shape.size
+    sched = ringccl.schedule(collective, entry.algorithm, n, **params)
+    count = n * sched.num_chunks * 2          # every chunk the same size
+    x = np.arange(n * count, dtype=np.int64).reshape(n, count)
+    r = ringccl.simulate(collective, x, algorithm=entry.algorithm, **extra, **params)
+    total = get_collective(collective).buffer_count(n, count) * x.itemsize
+    return float(r.stats.bytes_sent.max()) * entry.nbytes / total
+
+
+def test_inventory_bytes_agree_with_the_simulator():
+    plans = [plan(SMALL, {"tp": 8}, node()), plan(SMALL, {"tp": 4, "sp": True, "dp": 4},
+                                                  node(2)),
+             plan(SMALL_MOE, {"dp": 8, "ep": 8, "zero_stage": 3}, node()),
+             plan(SMALL, {"pp": 2, "dp": 8, "global_batch_size": 16, "zero_stage": 1},
+                  node(2)),
+             plan(SMALL, {"dp": 64}, node(8))]
+    seen = set()
+    for p in plans:
+        for _, e in p.entries():
+            key = (e.collective, e.algorithm, e.shape.size, tuple(sorted(e.params.items())))
+            if key in seen:
+                continue
+            seen.add(key)
+            assert _simulated_bytes(e) == pytest.approx(e.bytes_sent_per_call, rel=1e-12), key
+    assert {k[0] for k in seen} >= {"all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+                                    "send_recv"}
+    assert "hierarchical" in {k[1] for k in seen}
