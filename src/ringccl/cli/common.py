@@ -22,7 +22,7 @@ from ..errors import ArgumentError, RingcclError
 from ..ops import check_accumulate_dtype, check_op_dtype
 from ..sim import default_algorithm, resolve_root
 
-__all__ = ["table", "TABLE_FORMATS", "add_format_option", "add_launch_options",
+__all__ = ["table", "TABLE_FORMATS", "stderr_console", "add_format_option", "add_launch_options",
            "check_nproc", "interrupted", "INTERRUPTED", "status", "progress", "emit_json", "schedule_params", "check_call",
            "check_root_arg", "need_torch", "add_collective_args", "add_accumulate_option",
            "positive_int", "nonnegative_int", "seconds_arg", "widths_arg", "size_arg",
@@ -117,26 +117,39 @@ def _unknown_width() -> bool:
 
 
 def status(message: str):
-    """A spinner while something slow runs (rich), or a plain line."""
+    """A spinner on stderr while something slow runs (rich, on a terminal); nothing on a pipe
+    or a log (rich would still write a blank line when the spinner ends); a plain line without
+    rich."""
     try:
-        from rich.console import Console
-        return Console(stderr=True).status(message)
+        importlib.import_module("rich")
     except ImportError:
         print(message, file=sys.stderr)
         return contextlib.nullcontext()
+    console = stderr_console()
+    return console.status(message) if console is not None else contextlib.nullcontext()
+
+
+def stderr_console():
+    """A rich Console on stderr when rich is installed and stderr is a terminal, else None."""
+    try:
+        from rich.console import Console
+    except ImportError:
+        return None
+    console = Console(stderr=True)
+    return console if console.is_terminal else None
 
 
 def progress(total: int, description: str):
-    """(context manager, advance(row) callback): a rich progress bar on stderr, or nothing."""
-    try:
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                   TimeElapsedColumn)
-    except ImportError:
+    """(context manager, advance(row) callback): a rich progress bar on stderr (a terminal), or
+    nothing."""
+    console = stderr_console()
+    if console is None:
         return contextlib.nullcontext(), lambda row: None
-    from rich.console import Console
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeElapsedColumn)
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TimeElapsedColumn(), TextColumn("{task.fields[last]}"),
-                   console=Console(stderr=True), transient=True)
+                   console=console, transient=True)
     task = bar.add_task(description, total=total, last="")
 
     def advance(row: dict) -> None:

@@ -10,8 +10,8 @@ import dataclasses
 from .. import units
 from ..errors import ArgumentError, Interrupted
 from .common import (add_format_option, add_launch_options, check_nproc, emit_json,
-                     interrupted, need_torch, nonnegative_int, positive_int, seconds_arg, table,
-                     widths_arg)
+                     interrupted, need_torch, nonnegative_int, positive_int, seconds_arg,
+                     stderr_console, table, widths_arg)
 
 __all__ = ["register", "TRAIN_LOSS_RTOL"]
 
@@ -29,15 +29,14 @@ class _TrainProgress:
         self.epochs, self.quiet = epochs, quiet
         self.last_epoch: tuple | None = None  # (mode, epoch) of the last epoch event
         self.tasks: dict = {}
-        try:
-            from rich.console import Console
+        console = stderr_console()  # None: no rich, or stderr is no terminal
+        self.bar = None
+        if console is not None:
             from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                        TimeElapsedColumn)
             self.bar = Progress(TextColumn("{task.description}"), BarColumn(),
-                                MofNCompleteColumn(), TimeElapsedColumn(),
-                                console=Console(stderr=True), transient=True)
-        except ImportError:
-            self.bar = None
+                                MofNCompleteColumn(), TimeElapsedColumn(), console=console,
+                                transient=True)
 
     def context(self):
         return self.bar if self.bar is not None else contextlib.nullcontext()
@@ -74,11 +73,11 @@ def _cmd_train(args) -> int:
         first_bucket_mb=args.first_bucket_mb, max_norm=args.max_norm,
         compression=args.compression if m == "ddp" else None,
         plot=None if args.no_plot else args.plot).validate()) for m in modes]
+    # refused before anything is loaded or started; a training worker holds an idle torch
+    # interpreter plus a small MLP and the digits data (a few MB): no buffer term
+    check_nproc(args)
     data = load_digits(args.seed)  # once here: importing scikit-learn costs seconds per process
     TrainConfig(batch_size=args.batch_size).check_data(args.nproc, len(data["y_train"]))
-    # a training worker holds an idle torch interpreter plus a small MLP and the digits data
-    # (a few MB): no buffer term
-    check_nproc(args)
     shown = _TrainProgress(args.epochs, quiet=args.json)
     try:
         with shown.context():  # launch in this thread: its Ctrl-C handling applies
