@@ -117,3 +117,36 @@ def test_a_piped_run_prints_whole_numbers_and_no_future_warning(collective):
                 float(number)
     finally:
         kill_all(cli, marker)
+
+
+@pytest.mark.parametrize("argv", [
+    ("train", "--nproc", "2", "--epochs", "200", "--no-plot"),
+    ("bench", "all_reduce", "--nproc", "2", "-b", "4KiB", "-e", "64MiB", "--backend", "mpi",
+     "-a", "ring,builtin", "--csv"),
+])
+def test_ctrl_c_on_train_and_mpi_bench_is_one_line(argv):
+    if "mpi" in argv:
+        pytest.importorskip("mpi4py")
+    if "train" in argv:
+        pytest.importorskip("sklearn")
+    marker = uuid.uuid4().hex
+    cli = _ringccl(*argv, marker=marker)
+    try:
+        workers = wait_for(lambda: (marked(marker) - {cli.pid}) if len(
+            marked(marker) - {cli.pid}) >= 2 else None, START_S)
+        assert workers, "the workers did not start"
+        time.sleep(3)
+        os.killpg(cli.pid, signal.SIGINT)
+        out, err = cli.communicate(timeout=120)
+        assert cli.returncode == 130, (out, err)
+        lines = err.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("interrupted: ringccl train stopped"
+                                                       if "train" in argv else "interrupted: "), err
+        if "--csv" in argv:  # the rows so far, as CSV: a header and one line per row
+            got = re.fullmatch(r"interrupted: (\d+) of \d+ rows measured, every worker ended",
+                               lines[0])
+            assert got and len(out.splitlines()) == 1 + int(got.group(1)), (out, err)
+        left = wait_for(lambda: not {p for p in workers if p in marked(marker)}, GONE_S)
+        assert left, f"processes {sorted(workers & marked(marker))} outlived the interrupt"
+    finally:
+        kill_all(cli, marker)
