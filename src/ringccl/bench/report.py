@@ -155,14 +155,20 @@ def plot_busbw(rows: Sequence[dict], path: str, title: str = "") -> None:
 
 @dataclass
 class Sweep:
-    """A finished run: the spec, the world size and the rows (what ``--json`` prints)."""
+    """A run: the spec, the world size and the rows (what ``--json`` prints); ``interrupted``:
+    it was stopped (Ctrl-C) and ``rows`` are those measured before (the JSON then says
+    ``"interrupted": true``)."""
 
     spec: BenchSpec
     world_size: int
     rows: list = field(default_factory=list)
+    interrupted: bool = False
 
     def to_json(self) -> dict:
-        return {"spec": self.spec.to_dict(), "world_size": self.world_size, "rows": self.rows}
+        out = {"spec": self.spec.to_dict(), "world_size": self.world_size, "rows": self.rows}
+        if self.interrupted:
+            out["interrupted"] = True
+        return out
 
 
 def run_report(rows: Sequence[dict], spec: BenchSpec, count: int,

@@ -43,7 +43,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     0: done (and every check passed); 1: a check failed (a wrong element, a simulation that
     differs from numpy, training modes that disagree); 2: bad input or a failure, reported as
     one ``ringccl: error:`` line on stderr (RingcclError, MemoryError, OSError); argparse's own
-    usage errors also exit with 2.
+    usage errors also exit with 2; 130: interrupted (Ctrl-C, SIGINT; SIGTERM during a launch),
+    reported as one ``interrupted:`` line, no traceback (the commands that start processes
+    print what was measured before it and say so themselves).
     """
     args = build_parser().parse_args(argv)
     try:
@@ -58,3 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:  # an output path that cannot be written, ...
         print(f"ringccl: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # anywhere: simulate's numpy loop, importing torch, a launch
+        print(f"interrupted: ringccl {args.command} stopped before it finished",
+              file=sys.stderr, flush=True)
+        return 130

@@ -22,7 +22,8 @@ from ..errors import ArgumentError, RingcclError
 from ..ops import check_accumulate_dtype, check_op_dtype
 from ..sim import default_algorithm, resolve_root
 
-__all__ = ["table", "status", "progress", "emit_json", "schedule_params", "check_call",
+__all__ = ["table", "TABLE_FORMATS", "stderr_console", "add_format_option", "add_launch_options",
+           "check_nproc", "interrupted", "INTERRUPTED", "status", "progress", "emit_json", "schedule_params", "check_call",
            "check_root_arg", "need_torch", "add_collective_args", "add_accumulate_option",
            "positive_int", "nonnegative_int", "seconds_arg", "widths_arg", "size_arg",
            "count_arg", "size_list", "int_list", "name_list", "checked"]
@@ -30,32 +31,81 @@ __all__ = ["table", "status", "progress", "emit_json", "schedule_params", "check
 
 # -- output ---------------------------------------------------------------------------------------
 
-def table(title: str, headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
-    """Print a table with rich when it is installed, else as aligned plain text."""
-    try:
-        from rich.console import Console
-        from rich.table import Table
-    except ImportError:
-        cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
-        widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+#: ``--format`` of the commands that print tables: auto (rich on a terminal wide enough for the
+#: table, else plain), plain (fixed-width text, never truncated), rich (boxes; never truncated
+#: either: the table gets the width its rows need)
+TABLE_FORMATS = ("auto", "plain", "rich")
+
+
+def add_format_option(p, extra: Sequence[str] = (), help_extra: str = "") -> None:
+    """``--format auto|plain|rich`` (and ``extra`` choices, e.g. nccl-tests) for :func:`table`."""
+    p.add_argument("--format", choices=list(TABLE_FORMATS) + list(extra), default="auto",
+                   help="auto (default): rich tables on a terminal wide enough for them, plain "
+                   "fixed-width text when piped or narrower; plain; rich. Numbers are never "
+                   "truncated" + help_extra)
+
+
+def table(title: str, headers: Sequence[str], rows: Sequence[Sequence[object]],
+          fmt: str = "auto") -> None:
+    """Print a table; no cell is ever truncated or wrapped.
+
+    ``fmt``: "plain" (aligned fixed-width text: first column left-aligned, the others right,
+    a title line, a rule under the header), "rich" (boxes, when rich is installed; as wide as
+    the rows need, whatever the terminal), or "auto": rich on a terminal at least as wide as
+    the table, else plain (output that is piped, captured or read by a program: issue 14's
+    ``5929…`` came from rich squeezing columns into 80).
+    """
+    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    need = sum(widths) + 3 * len(widths) + 1  # rich's borders and one space of padding a side
+    if fmt == "auto":
+        fmt = "rich" if _terminal_columns() >= need else "plain"
+    if fmt == "rich":
+        try:
+            from rich.console import Console
+            from rich.table import Table
+        except ImportError:
+            fmt = "plain"
+    if fmt != "rich":
+        left = [i == 0 or len(headers) == 2 for i in range(len(headers))]
+        line = lambda r: "  ".join(c.ljust(w) if lf else c.rjust(w)  # noqa: E731
+                                   for c, w, lf in zip(r, widths, left)).rstrip()
         print(title)
-        for r in cells:
-            print("  ".join(c.rjust(w) for c, w in zip(r, widths)))
+        print(line(cells[0]))
+        print("  ".join("-" * w for w in widths))
+        for r in cells[1:]:
+            print(line(r))
         return
     grid = Table(title=title, title_justify="left")
     for i, h in enumerate(headers):
         grid.add_column(str(h), justify="left" if i == 0 or len(headers) == 2 else "right",
-                        no_wrap=len(headers) > 2)
+                        no_wrap=True)
     for r in rows:
         grid.add_row(*(str(c) for c in r))
     console = Console()
-    if not console.is_terminal or _unknown_width():
-        # piped, captured, or a pty without a size (mpirun's): never squeeze numbers into 80
-        # wide tables (ringccl model) get the width their rows need
-        widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows)]
-        console = Console(width=max(console.width, 160, sum(widths) + 3 * len(widths) + 1),
-                          force_terminal=False)  # and no colour codes in a log
+    if not console.is_terminal or _unknown_width():  # forced rich, piped: no colour codes
+        console = Console(width=max(need, 160), force_terminal=False)
+    elif console.width < need:  # forced rich, narrow terminal: lines wrap, numbers stay whole
+        console = Console(width=need)
     console.print(grid)
+
+
+def _terminal_columns() -> int:
+    """Columns of the terminal stdout writes to (COLUMNS overrides, as for rich and shutil);
+    0 when stdout is not a terminal (piped, captured) or reports no size (mpirun's pty)."""
+    try:
+        if not os.isatty(sys.stdout.fileno()):
+            return 0
+    except (OSError, ValueError, AttributeError):  # no fileno (captured)
+        return 0
+    try:
+        return int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        pass
+    try:
+        return os.get_terminal_size(sys.stdout.fileno()).columns
+    except OSError:
+        return 0
 
 
 def _unknown_width() -> bool:
@@ -67,26 +117,39 @@ def _unknown_width() -> bool:
 
 
 def status(message: str):
-    """A spinner while something slow runs (rich), or a plain line."""
+    """A spinner on stderr while something slow runs (rich, on a terminal); nothing on a pipe
+    or a log (rich would still write a blank line when the spinner ends); a plain line without
+    rich."""
     try:
-        from rich.console import Console
-        return Console(stderr=True).status(message)
+        importlib.import_module("rich")
     except ImportError:
         print(message, file=sys.stderr)
         return contextlib.nullcontext()
+    console = stderr_console()
+    return console.status(message) if console is not None else contextlib.nullcontext()
+
+
+def stderr_console():
+    """A rich Console on stderr when rich is installed and stderr is a terminal, else None."""
+    try:
+        from rich.console import Console
+    except ImportError:
+        return None
+    console = Console(stderr=True)
+    return console if console.is_terminal else None
 
 
 def progress(total: int, description: str):
-    """(context manager, advance(row) callback): a rich progress bar on stderr, or nothing."""
-    try:
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                   TimeElapsedColumn)
-    except ImportError:
+    """(context manager, advance(row) callback): a rich progress bar on stderr (a terminal), or
+    nothing."""
+    console = stderr_console()
+    if console is None:
         return contextlib.nullcontext(), lambda row: None
-    from rich.console import Console
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeElapsedColumn)
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TimeElapsedColumn(), TextColumn("{task.fields[last]}"),
-                   console=Console(stderr=True), transient=True)
+                   console=console, transient=True)
     task = bar.add_task(description, total=total, last="")
 
     def advance(row: dict) -> None:
@@ -181,6 +244,52 @@ def need_torch() -> None:
         importlib.import_module("torch")
     except ImportError:
         raise RingcclError("this command needs torch: pip install 'ringccl[torch]'") from None
+
+
+# -- processes: resources, failures, interrupts ------------------------------------------------
+
+#: exit code after an interrupt (Ctrl-C, SIGINT or SIGTERM), as shells report a SIGINT death
+INTERRUPTED = 130
+
+
+def add_launch_options(p) -> None:
+    """``--oversubscribe`` and ``--verbose`` of the commands that start worker processes."""
+    p.add_argument("--oversubscribe", action="store_true",
+                   help="start --nproc processes even beyond what this machine's cores and "
+                   "memory can hold (default: refuse up front, naming the limit)")
+    p.add_argument("--verbose", action="store_true",
+                   help="a failed worker's full traceback (default: one line naming its rank "
+                   "and the cause)")
+
+
+def check_nproc(args, buffer_bytes: int = 0, size_flag: str | None = None) -> None:
+    """Refuse ``--nproc`` processes this machine cannot hold, before any starts
+    (:func:`ringccl.resources.check_processes`: cores, and memory for an idle torch worker plus
+    :func:`ringccl.resources.run_worker_bytes` of a ``buffer_bytes`` buffer), unless
+    ``--oversubscribe``.
+
+    Raises:
+        ArgumentError: naming --nproc, its value, the limit and --oversubscribe (and
+            ``size_flag``, the option that sets the buffer, when memory is the limit).
+    """
+    from .. import resources
+    try:
+        resources.check_processes(args.nproc, resources.WORKER_BYTES
+                                  + resources.run_worker_bytes(buffer_bytes),
+                                  oversubscribe=args.oversubscribe, what="--nproc")
+    except ArgumentError as exc:
+        if size_flag is None or buffer_bytes == 0 or "available" not in str(exc):
+            raise
+        raise ArgumentError(f"{exc}; or a smaller {size_flag} (the collective's buffer is "
+                            f"{units.format_size(buffer_bytes)} per rank, peaking at about "
+                            f"{resources.RUN_BUFFER_FACTOR}x that in each worker)") from None
+
+
+def interrupted(what: str) -> int:
+    """Print the one line of an interrupted command (``interrupted: <what>``) on stderr and
+    return :data:`INTERRUPTED` (130)."""
+    print(f"interrupted: {what}", file=sys.stderr, flush=True)
+    return INTERRUPTED
 
 
 # -- argparse types ------------------------------------------------------------------------------

@@ -11,34 +11,78 @@ import sys
 
 from .. import units
 from ..algorithms import get_algorithm
-from ..bench import (BUILTIN, PLACEMENTS, BenchSpec, Sweep, format_csv, format_nccl_tests,
-                     one_size, parse_algorithms, plot_busbw, row_count, row_label, run_report)
+from ..bench import (BUILTIN, PLACEMENTS, BenchSpec, Sweep, buffer_elements, format_csv,
+                     format_nccl_tests, one_size, parse_algorithms, plot_busbw, row_count,
+                     row_label, run_count, run_report, sweep_sizes)
 from ..collectives import COLLECTIVES, get_collective
-from ..errors import RingcclError
+from ..errors import ArgumentError, Interrupted, RingcclError
 from ..mpi.launch import launch_bench, under_mpirun
 from ..ops import SUPPORTED_DTYPES, check_dtype, parse_op
-from .common import (add_accumulate_option, add_collective_args, check_call, count_arg,
-                     emit_json, need_torch, nonnegative_int, positive_int, progress,
+from ..resources import run_worker_bytes
+from .common import (add_accumulate_option, add_collective_args, add_format_option,
+                     add_launch_options, check_call, check_nproc, count_arg, emit_json,
+                     interrupted, need_torch, nonnegative_int, positive_int, progress,
                      schedule_params, seconds_arg, size_arg, status, table)
 
 __all__ = ["register_run", "register_bench", "measure_run", "print_run"]
 
 
+def run_buffer_bytes(collective: str, nproc: int, count: int, dtype: str,
+                     accumulate_dtype: str | None = None) -> int:
+    """Bytes of the buffer one ``ringccl run`` worker measures: the collective's buffer M
+    (``buffer_count``) of the count as measured (:func:`ringccl.bench.spec.run_count`), in the
+    wider of dtype and accumulate_dtype."""
+    itemsize = max(check_dtype(dtype).itemsize, check_dtype(accumulate_dtype or dtype).itemsize)
+    return get_collective(collective).buffer_count(
+        nproc, run_count(collective, count, nproc)) * itemsize
+
+
 def measure_run(collective: str, algorithm: str, nproc: int, count: int, dtype: str, op: str,
                 iters: int, warmup: int, timeout: float, params: dict | None = None,
-                accumulate_dtype: str | None = None) -> dict:
+                accumulate_dtype: str | None = None, *, oversubscribe: bool = False,
+                verbose: bool = False) -> dict:
     """``ringccl run``: the bench harness at one size (:func:`ringccl.bench.one_size`), ringccl's
     ``algorithm`` against gloo's own on ``nproc`` local processes; returns
-    :func:`ringccl.bench.run_report`'s dict."""
+    :func:`ringccl.bench.run_report`'s dict.
+
+    Raises:
+        ArgumentError: nproc processes with this buffer beyond the machine's cores or memory
+            (unless ``oversubscribe``: the caller checked). WorkerError: a worker raised (one
+            line; the traceback with ``verbose``). Interrupted: Ctrl-C (``partial``: the rows
+            done, at most 2).
+    """
     from ..torch.runner import launch_sweep
     spec = one_size(collective, algorithm, count, nproc, dtype=dtype, op=op, iters=iters,
                     warmup=warmup, params=params, accumulate_dtype=accumulate_dtype)
+    worker_bytes = run_worker_bytes(run_buffer_bytes(collective, nproc, count, dtype,
+                                                     accumulate_dtype))
     with status(f"running {algorithm} {collective} on {nproc} local gloo processes …"):
-        rows = launch_sweep(spec, nproc, timeout=timeout)
+        rows = launch_sweep(spec, nproc, timeout=timeout, oversubscribe=oversubscribe,
+                            worker_bytes=worker_bytes, verbose=verbose)
     return run_report(rows, spec, count, params)
 
 
-def print_run(r: dict) -> None:
+def check_run_count(collective: str, count: int, nproc: int) -> int:
+    """The count ``ringccl run`` measures (:func:`ringccl.bench.spec.run_count`); one line on
+    stderr when it differs from the one given.
+
+    Raises:
+        ArgumentError: a count > 0 that rounds down to 0 elements (naming --count).
+    """
+    measured = run_count(collective, count, nproc)
+    if measured == count:
+        return count
+    why = (f"the input of {collective} is world_size equal blocks, one per rank")
+    if measured == 0:
+        raise ArgumentError(f"--count {count} rounds down to 0 elements for {collective} on "
+                            f"--nproc {nproc} ({why}); give a multiple of {nproc}, at least "
+                            f"{nproc}")
+    print(f"count {count} rounded down to {measured} = world_size × {measured // nproc} for "
+          f"{collective}: {why}", file=sys.stderr)
+    return measured
+
+
+def print_run(r: dict, fmt: str = "auto") -> None:
     """Print :func:`measure_run`'s dict: one row for ringccl, one for gloo, the busbw ratio."""
     headers = ["impl", "size", "count", "type", "time (us)", "algbw (GB/s)", "busbw (GB/s)",
                "min (us)", "p90 (us)", "#wrong"]
@@ -54,7 +98,7 @@ def print_run(r: dict) -> None:
     extra += f", accumulate_dtype={r['accumulate_dtype']}" if r.get("accumulate_dtype") else ""
     op = f", op={r['op']}" if get_collective(r["collective"]).reduces else ""
     table(f"{r['collective']} on {r['world_size']} local gloo processes{op}{extra}, "
-          f"median of {r['iters']} iterations (max over ranks)", headers, rows)
+          f"median of {r['iters']} iterations (max over ranks)", headers, rows, fmt)
     ratio = r["busbw_ratio"]
     print(f"busbw ratio ringccl/gloo: {'n/a' if ratio is None else f'{ratio:.2f}'}   "
           f"result {'matches' if r['wrong'] == 0 else 'DIFFERS FROM'} the exact "
@@ -69,12 +113,20 @@ def _cmd_run(args) -> int:
     params = schedule_params(args)
     get_algorithm(args.collective, args.algorithm)
     check_call(args, args.nproc, dtype, op, params)  # in this process, before any worker starts
-    r = measure_run(args.collective, args.algorithm, args.nproc, args.count, dtype.name, op.value,
-                    args.iters, args.warmup, args.timeout, params, args.accumulate_dtype)
+    check_run_count(args.collective, args.count, args.nproc)
+    check_nproc(args, run_buffer_bytes(args.collective, args.nproc, args.count, dtype.name,
+                                       args.accumulate_dtype), "--count")
+    try:
+        r = measure_run(args.collective, args.algorithm, args.nproc, args.count, dtype.name,
+                        op.value, args.iters, args.warmup, args.timeout, params,
+                        args.accumulate_dtype, oversubscribe=True, verbose=args.verbose)
+    except Interrupted as exc:  # the two rows come together at the end: nothing to report
+        return interrupted(f"ringccl run stopped; {len(exc.partial)} of 2 rows measured, "
+                           "every worker ended")
     if args.json:
         emit_json(r)
     else:
-        print_run(r)
+        print_run(r, args.format)
     return 0 if r["wrong"] == 0 else 1
 
 
@@ -86,15 +138,21 @@ def _bench_rows(spec, args) -> tuple[list[dict], int, bool]:
     """Run the sweep the way the command line asks: (rows, world_size, print here?)."""
     total = row_count(spec)
     if args.nproc:
+        # refused here, before anything starts; the launchers then need not check again
+        largest = _largest_buffer(spec, args.nproc)
+        check_nproc(args, largest, "-e/--maxbytes")
+        worker_bytes = run_worker_bytes(largest)
         bar, advance = progress(total, f"{spec.collective} on {args.nproc} {spec.backend} "
                                 "processes")
         with bar:
             if spec.backend == "mpi":
-                rows = launch_bench(spec, args.nproc, advance, args.timeout)
+                rows = launch_bench(spec, args.nproc, advance, args.timeout, oversubscribe=True,
+                                    worker_bytes=worker_bytes, verbose=args.verbose)
             else:
                 need_torch()
                 from ..torch.runner import launch_sweep
-                rows = launch_sweep(spec, args.nproc, advance, args.timeout)
+                rows = launch_sweep(spec, args.nproc, advance, args.timeout, oversubscribe=True,
+                                    worker_bytes=worker_bytes, verbose=args.verbose)
         return rows, args.nproc, True
     if spec.backend == "mpi":
         if under_mpirun():
@@ -125,6 +183,15 @@ def _bench_rows(spec, args) -> tuple[list[dict], int, bool]:
                        f"{'mpirun' if spec.backend == 'mpi' else 'torchrun'}")
 
 
+def _largest_buffer(spec: BenchSpec, nproc: int) -> int:
+    """Bytes of the collective's buffer at the sweep's largest size (nccl-tests' size is the
+    buffer M; a ringccl ``accumulate_dtype`` holds it in the wider dtype)."""
+    sizes = sweep_sizes(spec.min_bytes, spec.max_bytes, spec.factor) or [0]
+    itemsize = check_dtype(spec.dtype).itemsize
+    wide = check_dtype(spec.accumulate_dtype or spec.dtype).itemsize
+    return buffer_elements(spec.collective, max(sizes), itemsize, nproc) * max(itemsize, wide)
+
+
 class _Callback:
     """A queue-like object whose ``put`` calls a function (sweep's progress in-process)."""
 
@@ -132,7 +199,7 @@ class _Callback:
         self.put = fn
 
 
-def _print_bench(rows: list[dict], spec, world_size: int) -> None:
+def _print_bench(rows: list[dict], spec, world_size: int, fmt: str = "auto") -> None:
     builtin = {(r["size"], r["placement"]): r["busbw"] for r in rows
                if r["algorithm"] == BUILTIN}
     headers = ["size", "count", "type", "redop", "root", "algorithm", "placement", "time (us)",
@@ -151,7 +218,7 @@ def _print_bench(rows: list[dict], spec, world_size: int) -> None:
     table(f"{spec.collective} on {world_size} {spec.backend} processes: median of {spec.iters} "
           f"iterations (max over ranks) after {spec.warmup} warm-up; algbw, busbw in GB/s "
           "(1e9 B/s); vs builtin = busbw / builtin's busbw (same size and placement)",
-          headers, out)
+          headers, out, fmt)
 
 
 def _segment_list(text: str | None) -> tuple:
@@ -172,18 +239,25 @@ def _cmd_bench(args) -> int:
         args.op, args.root, _segment_list(args.segment_bytes),
         PLACEMENTS if args.placement == "both" else (args.placement,), args.backend,
         not args.no_calibrate, not args.no_restore, args.accumulate_dtype).validate(args.nproc)
-    rows, world_size, printer = _bench_rows(spec, args)
+    stopped = None
+    try:
+        rows, world_size, printer = _bench_rows(spec, args)
+    except Interrupted as exc:  # the rows measured before it are reported as usual
+        rows, world_size, printer = list(exc.partial), args.nproc, True
+        stopped = f"{len(rows)} of {row_count(spec)} rows measured, every worker ended"
     if not printer:
         return 0
     wrong = sum(r["wrong"] or 0 for r in rows)
     if args.json:
-        emit_json(Sweep(spec, world_size, rows).to_json())
+        emit_json(Sweep(spec, world_size, rows, interrupted=stopped is not None).to_json())
     elif args.csv:
         print(format_csv(rows), end="")
     elif args.format == "nccl-tests":
         print(format_nccl_tests(rows, spec, world_size), end="")
-    else:
-        _print_bench(rows, spec, world_size)
+    elif rows or stopped is None:
+        _print_bench(rows, spec, world_size, "auto" if args.format == "table" else args.format)
+    if stopped is not None:  # no plot of a partial sweep
+        return interrupted(stopped)
     if args.plot:
         plot_busbw(rows, args.plot, f"{spec.collective}, {world_size} {spec.backend} processes")
         print(f"wrote {args.plot}", file=sys.stderr)
@@ -197,7 +271,8 @@ def register_run(sub) -> None:
     p.add_argument("--nproc", "-n", type=positive_int, default=4)
     p.add_argument("--count", "-c", type=count_arg, default=units.count("16Mi"),
                    help="elements per rank (reduce_scatter, scatter: the whole N-block input; "
-                   "rounded down to a multiple of N for those and all_to_all), default 16Mi")
+                   "rounded down to a multiple of N for those and all_to_all, said on stderr; "
+                   "a count that rounds to 0 is refused), default 16Mi")
     p.add_argument("--dtype", default="float32",
                    choices=[d for d in SUPPORTED_DTYPES])
     p.add_argument("--op", default="sum")
@@ -207,6 +282,8 @@ def register_run(sub) -> None:
     p.add_argument("--iters", type=positive_int, default=10)
     p.add_argument("--warmup", type=nonnegative_int, default=3)
     p.add_argument("--timeout", type=seconds_arg, default=300.0, help="seconds before giving up")
+    add_launch_options(p)
+    add_format_option(p)
     p.set_defaults(func=_cmd_run)
 
 
@@ -255,12 +332,14 @@ def register_bench(sub) -> None:
     add_accumulate_option(p, " Applies to ringccl's algorithms, not to builtin; sizes and "
                           "bandwidths still count --dtype's bytes (mpi: all_reduce, "
                           "reduce_scatter).")
-    p.add_argument("--format", choices=["table", "nccl-tests"], default="table",
-                   help="table (default) or nccl-tests' text layout")
+    add_format_option(p, ("table", "nccl-tests"),
+                      "; table: the same as auto; nccl-tests: nccl-tests' own text layout, one "
+                      "block per algorithm (what people paste into issues)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print JSON (input of ringccl fit)")
     out.add_argument("--csv", action="store_true",
                      help="print CSV in SI units: bytes, seconds, algbw/busbw in bytes/s")
     p.add_argument("--plot", metavar="PNG", help="also write busbw vs size to this PNG")
     p.add_argument("--timeout", type=seconds_arg, default=900.0, help="seconds before giving up")
+    add_launch_options(p)
     p.set_defaults(func=_cmd_bench)

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import queue as queue_mod
-import threading
 
 from .. import units
-from ..errors import ArgumentError
-from .common import emit_json, need_torch, nonnegative_int, positive_int, seconds_arg, table, \
-    widths_arg
+from ..errors import ArgumentError, Interrupted
+from .common import (add_format_option, add_launch_options, check_nproc, emit_json,
+                     interrupted, need_torch, nonnegative_int, positive_int, seconds_arg,
+                     stderr_console, table, widths_arg)
 
 __all__ = ["register", "TRAIN_LOSS_RTOL"]
 
@@ -22,32 +21,37 @@ __all__ = ["register", "TRAIN_LOSS_RTOL"]
 TRAIN_LOSS_RTOL = 1e-3
 
 
-def _train_progress(queue, runner, modes, epochs, quiet: bool) -> None:
-    """Show rank 0's progress events until ``runner`` (a thread running launch) ends."""
-    try:
-        from rich.console import Console
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                   TimeElapsedColumn)
-        progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                            TimeElapsedColumn(), console=Console(stderr=True), transient=True)
-    except ImportError:
-        progress = None
-    tasks = {}
-    context = progress if progress is not None else contextlib.nullcontext()
-    with context:
-        while runner.is_alive() or not queue.empty():
-            try:
-                event = queue.get(timeout=0.2)
-            except (queue_mod.Empty, OSError, EOFError):
-                continue
-            if event[0] == "step" and progress is not None:
-                _, mode, done, total = event
-                if mode not in tasks:
-                    tasks[mode] = progress.add_task(f"training ({mode})", total=total)
-                progress.update(tasks[mode], completed=done)
-            elif event[0] == "epoch" and not quiet:
-                _, mode, h = event
-                print(f"[{mode:>8}] epoch {h['epoch']:>3}/{epochs}  batch loss "
+class _TrainProgress:
+    """Rank 0's progress events, shown as they arrive (``launch``'s ``on_progress``, in the
+    main thread): a rich bar per mode on stderr, and one line per epoch unless ``quiet``."""
+
+    def __init__(self, epochs: int, quiet: bool):
+        self.epochs, self.quiet = epochs, quiet
+        self.last_epoch: tuple | None = None  # (mode, epoch) of the last epoch event
+        self.tasks: dict = {}
+        console = stderr_console()  # None: no rich, or stderr is no terminal
+        self.bar = None
+        if console is not None:
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                       TimeElapsedColumn)
+            self.bar = Progress(TextColumn("{task.description}"), BarColumn(),
+                                MofNCompleteColumn(), TimeElapsedColumn(), console=console,
+                                transient=True)
+
+    def context(self):
+        return self.bar if self.bar is not None else contextlib.nullcontext()
+
+    def __call__(self, event) -> None:
+        if event[0] == "step" and self.bar is not None:
+            _, mode, done, total = event
+            if mode not in self.tasks:
+                self.tasks[mode] = self.bar.add_task(f"training ({mode})", total=total)
+            self.bar.update(self.tasks[mode], completed=done)
+        elif event[0] == "epoch":
+            _, mode, h = event
+            self.last_epoch = (mode, h["epoch"])
+            if not self.quiet:
+                print(f"[{mode:>8}] epoch {h['epoch']:>3}/{self.epochs}  batch loss "
                       f"{h['batch_loss']:.4f}  train loss {h['train_loss']:.4f}  train acc "
                       f"{h['train_acc']:6.2%}  test acc {h['test_acc']:6.2%}  "
                       f"({h['seconds']:.2f} s)", flush=True)
@@ -55,8 +59,6 @@ def _train_progress(queue, runner, modes, epochs, quiet: bool) -> None:
 
 def _cmd_train(args) -> int:
     need_torch()
-    import torch.multiprocessing as mp
-
     from ..torch.launch import launch
     from ..torch.train import MODES, TrainConfig, load_digits, plot_training, train_worker
 
@@ -71,25 +73,21 @@ def _cmd_train(args) -> int:
         first_bucket_mb=args.first_bucket_mb, max_norm=args.max_norm,
         compression=args.compression if m == "ddp" else None,
         plot=None if args.no_plot else args.plot).validate()) for m in modes]
+    # refused before anything is loaded or started; a training worker holds an idle torch
+    # interpreter plus a small MLP and the digits data (a few MB): no buffer term
+    check_nproc(args)
     data = load_digits(args.seed)  # once here: importing scikit-learn costs seconds per process
     TrainConfig(batch_size=args.batch_size).check_data(args.nproc, len(data["y_train"]))
-    queue = mp.get_context("spawn").Queue()
-    outcome: dict = {}
-
-    def run():
-        try:
-            outcome["results"] = launch(train_worker, args.nproc, configs, data, queue,
-                                        timeout=args.timeout)
-        except BaseException as exc:  # re-raised in the main thread
-            outcome["error"] = exc
-
-    runner = threading.Thread(target=run, daemon=True)
-    runner.start()
-    _train_progress(queue, runner, modes, args.epochs, quiet=args.json)
-    runner.join()
-    if "error" in outcome:
-        raise outcome["error"]
-    results = outcome["results"][0]  # rank 0's view; every rank checked replicas_identical
+    shown = _TrainProgress(args.epochs, quiet=args.json)
+    try:
+        with shown.context():  # launch in this thread: its Ctrl-C handling applies
+            outcome = launch(train_worker, args.nproc, configs, data, timeout=args.timeout,
+                             oversubscribe=True, verbose=args.verbose, on_progress=shown)
+    except Interrupted:
+        where = (f" in mode {shown.last_epoch[0]} after epoch {shown.last_epoch[1]} of "
+                 f"{args.epochs}" if shown.last_epoch else " before the first epoch ended")
+        return interrupted(f"ringccl train stopped{where}; every worker ended")
+    results = outcome[0]  # rank 0's view; every rank checked replicas_identical
     first = results[0]["final_train_loss"]
     for r in results:
         r["loss_rel_diff"] = abs(r["final_train_loss"] - first) / max(abs(first), 1e-12)
@@ -121,8 +119,8 @@ def _print_train(report: dict, args) -> None:
     runs = report["runs"]
     table(f"digits MLP ({runs[0]['parameters']:,} parameters) on {runs[0]['world_size']} local "
           f"gloo processes, {runs[0]['steps']} steps, accumulation {args.accumulation}",
-           ["mode", "final loss", "rel. diff", "test acc", "sent/step", "model/round",
-            "opt. state", "ms/step", "replicas equal"], rows)
+          ["mode", "final loss", "rel. diff", "test acc", "sent/step", "model/round",
+           "opt. state", "ms/step", "replicas equal"], rows, args.format)
     print("bytes per rank: sent/step measured from the schedules (torch mode: not measured); "
           "model/round = 2(N-1)/N x gradient bytes (zero: reduce-scatter + all-gather).")
     if len(runs) > 1:
@@ -160,4 +158,6 @@ def register(sub) -> None:
     p.add_argument("--no-plot", action="store_true")
     p.add_argument("--timeout", type=seconds_arg, default=600.0, help="seconds before giving up")
     p.add_argument("--json", action="store_true")
+    add_launch_options(p)
+    add_format_option(p)
     p.set_defaults(func=_cmd_train)

@@ -12,7 +12,6 @@ one adapter per collective drives both: ``ns`` is ``ringccl.torch`` (plus ``algo
 from __future__ import annotations
 
 import os
-import warnings
 from typing import Any, Callable
 
 import numpy as np
@@ -133,19 +132,36 @@ def _in_place_only(fn_name: str, root_kw: str | None = None, root_only_result: b
     return adapter
 
 
+#: torch.distributed's successors of deprecated names: torch 2.13 deprecates
+#: all_gather_into_tensor and reduce_scatter_tensor (one FutureWarning per process) for these,
+#: same arguments; older torch has only the old names
+_SUCCESSORS = {"reduce_scatter_tensor": "reduce_scatter_single",
+               "all_gather_into_tensor": "all_gather_single"}
+
+
+def _function(ns, name: str):
+    """``ns.name``; for torch.distributed its non-deprecated successor where torch has one
+    (ringccl.torch keeps torch's long-standing names)."""
+    if ns is dist and hasattr(dist, _SUCCESSORS.get(name, name)):
+        name = _SUCCESSORS.get(name, name)
+    return getattr(ns, name)
+
+
 def _reduce_scatter(ns, kw, inp, case, placement, be, root, dtype):
     x = inp.clone()
     lo = be.rank * case.block
     out = (x[lo:lo + case.block] if placement == "in-place"
            else torch.empty(case.block, dtype=dtype, device=be.device))
-    return (lambda: ns.reduce_scatter_tensor(out, x, **kw), lambda: x.copy_(inp), lambda: out)
+    fn = _function(ns, "reduce_scatter_tensor")
+    return (lambda: fn(out, x, **kw), lambda: x.copy_(inp), lambda: out)
 
 
 def _all_gather(ns, kw, inp, case, placement, be, root, dtype):
     out = torch.empty(case.m, dtype=dtype, device=be.device)
     lo = be.rank * case.block
     x = out[lo:lo + case.block] if placement == "in-place" else inp
-    return (lambda: ns.all_gather_into_tensor(out, x, **kw), lambda: x.copy_(inp), lambda: out)
+    fn = _function(ns, "all_gather_into_tensor")
+    return (lambda: fn(out, x, **kw), lambda: x.copy_(inp), lambda: out)
 
 
 def _scatter(ns, kw, inp, case, placement, be, root, dtype):
@@ -198,50 +214,30 @@ def sweep(rank: int, world_size: int, spec_dict: dict, progress=None) -> list[di
         local = int(os.environ.get("LOCAL_RANK", rank))
         torch.cuda.set_device(local % torch.cuda.device_count())
     emit = progress.put if progress is not None and rank == 0 else None
-    with warnings.catch_warnings():
-        # torch 2.13 deprecates all_gather_into_tensor, the builtin we compare with
-        warnings.simplefilter("ignore", FutureWarning)
-        rows = run_sweep(TorchBackend(), spec, emit)
+    rows = run_sweep(TorchBackend(), spec, emit)
     return rows if rank == 0 else []
 
 
 def launch_sweep(spec: BenchSpec, nproc: int, on_row: Callable[[dict], None] | None = None,
-                 timeout: float = 600.0) -> list[dict]:
-    """Run :func:`sweep` on ``nproc`` local processes (:func:`ringccl.torch.launch.launch`);
-    ``on_row(row)`` is called in this process as each row is done.
+                 timeout: float = 600.0, *, oversubscribe: bool = False, worker_bytes: int = 0,
+                 verbose: bool = False) -> list[dict]:
+    """Run :func:`sweep` on ``nproc`` local processes (:func:`ringccl.torch.launch.launch`, in
+    this thread, so its Ctrl-C and SIGTERM handling applies); ``on_row(row)`` is called here as
+    each row is done.
 
+    Args:
+        oversubscribe, worker_bytes, verbose: as :func:`~ringccl.torch.launch.launch`
+            (``worker_bytes``: :func:`ringccl.resources.run_worker_bytes` of the largest size).
     Returns:
         the rows.
     Raises:
-        BackendError: a worker failed, died or timed out.
+        ArgumentError: nproc beyond the machine's cores or memory (unless ``oversubscribe``).
+        WorkerError: a worker raised ("rank R: Type: message"; the traceback with ``verbose``).
+        BackendError: a worker died or timed out.
+        Interrupted: Ctrl-C or SIGTERM; its ``partial`` holds the rows done before it.
     """
-    import queue as queue_mod
-    import threading
-
-    import torch.multiprocessing as mp
-
     from .launch import launch
 
-    progress = mp.get_context("spawn").Queue()
-    result: dict = {}
-
-    def run() -> None:
-        try:
-            result["rows"] = launch(sweep, nproc, spec.to_dict(), progress, backend=spec.backend,
-                                    timeout=timeout)[0]
-        except BaseException as exc:  # re-raised in the caller's thread
-            result["error"] = exc
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    while thread.is_alive():
-        try:
-            row = progress.get(timeout=0.2)
-        except queue_mod.Empty:
-            continue
-        if on_row:
-            on_row(row)
-    thread.join()
-    if "error" in result:
-        raise result["error"]
-    return result["rows"]
+    return launch(sweep, nproc, spec.to_dict(), backend=spec.backend, timeout=timeout,
+                  oversubscribe=oversubscribe, worker_bytes=worker_bytes, verbose=verbose,
+                  on_progress=on_row or (lambda row: None))[0]
