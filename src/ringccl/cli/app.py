@@ -8,13 +8,15 @@ them in the order ``ringccl --help`` shows them.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Sequence
 
+from .. import plugins
 from ..errors import RingcclError
 from . import demo, model, run, schedules, simulate, train
 
-__all__ = ["build_parser", "main", "COMMANDS"]
+__all__ = ["build_parser", "main", "COMMANDS", "version"]
 
 #: (command, registers its subparser) in ``ringccl --help`` order
 COMMANDS = (("demo", demo.register), ("show", schedules.register_show),
@@ -25,11 +27,30 @@ COMMANDS = (("demo", demo.register), ("show", schedules.register_show),
             ("tune", model.register_tune))
 
 
+def version() -> str:
+    """The installed distribution's version (importlib.metadata), else ``ringccl.__version__``
+    (a source tree on PYTHONPATH that was never installed)."""
+    from importlib import metadata
+    try:
+        return metadata.version("ringccl")
+    except metadata.PackageNotFoundError:
+        from .. import __version__
+        return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``ringccl`` parser: one subparser per command, each with ``func`` its handler."""
     parser = argparse.ArgumentParser(
         prog="ringccl", description="Collective-communication algorithms as data: see, check, "
         "simulate and run them.")
+    parser.add_argument("--version", action="version", version=f"ringccl {version()}")
+    parser.add_argument("--import", dest="imports", action="append", default=[],
+                        metavar="MODULE",
+                        help="import this module (a name on PYTHONPATH, or a path to a .py "
+                        "file) before the command runs, so the algorithms it registers can be "
+                        "named with --algorithm; repeatable. Worker processes import it too "
+                        f"(through ${plugins.ENV_VAR}, comma-separated, which is also read "
+                        "when set by hand)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for _, register in COMMANDS:
         register(sub)
@@ -46,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        return _run(args)
     except RingcclError as exc:
         print(f"ringccl: error: {exc}", file=sys.stderr)
         return 2
@@ -57,3 +78,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:  # an output path that cannot be written, ...
         print(f"ringccl: error: {exc}", file=sys.stderr)
         return 2
+
+
+def _run(args) -> int:
+    """Import the user's modules (``$RINGCCL_IMPORT``, then ``--import``), then run the command.
+
+    The environment variable is set to every module imported here, files as absolute paths, so
+    that the workers ``run``/``bench``/``train`` start (they inherit the environment, whatever
+    their working directory) import the same ones before building any schedule.
+    """
+    specs = plugins.parse_env(os.environ.get(plugins.ENV_VAR)) + list(args.imports)
+    if specs:
+        plugins.import_user_modules(specs)
+        os.environ[plugins.ENV_VAR] = ",".join(dict.fromkeys(
+            os.path.abspath(os.path.expanduser(s)) if plugins.is_file_spec(s) else s
+            for s in specs))
+    return args.func(args)

@@ -121,8 +121,8 @@ def add_collective_args(p, collective: bool = True) -> None:
     if collective:
         p.add_argument("collective", choices=list(COLLECTIVES), help="collective to use")
         p.add_argument("--algorithm", "-a", default=None,
-                       help="algorithm name (see `ringccl algorithms`; default ring, or the "
-                       "collective's first algorithm)")
+                       help="algorithm name (see `ringccl algorithms`, which marks each "
+                       "collective's default with *: ring, or direct where there is no ring)")
         p.add_argument("--src", type=int, default=None,
                        help="root of broadcast and scatter (default 0)")
         p.add_argument("--dst", type=int, default=None,

@@ -12,6 +12,7 @@ import numpy as np
 
 from .. import units
 from ..algorithms import REGISTRY, algorithms, build_schedule, get_algorithm
+from ..algorithms.registry import default_algorithm
 from ..check import verify
 from ..collectives import COLLECTIVES, get_collective
 from ..ops import SUPPORTED_DTYPES, check_dtype
@@ -117,16 +118,20 @@ def _cmd_compare(args) -> int:
 
 
 def _cmd_algorithms(args) -> int:
-    rows = [{"collective": a.collective, "algorithm": a.name, "steps": a.steps_formula,
+    defaults = {c: default_algorithm(c) for c in COLLECTIVES if algorithms(c)}
+    rows = [{"collective": a.collective, "algorithm": a.name,
+             "default": defaults.get(a.collective) == a.name, "steps": a.steps_formula,
              "bytes_sent_per_rank": a.bytes_formula, "reference": a.reference}
             for a in REGISTRY.values()
             if args.collective is None or a.collective == args.collective]
     if args.json:
         emit_json(rows)
     else:
-        table("algorithms (N = world_size, M = buffer bytes)",
+        table("algorithms (N = world_size, M = buffer bytes; * = the default when no "
+              "--algorithm is given)",
                ["collective", "algorithm", "steps", "bytes sent per rank", "reference"],
-               [list(r.values()) for r in rows])
+               [[r["collective"], r["algorithm"] + (" *" if r["default"] else ""), r["steps"],
+                 r["bytes_sent_per_rank"], r["reference"]] for r in rows])
     return 0
 
 

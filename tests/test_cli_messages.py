@@ -1,0 +1,144 @@
+"""Issue 14, "Errors and checks" and "One CLI": clear one-line messages for bad values, one
+meaning per short flag, one default algorithm per collective, user algorithms reaching the CLI,
+and ``show`` on many ranks."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import ringccl
+from ringccl import plugins
+from ringccl.algorithms import REGISTRY
+from ringccl.algorithms.registry import DEFAULTS, default_algorithm
+from ringccl.cli import main
+from ringccl.collectives import COLLECTIVES
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+
+
+def _usage_error(capsys, argv) -> str:
+    """argparse's usage error: exit 2, its message (the last stderr line)."""
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    return capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def _error(capsys, argv) -> str:
+    """A ringccl error: exit 2 and exactly one stderr line; returns it."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ringccl: error: ") and err.count("\n") == 1, err
+    return err
+
+
+# -- one default per collective -------------------------------------------------------------------
+
+def test_one_default_per_collective_everywhere(capsys):
+    assert set(DEFAULTS) == set(COLLECTIVES)
+    for collective in COLLECTIVES:
+        name = default_algorithm(collective)
+        assert name == DEFAULTS[collective] and name in ringccl.algorithms(collective)
+        # ringccl.schedule without an algorithm: the default (scatter used to fail with "ring")
+        assert ringccl.schedule(collective, world_size=4).algorithm == name
+        from ringccl.sim import default_algorithm as sim_default
+        assert sim_default(collective) == name
+    assert ringccl.schedule("scatter", world_size=4).algorithm == "direct"
+    assert main(["algorithms", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    marked = {r["collective"]: r["algorithm"] for r in rows if r["default"]}
+    assert marked == dict(DEFAULTS)
+    assert main(["algorithms", "scatter"]) == 0
+    out = capsys.readouterr().out
+    assert "direct *" in out and "binomial *" not in out and "* = the default" in out
+
+
+def test_cli_simulate_uses_the_default(capsys):
+    assert main(["simulate", "gather", "-N", "4", "-c", "8", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["algorithm"] == DEFAULTS["gather"]
+
+
+# -- --version, --import --------------------------------------------------------------------------
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"ringccl {ringccl.__version__}"
+
+
+MY_ALGOS = '''
+import numpy as np
+from ringccl import Algorithm, Schedule, register
+
+
+def my_ring(world_size):
+    n = world_size
+    s = np.repeat(np.arange(n - 1), n)
+    r = np.tile(np.arange(n), n - 1)
+    return Schedule.from_arrays("all_gather", "my_ring", n, n, step=s, src=r,
+                                dst=(r - 1) % n, src_chunk=(r + s) % n,
+                                phases=["all-gather"] * (n - 1))
+
+
+register(Algorithm(collective="all_gather", name="my_ring", builder=my_ring,
+                   num_steps=lambda n: n - 1, bytes_sent=lambda n, m: (n - 1) / n * m,
+                   steps_formula="N-1", bytes_formula="(N-1)/N·M"))
+'''
+
+
+@pytest.fixture
+def my_algos(tmp_path, monkeypatch):
+    path = tmp_path / "my_algos.py"
+    path.write_text(MY_ALGOS)
+    monkeypatch.delenv(plugins.ENV_VAR, raising=False)  # restored after the test
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield path
+    REGISTRY.pop(("all_gather", "my_ring"), None)
+    sys.modules.pop("my_algos", None)
+    for name in [m for m in sys.modules if m.startswith("ringccl_user_my_algos")]:
+        del sys.modules[name]
+    ringccl.clear_caches()
+
+
+def test_unknown_algorithm_without_import(capsys, my_algos):
+    assert "algorithm='my_ring' is not available" in _error(
+        capsys, ["show", "all_gather", "-a", "my_ring"])
+
+
+@pytest.mark.parametrize("how", ["module", "path"])
+def test_import_makes_a_user_algorithm_reach_the_cli(capsys, my_algos, how):
+    spec = "my_algos" if how == "module" else str(my_algos)
+    assert main(["--import", spec, "show", "all_gather", "-a", "my_ring", "-N", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "my_ring" in out and "c0 → R2" in out  # rank 0 sends to rank -1 = 2
+    # the workers run/bench start inherit the environment: it names the module (a file by its
+    # absolute path, whatever the workers' working directory)
+    assert plugins.parse_env(plugins.os.environ[plugins.ENV_VAR]) == [
+        spec if how == "module" else str(my_algos.resolve())]
+    assert main(["--import", spec, "simulate", "all_gather", "-a", "my_ring", "-N", "5", "-c",
+                 "7", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["verified"] is True
+
+
+def test_environment_variable_imports_in_a_fresh_process(my_algos):
+    """A worker process (a fresh interpreter with the launcher's environment) gets the user's
+    algorithm from RINGCCL_IMPORT through plugins.import_user_modules()."""
+    code = ("from ringccl.plugins import import_user_modules; import_user_modules(); "
+            "import ringccl; print(ringccl.schedule('all_gather', 'my_ring', world_size=4)"
+            ".num_steps)")
+    env = dict(plugins.os.environ, PYTHONPATH=str(SRC), RINGCCL_IMPORT=str(my_algos))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         cwd="/", check=True).stdout
+    assert out.strip() == "3"
+
+
+def test_import_errors_name_the_module(capsys, my_algos, tmp_path):
+    assert "--import 'no_such_module_xyz': no module named 'no_such_module_xyz'" in _error(
+        capsys, ["--import", "no_such_module_xyz", "algorithms"])
+    missing = tmp_path / "nope.py"
+    assert f"--import '{missing}': no such file" in _error(
+        capsys, ["--import", str(missing), "algorithms"])
