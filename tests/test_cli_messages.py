@@ -94,7 +94,8 @@ register(Algorithm(collective="all_gather", name="my_ring", builder=my_ring,
 def my_algos(tmp_path, monkeypatch):
     path = tmp_path / "my_algos.py"
     path.write_text(MY_ALGOS)
-    monkeypatch.delenv(plugins.ENV_VAR, raising=False)  # restored after the test
+    monkeypatch.setenv(plugins.ENV_VAR, "")  # records the old state: restored after the test
+    monkeypatch.delenv(plugins.ENV_VAR)  # main sets it for the workers
     monkeypatch.syspath_prepend(str(tmp_path))
     yield path
     REGISTRY.pop(("all_gather", "my_ring"), None)
@@ -142,3 +143,87 @@ def test_import_errors_name_the_module(capsys, my_algos, tmp_path):
     missing = tmp_path / "nope.py"
     assert f"--import '{missing}': no such file" in _error(
         capsys, ["--import", str(missing), "algorithms"])
+
+
+# -- fit: --world-size, one-size sweeps -----------------------------------------------------------
+
+def _bench_json(tmp_path, sizes, world_size=2, alpha=30e-6, beta=1 / 2e9):
+    """A small ``ringccl bench --json`` file: ring all_gather rows of known α, β (no γ)."""
+    time = ringccl.get_algorithm("all_gather", "ring").time
+    rows = [{"kind": "collective", "collective": "all_gather", "algorithm": "ring",
+             "world_size": world_size, "size": size, "placement": "in-place",
+             "segment_bytes": None, "backend": "gloo",
+             "time_s": time(world_size, size, alpha, beta, 0.0)} for size in sizes]
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps({"rows": rows}))
+    return str(path)
+
+
+@pytest.mark.parametrize("value,message", [
+    ("0", "argument --world-size/-N: 0 must be >= 1"),
+    ("-1", "argument --world-size/-N: -1 must be >= 1"),
+    ("abc", "argument --world-size/-N: 'abc' is not an integer"),
+    ("8,0", "argument --world-size/-N: 0 must be >= 1"),
+])
+def test_fit_world_size_is_checked(tmp_path, capsys, value, message):
+    path = _bench_json(tmp_path, [4096 * 4**k for k in range(5)])
+    assert message in _usage_error(capsys, ["fit", path, "--predict", "--world-size", value])
+
+
+def test_fit_refuses_one_size(tmp_path, capsys):
+    """One size cannot separate α from β: refused, not fitted with β = 0 and 'nan%'."""
+    path = _bench_json(tmp_path, [1 << 20])
+    err = _error(capsys, ["fit", path, "--predict"])
+    assert "cannot separate α (per step) from β (per byte): every row is of one size " \
+        "(1.00 MiB) at world size 2; measure at least two sizes" in err
+    from ringccl.costmodel import fit as fitmod
+    with pytest.raises(ringccl.ArgumentError, match="cannot separate"):
+        fitmod.fit_rows(fitmod.load_rows([path]))
+
+
+def test_fit_one_size_at_two_world_sizes_separates(tmp_path):
+    """Steps and bytes grow differently with N: one size at two world sizes is enough."""
+    from ringccl.costmodel import fit as fitmod
+    rows = (fitmod.load_rows([_bench_json(tmp_path, [1 << 20], 2)])
+            + fitmod.load_rows([_bench_json(tmp_path, [1 << 20], 8)]))
+    f = fitmod.fit_rows(rows)
+    assert f.alpha == pytest.approx(30e-6) and f.beta == pytest.approx(1 / 2e9)
+
+
+def test_fit_two_sizes_says_why_nothing_is_held_out(tmp_path, capsys):
+    path = _bench_json(tmp_path, [1 << 16, 1 << 20])
+    assert main(["fit", path]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "nan" not in out
+    assert "held-out median |error|: n/a (one sweep (ring all_gather, 2 ranks) of 2 sizes: " \
+        "holding sizes out needs at least 3" in out
+    assert main(["fit", path, "--json"]) == 0
+    (report,) = json.loads(capsys.readouterr().out)
+    assert report["held_out"]["method"] == "none" and report["held_out"]["median_abs_error"] \
+        is None and "at least 3" in report["held_out"]["reason"]
+    assert report["fit"]["params"]["beta"]["value"] == pytest.approx(1 / 2e9)
+
+
+def test_fit_no_held_out_row_above_min_size(tmp_path, capsys):
+    path = _bench_json(tmp_path, [1024 * 2**k for k in range(4)])
+    assert main(["fit", path, "--min-size", "1GiB"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "for sizes >= 1.00 GiB: n/a (no held-out row is that large; lower --min-size)" in out
+
+
+# -- negative-looking values ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv,message", [
+    (["model", "-s", "-1MiB"], "argument --size/-s: size '-1MiB' is negative: must be > 0 bytes"),
+    (["model", "--size", "4KiB:-1MiB"], "argument --size/-s: size '-1MiB' is negative"),
+    (["model", "--alpha", "-1us"], "argument --alpha: latency '-1us' is negative: must be >= 0 s"),
+    (["model", "--alpha=-1us"], "argument --alpha: latency '-1us' is negative"),
+    (["model", "--bandwidth", "-5GB/s"], "argument --bandwidth: bandwidth '-5GB/s' is negative: "
+     "must be > 0"),
+    (["tune", "all_reduce", "--backward", "-1ms"], "argument --backward: backward time '-1ms' is negative"),
+    (["simulate", "all_reduce", "-c", "-1Mi"], "argument --count/-c: count '-1Mi' is negative: must "
+     "be >= 0 elements"),
+    (["fit", "x.json", "--min-size", "-1KiB"], "argument --min-size: size '-1KiB' is negative"),
+])
+def test_negative_values_are_read_and_refused_by_name(capsys, argv, message):
+    assert message in _usage_error(capsys, argv)

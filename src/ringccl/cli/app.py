@@ -15,6 +15,7 @@ from typing import Sequence
 from .. import plugins
 from ..errors import RingcclError
 from . import demo, model, run, schedules, simulate, train
+from .common import Parser
 
 __all__ = ["build_parser", "main", "COMMANDS", "version"]
 
@@ -40,7 +41,7 @@ def version() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``ringccl`` parser: one subparser per command, each with ``func`` its handler."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="ringccl", description="Collective-communication algorithms as data: see, check, "
         "simulate and run them.")
     parser.add_argument("--version", action="version", version=f"ringccl {version()}")

@@ -10,6 +10,7 @@ import importlib
 import json
 import math
 import os
+import re
 import sys
 from typing import Sequence
 
@@ -25,7 +26,8 @@ from ..sim import default_algorithm, resolve_root
 __all__ = ["table", "status", "progress", "emit_json", "schedule_params", "check_call",
            "check_root_arg", "need_torch", "add_collective_args", "add_accumulate_option",
            "positive_int", "nonnegative_int", "seconds_arg", "widths_arg", "size_arg",
-           "count_arg", "size_list", "int_list", "name_list", "checked"]
+           "count_arg", "size_list", "int_list", "name_list", "checked", "nonnegative",
+           "Parser"]
 
 
 # -- output ---------------------------------------------------------------------------------------
@@ -185,6 +187,51 @@ def need_torch() -> None:
 
 # -- argparse types ------------------------------------------------------------------------------
 
+#: a value that starts like a negative number (-1MiB, -1us, -.5): argparse alone takes these for
+#: options, unless they are plain numbers (-1, -0.5), and answers "expected one argument"
+_NEGATIVE = re.compile(r"-\.?\d")
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser that reads ``--size -1MiB`` as the option and its (negative) value, so
+    the option's type can refuse it by name ("argument --size/-s: '-1MiB' is negative: a size
+    must be > 0") instead of argparse's "expected one argument". Subparsers are of this class
+    too (argparse makes them of the parent's class)."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        args = sys.argv[1:] if args is None else list(args)
+        return super().parse_known_args(self._attach_negative_values(args), namespace)
+
+    def _attach_negative_values(self, args: list[str]) -> list[str]:
+        """``[--size, -1MiB]`` -> ``[--size=-1MiB]`` for this parser's options that take one
+        value (the form argparse reads as a value whatever it looks like)."""
+        takes_value = {opt: action for action in self._actions if action.nargs is None
+                       and action.option_strings for opt in action.option_strings}
+        out, i = [], 0
+        while i < len(args):
+            token = args[i]
+            if token == "--":
+                out.extend(args[i:])
+                break
+            action = takes_value.get(token)
+            if (action is not None and i + 1 < len(args) and _NEGATIVE.match(args[i + 1])
+                    and args[i + 1] not in self._option_string_actions):
+                long = next((o for o in action.option_strings if o.startswith("--")), None)
+                out.append(f"{long}={args[i + 1]}" if long else token + args[i + 1])
+                i += 2
+                continue
+            out.append(token)
+            i += 1
+        return out
+
+
+def _refuse_negative(text: str, noun: str, allowed: str) -> None:
+    """ArgumentTypeError naming ``text`` when it is negative: "count '-1' is negative: must be
+    >= 0 elements" (``noun``: what the value is; ``allowed``: what it must be)."""
+    if str(text).strip().startswith("-"):
+        raise argparse.ArgumentTypeError(f"{noun} {text!r} is negative: must be {allowed}")
+
+
 def _int_at_least(minimum: int):
     def parse(text: str) -> int:
         try:
@@ -225,7 +272,8 @@ def widths_arg(text: str) -> tuple:
 
 
 def size_arg(text: str) -> int:
-    """Bytes: ``4KiB``, ``4KB``, ``4096`` (argparse type)."""
+    """Bytes: ``4KiB``, ``4KB``, ``4096`` (argparse type; >= 0)."""
+    _refuse_negative(text, "size", ">= 0 bytes (e.g. 4096, 4KiB, 1MiB)")
     try:
         return units.size(text)
     except RingcclError as exc:
@@ -233,7 +281,8 @@ def size_arg(text: str) -> int:
 
 
 def count_arg(text: str) -> int:
-    """Elements: ``1M`` = 10^6, ``1Mi`` = 2^20 (argparse type)."""
+    """Elements: ``1M`` = 10^6, ``1Mi`` = 2^20 (argparse type; >= 0)."""
+    _refuse_negative(text, "count", ">= 0 elements (e.g. 1000, 1M, 1Mi)")
     try:
         return units.count(text)
     except RingcclError as exc:
@@ -241,7 +290,10 @@ def count_arg(text: str) -> int:
 
 
 def size_list(text: str) -> list[float]:
-    """``4KiB:1GiB`` (powers of two between), ``4KiB:1GiB:4`` (factor 4), or ``1KiB,4MiB``."""
+    """``4KiB:1GiB`` (powers of two between), ``4KiB:1GiB:4`` (factor 4), or ``1KiB,4MiB``;
+    every size > 0."""
+    for part in re.split("[:,]", text)[:2] if ":" in text else text.split(","):
+        _refuse_negative(part, "size", "> 0 bytes (e.g. 4KiB, 1MiB, 4KiB:1GiB)")
     try:
         if ":" in text:
             parts = text.split(":")
@@ -268,6 +320,17 @@ def int_list(text: str) -> list[int]:
 def name_list(text: str) -> list[str]:
     """``ring,direct``: comma-separated names."""
     return [s.strip() for s in text.split(",") if s.strip()]
+
+
+def nonnegative(parse, noun: str, allowed: str):
+    """An argparse type from a ringccl parser of a quantity that cannot be negative: ``noun``
+    names it, ``allowed`` says what it must be (``nonnegative(units.duration, "latency",
+    ">= 0 s (e.g. 5us)")``)."""
+    def convert(text: str):
+        _refuse_negative(text, noun, allowed)
+        return checked(parse)(text)
+    convert.__name__ = parse.__name__
+    return convert
 
 
 def checked(parse):

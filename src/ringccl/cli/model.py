@@ -21,8 +21,8 @@ from ..costmodel.tuning import predict_table, tune
 from ..errors import ArgumentError
 from ..ops import SUPPORTED_DTYPES
 from ..views.plot import model_chart
-from .common import (checked, emit_json, int_list, name_list, positive_int, size_arg, size_list,
-                     status, table)
+from .common import (emit_json, int_list, name_list, nonnegative, positive_int, size_arg,
+                     size_list, status, table)
 
 __all__ = ["register_model", "register_tune", "register_fit"]
 
@@ -239,11 +239,14 @@ def _add_machine_args(p) -> None:
     g = p.add_argument_group("machine (flat by default; --nodes for two-level)")
     g.add_argument("--world-size", "-N", type=int_list, default=None,
                    help="ranks, or a list: 8,64,1024 (flat machine; default 8)")
-    g.add_argument("--alpha", default="5us", type=checked(units.duration),
+    g.add_argument("--alpha", default="5us",
+                   type=nonnegative(units.duration, "latency", ">= 0 s (e.g. 5us)"),
                    help="flat: latency per step (default 5us)")
-    g.add_argument("--bandwidth", default="50GB/s", type=checked(units.bandwidth),
+    g.add_argument("--bandwidth", default="50GB/s",
+                   type=nonnegative(units.bandwidth, "bandwidth", "> 0 (e.g. 50GB/s)"),
                    help="flat: per direction, 50GB/s or 400Gbps (default 50GB/s)")
-    g.add_argument("--gamma", default=0.0, type=checked(_gamma),
+    g.add_argument("--gamma", default=0.0, type=nonnegative(
+        _gamma, "gamma", ">= 0 s per byte, or a rate > 0 (e.g. 100GB/s)"),
         help="seconds per byte reduced, or a reduction rate such as 100GB/s (default 0)")
     g.add_argument("--nodes", type=positive_int, help="two-level: number of nodes")
     g.add_argument("--local", type=positive_int, default=8, help="two-level: GPUs per node")
@@ -296,11 +299,21 @@ def _print_fit(fit, held, args) -> None:
                ["size", "measured (us)", "predicted (us)", "error"],
                [[units.format_size(s), f"{m * 1e6:.1f}", f"{p * 1e6:.1f}", f"{e * 100:+.1f}%"]
                 for s, m, p, e in points])
-    med = held.median_error(args.min_size)
-    print(f"held-out median |error| for sizes >= {units.format_size(args.min_size)}: "
-          f"{med * 100:.1f}%  (fit on {held.train}: α = {_fmt_param('alpha', held.fit.alpha)}, "
-          f"β = {_fmt_param('beta', held.fit.beta)}, γ = {_fmt_param('gamma', held.fit.gamma)})"
-          "\n")
+    print(_held_out_summary(held, args.min_size) + "\n")
+
+
+def _held_out_summary(held, min_size: int) -> str:
+    """The held-out line: the median |error|, or n/a and why there is none."""
+    fitted = (f"(fit on {held.train}: α = {_fmt_param('alpha', held.fit.alpha)}, "
+              f"β = {_fmt_param('beta', held.fit.beta)}, "
+              f"γ = {_fmt_param('gamma', held.fit.gamma)})")
+    if held.reason:
+        return f"held-out median |error|: n/a ({held.reason})"
+    if not held.errors(min_size):
+        return (f"held-out median |error| for sizes >= {units.format_size(min_size)}: n/a (no "
+                f"held-out row is that large; lower --min-size)  {fitted}")
+    return (f"held-out median |error| for sizes >= {units.format_size(min_size)}: "
+            f"{held.median_error(min_size) * 100:.1f}%  {fitted}")
 
 
 def _predictions(fit, args, data_rows) -> list[dict]:
@@ -332,7 +345,8 @@ def _cmd_fit(args) -> int:
         preds = _predictions(fit, args, group) if args.predict else []
         if args.json:
             report.append({"fit": fit.to_json(), "held_out": {
-                "train": held.train, "method": held.method, "fit": held.fit.to_json()["params"],
+                "train": held.train, "method": held.method, "reason": held.reason or None,
+                "fit": held.fit.to_json()["params"],
                 "median_abs_error": held.median_error(args.min_size),
                 "min_size": args.min_size,
                 "sweeps": {k: [dict(zip(("size", "measured_s", "predicted_s",
@@ -381,11 +395,17 @@ def register_tune(sub) -> None:
                    help="also find the best gradient bucket size for this model")
     p.add_argument("--tensor-sizes", type=size_list,
                    help="gradient sizes in backward order, instead of --bucket-model")
-    p.add_argument("--backward", type=checked(units.duration), default=0.0,
+    p.add_argument("--backward", default=0.0, type=nonnegative(
+        units.duration, "backward time", ">= 0 s (e.g. 50ms)"),
                    help="backward time the buckets overlap with (default 0)")
     p.add_argument("--bucket-algorithm", default="ring", help="algorithm for each bucket")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_tune)
+
+
+def _predict_sizes(text: str) -> list[int]:
+    """``fit --sizes``: :func:`size_list`, in whole bytes."""
+    return [int(s) for s in size_list(text)]
 
 
 def register_fit(sub) -> None:
@@ -405,11 +425,12 @@ def register_fit(sub) -> None:
     p.add_argument("--residuals", action="store_true", help="print every row's residual")
     p.add_argument("--predict", action="store_true",
                    help="print predicted times for --sizes × --world-size × algorithms")
-    p.add_argument("--sizes", type=lambda t: [units.size(x) for x in t.split(",")],
+    p.add_argument("--sizes", type=_predict_sizes,
                    default=[units.size(x) for x in ("64KiB", "1MiB", "16MiB", "256MiB", "1GiB")],
-                   help="sizes to predict (default 64KiB,1MiB,16MiB,256MiB,1GiB)")
-    p.add_argument("--world-size", type=lambda t: [int(x) for x in t.split(",")],
-                   default=[2, 8, 64, 1024], help="world sizes to predict (default 2,8,64,1024)")
+                   help="sizes to predict, > 0: a list or a range as for model --size (default "
+                   "64KiB,1MiB,16MiB,256MiB,1GiB)")
+    p.add_argument("--world-size", "-N", type=int_list, default=[2, 8, 64, 1024],
+                   help="world sizes to predict, integers >= 1 (default 2,8,64,1024)")
     p.add_argument("--collective", help="collectives to predict (default: those measured)")
     p.add_argument("--algorithm", "-a", help="algorithms to predict (default: all with a "
                    "closed form)")
