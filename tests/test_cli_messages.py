@@ -227,3 +227,80 @@ def test_fit_no_held_out_row_above_min_size(tmp_path, capsys):
 ])
 def test_negative_values_are_read_and_refused_by_name(capsys, argv, message):
     assert message in _usage_error(capsys, argv)
+
+
+# -- messages --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv,message", [
+    # --root on an algorithm without one does not apply, as --src does not
+    (["simulate", "all_reduce", "--root", "9", "-N", "4", "-c", "8"],
+     "root=9 does not apply to ring all_reduce, which has no root (of the all_reduce "
+     "algorithms, master takes one)"),
+    (["show", "all_reduce", "--root", "1"], "root=1 does not apply to ring all_reduce"),
+    (["show", "all_gather", "--root", "0"], "root=0 does not apply to ring all_gather, which "
+     "has no root\n"),
+    (["simulate", "all_reduce", "--src", "1", "-N", "4", "-c", "8"],
+     "src=1 does not apply to all_reduce, which has no root"),
+    # ... while a root out of range on a rooted one says the range
+    (["simulate", "all_reduce", "-a", "master", "--root", "9", "-N", "4", "-c", "8"],
+     "root=9 is out of range for world_size=4; root must be an integer rank in [0, 4)"),
+    (["show", "broadcast", "--root", "7", "-N", "4"], "root=7 is out of range for world_size=4"),
+    # bruck all_to_all: no uneven splits were given, the count does not divide
+    (["simulate", "all_to_all", "-a", "bruck", "-N", "7", "-c", "13"],
+     "--count 13 is not divisible by --world-size N=7: bruck all_to_all relays blocks through "
+     "other ranks' slots, so it needs N equal blocks; pass a multiple of 7 (7, 14) or an "
+     "algorithm that sends every block straight to its owner (direct, pairwise)"),
+])
+def test_messages_say_what_applies(capsys, argv, message):
+    assert message in _error(capsys, argv)
+
+
+def test_bruck_with_a_dividing_count_and_direct_with_any_count_run(capsys):
+    assert main(["simulate", "all_to_all", "-a", "bruck", "-N", "7", "-c", "14"]) == 0
+    assert main(["simulate", "all_to_all", "-a", "direct", "-N", "7", "-c", "13"]) == 0
+
+
+def test_compare_precision_honours_dtype_and_explains_empty_cells(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")
+    assert main(["compare", "all_reduce", "-N", "4", "-c", "64", "--precision", "--dtype",
+                 "int32"]) == 0
+    out = capsys.readouterr().out
+    assert "nan" not in out and "n/a (exact: integer dtype)" in out
+    assert "int32 sums are exact whatever the order" in out
+    assert main(["compare", "all_reduce", "-N", "4", "-c", "64", "--precision", "--dtype",
+                 "int32", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert all(r["max_abs_error"] is None and r["error_note"] == "exact: integer dtype"
+               for r in rows)
+    # float16 inputs are float16 (errors far above float32's), and reduce's empty relative
+    # error is explained rather than printed as nan
+    assert main(["compare", "all_reduce", "-N", "8", "-c", "256", "--precision", "--dtype",
+                 "float16", "--json"]) == 0
+    f16 = json.loads(capsys.readouterr().out)["rows"]
+    assert main(["compare", "all_reduce", "-N", "8", "-c", "256", "--precision", "--json"]) == 0
+    f32 = json.loads(capsys.readouterr().out)["rows"]
+    assert min(r["max_abs_error"] for r in f16) > 100 * max(r["max_abs_error"] for r in f32)
+    assert main(["compare", "reduce", "-N", "4", "-c", "64", "--precision"]) == 0
+    out = capsys.readouterr().out
+    assert "nan" not in out and "n/a (see below)" in out and "max rel error n/a: " in out
+
+
+def test_model_world_size_1_has_nothing_to_communicate(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")
+    assert main(["model", "-N", "1", "-s", "1MiB", "-a", "ring,direct"]) == 0
+    out = capsys.readouterr().out
+    assert "inf" not in out and "nan" not in out
+    assert "world_size 1: nothing to communicate (time 0 s; algbw, busbw" in out
+    assert out.count("n/a") >= 6
+
+
+def test_help_and_output_name_the_sources(capsys):
+    assert main(["model", "--preset", "seed"]) == 0
+    out = capsys.readouterr().out
+    assert "seed 0" not in out and "lecture 001" not in out
+    assert "the ring all-reduce walk-through" in out and "collective-communication lecture" in out
+    for command in ("model", "show"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        text = capsys.readouterr().out
+        assert "seed 0" not in text and "the seed's" not in text and "seeds'" not in text

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import inspect
 import json
 import math
 import os
@@ -17,7 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from .. import units
-from ..algorithms import build_schedule
+from ..algorithms import algorithms, build_schedule, get_algorithm
 from ..collectives import COLLECTIVES, check_root, get_collective
 from ..errors import ArgumentError, RingcclError
 from ..ops import check_accumulate_dtype, check_op_dtype
@@ -170,11 +171,29 @@ def check_call(args, world_size: int, dtype: np.dtype, op, params: dict) -> None
 
 
 def check_root_arg(args, params: dict, world_size: int) -> None:
-    """The root's range, named as the user gave it (src, dst or root)."""
+    """The root, named as the user gave it (src, dst or root): --root on an algorithm without
+    one does not apply (as --src on all_reduce does not), and a root out of range says the
+    range."""
     if "root" in params:
+        if getattr(args, "root", None) is not None and not _takes_root(args.collective,
+                                                                       args.algorithm):
+            takers = [a for a in algorithms(args.collective) if _takes_root(args.collective, a)]
+            raise ArgumentError(
+                f"root={args.root!r} does not apply to {args.algorithm} {args.collective}, which "
+                "has no root" + (f" (of the {args.collective} algorithms, {', '.join(takers)} "
+                                 f"take{'s' if len(takers) == 1 else ''} one)" if takers else ""))
         given = next((name for name in ("src", "dst") if getattr(args, name, None) is not None),
                      "root")
         check_root(params["root"], world_size, given)
+
+
+def _takes_root(collective: str, algorithm: str) -> bool:
+    """True if the algorithm's builder takes ``root`` (or any keyword)."""
+    try:
+        parameters = inspect.signature(get_algorithm(collective, algorithm).builder).parameters
+    except (TypeError, ValueError):  # no signature: let the builder decide
+        return True
+    return "root" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
 
 
 def need_torch() -> None:

@@ -28,7 +28,7 @@ __all__ = ["register_model", "register_tune", "register_fit"]
 
 
 def _ms(seconds: float) -> str:
-    """Milliseconds as the seeds print them: 2 decimals, 3 below 1 ms."""
+    """Milliseconds as the walk-through and the lecture print them: 2 decimals, 3 below 1 ms."""
     ms = seconds * 1e3
     return f"{ms:.2f}" if abs(ms) >= 1 else f"{ms:.3f}"
 
@@ -65,16 +65,27 @@ def _model_report(args) -> dict:
     return {"collective": args.collective, "tables": tables}
 
 
+def _gbps(rate: float) -> str:
+    """A rate in GB/s, or n/a where it is no number (a 0 s prediction)."""
+    return f"{rate / 1e9:.3f}" if np.isfinite(rate) else "n/a"
+
+
 def _print_model(report: dict) -> None:
     headers = ["size", "count", "type", "algorithm", "time (us)", "algbw (GB/s)",
                "busbw (GB/s)", "latency", "busiest link out (bytes)", "steps", ""]
     for t in report["tables"]:
+        # world_size 1 moves nothing: 0 s, so algbw = size/0 and busbw = 0·inf are no numbers
         rows = [[units.format_size(r["size"]), r["count"], r["type"], r["algorithm"],
-                 f"{r['time_s'] * 1e6:.2f}", f"{r['algbw'] / 1e9:.3f}", f"{r['busbw'] / 1e9:.3f}",
-                 f"{100 * r['latency_fraction']:.1f}%", _link_bytes_text(r["max_link_bytes"]),
-                 r["num_steps"], "fastest" if r["best"] else ""] for r in t["rows"]]
+                 f"{r['time_s'] * 1e6:.2f}", _gbps(r["algbw"]), _gbps(r["busbw"]),
+                 f"{100 * r['latency_fraction']:.1f}%" if r["time_s"] > 0 else "n/a",
+                 _link_bytes_text(r["max_link_bytes"]),
+                 r["num_steps"], "fastest" if r["best"] and r["time_s"] > 0 else ""]
+                for r in t["rows"]]
         table(f"predicted {report['collective']} (nccl-tests columns), {t['machine']}",
               headers, rows)
+        if t["world_size"] == 1:
+            print("  world_size 1: nothing to communicate (time 0 s; algbw, busbw and the "
+                  "latency share n/a)")
         for c in t["crossovers"]:
             print(f"  crossover: {c['below']} -> {c['above']} at "
                   f"{units.format_size(c['nbytes'])} ({c['seconds'] * 1e6:.2f} us)")
@@ -98,13 +109,21 @@ def _plot_model(report: dict, path: str) -> None:
                 f"{report['tables'][0]['machine'].split(', ', 1)[-1]})")
 
 
+#: where the --preset seed figures come from, in words a user can look up
+WALKTHROUGH = ("the ring all-reduce walk-through (\"Ring AllReduce core flow: how gradients "
+               "are aggregated\")")
+LECTURE = ("the collective-communication lecture (\"Lecture 09: network communication basics "
+           "and collective primitives\")")
+
+
 def _print_seed(fig: dict) -> None:
-    table("seed 000 §5: ring all_reduce bytes sent per rank (K = one rank's buffer)",
+    print(f"figures of {WALKTHROUGH} and of {LECTURE}, recomputed by ringccl\n")
+    table("ring walk-through §5: ring all_reduce bytes sent per rank (K = one rank's buffer)",
            ["N", "bytes per rank", "vs naive (N-1)K", "vs lower bound 2K"],
            [[r["world_size"], f"{r['bytes_per_rank_K']:.3f} K", f"{r['vs_direct']:.3f} x",
              f"{r['vs_lower_bound']:.3f} x"] for r in fig["per_rank_bytes"]])
     print()
-    table("seed 000 §5: ring all_reduce, alpha = 5 us, 300 GB/s, float32",
+    table("ring walk-through §5: ring all_reduce, alpha = 5 us, 300 GB/s, float32",
            ["ranks", "elements", "size", "total (ms)", "latency (ms)", "latency share",
             "bandwidth (ms)"],
            [[r["world_size"], units.format_count(r["count"]), units.format_size(r["nbytes"]),
@@ -113,8 +132,8 @@ def _print_seed(fig: dict) -> None:
     print()
     rows = fig["experiment3"]
     walked = list(rows[0]["ringccl"])
-    table("seed 001 §7.3 experiment 3: all_reduce of 100 MiB, 50 GB/s, 5 us (ms); "
-          "lecture's formulas | ringccl's walked schedules",
+    table("lecture 09 §7.3 experiment 3: all_reduce of 100 MiB, 50 GB/s, 5 us (ms); "
+          "the lecture's formulas | ringccl's walked schedules",
            ["P", "master", "ring", "tree", "|"] + [f"ringccl {a}" for a in walked],
            [[r["world_size"]] + [_ms(r["lecture"][a]) for a in ("master", "ring", "tree")]
             + ["|"] + ["-" if r["ringccl"][a] is None else _ms(r["ringccl"][a]) for a in walked]
@@ -125,7 +144,7 @@ def _print_seed(fig: dict) -> None:
     print()
     h = fig["hierarchical"]
     hw = h["hierarchical_walked"]
-    table(f"seed 001 q.4: all_reduce of {units.format_size(h['nbytes'])} on {h['nodes']} nodes x "
+    table(f"lecture 09 §9.3 question 4: all_reduce of {units.format_size(h['nbytes'])} on {h['nodes']} nodes x "
           f"{h['local']} GPUs, NVLink {units.format_bandwidth(h['nvlink_bandwidth'])}, "
           f"{units.format_bandwidth(h['nic_bandwidth'])} per NIC, alpha 5 us",
            ["algorithm", "time (ms)", "bytes out of the busiest NIC", "NICs used per node"],
@@ -143,7 +162,7 @@ def _print_seed(fig: dict) -> None:
 
 def _cmd_model(args) -> int:
     if args.preset == "seed":
-        with status("computing the seeds' figures …"):
+        with status("recomputing the walk-through's and the lecture's figures …"):
             fig = seed_figures()
         if args.json:
             emit_json(fig)
@@ -377,7 +396,10 @@ def register_model(sub) -> None:
                    help="element type for the count column")
     _add_machine_args(p)
     p.add_argument("--plot", metavar="PNG", help="write a chart: time and busbw vs size")
-    p.add_argument("--preset", choices=["seed"], help="seed: print the seeds' figures")
+    p.add_argument("--preset", choices=["seed"],
+                   help="seed: recompute the figures of the ring all-reduce walk-through "
+                   "(bytes per rank, latency table) and of the collective-communication lecture "
+                   "(experiment 3, the hierarchical all-reduce question)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_model)
 

@@ -57,14 +57,20 @@ def _builder_params(algo, args) -> dict:
     return params
 
 
+#: why a precision cell is empty
+_EXACT = "exact: integer dtype"
+_LAYOUT = ("the simulator's outputs are not the collective's output chunks (reduce: the other "
+           "ranks keep their inputs), so only the max abs error is measured")
+
+
 def _compare_rows(collective: str, world_size: int, count: int, dtype, args) -> list[dict]:
     spec = get_collective(collective)
     buffer_count = spec.buffer_count(world_size, count)
     k = buffer_count * dtype.itemsize
     x = None
-    if args.precision:
-        x = np.random.default_rng(args.seed).standard_normal((world_size, count)).astype(
-            np.float32)
+    if args.precision and dtype.kind == "f":
+        # N(0, 1) rounded to --dtype: the float64 sum of these rounded values is the reference
+        x = np.random.default_rng(args.seed).standard_normal((world_size, count)).astype(dtype)
     rows = []
     for name in algorithms(collective):
         algo = get_algorithm(collective, name)
@@ -78,8 +84,19 @@ def _compare_rows(collective: str, world_size: int, count: int, dtype, args) -> 
                "busiest_rank": int(np.argmax(through))}
         if x is not None:
             row["max_abs_error"], row["max_rel_error"] = output_errors(collective, schedule, x)
+            if not np.isfinite(row["max_rel_error"]):
+                row["max_rel_error"], row["error_note"] = None, _LAYOUT
+        elif args.precision:  # integer and bool sums are exact in every order
+            row["max_abs_error"] = row["max_rel_error"] = None
+            row["error_note"] = _EXACT
         rows.append(row)
     return rows
+
+
+def _error_cell(value, note: str | None) -> str:
+    if value is not None:
+        return f"{value:.3g}"
+    return "n/a (exact: integer dtype)" if note == _EXACT else "n/a (see below)"
 
 
 def _cmd_compare(args) -> int:
@@ -104,16 +121,24 @@ def _cmd_compare(args) -> int:
                 units.format_size(r["bytes_sent_max"]), f"{r['bytes_sent_per_buffer']:.3f}",
                 f"{units.format_size(r['bytes_through_max'])} (R{r['busiest_rank']})"]
         if args.precision:
-            line += [f"{r['max_abs_error']:.3g}", f"{r['max_rel_error']:.3g}"]
+            note = r.get("error_note")
+            line += [_error_cell(r["max_abs_error"], note), _error_cell(r["max_rel_error"], note)]
         body.append(line)
     table(f"{args.collective} on {args.world_size} ranks, {args.count:,} × {dtype.name} per "
           f"rank (buffer {units.format_size(k)}); bytes counted from each schedule",
           headers, body)
     print("step and byte formulas: `ringccl algorithms " + args.collective + "`")
-    if args.precision:
-        print(f"errors: float32 inputs ~ N(0, 1) (seed {args.seed}) against their float64 sum; "
-              "relative error is per element (large where the sum nearly cancels); each "
-              "algorithm adds in its own order.")
+    if args.precision and dtype.kind != "f":
+        print(f"errors: n/a: {dtype.name} sums are exact whatever the order, so every algorithm "
+              "gives the same bits (use a floating --dtype to compare rounding)")
+    elif args.precision:
+        print(f"errors: {dtype.name} inputs ~ N(0, 1) (seed {args.seed}) against their float64 "
+              "sum; relative error is per element (large where the sum nearly cancels); each "
+              "algorithm adds in its own order"
+              + ("" if spec.reduces else "; a copy collective moves values unchanged (0)")
+              + ".")
+        if any(r.get("error_note") == _LAYOUT for r in rows):
+            print(f"max rel error n/a: {_LAYOUT}.")
     return 0
 
 
@@ -140,7 +165,7 @@ def register_show(sub) -> None:
     p = sub.add_parser("show", help="print a schedule's step table")
     add_collective_args(p)
     p.add_argument("--world-size", "-N", type=positive_int, default=4,
-                   help="ranks N (default 4, the seed's table)")
+                   help="ranks N (default 4, the table of the ring all-reduce walk-through)")
     p.add_argument("--max-steps", type=positive_int, default=200,
                    help="print at most this many steps (default 200)")
     p.add_argument("--trace", metavar="OUT.json",
@@ -160,8 +185,9 @@ def register_compare(sub) -> None:
                    help="element type for the byte counts (default float32)")
     p.add_argument("--root", type=int, default=None, help="root rank of rooted collectives")
     p.add_argument("--precision", action="store_true",
-                   help="simulate each algorithm on the same random float32 inputs and report "
-                   "its error against a float64 reference (needs N × count × 4 bytes per array)")
+                   help="simulate each algorithm on the same random --dtype inputs and report "
+                   "its error against a float64 reference (n/a for integer dtypes, whose sums "
+                   "are exact; needs N × count × itemsize bytes per array)")
     p.add_argument("--seed", type=nonnegative_int, default=0, help="random seed (default 0)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(func=_cmd_compare)

@@ -1,4 +1,4 @@
-"""Text views of schedules: the step table of the ring walk-through (seed 000, section 2)."""
+"""Text views of schedules: the step table of the ring all-reduce walk-through (its section 2)."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def step_table(schedule: Schedule, max_steps: int = 200) -> str:
     (entries like ``c0 → R1``), and after each phase what every rank holds completely, from the
     symbolic checker ("owns c1" for reduced chunks after a reduce-scatter phase). For
     ``ringccl.schedule("all_reduce", "ring", world_size=4)`` this is the N=4 table of the ring
-    walk-through (seed 000, section 2).
+    all-reduce walk-through (its section 2).
 
     Args:
         schedule: any schedule (built or loaded).
