@@ -220,9 +220,10 @@ def test_fit_no_held_out_row_above_min_size(tmp_path, capsys):
     (["model", "--alpha=-1us"], "argument --alpha: latency '-1us' is negative"),
     (["model", "--bandwidth", "-5GB/s"], "argument --bandwidth: bandwidth '-5GB/s' is negative: "
      "must be > 0"),
-    (["tune", "all_reduce", "--backward", "-1ms"], "argument --backward: backward time '-1ms' is negative"),
-    (["simulate", "all_reduce", "-c", "-1Mi"], "argument --count/-c: count '-1Mi' is negative: must "
-     "be >= 0 elements"),
+    (["tune", "all_reduce", "--backward", "-1ms"],
+     "argument --backward: backward time '-1ms' is negative"),
+    (["simulate", "all_reduce", "-c", "-1Mi"],
+     "argument --count/-c: count '-1Mi' is negative: must be >= 0 elements"),
     (["fit", "x.json", "--min-size", "-1KiB"], "argument --min-size: size '-1KiB' is negative"),
 ])
 def test_negative_values_are_read_and_refused_by_name(capsys, argv, message):
@@ -304,3 +305,32 @@ def test_help_and_output_name_the_sources(capsys):
             main([command, "--help"])
         text = capsys.readouterr().out
         assert "seed 0" not in text and "the seed's" not in text and "seeds'" not in text
+
+
+# -- one meaning per short flag -------------------------------------------------------------------
+
+def _parsed(argv):
+    from ringccl.cli import build_parser
+    return build_parser().parse_args(argv)
+
+
+def test_n_is_nproc_and_c_is_count_in_every_command(capsys):
+    """-n: --nproc in run, train and bench (it was bench's --iters); -c: --count in run,
+    simulate and compare (it was bench's --check); bench's iterations and check are long
+    options only."""
+    for command in (["run", "all_reduce"], ["train"], ["bench", "all_reduce"]):
+        assert _parsed(command + ["-n", "3"]).nproc == 3
+    for command in (["run", "all_reduce"], ["simulate", "all_reduce"], ["compare", "all_reduce"]):
+        assert _parsed(command + ["-c", "12"]).count == 12
+    args = _parsed(["bench", "all_reduce", "-n", "2", "--iters", "7", "--check", "0"])
+    assert (args.nproc, args.iters, args.check) == (2, 7, 0)
+    assert _parsed(["bench", "all_reduce", "-p", "2"]).nproc == 2  # nccl-tests-style alias kept
+
+
+def test_old_bench_short_flags_fail_clearly(capsys):
+    assert "bench takes no count (it sweeps sizes: -b/-e/-f); -c is --count in run and " \
+        "simulate. For nccl-tests' -c (check) write --check 0" in _usage_error(
+            capsys, ["bench", "all_reduce", "-c", "0"])
+    # an old `--nproc 2 -n 5` (5 iterations) must not start 5 processes
+    assert "--nproc given twice (2, then 5); -n is --nproc, iterations are --iters" in \
+        _usage_error(capsys, ["bench", "all_reduce", "--nproc", "2", "-n", "5"])

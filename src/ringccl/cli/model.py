@@ -144,7 +144,8 @@ def _print_seed(fig: dict) -> None:
     print()
     h = fig["hierarchical"]
     hw = h["hierarchical_walked"]
-    table(f"lecture 09 §9.3 question 4: all_reduce of {units.format_size(h['nbytes'])} on {h['nodes']} nodes x "
+    table(f"lecture 09 §9.3 question 4: all_reduce of {units.format_size(h['nbytes'])} on "
+          f"{h['nodes']} nodes x "
           f"{h['local']} GPUs, NVLink {units.format_bandwidth(h['nvlink_bandwidth'])}, "
           f"{units.format_bandwidth(h['nic_bandwidth'])} per NIC, alpha 5 us",
            ["algorithm", "time (ms)", "bytes out of the busiest NIC", "NICs used per node"],
