@@ -334,3 +334,52 @@ def test_old_bench_short_flags_fail_clearly(capsys):
     # an old `--nproc 2 -n 5` (5 iterations) must not start 5 processes
     assert "--nproc given twice (2, then 5); -n is --nproc, iterations are --iters" in \
         _usage_error(capsys, ["bench", "all_reduce", "--nproc", "2", "-n", "5"])
+
+
+# -- show on many ranks ---------------------------------------------------------------------------
+
+def test_show_1000_ranks_fits_the_width_and_says_what_was_left_out(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "150")
+    assert main(["show", "all_reduce", "-N", "1000"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert max(len(line) for line in lines[:-1]) <= 150  # the last line is the note
+    assert len(out) < 100_000  # was 3 MB of 15,000-character lines
+    header = lines[1].split()
+    shown = len(header) - 1
+    assert header[1:] == [f"R{r}" for r in range(shown)] and 1 <= shown < 1000
+    assert lines[-1].startswith(f"… {1000 - shown} of 1000 ranks not shown (R{shown}-R999")
+    assert f"--ranks {shown}-{2 * shown - 1}" in lines[-1]
+
+
+def test_show_ranks_chooses_columns(capsys):
+    assert main(["show", "all_reduce", "-N", "1000", "--ranks", "0-3,998-999",
+                 "--max-steps", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith("; ranks 0-3,998-999")
+    assert lines[1].split() == ["step", "R0", "R1", "R2", "R3", "R998", "R999"]
+    assert lines[3].split()[2:] == ["c0", "→", "R1", "c1", "→", "R2", "c2", "→", "R3", "c3",
+                                    "→", "R4", "c998", "→", "R999", "c999", "→", "R0"]
+    assert "ranks not shown" not in "\n".join(lines)
+    assert main(["show", "all_reduce", "-N", "6", "--ranks", "4,1", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["ranks"] == [4, 1] and data["rows"][0]["cells"] == ["c4 → R5", "c1 → R2"]
+
+
+def test_show_long_cells_are_clipped_with_a_count(capsys):
+    assert main(["show", "all_to_all", "-a", "direct", "-N", "100", "--ranks", "0,1",
+                 "--width", "100"]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 100
+    assert "… +" in out
+    assert main(["show", "all_reduce", "-N", "40", "--width", "0"]) == 0  # 0: no limit
+    assert "ranks not shown" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("ranks,message", [
+    ("0-1000", "ranks='0-1000': rank 1000 is out of range for world_size=1000; ranks are 0-999"),
+    ("5-2", "ranks='5-2': the range '5-2' is empty"),
+    ("a", "ranks='a': 'a' is not a rank or a range such as 0-7"),
+])
+def test_show_ranks_are_checked(capsys, ranks, message):
+    assert message in _error(capsys, ["show", "all_reduce", "-N", "1000", "--ranks", ranks])

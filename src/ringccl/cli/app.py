@@ -10,9 +10,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from importlib import metadata
 from typing import Sequence
 
-from .. import plugins
+from .. import __version__, plugins
 from ..errors import RingcclError
 from . import demo, model, run, schedules, simulate, train
 from .common import Parser
@@ -31,11 +32,9 @@ COMMANDS = (("demo", demo.register), ("show", schedules.register_show),
 def version() -> str:
     """The installed distribution's version (importlib.metadata), else ``ringccl.__version__``
     (a source tree on PYTHONPATH that was never installed)."""
-    from importlib import metadata
     try:
         return metadata.version("ringccl")
     except metadata.PackageNotFoundError:
-        from .. import __version__
         return __version__
 
 

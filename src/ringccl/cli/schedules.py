@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import sys
 
 import numpy as np
@@ -18,7 +19,7 @@ from ..collectives import COLLECTIVES, get_collective
 from ..ops import SUPPORTED_DTYPES, check_dtype
 from ..sim.precision import output_errors
 from ..views.interop import to_chrome_trace, to_msccl_xml
-from ..views.show import step_rows, step_table
+from ..views.show import parse_ranks, step_rows, step_table
 from .common import (add_collective_args, check_root_arg, count_arg, emit_json, nonnegative_int,
                      positive_int, schedule_params, status, table)
 
@@ -38,14 +39,28 @@ def _cmd_show(args) -> int:
         with open(args.msccl_xml, "w") as f:
             f.write(to_msccl_xml(schedule) + "\n")
         print(f"wrote {args.msccl_xml}: MSCCL XML", file=sys.stderr)
-    if args.json:
+    ranks = None if args.ranks is None else parse_ranks(args.ranks, args.world_size)
+    if args.json:  # data, not a view: every rank (or those asked for), never cut to a width
         emit_json({"collective": schedule.collective, "algorithm": schedule.algorithm,
                    "world_size": schedule.world_size, "num_chunks": schedule.num_chunks,
                    "num_steps": schedule.num_steps, "params": schedule.params,
-                   "rows": step_rows(schedule, args.max_steps)})
+                   "ranks": ranks if ranks is not None else list(range(args.world_size)),
+                   "rows": step_rows(schedule, args.max_steps, ranks)})
     else:
-        print(step_table(schedule, max_steps=args.max_steps))
+        width = _show_width() if args.width is None else (args.width or None)
+        print(step_table(schedule, max_steps=args.max_steps, ranks=ranks, width=width))
     return 0
+
+
+def _show_width() -> int:
+    """``show``'s default line width: $COLUMNS or the terminal's, else 200 (piped, a log)."""
+    if os.environ.get("COLUMNS", "").isdigit() and int(os.environ["COLUMNS"]) > 0:
+        return int(os.environ["COLUMNS"])
+    try:
+        columns = os.get_terminal_size(sys.stdout.fileno()).columns
+    except (OSError, ValueError, AttributeError):  # not a terminal, or captured
+        return 200
+    return columns if columns > 0 else 200
 
 
 def _builder_params(algo, args) -> dict:
@@ -168,6 +183,12 @@ def register_show(sub) -> None:
                    help="ranks N (default 4, the table of the ring all-reduce walk-through)")
     p.add_argument("--max-steps", type=positive_int, default=200,
                    help="print at most this many steps (default 200)")
+    p.add_argument("--ranks", metavar="LIST",
+                   help="rank columns to print: ranks and ranges, e.g. 0-7 or 0,5,9-12 (default: "
+                   "as many as fit the width; a last line says how many were left out)")
+    p.add_argument("--width", type=nonnegative_int, default=None,
+                   help="characters per line (default: $COLUMNS or the terminal's, 200 when "
+                   "piped; 0: no limit); longer cells end in '… +K'")
     p.add_argument("--trace", metavar="OUT.json",
                    help="also write a Chrome/Perfetto trace (one track per rank)")
     p.add_argument("--msccl-xml", metavar="OUT.xml", help="also write the schedule as MSCCL XML")

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..algorithms import build_schedule
+from ..algorithms import build_schedule, registry
 from ..collectives import check_root, get_collective, split_sizes
 from ..errors import ArgumentError, ArgumentTypeError
 from ..ir import Schedule, chunk_bounds, reduce_rounds
@@ -529,7 +529,6 @@ def _check_outputs(spec, rows, outputs, op, root, ins, accumulate=None) -> tuple
 def default_algorithm(collective: str) -> str:
     """The default algorithm of ``collective``: one table for every caller,
     :data:`ringccl.algorithms.registry.DEFAULTS` (see its ``default_algorithm``)."""
-    from ..algorithms import registry  # here: this function is all that sim/ holds of it
     return registry.default_algorithm(collective)
 
 
