@@ -23,6 +23,12 @@ R² on log times and on times, and the relative residual of every row.
 Held-out check: fit on one sweep (one collective × algorithm × world size), predict every other
 sweep's measured times and print the relative error per size. With a single sweep the check
 fits on every other size and predicts the sizes in between.
+
+One message size (at one world size) cannot separate α from β: steps and bytes then grow
+together, any split of the time between them fits exactly, and the fit would report β = 0.
+:func:`fit_rows` refuses such rows (ArgumentError saying so); a held-out check whose training
+rows are such (a training sweep of one size, a single sweep of fewer than 3 sizes) is not made,
+and :class:`HeldOut` says why (``method="none"``, ``reason``) instead of a nan error.
 """
 
 from __future__ import annotations
@@ -220,8 +226,10 @@ def fit_rows(rows: Sequence[dict], backend: str = "", placement: str | None = "i
     if not rows:
         raise ArgumentError("no benchmark rows the model can explain: need rows of registered "
                             "algorithms (not only builtin) from `ringccl bench --json`")
+    problem = _alpha_beta_problem(rows)
+    if problem:
+        raise ArgumentError(problem)
     X = np.stack([features(r) for r in rows])
-    _check_alpha_beta_separable(rows, X)
     t = np.array([r["time_s"] for r in rows], dtype=float)
     Xw, tw = X / t[:, None], np.ones_like(t)  # relative errors: divide each equation by t
     present = [j for j in range(4) if np.any(X[:, j] != 0)]
@@ -279,23 +287,26 @@ def fit_rows(rows: Sequence[dict], backend: str = "", placement: str | None = "i
                float(r2), rows, predicted, notes)
 
 
-def _check_alpha_beta_separable(rows: Sequence[dict], X: np.ndarray) -> None:
-    """Refuse rows whose α and β columns are proportional (one size, one world size): a fit would
-    put the whole time on one of them (β = 0, or α = 0) and every prediction at another size
-    would be wrong by as much as the split was."""
-    coll = [i for i, r in enumerate(rows) if r.get("kind") != LOCAL_REDUCE]
-    ab = X[coll][:, :2] / np.array([rows[i]["time_s"] for i in coll])[:, None]
+def _alpha_beta_problem(rows: Sequence[dict]) -> str | None:
+    """Why ``rows`` (usable ones) cannot separate α from β, or None when they can: their α and
+    β columns are proportional (one size at one world size), so a fit would put the whole time
+    on one of them (β = 0, or α = 0) and every prediction at another size would be wrong by as
+    much as that split was."""
+    coll = [r for r in rows if r.get("kind") != LOCAL_REDUCE]
+    if not coll:
+        return None
+    ab = np.stack([features(r)[:2] / r["time_s"] for r in coll])
     if not (np.any(ab[:, 0] != 0) and np.any(ab[:, 1] != 0)):
-        return  # one of the two is absent (world size 1): nothing to separate
+        return None  # one of the two is absent (world size 1): nothing to separate
     if np.linalg.matrix_rank(ab, tol=1e-9 * np.abs(ab).max()) >= 2:
-        return
-    sizes = sorted({rows[i]["size"] for i in coll})
-    worlds = sorted({rows[i]["world_size"] for i in coll})
+        return None
+    sizes = sorted({r["size"] for r in coll})
+    worlds = sorted({r["world_size"] for r in coll})
     which = (f"every row is of one size ({format_size(sizes[0])})" if len(sizes) == 1
              else f"the {len(sizes)} sizes give proportional step and byte counts")
-    raise ArgumentError(f"these {len(coll)} rows cannot separate α (per step) from β (per byte): "
-                        f"{which} at world size {', '.join(map(str, worlds))}; measure at least "
-                        "two sizes (e.g. ringccl bench -b 4KiB -e 64MiB)")
+    return (f"these {len(coll)} rows cannot separate α (per step) from β (per byte): {which} "
+            f"at world size {', '.join(map(str, worlds))}; measure at least two sizes (e.g. "
+            "ringccl bench -b 4KiB -e 64MiB)")
 
 
 def predict(fit: Fit, collective: str, algorithm: str, world_size: int, nbytes: float) -> float:
@@ -371,6 +382,12 @@ def held_out(rows: Sequence[dict], train: str | None = None, backend: str = "",
             raise ArgumentError(f"train={train!r} matches no sweep; sweeps: "
                                 f"{', '.join(f'{k[0]}:{k[1]}:{k[2]}' for k in sweeps)}")
         key = matches[0]
+    problem = _alpha_beta_problem(sweeps[key])
+    if len(sweeps) > 1 and problem:
+        # the other sweeps may separate α from β: fit on every row, hold nothing out, say why
+        return HeldOut(sweep_label(key), fit_rows(data, backend, placement), {}, "none",
+                       f"the training sweep {sweep_label(key)}: {problem}; pass --train a sweep "
+                       "of at least two sizes")
     if len(sweeps) > 1:
         fit = fit_rows(sweeps[key] + calib, backend, placement)
         tests = {k: v for k, v in sweeps.items() if k != key}
