@@ -263,6 +263,8 @@ def test_negative_values_are_read_and_refused_by_name(capsys, argv, message):
     (["simulate", "all_reduce", "-a", "master", "--root", "9", "-N", "4", "-c", "8"],
      "root=9 is out of range for world_size=4; root must be an integer rank in [0, 4)"),
     (["show", "broadcast", "--root", "7", "-N", "4"], "root=7 is out of range for world_size=4"),
+    (["compare", "all_gather", "--root", "1", "-N", "4", "-c", "8"],
+     "root=1 does not apply to all_gather: none of its algorithms has a root"),
     # bruck all_to_all: no uneven splits were given, the count does not divide
     (["simulate", "all_to_all", "-a", "bruck", "-N", "7", "-c", "13"],
      "--count 13 is not divisible by --world-size N=7: bruck all_to_all relays blocks through "

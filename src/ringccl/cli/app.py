@@ -3,6 +3,11 @@
 Each command group registers its own subparser (``register*`` in :mod:`.schedules`,
 :mod:`.simulate`, :mod:`.run`, :mod:`.model`, :mod:`.train`, :mod:`.demo`); :data:`COMMANDS` lists
 them in the order ``ringccl --help`` shows them.
+
+Global options: ``--version``; ``--import MODULE`` (repeatable; a module name or a ``.py`` path,
+also ``$RINGCCL_IMPORT``, comma-separated) imports the user's modules before the command runs,
+so the algorithms they register can be named everywhere (:mod:`ringccl.plugins`). The parser
+is :class:`.common.Parser`, which reads ``--size -1MiB`` as an option and its value.
 """
 
 from __future__ import annotations

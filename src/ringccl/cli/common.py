@@ -25,7 +25,7 @@ from ..ops import check_accumulate_dtype, check_op_dtype
 from ..sim import default_algorithm, resolve_root
 
 __all__ = ["table", "status", "progress", "emit_json", "schedule_params", "check_call",
-           "check_root_arg", "need_torch", "add_collective_args", "add_accumulate_option",
+           "check_root_arg", "takes_root", "need_torch", "add_collective_args", "add_accumulate_option",
            "positive_int", "nonnegative_int", "seconds_arg", "widths_arg", "size_arg",
            "count_arg", "size_list", "int_list", "name_list", "checked", "nonnegative",
            "Parser"]
@@ -175,9 +175,9 @@ def check_root_arg(args, params: dict, world_size: int) -> None:
     one does not apply (as --src on all_reduce does not), and a root out of range says the
     range."""
     if "root" in params:
-        if getattr(args, "root", None) is not None and not _takes_root(args.collective,
+        if getattr(args, "root", None) is not None and not takes_root(args.collective,
                                                                        args.algorithm):
-            takers = [a for a in algorithms(args.collective) if _takes_root(args.collective, a)]
+            takers = [a for a in algorithms(args.collective) if takes_root(args.collective, a)]
             raise ArgumentError(
                 f"root={args.root!r} does not apply to {args.algorithm} {args.collective}, which "
                 "has no root" + (f" (of the {args.collective} algorithms, {', '.join(takers)} "
@@ -187,7 +187,7 @@ def check_root_arg(args, params: dict, world_size: int) -> None:
         check_root(params["root"], world_size, given)
 
 
-def _takes_root(collective: str, algorithm: str) -> bool:
+def takes_root(collective: str, algorithm: str) -> bool:
     """True if the algorithm's builder takes ``root`` (or any keyword)."""
     try:
         parameters = inspect.signature(get_algorithm(collective, algorithm).builder).parameters

@@ -16,12 +16,13 @@ from ..algorithms import REGISTRY, algorithms, build_schedule, get_algorithm
 from ..algorithms.registry import default_algorithm
 from ..check import verify
 from ..collectives import COLLECTIVES, get_collective
+from ..errors import ArgumentError
 from ..ops import SUPPORTED_DTYPES, check_dtype
 from ..sim.precision import output_errors
 from ..views.interop import to_chrome_trace, to_msccl_xml
 from ..views.show import parse_ranks, step_rows, step_table
 from .common import (add_collective_args, check_root_arg, count_arg, emit_json, nonnegative_int,
-                     positive_int, schedule_params, status, table)
+                     positive_int, schedule_params, status, table, takes_root)
 
 __all__ = ["register_algorithms", "register_show", "register_compare"]
 
@@ -116,6 +117,10 @@ def _error_cell(value, note: str | None) -> str:
 
 def _cmd_compare(args) -> int:
     dtype = check_dtype(args.dtype)
+    if args.root is not None and not any(takes_root(args.collective, a)
+                                         for a in algorithms(args.collective)):
+        raise ArgumentError(f"root={args.root!r} does not apply to {args.collective}: none of "
+                            "its algorithms has a root")
     what = "simulating every algorithm …" if args.precision else "building schedules …"
     with status(what):
         rows = _compare_rows(args.collective, args.world_size, args.count, dtype, args)
