@@ -24,7 +24,7 @@ OPTIONAL = {"torch", "mpi4py", "matplotlib", "rich", "sklearn", "scipy", "plotly
 #: layer of each top-level module or subpackage of ringccl
 LAYER_OF = {
     "errors": "leaf", "args": "leaf", "units": "leaf", "ops": "leaf", "chunking": "leaf",
-    "caches": "leaf", "resources": "leaf", "consistency": "leaf",
+    "caches": "leaf", "resources": "leaf", "consistency": "leaf", "plugins": "leaf",
     "ir": "schedule", "collectives": "schedule", "check": "schedule", "layout": "schedule",
     "algorithms": "algorithms",
     "views": "views",

@@ -34,6 +34,7 @@ from . import units
 from .caches import clear_caches
 from .costmodel import buckets, presets, topology
 from .algorithms import Algorithm, algorithms, build_schedule, get_algorithm, register
+from .algorithms.registry import default_algorithm
 from .check import verify
 from .collectives import COLLECTIVES, get_collective
 from .costmodel.model import CostResult, Predictor, StepCost, cost, predictor, walk
@@ -59,14 +60,22 @@ __all__ = ["schedule", "verify", "simulate", "table", "algorithms", "collectives
            "ConsistencyError", "clear_caches", "__version__"]
 
 
-def schedule(collective: str, algorithm: str = "ring", world_size: int = 4, **params) -> Schedule:
+def schedule(collective: str, algorithm: str | None = None, world_size: int = 4,
+             **params) -> Schedule:
     """The schedule of ``algorithm`` for ``collective`` on ``world_size`` ranks.
 
     Example: ``ringccl.table(ringccl.schedule("all_reduce", "ring", world_size=4))``.
 
+    Args:
+        algorithm: a registered name; None: the collective's default
+            (:data:`ringccl.algorithms.registry.DEFAULTS`: ring, or direct for scatter, gather
+            and all_to_all).
+
     Raises:
         ArgumentError: unknown collective or algorithm (listing the valid names), world_size < 1.
     """
+    if algorithm is None:
+        algorithm = default_algorithm(collective)
     return build_schedule(collective, algorithm, world_size, **params)
 
 

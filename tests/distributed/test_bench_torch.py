@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.distributed, pytest.mark.timeout(600)]
 
 def test_bench_all_reduce_ring_and_builtin(capsys):
     assert main(["bench", "all_reduce", "--nproc", "2", "-b", "4KiB", "-e", "64KiB", "-f", "4",
-                 "-n", "3", "-w", "1", "--algorithm", "ring,builtin", "--json"]) == 0
+                 "--iters", "3", "-w", "1", "--algorithm", "ring,builtin", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     coll = [r for r in report["rows"] if r["kind"] == "collective"]
     assert report["world_size"] == 2 and report["spec"]["backend"] == "gloo"
@@ -34,7 +34,7 @@ def test_bench_no_restore(capsys):
     from ringccl import bench
     spec = bench.BenchSpec("all_reduce", ("ring",), 1024, 1024, 2, 1, 0, restore=False)
     assert bench.BenchSpec.from_dict(spec.to_dict()).restore is False
-    assert main(["bench", "all_reduce", "--nproc", "2", "-b", "1KiB", "-e", "1KiB", "-n", "1",
+    assert main(["bench", "all_reduce", "--nproc", "2", "-b", "1KiB", "-e", "1KiB", "--iters", "1",
                  "-w", "0", "--algorithm", "ring", "--no-restore", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["spec"]["restore"] is False
@@ -45,7 +45,7 @@ def test_bench_no_restore(capsys):
 @pytest.mark.parametrize("collective", ["all_reduce", "reduce_scatter", "reduce"])
 def test_bench_accumulate_dtype(capsys, collective):
     # float16 inputs reduced in float32 by ringccl (not by builtin); sizes count float16 bytes
-    assert main(["bench", collective, "--nproc", "2", "-b", "4KiB", "-e", "4KiB", "-n", "2",
+    assert main(["bench", collective, "--nproc", "2", "-b", "4KiB", "-e", "4KiB", "--iters", "2",
                  "-w", "0", "-d", "half", "--algorithm", "ring,builtin", "--accumulate-dtype",
                  "f4", "--no-calibrate", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
@@ -63,7 +63,8 @@ def test_bench_accumulate_dtype(capsys, collective):
 def test_bench_nccl_tests_format_and_plot(capsys, tmp_path, collective, extra):
     png = tmp_path / "busbw.png"
     assert main(["bench", collective, "--nproc", "3", "-b", "3KiB", "-e", "12KiB", "-f", "4",
-                 "-n", "2", "-w", "0", "--format", "nccl-tests", "--plot", str(png)] + extra) == 0
+                 "--iters", "2", "-w", "0", "--format", "nccl-tests", "--plot", str(png)]
+                + extra) == 0
     lines = capsys.readouterr().out.splitlines()
     data = [line.split() for line in lines if line and not line.startswith("#")]
     # every registered algorithm (per segment setting) and builtin: new algorithms join in
@@ -83,7 +84,7 @@ def test_bench_under_torchrun():
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
          "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "-m", "ringccl",
-         "bench", "all_reduce", "-b", "1KiB", "-e", "1KiB", "-n", "2", "-w", "0", "--csv"],
+         "bench", "all_reduce", "-b", "1KiB", "-e", "1KiB", "--iters", "2", "-w", "0", "--csv"],
         capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.strip().splitlines()

@@ -73,7 +73,7 @@ def test_mpirun_command_flags():
 def test_bench_json_then_fit(tmp_path, capsys):
     """The issue's acceptance pipeline, on a short sweep."""
     assert main(["bench", "all_reduce", "--backend", "mpi", "--nproc", "2", "-b", "4KiB",
-                 "-e", "1MiB", "-f", "4", "-n", "5", "-w", "1", "--algorithm", "ring,builtin",
+                 "-e", "1MiB", "-f", "4", "--iters", "5", "-w", "1", "--algorithm", "ring,builtin",
                  "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     rows = report["rows"]
@@ -97,7 +97,7 @@ def test_bench_json_then_fit(tmp_path, capsys):
                                                 ("all_gather", "int8", "sum")])
 def test_bench_other_collectives_nccl_tests_format(capsys, collective, dtype, op):
     assert main(["bench", collective, "--backend", "mpi", "--nproc", "3", "-b", "1KiB",
-                 "-e", "16KiB", "-f", "4", "-n", "2", "-w", "0", "-d", dtype, "-o", op,
+                 "-e", "16KiB", "-f", "4", "--iters", "2", "-w", "0", "-d", dtype, "-o", op,
                  "--segment-bytes", "auto,0,1KiB", "--format", "nccl-tests"]) == 0
     lines = capsys.readouterr().out.splitlines()
     data = [line.split() for line in lines if line and not line.startswith("#")]
@@ -119,7 +119,7 @@ def test_bench_rooted_and_all_to_all(capsys, collective, extra):
     """Every algorithm and MPI's own (MPI_Bcast, MPI_Reduce, MPI_Scatter, MPI_Gather,
     MPI_Alltoall), both placements, checked against the exact result."""
     assert main(["bench", collective, "--backend", "mpi", "--nproc", "3", "-b", "96",
-                 "-e", "6KiB", "-f", "8", "-n", "1", "-w", "0", "--csv", *extra]) == 0
+                 "-e", "6KiB", "-f", "8", "--iters", "1", "-w", "0", "--csv", *extra]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     rows = [dict(zip(lines[0].split(","), line.split(","))) for line in lines[1:]]
     coll = [r for r in rows if r["kind"] == "collective"]
@@ -132,7 +132,7 @@ def test_bench_rooted_and_all_to_all(capsys, collective, extra):
 def test_bench_under_mpirun_prints_once():
     """`mpirun -n 2 ringccl bench --backend mpi`: the processes run the sweep, rank 0 prints."""
     proc = _run(2, [sys.executable, "-m", "ringccl", "bench", "all_gather", "--backend", "mpi",
-                    "-b", "4KiB", "-e", "4KiB", "-n", "2", "-w", "0", "--csv"])
+                    "-b", "4KiB", "-e", "4KiB", "--iters", "2", "-w", "0", "--csv"])
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     rows = 2 * (len(ringccl.algorithms("all_gather")) + 1)  # (algorithms + builtin) × placements
@@ -141,6 +141,6 @@ def test_bench_under_mpirun_prints_once():
 
 def test_bench_failure_is_reported(capsys):
     code = main(["bench", "all_reduce", "--backend", "mpi", "--nproc", "2", "-b", "1KiB",
-                 "-e", "1KiB", "-n", "1", "-d", "float16", "--algorithm", "builtin"])
+                 "-e", "1KiB", "--iters", "1", "-d", "float16", "--algorithm", "builtin"])
     assert code == 2
     assert "no predefined datatype for float16" in capsys.readouterr().err

@@ -6,8 +6,9 @@ takes ``world_size`` (and keyword parameters such as ``root``) and returns a
 built-in builders all use one style, :class:`ringccl.algorithms._build.Transfers`.
 
 Adding an algorithm is one new module that calls ``register`` (see README, "Adding an algorithm"),
-imported by :mod:`ringccl.algorithms` or by the user before use. An entry is written with keywords
-only, so the nine fields cannot be swapped silently::
+imported by :mod:`ringccl.algorithms` or by the user before use (``ringccl --import FILE``
+for the CLI). :data:`DEFAULTS` holds the one default algorithm of each collective. An entry is
+written with keywords only, so the nine fields cannot be swapped silently::
 
     register(Algorithm(collective="all_gather", name="ring", builder=all_gather,
                        num_steps=lambda n: n - 1, bytes_sent=lambda n, m: (n - 1) / n * m,
@@ -28,7 +29,7 @@ from ..errors import ArgumentError, ArgumentTypeError
 from ..ir import Schedule
 
 __all__ = ["Algorithm", "register", "get_algorithm", "algorithms", "build_schedule", "params_key",
-           "REGISTRY"]
+           "REGISTRY", "DEFAULTS", "default_algorithm"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,6 +120,31 @@ def algorithms(collective: str) -> list[str]:
     """
     get_collective(collective)
     return [name for (coll, name) in REGISTRY if coll == collective]
+
+
+#: The one default algorithm of each collective: what ``ringccl.schedule``, ``ringccl.simulate``,
+#: the CLI and the executors use when no algorithm is named (``ringccl algorithms`` marks it).
+#: ring where the bandwidth-optimal ring exists; direct where there is no ring (scatter, gather,
+#: all_to_all: the root, or every rank, sends each block straight to its owner, which is what
+#: the simulator and the CLI have always used there).
+DEFAULTS: Mapping[str, str] = {
+    "all_reduce": "ring", "reduce_scatter": "ring", "all_gather": "ring", "broadcast": "ring",
+    "reduce": "ring", "scatter": "direct", "gather": "direct", "all_to_all": "direct",
+}
+
+
+def default_algorithm(collective: str) -> str:
+    """The default algorithm of ``collective`` (:data:`DEFAULTS`); when that entry has been
+    taken out of the registry, the collective's first registered algorithm.
+
+    Raises:
+        ArgumentError: unknown collective, or no algorithm registered for it.
+    """
+    names = algorithms(collective)
+    if not names:
+        raise ArgumentError(f"no algorithm is registered for {collective}")
+    name = DEFAULTS.get(collective)
+    return name if name in names else names[0]
 
 
 def get_algorithm(collective: str, algorithm: str) -> Algorithm:

@@ -3,19 +3,28 @@
 Each command group registers its own subparser (``register*`` in :mod:`.schedules`,
 :mod:`.simulate`, :mod:`.run`, :mod:`.model`, :mod:`.train`, :mod:`.demo`); :data:`COMMANDS` lists
 them in the order ``ringccl --help`` shows them.
+
+Global options: ``--version``; ``--import MODULE`` (repeatable; a module name or a ``.py`` path,
+also ``$RINGCCL_IMPORT``, comma-separated) imports the user's modules before the command runs,
+so the algorithms they register can be named everywhere (:mod:`ringccl.plugins`). The parser
+is :class:`.common.Parser`, which reads ``--size -1MiB`` as an option and its value.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from importlib import metadata
 from typing import Sequence
 
+from .. import __version__, plugins
 from ..errors import RingcclError
 from . import demo, model, run, schedules, simulate, train
 from . import plan as plan_cmd
+from .common import Parser
 
-__all__ = ["build_parser", "main", "COMMANDS"]
+__all__ = ["build_parser", "main", "COMMANDS", "version"]
 
 #: (command, registers its subparser) in ``ringccl --help`` order
 COMMANDS = (("demo", demo.register), ("show", schedules.register_show),
@@ -26,11 +35,28 @@ COMMANDS = (("demo", demo.register), ("show", schedules.register_show),
             ("tune", model.register_tune), ("plan", plan_cmd.register))
 
 
+def version() -> str:
+    """The installed distribution's version (importlib.metadata), else ``ringccl.__version__``
+    (a source tree on PYTHONPATH that was never installed)."""
+    try:
+        return metadata.version("ringccl")
+    except metadata.PackageNotFoundError:
+        return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``ringccl`` parser: one subparser per command, each with ``func`` its handler."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="ringccl", description="Collective-communication algorithms as data: see, check, "
         "simulate and run them.")
+    parser.add_argument("--version", action="version", version=f"ringccl {version()}")
+    parser.add_argument("--import", dest="imports", action="append", default=[],
+                        metavar="MODULE",
+                        help="import this module (a name on PYTHONPATH, or a path to a .py "
+                        "file) before the command runs, so the algorithms it registers can be "
+                        "named with --algorithm; repeatable. Worker processes import it too "
+                        f"(through ${plugins.ENV_VAR}, comma-separated, which is also read "
+                        "when set by hand)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for _, register in COMMANDS:
         register(sub)
@@ -49,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        return _run(args)
     except RingcclError as exc:
         print(f"ringccl: error: {exc}", file=sys.stderr)
         return 2
@@ -64,3 +90,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"interrupted: ringccl {args.command} stopped before it finished",
               file=sys.stderr, flush=True)
         return 130
+
+
+def _run(args) -> int:
+    """Import the user's modules (``$RINGCCL_IMPORT``, then ``--import``), then run the command.
+
+    The environment variable is set to every module imported here, files as absolute paths, so
+    that the workers ``run``/``bench``/``train`` start (they inherit the environment, whatever
+    their working directory) import the same ones before building any schedule.
+    """
+    specs = plugins.parse_env(os.environ.get(plugins.ENV_VAR)) + list(args.imports)
+    if specs:
+        plugins.import_user_modules(specs)
+        os.environ[plugins.ENV_VAR] = ",".join(dict.fromkeys(
+            os.path.abspath(os.path.expanduser(s)) if plugins.is_file_spec(s) else s
+            for s in specs))
+    return args.func(args)

@@ -7,26 +7,30 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import inspect
 import json
 import math
 import os
+import re
 import sys
 from typing import Sequence
 
 import numpy as np
 
 from .. import units
-from ..algorithms import build_schedule
+from ..algorithms import algorithms, build_schedule, get_algorithm
 from ..collectives import COLLECTIVES, check_root, get_collective
 from ..errors import ArgumentError, RingcclError
 from ..ops import check_accumulate_dtype, check_op_dtype
 from ..sim import default_algorithm, resolve_root
 
 __all__ = ["table", "TABLE_FORMATS", "stderr_console", "add_format_option", "add_launch_options",
-           "check_nproc", "interrupted", "INTERRUPTED", "status", "progress", "emit_json", "schedule_params", "check_call",
-           "check_root_arg", "need_torch", "add_collective_args", "add_accumulate_option",
+           "check_nproc", "interrupted", "INTERRUPTED", "status", "progress", "emit_json",
+           "schedule_params", "check_call", "check_root_arg", "takes_root", "need_torch",
+           "add_collective_args", "add_accumulate_option",
            "positive_int", "nonnegative_int", "seconds_arg", "widths_arg", "size_arg",
-           "count_arg", "size_list", "int_list", "name_list", "checked"]
+           "count_arg", "size_list", "int_list", "name_list", "checked", "nonnegative",
+           "Parser"]
 
 
 # -- output ---------------------------------------------------------------------------------------
@@ -184,8 +188,8 @@ def add_collective_args(p, collective: bool = True) -> None:
     if collective:
         p.add_argument("collective", choices=list(COLLECTIVES), help="collective to use")
         p.add_argument("--algorithm", "-a", default=None,
-                       help="algorithm name (see `ringccl algorithms`; default ring, or the "
-                       "collective's first algorithm)")
+                       help="algorithm name (see `ringccl algorithms`, which marks each "
+                       "collective's default with *: ring, or direct where there is no ring)")
         p.add_argument("--src", type=int, default=None,
                        help="root of broadcast and scatter (default 0)")
         p.add_argument("--dst", type=int, default=None,
@@ -231,11 +235,29 @@ def check_call(args, world_size: int, dtype: np.dtype, op, params: dict) -> None
 
 
 def check_root_arg(args, params: dict, world_size: int) -> None:
-    """The root's range, named as the user gave it (src, dst or root)."""
+    """The root, named as the user gave it (src, dst or root): --root on an algorithm without
+    one does not apply (as --src on all_reduce does not), and a root out of range says the
+    range."""
     if "root" in params:
+        if getattr(args, "root", None) is not None and not takes_root(args.collective,
+                                                                       args.algorithm):
+            takers = [a for a in algorithms(args.collective) if takes_root(args.collective, a)]
+            raise ArgumentError(
+                f"root={args.root!r} does not apply to {args.algorithm} {args.collective}, which "
+                "has no root" + (f" (of the {args.collective} algorithms, {', '.join(takers)} "
+                                 f"take{'s' if len(takers) == 1 else ''} one)" if takers else ""))
         given = next((name for name in ("src", "dst") if getattr(args, name, None) is not None),
                      "root")
         check_root(params["root"], world_size, given)
+
+
+def takes_root(collective: str, algorithm: str) -> bool:
+    """True if the algorithm's builder takes ``root`` (or any keyword)."""
+    try:
+        parameters = inspect.signature(get_algorithm(collective, algorithm).builder).parameters
+    except (TypeError, ValueError):  # no signature: let the builder decide
+        return True
+    return "root" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
 
 
 def need_torch() -> None:
@@ -294,6 +316,51 @@ def interrupted(what: str) -> int:
 
 # -- argparse types ------------------------------------------------------------------------------
 
+#: a value that starts like a negative number (-1MiB, -1us, -.5): argparse alone takes these for
+#: options, unless they are plain numbers (-1, -0.5), and answers "expected one argument"
+_NEGATIVE = re.compile(r"-\.?\d")
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser that reads ``--size -1MiB`` as the option and its (negative) value, so
+    the option's type can refuse it by name ("argument --size/-s: '-1MiB' is negative: a size
+    must be > 0") instead of argparse's "expected one argument". Subparsers are of this class
+    too (argparse makes them of the parent's class)."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        args = sys.argv[1:] if args is None else list(args)
+        return super().parse_known_args(self._attach_negative_values(args), namespace)
+
+    def _attach_negative_values(self, args: list[str]) -> list[str]:
+        """``[--size, -1MiB]`` -> ``[--size=-1MiB]`` for this parser's options that take one
+        value (the form argparse reads as a value whatever it looks like)."""
+        takes_value = {opt: action for action in self._actions if action.nargs is None
+                       and action.option_strings for opt in action.option_strings}
+        out, i = [], 0
+        while i < len(args):
+            token = args[i]
+            if token == "--":
+                out.extend(args[i:])
+                break
+            action = takes_value.get(token)
+            if (action is not None and i + 1 < len(args) and _NEGATIVE.match(args[i + 1])
+                    and args[i + 1] not in self._option_string_actions):
+                long = next((o for o in action.option_strings if o.startswith("--")), None)
+                out.append(f"{long}={args[i + 1]}" if long else token + args[i + 1])
+                i += 2
+                continue
+            out.append(token)
+            i += 1
+        return out
+
+
+def _refuse_negative(text: str, noun: str, allowed: str) -> None:
+    """ArgumentTypeError naming ``text`` when it is negative: "count '-1' is negative: must be
+    >= 0 elements" (``noun``: what the value is; ``allowed``: what it must be)."""
+    if str(text).strip().startswith("-"):
+        raise argparse.ArgumentTypeError(f"{noun} {text!r} is negative: must be {allowed}")
+
+
 def _int_at_least(minimum: int):
     def parse(text: str) -> int:
         try:
@@ -334,7 +401,8 @@ def widths_arg(text: str) -> tuple:
 
 
 def size_arg(text: str) -> int:
-    """Bytes: ``4KiB``, ``4KB``, ``4096`` (argparse type)."""
+    """Bytes: ``4KiB``, ``4KB``, ``4096`` (argparse type; >= 0)."""
+    _refuse_negative(text, "size", ">= 0 bytes (e.g. 4096, 4KiB, 1MiB)")
     try:
         return units.size(text)
     except RingcclError as exc:
@@ -342,7 +410,8 @@ def size_arg(text: str) -> int:
 
 
 def count_arg(text: str) -> int:
-    """Elements: ``1M`` = 10^6, ``1Mi`` = 2^20 (argparse type)."""
+    """Elements: ``1M`` = 10^6, ``1Mi`` = 2^20 (argparse type; >= 0)."""
+    _refuse_negative(text, "count", ">= 0 elements (e.g. 1000, 1M, 1Mi)")
     try:
         return units.count(text)
     except RingcclError as exc:
@@ -350,7 +419,10 @@ def count_arg(text: str) -> int:
 
 
 def size_list(text: str) -> list[float]:
-    """``4KiB:1GiB`` (powers of two between), ``4KiB:1GiB:4`` (factor 4), or ``1KiB,4MiB``."""
+    """``4KiB:1GiB`` (powers of two between), ``4KiB:1GiB:4`` (factor 4), or ``1KiB,4MiB``;
+    every size > 0."""
+    for part in re.split("[:,]", text)[:2] if ":" in text else text.split(","):
+        _refuse_negative(part, "size", "> 0 bytes (e.g. 4KiB, 1MiB, 4KiB:1GiB)")
     try:
         if ":" in text:
             parts = text.split(":")
@@ -377,6 +449,17 @@ def int_list(text: str) -> list[int]:
 def name_list(text: str) -> list[str]:
     """``ring,direct``: comma-separated names."""
     return [s.strip() for s in text.split(",") if s.strip()]
+
+
+def nonnegative(parse, noun: str, allowed: str):
+    """An argparse type from a ringccl parser of a quantity that cannot be negative: ``noun``
+    names it, ``allowed`` says what it must be (``nonnegative(units.duration, "latency",
+    ">= 0 s (e.g. 5us)")``)."""
+    def convert(text: str):
+        _refuse_negative(text, noun, allowed)
+        return checked(parse)(text)
+    convert.__name__ = parse.__name__
+    return convert
 
 
 def checked(parse):

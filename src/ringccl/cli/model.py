@@ -21,14 +21,14 @@ from ..costmodel.tuning import predict_table, tune
 from ..errors import ArgumentError
 from ..ops import SUPPORTED_DTYPES
 from ..views.plot import model_chart
-from .common import (checked, emit_json, int_list, name_list, positive_int, size_arg, size_list,
-                     status, table)
+from .common import (emit_json, int_list, name_list, nonnegative, positive_int, size_arg,
+                     size_list, status, table)
 
 __all__ = ["register_model", "register_tune", "register_fit"]
 
 
 def _ms(seconds: float) -> str:
-    """Milliseconds as the seeds print them: 2 decimals, 3 below 1 ms."""
+    """Milliseconds as the walk-through and the lecture print them: 2 decimals, 3 below 1 ms."""
     ms = seconds * 1e3
     return f"{ms:.2f}" if abs(ms) >= 1 else f"{ms:.3f}"
 
@@ -65,16 +65,27 @@ def _model_report(args) -> dict:
     return {"collective": args.collective, "tables": tables}
 
 
+def _gbps(rate: float) -> str:
+    """A rate in GB/s, or n/a where it is no number (a 0 s prediction)."""
+    return f"{rate / 1e9:.3f}" if np.isfinite(rate) else "n/a"
+
+
 def _print_model(report: dict) -> None:
     headers = ["size", "count", "type", "algorithm", "time (us)", "algbw (GB/s)",
                "busbw (GB/s)", "latency", "busiest link out (bytes)", "steps", ""]
     for t in report["tables"]:
+        # world_size 1 moves nothing: 0 s, so algbw = size/0 and busbw = 0·inf are no numbers
         rows = [[units.format_size(r["size"]), r["count"], r["type"], r["algorithm"],
-                 f"{r['time_s'] * 1e6:.2f}", f"{r['algbw'] / 1e9:.3f}", f"{r['busbw'] / 1e9:.3f}",
-                 f"{100 * r['latency_fraction']:.1f}%", _link_bytes_text(r["max_link_bytes"]),
-                 r["num_steps"], "fastest" if r["best"] else ""] for r in t["rows"]]
+                 f"{r['time_s'] * 1e6:.2f}", _gbps(r["algbw"]), _gbps(r["busbw"]),
+                 f"{100 * r['latency_fraction']:.1f}%" if r["time_s"] > 0 else "n/a",
+                 _link_bytes_text(r["max_link_bytes"]),
+                 r["num_steps"], "fastest" if r["best"] and r["time_s"] > 0 else ""]
+                for r in t["rows"]]
         table(f"predicted {report['collective']} (nccl-tests columns), {t['machine']}",
               headers, rows)
+        if t["world_size"] == 1:
+            print("  world_size 1: nothing to communicate (time 0 s; algbw, busbw and the "
+                  "latency share n/a)")
         for c in t["crossovers"]:
             print(f"  crossover: {c['below']} -> {c['above']} at "
                   f"{units.format_size(c['nbytes'])} ({c['seconds'] * 1e6:.2f} us)")
@@ -98,13 +109,21 @@ def _plot_model(report: dict, path: str) -> None:
                 f"{report['tables'][0]['machine'].split(', ', 1)[-1]})")
 
 
+#: where the --preset seed figures come from, in words a user can look up
+WALKTHROUGH = ("the ring all-reduce walk-through (\"Ring AllReduce core flow: how gradients "
+               "are aggregated\")")
+LECTURE = ("the collective-communication lecture (\"Lecture 09: network communication basics "
+           "and collective primitives\")")
+
+
 def _print_seed(fig: dict) -> None:
-    table("seed 000 §5: ring all_reduce bytes sent per rank (K = one rank's buffer)",
+    print(f"figures of {WALKTHROUGH} and of {LECTURE}, recomputed by ringccl\n")
+    table("ring walk-through §5: ring all_reduce bytes sent per rank (K = one rank's buffer)",
            ["N", "bytes per rank", "vs naive (N-1)K", "vs lower bound 2K"],
            [[r["world_size"], f"{r['bytes_per_rank_K']:.3f} K", f"{r['vs_direct']:.3f} x",
              f"{r['vs_lower_bound']:.3f} x"] for r in fig["per_rank_bytes"]])
     print()
-    table("seed 000 §5: ring all_reduce, alpha = 5 us, 300 GB/s, float32",
+    table("ring walk-through §5: ring all_reduce, alpha = 5 us, 300 GB/s, float32",
            ["ranks", "elements", "size", "total (ms)", "latency (ms)", "latency share",
             "bandwidth (ms)"],
            [[r["world_size"], units.format_count(r["count"]), units.format_size(r["nbytes"]),
@@ -113,8 +132,8 @@ def _print_seed(fig: dict) -> None:
     print()
     rows = fig["experiment3"]
     walked = list(rows[0]["ringccl"])
-    table("seed 001 §7.3 experiment 3: all_reduce of 100 MiB, 50 GB/s, 5 us (ms); "
-          "lecture's formulas | ringccl's walked schedules",
+    table("lecture 09 §7.3 experiment 3: all_reduce of 100 MiB, 50 GB/s, 5 us (ms); "
+          "the lecture's formulas | ringccl's walked schedules",
            ["P", "master", "ring", "tree", "|"] + [f"ringccl {a}" for a in walked],
            [[r["world_size"]] + [_ms(r["lecture"][a]) for a in ("master", "ring", "tree")]
             + ["|"] + ["-" if r["ringccl"][a] is None else _ms(r["ringccl"][a]) for a in walked]
@@ -125,7 +144,8 @@ def _print_seed(fig: dict) -> None:
     print()
     h = fig["hierarchical"]
     hw = h["hierarchical_walked"]
-    table(f"seed 001 q.4: all_reduce of {units.format_size(h['nbytes'])} on {h['nodes']} nodes x "
+    table(f"lecture 09 §9.3 question 4: all_reduce of {units.format_size(h['nbytes'])} on "
+          f"{h['nodes']} nodes x "
           f"{h['local']} GPUs, NVLink {units.format_bandwidth(h['nvlink_bandwidth'])}, "
           f"{units.format_bandwidth(h['nic_bandwidth'])} per NIC, alpha 5 us",
            ["algorithm", "time (ms)", "bytes out of the busiest NIC", "NICs used per node"],
@@ -143,7 +163,7 @@ def _print_seed(fig: dict) -> None:
 
 def _cmd_model(args) -> int:
     if args.preset == "seed":
-        with status("computing the seeds' figures …"):
+        with status("recomputing the walk-through's and the lecture's figures …"):
             fig = seed_figures()
         if args.json:
             emit_json(fig)
@@ -239,11 +259,14 @@ def _add_machine_args(p) -> None:
     g = p.add_argument_group("machine (flat by default; --nodes for two-level)")
     g.add_argument("--world-size", "-N", type=int_list, default=None,
                    help="ranks, or a list: 8,64,1024 (flat machine; default 8)")
-    g.add_argument("--alpha", default="5us", type=checked(units.duration),
+    g.add_argument("--alpha", default="5us",
+                   type=nonnegative(units.duration, "latency", ">= 0 s (e.g. 5us)"),
                    help="flat: latency per step (default 5us)")
-    g.add_argument("--bandwidth", default="50GB/s", type=checked(units.bandwidth),
+    g.add_argument("--bandwidth", default="50GB/s",
+                   type=nonnegative(units.bandwidth, "bandwidth", "> 0 (e.g. 50GB/s)"),
                    help="flat: per direction, 50GB/s or 400Gbps (default 50GB/s)")
-    g.add_argument("--gamma", default=0.0, type=checked(_gamma),
+    g.add_argument("--gamma", default=0.0, type=nonnegative(
+        _gamma, "gamma", ">= 0 s per byte, or a rate > 0 (e.g. 100GB/s)"),
         help="seconds per byte reduced, or a reduction rate such as 100GB/s (default 0)")
     g.add_argument("--nodes", type=positive_int, help="two-level: number of nodes")
     g.add_argument("--local", type=positive_int, default=8, help="two-level: GPUs per node")
@@ -296,11 +319,21 @@ def _print_fit(fit, held, args) -> None:
                ["size", "measured (us)", "predicted (us)", "error"],
                [[units.format_size(s), f"{m * 1e6:.1f}", f"{p * 1e6:.1f}", f"{e * 100:+.1f}%"]
                 for s, m, p, e in points])
-    med = held.median_error(args.min_size)
-    print(f"held-out median |error| for sizes >= {units.format_size(args.min_size)}: "
-          f"{med * 100:.1f}%  (fit on {held.train}: α = {_fmt_param('alpha', held.fit.alpha)}, "
-          f"β = {_fmt_param('beta', held.fit.beta)}, γ = {_fmt_param('gamma', held.fit.gamma)})"
-          "\n")
+    print(_held_out_summary(held, args.min_size) + "\n")
+
+
+def _held_out_summary(held, min_size: int) -> str:
+    """The held-out line: the median |error|, or n/a and why there is none."""
+    fitted = (f"(fit on {held.train}: α = {_fmt_param('alpha', held.fit.alpha)}, "
+              f"β = {_fmt_param('beta', held.fit.beta)}, "
+              f"γ = {_fmt_param('gamma', held.fit.gamma)})")
+    if held.reason:
+        return f"held-out median |error|: n/a ({held.reason})"
+    if not held.errors(min_size):
+        return (f"held-out median |error| for sizes >= {units.format_size(min_size)}: n/a (no "
+                f"held-out row is that large; lower --min-size)  {fitted}")
+    return (f"held-out median |error| for sizes >= {units.format_size(min_size)}: "
+            f"{held.median_error(min_size) * 100:.1f}%  {fitted}")
 
 
 def _predictions(fit, args, data_rows) -> list[dict]:
@@ -332,7 +365,8 @@ def _cmd_fit(args) -> int:
         preds = _predictions(fit, args, group) if args.predict else []
         if args.json:
             report.append({"fit": fit.to_json(), "held_out": {
-                "train": held.train, "method": held.method, "fit": held.fit.to_json()["params"],
+                "train": held.train, "method": held.method, "reason": held.reason or None,
+                "fit": held.fit.to_json()["params"],
                 "median_abs_error": held.median_error(args.min_size),
                 "min_size": args.min_size,
                 "sweeps": {k: [dict(zip(("size", "measured_s", "predicted_s",
@@ -363,7 +397,10 @@ def register_model(sub) -> None:
                    help="element type for the count column")
     _add_machine_args(p)
     p.add_argument("--plot", metavar="PNG", help="write a chart: time and busbw vs size")
-    p.add_argument("--preset", choices=["seed"], help="seed: print the seeds' figures")
+    p.add_argument("--preset", choices=["seed"],
+                   help="seed: recompute the figures of the ring all-reduce walk-through "
+                   "(bytes per rank, latency table) and of the collective-communication lecture "
+                   "(experiment 3, the hierarchical all-reduce question)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_model)
 
@@ -381,11 +418,17 @@ def register_tune(sub) -> None:
                    help="also find the best gradient bucket size for this model")
     p.add_argument("--tensor-sizes", type=size_list,
                    help="gradient sizes in backward order, instead of --bucket-model")
-    p.add_argument("--backward", type=checked(units.duration), default=0.0,
+    p.add_argument("--backward", default=0.0, type=nonnegative(
+        units.duration, "backward time", ">= 0 s (e.g. 50ms)"),
                    help="backward time the buckets overlap with (default 0)")
     p.add_argument("--bucket-algorithm", default="ring", help="algorithm for each bucket")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_tune)
+
+
+def _predict_sizes(text: str) -> list[int]:
+    """``fit --sizes``: :func:`size_list`, in whole bytes."""
+    return [int(s) for s in size_list(text)]
 
 
 def register_fit(sub) -> None:
@@ -405,11 +448,12 @@ def register_fit(sub) -> None:
     p.add_argument("--residuals", action="store_true", help="print every row's residual")
     p.add_argument("--predict", action="store_true",
                    help="print predicted times for --sizes × --world-size × algorithms")
-    p.add_argument("--sizes", type=lambda t: [units.size(x) for x in t.split(",")],
+    p.add_argument("--sizes", type=_predict_sizes,
                    default=[units.size(x) for x in ("64KiB", "1MiB", "16MiB", "256MiB", "1GiB")],
-                   help="sizes to predict (default 64KiB,1MiB,16MiB,256MiB,1GiB)")
-    p.add_argument("--world-size", type=lambda t: [int(x) for x in t.split(",")],
-                   default=[2, 8, 64, 1024], help="world sizes to predict (default 2,8,64,1024)")
+                   help="sizes to predict, > 0: a list or a range as for model --size (default "
+                   "64KiB,1MiB,16MiB,256MiB,1GiB)")
+    p.add_argument("--world-size", "-N", type=int_list, default=[2, 8, 64, 1024],
+                   help="world sizes to predict, integers >= 1 (default 2,8,64,1024)")
     p.add_argument("--collective", help="collectives to predict (default: those measured)")
     p.add_argument("--algorithm", "-a", help="algorithms to predict (default: all with a "
                    "closed form)")

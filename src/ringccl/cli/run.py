@@ -5,6 +5,7 @@ is a one-size bench (:func:`ringccl.bench.one_size`)."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import sys
@@ -287,6 +288,25 @@ def register_run(sub) -> None:
     p.set_defaults(func=_cmd_run)
 
 
+def _no_count(text: str):
+    """bench's -c: refused, since -c is --count elsewhere and bench sweeps sizes instead."""
+    raise argparse.ArgumentTypeError(
+        f"bench takes no count (it sweeps sizes: -b/-e/-f); -c is --count in run and simulate. "
+        f"For nccl-tests' -c (check) write --check {text}")
+
+
+class _OnceAction(argparse.Action):
+    """--nproc given once: ``bench --nproc 2 -n 5`` (-n was --iters before it meant --nproc
+    in every command) is refused rather than read as 5 processes."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if getattr(namespace, "_nproc_given", None):
+            parser.error(f"argument {option_string}: --nproc given twice ({namespace.nproc}, "
+                         f"then {values}); -n is --nproc, iterations are --iters")
+        namespace._nproc_given = True
+        setattr(namespace, self.dest, values)
+
+
 def register_bench(sub) -> None:
     """``ringccl bench``."""
     p = sub.add_parser(
@@ -302,12 +322,15 @@ def register_bench(sub) -> None:
                    help="largest size (default 64MiB)")
     p.add_argument("-f", "--stepfactor", type=int, default=4,
                    help="multiply the size by this between rows (default 4)")
-    p.add_argument("-n", "--iters", type=positive_int, default=20,
+    # -n and -c mean --nproc and --count in every command (nccl-tests' -n iters and -c check
+    # are long options only here): -n is --nproc below, -c is refused by name
+    p.add_argument("--iters", type=positive_int, default=20,
                    help="timed iterations per row (default 20; the median is reported)")
     p.add_argument("-w", "--warmup-iters", type=int, default=5,
                    help="untimed iterations first (default 5)")
-    p.add_argument("-c", "--check", type=int, choices=[0, 1], default=1,
+    p.add_argument("--check", type=int, choices=[0, 1], default=1,
                    help="count wrong elements against the exact result (default 1)")
+    p.add_argument("-c", dest="count_flag", type=_no_count, help=argparse.SUPPRESS)
     p.add_argument("-d", "--dtype", default="float32",
                    choices=list(SUPPORTED_DTYPES) + list(_NCCL_DTYPES),
                    help="element type (numpy or nccl-tests names; default float32)")
@@ -317,7 +340,7 @@ def register_bench(sub) -> None:
                    help="comma-separated algorithms and/or builtin (the backend's own); "
                    "'all' (default) = every registered algorithm and builtin")
     p.add_argument("--backend", choices=["gloo", "nccl", "mpi"], default="gloo")
-    p.add_argument("--nproc", "-p", type=positive_int,
+    p.add_argument("--nproc", "-n", "-p", type=positive_int, action=_OnceAction,
                    help="start this many local processes (else run under torchrun/mpirun)")
     p.add_argument("--segment-bytes", metavar="LIST",
                    help="pipelining segments for ringccl algorithms, one sweep per entry: "

@@ -6,20 +6,23 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import sys
 
 import numpy as np
 
 from .. import units
 from ..algorithms import REGISTRY, algorithms, build_schedule, get_algorithm
+from ..algorithms.registry import default_algorithm
 from ..check import verify
 from ..collectives import COLLECTIVES, get_collective
+from ..errors import ArgumentError
 from ..ops import SUPPORTED_DTYPES, check_dtype
 from ..sim.precision import output_errors
 from ..views.interop import to_chrome_trace, to_msccl_xml
-from ..views.show import step_rows, step_table
+from ..views.show import parse_ranks, step_rows, step_table
 from .common import (add_collective_args, check_root_arg, count_arg, emit_json, nonnegative_int,
-                     positive_int, schedule_params, status, table)
+                     positive_int, schedule_params, status, table, takes_root)
 
 __all__ = ["register_algorithms", "register_show", "register_compare"]
 
@@ -37,14 +40,28 @@ def _cmd_show(args) -> int:
         with open(args.msccl_xml, "w") as f:
             f.write(to_msccl_xml(schedule) + "\n")
         print(f"wrote {args.msccl_xml}: MSCCL XML", file=sys.stderr)
-    if args.json:
+    ranks = None if args.ranks is None else parse_ranks(args.ranks, args.world_size)
+    if args.json:  # data, not a view: every rank (or those asked for), never cut to a width
         emit_json({"collective": schedule.collective, "algorithm": schedule.algorithm,
                    "world_size": schedule.world_size, "num_chunks": schedule.num_chunks,
                    "num_steps": schedule.num_steps, "params": schedule.params,
-                   "rows": step_rows(schedule, args.max_steps)})
+                   "ranks": ranks if ranks is not None else list(range(args.world_size)),
+                   "rows": step_rows(schedule, args.max_steps, ranks)})
     else:
-        print(step_table(schedule, max_steps=args.max_steps))
+        width = _show_width() if args.width is None else (args.width or None)
+        print(step_table(schedule, max_steps=args.max_steps, ranks=ranks, width=width))
     return 0
+
+
+def _show_width() -> int:
+    """``show``'s default line width: $COLUMNS or the terminal's, else 200 (piped, a log)."""
+    if os.environ.get("COLUMNS", "").isdigit() and int(os.environ["COLUMNS"]) > 0:
+        return int(os.environ["COLUMNS"])
+    try:
+        columns = os.get_terminal_size(sys.stdout.fileno()).columns
+    except (OSError, ValueError, AttributeError):  # not a terminal, or captured
+        return 200
+    return columns if columns > 0 else 200
 
 
 def _builder_params(algo, args) -> dict:
@@ -56,14 +73,20 @@ def _builder_params(algo, args) -> dict:
     return params
 
 
+#: why a precision cell is empty
+_EXACT = "exact: integer dtype"
+_LAYOUT = ("the simulator's outputs are not the collective's output chunks (reduce: the other "
+           "ranks keep their inputs), so only the max abs error is measured")
+
+
 def _compare_rows(collective: str, world_size: int, count: int, dtype, args) -> list[dict]:
     spec = get_collective(collective)
     buffer_count = spec.buffer_count(world_size, count)
     k = buffer_count * dtype.itemsize
     x = None
-    if args.precision:
-        x = np.random.default_rng(args.seed).standard_normal((world_size, count)).astype(
-            np.float32)
+    if args.precision and dtype.kind == "f":
+        # N(0, 1) rounded to --dtype: the float64 sum of these rounded values is the reference
+        x = np.random.default_rng(args.seed).standard_normal((world_size, count)).astype(dtype)
     rows = []
     for name in algorithms(collective):
         algo = get_algorithm(collective, name)
@@ -77,12 +100,27 @@ def _compare_rows(collective: str, world_size: int, count: int, dtype, args) -> 
                "busiest_rank": int(np.argmax(through))}
         if x is not None:
             row["max_abs_error"], row["max_rel_error"] = output_errors(collective, schedule, x)
+            if not np.isfinite(row["max_rel_error"]):
+                row["max_rel_error"], row["error_note"] = None, _LAYOUT
+        elif args.precision:  # integer and bool sums are exact in every order
+            row["max_abs_error"] = row["max_rel_error"] = None
+            row["error_note"] = _EXACT
         rows.append(row)
     return rows
 
 
+def _error_cell(value, note: str | None) -> str:
+    if value is not None:
+        return f"{value:.3g}"
+    return "n/a (exact: integer dtype)" if note == _EXACT else "n/a (see below)"
+
+
 def _cmd_compare(args) -> int:
     dtype = check_dtype(args.dtype)
+    if args.root is not None and not any(takes_root(args.collective, a)
+                                         for a in algorithms(args.collective)):
+        raise ArgumentError(f"root={args.root!r} does not apply to {args.collective}: none of "
+                            "its algorithms has a root")
     what = "simulating every algorithm …" if args.precision else "building schedules …"
     with status(what):
         rows = _compare_rows(args.collective, args.world_size, args.count, dtype, args)
@@ -103,30 +141,42 @@ def _cmd_compare(args) -> int:
                 units.format_size(r["bytes_sent_max"]), f"{r['bytes_sent_per_buffer']:.3f}",
                 f"{units.format_size(r['bytes_through_max'])} (R{r['busiest_rank']})"]
         if args.precision:
-            line += [f"{r['max_abs_error']:.3g}", f"{r['max_rel_error']:.3g}"]
+            note = r.get("error_note")
+            line += [_error_cell(r["max_abs_error"], note), _error_cell(r["max_rel_error"], note)]
         body.append(line)
     table(f"{args.collective} on {args.world_size} ranks, {args.count:,} × {dtype.name} per "
           f"rank (buffer {units.format_size(k)}); bytes counted from each schedule",
           headers, body)
     print("step and byte formulas: `ringccl algorithms " + args.collective + "`")
-    if args.precision:
-        print(f"errors: float32 inputs ~ N(0, 1) (seed {args.seed}) against their float64 sum; "
-              "relative error is per element (large where the sum nearly cancels); each "
-              "algorithm adds in its own order.")
+    if args.precision and dtype.kind != "f":
+        print(f"errors: n/a: {dtype.name} sums are exact whatever the order, so every algorithm "
+              "gives the same bits (use a floating --dtype to compare rounding)")
+    elif args.precision:
+        print(f"errors: {dtype.name} inputs ~ N(0, 1) (seed {args.seed}) against their float64 "
+              "sum; relative error is per element (large where the sum nearly cancels); each "
+              "algorithm adds in its own order"
+              + ("" if spec.reduces else "; a copy collective moves values unchanged (0)")
+              + ".")
+        if any(r.get("error_note") == _LAYOUT for r in rows):
+            print(f"max rel error n/a: {_LAYOUT}.")
     return 0
 
 
 def _cmd_algorithms(args) -> int:
-    rows = [{"collective": a.collective, "algorithm": a.name, "steps": a.steps_formula,
+    defaults = {c: default_algorithm(c) for c in COLLECTIVES if algorithms(c)}
+    rows = [{"collective": a.collective, "algorithm": a.name,
+             "default": defaults.get(a.collective) == a.name, "steps": a.steps_formula,
              "bytes_sent_per_rank": a.bytes_formula, "reference": a.reference}
             for a in REGISTRY.values()
             if args.collective is None or a.collective == args.collective]
     if args.json:
         emit_json(rows)
     else:
-        table("algorithms (N = world_size, M = buffer bytes)",
+        table("algorithms (N = world_size, M = buffer bytes; * = the default when no "
+              "--algorithm is given)",
                ["collective", "algorithm", "steps", "bytes sent per rank", "reference"],
-               [list(r.values()) for r in rows])
+               [[r["collective"], r["algorithm"] + (" *" if r["default"] else ""), r["steps"],
+                 r["bytes_sent_per_rank"], r["reference"]] for r in rows])
     return 0
 
 
@@ -135,9 +185,15 @@ def register_show(sub) -> None:
     p = sub.add_parser("show", help="print a schedule's step table")
     add_collective_args(p)
     p.add_argument("--world-size", "-N", type=positive_int, default=4,
-                   help="ranks N (default 4, the seed's table)")
+                   help="ranks N (default 4, the table of the ring all-reduce walk-through)")
     p.add_argument("--max-steps", type=positive_int, default=200,
                    help="print at most this many steps (default 200)")
+    p.add_argument("--ranks", metavar="LIST",
+                   help="rank columns to print: ranks and ranges, e.g. 0-7 or 0,5,9-12 (default: "
+                   "as many as fit the width; a last line says how many were left out)")
+    p.add_argument("--width", type=nonnegative_int, default=None,
+                   help="characters per line (default: $COLUMNS or the terminal's, 200 when "
+                   "piped; 0: no limit); longer cells end in '… +K'")
     p.add_argument("--trace", metavar="OUT.json",
                    help="also write a Chrome/Perfetto trace (one track per rank)")
     p.add_argument("--msccl-xml", metavar="OUT.xml", help="also write the schedule as MSCCL XML")
@@ -155,8 +211,9 @@ def register_compare(sub) -> None:
                    help="element type for the byte counts (default float32)")
     p.add_argument("--root", type=int, default=None, help="root rank of rooted collectives")
     p.add_argument("--precision", action="store_true",
-                   help="simulate each algorithm on the same random float32 inputs and report "
-                   "its error against a float64 reference (needs N × count × 4 bytes per array)")
+                   help="simulate each algorithm on the same random --dtype inputs and report "
+                   "its error against a float64 reference (n/a for integer dtypes, whose sums "
+                   "are exact; needs N × count × itemsize bytes per array)")
     p.add_argument("--seed", type=nonnegative_int, default=0, help="random seed (default 0)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(func=_cmd_compare)

@@ -8,9 +8,10 @@ import time
 import numpy as np
 
 from .. import units
-from ..algorithms import get_algorithm
+from ..algorithms import algorithms, build_schedule, get_algorithm
 from ..bench.inputs import random_inputs
-from ..collectives import get_collective
+from ..collectives import get_collective, split_safe
+from ..errors import ArgumentError
 from ..ops import SUPPORTED_DTYPES, check_dtype, parse_op
 from ..sim import reference_tolerance, simulate
 from ..sim.memory import check_memory
@@ -78,12 +79,33 @@ def print_sim(r: dict) -> None:
           f"{op}{extra}", ["", "value"], rows)
 
 
+def _check_equal_blocks(args, params: dict) -> None:
+    """all_to_all whose schedule relays blocks through other ranks' slots (bruck): --count must
+    split into N equal blocks; say so in the user's terms before the simulator speaks of splits.
+    """
+    n, count = args.world_size, args.count
+    if args.collective != "all_to_all" or count % n == 0:
+        return
+    schedule = build_schedule(args.collective, args.algorithm, n, **params)
+    if split_safe(schedule):
+        return  # direct, pairwise: every block goes straight to its slot, any sizes run
+    safe = [a for a in algorithms("all_to_all")
+            if split_safe(build_schedule("all_to_all", a, n))]
+    lower, upper = count // n * n, (count // n + 1) * n
+    raise ArgumentError(
+        f"--count {count} is not divisible by --world-size N={n}: {args.algorithm} all_to_all "
+        f"relays blocks through other ranks' slots, so it needs N equal blocks; pass a "
+        f"multiple of {n} ({', '.join(str(c) for c in (lower, upper) if c > 0)}) or an "
+        f"algorithm that sends every block straight to its owner ({', '.join(safe)})")
+
+
 def _cmd_simulate(args) -> int:
     dtype = check_dtype(args.dtype)
     op = parse_op(args.op)
     params = schedule_params(args)
     get_algorithm(args.collective, args.algorithm)
     check_call(args, args.world_size, dtype, op, params)
+    _check_equal_blocks(args, params)
     check_memory(args.collective, args.world_size, args.count,
                  max(dtype.itemsize, np.dtype(args.accumulate_dtype or dtype).itemsize),
                  names=("--count", "--world-size"))

@@ -23,6 +23,12 @@ R² on log times and on times, and the relative residual of every row.
 Held-out check: fit on one sweep (one collective × algorithm × world size), predict every other
 sweep's measured times and print the relative error per size. With a single sweep the check
 fits on every other size and predicts the sizes in between.
+
+One message size (at one world size) cannot separate α from β: steps and bytes then grow
+together, any split of the time between them fits exactly, and the fit would report β = 0.
+:func:`fit_rows` refuses such rows (ArgumentError saying so); a held-out check whose training
+rows are such (a training sweep of one size, a single sweep of fewer than 3 sizes) is not made,
+and :class:`HeldOut` says why (``method="none"``, ``reason``) instead of a nan error.
 """
 
 from __future__ import annotations
@@ -212,12 +218,17 @@ def fit_rows(rows: Sequence[dict], backend: str = "", placement: str | None = "i
             out-of-place rows add a copy the model does not have); None: all.
 
     Raises:
-        ArgumentError: fewer usable rows than free parameters.
+        ArgumentError: fewer usable rows than free parameters, or rows that cannot separate α
+            from β (every row of one message size and world size: α·steps and β·bytes then
+            grow together, and any split of the time between them fits exactly).
     """
     rows = [r for r in rows if usable(r, placement)]
     if not rows:
         raise ArgumentError("no benchmark rows the model can explain: need rows of registered "
                             "algorithms (not only builtin) from `ringccl bench --json`")
+    problem = _alpha_beta_problem(rows)
+    if problem:
+        raise ArgumentError(problem)
     X = np.stack([features(r) for r in rows])
     t = np.array([r["time_s"] for r in rows], dtype=float)
     Xw, tw = X / t[:, None], np.ones_like(t)  # relative errors: divide each equation by t
@@ -276,6 +287,28 @@ def fit_rows(rows: Sequence[dict], backend: str = "", placement: str | None = "i
                float(r2), rows, predicted, notes)
 
 
+def _alpha_beta_problem(rows: Sequence[dict]) -> str | None:
+    """Why ``rows`` (usable ones) cannot separate α from β, or None when they can: their α and
+    β columns are proportional (one size at one world size), so a fit would put the whole time
+    on one of them (β = 0, or α = 0) and every prediction at another size would be wrong by as
+    much as that split was."""
+    coll = [r for r in rows if r.get("kind") != LOCAL_REDUCE]
+    if not coll:
+        return None
+    ab = np.stack([features(r)[:2] / r["time_s"] for r in coll])
+    if not (np.any(ab[:, 0] != 0) and np.any(ab[:, 1] != 0)):
+        return None  # one of the two is absent (world size 1): nothing to separate
+    if np.linalg.matrix_rank(ab, tol=1e-9 * np.abs(ab).max()) >= 2:
+        return None
+    sizes = sorted({r["size"] for r in coll})
+    worlds = sorted({r["world_size"] for r in coll})
+    which = (f"every row is of one size ({format_size(sizes[0])})" if len(sizes) == 1
+             else f"the {len(sizes)} sizes give proportional step and byte counts")
+    return (f"these {len(coll)} rows cannot separate α (per step) from β (per byte): {which} "
+            f"at world size {', '.join(map(str, worlds))}; measure at least two sizes (e.g. "
+            "ringccl bench -b 4KiB -e 64MiB)")
+
+
 def predict(fit: Fit, collective: str, algorithm: str, world_size: int, nbytes: float) -> float:
     """Seconds for ``algorithm`` on ``world_size`` ranks and ``nbytes`` (nccl-tests' size)
     through its closed form ``Algorithm.time`` with the fitted α, β, γ.
@@ -296,14 +329,17 @@ class HeldOut:
     Attributes:
         train: label of what the fit used; fit: that fit.
         sweeps: {label: [(size, measured_s, predicted_s, relative_error), ...]}.
-        method: "sweep" (fit on one sweep, predict the others) or "interleaved" (one sweep:
-            fit on every other size, predict the rest).
+        method: "sweep" (fit on one sweep, predict the others), "interleaved" (one sweep:
+            fit on every other size, predict the rest) or "none" (no check possible: ``reason``
+            says why; ``fit`` is then the fit on every row and ``sweeps`` is empty).
+        reason: why there is no held-out check ("" when there is one).
     """
 
     train: str
     fit: Fit
     sweeps: dict
     method: str
+    reason: str = ""
 
     def errors(self, min_size: int = 0) -> list[float]:
         """|relative error| of every held-out row of at least ``min_size`` bytes."""
@@ -346,10 +382,24 @@ def held_out(rows: Sequence[dict], train: str | None = None, backend: str = "",
             raise ArgumentError(f"train={train!r} matches no sweep; sweeps: "
                                 f"{', '.join(f'{k[0]}:{k[1]}:{k[2]}' for k in sweeps)}")
         key = matches[0]
+    problem = _alpha_beta_problem(sweeps[key])
+    if len(sweeps) > 1 and problem:
+        # the other sweeps may separate α from β: fit on every row, hold nothing out, say why
+        return HeldOut(sweep_label(key), fit_rows(data, backend, placement), {}, "none",
+                       f"the training sweep {sweep_label(key)}: {problem}; pass --train a sweep "
+                       "of at least two sizes")
     if len(sweeps) > 1:
         fit = fit_rows(sweeps[key] + calib, backend, placement)
         tests = {k: v for k, v in sweeps.items() if k != key}
         method, label = "sweep", sweep_label(key)
+    elif len({r["size"] for r in sweeps[key]}) < 3:
+        # the even sizes alone would be one size, which cannot separate α from β: fit on all
+        # (fit_rows refuses a single size) and say why nothing is held out
+        fit = fit_rows(sweeps[key] + calib, backend, placement)
+        return HeldOut(sweep_label(key), fit, {}, "none",
+                       f"one sweep ({sweep_label(key)}) of {len({r['size'] for r in sweeps[key]})}"
+                       " sizes: holding sizes out needs at least 3 (fit on every other size, "
+                       "predict the rest) or a second sweep")
     else:
         ordered = sorted(sweeps[key], key=lambda r: r["size"])
         fit = fit_rows(ordered[::2] + calib, backend, placement)

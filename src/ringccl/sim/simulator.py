@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..algorithms import algorithms, build_schedule
+from ..algorithms import build_schedule, registry
 from ..collectives import check_root, get_collective, split_sizes
 from ..errors import ArgumentError, ArgumentTypeError
 from ..ir import Schedule
@@ -65,15 +65,9 @@ class SimResult:
 
 
 def default_algorithm(collective: str) -> str:
-    """"ring" when ``collective`` has it, else its first registered algorithm.
-
-    Raises:
-        ArgumentError: unknown collective, or no algorithm registered for it.
-    """
-    names = algorithms(collective)
-    if not names:
-        raise ArgumentError(f"no algorithm is registered for {collective}")
-    return "ring" if "ring" in names else names[0]
+    """The default algorithm of ``collective``: one table for every caller,
+    :data:`ringccl.algorithms.registry.DEFAULTS` (see its ``default_algorithm``)."""
+    return registry.default_algorithm(collective)
 
 
 def resolve_root(spec, params: dict, src=None, dst=None) -> dict:
