@@ -6,8 +6,8 @@ Importing this package registers the built-in families; a user's module that cal
 
 from __future__ import annotations
 
-from .registry import (REGISTRY, Algorithm, algorithms, build_schedule, get_algorithm,
-                       params_key, register)
+from .registry import (DEFAULTS, REGISTRY, Algorithm, algorithms, build_schedule,
+                       default_algorithm, get_algorithm, params_key, register)
 from . import ring  # noqa: E402  (registers the ring family)
 from . import direct  # noqa: E402  (direct sends; master all-reduce)
 from . import binomial  # noqa: E402  (binomial-tree scatter, gather)
@@ -19,4 +19,4 @@ _FAMILIES = (ring, direct, binomial, tree, recursive, bruck, pairwise, hierarchi
              scatter_allgather)
 
 __all__ = ["Algorithm", "register", "get_algorithm", "algorithms", "build_schedule", "params_key",
-           "REGISTRY"]
+           "REGISTRY", "DEFAULTS", "default_algorithm"]

@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple, Protocol, Sequence
 
 from .. import caches, consistency
-from ..algorithms import build_schedule, get_algorithm
+from ..algorithms import build_schedule, default_algorithm, get_algorithm
 from ..args import check_int
 from ..engine import Pipelining, timeout_seconds
 from ..errors import ArgumentError, ArgumentTypeError, ConsistencyError
@@ -130,7 +130,7 @@ def _restore(b: Backend, opts: Options, private: bool) -> bool:
 _sequence: dict = {}   # the group's key -> ringccl collectives called on it so far
 
 
-def agree(b: Backend, g, collective: str, algorithm: str, params: dict, op: ReduceOp | None,
+def agree(b: Backend, g, collective: str, algorithm: str | None, params: dict, op: ReduceOp | None,
           dtype: Any, count: int, opts: Options, splits=None) -> None:
     """Count this call and, with ``check=True`` or RINGCCL_DEBUG set, compare its fingerprint
     across the group's ranks before any data moves (every rank raises the same
@@ -157,11 +157,12 @@ def _no_accumulate(params: dict, collective: str) -> None:
         check_accumulate_dtype(params.pop("accumulate_dtype"), "float32", collective, False)
 
 
-def _plan(b: Backend, g, collective: str, algorithm: str, params: dict, op, dtype, count: int,
+def _plan(b: Backend, g, collective: str, algorithm: str | None, params: dict, op, dtype, count: int,
           opts: Options) -> Layout:
     """Count/check the call across ranks, build the schedule and this rank's layout for a
     buffer of ``count`` elements."""
     _no_accumulate(params, collective)
+    algorithm = default_algorithm(collective) if algorithm is None else algorithm
     agree(b, g, collective, algorithm, params, op, dtype, count, opts)
     schedule = build_schedule(collective, algorithm, b.size(g), **params)
     return layout(schedule, b.rank(g), count)
@@ -224,7 +225,7 @@ def run_schedule(b: Backend, schedule, buffer, op: Any, g, bounds, segment_bytes
     return buffer
 
 
-def in_place(b: Backend, collective: str, buffer, op: ReduceOp, g, algorithm: str, params: dict,
+def in_place(b: Backend, collective: str, buffer, op: ReduceOp, g, algorithm: str | None, params: dict,
              opts: Options, copy: bool = False, accumulate: Any = None) -> None:
     """A collective whose working buffer is the whole buffer (all_reduce, broadcast, reduce);
     ``copy``: work on a copy and leave ``buffer`` unchanged (reduce's non-root ranks);
@@ -252,7 +253,7 @@ def in_place(b: Backend, collective: str, buffer, op: ReduceOp, g, algorithm: st
         b.copy_into(buffer, work)   # one rounding back to the buffer's dtype, or its layout
 
 
-def reduce_scatter(b: Backend, output, input, op: ReduceOp, g, algorithm: str, params: dict,
+def reduce_scatter(b: Backend, output, input, op: ReduceOp, g, algorithm: str | None, params: dict,
                    opts: Options, accumulate: Any, function: str) -> None:
     """Reduce ``input`` across ranks and leave block ``rank`` in ``output``; ``output`` may be
     exactly input's block ``rank`` (in place: ``input`` is then the working buffer)."""
@@ -283,7 +284,7 @@ def reduce_scatter(b: Backend, output, input, op: ReduceOp, g, algorithm: str, p
         b.copy_into(output, block)
 
 
-def all_gather(b: Backend, output, input, g, algorithm: str, params: dict, opts: Options,
+def all_gather(b: Backend, output, input, g, algorithm: str | None, params: dict, opts: Options,
                function: str, names: tuple[str, str]) -> None:
     """Gather every rank's ``input`` into ``output`` in rank order; ``input`` may be exactly
     output's block ``rank`` (in place). Every chunk is part of the output, so a contiguous
@@ -318,11 +319,12 @@ def all_gather(b: Backend, output, input, g, algorithm: str, params: dict, opts:
         b.copy_into(output, work)
 
 
-def scatter(b: Backend, buffer, scatter_list, src: Any, g, algorithm: str, params: dict,
+def scatter(b: Backend, buffer, scatter_list, src: Any, g, algorithm: str | None, params: dict,
             opts: Options) -> None:
     """Send block r of ``src``'s ``scatter_list`` to rank r's ``buffer``."""
     world_size, rank = b.size(g), b.rank(g)
     root = b.root(g, src, "src", world_size)
+    algorithm = default_algorithm("scatter") if algorithm is None else algorithm
     get_algorithm("scatter", algorithm)  # every rank refuses alike, before the root-only checks
     if rank == root:
         blocks = b.check_blocks(scatter_list, "scatter_list", world_size, buffer, False)
@@ -338,13 +340,14 @@ def scatter(b: Backend, buffer, scatter_list, src: Any, g, algorithm: str, param
     copy_out(b, work, lay.output_runs, [buffer])
 
 
-def gather(b: Backend, buffer, gather_list, dst: Any, g, algorithm: str, params: dict,
+def gather(b: Backend, buffer, gather_list, dst: Any, g, algorithm: str | None, params: dict,
            opts: Options) -> bool:
     """Collect every rank's ``buffer`` into ``gather_list`` on rank ``dst``; returns whether
     this rank is ``dst``. The root touches every chunk, so a gather_list that is one contiguous
     array is the working buffer itself (and ``buffer`` may be its own block: in place)."""
     world_size, rank = b.size(g), b.rank(g)
     root = b.root(g, dst, "dst", world_size)
+    algorithm = default_algorithm("gather") if algorithm is None else algorithm
     get_algorithm("gather", algorithm)  # every rank refuses alike, before the root-only checks
     if rank == root:
         blocks = b.check_blocks(gather_list, "gather_list", world_size, buffer, True)
@@ -375,11 +378,12 @@ def gather(b: Backend, buffer, gather_list, dst: Any, g, algorithm: str, params:
 
 
 def exchange(b: Backend, inputs: list, in_sizes: Sequence[int], out_sizes: Sequence[int], g,
-             algorithm: str, params: dict, opts: Options, outputs: list) -> None:
+             algorithm: str | None, params: dict, opts: Options, outputs: list) -> None:
     """all_to_all on element counts: ``inputs`` (arrays, concatenated in C order) hold this
     rank's blocks for ranks 0, 1, …; ``outputs`` receive the blocks from ranks 0, 1, …"""
     world_size, rank = b.size(g), b.rank(g)
     _no_accumulate(params, "all_to_all")
+    algorithm = default_algorithm("all_to_all") if algorithm is None else algorithm
     agree(b, g, "all_to_all", algorithm, params, None, b.dtype(inputs[0]),
           int(sum(in_sizes)), opts, (list(in_sizes), list(out_sizes)))
     schedule = build_schedule("all_to_all", algorithm, world_size, **params)
@@ -392,7 +396,7 @@ def exchange(b: Backend, inputs: list, in_sizes: Sequence[int], out_sizes: Seque
 
 
 def all_to_all(b: Backend, output, input, output_split_sizes, input_split_sizes, g,
-               algorithm: str, params: dict, opts: Options) -> None:
+               algorithm: str | None, params: dict, opts: Options) -> None:
     """Split ``input`` along dim 0 and send piece j to rank j; piece i of ``output`` comes
     from rank i (split sizes in rows; None: equal pieces)."""
     world_size, rank = b.size(g), b.rank(g)

@@ -340,7 +340,7 @@ def run_schedule(schedule, buffer: np.ndarray, op: Any = ReduceOp.SUM, comm=None
                                  restore, pipelining)
 
 
-def all_reduce(buffer: np.ndarray, op: Any = ReduceOp.SUM, comm=None, algorithm: str = "ring",
+def all_reduce(buffer: np.ndarray, op: Any = ReduceOp.SUM, comm=None, algorithm: str | None = None,
                accumulate_dtype: Any = None, *, segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
         check: bool | None = None, **params) -> np.ndarray:
     """Reduce ``buffer`` across all ranks of ``comm``, in place (``MPI_Allreduce(MPI_IN_PLACE)``).
@@ -350,7 +350,8 @@ def all_reduce(buffer: np.ndarray, op: Any = ReduceOp.SUM, comm=None, algorithm:
         op: ``ReduceOp`` or a name ("sum", "max", ...); AVG needs floats, bitwise ops integers or
             bool.
         comm: mpi4py communicator (None = ``MPI.COMM_WORLD``).
-        algorithm: a name from ``ringccl.algorithms("all_reduce")``.
+        algorithm: a name from ``ringccl.algorithms("all_reduce")`` (None: the collective's
+            default, ``ringccl.algorithms.DEFAULTS``: ring).
         segment_bytes: pipelining segment size in bytes (None: the transport's measured policy,
             ``ringccl.mpi.executor.PIPELINING``, decides: never split; 0: never split).
         accumulate_dtype: floating buffers only: None, or a floating dtype at least as wide
@@ -376,7 +377,7 @@ def all_reduce(buffer: np.ndarray, op: Any = ReduceOp.SUM, comm=None, algorithm:
 
 
 def reduce_scatter(output: np.ndarray, input: np.ndarray, op: Any = ReduceOp.SUM, comm=None,
-                   algorithm: str = "ring", accumulate_dtype: Any = None, *,
+                   algorithm: str | None = None, accumulate_dtype: Any = None, *,
                    segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
         check: bool | None = None, **params) -> np.ndarray:
     """Reduce ``input`` across ranks and leave block ``rank`` in ``output``
@@ -408,7 +409,7 @@ def reduce_scatter(output: np.ndarray, input: np.ndarray, op: Any = ReduceOp.SUM
     return output
 
 
-def all_gather(output: np.ndarray, input: np.ndarray, comm=None, algorithm: str = "ring", *,
+def all_gather(output: np.ndarray, input: np.ndarray, comm=None, algorithm: str | None = None, *,
                segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
         check: bool | None = None, **params) -> np.ndarray:
     """Gather every rank's ``input`` into ``output`` on every rank, in rank order
@@ -437,7 +438,7 @@ def all_gather(output: np.ndarray, input: np.ndarray, comm=None, algorithm: str 
     return output
 
 
-def broadcast(buffer: np.ndarray, src: int = 0, comm=None, algorithm: str = "ring", *,
+def broadcast(buffer: np.ndarray, src: int = 0, comm=None, algorithm: str | None = None, *,
               segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
         check: bool | None = None, **params) -> np.ndarray:
     """Copy ``src``'s ``buffer`` into ``buffer`` on every rank, in place (``MPI_Bcast``;
@@ -468,7 +469,7 @@ def broadcast(buffer: np.ndarray, src: int = 0, comm=None, algorithm: str = "rin
 
 
 def reduce(buffer: np.ndarray, dst: int = 0, op: Any = ReduceOp.SUM, comm=None,
-           algorithm: str = "ring", accumulate_dtype: Any = None, *,
+           algorithm: str | None = None, accumulate_dtype: Any = None, *,
            segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
         check: bool | None = None, **params) -> np.ndarray:
     """Reduce ``buffer`` of every rank into ``dst``'s ``buffer``, in place there
@@ -504,7 +505,7 @@ def reduce(buffer: np.ndarray, dst: int = 0, op: Any = ReduceOp.SUM, comm=None,
 
 
 def scatter(buffer: np.ndarray, scatter_list: Any = None, src: int = 0, comm=None,
-            algorithm: str = "binomial", *, segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
+            algorithm: str | None = None, *, segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
         check: bool | None = None,
             **params) -> np.ndarray:
     """Send block r of ``src``'s ``scatter_list`` to rank r's ``buffer`` (``MPI_Scatter``;
@@ -519,7 +520,8 @@ def scatter(buffer: np.ndarray, scatter_list: Any = None, src: int = 0, comm=Non
             (``MPI_IN_PLACE``).
         src: rank of the source in ``comm`` (MPI's root).
         comm: mpi4py communicator (None = ``MPI.COMM_WORLD``).
-        algorithm: a name from ``ringccl.algorithms("scatter")`` (default binomial tree).
+        algorithm: a name from ``ringccl.algorithms("scatter")`` (None: the
+            collective's default, ``ringccl.algorithms.DEFAULTS``: direct).
         segment_bytes, params: as :func:`all_reduce` (the root is ``src``, not ``root=``).
 
     Returns:
@@ -539,7 +541,7 @@ def scatter(buffer: np.ndarray, scatter_list: Any = None, src: int = 0, comm=Non
 
 
 def gather(buffer: np.ndarray, gather_list: Any = None, dst: int = 0, comm=None,
-           algorithm: str = "binomial", *, segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
+           algorithm: str | None = None, *, segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
         check: bool | None = None, **params):
     """Collect every rank's ``buffer`` into ``gather_list`` on rank ``dst`` (``MPI_Gather``;
     ``torch.distributed.gather``).
@@ -552,7 +554,8 @@ def gather(buffer: np.ndarray, gather_list: Any = None, dst: int = 0, comm=None,
             None. ``buffer`` may be ``dst``'s own block of it (``MPI_IN_PLACE``).
         dst: rank of the destination in ``comm`` (MPI's root).
         comm: mpi4py communicator (None = ``MPI.COMM_WORLD``).
-        algorithm: a name from ``ringccl.algorithms("gather")`` (default binomial tree).
+        algorithm: a name from ``ringccl.algorithms("gather")`` (None: the
+            collective's default, ``ringccl.algorithms.DEFAULTS``: direct).
         segment_bytes, params: as :func:`all_reduce` (the root is ``dst``, not ``root=``).
 
     Returns:
@@ -570,7 +573,7 @@ def gather(buffer: np.ndarray, gather_list: Any = None, dst: int = 0, comm=None,
 
 
 def all_to_all(output: np.ndarray, input: np.ndarray, output_split_sizes=None,
-               input_split_sizes=None, comm=None, algorithm: str = "direct", *,
+               input_split_sizes=None, comm=None, algorithm: str | None = None, *,
                segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
         check: bool | None = None, **params) -> np.ndarray:
     """Split ``input`` along dim 0 and send piece j to rank j; piece i of ``output`` comes from

@@ -318,7 +318,7 @@ def run_schedule(schedule, buffer: torch.Tensor, op: Any = ReduceOp.SUM, group=N
 
 @_no_grad
 def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
-               algorithm: str = "ring", accumulate_dtype: Any = None, *,
+               algorithm: str | None = None, accumulate_dtype: Any = None, *,
                segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
         check: bool | None = None, **params) -> torch.Tensor:
     """Reduce ``tensor`` across all ranks of ``group``, in place (as ``dist.all_reduce``).
@@ -329,7 +329,8 @@ def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
         op: ``ReduceOp``/``torch.distributed.ReduceOp``/name; AVG needs floats, bitwise ops
             integers or bool.
         group: process group (None = default group).
-        algorithm: a name from ``ringccl.algorithms("all_reduce")``.
+        algorithm: a name from ``ringccl.algorithms("all_reduce")`` (None: the collective's
+            default, ``ringccl.algorithms.DEFAULTS``: ring).
         accumulate_dtype: floating tensors only: None, or a floating dtype at least as wide as
             the tensor's (torch.float32, "float32", np.float32). The working buffer (and what
             travels) is then held in it: ``tensor`` is cast in, every step reduces in it, and
@@ -361,7 +362,7 @@ def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
     return tensor
 
 @_no_grad
-def broadcast(tensor: torch.Tensor, src: int, group=None, algorithm: str = "ring", *,
+def broadcast(tensor: torch.Tensor, src: int, group=None, algorithm: str | None = None, *,
               segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
         check: bool | None = None, **params) -> torch.Tensor:
     """Copy ``src``'s ``tensor`` into ``tensor`` on every rank, in place (as ``dist.broadcast``).
@@ -389,7 +390,7 @@ def broadcast(tensor: torch.Tensor, src: int, group=None, algorithm: str = "ring
 
 @_no_grad
 def reduce(tensor: torch.Tensor, dst: int, op: Any = ReduceOp.SUM, group=None,
-           algorithm: str = "ring", accumulate_dtype: Any = None, *,
+           algorithm: str | None = None, accumulate_dtype: Any = None, *,
            segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
         check: bool | None = None, **params) -> torch.Tensor:
     """Reduce ``tensor`` of every rank into ``dst``'s ``tensor`` (as ``dist.reduce``).
@@ -422,7 +423,7 @@ def reduce(tensor: torch.Tensor, dst: int, op: Any = ReduceOp.SUM, group=None,
 
 @_no_grad
 def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = ReduceOp.SUM,
-                          group=None, algorithm: str = "ring", accumulate_dtype: Any = None, *,
+                          group=None, algorithm: str | None = None, accumulate_dtype: Any = None, *,
                           segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
         check: bool | None = None, **params) -> torch.Tensor:
     """Reduce ``input`` across ranks and leave block ``rank`` in ``output``
@@ -452,7 +453,7 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = R
 
 @_no_grad
 def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tensor, group=None,
-                           algorithm: str = "ring", *, segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
+                           algorithm: str | None = None, *, segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
         check: bool | None = None,
                            **params) -> torch.Tensor:
     """Gather every rank's ``input_tensor`` into ``output_tensor`` on every rank, in rank order
@@ -479,7 +480,7 @@ def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tens
 
 @_no_grad
 def scatter(tensor: torch.Tensor, scatter_list: list | None = None, src: int = 0, group=None,
-            algorithm: str = "binomial", *, segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
+            algorithm: str | None = None, *, segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
         check: bool | None = None,
             **params) -> torch.Tensor:
     """Send ``scatter_list[r]`` of rank ``src`` to rank r's ``tensor`` (as ``dist.scatter``).
@@ -490,7 +491,8 @@ def scatter(tensor: torch.Tensor, scatter_list: list | None = None, src: int = 0
             dtype and device; on the other ranks None (torch.distributed's rule).
         src: global rank of the source.
         group: process group (None = default group).
-        algorithm: a name from ``ringccl.algorithms("scatter")`` (default binomial tree).
+        algorithm: a name from ``ringccl.algorithms("scatter")`` (None: the
+            collective's default, ``ringccl.algorithms.DEFAULTS``: direct).
 
     Returns:
         ``tensor``.
@@ -506,7 +508,7 @@ def scatter(tensor: torch.Tensor, scatter_list: list | None = None, src: int = 0
 
 @_no_grad
 def gather(tensor: torch.Tensor, gather_list: list | None = None, dst: int = 0, group=None,
-           algorithm: str = "binomial", *, segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
+           algorithm: str | None = None, *, segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
         check: bool | None = None,
            **params) -> None:
     """Collect every rank's ``tensor`` into ``gather_list`` on rank ``dst`` (as ``dist.gather``).
@@ -517,7 +519,8 @@ def gather(tensor: torch.Tensor, gather_list: list | None = None, dst: int = 0, 
             receives rank r's tensor. On the other ranks None.
         dst: global rank of the destination.
         group: process group (None = default group).
-        algorithm: a name from ``ringccl.algorithms("gather")`` (default binomial tree).
+        algorithm: a name from ``ringccl.algorithms("gather")`` (None: the
+            collective's default, ``ringccl.algorithms.DEFAULTS``: direct).
 
     Returns:
         None (as torch.distributed).
@@ -533,7 +536,7 @@ def gather(tensor: torch.Tensor, gather_list: list | None = None, dst: int = 0, 
 
 @_no_grad
 def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_sizes=None,
-                      input_split_sizes=None, group=None, algorithm: str = "direct", *,
+                      input_split_sizes=None, group=None, algorithm: str | None = None, *,
                       segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
         check: bool | None = None, **params) -> torch.Tensor:
     """Split ``input`` along dim 0 and send piece j to rank j; piece i of ``output`` comes from
@@ -566,7 +569,7 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
 
 @_no_grad
 def all_to_all(output_tensor_list: list, input_tensor_list: list, group=None,
-               algorithm: str = "direct", *, segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
+               algorithm: str | None = None, *, segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
         check: bool | None = None,
                **params) -> list:
     """Send ``input_tensor_list[j]`` to rank j; ``output_tensor_list[i]`` receives rank i's
