@@ -181,7 +181,7 @@ def test_run_and_bench_tables_print_every_number_in_full(gloo_group, capsys, mon
     assert "1048576" in _numbers(out)
     recorded.clear()
     assert main(["bench", "all_reduce", "--nproc", "1", "-b", "4KiB", "-e", "64KiB",
-                 "-a", "ring,builtin", "-n", "2", "-w", "0", "--format", "plain"]) == 0
+                 "-a", "ring,builtin", "--iters", "2", "-w", "0", "--format", "plain"]) == 0
     out = capsys.readouterr().out
     assert "…" not in out
     for r in recorded:
@@ -195,7 +195,7 @@ def test_an_interrupted_bench_reports_the_rows_so_far(gloo_group, capsys, monkey
     import ringccl.torch.runner
     monkeypatch.setattr(ringccl.torch.runner, "launch_sweep", _in_process_sweep([], 3))
     assert main(["bench", "all_reduce", "--nproc", "1", "-b", "4KiB", "-e", "64KiB", "-a",
-                 "ring,builtin", "-n", "1", "-w", "0"] + fmt) == 130
+                 "ring,builtin", "--iters", "1", "-w", "0"] + fmt) == 130
     captured = capsys.readouterr()
     assert captured.err.strip().splitlines() == [
         "interrupted: 3 of 15 rows measured, every worker ended"]

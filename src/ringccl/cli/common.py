@@ -17,7 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .. import units
+from .. import resources, units
 from ..algorithms import algorithms, build_schedule, get_algorithm
 from ..collectives import COLLECTIVES, check_root, get_collective
 from ..errors import ArgumentError, RingcclError
@@ -294,7 +294,6 @@ def check_nproc(args, buffer_bytes: int = 0, size_flag: str | None = None) -> No
         ArgumentError: naming --nproc, its value, the limit and --oversubscribe (and
             ``size_flag``, the option that sets the buffer, when memory is the limit).
     """
-    from .. import resources
     try:
         resources.check_processes(args.nproc, resources.WORKER_BYTES
                                   + resources.run_worker_bytes(buffer_bytes),

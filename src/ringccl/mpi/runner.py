@@ -20,12 +20,14 @@ import sys
 import numpy as np
 from mpi4py import MPI
 
+from .. import mpi as rm
 from ..bench.inputs import Case
 from ..bench.spec import BUILTIN, BenchSpec
 from ..bench.sweep import Prepared, run_sweep
 from ..collectives import get_collective
 from ..errors import BackendError
 from ..ops import ReduceOp, parse_op, ufunc
+from ..plugins import import_user_modules
 from .launch import ROW_PREFIX
 
 __all__ = ["MpiBackend", "sweep", "main", "ROW_PREFIX"]
@@ -78,7 +80,6 @@ class MpiBackend:
                 call, n = run, self.world_size
                 run = lambda: (call(), np.divide(result(), n, out=result()))  # noqa: E731
         else:
-            from .. import mpi as rm
             if collective not in _RINGCCL:
                 raise BackendError(f"ringccl.mpi has no {collective} yet")
             kw = {"comm": self.comm, "algorithm": algorithm, "segment_bytes": segment_bytes,
@@ -284,6 +285,7 @@ def sweep(spec: BenchSpec, comm=None, emit=None) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     """``python -m ringccl.mpi.runner SPEC_JSON`` under mpirun: rank 0 streams ``ROW`` lines."""
     argv = sys.argv[1:] if argv is None else argv
+    import_user_modules()  # the algorithms ``--import`` / RINGCCL_IMPORT registered
     spec = BenchSpec.from_dict(json.loads(argv[0]))
     rank = MPI.COMM_WORLD.Get_rank()
 

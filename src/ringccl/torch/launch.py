@@ -29,6 +29,7 @@ from typing import Any, Callable
 from ..args import check_int
 from ..engine import timeout_seconds
 from ..errors import BackendError, Interrupted, WorkerError
+from ..plugins import import_user_modules
 from ..resources import WORKER_BYTES, check_processes, die_with_parent, usable_cores
 
 __all__ = ["launch", "free_port"]
@@ -50,6 +51,7 @@ def _worker(rank: int, world_size: int, port: int, backend: str, timeout: float,
     # around the start, so none arrived before this line
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    import_user_modules()  # the algorithms ``--import`` / RINGCCL_IMPORT registered
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     try:
         import torch
