@@ -23,8 +23,17 @@ if ! command -v mpirun >/dev/null 2>&1 || ! command -v mpicc >/dev/null 2>&1; th
         fi
     fi
     if command -v apt-get >/dev/null 2>&1; then
-        $SUDO apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq openmpi-bin libopenmpi-dev
+        # ~90 Debian packages (Open MPI and its dependencies): quiet unless it fails
+        echo "install_mpi.sh: installing Open MPI (Debian packages openmpi-bin libopenmpi-dev)" >&2
+        log=$(mktemp)
+        if ! { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install \
+                -y -qq openmpi-bin libopenmpi-dev; } >"$log" 2>&1; then
+            cat "$log" >&2
+            rm -f "$log"
+            echo "install_mpi.sh: apt-get failed (output above)" >&2
+            exit 1
+        fi
+        rm -f "$log"
     else
         echo "install_mpi.sh: no apt-get: install Open MPI or MPICH yourself (MPI tests will skip)" >&2
         exit 0

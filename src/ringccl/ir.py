@@ -46,6 +46,9 @@ class Kind(enum.IntEnum):
     COPY = 0    #: dst chunk := src chunk
     REDUCE = 1  #: dst chunk := reduce_op(dst chunk, src chunk)
 
+    def __repr__(self) -> str:  # ``kind=REDUCE`` in a RankStep, not ``<Kind.REDUCE: 1>``
+        return self.name
+
 
 class Transfer(NamedTuple):
     """One transfer, for display and tests (steps store arrays, not these)."""
