@@ -140,11 +140,13 @@ def default_algorithm(collective: str) -> str:
     Raises:
         ArgumentError: unknown collective, or no algorithm registered for it.
     """
+    name = DEFAULTS.get(collective)
+    if (collective, name) in REGISTRY:  # the common case, one lookup: this runs on every call
+        return name
     names = algorithms(collective)
     if not names:
         raise ArgumentError(f"no algorithm is registered for {collective}")
-    name = DEFAULTS.get(collective)
-    return name if name in names else names[0]
+    return names[0]
 
 
 def get_algorithm(collective: str, algorithm: str) -> Algorithm:
