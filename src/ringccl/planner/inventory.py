@@ -241,9 +241,10 @@ class StageShape:
         stage, layers, moe_layers: the stage and its layer counts.
         first, last: holds the embedding / the LM head.
         dense_parameters: non-expert weights on a rank (TP-sharded; embedding and head
-            included where the stage holds them).
-        expert_parameters: routed expert weights on a rank (over ep and tp).
-        layer_dense_parameters: per layer on this rank (for ZeRO-3 gathers), the mean.
+            included where the stage holds them), an ``int``.
+        expert_parameters: routed expert weights on a rank (over ep and tp), an ``int``.
+        largest_layer_parameters: the most weights one of the stage's layers has on a rank
+            (dense + routed experts, an ``int``): what a ZeRO-3 gather brings to full size.
         forward_flops: one micro-batch's forward FLOPs on this rank.
         attention_core_flops: of those, the attention scores and weighted sum.
         expert_forward_flops_per_layer: the routed experts' forward FLOPs of one MoE layer.
@@ -254,30 +255,42 @@ class StageShape:
     moe_layers: int
     first: bool
     last: bool
-    dense_parameters: float
-    expert_parameters: float
-    layer_dense_parameters: float
+    dense_parameters: int
+    expert_parameters: int
+    largest_layer_parameters: int
     forward_flops: float
     attention_core_flops: float
     expert_forward_flops_per_layer: float
+
+
+def _shard(count: int, parts: int) -> int:
+    """Elements of one of ``parts`` shards of ``count`` (rounded up, as Megatron pads the
+    vocabulary to a multiple of tp and the parallel linear layers divide exactly)."""
+    return -(-count // parts)
 
 
 def stage_shape(model: ModelConfig, layout: Layout, stage: int) -> StageShape:
     """The :class:`StageShape` of PP stage ``stage``."""
     layers = [i for chunk in stage_layers(model, layout, stage) for i in chunk]
     tp, first, last = layout.tp, stage == 0, stage == layout.pp - 1
-    dense = experts = 0.0
+    # parameter counts are integers: each TP (and EP) shard of a weight matrix rounded up;
+    # the norm weights are replicated on every TP rank
+    dense = experts = largest = 0
     for i in layers:
         p = model.layer_parameters(i)
-        dense += (p["attention"] + p["mlp"]) / tp + p["norms"]
-        experts += p["experts"] / (layout.ep * tp)
-    n_dense_layer = dense / max(len(layers), 1)
-    vh = model.vocab_size * model.hidden_size
+        layer_dense = _shard(p["attention"] + p["mlp"], tp) + p["norms"]
+        layer_experts = _shard(p["experts"], layout.ep * tp)
+        dense += layer_dense
+        experts += layer_experts
+        largest = max(largest, layer_dense + layer_experts)
+    # the vocab-parallel embedding and LM head: V/tp rows of h each
+    vocab_shard = _shard(model.vocab_size, tp) * model.hidden_size
     if first:
-        dense += vh / tp
+        dense += vocab_shard
     if last:
-        dense += model.hidden_size + (vh / tp if (not model.tie_word_embeddings or layout.pp > 1)
-                                      else 0.0)
+        dense += model.hidden_size + (
+            vocab_shard if (not model.tie_word_embeddings or layout.pp > 1) else 0)
+    vh = model.vocab_size * model.hidden_size
     tokens = layout.micro_batch_size * model.seq_length / layout.cp
     moe = sum(model.is_moe_layer(i) for i in layers)
     # matmul parameters a token meets on this stage (routed experts: k of E)
@@ -293,7 +306,7 @@ def stage_shape(model: ModelConfig, layout: Layout, stage: int) -> StageShape:
     attn = tokens * per_layer_attn * len(layers) / tp
     forward = (2.0 * active * tokens / tp) + attn
     expert_fwd = 2.0 * model.num_experts_per_tok * model.expert_parameters * tokens / tp
-    return StageShape(stage, len(layers), moe, first, last, dense, experts, n_dense_layer,
+    return StageShape(stage, len(layers), moe, first, last, dense, experts, largest,
                       forward, attn, expert_fwd if moe else 0.0)
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 from .. import units
 from ..errors import ArgumentError
@@ -63,7 +64,7 @@ class StagePlan:
     backward_per_micro_batch: float
     exposed_per_micro_batch: dict
     exposed_per_step: dict
-    memory: object = None
+    memory: memory.MemoryBreakdown | None = None
 
     @property
     def micro_batch_seconds(self) -> float:
@@ -79,9 +80,7 @@ class StagePlan:
                 "micro_batch_s": self.micro_batch_seconds,
                 "exposed_per_micro_batch_s": dict(self.exposed_per_micro_batch),
                 "exposed_per_step_s": dict(self.exposed_per_step),
-                "memory": None if mem is None else {
-                    k: getattr(mem, k) for k in ("weights", "gradients", "optimizer",
-                                                 "activations", "communication", "total")},
+                "memory": None if mem is None else mem.to_dict(),
                 "collectives": [e.to_dict() for e in self.entries]}
 
 
@@ -175,34 +174,67 @@ class StepPlan:
                 f"step {units.format_duration(self.step_seconds)}, MFU {100 * self.mfu:.1f}%")
 
 
-def stage_memory(model: ModelConfig, layout: Layout, st: StageShape, entries: list[Entry]):
-    """The memory of one rank of stage ``st`` (:mod:`ringccl.planner.memory`'s functions)."""
-    dense = memory.model_state_bytes(st.dense_parameters, dp=layout.dp * layout.cp,
+def stage_memory(model: ModelConfig, layout: Layout, st: StageShape,
+                 entries: list[Entry]) -> memory.MemoryBreakdown:
+    """The memory of one rank of stage ``st``, bytes, from :mod:`ringccl.planner.memory`.
+
+    - model states (:func:`~ringccl.planner.memory.model_state_bytes`): the dense weights
+      sharded by ZeRO over the ``dp · cp`` ranks that hold them, the routed experts over
+      ``dp · cp / ep``;
+    - activations: :func:`~ringccl.planner.memory.activation_bytes` of one micro-batch through
+      all the stage's layers (every model chunk) × the micro-batches in flight
+      (:func:`~ringccl.planner.memory.in_flight_micro_batches`, in those same units: for the
+      interleaved schedule its chunk-activations divided by v), rounded up;
+    - communication buffers (:func:`~ringccl.planner.memory.communication_buffer_bytes`):
+      DDP's bucket copy of the gradients (PyTorch's default ``gradient_as_bucket_view=False``),
+      ZeRO-3's live gathered layers, the all-to-all's send and receive buffers; ZeRO-1/2 add
+      their largest in-flight bucket twice (the gradients being reduce-scattered and the
+      parameters being gathered).
+
+    Returns:
+        A :class:`~ringccl.planner.memory.MemoryBreakdown` (it sums its own ``total``).
+    """
+    data_parallel = layout.dp * layout.cp
+    dense = memory.model_state_bytes(st.dense_parameters, dp=data_parallel,
                                      zero_stage=layout.zero_stage)
-    expert = (memory.model_state_bytes(st.expert_parameters,
-                                       dp=max(1, layout.dp * layout.cp // layout.ep),
-                                       zero_stage=layout.zero_stage)
-              if st.expert_parameters else {"weights": 0, "gradients": 0, "optimizer": 0})
-    act = memory.activation_bytes(
+    expert = memory.model_state_bytes(st.expert_parameters,
+                                      dp=max(1, data_parallel // layout.ep),
+                                      zero_stage=layout.zero_stage)
+    per_micro_batch = memory.activation_bytes(
         seq_length=model.seq_length, micro_batch_size=layout.micro_batch_size,
         hidden_size=model.hidden_size, num_attention_heads=model.num_attention_heads,
         num_layers=st.layers, tp=layout.tp, sp=layout.sp, cp=layout.cp,
         recompute=layout.recompute, dtype_bytes=model.dtype_bytes)
-    flight = memory.in_flight_micro_batches(
+    in_flight = memory.in_flight_micro_batches(
         schedule=layout.schedule if layout.pp > 1 else "1f1b", pp=layout.pp, stage=st.stage,
         num_micro_batches=layout.num_micro_batches, virtual_stages=layout.virtual_stages)
-    # communication buffers: the largest call of each kind that keeps a buffer alive (a DDP
-    # bucket, a ZeRO-3 prefetched layer, an all-to-all's send and receive buffers)
-    comm = 0.0
-    for e in entries:
-        if e.parallelism in ("dp", "zero") or e.collective == "all_to_all":
-            comm = max(comm, 2 * e.nbytes)
-    parts = {k: dense[k] + expert[k] for k in ("weights", "gradients", "optimizer")}
-    activations = float(act) * flight
-    total = sum(parts.values()) + activations + comm
-    return memory.MemoryBreakdown(weights=parts["weights"], gradients=parts["gradients"],
-                                  optimizer=parts["optimizer"], activations=activations,
-                                  communication=comm, total=total)
+    # in_flight is a whole number, or chunk-activations / v for the interleaved schedule:
+    # exact as a fraction of denominator v
+    activations = math.ceil(per_micro_batch * Fraction(in_flight).limit_denominator(
+        layout.virtual_stages))
+    gradient_bytes = dense["gradients"] + expert["gradients"]
+    moe_tokens = 0
+    if st.moe_layers and layout.ep > 1:
+        # tokens a rank routes per MoE layer and micro-batch: its sequence shard (SP splits it
+        # over tp, as Megatron-Core's token dispatcher does)
+        moe_tokens = (layout.micro_batch_size * model.seq_length
+                      // (layout.cp * (layout.tp if layout.sp else 1)))
+    buffers = memory.communication_buffer_bytes(
+        ddp_gradient_bytes=gradient_bytes if layout.zero_stage == 0 and data_parallel > 1
+        else 0,
+        zero3_layer_parameters=st.largest_layer_parameters if layout.zero_stage == 3 else 0,
+        param_bytes=model.dtype_bytes, grad_bytes=model.dtype_bytes, moe_tokens=moe_tokens,
+        moe_top_k=max(1, model.num_experts_per_tok),
+        moe_capacity_factor=layout.capacity_factor, moe_hidden_size=model.hidden_size,
+        dtype_bytes=model.dtype_bytes)
+    communication = sum(buffers.values())
+    if layout.zero_stage in (1, 2):
+        communication += 2 * max((math.ceil(e.nbytes) for e in entries
+                                  if e.parallelism == "zero"), default=0)
+    return memory.MemoryBreakdown(
+        weights=dense["weights"] + expert["weights"],
+        gradients=gradient_bytes, optimizer=dense["optimizer"] + expert["optimizer"],
+        activations=activations, communication=communication)
 
 
 def _stage(model, layout, cluster, grid, stage, straggler) -> StagePlan:
