@@ -25,14 +25,14 @@ all-reduce. ``step = T_pipe + max_s(per-step exposed_s)``;
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 from .. import units
 from ..errors import ArgumentError
 from . import memory
 from .cluster import Cluster
-from .groups import RankGrid
+from .groups import rank_grid
 from .inventory import Entry, StageShape, Straggler, inventory, stage_shape
 from .layout import Layout
 from .model import ModelConfig
@@ -281,9 +281,54 @@ def _stage(model, layout, cluster, grid, stage, straggler) -> StagePlan:
     return sp
 
 
+def _shifted(entry: Entry, offset: int) -> Entry:
+    """A copy of ``entry`` for the stage whose ranks are its stage's plus ``offset``."""
+    shape = replace(entry.shape, example=tuple(r + offset for r in entry.shape.example))
+    return replace(entry, shape=shape, params=dict(entry.params))
+
+
+def _stages_shared(model, layout, cluster, grid, straggler) -> list[StagePlan]:
+    """Every stage's :class:`StagePlan`, each distinct stage planned once.
+
+    Two stages are alike when they hold as many layers (and MoE layers), play the same role
+    (first: embedding, last: LM head) and the second's ranks are the first's shifted by whole
+    nodes (:meth:`RankGrid.stage_offset`): then each group of the second is a group of the first
+    moved to other nodes, with the same placement, NIC sharing, algorithm and time. Only the
+    group's example ranks (shifted) and the memory (the in-flight micro-batches depend on the
+    stage's index) differ. The straggler's stage is always planned on its own. The result
+    equals ``[_stage(..., s, ...) for s in range(pp)]``.
+    """
+    planned: dict[tuple, tuple[StagePlan, int]] = {}
+    stages = []
+    slow_stage = (None if straggler is None
+                  else int(grid.coord["pp"][straggler.rank]))
+    for s in range(layout.pp):
+        st = stage_shape(model, layout, s)
+        offset = grid.stage_offset(s)
+        key = (st.layers, st.moe_layers, st.first, st.last)
+        if offset is None or s == slow_stage:
+            key += (s,)
+        if key not in planned:
+            planned[key] = (_stage(model, layout, cluster, grid, s, straggler), offset)
+            stages.append(planned[key][0])
+            continue
+        rep, rep_offset = planned[key]
+        shift = offset - rep_offset
+        entries = [_shifted(e, shift) for e in rep.entries]
+        sp = StagePlan(s, st, entries, rep.compute_per_micro_batch, rep.forward_per_micro_batch,
+                       rep.backward_per_micro_batch, dict(rep.exposed_per_micro_batch),
+                       dict(rep.exposed_per_step))
+        sp.memory = stage_memory(model, layout, st, entries)
+        stages.append(sp)
+    return stages
+
+
 def plan_step(model: ModelConfig, layout: Layout, cluster: Cluster,
-              straggler: Straggler | None = None) -> StepPlan:
+              straggler: Straggler | None = None, *, share_stages: bool = True) -> StepPlan:
     """The :class:`StepPlan` of ``layout`` (checked against ``model`` and ``cluster``).
+
+    ``share_stages=False`` plans every PP stage on its own (the reference the tests compare
+    the default against: stages alike in layers, role and placement are planned once).
 
     Raises:
         ArgumentError: the layout refused (:meth:`Layout.check`), a straggler rank outside the
@@ -293,8 +338,11 @@ def plan_step(model: ModelConfig, layout: Layout, cluster: Cluster,
     if straggler is not None and not 0 <= straggler.rank < layout.world_size:
         raise ArgumentError(f"straggler rank={straggler.rank} is outside the world of "
                             f"{layout.world_size} ranks")
-    grid = RankGrid(layout, cluster.gpus_per_node, cluster.nics_per_node)
-    stages = [_stage(model, layout, cluster, grid, s, straggler) for s in range(layout.pp)]
+    grid = rank_grid(layout, cluster.gpus_per_node, cluster.nics_per_node)
+    if share_stages:
+        stages = _stages_shared(model, layout, cluster, grid, straggler)
+    else:
+        stages = [_stage(model, layout, cluster, grid, s, straggler) for s in range(layout.pp)]
     m, v, p = layout.num_micro_batches, layout.virtual_stages, layout.pp
     tau = [s.micro_batch_seconds for s in stages]
     pipeline = (m * v - 1) * max(tau) / v + sum(tau) / v
