@@ -77,6 +77,8 @@ class StagePlan:
                 "last": self.shape.last, "dense_parameters": self.shape.dense_parameters,
                 "expert_parameters": self.shape.expert_parameters,
                 "compute_per_micro_batch_s": self.compute_per_micro_batch,
+                "forward_per_micro_batch_s": self.forward_per_micro_batch,
+                "backward_per_micro_batch_s": self.backward_per_micro_batch,
                 "micro_batch_s": self.micro_batch_seconds,
                 "exposed_per_micro_batch_s": dict(self.exposed_per_micro_batch),
                 "exposed_per_step_s": dict(self.exposed_per_step),
@@ -166,7 +168,8 @@ class StepPlan:
         return {"model": self.model.to_dict(), "layout": self.layout.to_dict(),
                 "cluster": self.cluster.to_dict(),
                 "straggler": None if self.straggler is None else vars(self.straggler),
-                "world_size": self.layout.world_size, "summary": self.summary(),
+                "world_size": self.layout.world_size, "describe": self.describe(),
+                "summary": self.summary(),
                 "stages": [s.to_dict() for s in self.stages], "notes": list(self.notes)}
 
     def describe(self) -> str:
