@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from ringccl.cli.app import main
 
 
@@ -50,3 +52,19 @@ def test_plan_search_json(capsys):
     assert out["top"][0]["why_slower"] == "fastest" and len(out["top"]) <= 10
     steps = [t["summary"]["step_s"] for t in out["top"]]
     assert steps == sorted(steps)
+
+
+def test_plan_plot_writes_a_png(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "step.png"
+    assert main(["plan", "--model", "llama3-8b", "--seq-length", "2048", "--tp", "4", "--dp",
+                 "2", "--pp", "2", "--global-batch-size", "16", "--zero", "1", "--plot",
+                 str(png)]) == 0
+    assert f"chart written to {png}" in capsys.readouterr().out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # --search draws its fastest layout
+    best = tmp_path / "best.png"
+    assert main(["plan", "--model", "llama3-8b", "--seq-length", "2048", "--search", "--gpus",
+                 "8", "--global-batch-size", "16", "--json", "--plot", str(best)]) == 0
+    capsys.readouterr()
+    assert best.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

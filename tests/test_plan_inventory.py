@@ -193,3 +193,36 @@ def test_inventory_bytes_agree_with_the_simulator():
     assert {k[0] for k in seen} >= {"all_reduce", "all_gather", "reduce_scatter", "all_to_all",
                                     "send_recv"}
     assert "hierarchical" in {k[1] for k in seen}
+
+
+DEEP = ModelConfig(num_hidden_layers=12, hidden_size=1024, num_attention_heads=16,
+                   num_key_value_heads=4, intermediate_size=2816, vocab_size=32000,
+                   seq_length=1024, name="deep")
+DEEP_MOE = ModelConfig(num_hidden_layers=10, hidden_size=1024, num_attention_heads=16,
+                       intermediate_size=2816, vocab_size=32000, num_local_experts=8,
+                       num_experts_per_tok=2, first_k_dense_replace=1, seq_length=1024,
+                       tie_word_embeddings=True, name="deep-moe")
+
+
+@pytest.mark.parametrize("model, layout, nodes, straggler", [
+    (DEEP, {"pp": 8, "dp": 4, "tp": 2, "global_batch_size": 32}, 8, None),   # uneven layers
+    (DEEP, {"pp": 4, "dp": 4, "tp": 2, "sp": True, "schedule": "interleaved",
+            "virtual_stages": 3, "global_batch_size": 16, "zero_stage": 1}, 4, None),
+    (DEEP, {"pp": 4, "dp": 8, "global_batch_size": 32}, 4, (9, 0.25)),       # straggler
+    # pp fastest: a node holds ranks of several stages, none is a shift of another by nodes
+    (DEEP, {"pp": 4, "dp": 8, "global_batch_size": 32, "order": "pp-tp-cp-ep-dp"}, 4, None),
+    (DEEP_MOE, {"pp": 5, "dp": 8, "ep": 4, "global_batch_size": 40, "zero_stage": 2}, 5,
+     None),
+])
+def test_stages_planned_once_equal_every_stage_planned(model, layout, nodes, straggler):
+    """Stages alike in layers, role and placement are planned once: the plan's every field,
+    memory and collective included, is what planning each stage on its own gives."""
+    from ringccl.planner.step import plan_step
+    cfg, lay = ringccl.planner.resolve_model(model), ringccl.planner.resolve_layout(layout)
+    slow = None if straggler is None else Straggler(*straggler)
+    shared = plan_step(cfg, lay, node(nodes), slow).to_dict()
+    ringccl.clear_caches()
+    each = plan_step(cfg, lay, node(nodes), slow, share_stages=False).to_dict()
+    assert json.dumps(shared, sort_keys=True) == json.dumps(each, sort_keys=True)
+    assert len({json.dumps(s["collectives"]) for s in shared["stages"]}) == len(
+        shared["stages"])   # every stage's example ranks are its own

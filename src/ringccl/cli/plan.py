@@ -17,6 +17,7 @@ from ..planner import plan, resolve_cluster, resolve_layout, resolve_model, sear
 from ..planner.cluster import CLUSTER_PRESETS
 from ..planner.layout import RECOMPUTE, SCHEDULES
 from ..planner.model import PRESETS
+from ..views.plan_plot import plan_chart
 from .common import emit_json, positive_int, table
 
 __all__ = ["register"]
@@ -180,6 +181,8 @@ def _cmd_plan(args) -> int:
             contextlib.nullcontext(), None)
         with bar:
             result = search(model, machine, global_batch_size=gbs, progress=advance)
+        if args.plot and result.plans:
+            plan_chart(result.plans[0].to_dict(), args.plot)
         if args.json:
             emit_json(result.to_dict())
             return 0
@@ -193,10 +196,14 @@ def _cmd_plan(args) -> int:
         return 0
     lay = resolve_layout(layout)
     p = plan(model, lay, _cluster_for(cluster, lay.world_size), straggler=straggler)
+    if args.plot:
+        plan_chart(p.to_dict(), args.plot)
     if args.json:
         emit_json(p.to_dict())
     else:
         _print_plan(p)
+        if args.plot:
+            print(f"chart written to {args.plot}")
     return 0
 
 
@@ -251,4 +258,6 @@ def register(sub) -> None:
                    "layout on --gpus N by step time")
     p.add_argument("--gpus", type=positive_int, help="GPUs for --search")
     p.add_argument("--json", action="store_true", help="strict JSON on stdout")
+    p.add_argument("--plot", metavar="PNG", help="draw the step (with --search: the fastest "
+                   "layout's) as a timeline per PP stage and bars per parallelism (matplotlib)")
     p.set_defaults(func=_cmd_plan)

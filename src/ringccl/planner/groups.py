@@ -28,10 +28,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..caches import memoize
 from ..errors import ArgumentError
 from .layout import Layout
 
-__all__ = ["RankGrid", "GroupShape", "GROUP_KINDS"]
+__all__ = ["RankGrid", "GroupShape", "GROUP_KINDS", "rank_grid"]
 
 #: the dimensions each group kind varies
 GROUP_KINDS = {"tp": ("tp",), "cp": ("cp",), "ep": ("ep",), "dp": ("cp", "ep", "dp"),
@@ -101,6 +102,23 @@ class RankGrid:
             self.stride[dim] = stride
             self.coord[dim] = (ranks // stride) % sizes[dim]
             stride *= sizes[dim]
+        self._stage_shapes: dict[tuple[str, int], list[GroupShape]] = {}
+
+    def stage_offset(self, stage: int) -> int | None:
+        """Global-rank offset that carries stage 0's ranks onto stage ``stage``'s, when it
+        moves them by whole nodes (then every group of stage ``stage`` is stage 0's, shifted:
+        the same placements, NIC sharing and shapes); None when it does not (a rank order that
+        splits a node across stages)."""
+        offset = stage * self.stride["pp"]
+        return offset if offset % self.gpus_per_node == 0 else None
+
+    def stage_shapes(self, kind: str, stage: int) -> list[GroupShape]:
+        """:meth:`shapes` of the groups of ``kind`` containing PP stage ``stage``'s ranks,
+        kept per grid (a layout search asks again for every layout on this grid)."""
+        key = (kind, stage)
+        if key not in self._stage_shapes:
+            self._stage_shapes[key] = self.shapes(kind, self.ranks_of_stage(stage))
+        return self._stage_shapes[key]
 
     def ranks_of_stage(self, stage: int) -> np.ndarray:
         """Global ranks of PP stage ``stage``."""
@@ -173,3 +191,19 @@ class RankGrid:
                           nodes_spanned=int(len(order)), placement=placement,
                           nic_sharing=sharing, example=tuple(int(r) for r in members),
                           _local=local)
+
+
+@memoize(maxsize=256)
+def _grid(dp: int, tp: int, pp: int, cp: int, ep: int, order: str, gpus_per_node: int,
+          nics_per_node: int | None) -> RankGrid:
+    return RankGrid(Layout(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, order=order), gpus_per_node,
+                    nics_per_node)
+
+
+def rank_grid(layout: Layout, gpus_per_node: int, nics_per_node: int | None = None) -> RankGrid:
+    """The :class:`RankGrid` of ``layout``'s group sizes and order, memoized: layouts that
+    differ only in batch, ZeRO stage, schedule or recompute share one grid and its shapes.
+    Its ``layout`` is a canonical one with those sizes (one micro-batch): take the batch from
+    your own layout."""
+    return _grid(layout.dp, layout.tp, layout.pp, layout.cp, layout.ep, layout.order,
+                 gpus_per_node, nics_per_node)

@@ -43,7 +43,7 @@ from ..costmodel.topology import TwoLevel
 from ..costmodel.tuning import predictors
 from ..errors import ArgumentError
 from .cluster import Cluster
-from .groups import GroupShape, RankGrid
+from .groups import GroupShape, RankGrid, rank_grid
 from .layout import Layout
 from .model import ModelConfig
 
@@ -188,6 +188,30 @@ class Entry:
                 "overlap": self.overlap, "chunks": self.chunks}
 
 
+@memoize(maxsize=16384)
+def _choice(collective: str, placement: tuple, local: int, intra: tuple, inter: tuple,
+            nics: int, oversubscription: float, gamma: float, local_size: int,
+            slow: tuple | None, nbytes: float) -> tuple:
+    """The tuner's pick for one call of ``nbytes`` on one placement: (algorithm, params, seconds,
+    ring seconds or None, bytes the busiest rank sends, bytes on the busiest NIC out).
+    Memoized: a layout search asks the same question for every recompute mode, ZeRO stage and
+    schedule that keeps the group and the buffer."""
+    preds = _tuned(collective, placement, local, intra, inter, nics, oversubscription, gamma,
+                   local_size, slow)
+    # the tuner's choice (TuneResult.best_at): the fastest at this size, ties in registry order
+    times = {name: p(nbytes) for name, p in preds.items()}
+    best = min(times, key=times.get)
+    params = {"local_size": local_size} if best == "hierarchical" and local_size else {}
+    if collective == "broadcast":
+        params = {"root": 0, **params}
+    pred = preds[best]
+    result = pred.result(nbytes)
+    sent = nbytes * _bytes_per_rank(collective, best, len(placement),
+                                    tuple(sorted(pred.params.items())))
+    return (best, params, result.seconds, times.get("ring"), sent,
+            float(result.max_link_bytes.get("nic out", 0.0)))
+
+
 def costed(entry: Entry, cluster: Cluster, straggler: Straggler | None = None,
            straggler_index: int | None = None) -> Entry:
     """Fill ``entry``'s algorithm, times and bytes from the tuner on its group's placement.
@@ -202,23 +226,12 @@ def costed(entry: Entry, cluster: Cluster, straggler: Straggler | None = None,
     slow = None
     if straggler is not None and straggler_index is not None:
         slow = (shape.placement[straggler_index], straggler.fraction, straggler.link)
-    preds = _tuned(collective, shape.placement, cluster.gpus_per_node, cluster.intra, inter,
-                   cluster.nics_per_node, cluster.oversubscription, cluster.gamma, local_size,
-                   slow)
-    # the tuner's choice (TuneResult.best_at): the fastest at this size, ties in registry order
-    times = {name: p(entry.nbytes) for name, p in preds.items()}
-    best = min(times, key=times.get)
-    entry.algorithm = best
-    entry.params = {"local_size": local_size} if best == "hierarchical" and local_size else {}
-    if collective == "broadcast":
-        entry.params = {"root": 0, **entry.params}
-    pred = preds[best]
-    result = pred.result(entry.nbytes)
-    entry.seconds_per_call = result.seconds
-    entry.ring_seconds_per_call = times.get("ring")
-    entry.bytes_sent_per_call = entry.nbytes * _bytes_per_rank(
-        collective, best, shape.size, tuple(sorted(pred.params.items())))
-    entry.inter_node_bytes_per_call = float(result.max_link_bytes.get("nic out", 0.0))
+    (entry.algorithm, params, entry.seconds_per_call, entry.ring_seconds_per_call,
+     entry.bytes_sent_per_call, entry.inter_node_bytes_per_call) = _choice(
+        collective, shape.placement, cluster.gpus_per_node, cluster.intra, inter,
+        cluster.nics_per_node, cluster.oversubscription, cluster.gamma, local_size, slow,
+        float(entry.nbytes))
+    entry.params = dict(params)
     return entry
 
 
@@ -228,9 +241,14 @@ def stage_layers(model: ModelConfig, layout: Layout, stage: int) -> list[list[in
     """The layers of PP stage ``stage``, one list per model chunk (``virtual_stages`` of them):
     the L layers split as evenly as possible into pp·v chunks (the first chunks take one more),
     stage s holding chunks s, s + pp, s + 2·pp, ... (Megatron-LM 2021 §2.2.2)."""
-    chunks = layout.pp * layout.virtual_stages
-    bounds = np.array_split(np.arange(model.num_hidden_layers), chunks)
-    return [list(map(int, bounds[stage + k * layout.pp])) for k in range(layout.virtual_stages)]
+    return [list(chunk) for chunk in _layer_chunks(model.num_hidden_layers, layout.pp,
+                                                    layout.virtual_stages, stage)]
+
+
+@memoize(maxsize=4096)
+def _layer_chunks(num_layers: int, pp: int, virtual_stages: int, stage: int) -> tuple:
+    bounds = np.array_split(np.arange(num_layers), pp * virtual_stages)
+    return tuple(tuple(map(int, bounds[stage + k * pp])) for k in range(virtual_stages))
 
 
 @dataclass(frozen=True)
@@ -241,9 +259,10 @@ class StageShape:
         stage, layers, moe_layers: the stage and its layer counts.
         first, last: holds the embedding / the LM head.
         dense_parameters: non-expert weights on a rank (TP-sharded; embedding and head
-            included where the stage holds them).
-        expert_parameters: routed expert weights on a rank (over ep and tp).
-        layer_dense_parameters: per layer on this rank (for ZeRO-3 gathers), the mean.
+            included where the stage holds them), an ``int``.
+        expert_parameters: routed expert weights on a rank (over ep and tp), an ``int``.
+        largest_layer_parameters: the most weights one of the stage's layers has on a rank
+            (dense + routed experts, an ``int``): what a ZeRO-3 gather brings to full size.
         forward_flops: one micro-batch's forward FLOPs on this rank.
         attention_core_flops: of those, the attention scores and weighted sum.
         expert_forward_flops_per_layer: the routed experts' forward FLOPs of one MoE layer.
@@ -254,31 +273,52 @@ class StageShape:
     moe_layers: int
     first: bool
     last: bool
-    dense_parameters: float
-    expert_parameters: float
-    layer_dense_parameters: float
+    dense_parameters: int
+    expert_parameters: int
+    largest_layer_parameters: int
     forward_flops: float
     attention_core_flops: float
     expert_forward_flops_per_layer: float
 
 
+def _shard(count: int, parts: int) -> int:
+    """Elements of one of ``parts`` shards of ``count`` (rounded up, as Megatron pads the
+    vocabulary to a multiple of tp and the parallel linear layers divide exactly)."""
+    return -(-count // parts)
+
+
 def stage_shape(model: ModelConfig, layout: Layout, stage: int) -> StageShape:
-    """The :class:`StageShape` of PP stage ``stage``."""
-    layers = [i for chunk in stage_layers(model, layout, stage) for i in chunk]
-    tp, first, last = layout.tp, stage == 0, stage == layout.pp - 1
-    dense = experts = 0.0
+    """The :class:`StageShape` of PP stage ``stage`` (memoized on what it depends on: the
+    model, tp, ep, pp, v, the micro-batch and cp)."""
+    return _stage_shape(model, layout.tp, layout.ep, layout.pp, layout.virtual_stages,
+                        layout.micro_batch_size, layout.cp, stage)
+
+
+@memoize(maxsize=4096)
+def _stage_shape(model: ModelConfig, tp: int, ep: int, pp: int, virtual_stages: int,
+                 micro_batch_size: int, cp: int, stage: int) -> StageShape:
+    layers = [i for chunk in _layer_chunks(model.num_hidden_layers, pp, virtual_stages, stage)
+              for i in chunk]
+    first, last = stage == 0, stage == pp - 1
+    # parameter counts are integers: each TP (and EP) shard of a weight matrix rounded up;
+    # the norm weights are replicated on every TP rank
+    dense = experts = largest = 0
     for i in layers:
         p = model.layer_parameters(i)
-        dense += (p["attention"] + p["mlp"]) / tp + p["norms"]
-        experts += p["experts"] / (layout.ep * tp)
-    n_dense_layer = dense / max(len(layers), 1)
-    vh = model.vocab_size * model.hidden_size
+        layer_dense = _shard(p["attention"] + p["mlp"], tp) + p["norms"]
+        layer_experts = _shard(p["experts"], ep * tp)
+        dense += layer_dense
+        experts += layer_experts
+        largest = max(largest, layer_dense + layer_experts)
+    # the vocab-parallel embedding and LM head: V/tp rows of h each
+    vocab_shard = _shard(model.vocab_size, tp) * model.hidden_size
     if first:
-        dense += vh / tp
+        dense += vocab_shard
     if last:
-        dense += model.hidden_size + (vh / tp if (not model.tie_word_embeddings or layout.pp > 1)
-                                      else 0.0)
-    tokens = layout.micro_batch_size * model.seq_length / layout.cp
+        dense += model.hidden_size + (
+            vocab_shard if (not model.tie_word_embeddings or pp > 1) else 0)
+    vh = model.vocab_size * model.hidden_size
+    tokens = micro_batch_size * model.seq_length / cp
     moe = sum(model.is_moe_layer(i) for i in layers)
     # matmul parameters a token meets on this stage (routed experts: k of E)
     active = 0.0
@@ -293,17 +333,17 @@ def stage_shape(model: ModelConfig, layout: Layout, stage: int) -> StageShape:
     attn = tokens * per_layer_attn * len(layers) / tp
     forward = (2.0 * active * tokens / tp) + attn
     expert_fwd = 2.0 * model.num_experts_per_tok * model.expert_parameters * tokens / tp
-    return StageShape(stage, len(layers), moe, first, last, dense, experts, n_dense_layer,
+    return StageShape(stage, len(layers), moe, first, last, dense, experts, largest,
                       forward, attn, expert_fwd if moe else 0.0)
 
 
 # -- the inventory ------------------------------------------------------------------------------
 
-def _add(rows, cluster, grid, stage_ranks, straggler, group, **entry):
+def _add(rows, cluster, grid, stage, stage_ranks, m, straggler, group, **entry):
     """Append one costed entry per distinct shape of ``group`` on this stage, keeping the
     slowest (SPMD: the step waits for every group); the straggler's own group is costed with
-    its slow link."""
-    shapes = grid.shapes(group, stage_ranks)
+    its slow link. ``m``: micro-batches per step."""
+    shapes = grid.stage_shapes(group, stage)
     candidates = [(shape, None) for shape in shapes]
     if straggler is not None and straggler.rank in set(map(int, stage_ranks)):
         members = grid.group(group, straggler.rank)
@@ -318,7 +358,6 @@ def _add(rows, cluster, grid, stage_ranks, straggler, group, **entry):
         if best is None or e.seconds_per_call > best.seconds_per_call:
             best = e
     if best is not None:
-        m = grid.layout.num_micro_batches
         best.calls_per_micro_batch = best.calls_per_step // m if best.per_micro_batch else 0
         rows.append(best)
 
@@ -335,14 +374,15 @@ def inventory(model: ModelConfig, layout: Layout, cluster: Cluster, stage: int,
     Returns:
         a list of :class:`Entry`, in the step's order (forward, backward, per step).
     """
-    grid = grid or RankGrid(layout, cluster.gpus_per_node, cluster.nics_per_node)
+    grid = grid or rank_grid(layout, cluster.gpus_per_node, cluster.nics_per_node)
     st = stage_shape(model, layout, stage)
     ranks = grid.ranks_of_stage(stage)
     m, B = layout.num_micro_batches, model.dtype_bytes
     tokens = layout.micro_batch_size * model.seq_length / layout.cp
     act = tokens * model.hidden_size * B                 # one layer's output on a TP group
     rows: list[Entry] = []
-    add = lambda group, **e: _add(rows, cluster, grid, ranks, straggler, group, **e)  # noqa
+    add = lambda group, **e: _add(rows, cluster, grid, stage, ranks, m, straggler,  # noqa
+                                  group, **e)
 
     # -- tensor parallelism: 2 per layer forward, 2 backward (+2 with full recompute)
     if layout.tp > 1:

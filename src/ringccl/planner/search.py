@@ -91,7 +91,7 @@ def why_slower(plan: StepPlan, best: StepPlan, top: int = 2) -> str:
         if d <= 0:
             break
         label = k
-        if k == "compute" and plan.layout.recompute != "none":
+        if k == "compute" and plan.layout.recompute != best.layout.recompute:
             label = f"compute (recompute {plan.layout.recompute})"
         elif k in ("tp", "sp", "dp", "zero", "pp", "cp", "ep", "embedding"):
             label = f"{k} communication exposed"

@@ -25,13 +25,14 @@ all-reduce. ``step = T_pipe + max_s(per-step exposed_s)``;
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
 
 from .. import units
 from ..errors import ArgumentError
 from . import memory
 from .cluster import Cluster
-from .groups import RankGrid
+from .groups import rank_grid
 from .inventory import Entry, StageShape, Straggler, inventory, stage_shape
 from .layout import Layout
 from .model import ModelConfig
@@ -63,7 +64,7 @@ class StagePlan:
     backward_per_micro_batch: float
     exposed_per_micro_batch: dict
     exposed_per_step: dict
-    memory: object = None
+    memory: memory.MemoryBreakdown | None = None
 
     @property
     def micro_batch_seconds(self) -> float:
@@ -76,12 +77,12 @@ class StagePlan:
                 "last": self.shape.last, "dense_parameters": self.shape.dense_parameters,
                 "expert_parameters": self.shape.expert_parameters,
                 "compute_per_micro_batch_s": self.compute_per_micro_batch,
+                "forward_per_micro_batch_s": self.forward_per_micro_batch,
+                "backward_per_micro_batch_s": self.backward_per_micro_batch,
                 "micro_batch_s": self.micro_batch_seconds,
                 "exposed_per_micro_batch_s": dict(self.exposed_per_micro_batch),
                 "exposed_per_step_s": dict(self.exposed_per_step),
-                "memory": None if mem is None else {
-                    k: getattr(mem, k) for k in ("weights", "gradients", "optimizer",
-                                                 "activations", "communication", "total")},
+                "memory": None if mem is None else mem.to_dict(),
                 "collectives": [e.to_dict() for e in self.entries]}
 
 
@@ -167,7 +168,8 @@ class StepPlan:
         return {"model": self.model.to_dict(), "layout": self.layout.to_dict(),
                 "cluster": self.cluster.to_dict(),
                 "straggler": None if self.straggler is None else vars(self.straggler),
-                "world_size": self.layout.world_size, "summary": self.summary(),
+                "world_size": self.layout.world_size, "describe": self.describe(),
+                "summary": self.summary(),
                 "stages": [s.to_dict() for s in self.stages], "notes": list(self.notes)}
 
     def describe(self) -> str:
@@ -175,34 +177,67 @@ class StepPlan:
                 f"step {units.format_duration(self.step_seconds)}, MFU {100 * self.mfu:.1f}%")
 
 
-def stage_memory(model: ModelConfig, layout: Layout, st: StageShape, entries: list[Entry]):
-    """The memory of one rank of stage ``st`` (:mod:`ringccl.planner.memory`'s functions)."""
-    dense = memory.model_state_bytes(st.dense_parameters, dp=layout.dp * layout.cp,
+def stage_memory(model: ModelConfig, layout: Layout, st: StageShape,
+                 entries: list[Entry]) -> memory.MemoryBreakdown:
+    """The memory of one rank of stage ``st``, bytes, from :mod:`ringccl.planner.memory`.
+
+    - model states (:func:`~ringccl.planner.memory.model_state_bytes`): the dense weights
+      sharded by ZeRO over the ``dp · cp`` ranks that hold them, the routed experts over
+      ``dp · cp / ep``;
+    - activations: :func:`~ringccl.planner.memory.activation_bytes` of one micro-batch through
+      all the stage's layers (every model chunk) × the micro-batches in flight
+      (:func:`~ringccl.planner.memory.in_flight_micro_batches`, in those same units: for the
+      interleaved schedule its chunk-activations divided by v), rounded up;
+    - communication buffers (:func:`~ringccl.planner.memory.communication_buffer_bytes`):
+      DDP's bucket copy of the gradients (PyTorch's default ``gradient_as_bucket_view=False``),
+      ZeRO-3's live gathered layers, the all-to-all's send and receive buffers; ZeRO-1/2 add
+      their largest in-flight bucket twice (the gradients being reduce-scattered and the
+      parameters being gathered).
+
+    Returns:
+        A :class:`~ringccl.planner.memory.MemoryBreakdown` (it sums its own ``total``).
+    """
+    data_parallel = layout.dp * layout.cp
+    dense = memory.model_state_bytes(st.dense_parameters, dp=data_parallel,
                                      zero_stage=layout.zero_stage)
-    expert = (memory.model_state_bytes(st.expert_parameters,
-                                       dp=max(1, layout.dp * layout.cp // layout.ep),
-                                       zero_stage=layout.zero_stage)
-              if st.expert_parameters else {"weights": 0, "gradients": 0, "optimizer": 0})
-    act = memory.activation_bytes(
+    expert = memory.model_state_bytes(st.expert_parameters,
+                                      dp=max(1, data_parallel // layout.ep),
+                                      zero_stage=layout.zero_stage)
+    per_micro_batch = memory.activation_bytes(
         seq_length=model.seq_length, micro_batch_size=layout.micro_batch_size,
         hidden_size=model.hidden_size, num_attention_heads=model.num_attention_heads,
         num_layers=st.layers, tp=layout.tp, sp=layout.sp, cp=layout.cp,
         recompute=layout.recompute, dtype_bytes=model.dtype_bytes)
-    flight = memory.in_flight_micro_batches(
+    in_flight = memory.in_flight_micro_batches(
         schedule=layout.schedule if layout.pp > 1 else "1f1b", pp=layout.pp, stage=st.stage,
         num_micro_batches=layout.num_micro_batches, virtual_stages=layout.virtual_stages)
-    # communication buffers: the largest call of each kind that keeps a buffer alive (a DDP
-    # bucket, a ZeRO-3 prefetched layer, an all-to-all's send and receive buffers)
-    comm = 0.0
-    for e in entries:
-        if e.parallelism in ("dp", "zero") or e.collective == "all_to_all":
-            comm = max(comm, 2 * e.nbytes)
-    parts = {k: dense[k] + expert[k] for k in ("weights", "gradients", "optimizer")}
-    activations = float(act) * flight
-    total = sum(parts.values()) + activations + comm
-    return memory.MemoryBreakdown(weights=parts["weights"], gradients=parts["gradients"],
-                                  optimizer=parts["optimizer"], activations=activations,
-                                  communication=comm, total=total)
+    # in_flight is a whole number, or chunk-activations / v for the interleaved schedule:
+    # exact as a fraction of denominator v
+    activations = math.ceil(per_micro_batch * Fraction(in_flight).limit_denominator(
+        layout.virtual_stages))
+    gradient_bytes = dense["gradients"] + expert["gradients"]
+    moe_tokens = 0
+    if st.moe_layers and layout.ep > 1:
+        # tokens a rank routes per MoE layer and micro-batch: its sequence shard (SP splits it
+        # over tp, as Megatron-Core's token dispatcher does)
+        moe_tokens = (layout.micro_batch_size * model.seq_length
+                      // (layout.cp * (layout.tp if layout.sp else 1)))
+    buffers = memory.communication_buffer_bytes(
+        ddp_gradient_bytes=gradient_bytes if layout.zero_stage == 0 and data_parallel > 1
+        else 0,
+        zero3_layer_parameters=st.largest_layer_parameters if layout.zero_stage == 3 else 0,
+        param_bytes=model.dtype_bytes, grad_bytes=model.dtype_bytes, moe_tokens=moe_tokens,
+        moe_top_k=max(1, model.num_experts_per_tok),
+        moe_capacity_factor=layout.capacity_factor, moe_hidden_size=model.hidden_size,
+        dtype_bytes=model.dtype_bytes)
+    communication = sum(buffers.values())
+    if layout.zero_stage in (1, 2):
+        communication += 2 * max((math.ceil(e.nbytes) for e in entries
+                                  if e.parallelism == "zero"), default=0)
+    return memory.MemoryBreakdown(
+        weights=dense["weights"] + expert["weights"],
+        gradients=gradient_bytes, optimizer=dense["optimizer"] + expert["optimizer"],
+        activations=activations, communication=communication)
 
 
 def _stage(model, layout, cluster, grid, stage, straggler) -> StagePlan:
@@ -249,9 +284,54 @@ def _stage(model, layout, cluster, grid, stage, straggler) -> StagePlan:
     return sp
 
 
+def _shifted(entry: Entry, offset: int) -> Entry:
+    """A copy of ``entry`` for the stage whose ranks are its stage's plus ``offset``."""
+    shape = replace(entry.shape, example=tuple(r + offset for r in entry.shape.example))
+    return replace(entry, shape=shape, params=dict(entry.params))
+
+
+def _stages_shared(model, layout, cluster, grid, straggler) -> list[StagePlan]:
+    """Every stage's :class:`StagePlan`, each distinct stage planned once.
+
+    Two stages are alike when they hold as many layers (and MoE layers), play the same role
+    (first: embedding, last: LM head) and the second's ranks are the first's shifted by whole
+    nodes (:meth:`RankGrid.stage_offset`): then each group of the second is a group of the first
+    moved to other nodes, with the same placement, NIC sharing, algorithm and time. Only the
+    group's example ranks (shifted) and the memory (the in-flight micro-batches depend on the
+    stage's index) differ. The straggler's stage is always planned on its own. The result
+    equals ``[_stage(..., s, ...) for s in range(pp)]``.
+    """
+    planned: dict[tuple, tuple[StagePlan, int]] = {}
+    stages = []
+    slow_stage = (None if straggler is None
+                  else int(grid.coord["pp"][straggler.rank]))
+    for s in range(layout.pp):
+        st = stage_shape(model, layout, s)
+        offset = grid.stage_offset(s)
+        key = (st.layers, st.moe_layers, st.first, st.last)
+        if offset is None or s == slow_stage:
+            key += (s,)
+        if key not in planned:
+            planned[key] = (_stage(model, layout, cluster, grid, s, straggler), offset)
+            stages.append(planned[key][0])
+            continue
+        rep, rep_offset = planned[key]
+        shift = offset - rep_offset
+        entries = [_shifted(e, shift) for e in rep.entries]
+        sp = StagePlan(s, st, entries, rep.compute_per_micro_batch, rep.forward_per_micro_batch,
+                       rep.backward_per_micro_batch, dict(rep.exposed_per_micro_batch),
+                       dict(rep.exposed_per_step))
+        sp.memory = stage_memory(model, layout, st, entries)
+        stages.append(sp)
+    return stages
+
+
 def plan_step(model: ModelConfig, layout: Layout, cluster: Cluster,
-              straggler: Straggler | None = None) -> StepPlan:
+              straggler: Straggler | None = None, *, share_stages: bool = True) -> StepPlan:
     """The :class:`StepPlan` of ``layout`` (checked against ``model`` and ``cluster``).
+
+    ``share_stages=False`` plans every PP stage on its own (the reference the tests compare
+    the default against: stages alike in layers, role and placement are planned once).
 
     Raises:
         ArgumentError: the layout refused (:meth:`Layout.check`), a straggler rank outside the
@@ -261,8 +341,11 @@ def plan_step(model: ModelConfig, layout: Layout, cluster: Cluster,
     if straggler is not None and not 0 <= straggler.rank < layout.world_size:
         raise ArgumentError(f"straggler rank={straggler.rank} is outside the world of "
                             f"{layout.world_size} ranks")
-    grid = RankGrid(layout, cluster.gpus_per_node, cluster.nics_per_node)
-    stages = [_stage(model, layout, cluster, grid, s, straggler) for s in range(layout.pp)]
+    grid = rank_grid(layout, cluster.gpus_per_node, cluster.nics_per_node)
+    if share_stages:
+        stages = _stages_shared(model, layout, cluster, grid, straggler)
+    else:
+        stages = [_stage(model, layout, cluster, grid, s, straggler) for s in range(layout.pp)]
     m, v, p = layout.num_micro_batches, layout.virtual_stages, layout.pp
     tau = [s.micro_batch_seconds for s in stages]
     pipeline = (m * v - 1) * max(tau) / v + sum(tau) / v

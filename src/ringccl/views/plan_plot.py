@@ -1,0 +1,232 @@
+"""A picture of one training step from the planner (matplotlib, Agg backend).
+
+:func:`plan_chart` draws what ``ringccl plan --plot`` writes, from the plain data of
+``StepPlan.to_dict()`` (this module imports nothing of the planner, which sits above the views):
+
+* left, one panel per rank position (the first stage, the second, a middle one and the last when
+  the pipeline is deeper than four): lanes for compute (forward, backward), one lane per
+  parallelism's collectives and the pipeline bubble, over one step. Solid bars are
+  communication on the critical path (exposed); pale bars are communication hidden behind
+  the compute it overlaps.
+* right, per parallelism: the bytes the busiest rank sends per step, and the seconds per step
+  (all of it, and the part exposed), the pipeline bubble included.
+
+The timeline is the planner's model drawn to scale, not a trace. As in 1F1B, stage s starts
+after the forwards of the stages before it (``Σ_{j<s} forward_j / v``) and ends its last
+backward before theirs (``pipeline_s − Σ_{j<s} backward_j / v``: the first stage ends the
+pipeline); its ``m`` micro-batches (each: forward, backward, then its exposed communication) are
+spread evenly over that window, the rest of the window being the wait for the other stages
+(drawn with the bubble; Megatron's schedule bunches it at warm-up and cool-down). After the
+pipeline come the once-per-step reductions not hidden (``exposed_per_step_s``).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from ..errors import RingcclError
+
+__all__ = ["plan_chart", "picked_stages"]
+
+#: lane colours: compute, then the parallelisms in the planner's order
+_COLORS = {"forward": "#4c72b0", "backward": "#55a868", "tp": "#c44e52", "sp": "#dd8452",
+           "cp": "#8172b3", "ep": "#937860", "pp": "#da8bc3", "dp": "#8c8c8c",
+           "zero": "#ccb974", "embedding": "#64b5cd", "pp bubble": "#bbbbbb"}
+_ORDER = ("tp", "sp", "cp", "ep", "pp", "dp", "zero", "embedding")
+
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        raise RingcclError("plotting needs matplotlib: pip install 'ringccl[plot]'") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def picked_stages(pp: int) -> list[int]:
+    """The stages drawn: all of them up to 4, else the first, the second, a middle one and the
+    last (the distinct roles: embedding, plain, LM head)."""
+    return list(range(pp)) if pp <= 4 else sorted({0, 1, pp // 2, pp - 1})
+
+
+def _seconds_label(seconds: float) -> str:
+    if seconds >= 1:
+        return f"{seconds:.2f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.1f} ms"
+    return f"{seconds * 1e6:.0f} us"
+
+
+def _size_label(nbytes: float) -> str:
+    for scale, unit in ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.3g} {unit}"
+    return f"{nbytes:.3g} B"
+
+
+def _lanes(stage: Mapping) -> list[str]:
+    present = set(stage["exposed_per_micro_batch_s"]) | set(stage["exposed_per_step_s"]) | {
+        c["parallelism"] for c in stage["collectives"]}
+    return ["compute"] + [k for k in _ORDER if k in present] + ["pp bubble"]
+
+
+def _totals(stage: Mapping, m: int, per_micro_batch: bool) -> dict:
+    """parallelism -> predicted seconds of its collectives (exposed or not), per micro-batch
+    (``per_micro_batch``) or once per step (those have no calls per micro-batch)."""
+    out: dict = {}
+    for c in stage["collectives"]:
+        if (c["calls_per_micro_batch"] > 0) != per_micro_batch:
+            continue
+        t = c["seconds_per_step"] / (m if per_micro_batch else 1)
+        out[c["parallelism"]] = out.get(c["parallelism"], 0.0) + t
+    return out
+
+
+def _draw_stage(ax, stage: Mapping, m: int, start: float, end: float, pipeline: float) -> None:
+    lanes = _lanes(stage)
+    y = {lane: len(lanes) - 1 - i for i, lane in enumerate(lanes)}
+    fwd, bwd = stage["forward_per_micro_batch_s"], stage["backward_per_micro_batch_s"]
+    exposed = stage["exposed_per_micro_batch_s"]
+    hidden = _totals(stage, m, per_micro_batch=True)
+    tau = stage["micro_batch_s"]
+    bar = dict(height=0.7)
+
+    def span(lane, x0, width, alpha=1.0, **kw):
+        if width > 0:
+            ax.barh(y[lane], width, left=x0, color=_COLORS.get(lane, "#999999"), alpha=alpha,
+                    linewidth=0, **bar, **kw)
+
+    # the m micro-batches spread over the stage's window [start, end]: each its forward,
+    # backward and exposed communication, then the wait for the other stages
+    slot = max((end - start) / m, tau)
+    for k in range(m):
+        t0 = start + k * slot
+        span("pp bubble", t0 + tau, slot - tau if k < m - 1 else 0.0, hatch="//")
+        ax.barh(y["compute"], fwd, left=t0, color=_COLORS["forward"], linewidth=0, **bar)
+        ax.barh(y["compute"], bwd, left=t0 + fwd, color=_COLORS["backward"], linewidth=0,
+                **bar)
+        x = t0 + fwd + bwd
+        for lane in lanes[1:-1]:
+            t_exp = exposed.get(lane, 0.0)
+            # the hidden part runs under this micro-batch's compute
+            span(lane, t0, min(max(hidden.get(lane, 0.0) - t_exp, 0.0), fwd + bwd), alpha=0.3)
+            span(lane, x, t_exp)
+            x += t_exp
+    busy_end = start + (m - 1) * slot + tau
+    span("pp bubble", 0.0, start, hatch="//")
+    span("pp bubble", busy_end, max(pipeline - busy_end, 0.0), hatch="//")
+    # once per step: the hidden part under the last backward, the exposed part after the pipe
+    per_step_total = _totals(stage, m, per_micro_batch=False)
+    x = pipeline
+    for lane in lanes[1:-1]:
+        t_exp = stage["exposed_per_step_s"].get(lane, 0.0)
+        t_hid = min(max(per_step_total.get(lane, 0.0) - t_exp, 0.0), bwd)
+        span(lane, busy_end - tau + fwd, t_hid, alpha=0.3)
+        span(lane, x, t_exp)
+        x += t_exp
+    ax.set_yticks([y[lane] for lane in lanes], lanes, fontsize=8)
+    ax.set_ylim(-0.6, len(lanes) - 0.4)
+    role = ", ".join(r for r, on in (("embedding", stage["first"]), ("LM head", stage["last"]))
+                     if on)
+    mem = stage.get("memory") or {}
+    ax.set_title(f"stage {stage['stage']}: {stage['layers']} layers"
+                 + (f", {role}" if role else "")
+                 + f"; {m} micro-batches of {_seconds_label(tau)}"
+                 + (f"; memory {_size_label(mem['total'])}" if mem else ""),
+                 fontsize=9, loc="left")
+    ax.grid(axis="x", alpha=0.3)
+
+
+def plan_chart(plan: Mapping, path: str, title: str = "") -> str:
+    """Write a PNG of one step: a timeline per rank position and bars per parallelism.
+
+    Args:
+        plan: ``StepPlan.to_dict()`` of :func:`ringccl.plan` (plain data: ``summary``,
+            ``layout``, ``stages`` with their ``collectives``; times in seconds, bytes in bytes).
+        path: output file (PNG).
+        title: figure title (default: the plan's ``describe``).
+    Returns:
+        ``path``.
+    Raises:
+        RingcclError: matplotlib is not installed.
+        KeyError: ``plan`` is not a ``StepPlan.to_dict()``.
+    """
+    plt = _pyplot()
+    from matplotlib.patches import Patch
+
+    summary, layout = plan["summary"], plan["layout"]
+    m, v = layout["num_micro_batches"], layout["virtual_stages"]
+    stages = plan["stages"]
+    picked = [stages[i] for i in picked_stages(len(stages))]
+    pipeline = summary["pipeline_s"]
+
+    lanes = [len(_lanes(s)) for s in picked]
+    fig = plt.figure(figsize=(16, 2.2 + 0.42 * sum(lanes) + 0.5 * len(picked)))
+    grid = fig.add_gridspec(len(picked), 2, width_ratios=(3.2, 1), height_ratios=lanes,
+                            hspace=0.55, wspace=0.18, left=0.08, right=0.98, top=0.9,
+                            bottom=0.1)
+    axes = []
+    for i, st in enumerate(picked):
+        ax = fig.add_subplot(grid[i, 0], sharex=axes[0] if axes else None)
+        # 1F1B: stage s starts after the forwards of the stages before it and ends its last
+        # backward before theirs (the first stage ends the pipeline)
+        before = stages[:st["stage"]]
+        start = sum(b["forward_per_micro_batch_s"] for b in before) / v
+        end = pipeline - sum(b["backward_per_micro_batch_s"] for b in before) / v
+        _draw_stage(ax, st, m, start, end, pipeline)
+        ax.axvline(pipeline, color="black", linewidth=0.8, linestyle=":")
+        axes.append(ax)
+        if i < len(picked) - 1:
+            ax.tick_params(labelbottom=False)
+    axes[-1].set_xlabel("time in the step (s); dotted: the pipeline ends, then the "
+                        "once-per-step collectives not hidden")
+    axes[0].set_xlim(0, summary["step_s"] * 1.01)
+
+    # bars per parallelism: bytes, and seconds (total and exposed)
+    bytes_by = summary["bytes_per_step_by_parallelism"]
+    seconds_by = summary["seconds_per_step_by_parallelism"]
+    exposed_by = summary["exposed_s"]
+    keys = [k for k in _ORDER if k in bytes_by or k in exposed_by]
+    right_top = fig.add_subplot(grid[: max(1, len(picked) // 2), 1])
+    right_bottom = fig.add_subplot(grid[max(1, len(picked) // 2):, 1]) if len(picked) > 1 \
+        else None
+    yb = list(range(len(keys)))[::-1]
+    vals = [bytes_by.get(k, 0.0) / 2**30 for k in keys]
+    right_top.barh(yb, vals, color=[_COLORS.get(k, "#999999") for k in keys])
+    right_top.set_yticks(yb, keys, fontsize=8)
+    right_top.set_title("bytes sent per step by the busiest rank (GiB)", fontsize=9)
+    for yy, val, k in zip(yb, vals, keys):
+        right_top.text(val, yy, " " + _size_label(bytes_by.get(k, 0.0)), va="center",
+                       fontsize=7)
+    right_top.set_xlim(0, max(vals + [1e-9]) * 1.45)
+    ax_t = right_bottom if right_bottom is not None else right_top.twiny()
+    tkeys = keys + (["pp bubble"] if "pp bubble" in exposed_by else [])
+    yt = list(range(len(tkeys)))[::-1]
+    total = [seconds_by.get(k, exposed_by.get(k, 0.0)) for k in tkeys]
+    exp = [exposed_by.get(k, 0.0) for k in tkeys]
+    ax_t.barh([y + 0.2 for y in yt], total, height=0.4, color="#cccccc", label="all")
+    ax_t.barh([y - 0.2 for y in yt], exp, height=0.4,
+              color=[_COLORS.get(k, "#999999") for k in tkeys], label="exposed")
+    for yy, a, b in zip(yt, total, exp):
+        ax_t.text(max(a, b), yy, f" {_seconds_label(b)} of {_seconds_label(a)}",
+                  va="center", fontsize=7)
+    ax_t.set_yticks(yt, tkeys, fontsize=8)
+    ax_t.set_xlim(0, max(total + exp + [1e-9]) * 1.6)
+    ax_t.set_title("seconds per step: all (grey) and exposed", fontsize=9)
+    ax_t.set_xlabel("s", fontsize=8)
+
+    handles = [Patch(color=_COLORS["forward"], label="forward"),
+               Patch(color=_COLORS["backward"], label="backward"),
+               Patch(color="#777777", label="communication exposed"),
+               Patch(color="#777777", alpha=0.3, label="communication hidden"),
+               Patch(facecolor=_COLORS["pp bubble"], hatch="//", label="pipeline bubble")]
+    fig.legend(handles=handles, loc="lower left", ncol=5, fontsize=8, frameon=False,
+               bbox_to_anchor=(0.08, 0.005))
+    fig.suptitle(title or f"{plan.get('describe', '')}\ntokens/s {summary['tokens_per_s']:,.0f}"
+                 f", pipeline bubble {_seconds_label(summary['bubble_s'])}"
+                 f", peak memory {_size_label(summary['peak_memory_bytes'])}", fontsize=11)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
