@@ -23,10 +23,14 @@ x_{N-1} in the same order as every other rank, and all of them round alike. It i
 the sources below dst are folded into an accumulator (the first copied, the others combined onto
 it in ascending source), then own ⊕= accumulator, then own ⊕= each source above dst in ascending
 source (:func:`reduce_order`). A slot with at most one source below dst needs no accumulator
-(own ⊕ c_s0 is c_s0 ⊕ own), which is every step of ring, recursive doubling, halving-doubling
-and the trees rooted at rank 0. Every executor (the simulator's kernel, the engine behind
-ringccl.torch and ringccl.mpi) applies this one rule, so results every rank receives are
-bitwise identical on every rank, and identical between executors that share a reduce function.
+(own ⊕ c_s0 is c_s0 ⊕ own), which is every step of ring, recursive doubling, halving-doubling,
+hierarchical and tree all_reduce; accumulators appear in direct all_reduce and reduce_scatter
+(N >= 3), direct reduce with root >= 2, tree reduce with some roots and the double binary tree's
+shifted tree for some odd N (7, 13, 15, ...), whose bits therefore changed with this rule (the
+last three had one result per chunk before too). Every executor (the simulator's kernel, the
+engine behind ringccl.torch and ringccl.mpi) applies this one rule, so results every rank
+receives are bitwise identical on every rank, and identical between executors that share a
+reduce function.
 
 What is guaranteed, exactly: the fold's association and ordering are fixed; the operand order
 inside one ⊕ is not (own ⊕ acc on rank dst, acc ⊕ x_dst elsewhere). Every reduce op that is
