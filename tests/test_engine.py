@@ -15,9 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import ringccl
 from ringccl import engine
 from ringccl.algorithms import REGISTRY, build_schedule
 from ringccl.errors import BackendError, PeerError, RingcclTimeout
+from ringccl.ir import Schedule
 from ringccl.layout import layout
 from ringccl.ops import ReduceOp
 
@@ -350,3 +352,101 @@ def _check_program(p, program, restore):
             canonical.setdefault((SEND, s.peer), []).append(s)
     assert order == canonical
     assert applied == {r for step in p.steps for r in step.recvs if r.stage >= 0}
+
+
+# -- the IR's reduction order: a slot with several sources below its rank (issue 14) -----------
+
+class _InPlaceTransport(_Transport):
+    """:class:`_Transport` as a shared-memory transport would be: staged receives get no
+    landing and ``wait`` returns a read-only view of the peer's bytes, valid until released."""
+
+    reads_in_place = True
+
+    def wait(self, handle):
+        if handle[0] == "send":
+            return super().wait(handle)
+        _, key, r = handle
+        if r.stage < 0:
+            return super().wait(handle)
+        if not self.wire.event(key).wait(self.timeout):
+            raise TimeoutError(f"nothing from rank {r.peer} within {self.timeout} s")
+        view = self.wire.sent[key].view()
+        view.flags.writeable = False   # the peer's memory: the engine only reads it
+        self.staged[(r.stage, r.stage + view.size)] = r
+        return view
+
+    def release(self, r):
+        pass
+
+
+def _run_values(schedule, buffers, *, driver, segment_elems, in_place=False):
+    """Run ``schedule`` on the in-memory transport from the given per-rank working buffers
+    (any dtype; modified in place)."""
+    n = schedule.world_size
+    wire = _Wire(n)
+    run = engine.run_dataflow if driver == "dataflow" else engine.run_lockstep
+    plans = [engine.plan(schedule, r, layout(schedule, r, buffer_count=buffers[0].size).offsets,
+                         segment_elems) for r in range(n)]
+
+    def body(rank):
+        p = plans[rank]
+        cls = _InPlaceTransport if in_place else _Transport
+        # a transport reading in place has no staging buffer: the accumulators are the engine's
+        staging = np.zeros(0 if in_place else p.staging_elems, buffers[rank].dtype)
+        transport = cls(wire, rank, buffers[rank], staging, 5.0, None)
+        if p.steps:
+            run(schedule, rank, p, transport, _Workspace(transport), timeout=5.0, restore=True)
+
+    threads = [threading.Thread(target=body, args=(r,)) for r in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+        assert not t.is_alive(), "a rank hung"
+    assert not wire.hazards, wire.hazards[:5]
+    return plans
+
+
+def _fold16(x):
+    acc = x[0].copy()
+    for row in x[1:]:
+        np.add(acc, row, out=acc)
+    return acc
+
+
+@pytest.mark.parametrize("driver", ["dataflow", "lockstep"])
+@pytest.mark.parametrize("segment_elems", [0, 5])
+@pytest.mark.parametrize("in_place", [False, True])
+def test_three_sources_below_fold_through_an_accumulator(driver, segment_elems, in_place):
+    # R3 receives reduces from R0, R1, R2 (below it) and R4 (above) in one step: the result is
+    # ((x0 + x1) + x2) + x3 + x4 in float16 (x3 at R3's own position), not x3 + x0 + x1 + ...
+    schedule = Schedule.from_arrays("reduce", "custom", 5, 1, step=0, src=[0, 1, 2, 4], dst=3,
+                                    src_chunk=0, reduce=True, params={"root": 3})
+    x = (np.random.default_rng(3).standard_normal((5, 23)) * 100).astype(np.float16)
+    buffers = [row.copy() for row in x]
+    plans = _run_values(schedule, buffers, driver=driver, segment_elems=segment_elems,
+                        in_place=in_place)
+    want = _fold16(x)
+    assert buffers[3].view(np.uint16).tolist() == want.view(np.uint16).tolist()
+    assert (_fold16(x[[3, 0, 1, 2, 4]]).view(np.uint16) != want.view(np.uint16)).any()
+    # the plan: R0's receive seeds the accumulator, R1's folds in, R2's folds and flushes,
+    # R4's combines into the buffer directly; one chunk of accumulator
+    roles = [(r.peer, r.fold >= 0, r.seed, r.flush) for r in plans[3].steps[0].recvs
+             if r.segment == 0]
+    assert roles == [(0, True, True, False), (1, True, False, False), (2, True, False, True),
+                     (4, False, False, False)]
+    assert plans[3].accumulator_elems == 23
+    assert all(p.accumulator_elems == 0 for i, p in enumerate(plans) if i != 3)
+
+
+@pytest.mark.parametrize("driver", ["dataflow", "lockstep"])
+@pytest.mark.parametrize("n", [3, 5])
+def test_direct_all_reduce_gives_every_rank_the_simulators_bits(driver, n):
+    schedule = build_schedule("all_reduce", "direct", n)
+    x = (np.random.default_rng(n).standard_normal((n, 40)) * 100).astype(np.float16)
+    buffers = [row.copy() for row in x]
+    _run_values(schedule, buffers, driver=driver, segment_elems=7)
+    sim = ringccl.simulate("all_reduce", x, algorithm="direct").outputs
+    for r in range(n):
+        assert buffers[r].view(np.uint16).tolist() == _fold16(x).view(np.uint16).tolist()
+        assert sim[r].view(np.uint16).tolist() == buffers[r].view(np.uint16).tolist()

@@ -9,7 +9,8 @@ idea of tracking each chunk's origin and reduced contributors.
 The first fault found raises :class:`~ringccl.errors.VerificationError` naming step, rank and chunk:
 
 * two transfers of one step write the same slot, unless all of them reduce (several reduces
-  into one slot are applied in canonical order, i.e. ascending source rank);
+  into one slot are combined in the IR's reduction order, :func:`ringccl.ir.reduce_order`; the
+  checker tracks contributions as sets, which that order does not change);
 * a rank sends a chunk slot it does not hold (empty);
 * a reduce combines two different logical chunks;
 * a reduce would count some rank's contribution twice;
@@ -65,7 +66,8 @@ class SymbolicState:
         self._s = schedule.src.astype(np.int64) * c + schedule.src_chunk
         self._d = schedule.dst.astype(np.int64) * c + schedule.dst_chunk
         # all steps' write-write conflicts found at once: key = (step, destination slot). Several
-        # reduces into one slot are allowed (applied in canonical order); a copy must be alone.
+        # reduces into one slot are allowed (combined in the IR's reduction order); a copy must
+        # be alone.
         key = schedule.step_of(np.arange(schedule.num_transfers)) * (n * c) + self._d
         order = np.argsort(key, kind="stable")
         same = key[order][1:] == key[order][:-1]

@@ -11,8 +11,34 @@ transfers that run at the same time and cost one latency (one alpha). A transfer
 and follows BSP semantics: every transfer of a step reads the state before the step, then all
 writes land. Within one step at most one transfer writes a given (dst, chunk) slot, except that
 several *reduces* may target one slot (a rank combining many peers' buffers at once, as the
-direct algorithms do): they are applied one after another in canonical order, i.e. in ascending
-source rank (:func:`reduce_rounds`), so every executor rounds floating-point sums the same way.
+direct algorithms do).
+
+**Reduction order.** The slot's own value takes part at its own rank's position: the result is
+the left fold, in ascending rank, over the contributions, the slot's value being rank dst's,
+
+    ((c_s0 ⊕ c_s1) ⊕ … ⊕ own_dst) ⊕ c_u0 ⊕ …      for sources s0 < s1 < … < dst < u0 < …
+
+so a rank adding every peer's buffer at once (direct all_reduce) computes x_0 ⊕ x_1 ⊕ … ⊕
+x_{N-1} in the same order as every other rank, and all of them round alike. It is computed as:
+the sources below dst are folded into an accumulator (the first copied, the others combined onto
+it in ascending source), then own ⊕= accumulator, then own ⊕= each source above dst in ascending
+source (:func:`reduce_order`). A slot with at most one source below dst needs no accumulator
+(own ⊕ c_s0 is c_s0 ⊕ own), which is every step of ring, recursive doubling, halving-doubling,
+hierarchical and tree all_reduce; accumulators appear in direct all_reduce and reduce_scatter
+(N >= 3), direct reduce with root >= 2, tree reduce with some roots and the double binary tree's
+shifted tree for some odd N (7, 13, 15, ...), whose bits therefore changed with this rule (the
+last three had one result per chunk before too). Every executor (the simulator's kernel, the
+engine behind ringccl.torch and ringccl.mpi) applies this one rule, so results every rank
+receives are bitwise identical on every rank, and identical between executors that share a
+reduce function.
+
+What is guaranteed, exactly: the fold's association and ordering are fixed; the operand order
+inside one ⊕ is not (own ⊕ acc on rank dst, acc ⊕ x_dst elsewhere). Every reduce op that is
+commutative bit for bit therefore gives the same bits on every rank: SUM, PRODUCT, BAND, BOR,
+BXOR on every dtype, and MIN/MAX except for ties between -0.0 and +0.0 (numpy returns the second
+operand of a tie, torch the first). A NaN result is NaN on every rank, but when two NaNs with
+different payloads or signs meet, which survives depends on the operand order, which IEEE 754
+leaves to the implementation (on x86-64 numpy keeps the first operand's, torch the second's).
 
 Steps are stored as small integer arrays (one entry per transfer), not as Python objects, so a
 1024-rank ring all-reduce (2046 steps x 1024 transfers) stays a few tens of MB. Transfers inside a
@@ -37,7 +63,7 @@ from .collectives import get_collective
 from .errors import ArgumentError, ScheduleError
 
 __all__ = ["Kind", "Transfer", "Step", "Schedule", "Program", "RankStep", "Send", "Recv",
-           "chunk_bounds", "reduce_rounds"]
+           "chunk_bounds", "reduce_rounds", "ReduceOrder", "reduce_order"]
 
 
 class Kind(enum.IntEnum):
@@ -60,24 +86,100 @@ class Transfer(NamedTuple):
     kind: Kind
 
 
-def reduce_rounds(dst_slots: np.ndarray, reduce: np.ndarray) -> list[np.ndarray]:
-    """The reduces of one step, split into rounds whose destination slots are distinct.
-
-    Args:
-        dst_slots: int array, one destination slot id per transfer of the step, in the step's
-            canonical order.
-        reduce: bool array, True for reduces.
-    Returns:
-        index arrays (sorted) into the step's transfers; round k holds every slot's k-th reduce,
-        so applying the rounds in turn combines each slot's contributions in canonical order.
-    """
+def _by_slot(dst_slots: np.ndarray, reduce: np.ndarray):
+    """The step's reduces grouped by destination slot, canonical order kept within a slot:
+    (transfer indices, group id of each, occurrence number of each within its slot)."""
     idx = np.nonzero(reduce)[0]
     order = idx[np.argsort(dst_slots[idx], kind="stable")]
     ds = dst_slots[order]
     start = np.r_[True, ds[1:] != ds[:-1]] if ds.size else np.zeros(0, bool)
     first = np.maximum.accumulate(np.where(start, np.arange(ds.shape[0]), 0))
     k = np.arange(ds.shape[0]) - first  # occurrence number of each reduce at its destination
+    return order, np.cumsum(start) - 1, k
+
+
+def _rounds(order: np.ndarray, k: np.ndarray) -> list[np.ndarray]:
     return [np.sort(order[k == j]) for j in range(int(k.max()) + 1)] if k.size else []
+
+
+def reduce_rounds(dst_slots: np.ndarray, reduce: np.ndarray) -> list[np.ndarray]:
+    """The reduces of one step, split into rounds whose destination slots are distinct.
+
+    The contributions each slot receives, whatever the order (the checker's view); the order in
+    which executors combine them is :func:`reduce_order`'s.
+
+    Args:
+        dst_slots: int array, one destination slot id per transfer of the step, in the step's
+            canonical order.
+        reduce: bool array, True for reduces.
+    Returns:
+        index arrays (sorted) into the step's transfers; round k holds every slot's k-th reduce
+        in canonical (ascending source) order.
+    """
+    order, _, k = _by_slot(dst_slots, reduce)
+    return _rounds(order, k)
+
+
+class ReduceOrder(NamedTuple):
+    """How executors apply one step's reduces (the rule: "Reduction order" in this module's
+    docstring). Indices are into the step's transfers.
+
+    Apply, in this order: ``acc[a] := source(seeds[a])`` for every accumulator a; for each
+    ``(transfers, accumulators)`` of ``folds`` in turn, ``acc[accumulators[i]] ⊕=
+    source(transfers[i])``; ``slot(seeds[a]) ⊕= acc[a]`` for every a (the flush); then for each
+    round of ``rounds`` in turn, ``slot(t) ⊕= source(t)`` for its transfers t.
+
+    Attributes:
+        seeds: int64 (A,), one per slot with at least two sources below its rank (A
+            accumulators, in ascending slot id): that slot's lowest source.
+        folds: list of (transfers, accumulators) int64 pairs: round j holds the (j+2)-th source
+            below its rank of every accumulated slot that has one, sorted by accumulator (so
+            accumulators are distinct within a round).
+        rounds: list of sorted int64 index arrays, destination slots distinct within a round:
+            round k holds the k-th of the reduces combined onto their slot directly (a slot
+            with an accumulator: its sources above its rank; any other: all its reduces), in
+            ascending source.
+    """
+
+    seeds: np.ndarray
+    folds: list
+    rounds: list
+
+
+def reduce_order(dst_slots: np.ndarray, src: np.ndarray, dst: np.ndarray,
+                 reduce: np.ndarray) -> ReduceOrder:
+    """The order in which one step's reduces are applied (see :class:`ReduceOrder`).
+
+    Args:
+        dst_slots: int array, one destination slot id per transfer of the step, in the step's
+            canonical order (for one rank's receives: the chunk).
+        src, dst: int arrays, sender and receiver rank of each transfer.
+        reduce: bool array, True for reduces.
+    Returns:
+        :class:`ReduceOrder`; with no slot receiving two sources from below its rank, no
+        accumulators and ``rounds == reduce_rounds(dst_slots, reduce)``.
+    """
+    src, dst = np.asarray(src), np.asarray(dst)
+    order, group, k = _by_slot(np.asarray(dst_slots), np.asarray(reduce, dtype=bool))
+    empty = np.zeros(0, dtype=np.int64)
+    below = src[order] < dst[order]
+    if below.sum() < 2:  # at most one source below in the whole step: no accumulator
+        return ReduceOrder(empty, [], _rounds(order, k))
+    # canonical order is ascending source within a slot: its below-sources come first
+    n_below = np.bincount(group, weights=below).astype(np.int64)
+    accumulated = n_below >= 2
+    if not accumulated.any():
+        return ReduceOrder(empty, [], _rounds(order, k))
+    acc_of_group = np.cumsum(accumulated) - 1
+    in_acc = accumulated[group]
+    nb = n_below[group]
+    seeds = order[in_acc & (k == 0)]                 # ascending slot id: groups are sorted
+    folds = []
+    for j in range(1, int(n_below.max())):
+        sel = in_acc & (k == j) & (k < nb)
+        folds.append((order[sel], acc_of_group[group[sel]]))  # groups ascending: sorted by acc
+    direct = ~in_acc | (k >= nb)
+    return ReduceOrder(seeds, folds, _rounds(order[direct], np.where(in_acc, k - nb, k)[direct]))
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:

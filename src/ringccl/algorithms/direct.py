@@ -6,7 +6,9 @@ alpha; a rank may send to and receive from many peers within one step, and the c
 the busiest rank's bytes (β · max over ranks of max(bytes sent, bytes received)), so a step in
 which the root receives N-1 buffers costs α + (N-1)·M·β, as a one-port rank would take. Where a
 rank combines several peers' buffers into one chunk in one step (direct all_reduce,
-reduce_scatter, reduce), the reduces are applied in ascending source rank (ir.py).
+reduce_scatter, reduce), the result is the left fold in ascending rank with the rank's own value
+at its own position (the IR's reduction order, ir.py), so every rank of direct all_reduce
+computes x_0 ⊕ x_1 ⊕ … ⊕ x_{N-1} in the same order and gets the same bits.
 
 M is the collective's size in bytes (``Collective.buffer_count``): one rank's buffer for
 all_reduce, broadcast and reduce; the whole N-block buffer for reduce_scatter, all_gather,
@@ -111,8 +113,9 @@ def broadcast(world_size: int, root: int = 0) -> Schedule:
 
 
 def reduce(world_size: int, root: int = 0) -> Schedule:
-    """Every other rank sends its whole buffer to the root, which adds all N-1 in (in ascending
-    rank order). One chunk, one step."""
+    """Every other rank sends its whole buffer to the root, which adds all N-1 in (x_0 ⊕ … ⊕
+    x_{N-1} in ascending rank, its own at its own position: the IR's order). One chunk, one
+    step."""
     n = world_size
     others = np.delete(np.arange(n), _root(root, n))
     return _one_step("reduce", n, 1, others, root, 0, reduce=True, params={"root": root})

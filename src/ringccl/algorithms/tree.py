@@ -8,7 +8,7 @@ are the leaves; the tree has depth D, and the left subtree of any rank is perfec
 
 **Steps.** A rank v sends its partial sum of segment k to its parent at step u(v) + k, after it
 has absorbed its children's segment k; both children may deliver the same segment in one step
-(the IR applies several reduces into one slot in ascending source order), so u(v) is the height
+(the IR combines several reduces into one slot in ascending rank), so u(v) is the height
 of v's subtree: leaves start at step 0 and the reduce phase takes U(N) + S steps with
 U(N) = D - 1. Broadcast: a rank at depth δ forwards segment k to both children at step k + δ
 (D + S - 1 steps). all_reduce pipelines the two: the root starts broadcasting segment k the step
@@ -101,7 +101,8 @@ def binary_tree(world_size: int) -> BinaryTree:
             start[v] = 0
             continue
         # both children may deliver segment k in the same step (several reduces into one slot
-        # per step apply in ascending source order), so a rank starts once its deeper child did
+        # per step combine in ascending rank: the IR's order), so a rank starts once its deeper
+        # child did
         start[v] = max(start[left[v]], start[right[v]] if right[v] >= 0 else -1) + 1
     depth = np.zeros(n, dtype=np.int64)
     for v in sorted(range(1, n), key=lambda x: -height[x]):  # parents before children

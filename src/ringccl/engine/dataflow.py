@@ -286,6 +286,8 @@ def run_dataflow(schedule: Schedule, rank: int, p: Plan, transport: Transport,
     program = dataflow_program(p, restore)
     handles: list = [None] * program.slots
     t, ws = transport, workspace
+    if p.accumulator_elems:
+        ws.reserve(p.accumulator_elems)
     # views of received bytes, from a transport that reads receives in place (shared memory)
     in_place: dict | None = {} if getattr(t, "reads_in_place", False) else None
     at = 0

@@ -42,6 +42,8 @@ def run_lockstep(schedule: Schedule, rank: int, p: Plan, transport: Transport,
     """
     ctx = _Context(schedule, rank, transport, timeout)
     ws = workspace
+    if p.accumulator_elems:
+        ws.reserve(p.accumulator_elems)
     guard = _Guard(ws, p.bounds, restore)
     # views of received bytes, from a transport that reads receives in place (shared memory)
     in_place: dict | None = {} if getattr(transport, "reads_in_place", False) else None

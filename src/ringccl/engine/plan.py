@@ -8,7 +8,9 @@ from typing import NamedTuple
 from ..caches import memoize
 from ..chunking import chunk_bounds
 from ..errors import BackendError
-from ..ir import Kind, Schedule
+import numpy as np
+
+from ..ir import Kind, Schedule, reduce_order
 
 __all__ = ["SegmentSend", "SegmentRecv", "StepPlan", "Plan", "Pipelining", "plan", "uniform_bounds",
            "check_bounds"]
@@ -31,6 +33,15 @@ class SegmentRecv(NamedTuple):
 
     ``stage`` is the element offset in the staging buffer where it lands, or -1 when it lands in
     the buffer itself; ``reduce``: combine with the reduce op instead of copying.
+
+    The IR's reduction order (:func:`ringccl.ir.reduce_order`): when this rank receives two or
+    more reduces into one chunk in one step from peers below its rank, those are folded into an
+    accumulator first and the accumulator into the buffer after the last of them. ``fold`` is
+    then the element offset of this segment's accumulator in the workspace's accumulator buffer
+    (-1: combined into the buffer directly); ``seed``: this receive starts it (copied into it,
+    the lowest such peer); ``flush``: after folding this one in, combine the accumulator into
+    ``buffer[lo:hi]`` (the highest such peer). A step's receives come in ascending peer, so
+    applying them in order (both drivers do) meets these dependencies.
     """
 
     step: int
@@ -41,6 +52,9 @@ class SegmentRecv(NamedTuple):
     stage: int
     reduce: bool
     peer: int
+    fold: int = -1
+    seed: bool = False
+    flush: bool = False
 
 
 class StepPlan(NamedTuple):
@@ -53,11 +67,14 @@ class StepPlan(NamedTuple):
 
 
 class Plan(NamedTuple):
-    """This rank's whole part of a schedule: steps, chunk offsets, staging elements needed."""
+    """This rank's whole part of a schedule: steps, chunk offsets, staging elements needed, and
+    accumulator elements needed (the largest step's chunks folded through an accumulator; 0 for
+    every schedule without a chunk receiving two reduces from lower ranks in one step)."""
 
     steps: tuple
     bounds: tuple         # num_chunks + 1 element offsets into the working buffer
     staging_elems: int
+    accumulator_elems: int = 0
 
 
 class Pipelining(NamedTuple):
@@ -128,28 +145,61 @@ def plan(schedule: Schedule, rank: int, bounds: tuple, segment_elems: int) -> Pl
 
     half = max((staged(step) for step in program.steps), default=0)
     steps = []
+    accumulator_elems = 0
     for k, step in enumerate(program.steps):
         sending = {s.chunk for s in step.sends}
         sends = tuple(SegmentSend(step.index, s.chunk, i, lo, hi, s.peer) for s in step.sends
                       for i, (lo, hi) in enumerate(_segments(bounds[s.chunk], bounds[s.chunk + 1],
                                                              segment_elems)) if hi > lo)
+        roles, used = _fold_roles(step, rank, bounds)
+        accumulator_elems = max(accumulator_elems, used)
         recvs = []
         offset = (k % 2) * half
-        for r in step.recvs:
+        for j, r in enumerate(step.recvs):
             lo, hi = bounds[r.chunk], bounds[r.chunk + 1]
             if hi == lo:
                 continue
             reduce = r.kind is Kind.REDUCE
             staged = reduce or r.chunk in sending
+            fold, seed, flush = roles.get(j, (-1, False, False))
             for i, (a, b) in enumerate(_segments(lo, hi, segment_elems)):
                 recvs.append(SegmentRecv(step.index, r.chunk, i, a, b,
-                                  offset + a - lo if staged else -1, reduce, r.peer))
+                                         offset + a - lo if staged else -1, reduce, r.peer,
+                                         fold + a - lo if fold >= 0 else -1, seed, flush))
             if staged:
                 offset += hi - lo
         peers = tuple(sorted({s.peer for s in step.sends} | {r.peer for r in step.recvs}))
         steps.append(StepPlan(step.index, step.phase, sends, tuple(recvs),
                               frozenset(r.chunk for r in recvs), peers))
-    return Plan(tuple(steps), tuple(bounds), 2 * half)
+    return Plan(tuple(steps), tuple(bounds), 2 * half, accumulator_elems)
+
+
+def _fold_roles(step, rank: int, bounds: tuple) -> tuple[dict, int]:
+    """Which of ``step``'s receives go through an accumulator (the IR's reduction order,
+    :func:`ringccl.ir.reduce_order`, on this rank's receives): receive index -> (element offset
+    of its chunk's accumulator, seed, flush), and the accumulator elements the step uses."""
+    if sum(1 for r in step.recvs if r.kind is Kind.REDUCE and r.peer < rank) < 2:
+        return {}, 0  # the common case (ring, trees, recursive): no accumulator, no arrays
+    recvs = step.recvs
+    order = reduce_order(np.array([r.chunk for r in recvs], dtype=np.int64),
+                         np.array([r.peer for r in recvs]), np.full(len(recvs), rank),
+                         np.array([r.kind is Kind.REDUCE for r in recvs]))
+    if not order.seeds.size:
+        return {}, 0
+    base, used = [], 0
+    for j in order.seeds.tolist():
+        base.append(used)
+        chunk = recvs[j].chunk
+        used += bounds[chunk + 1] - bounds[chunk]
+    roles = {j: (base[a], True, False) for a, j in enumerate(order.seeds.tolist())}
+    last: dict[int, int] = {}
+    for transfers, accs in order.folds:
+        for j, a in zip(transfers.tolist(), accs.tolist()):
+            roles[j] = (base[a], False, False)
+            last[a] = j  # folds come in ascending peer: the last one seen is the highest
+    for a, j in last.items():
+        roles[j] = (base[a], False, True)
+    return roles, used
 
 
 @memoize(maxsize=128)

@@ -3,15 +3,16 @@
 A transport only moves bytes (:class:`ringccl.engine.transport.Transport`); what happens to them
 after they arrive is the same for every backend and lives here, once: a staged receive is
 combined (REDUCE, with the dialect's in-place reduce function) or copied (COPY) into its segment
-of the working buffer (:meth:`Workspace.apply`), and with ``restore=True`` each segment is saved
+of the working buffer, or first folded into an accumulator where the IR's reduction order asks
+for one (:meth:`Workspace.apply`), and with ``restore=True`` each segment is saved
 before this rank first writes it and restored if the call fails (:meth:`Workspace.save`,
 :meth:`Workspace.restore`).
 
-The staging and backup buffers are kept between calls: allocating (and page-faulting) a fresh
-one per call cost as much as the transfer itself for 64 MiB all-reduces on gloo. They are kept
-per thread (a background communicator, :mod:`ringccl.torch.background`, may run a collective
-while the caller's thread runs another; the two must not share staging memory) and per dtype and
-device, and :func:`ringccl.clear_caches` frees them.
+The staging, accumulator and backup buffers are kept between calls: allocating (and
+page-faulting) a fresh one per call cost as much as the transfer itself for 64 MiB all-reduces on
+gloo. They are kept per thread (a background communicator, :mod:`ringccl.torch.background`, may
+run a collective while the caller's thread runs another; the two must not share staging memory)
+and per dtype and device, and :func:`ringccl.clear_caches` frees them.
 """
 
 from __future__ import annotations
@@ -75,14 +76,23 @@ class Workspace:
             in place: no staging buffer).
     """
 
-    __slots__ = ("ops", "buffer", "staging", "backup", "combine", "copy")
+    __slots__ = ("ops", "buffer", "staging", "backup", "accumulators", "combine", "copy")
 
     def __init__(self, ops: ArrayOps, buffer: Any, op: ReduceOp, staging_elems: int):
         self.ops, self.buffer = ops, buffer
         self.staging = kept_buffer(ops, buffer, staging_elems, "staging") if staging_elems \
             else None
         self.backup = None
+        self.accumulators = None
         self.combine, self.copy = ops.combine(op), ops.copy
+
+    def reserve(self, accumulator_elems: int) -> None:
+        """Make room for the plan's ``accumulator_elems`` (the drivers call it with
+        ``Plan.accumulator_elems`` when it is not 0: kept between calls like the staging, and
+        needed whether or not the transport reads its receives in place)."""
+        if self.accumulators is None or len(self.accumulators) < accumulator_elems:
+            self.accumulators = kept_buffer(self.ops, self.buffer, accumulator_elems,
+                                            "accumulator")
 
     def source(self, s: SegmentSend) -> Any:
         """What send ``s`` reads: its segment of the working buffer."""
@@ -99,10 +109,21 @@ class Workspace:
     def apply(self, r: SegmentRecv, received: Any = None) -> None:
         """Combine (REDUCE) or copy (COPY) receive ``r`` into its segment of the buffer, from
         ``received`` (the transport's view of the bytes, when it reads receives in place) or
-        else from its staging slot."""
+        else from its staging slot; a receive with an accumulator (``r.fold >= 0``) is copied
+        (``seed``) or combined into it instead, and ``flush`` combines the accumulator into the
+        segment (the IR's reduction order: :class:`ringccl.engine.plan.SegmentRecv`)."""
         dst = self.buffer[r.lo:r.hi]
         src = received if received is not None else \
             self.staging[r.stage:r.stage + r.hi - r.lo]
+        if r.fold >= 0:
+            acc = self.accumulators[r.fold:r.fold + r.hi - r.lo]
+            if r.seed:
+                self.copy(acc, src)
+            else:
+                self.combine(acc, src)   # acc ⊕= source, in ascending peer
+            if r.flush:
+                self.combine(dst, acc)   # own ⊕= accumulator
+            return
         if r.reduce:
             self.combine(dst, src)
         else:

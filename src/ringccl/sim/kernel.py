@@ -6,15 +6,19 @@ once. A step is compiled once per schedule into a few strided slices of that buf
 whose source and destination slot indices both advance by constant strides form one slice, so a
 ring step is 2-3 numpy operations on contiguous rows regardless of N. Steps with irregular
 patterns fall back to one gather (``np.take``) and one scatter (in rounds when several reduces
-target one slot, so they combine in canonical order). BSP semantics: if a step writes a slot that
-another of its transfers reads, the sources are snapshotted before any write.
+target one slot). Several reduces into one slot combine in the IR's reduction order
+(:func:`ringccl.ir.reduce_order`): a slot with two or more sources below its rank (direct
+all_reduce, reduce_scatter) folds those into a temporary accumulator first, so such steps always
+take the gather/scatter path; ring, trees and recursive algorithms never need one. BSP
+semantics: if a step writes a slot that another of its transfers reads, the sources are
+snapshotted before any write.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..ir import Schedule, reduce_rounds
+from ..ir import ReduceOrder, Schedule, reduce_order
 
 _MAX_PIECES = 8  # beyond this many strided runs a step uses one gather/scatter instead
 _BATCH_BYTES = 4 << 20  # largest temporary of a gather/scatter step (see _scatter)
@@ -65,26 +69,32 @@ def _compile(schedule: Schedule) -> list:
         d = schedule.dst[lo:hi].astype(np.int64) * c + schedule.dst_chunk[lo:hi]
         red = schedule.reduce[lo:hi]
         hazard = bool(np.intersect1d(s, d).size)
-        groups = []
+        # several reduces into one slot: the IR's reduction order (ir.py); slots with two or
+        # more sources below their rank need an accumulator, which only the gather/scatter
+        # path has (the pieces apply in ascending source slot: right for every other slot)
+        n_red = int(red.sum())
+        dst_rank = schedule.dst[lo:hi]
+        # a rank receiving one reduce at most (ring: every step) needs no slot test: O(N)
+        several = n_red > 1 and (np.bincount(dst_rank[red]).max() > 1
+                                 and np.unique(d[red]).size < n_red)
+        order = reduce_order(d, schedule.src[lo:hi], dst_rank, red) if several else None
+        groups = [] if order is None or not order.seeds.size else None
         for flag in (True, False):
             sel = red == flag
-            if sel.any():
+            if groups is not None and sel.any():
                 p = _pieces(s[sel], d[sel], _MAX_PIECES)
                 if p is None:
                     groups = None
                     break
                 groups.extend((flag,) + piece for piece in p)
         if groups is None or len(groups) > _MAX_PIECES:
-            # several reduces into one slot: applied in rounds, in canonical order (ir.py)
-            rounds = (reduce_rounds(d, red) if np.unique(d[red]).size < int(red.sum())
-                      else None)
             # BSP: only sources this step also writes need a snapshot (one row per slot)
             protect = np.intersect1d(s, d)
             at = np.searchsorted(protect, s)
             snap = np.where((at < protect.size) & (protect[np.minimum(at, max(protect.size - 1,
                                                                                  0))] == s)
                             if protect.size else np.zeros(s.shape, bool), at, -1)
-            plan.append(("fancy", s, d, red, rounds, protect, snap))
+            plan.append(("fancy", s, d, red, order, protect, snap))
         else:
             plan.append(("slices", groups, hazard, int(hi - lo)))
     schedule._cache["sim_plan"] = plan
@@ -114,7 +124,7 @@ def _run(plan: list, flat: np.ndarray, combine: np.ufunc, inputs: np.ndarray | N
             _copy_rows(flat, inputs, preload)
         if entry[0] == "slices":
             # pieces run in ascending source slot, so several reduces into one slot combine in
-            # canonical order
+            # the IR's order (no slot of a "slices" step has two sources below its rank)
             _, groups, hazard, _t = entry
             from_inputs, onto_inputs = reads if lazy is not None else ((False,) * len(groups),) * 2
             sources = []
@@ -140,7 +150,7 @@ def _run(plan: list, flat: np.ndarray, combine: np.ufunc, inputs: np.ndarray | N
                 else:
                     np.copyto(dst, _view(flat, s0, ss, n) if src is None else src)
         else:
-            _, s, d, red, rounds, protect, snap = entry
+            _, s, d, red, order, protect, snap = entry
             saved = scratch[:protect.shape[0]]
             # mode="clip" (indices are valid) writes straight into `saved`: with the default
             # mode="raise" numpy buffers `out` in a full temporary
@@ -148,8 +158,10 @@ def _run(plan: list, flat: np.ndarray, combine: np.ufunc, inputs: np.ndarray | N
             src = (flat, saved, s, snap)
             if not red.all():
                 _scatter(flat, d, src, np.nonzero(~red)[0], None)
-            if rounds is not None:
-                for sel in rounds:
+            if order is not None:  # several reduces into some slot (the IR's order)
+                if order.seeds.size:
+                    _accumulate(flat, d, src, order, combine)
+                for sel in order.rounds:
                     _scatter(flat, d, src, sel, combine)
             elif red.any():
                 _scatter(flat, d, src, np.nonzero(red)[0], combine)
@@ -157,29 +169,69 @@ def _run(plan: list, flat: np.ndarray, combine: np.ufunc, inputs: np.ndarray | N
         _copy_rows(flat, inputs, lazy[1])  # the slots no step wrote
 
 
+def _batch_rows(flat: np.ndarray) -> int:
+    """Rows per batch: numpy's fancy-indexing temporaries stay within min(_BATCH_BYTES, 1/16
+    of the storage) each, whatever the step moves."""
+    return max(1, min(_BATCH_BYTES, flat.nbytes // 16) // max(1, flat.shape[1] * flat.itemsize))
+
+
+def _gather(flat: np.ndarray, src: tuple, p: np.ndarray) -> np.ndarray:
+    """The source rows of transfers ``p`` (a new array): from the step's snapshot where the
+    step also writes them (``snap`` >= 0), else from ``flat`` directly."""
+    flat_src, saved, s, snap = src
+    k = snap[p]
+    from_snap = k >= 0
+    if from_snap.all():
+        return saved[k]
+    if not from_snap.any():
+        return flat_src[s[p]]
+    vals = np.empty((p.shape[0], flat.shape[1]), dtype=flat.dtype)
+    vals[from_snap] = saved[k[from_snap]]
+    vals[~from_snap] = flat_src[s[p[~from_snap]]]
+    return vals
+
+
+def _accumulate(flat: np.ndarray, d: np.ndarray, src: tuple, order: ReduceOrder,
+                combine: np.ufunc) -> None:
+    """The accumulated part of the IR's reduction order: per slot with two or more sources
+    below its rank, ``acc := first``, ``acc ⊕= each further one`` (ascending source), then
+    ``slot ⊕= acc`` (:class:`ringccl.ir.ReduceOrder`). Accumulators are made a batch of rows at
+    a time (bounded temporaries, as :func:`_scatter`): the sources are the pre-step values (the
+    snapshot), so flushing one batch cannot change what a later batch reads."""
+    seeds = order.seeds
+    rows = _batch_rows(flat)
+    for a0 in range(0, seeds.shape[0], rows):
+        a1 = min(a0 + rows, seeds.shape[0])
+        acc = _gather(flat, src, seeds[a0:a1])
+        for transfers, accs in order.folds:
+            lo, hi = np.searchsorted(accs, (a0, a1))  # folds are sorted by accumulator
+            if lo == hi:
+                continue
+            vals = _gather(flat, src, transfers[lo:hi])
+            at = accs[lo:hi] - a0
+            if at[-1] - at[0] == hi - lo - 1:  # consecutive accumulators: a view
+                part = acc[at[0]:at[-1] + 1]
+                combine(part, vals, out=part)
+            else:
+                part = acc[at]
+                combine(part, vals, out=part)
+                acc[at] = part
+        idx = d[seeds[a0:a1]]
+        part = flat[idx]
+        combine(part, acc, out=part)  # own ⊕= accumulator
+        flat[idx] = part
+
+
 def _scatter(flat: np.ndarray, d: np.ndarray, src: tuple, pos: np.ndarray,
              combine: np.ufunc | None) -> None:
     """``flat[d[pos]] = source rows`` (combine None) or ``combine(flat[d[pos]], source rows)``,
-    for distinct ``d[pos]``, in batches of rows so that numpy's fancy-indexing temporaries stay
-    within min(_BATCH_BYTES, 1/16 of the storage) each, whatever the step moves. Source rows are
-    read from the step's snapshot where the step also writes them (``snap`` >= 0), else from
-    ``flat`` directly. Peak memory: storage + snapshot (<= storage) + three batches."""
-    flat_src, saved, s, snap = src
-    row_bytes = max(1, flat.shape[1] * flat.itemsize)
-    rows = max(1, min(_BATCH_BYTES, flat.nbytes // 16) // row_bytes)
+    for distinct ``d[pos]``, in batches of rows (:func:`_batch_rows`). Source rows are read
+    as :func:`_gather` says. Peak memory: storage + snapshot (<= storage) + three batches."""
+    rows = _batch_rows(flat)
     for a in range(0, pos.shape[0], rows):
         p = pos[a:a + rows]
         idx = d[p]
-        k = snap[p]
-        from_snap = k >= 0
-        if from_snap.all():
-            vals = saved[k]
-        elif not from_snap.any():
-            vals = flat_src[s[p]]
-        else:
-            vals = np.empty((p.shape[0], flat.shape[1]), dtype=flat.dtype)
-            vals[from_snap] = saved[k[from_snap]]
-            vals[~from_snap] = flat_src[s[p[~from_snap]]]
+        vals = _gather(flat, src, p)
         if combine is None:
             flat[idx] = vals
         else:
@@ -259,7 +311,7 @@ def _lazy_load(schedule: Schedule, plan: list) -> tuple:
 
 def _copy_rows(flat: np.ndarray, inputs: np.ndarray, slots: np.ndarray) -> None:
     """``flat[slots] = inputs[slots]`` in batches of rows (bounded temporaries)."""
-    rows = max(1, min(_BATCH_BYTES, flat.nbytes // 16) // max(1, flat.shape[1] * flat.itemsize))
+    rows = _batch_rows(flat)
     for a in range(0, slots.shape[0], rows):
         idx = slots[a:a + rows]
         flat[idx] = inputs[idx]
