@@ -143,3 +143,16 @@ def test_trace_arguments_refused_up_front(argv, message, capsys):
         code = exc.code
     assert code == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value,check,level", [
+    ("", False, ""), ("0", False, ""), ("off", False, ""), ("1", True, "check"),
+    ("true", True, "check"), ("INFO", False, "info"), ("trace", False, "trace"),
+    ("detail", True, "check")])
+def test_ringccl_debug_levels(monkeypatch, value, check, level):
+    from ringccl import consistency
+    monkeypatch.setenv("RINGCCL_DEBUG", value)
+    # INFO and TRACE only log (NCCL_DEBUG=INFO changes no behaviour): no cross-rank check
+    assert consistency.enabled(None) is check
+    assert consistency.debug_level() == level
+    assert consistency.enabled(True) is True and consistency.enabled(False) is False

@@ -70,3 +70,42 @@ def test_bench_trace_mpi(tmp_path, capsys):
                  "64KiB", "--iters", "2", "-w", "1", "-a", "ring", "--placement", "in-place",
                  "--no-calibrate", "--trace", str(path)]) == 0
     _check(path, "all_reduce", "ring", 2)
+
+
+def _run_logged(debug):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    pytest.importorskip("torch")
+    env = dict(os.environ, PYTHONPATH=str(Path(ringccl.__file__).resolve().parents[1]))
+    env.pop("RINGCCL_DEBUG", None)
+    if debug is not None:
+        env["RINGCCL_DEBUG"] = debug
+    p = subprocess.run([sys.executable, "-m", "ringccl", "run", "all_reduce", "-n", "2", "-c",
+                        "1Ki", "--iters", "1", "--warmup", "0"], capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert p.returncode == 0, p.stderr
+    return [line for line in p.stderr.splitlines() if line.startswith("ringccl ")]
+
+
+def test_ringccl_debug_info_logs_each_call_per_rank():
+    lines = _run_logged("INFO")
+    # ringccl's row is called twice per rank (the check, one timed iteration); gloo's own not
+    for rank in (0, 1):
+        mine = [line for line in lines if f"[rank {rank}]" in line]
+        assert len(mine) == 2, lines
+        for line in mine:
+            assert line.startswith("ringccl INFO ")
+            for field in ("all_reduce", "algorithm=ring", "dtype=float32", "count=1024",
+                          "bytes=4096", "segment_bytes=0", "time_us="):
+                assert field in line
+    assert not [line for line in lines if " DEBUG " in line]
+
+
+def test_ringccl_debug_trace_logs_steps_and_unset_logs_nothing():
+    lines = _run_logged("TRACE")
+    steps = ringccl.schedule("all_reduce", "ring", 2).num_steps
+    assert len([line for line in lines if " DEBUG " in line and " step " in line]) == \
+        2 * 2 * steps   # 2 ranks x 2 calls x steps
+    assert _run_logged(None) == []
