@@ -12,6 +12,17 @@ all-gather per call, so it is off by default.
 
 Backend-neutral: the executors' APIs gather the fingerprints (torch: ``all_gather_object``) and
 call :func:`compare`.
+
+``RINGCCL_DEBUG`` levels (:func:`debug_level`), as ``NCCL_DEBUG`` has them:
+
+* unset, "", "0", "off", "false", "no": nothing.
+* ``INFO``: one log line per collective call on each rank (logger ``"ringccl"``, to stderr
+  unless the application configured that logger): rank, collective, algorithm, dtype, count,
+  bytes, segment size, time (:mod:`ringccl.frontend.debug`). It changes no behaviour, as
+  ``NCCL_DEBUG=INFO`` does not: the cross-rank check stays off.
+* ``TRACE``: INFO plus, per call, one line per step with its measured posting, waiting and
+  reduce times (the recorder of :mod:`ringccl.engine.trace`). No check either.
+* any other value ("1", "true", "yes", ...): the cross-rank check, as before the levels.
 """
 
 from __future__ import annotations
@@ -19,20 +30,33 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["enabled", "fingerprint", "compare"]
+__all__ = ["enabled", "debug_level", "fingerprint", "compare"]
 
 _FIELDS = ("seq", "collective", "algorithm", "params", "op", "dtype", "count")
 _NAMES = {"seq": "call sequence number (ringccl collectives so far on this group)",
           "params": "algorithm parameters"}
 
 
+_OFF = ("", "0", "off", "false", "no")
+_LOG_LEVELS = ("info", "trace")
+
+
+def debug_level() -> str:
+    """What ``RINGCCL_DEBUG`` asks for: "" (nothing), "info", "trace" (logging, see the module
+    docstring) or "check" (the cross-rank check: any other value, e.g. "1")."""
+    value = os.environ.get("RINGCCL_DEBUG", "").strip().lower()
+    if value in _OFF:
+        return ""
+    return value if value in _LOG_LEVELS else "check"
+
+
 def enabled(check: bool | None) -> bool:
-    """``check`` if given, else whether ``RINGCCL_DEBUG`` is set to something other than
-    "", "0", "off", "false" or "no"."""
+    """``check`` if given, else whether ``RINGCCL_DEBUG`` asks for the cross-rank check: set to
+    something other than "", "0", "off", "false", "no" and the logging levels "INFO" and
+    "TRACE" (case-insensitive)."""
     if check is not None:
         return bool(check)
-    return os.environ.get("RINGCCL_DEBUG", "").strip().lower() not in ("", "0", "off", "false",
-                                                                        "no")
+    return debug_level() == "check"
 
 
 def fingerprint(seq: int, collective: str, algorithm: str, params: dict, op: str | None,

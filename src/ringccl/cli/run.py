@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import glob
+import json
 import os
 import sys
+import tempfile
 
 from .. import units
 from ..algorithms import get_algorithm
@@ -16,6 +19,7 @@ from ..bench import (BUILTIN, PLACEMENTS, BenchSpec, Sweep, buffer_elements, for
                      format_nccl_tests, one_size, parse_algorithms, plot_busbw, row_count,
                      row_label, run_count, run_report, sweep_sizes)
 from ..collectives import COLLECTIVES, get_collective
+from ..engine import trace
 from ..errors import ArgumentError, Interrupted, RingcclError
 from ..mpi.launch import launch_bench, under_mpirun
 from ..ops import SUPPORTED_DTYPES, check_dtype, parse_op
@@ -107,8 +111,59 @@ def print_run(r: dict, fmt: str = "auto") -> None:
           f"{r['builtin']['wrong']})")
 
 
+def _check_trace(args) -> None:
+    """``--trace PATH``: refused up front when it cannot be written or taken (no --nproc).
+
+    Raises:
+        ArgumentError: naming --trace and the problem.
+    """
+    if args.trace is None:
+        return
+    folder = os.path.dirname(os.path.abspath(args.trace))
+    if not os.path.isdir(folder):
+        raise ArgumentError(f"--trace {args.trace}: no such directory {folder}")
+    if not getattr(args, "nproc", None):
+        raise ArgumentError("--trace needs --nproc (the workers write their events for this "
+                            "process to merge; under torchrun/mpirun there is no such parent)")
+
+
+@contextlib.contextmanager
+def _traced(args, title: str):
+    """With ``--trace``: the workers started inside trace the last ``--trace-iters`` timed
+    iterations of every ringccl row and write their events to a temporary directory
+    (:class:`ringccl.engine.trace.LastCalls`, told through the environment, which the torch
+    and mpirun launchers pass on); after the block they are merged into one Chrome/Perfetto
+    trace at ``--trace`` (:func:`ringccl.engine.trace.chrome_trace`)."""
+    if args.trace is None:
+        yield
+        return
+    saved = {k: os.environ.get(k) for k in (trace.TRACE_DIR_ENV, trace.TRACE_ITERS_ENV)}
+    with tempfile.TemporaryDirectory(prefix="ringccl-trace-") as folder:
+        os.environ[trace.TRACE_DIR_ENV] = folder
+        os.environ[trace.TRACE_ITERS_ENV] = str(args.trace_iters)
+        try:
+            yield
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        dumps = []
+        for path in sorted(glob.glob(os.path.join(folder, "rank*.json"))):
+            with open(path) as f:
+                dumps.append(json.load(f))
+    merged = trace.chrome_trace(dumps, title)
+    with open(args.trace, "w") as f:
+        json.dump(merged, f)
+    calls = sum(len(d["calls"]) for d in dumps)
+    print(f"wrote {args.trace}: {len(merged['traceEvents'])} events, {calls} traced calls on "
+          f"{len(dumps)} ranks (open in https://ui.perfetto.dev)", file=sys.stderr)
+
+
 def _cmd_run(args) -> int:
     need_torch()
+    _check_trace(args)
     dtype = check_dtype(args.dtype)
     op = parse_op(args.op)
     params = schedule_params(args)
@@ -118,9 +173,12 @@ def _cmd_run(args) -> int:
     check_nproc(args, run_buffer_bytes(args.collective, args.nproc, args.count, dtype.name,
                                        args.accumulate_dtype), "--count")
     try:
-        r = measure_run(args.collective, args.algorithm, args.nproc, args.count, dtype.name,
-                        op.value, args.iters, args.warmup, args.timeout, params,
-                        args.accumulate_dtype, oversubscribe=True, verbose=args.verbose)
+        with _traced(args, f"ringccl run {args.algorithm} {args.collective}, "
+                     f"--nproc {args.nproc} --count {args.count}"):
+            r = measure_run(args.collective, args.algorithm, args.nproc, args.count,
+                            dtype.name, op.value, args.iters, args.warmup, args.timeout,
+                            params, args.accumulate_dtype, oversubscribe=True,
+                            verbose=args.verbose)
     except Interrupted as exc:  # the two rows come together at the end: nothing to report
         return interrupted(f"ringccl run stopped; {len(exc.partial)} of 2 rows measured, "
                            "every worker ended")
@@ -145,7 +203,8 @@ def _bench_rows(spec, args) -> tuple[list[dict], int, bool]:
         worker_bytes = run_worker_bytes(largest)
         bar, advance = progress(total, f"{spec.collective} on {args.nproc} {spec.backend} "
                                 "processes")
-        with bar:
+        title = f"ringccl bench {spec.collective} on {args.nproc} {spec.backend} processes"
+        with _traced(args, title), bar:
             if spec.backend == "mpi":
                 rows = launch_bench(spec, args.nproc, advance, args.timeout, oversubscribe=True,
                                     worker_bytes=worker_bytes, verbose=args.verbose)
@@ -233,6 +292,7 @@ def _segment_list(text: str | None) -> tuple:
 
 
 def _cmd_bench(args) -> int:
+    _check_trace(args)
     dtype = _NCCL_DTYPES.get(args.dtype, args.dtype)
     spec = BenchSpec(
         args.collective, parse_algorithms(args.collective, args.algorithm), args.minbytes,
@@ -265,6 +325,16 @@ def _cmd_bench(args) -> int:
     return 0 if wrong == 0 else 1
 
 
+def add_trace_options(p) -> None:
+    """``--trace PATH`` and ``--trace-iters N`` of run and bench."""
+    p.add_argument("--trace", metavar="JSON",
+                   help="write a Chrome/Perfetto trace of what every rank did (each send, "
+                   "receive, wait, reduce, with measured times) in the last timed iteration(s) "
+                   "of each ringccl row; open it in https://ui.perfetto.dev")
+    p.add_argument("--trace-iters", type=positive_int, default=1, metavar="N",
+                   help="with --trace: trace the last N timed iterations of each row (default 1)")
+
+
 def register_run(sub) -> None:
     """``ringccl run``."""
     p = sub.add_parser("run", help="run on local gloo processes and compare with gloo's own")
@@ -284,6 +354,7 @@ def register_run(sub) -> None:
     p.add_argument("--warmup", type=nonnegative_int, default=3)
     p.add_argument("--timeout", type=seconds_arg, default=300.0, help="seconds before giving up")
     add_launch_options(p)
+    add_trace_options(p)
     add_format_option(p)
     p.set_defaults(func=_cmd_run)
 
@@ -365,4 +436,5 @@ def register_bench(sub) -> None:
     p.add_argument("--plot", metavar="PNG", help="also write busbw vs size to this PNG")
     p.add_argument("--timeout", type=seconds_arg, default=900.0, help="seconds before giving up")
     add_launch_options(p)
+    add_trace_options(p)
     p.set_defaults(func=_cmd_bench)

@@ -41,6 +41,7 @@ from .. import caches
 from ..caches import clear_caches
 from .dataflow import DataflowProgram, Instr, dataflow_program, run_dataflow
 from .dataflow import _programs
+from . import trace
 from .lockstep import run_lockstep
 from .plan import (Pipelining, Plan, SegmentRecv, SegmentSend, StepPlan, check_bounds, plan,
                    uniform_bounds)
@@ -50,7 +51,7 @@ from .workspace import ArrayOps, Workspace, kept_buffer
 __all__ = ["SegmentSend", "SegmentRecv", "StepPlan", "Plan", "Transport", "Instr",
            "DataflowProgram", "Pipelining", "Workspace", "ArrayOps", "kept_buffer", "plan",
            "uniform_bounds", "check_bounds", "timeout_seconds",
-           "dataflow_program", "clear_caches", "run_dataflow", "run_lockstep"]
+           "dataflow_program", "clear_caches", "run_dataflow", "run_lockstep", "trace"]
 
 
 # The compiled dataflow programs are a memo table too (a dict bounded in dataflow.py); the plans

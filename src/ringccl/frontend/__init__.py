@@ -31,6 +31,7 @@ from ..engine import Pipelining, timeout_seconds
 from ..errors import ArgumentError, ArgumentTypeError, ConsistencyError
 from ..layout import Layout, all_to_all_sizes, check_own_block, layout, rooted, split_rows
 from ..ops import ReduceOp, check_accumulate_dtype
+from .debug import execute as _execute   # RINGCCL_DEBUG=INFO/TRACE: one log line per call
 
 __all__ = ["Backend", "Options", "options", "in_place", "reduce_scatter", "all_gather",
            "scatter", "gather", "exchange", "all_to_all", "run_schedule", "copy_in", "copy_out"]
@@ -221,7 +222,7 @@ def run_schedule(b: Backend, schedule, buffer, op: Any, g, bounds, segment_bytes
             raise ArgumentTypeError(f"pipelining={pipelining!r} must be a "
                                     "ringccl.engine.Pipelining or None")
         opts = opts._replace(pipelining=pipelining)
-    b.execute(schedule, buffer, reduce_op, g, bounds, opts, _restore(b, opts, False))
+    _execute(b, schedule, buffer, reduce_op, g, bounds, opts, _restore(b, opts, False))
     return buffer
 
 
@@ -244,7 +245,7 @@ def in_place(b: Backend, collective: str, buffer, op: ReduceOp, g, algorithm: st
     else:
         work = b.view1d(buffer)
     private = copy or accumulate is not None or not contiguous
-    b.execute(lay.schedule, work, op, g, lay.offsets, opts, _restore(b, opts, private))
+    _execute(b, lay.schedule, work, op, g, lay.offsets, opts, _restore(b, opts, private))
     if copy:
         return
     if op is ReduceOp.AVG and collective != "broadcast":
@@ -276,7 +277,7 @@ def reduce_scatter(b: Backend, output, input, op: ReduceOp, g, algorithm: str | 
         work = b.scratch(input, lay.numel)   # the caller's input stays as it is
         copy_runs(b, work, lay.input_runs, [flat], True)
     private = accumulate is not None or not in_place
-    b.execute(lay.schedule, work, op, g, lay.offsets, opts, _restore(b, opts, private))
+    _execute(b, lay.schedule, work, op, g, lay.offsets, opts, _restore(b, opts, private))
     block = _read(b, work, lay)
     if op is ReduceOp.AVG:
         b.divide(block, world_size)
@@ -310,7 +311,7 @@ def all_gather(b: Backend, output, input, g, algorithm: str | None, params: dict
     if not in_place:
         copy_runs(b, work, lay.input_runs, [b.flat(input)], True)
     try:
-        b.execute(lay.schedule, work, ReduceOp.SUM, g, lay.offsets, opts, restore)
+        _execute(b, lay.schedule, work, ReduceOp.SUM, g, lay.offsets, opts, restore)
     except Exception:
         for (a, c), saved in zip(runs, before):
             b.copy(work[a:c], saved)   # the other chunks were restored by the executor
@@ -336,7 +337,7 @@ def scatter(b: Backend, buffer, scatter_list, src: Any, g, algorithm: str | None
     work = b.scratch(buffer, lay.numel)
     if rank == root:
         copy_in(b, work, lay.input_runs, blocks)
-    b.execute(lay.schedule, work, ReduceOp.SUM, g, lay.offsets, opts, False)
+    _execute(b, lay.schedule, work, ReduceOp.SUM, g, lay.offsets, opts, False)
     copy_out(b, work, lay.output_runs, [buffer])
 
 
@@ -367,7 +368,7 @@ def gather(b: Backend, buffer, gather_list, dst: Any, g, algorithm: str | None, 
     try:
         if not (direct and b.is_block(buffer, work, root)):  # in place: already there
             copy_in(b, work, lay.input_runs, [buffer])
-        b.execute(lay.schedule, work, ReduceOp.SUM, g, lay.offsets, opts, False)
+        _execute(b, lay.schedule, work, ReduceOp.SUM, g, lay.offsets, opts, False)
     except Exception:
         if saved is not None:
             b.copy(work[own[0]:own[1]], saved)
@@ -391,7 +392,7 @@ def exchange(b: Backend, inputs: list, in_sizes: Sequence[int], out_sizes: Seque
     lay = layout(schedule, rank, sizes=sizes)
     work = b.scratch(inputs[0], lay.numel)
     copy_in(b, work, lay.input_runs, inputs)
-    b.execute(schedule, work, ReduceOp.SUM, g, lay.offsets, opts, False)
+    _execute(b, schedule, work, ReduceOp.SUM, g, lay.offsets, opts, False)
     copy_out(b, work, lay.output_runs, outputs)
 
 

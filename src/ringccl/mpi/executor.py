@@ -26,6 +26,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import engine
+from ..engine import trace
 from ..errors import BackendError, RingcclTimeout
 from ..ir import Schedule
 from ..ops import ReduceOp, ufunc
@@ -211,6 +212,11 @@ def execute(schedule: Schedule, buffer: np.ndarray, op: ReduceOp = ReduceOp.SUM,
     transport = _Transport(_private(comm, schedule, wait_timeout), wait_timeout)
     if restore is None:
         restore = wait_timeout is not None
-    engine.run_dataflow(schedule, rank, plan, transport, workspace, timeout=wait_timeout,
-                        restore=restore)
+    recorder = trace.state.recorder   # None unless a trace is being taken (engine.trace)
+    if recorder is None:
+        engine.run_dataflow(schedule, rank, plan, transport, workspace, timeout=wait_timeout,
+                            restore=restore)
+    else:
+        recorder.run(engine.run_dataflow, schedule, rank, plan, transport, workspace,
+                     timeout=wait_timeout, restore=restore, itemsize=itemsize, backend="mpi")
     return buffer

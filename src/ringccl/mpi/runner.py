@@ -25,6 +25,7 @@ from ..bench.inputs import Case
 from ..bench.spec import BUILTIN, BenchSpec
 from ..bench.sweep import Prepared, run_sweep
 from ..collectives import get_collective
+from ..engine import trace
 from ..errors import BackendError
 from ..ops import ReduceOp, parse_op, ufunc
 from ..plugins import import_user_modules
@@ -47,8 +48,9 @@ class MpiBackend:
 
     name = "mpi"
 
-    def __init__(self, comm=None):
+    def __init__(self, comm=None, tracer: trace.LastCalls | None = None):
         self.comm = MPI.COMM_WORLD if comm is None else comm
+        self.tracer = tracer   # ``--trace``: the last iterations of ringccl's rows are traced
         self.rank = self.comm.Get_rank()
         self.world_size = self.comm.Get_size()
 
@@ -90,6 +92,12 @@ class MpiBackend:
                 kw["op"] = op
             run, reset, result = _RINGCCL[collective](rm, kw, self, inp, case, placement,
                                                       spec.root)
+            if self.tracer is not None:
+                # how often run_sweep calls it: the check, the warm-up, the timed iterations
+                calls = int(bool(spec.check)) + spec.warmup + spec.iters
+                seg = "" if segment_bytes is None else f", segment_bytes={segment_bytes}"
+                run = self.tracer.wrap(run, calls, f"{algorithm} {collective} {case.m} × "
+                                       f"{spec.dtype} {placement}{seg}")
         return Prepared(run, reset, result)
 
     def local_reduce(self, count: int, spec: BenchSpec) -> Prepared:
@@ -278,8 +286,20 @@ _RINGCCL = {"all_reduce": _rc_all_reduce, "reduce_scatter": _rc_reduce_scatter,
 
 
 def sweep(spec: BenchSpec, comm=None, emit=None) -> list[dict]:
-    """Run ``ringccl bench``'s sweep on ``comm`` (every rank calls it; all return the rows)."""
-    return run_sweep(MpiBackend(comm), spec, emit)
+    """Run ``ringccl bench``'s sweep on ``comm`` (every rank calls it; all return the rows).
+
+    With ``RINGCCL_TRACE_DIR`` set (``ringccl bench --trace``), the last iterations of each
+    ringccl row are traced and every rank writes its events there
+    (:class:`ringccl.engine.trace.LastCalls`)."""
+    tracer = trace.LastCalls.from_environment()
+    backend = MpiBackend(comm, tracer)
+    if tracer is not None:
+        backend.barrier()   # every rank's origin: the same instant, to the barrier's skew
+        origin = trace.now()
+    rows = run_sweep(backend, spec, emit)
+    if tracer is not None:
+        tracer.write(backend.rank, origin)
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -44,6 +44,7 @@ others waiting, as torch.distributed does.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -57,9 +58,31 @@ from ..layout import check_own_block, rooted
 from ..ops import ReduceOp, check_accumulate_dtype, check_op_dtype, parse_op
 from . import executor
 
-# Collectives write tensors that may require grad (parameters, their views), as
-# torch.distributed's do: below autograd, so in-place writes to a leaf are allowed.
-_no_grad = torch.no_grad()
+
+
+def _no_grad(fn):
+    """``fn`` under ``torch.no_grad()``, refusing torch.distributed's ``async_op=True``.
+
+    Collectives write tensors that may require grad (parameters, their views), as
+    torch.distributed's do: below autograd, so in-place writes to a leaf are allowed. People
+    porting torch code pass ``async_op=`` first: every function here returns when its
+    collective is done, so ``async_op=False`` means what it always does and is accepted, and
+    ``async_op=True`` is refused by name (it would otherwise reach the algorithm's parameters).
+    """
+    inner = torch.no_grad()(fn)
+
+    @functools.wraps(fn)
+    def collective(*args, **kwargs):
+        if "async_op" in kwargs and kwargs.pop("async_op") is not False:
+            raise ArgumentError(
+                f"ringccl.torch.{fn.__name__}: async_op=True is not supported: ringccl.torch's "
+                "functions return when the collective is done (there is no Work handle to "
+                "wait on). For overlap, run the collectives on a background thread with "
+                "ringccl.torch.Communicator (its submit returns a torch.futures.Future), or use "
+                "the torch.distributed backend when it comes")
+        return inner(*args, **kwargs)
+    return collective
+
 
 __all__ = ["all_reduce", "reduce_scatter_tensor", "all_gather_into_tensor", "broadcast",
            "reduce", "scatter", "gather", "all_to_all_single", "all_to_all", "run_schedule",

@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 
 from .. import engine
+from ..engine import trace
 from ..errors import BackendError
 from ..ir import Schedule
 from ..ops import ReduceOp
@@ -196,8 +197,13 @@ def execute(schedule: Schedule, buffer: torch.Tensor, op: ReduceOp = ReduceOp.SU
     transport = _Transport(group, _peers(group, world_size), wait_timeout)
     backend = dist.get_backend(group)
     run = engine.run_lockstep if backend in ("nccl", "ucc") else engine.run_dataflow
-    run(schedule, rank, plan, transport, workspace, restore=restore,
-        timeout=None if wait_timeout is None else wait_timeout.total_seconds())
+    seconds = None if wait_timeout is None else wait_timeout.total_seconds()
+    recorder = trace.state.recorder   # None unless a trace is being taken (engine.trace)
+    if recorder is None:
+        run(schedule, rank, plan, transport, workspace, restore=restore, timeout=seconds)
+    else:
+        recorder.run(run, schedule, rank, plan, transport, workspace, restore=restore,
+                     timeout=seconds, itemsize=buffer.element_size(), backend=str(backend))
     return buffer
 
 

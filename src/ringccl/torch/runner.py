@@ -22,6 +22,7 @@ from ..bench.inputs import Case
 from ..bench.spec import BUILTIN, BenchSpec
 from ..bench.sweep import Prepared, run_sweep
 from ..collectives import get_collective
+from ..engine import trace
 from ..errors import BackendError
 from ..ops import parse_op
 from .executor import combine_fn
@@ -35,8 +36,9 @@ _TORCH_OPS = {"sum": "SUM", "prod": "PRODUCT", "min": "MIN", "max": "MAX", "band
 class TorchBackend:
     """:class:`ringccl.bench.Backend` on a torch.distributed process group (gloo or NCCL)."""
 
-    def __init__(self, group=None):
+    def __init__(self, group=None, tracer: trace.LastCalls | None = None):
         self.group = group
+        self.tracer = tracer   # ``--trace``: the last iterations of ringccl's rows are traced
         self.rank = dist.get_rank(group)
         self.world_size = dist.get_world_size(group)
         self.name = str(dist.get_backend(group))
@@ -94,6 +96,10 @@ class TorchBackend:
         if self.device.type == "cuda":
             call = run
             run = lambda: (call(), self._sync())  # noqa: E731  (time until the GPU is done)
+        if self.tracer is not None and algorithm != BUILTIN:
+            run = self.tracer.wrap(run, _expected_calls(spec),
+                                   _trace_label(collective, algorithm, placement, case, spec,
+                                                segment_bytes))
         return Prepared(run, reset, lambda: _numpy(result()))
 
     def local_reduce(self, count: int, spec: BenchSpec) -> Prepared:
@@ -103,6 +109,17 @@ class TorchBackend:
         b = torch.ones(count, dtype=dtype, device=self.device)
         combine = combine_fn(parse_op(spec.op))
         return Prepared(lambda: (combine(a, b), self._sync()), lambda: None, lambda: None)
+
+
+def _expected_calls(spec: BenchSpec) -> int:
+    """How often :func:`ringccl.bench.run_sweep` calls a row's ``run``: the check, the
+    warm-up, the timed iterations (the last of which ``--trace`` traces)."""
+    return int(bool(spec.check)) + spec.warmup + spec.iters
+
+
+def _trace_label(collective, algorithm, placement, case, spec, segment_bytes) -> str:
+    seg = "" if segment_bytes is None else f", segment_bytes={segment_bytes}"
+    return (f"{algorithm} {collective} {case.m} × {spec.dtype} {placement}{seg}")
 
 
 def _numpy(t: torch.Tensor | None) -> np.ndarray | None:
@@ -214,7 +231,14 @@ def sweep(rank: int, world_size: int, spec_dict: dict, progress=None) -> list[di
         local = int(os.environ.get("LOCAL_RANK", rank))
         torch.cuda.set_device(local % torch.cuda.device_count())
     emit = progress.put if progress is not None and rank == 0 else None
-    rows = run_sweep(TorchBackend(), spec, emit)
+    tracer = trace.LastCalls.from_environment()   # ringccl run/bench --trace
+    backend = TorchBackend(tracer=tracer)
+    if tracer is not None:
+        backend.barrier()   # every rank's origin: the same instant, to the barrier's skew
+        origin = trace.now()
+    rows = run_sweep(backend, spec, emit)
+    if tracer is not None:
+        tracer.write(rank, origin)
     return rows if rank == 0 else []
 
 
