@@ -1,9 +1,10 @@
 """How much memory a simulation needs, and a guard that refuses one that cannot fit.
 
-The figures: the N × count inputs plus about 1.5 × N × M elements (M = the collective's buffer,
-``Collective.buffer_count``) for the simulator's storage, outputs and check, measured by
-benchmarks/bench_memory.py (tracemalloc; tests/test_sim_memory.py holds the simulator's own peak
-at most 3× the input array).
+The estimate of what ``ringccl simulate`` needs: the interpreter, the N × count inputs, and f × N × M
+elements (M = the collective's buffer, ``Collective.buffer_count``) for the simulator's storage,
+outputs and reference check, with a factor f per collective calibrated to the measured peak
+resident memory (below), plus the schedule's own arrays for large N. It errs on the high side:
+a refused simulation would have come within ~25% of the machine's memory.
 """
 
 from __future__ import annotations
@@ -16,9 +17,26 @@ from ..units import format_size
 
 __all__ = ["simulation_bytes", "available_bytes", "check_memory"]
 
-#: the simulator's storage, outputs and check, in elements per rank per element of M
-#: (benchmarks/bench_memory.py)
-_WORKING_FACTOR = 1.5
+#: Elements per rank per element of M held besides the inputs (storage, outputs, the check),
+#: per collective, with the check on (``ringccl simulate``'s default). Calibrated to the peak
+#: resident memory (``/usr/bin/time -f %M``) of ``ringccl simulate C -N N -c COUNT``, float32,
+#: default algorithm, minus the interpreter and inputs, per N·M (this machine, one session):
+#: all_reduce 1.38 (N=8, 2Mi; ~0.4 of it fixed import overhead) / 1.01 (N=64, 4Mi);
+#: reduce_scatter 1.36 / 1.02 (N=64, 2Mi); all_gather 1.94 (N=8, 256Ki) / 1.12 (N=64, 64Ki);
+#: all_to_all 4.78 / 4.11 (N=64, 1Mi) / 4.10 (N=64, 4Mi); broadcast 2.00; reduce 3.00;
+#: scatter 1.49; gather 2.03 (N=8). Each factor keeps the estimate at or above every
+#: measurement; the largest case is ~8% above.
+_WORKING_FACTOR = {"all_reduce": 1.1, "reduce_scatter": 1.1, "all_gather": 1.7,
+                   "all_to_all": 4.5, "broadcast": 2.0, "reduce": 3.0, "scatter": 1.3,
+                   "gather": 1.8}
+
+#: the interpreter with numpy and ringccl imported (45 MB measured) and ~40 MB of temporaries a
+#: small simulation peaks at beyond its factor (all_reduce N=8 × 1Mi: 133 MiB measured)
+_BASE_BYTES = 96 << 20
+
+#: the schedule's transfer arrays and the simulator's compiled plan, per transfer (upper bound:
+#: five int32 arrays plus the plan's index arrays), times ~2·N² transfers of a ring all_reduce
+_SCHEDULE_BYTES_PER_RANK2 = 64
 
 #: a container's memory limit: cgroup v2, then v1
 _CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
@@ -26,13 +44,16 @@ _CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.lim
 
 def simulation_bytes(collective: str, world_size: int, count: int, itemsize: int) -> float:
     """Bytes a simulation of ``collective`` on ``world_size`` ranks × ``count`` elements of
-    ``itemsize`` bytes needs: the inputs plus about 1.5 × N × M elements.
+    ``itemsize`` bytes needs (peak resident memory of the process): the interpreter, the inputs,
+    f × N × M elements (:data:`_WORKING_FACTOR`) and the schedule's arrays (~64 · N² bytes).
 
     Raises:
         ArgumentError: an unknown collective.
     """
     m = get_collective(collective).buffer_count(world_size, count)
-    return itemsize * (world_size * count + _WORKING_FACTOR * world_size * m)
+    factor = _WORKING_FACTOR.get(collective, max(_WORKING_FACTOR.values()))
+    return (_BASE_BYTES + _SCHEDULE_BYTES_PER_RANK2 * world_size ** 2
+            + itemsize * (world_size * count + factor * world_size * m))
 
 
 def available_bytes() -> int | None:
