@@ -140,5 +140,5 @@ def test_a_simulation_larger_than_memory_is_refused_up_front(capsys):
     # 4 ranks x 2^36 float32 (1 TiB of inputs): refused before any input is made, not killed
     assert main(["simulate", "all_reduce", "-N", "4", "-c", "64Gi"]) == 2
     err = capsys.readouterr().err
-    assert "simulating all_reduce on 4 ranks x count=68719476736 needs about 2.50 TiB" in err
+    assert "simulating all_reduce on 4 ranks x count=68719476736 needs about 2.10 TiB" in err
     assert "more than this machine's" in err and "use a smaller --count" in err

@@ -53,15 +53,22 @@ def _cmd_show(args) -> int:
     return 0
 
 
+#: ``show`` never cuts a table narrower than this by default: the seed's N=4 table (89 columns)
+#: and up to 8 ranks stay whole on an 80-column terminal (it wraps them, as before); only wide
+#: tables (``-N 1000``: 15,000-character lines) are cut to the ranks that fit
+_MIN_WIDTH = 160
+
+
 def _show_width() -> int:
-    """``show``'s default line width: $COLUMNS or the terminal's, else 200 (piped, a log)."""
+    """``show``'s default line width: $COLUMNS or the terminal's (at least :data:`_MIN_WIDTH`),
+    else 200 (piped, a log)."""
     if os.environ.get("COLUMNS", "").isdigit() and int(os.environ["COLUMNS"]) > 0:
-        return int(os.environ["COLUMNS"])
+        return max(int(os.environ["COLUMNS"]), _MIN_WIDTH)
     try:
         columns = os.get_terminal_size(sys.stdout.fileno()).columns
     except (OSError, ValueError, AttributeError):  # not a terminal, or captured
         return 200
-    return columns if columns > 0 else 200
+    return max(columns, _MIN_WIDTH) if columns > 0 else 200
 
 
 def _builder_params(algo, args) -> dict:
