@@ -43,7 +43,8 @@ def import_module(spec: str):
 
     Raises:
         ArgumentError: the file does not exist or the module cannot be found (naming it). Errors
-            raised by the module's own code propagate unchanged (they are the user's to see).
+            raised by the module's own code become one ArgumentError naming the module, the
+            file and line, and the exception (the original is its ``__cause__``).
     """
     if is_file_spec(spec):
         path = os.path.abspath(os.path.expanduser(spec))
@@ -60,8 +61,11 @@ def import_module(spec: str):
         sys.modules[name] = module
         try:
             loader_spec.loader.exec_module(module)
-        except BaseException:
+        except Exception as exc:
             del sys.modules[name]  # a failed import leaves nothing half-registered behind
+            raise _failed(spec, exc) from exc
+        except BaseException:
+            del sys.modules[name]
             raise
         return module
     try:
@@ -70,7 +74,23 @@ def import_module(spec: str):
         if exc.name and spec.split(".")[0] == exc.name.split(".")[0]:
             raise ArgumentError(f"--import {spec!r}: no module named {exc.name!r} (give a module "
                                 "on PYTHONPATH or a path to a .py file)") from None
-        raise  # a module the user's module imports is missing: its own traceback says which
+        raise _failed(spec, exc) from exc  # a module the user's module imports is missing
+    except Exception as exc:  # the module's own code raised
+        raise _failed(spec, exc) from exc
+
+
+def _failed(spec: str, exc: BaseException) -> ArgumentError:
+    """The one-line error for a user module whose own code raised (where, and what)."""
+    tb = exc.__traceback__
+    where = ""
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename not in (__file__,) and "importlib" not in \
+                tb.tb_frame.f_code.co_filename:
+            where = f" at {tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    if isinstance(exc, SyntaxError) and exc.filename:
+        where = f" at {exc.filename}:{exc.lineno}"
+    return ArgumentError(f"--import {spec!r} failed{where}: {type(exc).__name__}: {exc}")
 
 
 def import_user_modules(specs: Iterable[str] | None = None) -> list:

@@ -63,6 +63,19 @@ def test_a_stalled_rank_times_out_and_all_gather_output_is_restored():
     assert proc.stdout.count(": OK") == 2, proc.stdout + proc.stderr
 
 
+def test_check_on_some_ranks_only_is_bounded_by_the_timeout():
+    """ringccl.mpi's check=True on rank 0 only, timeout=3: every rank raises RingcclTimeout
+    within the timeout (rank 0's check exchange was a blocking comm.allgather that hung)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (SRC, os.environ.get("PYTHONPATH")) if p))
+    cmd = mpirun_command(3, [sys.executable,
+                             str(Path(__file__).with_name("check_some_ranks_script.py"))])
+    if "--oversubscribe" in cmd:
+        cmd[1:1] = ["-x", "PYTHONPATH"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    assert proc.stdout.count(": OK") == 3, proc.stdout + proc.stderr
+
+
 def test_mpirun_command_flags():
     cmd = mpirun_command(3, ["python", "x.py"])
     assert cmd[1:3] == ["-n", "3"] and cmd[-2:] == ["python", "x.py"]

@@ -105,6 +105,12 @@ class BenchSpec:
         if bad or not self.placements:
             raise ArgumentError(f"placements={list(self.placements)} must be a non-empty subset "
                                 f"of {list(PLACEMENTS)}")
+        if self.collective == "all_to_all" and self.backend != "mpi" and \
+                "in-place" in self.placements:
+            # torch.distributed's all_to_all_single has no in-place form (MPI's has)
+            raise ArgumentError("placement 'in-place' does not apply to all_to_all on "
+                                f"{self.backend}: all_to_all_single needs separate input and "
+                                "output tensors; use --placement out-of-place")
         for s in self.segment_bytes:
             if s is not None and s < 0:
                 raise ArgumentError(f"segment_bytes={s} must be >= 0 (0 = never split)")

@@ -83,6 +83,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"ringccl: error: not enough memory ({exc or 'MemoryError'}); use a smaller "
               "--count or --world-size", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # ``ringccl algorithms | head -1``: the reader has gone; say nothing
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's flush at exit would raise again
+        return 141  # 128 + SIGPIPE, what the shell reports for a writer killed by the pipe
     except OSError as exc:  # an output path that cannot be written, ...
         print(f"ringccl: error: {exc}", file=sys.stderr)
         return 2

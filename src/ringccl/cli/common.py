@@ -326,6 +326,12 @@ class Parser(argparse.ArgumentParser):
     must be > 0") instead of argparse's "expected one argument". Subparsers are of this class
     too (argparse makes them of the parent's class)."""
 
+    def error(self, message: str):
+        """One line, as every other CLI error (argparse prints its usage block first), with
+        where to look: ``ringccl show: error: argument --world-size/-N: 0 must be >= 1 (see
+        ringccl show --help)``."""
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
     def parse_known_args(self, args=None, namespace=None):
         args = sys.argv[1:] if args is None else list(args)
         return super().parse_known_args(self._attach_negative_values(args), namespace)

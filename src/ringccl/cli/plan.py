@@ -172,9 +172,17 @@ def _progress(total: int):
 
 def _cmd_plan(args) -> int:
     model, layout, cluster, straggler, do_search, gpus = _inputs(args)
+    if not do_search and gpus is not None:
+        raise ArgumentError(f"--gpus {gpus} applies to --search only; a plan's world size is its "
+                            "layout's dp x tp x cp x pp (give those, and --nodes/--gpus-per-node)")
     if do_search:
         if gpus is None:
             raise ArgumentError("--search needs --gpus N")
+        fixed = sorted(k for k in layout if k != "global_batch_size")
+        if fixed:  # the search enumerates every dimension itself: a fixed one would be dropped
+            raise ArgumentError(f"--search ranks every layout and does not take fixed layout "
+                                f"options ({', '.join(fixed)}); drop them, or plan that layout "
+                                "without --search")
         machine = _cluster_for(cluster, gpus)
         gbs = layout.get("global_batch_size")
         bar, advance = _progress(0) if sys.stderr.isatty() and not args.json else (

@@ -193,6 +193,16 @@ def _cmd_run(args) -> int:
 _NCCL_DTYPES = {"float": "float32", "half": "float16", "double": "float64", "int": "int32"}
 
 
+def _placements(args) -> tuple:
+    """``--placement``; "both" (the default) is out of place only for all_to_all on a torch
+    backend, whose all_to_all_single has no in-place form."""
+    if args.placement != "both":
+        return (args.placement,)
+    if args.collective == "all_to_all" and args.backend != "mpi":
+        return ("out-of-place",)
+    return PLACEMENTS
+
+
 def _bench_rows(spec, args) -> tuple[list[dict], int, bool]:
     """Run the sweep the way the command line asks: (rows, world_size, print here?)."""
     total = row_count(spec)
@@ -298,7 +308,7 @@ def _cmd_bench(args) -> int:
         args.collective, parse_algorithms(args.collective, args.algorithm), args.minbytes,
         args.maxbytes, args.stepfactor, args.iters, args.warmup_iters, bool(args.check), dtype,
         args.op, args.root, _segment_list(args.segment_bytes),
-        PLACEMENTS if args.placement == "both" else (args.placement,), args.backend,
+        _placements(args), args.backend,
         not args.no_calibrate, not args.no_restore, args.accumulate_dtype).validate(args.nproc)
     stopped = None
     try:

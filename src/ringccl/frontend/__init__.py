@@ -52,7 +52,8 @@ class Backend(Protocol):
     def rank(self, g: Any) -> int: ...
     def root(self, g: Any, root: Any, argument: str, world_size: int) -> int: ...
     def key(self, g: Any) -> Any: ...                       # the group's identity (call counts)
-    def gather_objects(self, g: Any, obj: Any, collective: str, algorithm: str) -> list: ...
+    def gather_objects(self, g: Any, obj: Any, collective: str, algorithm: str,
+                       timeout: float | None) -> list: ...  # bounded: PeerError
     def max2(self, g: Any, a: int, b: int) -> tuple[int, int]: ...
     def default_restore(self, timeout: float | None) -> bool: ...
     def execute(self, schedule, work, op: ReduceOp, g, bounds: tuple, opts: "Options",
@@ -144,7 +145,7 @@ def agree(b: Backend, g, collective: str, algorithm: str | None, params: dict, o
     mine = consistency.fingerprint(seq, collective, algorithm, params,
                                    None if op is None else op.value, b.dtype_name(dtype), count,
                                    splits)
-    everyone = b.gather_objects(g, mine, collective, algorithm)
+    everyone = b.gather_objects(g, mine, collective, algorithm, opts.timeout)
     problem = consistency.compare(everyone)
     if problem:
         raise ConsistencyError(f"ranks of the group call different collectives: {problem}",

@@ -56,13 +56,14 @@ Importing this package does not import mpi4py (which initializes MPI); the first
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
 import numpy as np
 
 from .. import engine, frontend
 from ..collectives import check_root
-from ..errors import ArgumentError, ArgumentTypeError
+from ..errors import ArgumentError, ArgumentTypeError, RingcclTimeout
 from ..layout import rooted
 from ..ops import (SUPPORTED_DTYPES, ReduceOp, check_accumulate_dtype, check_dtype,
                    check_op_dtype, parse_op)
@@ -151,8 +152,29 @@ class _Numpy:
     key = staticmethod(id)   # as ringccl.torch: the communicator object's identity
 
     @staticmethod
-    def gather_objects(comm, obj, collective: str, algorithm: str) -> list:
-        return comm.allgather(obj)
+    def gather_objects(comm, obj, collective: str, algorithm: str, timeout=None) -> list:
+        if timeout is None:
+            return comm.allgather(obj)  # MPI has no timeouts: a rank not in the check hangs
+        # bounded: the pickled objects' lengths, then their bytes, each a non-blocking
+        # all-gather polled until the deadline (comm.allgather cannot be bounded)
+        from .executor import _wait
+        data = np.frombuffer(pickle.dumps(obj), dtype=np.uint8)
+        sizes = np.empty(comm.Get_size(), dtype=np.int64)
+        try:
+            _wait(comm.Iallgather(np.array([data.size], dtype=np.int64), sizes), timeout)
+            everything = np.empty(int(sizes.sum()), dtype=np.uint8)
+            _wait(comm.Iallgatherv(data, [everything, sizes]), timeout)
+        except TimeoutError as exc:
+            rank = comm.Get_rank()
+            raise RingcclTimeout(
+                f"the cross-rank check of {algorithm} {collective} (check=True or "
+                f"RINGCCL_DEBUG) timed out after {timeout:g} s on rank {rank}: the other ranks "
+                "did not join it; is the check on for every rank, and are they all calling a "
+                "ringccl collective? End the job with comm.Abort()",
+                collective=collective, algorithm=algorithm, rank=rank) from exc
+        offsets = np.concatenate([[0], np.cumsum(sizes)])
+        return [pickle.loads(everything[a:b].tobytes())
+                for a, b in zip(offsets[:-1], offsets[1:])]
 
     @staticmethod
     def max2(comm, a: int, b: int) -> tuple[int, int]:

@@ -150,7 +150,8 @@ class _Torch:
         return id(group if group is not None else dist.group.WORLD)
 
     @staticmethod
-    def gather_objects(group, obj, collective: str, algorithm: str) -> list:
+    def gather_objects(group, obj, collective: str, algorithm: str, timeout=None) -> list:
+        # bounded by the group's timeout (gloo applies it to every wait)
         everyone: list = [None] * dist.get_world_size(group)
         try:
             dist.all_gather_object(everyone, obj, group=group)

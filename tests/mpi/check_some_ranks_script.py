@@ -1,0 +1,27 @@
+"""3 ranks under mpirun: only rank 0 asks for the cross-rank check (check=True, timeout=3).
+
+Every rank must raise within the timeout, none may hang: rank 0 because the others never join
+its check's exchange, the others because rank 0 never sends. Prints "rank R: OK <seconds>".
+"""
+
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+import ringccl.mpi as rm
+from ringccl.errors import RingcclTimeout
+
+comm = MPI.COMM_WORLD
+rank = comm.Get_rank()
+rm.all_reduce(np.ones(2, np.float32), timeout=10)  # the private communicator, duplicated
+b = np.full(8, rank + 1.0, np.float32)
+start = time.monotonic()
+try:
+    rm.all_reduce(b, check=(rank == 0), timeout=3)
+    print(f"rank {rank}: returned without an error", flush=True)
+except RingcclTimeout as exc:
+    took = time.monotonic() - start
+    ok = took < 3 + 5 and (rank != 0 or "cross-rank check" in str(exc))
+    print(f"rank {rank}: {'OK' if ok else 'WRONG'} {took:.2f} s: {exc}", flush=True)
+comm.Abort(0)  # operations posted to a silent peer cannot be withdrawn: end the job
