@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import pickle
 import os
 import signal
 import sys
@@ -28,7 +29,7 @@ from . import units
 from .args import check_int
 from .errors import ArgumentError
 
-__all__ = ["WORKER_BYTES", "RUN_BUFFER_FACTOR", "MAX_PROCESSES_PER_CORE", "usable_cores",
+__all__ = ["tied_call", "WORKER_BYTES", "RUN_BUFFER_FACTOR", "MAX_PROCESSES_PER_CORE", "usable_cores",
            "available_memory", "run_worker_bytes", "check_processes", "die_with_parent"]
 
 #: Memory of one idle worker: a Python interpreter with torch imported and a gloo process group
@@ -196,6 +197,16 @@ def _parent_alive(pid: int) -> bool:
     except PermissionError:  # exists, another user's (the pid was reused): treat as gone
         return False
     return True
+
+
+def tied_call(parent_pid: int, payload: bytes, *tail) -> None:
+    """A worker process's entry: :func:`die_with_parent` first, then ``target(*args, *tail)``
+    from ``payload`` (pickled ``(target, args)``). Unpickling the call imports its modules
+    (torch: seconds under load); tied before that, the worker cannot outlive a launcher killed
+    while it was still importing. This module imports nothing heavy, so the tie comes first."""
+    die_with_parent(parent_pid)
+    target, args = pickle.loads(payload)
+    target(*args, *tail)
 
 
 def die_with_parent(parent_pid: int, *, watch_pid: int | None = None,

@@ -79,17 +79,24 @@ def test_oversubscribe_starts_a_modestly_oversubscribed_run():
         kill_all(cli, marker)
 
 
-def test_a_worker_failure_is_one_line_and_verbose_gives_its_traceback():
+def test_a_worker_failure_is_one_line_and_verbose_gives_its_traceback(tmp_path):
+    # a failure only the workers meet (everything the parent can check, it refuses before any
+    # process starts): a user module, imported by the workers through RINGCCL_IMPORT, that
+    # raises when it is imported in a child process
+    plugin = tmp_path / "fails_in_workers.py"
+    plugin.write_text("import multiprocessing\n"
+                      "if multiprocessing.parent_process() is not None:\n"
+                      "    raise RuntimeError('boom in a worker')\n")
     marker = uuid.uuid4().hex
-    argv = ("bench", "all_to_all", "--nproc", "2", "-b", "4KiB", "-e", "4KiB", "--placement",
-            "in-place", "-a", "builtin")
+    argv = ("--import", str(plugin), "bench", "all_reduce", "--nproc", "2", "-b", "4KiB",
+            "-e", "4KiB", "-a", "builtin")
     for verbose in ((), ("--verbose",)):
         cli = _ringccl(*argv, *verbose, marker=marker)
         try:
             out, err = cli.communicate(timeout=300)
             assert cli.returncode == 2, (out, err)
             assert err.startswith("ringccl: error: rank ") and (
-                "BackendError: all_to_all_single cannot run in place" in err), err
+                "RuntimeError: boom in a worker" in err), err
             if verbose:
                 assert "Traceback (most recent call last)" in err
             else:

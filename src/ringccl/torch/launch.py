@@ -24,13 +24,14 @@ import socket
 import threading
 import time
 import traceback
+from multiprocessing.reduction import ForkingPickler
 from typing import Any, Callable
 
 from ..args import check_int
 from ..engine import timeout_seconds
 from ..errors import BackendError, Interrupted, WorkerError
 from ..plugins import import_user_modules
-from ..resources import WORKER_BYTES, check_processes, die_with_parent, usable_cores
+from ..resources import WORKER_BYTES, check_processes, tied_call, usable_cores
 
 __all__ = ["launch", "free_port"]
 
@@ -43,17 +44,20 @@ def free_port() -> int:
 
 
 def _worker(rank: int, world_size: int, port: int, backend: str, timeout: float, threads: int,
-            launcher_pid: int, fn: Callable, args: tuple, results) -> None:
-    # first: end with the launcher, even when it is SIGKILLed (no orphans holding memory)
-    die_with_parent(launcher_pid)
+            launcher_pid: int, fn: Callable, args: tuple, results, progress=None) -> None:
+    # started through ringccl.resources.tied_call, which tied it to the launcher before this
+    # module (and torch, seconds to import under load) was unpickled; ``progress``: the queue
+    # ``fn`` reports to, passed as its last argument
+    if progress is not None:
+        args = args + (progress,)
     # the terminal sends Ctrl-C's SIGINT to the whole foreground process group: only the
     # launcher reports it (it ends the workers with SIGTERM); the launcher blocked SIGINT
     # around the start, so none arrived before this line
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    import_user_modules()  # the algorithms ``--import`` / RINGCCL_IMPORT registered
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     try:
+        import_user_modules()  # the algorithms ``--import`` / RINGCCL_IMPORT registered
         import torch
         import torch.distributed as dist
 
@@ -137,12 +141,13 @@ def launch(fn: Callable[..., Any], nproc: int, *args: Any, backend: str = "gloo"
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     progress = ctx.Queue() if on_progress is not None else None
-    fn_args = args + (progress,) if progress is not None else args
     port = free_port()
     threads = threads or max(1, usable_cores() // nproc)
-    procs = [ctx.Process(target=_worker, args=(r, nproc, port, backend, timeout, threads,
-                                               os.getpid(), fn, fn_args, results), daemon=True)
-             for r in range(nproc)]
+    # each worker ties itself to this process first, then unpickles its call (importing fn's
+    # module and torch): a launcher killed while the workers still import leaves no orphan
+    procs = [ctx.Process(target=tied_call, args=(os.getpid(), bytes(ForkingPickler.dumps(
+        (_worker, (r, nproc, port, backend, timeout, threads, os.getpid(), fn, args)))),
+        results, progress), daemon=True) for r in range(nproc)]
     received: list = []
 
     def drain(wait: float = 0.0) -> None:
