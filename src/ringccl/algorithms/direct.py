@@ -56,7 +56,7 @@ __all__ = ["all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcas
            "scatter", "gather", "master_all_reduce"]
 
 _THAKUR = "Thakur, Rabenseifner & Gropp, IJHPCA 19(1) 2005"
-_SEED = "seed 001, section 2.2 (master-worker)"
+_SEED = "the collective-communication lecture, section 2.2 (master-worker)"
 
 
 def _pairs(n: int):

@@ -122,5 +122,5 @@ def time(world_size: int, nbytes: float, alpha: float, beta: float, gamma: float
 register(Algorithm(collective="all_reduce", name="hierarchical", builder=all_reduce,
                    num_steps=num_steps, bytes_sent=lambda n, b: 2 * (n - 1) / n * b,
                    steps_formula="2(L-1) + 2(N/L-1)", bytes_formula="2(N-1)/N·M",
-                   reference="Jia et al. arXiv:1807.11205 2018; lecture 001 §9.3 q.4",
+                   reference="Jia et al. arXiv:1807.11205 2018; the collective-communication lecture, §9.3 (hierarchical question)",
                    time=lambda n, b, alpha, beta, gamma: time(n, b, alpha, beta, gamma)))

@@ -22,7 +22,8 @@ def _cmd_demo(args) -> int:
     out: dict = {}
     schedule = verify(build_schedule("all_reduce", "ring", 4))
     if not args.json:
-        print("1) The seed's ring all-reduce on N=4 ranks (seed 000, section 2): at reduce-scatter"
+        print("1) Ring all-reduce on N=4 ranks, as the ring all-reduce walk-through (section 2) "
+              "draws it: at reduce-scatter"
               " step s rank r sends chunk (r-s) mod N\n   to rank r+1, which adds it in; then the"
               " complete chunks travel once more around the ring.\n")
         print(step_table(schedule))
@@ -70,7 +71,8 @@ def _cmd_demo(args) -> int:
 
 def register(sub) -> None:
     """``ringccl demo``."""
-    p = sub.add_parser("demo", help="guided tour: the seed's table, a simulation, real processes")
+    p = sub.add_parser("demo", help="guided tour: the ring walk-through's N=4 table, a simulation, real "
+                       "processes")
     add_collective_args(p, collective=False)
     p.add_argument("--nproc", type=positive_int, default=4, help="local processes (default 4)")
     p.add_argument("--sim-count", type=count_arg, default=100_003,
