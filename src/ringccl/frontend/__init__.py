@@ -321,20 +321,32 @@ def all_gather(b: Backend, output, input, g, algorithm: str | None, params: dict
         b.copy_into(output, work)
 
 
+def _rooted_plan(b: Backend, g, collective: str, buffer, blocks, blocks_arg: str, root_value,
+                 root_arg: str, written: bool, algorithm: str | None, params: dict,
+                 opts: Options) -> tuple:
+    """scatter's and gather's common start: the root's group rank, the algorithm (refused alike
+    on every rank before the root-only checks), the root's list of world_size blocks checked
+    (None elsewhere, where a list is refused), and the plan. Returns (rank, root, blocks,
+    layout)."""
+    world_size, rank = b.size(g), b.rank(g)
+    root = b.root(g, root_value, root_arg, world_size)
+    algorithm = default_algorithm(collective) if algorithm is None else algorithm
+    get_algorithm(collective, algorithm)
+    if rank == root:
+        blocks = b.check_blocks(blocks, blocks_arg, world_size, buffer, written)
+    else:
+        b.no_blocks(blocks, blocks_arg, rank, root_arg, root_value)
+        blocks = None
+    lay = _plan(b, g, collective, algorithm, rooted(params, root), None, b.dtype(buffer),
+                world_size * b.numel(buffer), opts)
+    return rank, root, blocks, lay
+
+
 def scatter(b: Backend, buffer, scatter_list, src: Any, g, algorithm: str | None, params: dict,
             opts: Options) -> None:
     """Send block r of ``src``'s ``scatter_list`` to rank r's ``buffer``."""
-    world_size, rank = b.size(g), b.rank(g)
-    root = b.root(g, src, "src", world_size)
-    algorithm = default_algorithm("scatter") if algorithm is None else algorithm
-    get_algorithm("scatter", algorithm)  # every rank refuses alike, before the root-only checks
-    if rank == root:
-        blocks = b.check_blocks(scatter_list, "scatter_list", world_size, buffer, False)
-    else:
-        b.no_blocks(scatter_list, "scatter_list", rank, "src", src)
-    k = b.numel(buffer)
-    lay = _plan(b, g, "scatter", algorithm, rooted(params, root), None, b.dtype(buffer),
-                world_size * k, opts)
+    rank, root, blocks, lay = _rooted_plan(b, g, "scatter", buffer, scatter_list, "scatter_list",
+                                           src, "src", False, algorithm, params, opts)
     work = b.scratch(buffer, lay.numel)
     if rank == root:
         copy_in(b, work, lay.input_runs, blocks)
@@ -347,17 +359,9 @@ def gather(b: Backend, buffer, gather_list, dst: Any, g, algorithm: str | None, 
     """Collect every rank's ``buffer`` into ``gather_list`` on rank ``dst``; returns whether
     this rank is ``dst``. The root touches every chunk, so a gather_list that is one contiguous
     array is the working buffer itself (and ``buffer`` may be its own block: in place)."""
-    world_size, rank = b.size(g), b.rank(g)
-    root = b.root(g, dst, "dst", world_size)
-    algorithm = default_algorithm("gather") if algorithm is None else algorithm
-    get_algorithm("gather", algorithm)  # every rank refuses alike, before the root-only checks
-    if rank == root:
-        blocks = b.check_blocks(gather_list, "gather_list", world_size, buffer, True)
-    else:
-        b.no_blocks(gather_list, "gather_list", rank, "dst", dst)
+    rank, root, blocks, lay = _rooted_plan(b, g, "gather", buffer, gather_list, "gather_list",
+                                           dst, "dst", True, algorithm, params, opts)
     k = b.numel(buffer)
-    lay = _plan(b, g, "gather", algorithm, rooted(params, root), None, b.dtype(buffer),
-                world_size * k, opts)
     direct = rank == root and len(blocks) == 1 and b.contiguous(blocks[0])
     work = b.view1d(blocks[0]) if direct else b.scratch(buffer, lay.numel)
     own = (root * k, (root + 1) * k)

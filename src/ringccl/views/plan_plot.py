@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from ..errors import RingcclError
+from .plot import _pyplot
 
 __all__ = ["plan_chart", "picked_stages"]
 
@@ -33,16 +33,6 @@ _COLORS = {"forward": "#4c72b0", "backward": "#55a868", "tp": "#c44e52", "sp": "
            "cp": "#8172b3", "ep": "#937860", "pp": "#da8bc3", "dp": "#8c8c8c",
            "zero": "#ccb974", "embedding": "#64b5cd", "pp bubble": "#bbbbbb"}
 _ORDER = ("tp", "sp", "cp", "ep", "pp", "dp", "zero", "embedding")
-
-
-def _pyplot():
-    try:
-        import matplotlib
-    except ImportError:
-        raise RingcclError("plotting needs matplotlib: pip install 'ringccl[plot]'") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
 
 
 def picked_stages(pp: int) -> list[int]:
