@@ -32,9 +32,12 @@ def test_sigkill_of_the_launcher_ends_every_worker(tmp_path):
         assert pids, "the workers did not start"
         launcher.kill()  # SIGKILL: no handler, no cleanup in the launcher
         launcher.wait()
-        left = wait_for(lambda: {p for p in pids if p in marked(marker)} or None, GONE_S)
-        still = {p for p in pids if p in marked(marker)}
-        assert not still, f"workers {sorted(still)} outlived their SIGKILLed launcher ({left})"
+        # wait until every worker is gone (the old condition returned at once while they were
+        # still being killed, so a worker still exiting under load failed the test)
+        wait_for(lambda: not (set(pids) & marked(marker)), GONE_S)
+        still = set(pids) & marked(marker)
+        assert not still, f"workers {sorted(still)} outlived their SIGKILLed launcher by " \
+            f"{GONE_S:g} s"
     finally:
         kill_all(launcher, marker)
 
