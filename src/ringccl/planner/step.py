@@ -133,22 +133,19 @@ class StepPlan:
 
     def bytes_by_parallelism(self) -> dict:
         """parallelism -> bytes the busiest rank of the slowest position sends per step."""
-        out: dict = {}
-        for s in self.stages:
-            per: dict = {}
-            for e in s.entries:
-                per[e.parallelism] = per.get(e.parallelism, 0.0) + e.bytes_sent_per_step
-            for k, v in per.items():
-                out[k] = max(out.get(k, 0.0), v)
-        return out
+        return self._by_parallelism("bytes_sent_per_step")
 
     def seconds_by_parallelism(self) -> dict:
         """parallelism -> predicted seconds per step (exposed or not), slowest position."""
+        return self._by_parallelism("seconds_per_step")
+
+    def _by_parallelism(self, field: str) -> dict:
+        """parallelism -> the largest per-stage sum of the entries' ``field``."""
         out: dict = {}
         for s in self.stages:
             per: dict = {}
             for e in s.entries:
-                per[e.parallelism] = per.get(e.parallelism, 0.0) + e.seconds_per_step
+                per[e.parallelism] = per.get(e.parallelism, 0.0) + getattr(e, field)
             for k, v in per.items():
                 out[k] = max(out.get(k, 0.0), v)
         return out
