@@ -355,6 +355,19 @@ def test_old_bench_short_flags_fail_clearly(capsys):
         _usage_error(capsys, ["bench", "all_reduce", "--nproc", "2", "-n", "5"])
 
 
+
+def test_bench_size_flags_are_named_as_typed(capsys):
+    # BenchSpec's own messages name its fields (min_bytes, factor); the CLI names its flags
+    assert "-b/--minbytes 8 B is larger than -e/--maxbytes 4 B" in _error(
+        capsys, ["bench", "all_reduce", "--nproc", "2", "-b", "8", "-e", "4"])
+    assert "-f/--stepfactor 1 must be an integer >= 2" in _error(
+        capsys, ["bench", "all_reduce", "--nproc", "2", "-f", "1"])
+
+
+def test_show_counts_steps_in_the_singular_when_there_is_one(capsys):
+    assert main(["show", "all_reduce", "--algorithm", "direct", "-N", "2"]) == 0
+    assert "1 chunk per rank, 1 step" in capsys.readouterr().out
+
 # -- show on many ranks ---------------------------------------------------------------------------
 
 def test_show_1000_ranks_fits_the_width_and_says_what_was_left_out(capsys, monkeypatch):

@@ -20,7 +20,7 @@ def test_show_rooted_chain_with_segments(capsys):
 def test_show_master_root_and_table(capsys):
     assert main(["show", "all_reduce", "-a", "master", "-N", "4", "--root", "2"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "master all_reduce: world_size=4, 1 chunks per rank, 6 steps"
+    assert lines[0] == "master all_reduce: world_size=4, 1 chunk per rank, 6 steps"
     assert next(ln for ln in lines if ln.startswith("after reduce")).split()[2:] == [
         "-", "-", "owns", "c0", "-"]
 

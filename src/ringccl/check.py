@@ -28,6 +28,7 @@ import numpy as np
 from .collectives import ALL, ANY, ORIGIN, get_collective
 from .errors import ArgumentTypeError, VerificationError
 from .ir import Schedule, reduce_rounds
+from .units import plural
 
 __all__ = ["verify", "SymbolicState"]
 
@@ -229,7 +230,7 @@ class SymbolicState:
         else:
             want_txt = f"chunk c{int(want_id[r, k])} from R{int(want_origin[r, k])}"
         raise VerificationError(
-            f"after the last step ({sch.num_steps} steps): rank R{r} chunk c{k} holds {held}, "
+            f"after the last step ({plural(sch.num_steps, 'step')}): rank R{r} chunk c{k} holds {held}, "
             f"expected {want_txt} ({written})", step=last if last >= 0 else None, rank=r,
             chunk=k)
 

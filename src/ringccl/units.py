@@ -21,12 +21,18 @@ import re
 
 from .errors import ArgumentError
 
-__all__ = ["count", "size", "duration", "bandwidth", "format_count", "format_size",
+__all__ = ["plural", "count", "size", "duration", "bandwidth", "format_count", "format_size",
            "format_duration", "format_bandwidth"]
 
 _DECIMAL = {"": 1, "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15}
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
 _NUMBER = r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*"
+
+
+def plural(n: int, word: str, words: str | None = None) -> str:
+    """``"1 step"``, ``"2 steps"``: ``n`` and ``word``, plural ``words`` (default word + "s")
+    unless ``n`` is 1."""
+    return f"{n} {word if n == 1 else (words or word + 's')}"
 
 
 def _prefix(prefix: str, text: str, what: str) -> float:

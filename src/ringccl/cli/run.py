@@ -301,9 +301,24 @@ def _segment_list(text: str | None) -> tuple:
     return tuple(out)
 
 
+def _check_sizes(args, dtype: str) -> None:
+    """The size flags, named as the user typed them (BenchSpec's own checks name its fields),
+    and a note on stderr for a size that holds no whole element."""
+    if args.maxbytes < args.minbytes:
+        raise ArgumentError(f"-b/--minbytes {args.minbytes} B is larger than -e/--maxbytes "
+                            f"{args.maxbytes} B")
+    if args.stepfactor < 2:
+        raise ArgumentError(f"-f/--stepfactor {args.stepfactor} must be an integer >= 2")
+    itemsize = check_dtype(dtype).itemsize
+    if 0 < args.minbytes < itemsize:
+        print(f"ringccl bench: note: -b/--minbytes {args.minbytes} B holds no whole {dtype} "
+              f"element ({itemsize} B); that row measures 0 elements", file=sys.stderr)
+
+
 def _cmd_bench(args) -> int:
     _check_trace(args)
     dtype = _NCCL_DTYPES.get(args.dtype, args.dtype)
+    _check_sizes(args, dtype)
     spec = BenchSpec(
         args.collective, parse_algorithms(args.collective, args.algorithm), args.minbytes,
         args.maxbytes, args.stepfactor, args.iters, args.warmup_iters, bool(args.check), dtype,

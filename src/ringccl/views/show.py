@@ -8,6 +8,7 @@ from ..check import SymbolicState
 from ..collectives import get_collective
 from ..errors import ArgumentError
 from ..ir import Schedule
+from ..units import plural
 
 __all__ = ["step_table", "step_rows", "parse_ranks"]
 
@@ -130,7 +131,7 @@ def step_table(schedule: Schedule, max_steps: int = 200, ranks: Sequence[int] | 
     line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
     rule = "  ".join("-" * w for w in widths)
     title = (f"{schedule.algorithm} {schedule.collective}: world_size={n}, "
-             f"{schedule.num_chunks} chunks per rank, {schedule.num_steps} steps")
+             f"{plural(schedule.num_chunks, 'chunk')} per rank, {plural(schedule.num_steps, 'step')}")
     if ranks is not None:
         title += f"; ranks {_ranges(shown)}"
     out = [title, line(header), rule]
