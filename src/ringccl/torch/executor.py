@@ -31,7 +31,8 @@ import torch.distributed as dist
 
 from .. import caches, engine, shm
 from ..engine import trace
-from ..errors import BackendError
+from ..args import check_int
+from ..errors import ArgumentTypeError, BackendError
 from ..ir import Schedule
 from ..ops import ReduceOp
 
@@ -323,8 +324,6 @@ def shm_empty(shape, dtype: torch.dtype = torch.float32, group=None) -> torch.Te
             platform not x86-64, set-up failed; ShmSpaceError: the shared-memory directory is
             too small.
     """
-    from ..args import check_int
-    from ..errors import ArgumentTypeError
     if isinstance(shape, int) and not isinstance(shape, bool):
         shape = (shape,)
     if not isinstance(shape, (tuple, list, torch.Size)):
