@@ -204,7 +204,9 @@ class ShmGroup:
         if not word:
             return None
         who, code = (word & 0xFFFF) - 1, word >> 16
-        return Aborted(f"rank {who} aborted the group's shared memory ({_WHY.get(code, '?')})")
+        exc = Aborted(f"rank {who} aborted the group's shared memory ({_WHY.get(code, '?')})")
+        exc.peer = who
+        return exc
 
     def wait_word(self, word: int, target: int, peer: int, what: str,
                   timeout: float | None = None,
@@ -240,13 +242,17 @@ class ShmGroup:
                     raise self.aborted()
                 if peer >= 0 and self.watch[peer] and not _alive(self.pids[peer]):
                     self.abort(_ABORT_DEAD)
-                    raise PeerDied(f"rank {peer} (pid {self.pids[peer]}) died while this rank "
+                    exc = PeerDied(f"rank {peer} (pid {self.pids[peer]}) died while this rank "
                                    f"waited for it to {what}")
+                    exc.peer = peer
+                    raise exc
                 if now >= deadline:
                     if w[word] >= target:
                         return
                     self.abort(_ABORT_TIMEOUT)
-                    raise TimeoutError(f"rank {peer} did not {what} within {timeout:g} s")
+                    exc = TimeoutError(f"rank {peer} did not {what} within {timeout:g} s")
+                    exc.peer = peer
+                    raise exc
             if progress is not None:
                 progress(True)
             if now < yield_until:

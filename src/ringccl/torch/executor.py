@@ -32,7 +32,7 @@ import torch.distributed as dist
 from .. import caches, engine, shm
 from ..engine import trace
 from ..args import check_int
-from ..errors import ArgumentTypeError, BackendError
+from ..errors import ArgumentTypeError, BackendError, PeerError, RingcclTimeout
 from ..ir import Schedule
 from ..ops import ReduceOp
 
@@ -257,6 +257,19 @@ def _locate(state, buffer: torch.Tensor) -> tuple | None:
     return None
 
 
+def _entry_error(schedule: Schedule, rank: int, transport, exc: BaseException, timeout: float):
+    """The PeerError/RingcclTimeout of a failed call entry (before step 0), naming the peer."""
+    peer = getattr(exc, "peer", None)
+    timed_out = isinstance(exc, TimeoutError)
+    how = f"timed out after {timeout:g} s" if timed_out else "failed"
+    who = "" if peer is None else f" waiting for rank {transport.peer_name(peer)}"
+    cls = RingcclTimeout if timed_out else PeerError
+    return cls(f"{schedule.algorithm} {schedule.collective} {how} on rank {rank} at step 0 of "
+               f"{schedule.num_steps} (entering the call){who}: {exc}",
+               collective=schedule.collective, algorithm=schedule.algorithm, step=0, rank=rank,
+               peer=peer)
+
+
 def _execute_shm(schedule: Schedule, buffer: torch.Tensor, op: ReduceOp, group, bounds,
                  segment_elems_of, timeout_s: float | None, restore: bool) -> torch.Tensor:
     """:func:`execute` over the group's shared memory (see the module docstring)."""
@@ -266,10 +279,15 @@ def _execute_shm(schedule: Schedule, buffer: torch.Tensor, op: ReduceOp, group, 
     rank = state.rank
     itemsize = buffer.element_size()
     where = _locate(state, buffer) if buffer.numel() else None
+    plan = engine.plan(schedule, rank, bounds, segment_elems_of(itemsize))
     try:
         # every rank enters every call (also with nothing to move): the call counters stay equal
-        state.enter(0 if where is not None else max(1, buffer.numel() * itemsize), timeout_s)
-        plan = engine.plan(schedule, rank, bounds, segment_elems_of(itemsize))
+        try:
+            state.enter(0 if where is not None else max(1, buffer.numel() * itemsize),
+                        timeout_s)
+        except (TimeoutError, ConnectionError) as exc:
+            raise _entry_error(schedule, rank, transport, exc, timeout_s or state.timeout) \
+                from exc
         if not plan.steps:
             return buffer
         if where is None:
