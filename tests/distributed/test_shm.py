@@ -260,3 +260,22 @@ def test_too_small_tmpfs_is_a_clear_error_at_set_up(tmp_path, monkeypatch):
         assert not os.listdir(d), os.listdir(d)
     finally:
         subprocess.run(["umount", str(d)], capture_output=True, timeout=10)
+
+
+def killed_in_the_window(rank, world_size):
+    """Rank 0 creates a segment and is SIGKILLed before it could unlink it."""
+    import signal
+
+    from ringccl.shm import Segment, segment_name
+    if rank == 0:
+        Segment.create(segment_name("deadbeef", 0), 4096)
+        os.kill(os.getpid(), signal.SIGKILL)
+    return None
+
+
+def test_launch_sweeps_what_a_sigkilled_worker_left(shm_dir):
+    from ringccl.errors import BackendError
+
+    with pytest.raises(BackendError, match="rank 0 exited"):
+        launch(killed_in_the_window, 2, timeout=60)
+    assert not os.listdir(shm_dir)   # also checked by the fixture
