@@ -9,6 +9,11 @@ that returned gave gloo's result. Prints a table per (collective, algorithm) and
 detection; ``--json`` for the raw outcomes.
 
     python benchmarks/fault_injection.py [--trials 60] [--seed 0] [--timeout 4] [--json]
+        [--transport p2p|shm]
+
+``--transport shm`` (issue 16): the collectives run over shared memory; kills alternate between
+``os._exit`` and SIGKILL, stalls are SIGSTOP, and every trial also checks that none of its
+segments is left in the shared-memory directory.
 """
 
 from __future__ import annotations
@@ -34,9 +39,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=4.0, help="group timeout, seconds")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--transport", choices=("p2p", "shm"), default="p2p")
     args = parser.parse_args()
 
-    trials = faults.trials(args.seed, args.trials)
+    trials = faults.trials(args.seed, args.trials, transport=args.transport)
     for t in trials:
         t.timeout = args.timeout
     outcomes = [faults.run(t) for t in track(trials, description="trials",
@@ -54,8 +60,8 @@ def main() -> None:
         for rec in o.survivors.values():
             if rec.get("error") and o.died_at is not None:
                 row[3] = max(row[3], rec["error"]["at"] - o.died_at)
-    table = Table(title=f"{len(outcomes)} fault-injection trials (group timeout "
-                        f"{args.timeout:g} s)")
+    table = Table(title=f"{len(outcomes)} fault-injection trials over {args.transport} "
+                        f"(group timeout {args.timeout:g} s)")
     for name in ("collective", "algorithm", "trials", "passed", "survivors",
                  "slowest detection (s)"):
         table.add_column(name, justify="left" if name in ("collective", "algorithm") else "right")
@@ -65,7 +71,7 @@ def main() -> None:
     console.print(table)
     failed = [o for o in outcomes if o.problems]
     hangs = sum(bool(o.missing) for o in outcomes)
-    kills = sum(o.trial.mode == "kill" for o in outcomes)
+    kills = sum(o.trial.mode in ("kill", "sigkill") for o in outcomes)
     console.print(f"trials: {len(outcomes)} ({kills} kills, {len(outcomes) - kills} stalls); "
                   f"passed: {len(outcomes) - len(failed)}; hangs: {hangs}")
     for o in failed:

@@ -27,10 +27,12 @@ bruck = importlib.import_module("ringccl.algorithms.bruck")
 pairwise = importlib.import_module("ringccl.algorithms.pairwise")
 hierarchical = importlib.import_module("ringccl.algorithms.hierarchical")
 scatter_allgather = importlib.import_module("ringccl.algorithms.scatter_allgather")
+direct = importlib.import_module("ringccl.algorithms.direct")
 
 FAMILIES = {m.__name__ for m in (tree, recursive, bruck, pairwise, hierarchical,
                                  scatter_allgather)}
-KEYS = sorted(k for k, a in REGISTRY.items() if a.builder.__module__ in FAMILIES)
+KEYS = sorted(k for k, a in REGISTRY.items() if a.builder.__module__ in FAMILIES
+              or k == ("all_reduce", "two_shot"))   # direct.py's two-shot (issue 16)
 ROOTED = sorted(k for k in KEYS if "root" in inspect.signature(REGISTRY[k].builder).parameters)
 
 

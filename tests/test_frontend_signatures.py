@@ -43,6 +43,9 @@ ARGUMENTS = {"tensor": "buffer", "group": "comm", "output_tensor": "output",
 # (torch function, argument): torch's default, MPI's default
 DEFAULTS = {("broadcast", "src"): (None, "0"), ("reduce", "dst"): (None, "0")}
 OPTIONS = ["segment_bytes", "timeout", "restore", "check"]
+#: options only ringccl.torch has for now (issue 16: the shared-memory transport; ringccl.mpi
+#: follows in its second round), after the common ones
+TORCH_ONLY = ["transport"]
 
 
 def _signatures(path: Path) -> dict:
@@ -75,6 +78,8 @@ def _as_mpi(torch_name: str, params: list) -> list:
     """torch's parameters with the documented renaming and default differences applied."""
     out = []
     for kind, name, default in params:
+        if kind == "keyword" and name in TORCH_ONLY:
+            continue
         want = DEFAULTS.get((torch_name, name))
         if want is not None:
             assert default == want[0], (torch_name, name, default)
@@ -95,7 +100,7 @@ def test_signatures_match_under_the_documented_renaming(torch_name):
 @pytest.mark.parametrize("torch_name", sorted(set(FUNCTIONS) - {"run_schedule"}))
 def test_every_collective_takes_the_options_keyword_only_in_order(torch_name):
     keywords = [name for kind, name, _ in TORCH[torch_name] if kind == "keyword"]
-    assert keywords == OPTIONS
+    assert keywords == OPTIONS + TORCH_ONLY
     assert TORCH[torch_name][-1][0] == "**kwargs"  # the algorithm's parameters
 
 

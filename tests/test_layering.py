@@ -25,6 +25,7 @@ OPTIONAL = {"torch", "mpi4py", "matplotlib", "rich", "sklearn", "scipy", "plotly
 LAYER_OF = {
     "errors": "leaf", "args": "leaf", "units": "leaf", "ops": "leaf", "chunking": "leaf",
     "caches": "leaf", "resources": "leaf", "consistency": "leaf", "plugins": "leaf",
+    "shm": "leaf",   # the shared-memory transport: numpy, os and mmap only
     "ir": "schedule", "collectives": "schedule", "check": "schedule", "layout": "schedule",
     "algorithms": "algorithms",
     "views": "views",

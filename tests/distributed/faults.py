@@ -15,14 +15,17 @@ benchmarks/fault_injection.py (50+ trials, a table of outcomes).
 from __future__ import annotations
 
 import datetime
+import itertools
 import multiprocessing
 import os
 import queue
 import random
+import signal
 import time
 from dataclasses import asdict, dataclass, field
 
 VICTIM_EXIT = 17
+_jobs = itertools.count()
 
 
 @dataclass
@@ -32,7 +35,9 @@ class Trial:
     world_size: int
     victim: int
     step: int                 # the victim fails at its first operation of this step or later
-    mode: str = "kill"        # "kill": os._exit; "stall": sleep until killed
+    mode: str = "kill"        # "kill": os._exit; "stall": sleep until killed; "sigkill",
+    #                           "sigstop": the signal to itself
+    transport: str = "p2p"    # ringccl.torch's transport= for the trial's calls (issue 16)
     timeout: float = 4.0      # the process group's timeout, seconds
     count: int = 0            # elements (0: 12 * world_size)
     op: str = "sum"
@@ -54,8 +59,11 @@ class Outcome:
         return d
 
 
-def trials(seed: int, count: int, world_sizes=(3, 4), stall_every: int = 10) -> list[Trial]:
-    """``count`` random trials over every registered (collective, algorithm) pair."""
+def trials(seed: int, count: int, world_sizes=(3, 4), stall_every: int = 10,
+           transport: str = "p2p") -> list[Trial]:
+    """``count`` random trials over every registered (collective, algorithm) pair; over
+    ``transport="shm"`` kills alternate between ``os._exit`` and SIGKILL and stalls are
+    SIGSTOP."""
     from ringccl.algorithms import REGISTRY, build_schedule
 
     rng = random.Random(seed)
@@ -70,8 +78,10 @@ def trials(seed: int, count: int, world_sizes=(3, 4), stall_every: int = 10) -> 
             params["local_size"] = 2 if n % 2 == 0 else 1
         steps = build_schedule(collective, algorithm, n, **params).num_steps
         mode = "stall" if stall_every and i % stall_every == stall_every - 1 else "kill"
+        if transport == "shm":
+            mode = {"stall": "sigstop", "kill": "sigkill" if i % 2 else "kill"}[mode]
         out.append(Trial(collective, algorithm, n, rng.randrange(n), rng.randrange(max(steps, 1)),
-                         mode, params=params))
+                         mode, params=params, transport=transport))
     return out
 
 
@@ -104,20 +114,26 @@ def _install_fault(trial: Trial, results, armed: list) -> None:
     """In the victim: fail at the first operation of step >= trial.step once ``armed[0]``."""
     from ringccl.torch import executor
 
+    from ringccl.shm import ShmTransport
+
     def fail():
         _put(results, ("died", trial.victim, time.time()))
         if trial.mode == "stall":
             time.sleep(3600)
+        if trial.mode in ("sigkill", "sigstop"):
+            os.kill(os.getpid(), signal.SIGKILL if trial.mode == "sigkill" else signal.SIGSTOP)
+            time.sleep(3600)
         os._exit(VICTIM_EXIT)
 
+    cls = ShmTransport if trial.transport == "shm" else executor._Transport
     for name in ("isend", "irecv"):
-        original = getattr(executor._Transport, name)
+        original = getattr(cls, name)
 
         def patched(self, op, data, _original=original):
             if armed[0] and op.step >= trial.step:
                 fail()
             return _original(self, op, data)
-        setattr(executor._Transport, name, patched)
+        setattr(cls, name, patched)
     armed.append(fail)
 
 
@@ -143,6 +159,7 @@ def _rank(rank: int, port: int, trial: Trial, results) -> None:
     record: dict = {"calls": [], "error": None}
     try:
         _init_group(rank, trial.world_size, port, trial.timeout)
+        os.environ["RINGCCL_TRANSPORT"] = trial.transport   # what transport="auto" runs on
         n = trial.world_size
         count = trial.count or 12 * n
         calls = _calls(trial.collective, trial.algorithm, parse_op(trial.op), n, count,
@@ -186,14 +203,26 @@ def run(trial: Trial) -> Outcome:
     """Run one trial; ``Outcome.problems`` lists every violated expectation."""
     from ringccl.torch.launch import free_port
 
+    from ringccl.shm import segment
+
     ctx = multiprocessing.get_context("fork")
     results = ctx.Queue()
     port = free_port()
     t0 = time.time()
+    # the trial's segments carry a job id of their own: what is left afterwards is listed
+    job = f"fi{os.getpid()}x{next(_jobs)}"
+    saved = os.environ.get("RINGCCL_SHM_JOB")
+    os.environ["RINGCCL_SHM_JOB"] = job
     procs = [ctx.Process(target=_rank, args=(r, port, trial, results), daemon=True)
              for r in range(trial.world_size)]
-    for p in procs:
-        p.start()
+    try:
+        for p in procs:
+            p.start()
+    finally:
+        if saved is None:
+            del os.environ["RINGCCL_SHM_JOB"]
+        else:
+            os.environ["RINGCCL_SHM_JOB"] = saved
     died_at, records = None, {}
     survivors = set(range(trial.world_size)) - {trial.victim}
     deadline = time.monotonic() + trial.timeout * 3 + 30
@@ -211,6 +240,9 @@ def run(trial: Trial) -> Outcome:
             p.kill()
         p.join(timeout=5)
     problems = []
+    left = segment.sweep(job)
+    if left:
+        problems.append(f"segments left in {segment.shm_dir()}: {left}")
     missing = sorted(survivors - set(records))
     if missing:
         problems.append(f"ranks {missing} never reported (hang)")

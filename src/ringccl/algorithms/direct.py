@@ -27,6 +27,14 @@ scatter        1     (N-1)/N·M (root)             α + (N-1)/N·M·β
 gather         1     M/N (each non-root)          α + (N-1)/N·M·β (root receives N-1 blocks)
 ============== ===== ============================ ==========================================
 
+``two_shot`` all-reduce is direct reduce-scatter followed by direct all-gather (N chunks; step 0:
+rank r sends block j to rank j, which adds it in; step 1: rank j sends its reduced block to every
+other rank): 2 steps, each rank sends 2(N-1)/N·M, T = 2α + 2(N-1)/N·M·β + (N-1)/N·M·γ. On
+shared memory, where a send costs nothing and the receiver reads the peer's bytes in place, it
+is the bandwidth-lean choice above the one-shot (``direct``) crossover (vLLM's and TensorRT-LLM's
+custom all-reduce use one-shot for small, two-shot for large buffers; the reduce-scatter +
+all-gather composition is Thakur et al.'s).
+
 ``master`` all-reduce is the centralized scheme of the lecture (seed 001, section 2.2): the root
 receives every other rank's buffer one rank per step and adds it in (N-1 steps), then sends the
 sum to one rank per step (N-1 steps), as its Python loop does. 2(N-1) steps; the root sends and
@@ -53,9 +61,11 @@ from .registry import Algorithm, register
 from ._build import Transfers
 
 __all__ = ["all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce",
-           "scatter", "gather", "master_all_reduce"]
+           "scatter", "gather", "master_all_reduce", "two_shot_all_reduce"]
 
 _THAKUR = "Thakur, Rabenseifner & Gropp, IJHPCA 19(1) 2005"
+_TWO_SHOT = ("Thakur, Rabenseifner & Gropp, IJHPCA 19(1) 2005 (reduce-scatter + all-gather); "
+             "vLLM / TensorRT-LLM custom all-reduce (two-shot)")
 _SEED = "the collective-communication lecture, section 2.2 (master-worker)"
 
 
@@ -155,6 +165,29 @@ def master_all_reduce(world_size: int, root: int = 0) -> Schedule:
                       ["reduce"] * (n - 1) + ["broadcast"] * (n - 1), params={"root": root})
 
 
+def two_shot_all_reduce(world_size: int) -> Schedule:
+    """Direct reduce-scatter, then direct all-gather (the "two-shot" all-reduce).
+
+    Pre:  rank r holds its input vector, split into world_size chunks.
+    Post: every rank holds the elementwise reduction of all inputs.
+    Cost: 2 steps (N > 1); each rank sends 2(N-1)/N·M;
+          T = 2α + 2(N-1)/N·M·β + (N-1)/N·M·γ.
+    Args:    world_size: number of ranks N (>= 1).
+    Returns: Schedule with num_chunks == world_size; phases "reduce-scatter", "all-gather".
+    References: Thakur, Rabenseifner & Gropp, "Optimization of Collective Communication
+        Operations in MPICH", IJHPCA 19(1), 2005; vLLM custom_all_reduce.cuh, TensorRT-LLM
+        customAllReduceKernels (two-shot).
+    """
+    n = world_size
+    src, dst = _pairs(n)
+    t = Transfers()
+    t.add(0, src, dst, dst, reduce=True)   # after step 0, rank j holds block j reduced
+    t.add(1, dst, src, dst)                # after step 1, every rank holds every block
+    steps = 2 if n > 1 else 0
+    return t.schedule("all_reduce", "two_shot", n, n,
+                      ["reduce-scatter", "all-gather"][:steps])
+
+
 # -- closed forms ---------------------------------------------------------------------------------
 
 def _one(n: int) -> int:
@@ -199,3 +232,10 @@ register(Algorithm(collective="all_reduce", name="master", builder=master_all_re
                    num_steps=lambda n: 2 * (n - 1), bytes_sent=lambda n, m: (n - 1) * m,
                    steps_formula="2(N-1)", bytes_formula="(N-1)·M (root; 2(N-1)·M through it)",
                    reference=_SEED, time=_master_time))
+
+register(Algorithm(collective="all_reduce", name="two_shot", builder=two_shot_all_reduce,
+                   num_steps=lambda n: 2 if n > 1 else 0,
+                   bytes_sent=lambda n, m: 2 * (n - 1) / n * m,
+                   steps_formula="2 (N>1)", bytes_formula="2(N-1)/N·M", reference=_TWO_SHOT,
+                   time=lambda n, m, alpha, beta, gamma: 0.0 if n == 1 else
+                   2 * alpha + 2 * (n - 1) / n * m * beta + (n - 1) / n * m * gamma))

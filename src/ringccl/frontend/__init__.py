@@ -18,6 +18,15 @@ Options every collective takes, in this order, keyword-only: ``segment_bytes`` (
 transport's measured policy; 0: never split), ``timeout`` (seconds each wait may take; None:
 ``RINGCCL_TIMEOUT``, else the backend's own bound), ``restore`` (None: the backend's default),
 ``check`` (cross-rank fingerprint, :mod:`ringccl.consistency`; None: ``RINGCCL_DEBUG``).
+A backend with several transports (ringccl.torch: ``transport=``) passes the call's resolved
+transport to :func:`options`; it travels in :attr:`Options.transport` to its ``execute`` and
+its ``choose``.
+
+``algorithm=None`` or ``"auto"``: the backend's ``choose(collective, world_size, count, dtype,
+opts)`` names the algorithm (ringccl.torch over shared memory: measured per collective and
+size); a backend without ``choose`` gets ``ringccl.algorithms.DEFAULTS``. It must give the
+same answer on every rank (it sees only what every rank has alike). An explicit name is used
+as it is.
 """
 
 from __future__ import annotations
@@ -33,7 +42,7 @@ from ..layout import Layout, all_to_all_sizes, check_own_block, layout, rooted, 
 from ..ops import ReduceOp, check_accumulate_dtype
 from .debug import execute as _execute   # RINGCCL_DEBUG=INFO/TRACE: one log line per call
 
-__all__ = ["Backend", "Options", "options", "in_place", "reduce_scatter", "all_gather",
+__all__ = ["Backend", "Options", "options", "choose", "in_place", "reduce_scatter", "all_gather",
            "scatter", "gather", "exchange", "all_to_all", "run_schedule", "copy_in", "copy_out"]
 
 
@@ -96,14 +105,17 @@ class Options(NamedTuple):
     timeout: float | None       # seconds (None: the backend's own bound)
     restore: bool | None        # None: the backend's default
     check: bool | None
+    transport: str | None = None   # the backend's transport for this call (None: its only one)
 
 
 _fixed: dict = {}   # segment_bytes -> Pipelining.fixed(segment_bytes): no allocation per call
 caches.register(_fixed.clear)
 
 
-def options(b: Backend, segment_bytes: Any, timeout: Any, restore: Any, check: Any) -> Options:
-    """Check the options every collective takes (cheap on the common path: all None)."""
+def options(b: Backend, segment_bytes: Any, timeout: Any, restore: Any, check: Any,
+            transport: str | None = None) -> Options:
+    """Check the options every collective takes (cheap on the common path: all None);
+    ``transport``: the backend's resolved transport for this call, passed through."""
     if segment_bytes is None:
         pipelining = b.pipelining
     else:
@@ -119,7 +131,7 @@ def options(b: Backend, segment_bytes: Any, timeout: Any, restore: Any, check: A
     if check is not None and check is not True and check is not False:
         raise ArgumentTypeError(f"check={check!r} must be True, False or None (None: "
                                 "RINGCCL_DEBUG decides)")
-    return Options(pipelining, timeout_seconds(timeout), restore, check)
+    return Options(pipelining, timeout_seconds(timeout), restore, check, transport)
 
 
 def _restore(b: Backend, opts: Options, private: bool) -> bool:
@@ -159,12 +171,24 @@ def _no_accumulate(params: dict, collective: str) -> None:
         check_accumulate_dtype(params.pop("accumulate_dtype"), "float32", collective, False)
 
 
+def choose(b: Backend, g, collective: str, algorithm: str | None, count: int, dtype: Any,
+           opts: Options) -> str:
+    """``algorithm``, or for None/"auto" the backend's choice for ``count`` elements of
+    ``dtype`` (module docstring)."""
+    if algorithm is not None and algorithm != "auto":
+        return algorithm
+    pick = getattr(b, "choose", None)
+    if pick is None:
+        return default_algorithm(collective)
+    return pick(collective, b.size(g), count, dtype, opts)
+
+
 def _plan(b: Backend, g, collective: str, algorithm: str | None, params: dict, op, dtype, count: int,
           opts: Options) -> Layout:
     """Count/check the call across ranks, build the schedule and this rank's layout for a
     buffer of ``count`` elements."""
     _no_accumulate(params, collective)
-    algorithm = default_algorithm(collective) if algorithm is None else algorithm
+    algorithm = choose(b, g, collective, algorithm, count, dtype, opts)
     agree(b, g, collective, algorithm, params, op, dtype, count, opts)
     schedule = build_schedule(collective, algorithm, b.size(g), **params)
     return layout(schedule, b.rank(g), count)
@@ -330,7 +354,8 @@ def _rooted_plan(b: Backend, g, collective: str, buffer, blocks, blocks_arg: str
     layout)."""
     world_size, rank = b.size(g), b.rank(g)
     root = b.root(g, root_value, root_arg, world_size)
-    algorithm = default_algorithm(collective) if algorithm is None else algorithm
+    algorithm = choose(b, g, collective, algorithm, world_size * b.numel(buffer), b.dtype(buffer),
+                       opts)
     get_algorithm(collective, algorithm)
     if rank == root:
         blocks = b.check_blocks(blocks, blocks_arg, world_size, buffer, written)
@@ -389,7 +414,10 @@ def exchange(b: Backend, inputs: list, in_sizes: Sequence[int], out_sizes: Seque
     rank's blocks for ranks 0, 1, …; ``outputs`` receive the blocks from ranks 0, 1, …"""
     world_size, rank = b.size(g), b.rank(g)
     _no_accumulate(params, "all_to_all")
-    algorithm = default_algorithm("all_to_all") if algorithm is None else algorithm
+    # the count is this rank's own (uneven splits differ across ranks): a backend's choice
+    # for all_to_all must not depend on it
+    algorithm = choose(b, g, "all_to_all", algorithm, int(sum(in_sizes)), b.dtype(inputs[0]),
+                       opts)
     agree(b, g, "all_to_all", algorithm, params, None, b.dtype(inputs[0]),
           int(sum(in_sizes)), opts, (list(in_sizes), list(out_sizes)))
     schedule = build_schedule("all_to_all", algorithm, world_size, **params)

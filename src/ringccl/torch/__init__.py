@@ -19,6 +19,7 @@ from __future__ import annotations
 from .collectives import (ReduceOp, all_gather_into_tensor, all_reduce, all_to_all,
                           all_to_all_single, broadcast, gather, reduce, reduce_scatter_tensor,
                           run_schedule, scatter)
+from .executor import shm_empty
 from .background import Communicator
 from .bucketer import GradientBucketer
 from .clip import clip_grad_norm_
@@ -28,4 +29,4 @@ from .zero import ShardedOptimizer
 __all__ = ["all_reduce", "reduce_scatter_tensor", "all_gather_into_tensor", "broadcast",
            "reduce", "scatter", "gather", "all_to_all_single", "all_to_all", "run_schedule",
            "ReduceOp", "comm_hook", "GradientBucketer", "ShardedOptimizer", "clip_grad_norm_",
-           "Communicator"]
+           "Communicator", "shm_empty"]

@@ -45,19 +45,24 @@ others waiting, as torch.distributed does.
 from __future__ import annotations
 
 import functools
+import logging
 import math
+import os
+import platform
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from .. import frontend
+from .. import caches, frontend, shm
+from ..algorithms import default_algorithm
 from ..args import check_int, check_rank
 from ..errors import ArgumentError, ArgumentTypeError, BackendError, PeerError
 from ..layout import check_own_block, rooted
 from ..ops import ReduceOp, check_accumulate_dtype, check_op_dtype, parse_op
 from . import executor
 
+_debug_log = logging.getLogger("ringccl")
 
 
 def _no_grad(fn):
@@ -179,7 +184,16 @@ class _Torch:
     @staticmethod
     def execute(schedule, work, op, group, bounds, opts, restore: bool) -> None:
         executor.execute(schedule, work, op, group, bounds=bounds, timeout=opts.timeout,
-                         restore=restore, pipelining=opts.pipelining)
+                         restore=restore, pipelining=opts.pipelining,
+                         transport=opts.transport or "p2p")
+
+    @staticmethod
+    def choose(collective: str, world_size: int, count: int, dtype, opts) -> str:
+        """algorithm=None/"auto": over shared memory the measured choice
+        (:func:`executor.shm_algorithm`), over p2p ``ringccl.algorithms.DEFAULTS``."""
+        if opts.transport == "shm":
+            return executor.shm_algorithm(collective, world_size, count * dtype.itemsize)
+        return default_algorithm(collective)
 
     # -- array dialect --------------------------------------------------------------------------
     @staticmethod
@@ -329,6 +343,64 @@ class _Torch:
 
 _T = _Torch()
 
+_TRANSPORTS = ("auto", "shm", "p2p")
+_hosts: dict = {}   # id(group object) -> (group object, every rank on this host)
+caches.register(_hosts.clear)
+
+
+def _one_host(group) -> bool:
+    """Whether every rank of ``group`` runs on this host (:func:`ringccl.shm.host_id`,
+    exchanged once per group through the group and cached)."""
+    pg = dist.group.WORLD if group is None else group
+    hit = _hosts.get(id(pg))
+    if hit is not None and hit[0] is pg:
+        return hit[1]
+    everyone: list = [None] * dist.get_world_size(group)
+    dist.all_gather_object(everyone, shm.host_id(), group=group)
+    same = len(set(everyone)) == 1
+    _hosts[id(pg)] = (pg, same)
+    return same
+
+
+def resolve_transport(group, transport: Any, tensor) -> str:
+    """``transport=`` ("auto", "shm", "p2p") as the transport this call runs on.
+
+    "auto" (the default; ``RINGCCL_TRANSPORT`` overrides it): "shm" for CPU tensors when every
+    rank of ``group`` is on this host and this is an x86-64 machine, else "p2p" (with
+    ``RINGCCL_DEBUG`` set, one log line says why). Same answer on every rank when they pass
+    the same ``transport`` and tensors on the same kind of device.
+
+    Raises:
+        ArgumentError: another value; BackendError: "shm" on a non-x86-64 machine.
+    """
+    if transport == "auto":
+        transport = os.environ.get("RINGCCL_TRANSPORT") or "auto"
+        argument = "RINGCCL_TRANSPORT"
+    else:
+        argument = "transport"
+    if transport not in _TRANSPORTS:
+        raise ArgumentError(f"{argument}={transport!r} must be one of "
+                            f"{', '.join(map(repr, _TRANSPORTS))}")
+    if transport == "p2p":
+        return "p2p"
+    if transport == "shm":
+        shm.check_platform()
+        return "shm"
+    if dist.get_world_size(group) == 1 or tensor.device.type != "cpu":
+        return "p2p"
+    if not shm.supported_platform():
+        if _debug_log.isEnabledFor(logging.INFO) and not _hosts.get("warned"):
+            _hosts["warned"] = True
+            _debug_log.info("transport='auto' uses p2p: shared memory needs x86-64, this is "
+                            "%s", platform.machine())
+        return "p2p"
+    return "shm" if _one_host(group) else "p2p"
+
+
+def _options(group, tensor, segment_bytes, timeout, restore, check, transport):
+    return frontend.options(_T, segment_bytes, timeout, restore, check,
+                            resolve_transport(group, transport, tensor))
+
 
 @_no_grad
 def run_schedule(schedule, buffer: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
@@ -344,7 +416,7 @@ def run_schedule(schedule, buffer: torch.Tensor, op: Any = ReduceOp.SUM, group=N
 def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
                algorithm: str | None = None, accumulate_dtype: Any = None, *,
                segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
-        check: bool | None = None, **params) -> torch.Tensor:
+        check: bool | None = None, transport: str = "auto", **params) -> torch.Tensor:
     """Reduce ``tensor`` across all ranks of ``group``, in place (as ``dist.all_reduce``).
 
     Args:
@@ -380,7 +452,7 @@ def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
     _check_tensor(tensor, "tensor", written=True)
     reduce_op = _T.check_op(op, tensor.dtype)
     acc = _T.accumulate(accumulate_dtype, tensor.dtype, "all_reduce")
-    opts = frontend.options(_T, segment_bytes, timeout, restore, check)
+    opts = _options(group, tensor, segment_bytes, timeout, restore, check, transport)
     frontend.in_place(_T, "all_reduce", tensor, reduce_op, group, algorithm, params, opts,
                       accumulate=acc)
     return tensor
@@ -388,7 +460,7 @@ def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
 @_no_grad
 def broadcast(tensor: torch.Tensor, src: int, group=None, algorithm: str | None = None, *,
               segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
-        check: bool | None = None, **params) -> torch.Tensor:
+        check: bool | None = None, transport: str = "auto", **params) -> torch.Tensor:
     """Copy ``src``'s ``tensor`` into ``tensor`` on every rank, in place (as ``dist.broadcast``).
 
     Args:
@@ -407,7 +479,7 @@ def broadcast(tensor: torch.Tensor, src: int, group=None, algorithm: str | None 
     group = _T.group(group)
     _check_tensor(tensor, "tensor", written=True)
     root = _T.root(group, src, "src", dist.get_world_size(group))
-    opts = frontend.options(_T, segment_bytes, timeout, restore, check)
+    opts = _options(group, tensor, segment_bytes, timeout, restore, check, transport)
     frontend.in_place(_T, "broadcast", tensor, ReduceOp.SUM, group, algorithm,
                       rooted(params, root), opts)
     return tensor
@@ -416,7 +488,7 @@ def broadcast(tensor: torch.Tensor, src: int, group=None, algorithm: str | None 
 def reduce(tensor: torch.Tensor, dst: int, op: Any = ReduceOp.SUM, group=None,
            algorithm: str | None = None, accumulate_dtype: Any = None, *,
            segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
-        check: bool | None = None, **params) -> torch.Tensor:
+        check: bool | None = None, transport: str = "auto", **params) -> torch.Tensor:
     """Reduce ``tensor`` of every rank into ``dst``'s ``tensor`` (as ``dist.reduce``).
 
     Only ``dst``'s tensor receives the result; the other ranks' tensors are left unchanged
@@ -440,7 +512,7 @@ def reduce(tensor: torch.Tensor, dst: int, op: Any = ReduceOp.SUM, group=None,
     reduce_op = _T.check_op(op, tensor.dtype)
     acc = _T.accumulate(accumulate_dtype, tensor.dtype, "reduce")
     root = _T.root(group, dst, "dst", dist.get_world_size(group))
-    opts = frontend.options(_T, segment_bytes, timeout, restore, check)
+    opts = _options(group, tensor, segment_bytes, timeout, restore, check, transport)
     frontend.in_place(_T, "reduce", tensor, reduce_op, group, algorithm, rooted(params, root),
                       opts, copy=dist.get_rank(group) != root, accumulate=acc)
     return tensor
@@ -449,7 +521,7 @@ def reduce(tensor: torch.Tensor, dst: int, op: Any = ReduceOp.SUM, group=None,
 def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = ReduceOp.SUM,
                           group=None, algorithm: str | None = None, accumulate_dtype: Any = None, *,
                           segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
-        check: bool | None = None, **params) -> torch.Tensor:
+        check: bool | None = None, transport: str = "auto", **params) -> torch.Tensor:
     """Reduce ``input`` across ranks and leave block ``rank`` in ``output``
     (as ``dist.reduce_scatter_tensor``).
 
@@ -470,7 +542,7 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = R
     _T.check_pair(output, input, "output", "input")
     reduce_op = _T.check_op(op, input.dtype)
     acc = _T.accumulate(accumulate_dtype, input.dtype, "reduce_scatter")
-    opts = frontend.options(_T, segment_bytes, timeout, restore, check)
+    opts = _options(group, input, segment_bytes, timeout, restore, check, transport)
     frontend.reduce_scatter(_T, output, input, reduce_op, group, algorithm, params, opts, acc,
                             "reduce_scatter_tensor")
     return output
@@ -478,7 +550,7 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = R
 @_no_grad
 def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tensor, group=None,
                            algorithm: str | None = None, *, segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
-        check: bool | None = None,
+        check: bool | None = None, transport: str = "auto",
                            **params) -> torch.Tensor:
     """Gather every rank's ``input_tensor`` into ``output_tensor`` on every rank, in rank order
     (as ``dist.all_gather_into_tensor``).
@@ -497,7 +569,7 @@ def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tens
     _check_tensor(output_tensor, "output_tensor", written=True)
     _check_tensor(input_tensor, "input_tensor")
     _T.check_pair(output_tensor, input_tensor, "output_tensor", "input_tensor")
-    opts = frontend.options(_T, segment_bytes, timeout, restore, check)
+    opts = _options(group, output_tensor, segment_bytes, timeout, restore, check, transport)
     frontend.all_gather(_T, output_tensor, input_tensor, group, algorithm, params, opts,
                         "all_gather_into_tensor", ("output_tensor", "input_tensor"))
     return output_tensor
@@ -505,7 +577,7 @@ def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tens
 @_no_grad
 def scatter(tensor: torch.Tensor, scatter_list: list | None = None, src: int = 0, group=None,
             algorithm: str | None = None, *, segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
-        check: bool | None = None,
+        check: bool | None = None, transport: str = "auto",
             **params) -> torch.Tensor:
     """Send ``scatter_list[r]`` of rank ``src`` to rank r's ``tensor`` (as ``dist.scatter``).
 
@@ -526,14 +598,14 @@ def scatter(tensor: torch.Tensor, scatter_list: list | None = None, src: int = 0
     """
     group = _T.group(group)
     _check_tensor(tensor, "tensor", written=True)
-    opts = frontend.options(_T, segment_bytes, timeout, restore, check)
+    opts = _options(group, tensor, segment_bytes, timeout, restore, check, transport)
     frontend.scatter(_T, tensor, scatter_list, src, group, algorithm, params, opts)
     return tensor
 
 @_no_grad
 def gather(tensor: torch.Tensor, gather_list: list | None = None, dst: int = 0, group=None,
            algorithm: str | None = None, *, segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
-        check: bool | None = None,
+        check: bool | None = None, transport: str = "auto",
            **params) -> None:
     """Collect every rank's ``tensor`` into ``gather_list`` on rank ``dst`` (as ``dist.gather``).
 
@@ -554,7 +626,7 @@ def gather(tensor: torch.Tensor, gather_list: list | None = None, dst: int = 0, 
     """
     group = _T.group(group)
     _check_tensor(tensor, "tensor")
-    opts = frontend.options(_T, segment_bytes, timeout, restore, check)
+    opts = _options(group, tensor, segment_bytes, timeout, restore, check, transport)
     frontend.gather(_T, tensor, gather_list, dst, group, algorithm, params, opts)
     return None
 
@@ -562,7 +634,7 @@ def gather(tensor: torch.Tensor, gather_list: list | None = None, dst: int = 0, 
 def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_sizes=None,
                       input_split_sizes=None, group=None, algorithm: str | None = None, *,
                       segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
-        check: bool | None = None, **params) -> torch.Tensor:
+        check: bool | None = None, transport: str = "auto", **params) -> torch.Tensor:
     """Split ``input`` along dim 0 and send piece j to rank j; piece i of ``output`` comes from
     rank i (as ``dist.all_to_all_single``).
 
@@ -586,7 +658,7 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
     _check_tensor(output, "output", written=True)
     _check_tensor(input, "input")
     _T.check_pair(output, input, "output", "input")
-    opts = frontend.options(_T, segment_bytes, timeout, restore, check)
+    opts = _options(group, input, segment_bytes, timeout, restore, check, transport)
     frontend.all_to_all(_T, output, input, output_split_sizes, input_split_sizes, group,
                         algorithm, params, opts)
     return output
@@ -594,7 +666,7 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
 @_no_grad
 def all_to_all(output_tensor_list: list, input_tensor_list: list, group=None,
                algorithm: str | None = None, *, segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
-        check: bool | None = None,
+        check: bool | None = None, transport: str = "auto",
                **params) -> list:
     """Send ``input_tensor_list[j]`` to rank j; ``output_tensor_list[i]`` receives rank i's
     (as ``dist.all_to_all``). Tensors may have different sizes (rank r's input j must have the
@@ -619,7 +691,7 @@ def all_to_all(output_tensor_list: list, input_tensor_list: list, group=None,
     rank = dist.get_rank(group)
     check_own_block(rank, input_tensor_list[rank].numel(), output_tensor_list[rank].numel(),
                     "input_tensor_list[{}].numel()", "output_tensor_list[{}].numel()", "elements")
-    opts = frontend.options(_T, segment_bytes, timeout, restore, check)
+    opts = _options(group, input_tensor_list[0], segment_bytes, timeout, restore, check, transport)
     frontend.exchange(_T, list(input_tensor_list), [t.numel() for t in input_tensor_list],
                       [t.numel() for t in output_tensor_list], group, algorithm, params, opts,
                       list(output_tensor_list))

@@ -11,6 +11,11 @@ chosen by what it is, never by the algorithm:
 * gloo and MPI match independent ``isend``/``irecv``: operations are posted as soon as their data
   is ready (:func:`ringccl.engine.run_dataflow`).
 
+``transport="shm"`` (CPU tensors, every rank of the group on this host) runs the same engine
+over :mod:`ringccl.shm` instead: the working buffer lives in this rank's slot of the group's
+shared-memory segment (copied in and out, unless the caller's buffer already lies there: a
+:func:`shm_empty` tensor), and receives are read in place from the peer's slot.
+
 Staging memory (two halves of the largest step's receives) is the engine's workspace, reused
 across calls, per thread (:mod:`ringccl.engine.workspace`).
 """
@@ -18,19 +23,22 @@ across calls, per thread (:mod:`ringccl.engine.workspace`).
 from __future__ import annotations
 
 import datetime
+import threading
 from typing import Sequence
 
 import torch
 import torch.distributed as dist
 
-from .. import engine
+from .. import caches, engine, shm
 from ..engine import trace
-from ..errors import BackendError
+from ..args import check_int
+from ..errors import ArgumentTypeError, BackendError, PeerError, RingcclTimeout
 from ..ir import Schedule
 from ..ops import ReduceOp
 
 __all__ = ["execute", "combine_fn", "release_buffers", "PIPELINING", "OPS",
-           "PIPELINE_THRESHOLD_BYTES", "DEFAULT_SEGMENT_BYTES"]
+           "PIPELINE_THRESHOLD_BYTES", "DEFAULT_SEGMENT_BYTES", "SHM_PIPELINING", "shm_state",
+           "shm_empty", "release_shm"]
 
 
 def combine_fn(op: ReduceOp):
@@ -132,6 +140,236 @@ class _Transport:
         return dist.batch_isend_irecv(ops)
 
 
+#: shared memory: whole chunks. A receive is read where the peer's bytes lie, so splitting a
+#: chunk into segments only adds synchronisation (each segment is one more descriptor, wait
+#: and release); an explicit ``segment_bytes=`` still splits.
+SHM_PIPELINING = engine.Pipelining(None, 0)
+
+#: seconds a shared-memory wait may take when neither ``timeout=``, RINGCCL_TIMEOUT nor the
+#: group's own timeout is known (torch's default group timeout is 30 minutes)
+SHM_DEFAULT_TIMEOUT_S = 1800.0
+
+#: all_reduce over shared memory: one-shot (``direct``: every rank reads and reduces every
+#: peer's whole buffer, one step) below this many bytes, ``two_shot`` (direct reduce-scatter +
+#: direct all-gather: each rank reduces its 1/N block from the peers' buffers, then copies the
+#: others' blocks) from it on. Measured with ``benchmarks/bench_shm.py --nproc 2 -b 4KiB -e
+#: 16MiB --iters 5 --crossover`` (2 processes, 2 cores, load average 4.9-5.2 from other jobs:
+#: noisy), median µs direct / two_shot: 4 KiB 577 / 721, 16 KiB 765 / 586, 64 KiB 440 / 746,
+#: 256 KiB 1011 / 782, 1 MiB 1246 / 815, 4 MiB 3007 / 2051, 16 MiB 12145 / 12007. To be
+#: re-measured on a quiet machine (and for 4 processes) before it is trusted.
+SHM_TWO_SHOT_BYTES = 256 << 10
+
+
+def shm_algorithm(collective: str, world_size: int, nbytes: int) -> str:
+    """The algorithm ``algorithm="auto"`` runs over shared memory for ``nbytes`` of the
+    collective's buffer on ``world_size`` ranks: ``direct`` everywhere (one step: with reads
+    in place a ring's N-1 dependent steps are pure synchronisation), except all_reduce from
+    :data:`SHM_TWO_SHOT_BYTES` on, ``two_shot``."""
+    if collective == "all_reduce" and nbytes >= SHM_TWO_SHOT_BYTES and world_size > 1:
+        return "two_shot"
+    return "direct"
+
+
+_shm: dict = {}          # id(group object) -> (group object, ShmGroup, ShmTransport)
+_shm_lock = threading.Lock()
+
+
+@caches.register
+def release_shm() -> None:
+    """Drop every group's shared memory on this rank (``ringccl.clear_caches``). Collective in
+    effect: call it on every rank of a group between the same two collectives (the next call
+    sets the group's shared memory up again, a collective exchange)."""
+    with _shm_lock:
+        states = list(_shm.values())
+        _shm.clear()
+    for _, state, _ in states:
+        state.close()
+
+
+def _group_object(group):
+    return dist.group.WORLD if group is None else group
+
+
+def _group_timeout_s(group) -> float | None:
+    """The timeout ``group`` was created with, in seconds (None where torch hides it)."""
+    try:
+        t = _group_object(group)._get_backend(torch.device("cpu")).options._timeout
+    except (AttributeError, RuntimeError, ValueError):
+        return None
+    return t.total_seconds() if isinstance(t, datetime.timedelta) else None
+
+
+def shm_state(group, timeout: float | None = None):
+    """``(ShmGroup, ShmTransport)`` of ``group`` on this rank, set up on first use (a
+    collective call: an exchange through the group). One segment per group: two groups, or
+    two jobs, never share one.
+
+    Raises:
+        BackendError: the platform is not x86-64, or the set-up failed (ShmSpaceError: the
+            shared-memory directory is too small).
+    """
+    pg = _group_object(group)
+    hit = _shm.get(id(pg))
+    if hit is not None and hit[0] is pg:
+        return hit[1], hit[2]
+    shm.check_platform()
+    rank, world_size = dist.get_rank(group), dist.get_world_size(group)
+    peers = _peers(group, world_size)
+    seconds = timeout or _group_timeout_s(group) or SHM_DEFAULT_TIMEOUT_S
+
+    def exchange(obj):
+        everyone: list = [None] * world_size
+        dist.all_gather_object(everyone, obj, group=group)
+        return everyone
+
+    state = shm.ShmGroup(rank, world_size, exchange, seconds)
+    name = lambda p: str(p) if peers[p] == p else f"{p} (global rank {peers[p]})"  # noqa: E731
+    transport = shm.ShmTransport(state, name)
+    with _shm_lock:
+        # groups destroyed since (their objects gone from torch's map) free their memory now
+        live = {id(g) for g in getattr(dist.distributed_c10d._world, "pg_map", {})}
+        for key in [k for k in _shm if k not in live]:
+            _shm.pop(key)[1].close()
+        _shm[id(pg)] = (pg, state, transport)
+    return state, transport
+
+
+def _typed(state, serial: int, dtype: torch.dtype) -> torch.Tensor:
+    """The whole segment ``serial`` as a 1-D tensor of ``dtype`` (cached with the segment)."""
+    key = (serial, dtype)
+    t = state.cache.get(key)
+    if t is None:
+        seg = state.segments[serial]
+        raw = state.cache.get((serial, torch.uint8))
+        if raw is None:
+            raw = state.cache[(serial, torch.uint8)] = torch.frombuffer(seg.map, dtype=torch.uint8)
+        t = state.cache[key] = raw.view(dtype) if dtype != torch.uint8 else raw
+    return t
+
+
+def _locate(state, buffer: torch.Tensor) -> tuple | None:
+    """(serial, byte offset) of ``buffer`` when it lies in this rank's slot of one of the
+    group's segments (zero copy), else None."""
+    address, nbytes = buffer.data_ptr(), buffer.numel() * buffer.element_size()
+    n, rank = state.world_size, state.rank
+    for serial, seg in state.segments.items():
+        base = _typed(state, serial, torch.uint8).data_ptr()
+        slot = seg.nbytes // n
+        lo = base + rank * slot
+        if lo <= address and address + nbytes <= lo + slot:
+            return serial, address - base
+    return None
+
+
+def _entry_error(schedule: Schedule, rank: int, transport, exc: BaseException, timeout: float):
+    """The PeerError/RingcclTimeout of a failed call entry (before step 0), naming the peer."""
+    peer = getattr(exc, "peer", None)
+    timed_out = isinstance(exc, TimeoutError)
+    how = f"timed out after {timeout:g} s" if timed_out else "failed"
+    who = "" if peer is None else f" waiting for rank {transport.peer_name(peer)}"
+    cls = RingcclTimeout if timed_out else PeerError
+    return cls(f"{schedule.algorithm} {schedule.collective} {how} on rank {rank} at step 0 of "
+               f"{schedule.num_steps} (entering the call){who}: {exc}",
+               collective=schedule.collective, algorithm=schedule.algorithm, step=0, rank=rank,
+               peer=peer)
+
+
+def _execute_shm(schedule: Schedule, buffer: torch.Tensor, op: ReduceOp, group, bounds,
+                 segment_elems_of, timeout_s: float | None, restore: bool) -> torch.Tensor:
+    """:func:`execute` over the group's shared memory (see the module docstring)."""
+    if buffer.device.type != "cpu":
+        raise BackendError(f"transport='shm' needs CPU tensors, got one on {buffer.device}")
+    state, transport = shm_state(group, timeout_s)
+    rank = state.rank
+    itemsize = buffer.element_size()
+    where = _locate(state, buffer) if buffer.numel() else None
+    plan = engine.plan(schedule, rank, bounds, segment_elems_of(itemsize))
+    try:
+        # every rank enters every call (also with nothing to move): the call counters stay equal
+        try:
+            state.enter(0 if where is not None else max(1, buffer.numel() * itemsize),
+                        timeout_s)
+        except (TimeoutError, ConnectionError) as exc:
+            raise _entry_error(schedule, rank, transport, exc, timeout_s or state.timeout) \
+                from exc
+        if not plan.steps:
+            return buffer
+        if where is None:
+            serial, offset = state.work_serial, rank * state.work_slot
+            work = _typed(state, serial, buffer.dtype)[offset // itemsize:
+                                                       offset // itemsize + buffer.numel()]
+            work.copy_(buffer)
+        else:
+            (serial, offset), work = where, buffer
+        dtype = buffer.dtype
+        transport.begin(serial, offset, itemsize,
+                        lambda s, off, n: _typed(state, s, dtype)[off // itemsize:
+                                                                  (off + n) // itemsize],
+                        torch.clone, timeout_s)
+        workspace = engine.Workspace(OPS, work, op, 0)
+        recorder = trace.state.recorder
+        # a private copy in the slot: the caller's buffer is written only after success
+        keep = restore and where is not None
+        if recorder is None:
+            engine.run_dataflow(schedule, rank, plan, transport, workspace, restore=keep,
+                                timeout=timeout_s)
+        else:
+            recorder.run(engine.run_dataflow, schedule, rank, plan, transport, workspace,
+                         restore=keep, timeout=timeout_s, itemsize=itemsize, backend="shm")
+        if where is None:
+            buffer.copy_(work)
+        return buffer
+    except BaseException:
+        if not state.closed:
+            state.abort()
+        raise
+
+
+def shm_empty(shape, dtype: torch.dtype = torch.float32, group=None) -> torch.Tensor:
+    """A CPU tensor of ``shape`` and ``dtype`` that lives in this rank's slot of ``group``'s
+    shared memory: collectives on it (``transport="shm"`` or "auto") skip the copy in and out.
+
+    Collective: every rank of ``group`` calls it with the same shape and dtype, in the same
+    order relative to the group's collectives. The tensor stays valid memory as long as it is
+    referenced; it is zero-copy until ``ringccl.clear_caches()`` or the group's destruction
+    (after that a collective copies it like any tensor). Contents are undefined (as
+    ``torch.empty``).
+
+    Args:
+        shape: int or tuple of ints >= 0.
+        dtype: any dtype ringccl.torch supports.
+        group: process group (None = default group).
+    Returns:
+        the tensor.
+    Raises:
+        ArgumentError, ArgumentTypeError: bad shape or dtype. BackendError: no process group,
+            platform not x86-64, set-up failed; ShmSpaceError: the shared-memory directory is
+            too small.
+    """
+    if isinstance(shape, int) and not isinstance(shape, bool):
+        shape = (shape,)
+    if not isinstance(shape, (tuple, list, torch.Size)):
+        raise ArgumentTypeError(f"shape={shape!r} must be an int or a tuple of ints")
+    shape = tuple(check_int(n, "shape", minimum=0) for n in shape)
+    if not isinstance(dtype, torch.dtype):
+        raise ArgumentTypeError(f"dtype={dtype!r} must be a torch.dtype")
+    count = 1
+    for n in shape:
+        count *= n
+    nbytes = -(-count * dtype.itemsize // 64) * 64   # 64-byte aligned allocations
+    state, _ = shm_state(group)
+    area = state.cache.get("user")   # (serial, slot bytes, bytes used) of the zero-copy area
+    if area is None or area[2] + nbytes > area[1]:
+        slot = max(1 << 20, 1 << max(nbytes - 1, 0).bit_length())
+        serial = state.new_segment(slot * state.world_size)
+        area = (serial, slot, 0)
+    serial, slot, used = area
+    state.cache["user"] = (serial, slot, used + nbytes)
+    start = (state.rank * slot + used) // dtype.itemsize
+    typed = _typed(state, serial, dtype)
+    return typed[start:start + count].view(shape)
+
+
 def check_timeout(timeout) -> datetime.timedelta | None:
     """``timeout=`` (seconds or timedelta) or RINGCCL_TIMEOUT as a timedelta; None: the group's
     (:func:`ringccl.engine.timeout_seconds`)."""
@@ -142,7 +380,8 @@ def check_timeout(timeout) -> datetime.timedelta | None:
 def execute(schedule: Schedule, buffer: torch.Tensor, op: ReduceOp = ReduceOp.SUM,
             group=None, segment_bytes: int | None = None, bounds=None, *,
             timeout: float | datetime.timedelta | None = None,
-            restore: bool = True, pipelining: engine.Pipelining | None = None) -> torch.Tensor:
+            restore: bool = True, pipelining: engine.Pipelining | None = None,
+            transport: str = "p2p") -> torch.Tensor:
     """Execute ``schedule`` in place on this rank's working ``buffer``.
 
     Args:
@@ -167,7 +406,10 @@ def execute(schedule: Schedule, buffer: torch.Tensor, op: ReduceOp = ReduceOp.SU
             ``buffer`` is either fully updated or exactly as it was. False: on failure its
             contents are undefined (as with NCCL's own collectives).
         pipelining: the policy used when ``segment_bytes`` is None (None: :data:`PIPELINING`,
-            segments of DEFAULT_SEGMENT_BYTES for chunks >= PIPELINE_THRESHOLD_BYTES).
+            segments of DEFAULT_SEGMENT_BYTES for chunks >= PIPELINE_THRESHOLD_BYTES; over
+            shared memory :data:`SHM_PIPELINING`, whole chunks, replaces the p2p default).
+        transport: "p2p" (torch.distributed point-to-point) or "shm" (the group's shared
+            memory: CPU tensors, every rank on this host, x86-64; set up on first use).
 
     Returns:
         ``buffer``.
@@ -189,6 +431,15 @@ def execute(schedule: Schedule, buffer: torch.Tensor, op: ReduceOp = ReduceOp.SU
     bounds = engine.check_bounds(bounds, schedule.num_chunks, buffer.numel())
     if segment_bytes is not None:
         pipelining = engine.Pipelining.fixed(segment_bytes)
+    if transport == "shm":
+        if pipelining is None or pipelining is PIPELINING:
+            pipelining = SHM_PIPELINING
+        return _execute_shm(schedule, buffer, op, group, bounds,
+                            lambda itemsize: pipelining.segment_elems(bounds, itemsize),
+                            None if wait_timeout is None else wait_timeout.total_seconds(),
+                            restore)
+    if transport != "p2p":
+        raise BackendError(f"transport={transport!r} must be 'p2p' or 'shm' here")
     segment_elems = (pipelining or PIPELINING).segment_elems(bounds, buffer.element_size())
     plan = engine.plan(schedule, rank, bounds, segment_elems)
     if not plan.steps:

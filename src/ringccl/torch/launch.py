@@ -7,6 +7,11 @@ A worker that raises makes ``launch`` raise :class:`~ringccl.errors.WorkerError`
 Type: message"; the traceback with ``verbose=True``); a worker that dies or a run that exceeds
 ``timeout`` seconds ends every worker and raises too, so nothing hangs.
 
+Shared memory (issue 16): the workers' segments carry a job id (``RINGCCL_SHM_JOB``, set for
+them unless already set), so that after the workers end the launcher removes any a worker
+SIGKILLed between creating and unlinking one left behind (:func:`ringccl.shm.sweep`; the window
+is the set-up exchange of one segment, milliseconds).
+
 Safety rails (issue 14): the process count is checked against the machine's cores and memory
 before anything starts (:mod:`ringccl.resources`); workers die with the launcher, even on
 SIGKILL; Ctrl-C or SIGTERM ends every worker and raises one
@@ -32,6 +37,9 @@ from ..engine import timeout_seconds
 from ..errors import BackendError, Interrupted, WorkerError
 from ..plugins import import_user_modules
 from ..resources import WORKER_BYTES, check_processes, tied_call, usable_cores
+from ..shm import sweep
+
+_jobs = iter(range(1, 1 << 62))
 
 __all__ = ["launch", "free_port"]
 
@@ -163,11 +171,12 @@ def launch(fn: Callable[..., Any], nproc: int, *args: Any, backend: str = "gloo"
             wait = 0.0
 
     out: dict[int, Any] = {}
+    job = None
     with _interruptible() as interrupted:
         try:
             # SIGINT blocked while starting: the children inherit the mask and ignore SIGINT
             # before unblocking it, so a Ctrl-C now reaches only this process (when unblocked)
-            with _sigint_blocked():
+            with _sigint_blocked(), _shm_job() as job:
                 for p in procs:
                     p.start()
             _collect(procs, results, out, nproc, timeout, verbose, drain,
@@ -177,6 +186,8 @@ def launch(fn: Callable[..., Any], nproc: int, *args: Any, backend: str = "gloo"
             interrupted.append(exc)
         finally:
             _end(procs, graceful=len(out) == nproc)
+            if job:
+                sweep(job)   # every worker is gone: what is left of this job is a leak
         if interrupted:
             drain()  # what arrived before the interrupt; the workers are gone now
             raise Interrupted(f"launch of {nproc} processes interrupted ({interrupted[0] or 'Ctrl-C'})"
@@ -241,6 +252,21 @@ def _end(procs, graceful: bool) -> None:
         if p.is_alive():
             p.kill()
             p.join(timeout=5)
+
+
+@contextlib.contextmanager
+def _shm_job():
+    """Set ``RINGCCL_SHM_JOB`` to a fresh job id while the workers start (they inherit it);
+    yields it, or None when the caller had set one (then nothing is swept: it may be shared)."""
+    if os.environ.get("RINGCCL_SHM_JOB"):
+        yield None
+        return
+    job = f"L{os.getpid()}x{next(_jobs)}"
+    os.environ["RINGCCL_SHM_JOB"] = job
+    try:
+        yield job
+    finally:
+        del os.environ["RINGCCL_SHM_JOB"]
 
 
 @contextlib.contextmanager

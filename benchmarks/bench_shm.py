@@ -1,0 +1,223 @@
+"""ringccl over shared memory (transport="shm", algorithm="auto") against gloo's own collectives
+on one host, interleaved in the same run (issue 16).
+
+For each collective and size: the median of ``--iters`` (>= 5) interleaved iterations of ours
+and gloo's (every iteration of ours checked against gloo's result once per size), min–max,
+the ratio gloo/ours; plus the machine's memcpy bandwidth measured in the same run, the
+zero-copy all_reduce (``shm_empty``) busbw at the largest size, an 8-byte all_reduce latency row
+(µs), the per-call µs at 4 KiB, the load average before and after, and optionally one-shot vs
+two-shot all_reduce per size (``--crossover``: the measurement behind
+``ringccl.torch.executor.SHM_TWO_SHOT_BYTES``). ``--json`` prints the raw rows; ``--png FILE``
+draws the ratio against size.
+
+    python benchmarks/bench_shm.py --nproc 2 [-b 4KiB -e 64MiB] [--iters 7] [--json]
+        [--png shm.png] [--crossover]
+
+Figures for the note only; never timed asserts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
+
+from ringccl import units  # noqa: E402
+
+COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all")
+BUS = {"all_reduce": lambda n: 2 * (n - 1) / n, "reduce_scatter": lambda n: (n - 1) / n,
+       "all_gather": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0,
+       "all_to_all": lambda n: (n - 1) / n}
+
+
+def _sizes(lo: int, hi: int) -> list[int]:
+    out, s = [], lo
+    while s <= hi:
+        out.append(s)
+        s *= 4
+    return out
+
+
+def _calls(collective, nbytes, rank, n):
+    """(ours, gloo's, result) closures on fresh float32 buffers of ``nbytes`` (the collective's
+    size: one rank's buffer for all_reduce/broadcast, the whole N-block buffer otherwise)."""
+    import torch
+    import torch.distributed as dist
+
+    import ringccl.torch as rt
+
+    count = max(n, nbytes // 4 // n * n)
+    x = torch.randint(-8, 8, (count,)).float()
+    if collective == "all_reduce":
+        a, b = x.clone(), x.clone()
+        return (lambda: rt.all_reduce(a), lambda: dist.all_reduce(b), lambda: (a, b))
+    if collective == "broadcast":
+        a, b = x.clone(), x.clone()
+        return (lambda: rt.broadcast(a, 0), lambda: dist.broadcast(b, 0), lambda: (a, b))
+    if collective == "reduce_scatter":
+        oa, ob = torch.empty(count // n), torch.empty(count // n)
+        return (lambda: rt.reduce_scatter_tensor(oa, x), lambda: dist.reduce_scatter_tensor(
+            ob, x), lambda: (oa, ob))
+    if collective == "all_gather":
+        block = x[:count // n].clone()
+        oa, ob = torch.empty(count // n * n), torch.empty(count // n * n)
+        return (lambda: rt.all_gather_into_tensor(oa, block),
+                lambda: dist.all_gather_into_tensor(ob, block), lambda: (oa, ob))
+    oa, ob = torch.empty(count), torch.empty(count)
+    return (lambda: rt.all_to_all_single(oa, x), lambda: dist.all_to_all_single(ob, x),
+            lambda: (oa, ob))
+
+
+def _time(fn, barrier) -> float:
+    barrier()
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def _memcpy_bandwidth(nbytes: int = 64 << 20) -> float:
+    import torch
+    a, b = torch.empty(nbytes // 4), torch.empty(nbytes // 4)
+    b.copy_(a)
+    best = min(_time(lambda: b.copy_(a), lambda: None) for _ in range(5))
+    return nbytes / best
+
+
+def worker(rank, world_size, sizes, iters, crossover):
+    import torch
+    import torch.distributed as dist
+
+    import ringccl.torch as rt
+
+    barrier = dist.barrier
+    rows, n = [], world_size
+    load = os.getloadavg()
+    memcpy = _memcpy_bandwidth()
+    for collective in COLLECTIVES:
+        for nbytes in sizes:
+            ours, gloo, result = _calls(collective, nbytes, rank, n)
+            ours(), gloo()          # warm-up: set-up, growth, plans
+            a, b = result()
+            correct = bool(torch.equal(a, b))
+            t_ours, t_gloo = [], []
+            for _ in range(iters):
+                t_ours.append(_time(ours, barrier))
+                t_gloo.append(_time(gloo, barrier))
+            rows.append(dict(collective=collective, nbytes=nbytes, correct=correct,
+                             ours_s=t_ours, gloo_s=t_gloo))
+    # latency: 8-byte all_reduce, many calls, per call
+    x = torch.ones(2)
+    for fn, name in ((lambda: rt.all_reduce(x), "ours"), (lambda: dist.all_reduce(x), "gloo")):
+        fn()
+        reps = 200
+        barrier()
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        rows.append(dict(collective="latency_8B", who=name,
+                         us_per_call=(time.perf_counter() - t0) / reps * 1e6))
+    # per-call overhead at 4 KiB, back to back
+    x = torch.ones(1024)
+    for fn, name in ((lambda: rt.all_reduce(x), "ours"), (lambda: dist.all_reduce(x), "gloo")):
+        fn()
+        barrier()
+        t0 = time.perf_counter()
+        for _ in range(500):
+            fn()
+        rows.append(dict(collective="per_call_4KiB", who=name,
+                         us_per_call=(time.perf_counter() - t0) / 500 * 1e6))
+    # zero copy: the buffer already lives in the segment
+    big = sizes[-1] // 4
+    z = rt.shm_empty((big,))
+    z.fill_(1.0)
+    rt.all_reduce(z)
+    t = [_time(lambda: rt.all_reduce(z), barrier) for _ in range(iters)]
+    med = statistics.median(t)
+    rows.append(dict(collective="zero_copy_all_reduce", nbytes=big * 4, seconds=t,
+                     busbw=big * 4 / med * BUS["all_reduce"](n)))
+    if crossover:
+        for nbytes in sizes:
+            x = torch.ones(max(n, nbytes // 4))
+            rec = dict(collective="crossover", nbytes=nbytes)
+            for algo in ("direct", "two_shot"):
+                rt.all_reduce(x, algorithm=algo)
+                rec[algo] = statistics.median(
+                    _time(lambda: rt.all_reduce(x, algorithm=algo), barrier)
+                    for _ in range(iters))
+            rows.append(rec)
+    return dict(rows=rows, load_before=load, load_after=os.getloadavg(), memcpy=memcpy)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nproc", type=int, default=2)
+    parser.add_argument("-b", "--begin", default="4KiB")
+    parser.add_argument("-e", "--end", default="64MiB")
+    parser.add_argument("--iters", type=int, default=7)
+    parser.add_argument("--crossover", action="store_true")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--png", default=None)
+    args = parser.parse_args()
+    if args.iters < 5:
+        parser.error(f"--iters={args.iters}: at least 5 (the median of >= 5 iterations)")
+    from ringccl.torch.launch import launch
+
+    sizes = _sizes(units.size(args.begin), units.size(args.end))
+    results = launch(worker, args.nproc, sizes, args.iters, args.crossover, timeout=1200,
+                     worker_bytes=8 * sizes[-1])
+    # a call ends when its slowest rank ends: per iteration, the max over ranks
+    r0 = results[0]
+    if args.json:
+        print(json.dumps(results, indent=1))
+        return
+    n = args.nproc
+    print(f"{n} processes; load {r0['load_before']} -> {r0['load_after']}; memcpy "
+          f"{r0['memcpy'] / 1e9:.1f} GB/s")
+    print(f"{'collective':<16}{'size':>10}{'ours us':>12}{'gloo us':>12}{'ratio':>8}"
+          f"{'ours min-max':>22}{'gloo min-max':>22}  ok")
+    plot = {}
+    for i, row in enumerate(r0["rows"]):
+        c = row["collective"]
+        if "ours_s" in row:
+            ours = [max(r["rows"][i]["ours_s"][k] for r in results) for k in range(args.iters)]
+            gloo = [max(r["rows"][i]["gloo_s"][k] for r in results) for k in range(args.iters)]
+            mo, mg = statistics.median(ours), statistics.median(gloo)
+            ok = all(r["rows"][i]["correct"] for r in results)
+            plot.setdefault(c, []).append((row["nbytes"], mg / mo))
+            print(f"{c:<16}{units.format_size(row['nbytes']):>10}{mo * 1e6:>12.1f}"
+                  f"{mg * 1e6:>12.1f}{mg / mo:>8.2f}"
+                  f"{min(ours) * 1e6:>11.1f}-{max(ours) * 1e6:<10.1f}"
+                  f"{min(gloo) * 1e6:>11.1f}-{max(gloo) * 1e6:<10.1f}  {ok}")
+        elif "us_per_call" in row:
+            print(f"{c:<16}{row['who']:>10}{row['us_per_call']:>12.1f} us per call")
+        elif c == "zero_copy_all_reduce":
+            print(f"zero-copy all_reduce {units.format_size(row['nbytes'])}: busbw "
+                  f"{row['busbw'] / 1e9:.2f} GB/s = {row['busbw'] / r0['memcpy']:.0%} of memcpy")
+        elif c == "crossover":
+            print(f"crossover {units.format_size(row['nbytes']):>10}: direct "
+                  f"{row['direct'] * 1e6:.1f} us, two_shot {row['two_shot'] * 1e6:.1f} us")
+    if args.png:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for c, pts in plot.items():
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=c)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set_xlabel("bytes")
+        ax.set_ylabel("gloo time / ringccl shm time")
+        ax.set_title(f"ringccl shm vs gloo, {n} processes")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(args.png, dpi=120)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,368 @@
+"""One group's shared memory on one host: the control block, the data segments, the call entry,
+growth, the abort word and bounded waits (backend-neutral: numpy/mmap/os only).
+
+Set-up (once per group, :meth:`ShmGroup.setup`): rank 0 creates the control segment and tells
+the others its name through the backend's ``exchange`` (an all-gather of a small object:
+torch's ``all_gather_object``, mpi4py's ``allgather``); they attach; a second exchange is the
+barrier after which rank 0 unlinks it (in a ``finally``: every failing path unlinks). Data
+segments made later (a larger working area, a zero-copy area) follow the same protocol through
+the control block itself (their names are computed, not sent: ``segment_name(uid, serial)``).
+
+Control block (int64 words, every field a writer owns on a 64-byte line of its own, so no two
+ranks write one cache line):
+
+* line 0: magic, world_size; line 1: ``made`` (the serial rank 0 created last); line 2: the
+  abort word (0, or ``(rank + 1) | code << 16``);
+* one line per rank: pid, ``entered`` (collective calls begun), ``need`` for even and odd calls
+  (bytes of working area), ``ready`` (the serial it attached last);
+* per directed pair (src, dst): ``posted`` (sends src made to dst) and ``released`` (of those,
+  the ones dst is done reading), each on its own line, and a ring of :data:`RING` descriptors
+  (serial, byte offset, nbytes, sequence number).
+
+Counters only ever increase (never reset: vLLM's custom all-reduce hung on flags reset and
+raced), so a late reader can never mistake an old round for a new one. Plain aligned 8-byte
+stores and loads are ordered on x86-64 (TSO): a reader that sees ``posted`` advance sees the
+descriptor and the data written before it. Other architectures need fences Python cannot
+issue, so :func:`check_platform` refuses them.
+
+References: vLLM ``custom_all_reduce`` (monotone flags); DeepSpeed shm comm (/dev/shm leaks);
+Intel SDM vol. 3A §8.2 (x86 memory ordering).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+import uuid
+from typing import Any, Callable
+
+from ..errors import BackendError
+from .segment import Segment, segment_name
+
+__all__ = ["ShmGroup", "check_platform", "supported_platform", "RING", "SPIN_POLLS",
+           "YIELD_SECONDS", "LIVENESS_SECONDS"]
+
+LINE = 8            # int64 words per 64-byte cache line
+RING = 128          # descriptors per directed pair
+MAGIC = 0x52494E47434C3031   # "RINGCCL01"
+
+#: tight polls before a wait starts yielding the core, then ``sched_yield`` polls for
+#: YIELD_SECONDS, then sleeps growing from 20 µs to 1 ms. With more ranks than cores (4 on 2
+#: here) a waiter that spins keeps the rank it waits for off the core: pure spinning made a
+#: 4-process all_reduce take milliseconds per step; yielding after a few hundred polls costs a
+#: peer that answers within microseconds nothing (benchmarks/bench_shm.py, docs/shm.md).
+SPIN_POLLS = 200
+YIELD_SECONDS = 1e-3
+#: how often a wait checks that the peer it waits for still lives (a dead peer: PeerError now,
+#: not after the whole timeout)
+LIVENESS_SECONDS = 0.05
+
+_ABORT_TIMEOUT, _ABORT_DEAD, _ABORT_ERROR, _ABORT_SPACE = 1, 2, 3, 4
+_WHY = {_ABORT_TIMEOUT: "it timed out", _ABORT_DEAD: "it found a peer dead",
+        _ABORT_ERROR: "it failed", _ABORT_SPACE: "shared memory ran out of space"}
+
+
+def supported_platform() -> bool:
+    """Whether plain aligned int64 loads/stores are ordered here (x86-64's TSO)."""
+    return platform.machine().lower() in ("x86_64", "amd64")
+
+
+def check_platform() -> None:
+    """Raise :class:`BackendError` on a machine without x86-64's store ordering."""
+    if not supported_platform():
+        raise BackendError(
+            f"transport='shm' needs x86-64 (its stores are seen in order by other cores); this "
+            f"machine is {platform.machine()!r}, where Python cannot issue the memory fences "
+            "the protocol would need; use transport='p2p' (or 'auto', which does here)")
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, killed but not yet reaped, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        return stat[stat.rindex(b")") + 2:][:1] not in (b"Z", b"X")
+    except (OSError, ValueError):
+        return True
+
+
+class _Failure(Exception):
+    pass
+
+
+class PeerDied(ConnectionError):
+    """A peer process is gone (the message names it)."""
+
+
+class Aborted(ConnectionError):
+    """Another rank marked the group failed."""
+
+
+class ShmGroup:
+    """The shared-memory state of one group on this rank (see the module docstring).
+
+    Args:
+        rank, world_size: this rank in the group, and the group's size.
+        exchange: ``exchange(obj) -> list`` of every rank's ``obj`` in rank order (the
+            backend's all-gather of small picklable objects; used twice, at set-up only).
+        timeout: seconds a wait for a peer may take by default.
+    Raises:
+        BackendError: set-up failed on some rank (its message); ShmSpaceError: the control
+            block does not fit in the shared-memory directory.
+    """
+
+    def __init__(self, rank: int, world_size: int, exchange: Callable[[Any], list],
+                 timeout: float):
+        self.rank, self.world_size, self.timeout = rank, world_size, timeout
+        n = world_size
+        self.rank_line = 3
+        self.pair_line = self.rank_line + n
+        self.ring_word = (self.pair_line + 2 * n * n) * LINE
+        self.ctrl_bytes = self.ring_word * 8 + n * n * RING * 4 * 8
+        self.segments: dict[int, Segment] = {}   # serial -> mapped data segment
+        self.work_serial, self.work_slot = 0, 0  # the working area (0: none yet)
+        self.next_serial = 1
+        self.calls = 0
+        self.cache: dict = {}    # the dialect's views of the segments (cleared with them)
+        self.closed = False
+        self._setup(exchange)
+
+    # -- set-up ------------------------------------------------------------------------------
+    def _setup(self, exchange) -> None:
+        ctrl = None
+        try:
+            if self.rank == 0:
+                try:
+                    self.uid = uuid.uuid4().hex
+                    ctrl = Segment.create(segment_name(self.uid, 0), self.ctrl_bytes)
+                    msg = ("ok", self.uid)
+                except BackendError as exc:
+                    msg = ("error", exc)
+                got = exchange(msg)
+                if msg[0] == "error":
+                    raise msg[1]
+            else:
+                got = exchange(None)
+                if got[0][0] != "ok":
+                    raise BackendError(f"rank 0 could not create the group's shared memory: "
+                                       f"{got[0][1]}")
+                self.uid = got[0][1]
+                try:
+                    ctrl = Segment.attach(segment_name(self.uid, 0), self.ctrl_bytes)
+                except BackendError as exc:
+                    exchange(("error", str(exc)))
+                    raise
+            self.ctrl = ctrl
+            self.w = memoryview(ctrl.map).cast("q")
+            if self.rank == 0:
+                self.w[0], self.w[1] = MAGIC, self.world_size
+            self.w[self.rank_line * LINE + self.rank * LINE] = os.getpid()
+            everyone = exchange(("ok", os.getpid()))   # the barrier: every rank attached
+            bad = [(r, m[1]) for r, m in enumerate(everyone) if m[0] != "ok"]
+            if bad:
+                raise BackendError(f"rank {bad[0][0]} could not attach the group's shared "
+                                   f"memory: {bad[0][1]}")
+            if self.w[0] != MAGIC or self.w[1] != self.world_size:
+                raise BackendError("the group's control block is not ringccl's (another job "
+                                   "reusing a name?)")
+        finally:
+            if ctrl is not None and self.rank == 0:
+                ctrl.unlink()
+        self.pids = [m[1] for m in everyone]
+        # a peer in another pid namespace is not visible here: only its timeout detects it
+        self.watch = [p != os.getpid() and _alive(p) for p in self.pids]
+
+    # -- words -------------------------------------------------------------------------------
+    def rank_word(self, rank: int, field: int) -> int:
+        """pid 0, entered 1, need 2/3, ready 4."""
+        return (self.rank_line + rank) * LINE + field
+
+    def posted_word(self, src: int, dst: int) -> int:
+        return (self.pair_line + 2 * (src * self.world_size + dst)) * LINE
+
+    def released_word(self, src: int, dst: int) -> int:
+        return (self.pair_line + 2 * (src * self.world_size + dst) + 1) * LINE
+
+    def ring_entry(self, src: int, dst: int, seq: int) -> int:
+        return self.ring_word + ((src * self.world_size + dst) * RING + seq % RING) * 4
+
+    # -- failures ----------------------------------------------------------------------------
+    def abort(self, code: int = _ABORT_ERROR) -> None:
+        """Mark the group failed (the first rank to do so is the one named)."""
+        if not self.closed and self.w[2 * LINE] == 0:
+            self.w[2 * LINE] = (self.rank + 1) | code << 16
+
+    def aborted(self) -> Aborted | None:
+        word = self.w[2 * LINE]
+        if not word:
+            return None
+        who, code = (word & 0xFFFF) - 1, word >> 16
+        exc = Aborted(f"rank {who} aborted the group's shared memory ({_WHY.get(code, '?')})")
+        exc.peer = who
+        return exc
+
+    def wait_word(self, word: int, target: int, peer: int, what: str,
+                  timeout: float | None = None,
+                  progress: Callable[[bool], None] | None = None) -> None:
+        """Block until control word ``word`` >= ``target`` (written by ``peer``), bounded by
+        ``timeout`` (default the group's), the abort word and ``peer``'s liveness.
+        ``progress(after_spin)``, when given, is called while waiting (every 16 polls, and on
+        every poll once the tight spin is over): the transport reads what has arrived meanwhile
+        (see :mod:`ringccl.shm.transport`).
+
+        Raises:
+            TimeoutError: not within the timeout. PeerDied: ``peer`` is gone. Aborted:
+                another rank failed. (This rank sets the abort word on the first two.)
+        """
+        w = self.w
+        if w[word] >= target:
+            return
+        for i in range(SPIN_POLLS):
+            if w[word] >= target:
+                return
+            if progress is not None and not i & 15:
+                progress(False)
+        timeout = self.timeout if timeout is None else timeout
+        now = time.monotonic()
+        deadline, yield_until, check_at = now + timeout, now + YIELD_SECONDS, now
+        nap = 2e-5
+        abort_at = 2 * LINE
+        while w[word] < target:
+            now = time.monotonic()
+            if now >= check_at:
+                check_at = now + LIVENESS_SECONDS
+                if w[abort_at]:
+                    raise self.aborted()
+                if peer >= 0 and self.watch[peer] and not _alive(self.pids[peer]):
+                    self.abort(_ABORT_DEAD)
+                    exc = PeerDied(f"rank {peer} (pid {self.pids[peer]}) died while this rank "
+                                   f"waited for it to {what}")
+                    exc.peer = peer
+                    raise exc
+                if now >= deadline:
+                    if w[word] >= target:
+                        return
+                    self.abort(_ABORT_TIMEOUT)
+                    exc = TimeoutError(f"rank {peer} did not {what} within {timeout:g} s")
+                    exc.peer = peer
+                    raise exc
+            if progress is not None:
+                progress(True)
+            if now < yield_until:
+                os.sched_yield()
+            else:
+                time.sleep(nap)
+                nap = min(nap * 2, 1e-3)
+        if w[abort_at] and peer < 0:
+            raise self.aborted()
+
+    # -- calls -------------------------------------------------------------------------------
+    def enter(self, need: int, timeout: float | None = None) -> None:
+        """Begin a collective call needing ``need`` bytes of working area on this rank: publish
+        it, wait until every peer began this call too, and grow the working area (every rank
+        at once) when some rank needs more than it holds.
+
+        Raises:
+            TimeoutError, PeerDied, Aborted (see :meth:`wait_word`); ShmSpaceError: the larger
+            area does not fit (on every rank: rank 0 aborts the group).
+        """
+        if self.closed:
+            raise BackendError("this group's shared memory was released (clear_caches or "
+                               "destroy_process_group); call the collective again after "
+                               "re-creating the group")
+        w = self.w
+        if w[2 * LINE]:
+            raise self.aborted()
+        self.calls += 1
+        c = self.calls
+        w[self.rank_word(self.rank, 2 + (c & 1))] = need
+        w[self.rank_word(self.rank, 1)] = c
+        most = need
+        for peer in range(self.world_size):
+            if peer != self.rank:
+                self.wait_word(self.rank_word(peer, 1), c, peer, f"enter call {c}", timeout)
+                most = max(most, w[self.rank_word(peer, 2 + (c & 1))])
+        if most > self.work_slot:
+            slot = max(1 << 16, 1 << (most - 1).bit_length())
+            old = self.segments.pop(self.work_serial, None)
+            serial = self.new_segment(slot * self.world_size, timeout)
+            self.work_serial, self.work_slot = serial, slot
+            if old is not None:
+                self._drop(old)
+
+    def new_segment(self, nbytes: int, timeout: float | None = None) -> int:
+        """Create (rank 0) or attach (the others) the group's next data segment of ``nbytes``,
+        every rank at the same point of its calls; returns its serial (kept mapped in
+        :attr:`segments`). Rank 0 unlinks it once every rank attached, or on any failure."""
+        serial = self.next_serial
+        self.next_serial += 1
+        name = segment_name(self.uid, serial)
+        w, seg = self.w, None
+        ready = self.rank_word(self.rank, 4)
+        if self.rank == 0:
+            try:
+                try:
+                    seg = Segment.create(name, nbytes)
+                except BackendError:
+                    self.abort(_ABORT_SPACE)
+                    raise
+                w[LINE] = serial
+                w[ready] = serial
+                for peer in range(1, self.world_size):
+                    self.wait_word(self.rank_word(peer, 4), serial, peer,
+                                   f"attach shared-memory segment {serial}", timeout)
+            finally:
+                if seg is not None:
+                    seg.unlink()
+        else:
+            try:
+                self.wait_word(LINE, serial, 0, f"create shared-memory segment {serial}",
+                               timeout)
+            except Aborted as exc:
+                if (w[2 * LINE] >> 16) == _ABORT_SPACE:
+                    raise BackendError(f"rank 0 could not create the group's shared memory "
+                                       f"({nbytes} bytes): the shared-memory directory is too "
+                                       "small (rank 0's error names the sizes)") from exc
+                raise
+            try:
+                seg = Segment.attach(name, nbytes)
+            except BackendError:
+                self.abort()
+                raise
+            w[ready] = serial
+        self.segments[serial] = seg
+        return serial
+
+    def _drop(self, seg: Segment) -> None:
+        self.cache.clear()   # views of dropped segments must not be handed out again
+        seg.close()
+
+    def locate(self, address: int, nbytes: int, base_of: Callable[[Segment], int]) -> tuple | None:
+        """(serial, byte offset) of ``nbytes`` at ``address`` when they lie inside this rank's
+        slot of a mapped segment (zero copy), else None. ``base_of(segment)``: the address of
+        its first byte in this process."""
+        for serial, seg in self.segments.items():
+            slot = seg.nbytes // self.world_size
+            lo = base_of(seg) + self.rank * slot
+            if lo <= address and address + nbytes <= lo + slot:
+                return serial, address - base_of(seg)
+        return None
+
+    def close(self) -> None:
+        """Drop every mapping (the memory is freed with the peers' last one); idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        self.cache.clear()
+        for seg in self.segments.values():
+            seg.close()
+        self.segments.clear()
+        self.w.release()
+        self.ctrl.close()

@@ -1,0 +1,281 @@
+"""The shared-memory transport on real processes (issue 16): every collective and algorithm over
+shm against torch.distributed's own gloo result, dtypes, ops, counts 0, 1, < N and not
+divisible; bitwise identical results across ranks; growth of the working area; the zero-copy
+``shm_empty`` path; two groups never sharing a segment; ``transport="p2p"``; a
+``RINGCCL_HOST_ID`` split making "auto" pick p2p; a hypothesis property test in one job; a
+too-small tmpfs refused at set-up; nothing left in the shared-memory directory afterwards.
+
+Every launch runs with ``RINGCCL_SHM_DIR`` set to a fresh directory, so "nothing left" is
+checked by listing it. Workers return failure strings instead of raising, so every rank reaches
+every collective.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import tempfile
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import torch.distributed as dist  # noqa: E402
+
+from ringccl.algorithms import REGISTRY, build_schedule  # noqa: E402
+from ringccl.ops import parse_op  # noqa: E402
+from ringccl.torch.launch import launch  # noqa: E402
+
+from .calls import collective_calls  # noqa: E402
+
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(300)]
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int8, torch.bool]
+REDUCING = ("all_reduce", "reduce", "reduce_scatter")
+
+
+def _params(collective, algorithm, n):
+    params = {}
+    if algorithm == "hierarchical":
+        params["local_size"] = 2 if n % 2 == 0 else 1
+    if "root" in __import__("inspect").signature(REGISTRY[(collective, algorithm)].builder) \
+            .parameters:
+        params["root"] = n - 1
+    return params
+
+
+def _ops(collective, dtype):
+    if collective not in REDUCING:
+        return ["sum"]
+    if dtype == torch.bool:
+        return ["max"]
+    if dtype == torch.int8:
+        return ["sum", "bxor"]
+    return ["sum", "max"]
+
+
+def every_algorithm(rank, world_size):
+    """Every registered (collective, algorithm) over shm vs gloo, several dtypes/ops/counts."""
+    n = world_size
+    failures, calls = [], 0
+    for (collective, algorithm) in sorted(REGISTRY):
+        params = _params(collective, algorithm, n)
+        try:
+            build_schedule(collective, algorithm, n, **params)
+        except Exception:      # e.g. a power-of-two-only algorithm on 3 ranks
+            continue
+        params["transport"] = "shm"
+        blocked = collective in ("reduce_scatter", "scatter", "all_to_all")
+        counts = [0, n, 3 * n] if blocked else [0, 1, n - 1, n + 1, 1001]
+        for dtype in DTYPES:
+            for op in _ops(collective, dtype):
+                for count in counts:
+                    c = collective_calls(collective, algorithm, parse_op(op), n, count, dtype,
+                                         rank, params)
+                    c_ref = collective_calls(collective, algorithm, parse_op(op), n, count,
+                                             dtype, rank, {k: v for k, v in params.items()
+                                                           if k == "root"})
+                    x, out = c.make_in(), c.make_out()
+                    xr, outr = c_ref.make_in(), c_ref.make_out()
+                    try:
+                        c.ours(x, out)
+                        c_ref.builtin(xr, outr)
+                    except Exception as exc:   # noqa: BLE001 - reported, not raised
+                        failures.append(f"{algorithm} {collective} {dtype} {op} {count}: "
+                                        f"{type(exc).__name__}: {exc}")
+                        return failures, calls
+                    calls += 1
+                    if not torch.equal(c.result(x, out), c_ref.result(xr, outr)):
+                        failures.append(f"{algorithm} {collective} {dtype} {op} count={count}")
+    return failures, calls
+
+
+def _digest(t):
+    return hashlib.sha256(t.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
+
+
+def features(rank, world_size, shm_dir):
+    """Bitwise identity across ranks, growth, zero copy, two groups, p2p, host split."""
+    import ringccl
+    import ringccl.torch as rt
+    from ringccl.torch import executor
+
+    failures = []
+    # bitwise identical on every rank for a shared result, float data (order matters)
+    for algorithm in [a for (c, a) in REGISTRY if c == "all_reduce"]:
+        if algorithm == "hierarchical":
+            continue
+        g = torch.Generator().manual_seed(rank)
+        x = torch.randn(1003, generator=g)
+        try:
+            rt.all_reduce(x, algorithm=algorithm, transport="shm")
+        except Exception as exc:   # noqa: BLE001
+            if "power of two" in str(exc) or "world_size" in str(exc):
+                continue
+            raise
+        everyone = [None] * world_size
+        dist.all_gather_object(everyone, _digest(x))
+        if len(set(everyone)) != 1:
+            failures.append(f"{algorithm}: ranks' bits differ")
+    # growth: small, big, small (the working area grows once, results stay right)
+    state, _ = executor.shm_state(None)
+    sizes = []
+    for count in (10, 300_000, 10):
+        x = torch.full((count,), float(rank + 1))
+        rt.all_reduce(x)
+        if not torch.equal(x, torch.full((count,), world_size * (world_size + 1) / 2)):
+            failures.append(f"growth: wrong result at count {count}")
+        sizes.append(state.work_slot)
+    if not (sizes[0] < sizes[1] == sizes[2]) or sizes[1] < 300_000 * 4:
+        failures.append(f"growth: slot sizes {sizes}")
+    # zero copy: a shm_empty tensor is reduced where it lies (the working area does not grow)
+    before = state.work_slot
+    z = rt.shm_empty((1 << 21,), dtype=torch.float32)
+    z.fill_(rank + 1)
+    ref = z.clone()
+    dist.all_reduce(ref)
+    rt.all_reduce(z)
+    if not torch.equal(z, ref):
+        failures.append("zero copy: wrong result")
+    if state.work_slot != before or executor._locate(state, z) is None:
+        failures.append(f"zero copy: it was copied (slot {before} -> {state.work_slot})")
+    try:
+        rt.shm_empty((-1,))
+        failures.append("shm_empty((-1,)) was accepted")
+    except ValueError:
+        pass
+    # two groups at once never share a segment
+    sub = dist.new_group([0, 1])
+    if rank in (0, 1):
+        y = torch.ones(5)
+        rt.all_reduce(y, group=sub)
+        if not torch.equal(y, torch.full((5,), 2.0)):
+            failures.append("subgroup: wrong result")
+        sub_state, _ = executor.shm_state(sub)
+        if sub_state.uid == state.uid or sub_state is state:
+            failures.append("two groups share a segment")
+    # transport="p2p" still works; "auto" picks shm here
+    y = torch.ones(7)
+    rt.all_reduce(y, transport="p2p")
+    if not torch.equal(y, torch.full((7,), float(world_size))):
+        failures.append("p2p: wrong result")
+    from ringccl.torch.collectives import resolve_transport
+    if resolve_transport(None, "auto", y) != "shm":
+        failures.append("auto did not pick shm on one host")
+    # RINGCCL_HOST_ID split into two "hosts": auto picks p2p on a new group
+    os.environ["RINGCCL_HOST_ID"] = f"host{rank % 2}"
+    split = dist.new_group(list(range(world_size)))
+    if resolve_transport(split, "auto", y) != "p2p":
+        failures.append("auto did not pick p2p across hosts")
+    rt.all_reduce(y, group=split)
+    del os.environ["RINGCCL_HOST_ID"]
+    ringccl.clear_caches()   # every rank at once: frees every group's shared memory
+    if executor._shm:
+        failures.append("clear_caches kept shared memory")
+    dist.barrier()
+    left = [f for f in os.listdir(shm_dir) if f.startswith("ringccl-")]
+    if left:
+        failures.append(f"left in {shm_dir}: {left}")
+    return failures
+
+
+def hypothesis_job(rank, world_size):
+    """A property test over (count, dtype, op) in one job: every rank draws the same examples
+    (derandomized), ours over shm must equal gloo's."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    import ringccl.torch as rt
+
+    failures = []
+    ops = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
+
+    @settings(derandomize=True, max_examples=40, database=None, deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @given(count=st.integers(0, 5000), dtype=st.sampled_from(DTYPES[:4]),
+           op=st.sampled_from(sorted(ops)))
+    def prop(count, dtype, op):
+        g = torch.Generator().manual_seed(count * 31 + rank)
+        x = torch.randint(-8, 8, (count,), generator=g).to(dtype)
+        ref = x.clone()
+        dist.all_reduce(ref, ops[op])
+        rt.all_reduce(x, op=op)
+        if not torch.equal(x, ref):
+            failures.append(f"count={count} {dtype} {op}")
+
+    prop()
+    return failures
+
+
+@pytest.fixture
+def shm_dir(monkeypatch):
+    with tempfile.TemporaryDirectory(prefix="ringccl-test-shm.", dir="/dev/shm") as d:
+        monkeypatch.setenv("RINGCCL_SHM_DIR", d)
+        yield d
+        assert not os.listdir(d), os.listdir(d)
+
+
+def test_every_collective_and_algorithm_over_shm_matches_gloo(shm_dir):
+    results = launch(every_algorithm, 3, timeout=240)
+    assert all(calls > 100 for _, calls in results), results
+    assert [f for f, _ in results] == [[]] * 3
+
+
+def test_growth_zero_copy_groups_and_transport_choice(shm_dir):
+    results = launch(features, 3, shm_dir, timeout=200)
+    assert results == [[]] * 3
+
+
+def test_hypothesis_property_over_shm(shm_dir):
+    assert launch(hypothesis_job, 2, timeout=200) == [[], []]
+
+
+def too_small(rank, world_size):
+    import ringccl.torch as rt
+    from ringccl.errors import BackendError
+
+    try:
+        rt.all_reduce(torch.ones(1 << 20), transport="shm")   # 4 MiB per rank
+    except BackendError as exc:
+        return type(exc).__name__, str(exc)
+    return None
+
+
+def test_too_small_tmpfs_is_a_clear_error_at_set_up(tmp_path, monkeypatch):
+    d = tmp_path / "tiny"
+    d.mkdir()
+    try:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(d)], check=True,
+                       capture_output=True, timeout=10)
+    except (OSError, subprocess.SubprocessError) as exc:
+        pytest.skip(f"cannot mount a 1 MiB tmpfs here (needs root/CAP_SYS_ADMIN): {exc}")
+    try:
+        monkeypatch.setenv("RINGCCL_SHM_DIR", str(d))
+        results = launch(too_small, 2, timeout=120)
+        assert results[0][0] == "ShmSpaceError", results
+        assert "needs 8388608 bytes" in results[0][1] and str(d) in results[0][1]
+        assert "RINGCCL_SHM_DIR" in results[0][1]
+        assert results[1][0] in ("BackendError", "ShmSpaceError"), results
+        assert not os.listdir(d), os.listdir(d)
+    finally:
+        subprocess.run(["umount", str(d)], capture_output=True, timeout=10)
+
+
+def killed_in_the_window(rank, world_size):
+    """Rank 0 creates a segment and is SIGKILLed before it could unlink it."""
+    import signal
+
+    from ringccl.shm import Segment, segment_name
+    if rank == 0:
+        Segment.create(segment_name("deadbeef", 0), 4096)
+        os.kill(os.getpid(), signal.SIGKILL)
+    return None
+
+
+def test_launch_sweeps_what_a_sigkilled_worker_left(shm_dir):
+    from ringccl.errors import BackendError
+
+    with pytest.raises(BackendError, match="rank 0 exited"):
+        launch(killed_in_the_window, 2, timeout=60)
+    assert not os.listdir(shm_dir)   # also checked by the fixture

@@ -1,0 +1,65 @@
+"""Dead (os._exit, SIGKILL) and stopped (SIGSTOP) ranks over the shared-memory transport: every
+survivor raises PeerError/RingcclTimeout naming step and peer within timeout + 5 s, nothing
+hangs, no segment is left (faults.py; benchmarks/fault_injection.py --transport shm runs 60+)."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from . import faults  # noqa: E402
+
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(300)]
+
+TRIALS = faults.trials(seed=16, count=6, stall_every=3, transport="shm")
+
+
+@pytest.mark.parametrize("trial", TRIALS,
+                         ids=[f"{t.collective}-{t.algorithm}-n{t.world_size}-v{t.victim}"
+                              f"-s{t.step}-{t.mode}" for t in TRIALS])
+def test_dead_or_stopped_rank_over_shm(trial):
+    outcome = faults.run(trial)
+    assert not outcome.problems, outcome.problems
+    assert outcome.survivors and all(rec["error"] for rec in outcome.survivors.values())
+
+
+def test_dead_peer_is_found_before_the_timeout():
+    trial = faults.Trial("all_reduce", "ring", 3, victim=1, step=1, mode="sigkill",
+                         timeout=30.0, transport="shm")
+    outcome = faults.run(trial)
+    assert not outcome.problems, outcome.problems
+    for rec in outcome.survivors.values():
+        assert rec["error"]["type"] == "PeerError"
+        assert rec["error"]["at"] - outcome.died_at < 5   # liveness, not the 30 s timeout
+
+
+def _straggler(rank, world_size):
+    import time
+
+    import ringccl.torch as rt
+    from ringccl.errors import RingcclTimeout
+
+    rt.all_reduce(torch.ones(4))       # set-up (host identities, the segment) on every rank
+    t = torch.arange(6, dtype=torch.float32) + rank
+    if rank == 0:
+        time.sleep(6)          # longer than rank 1's timeout=, shorter than the group's
+        return "slept"
+    start = time.monotonic()
+    try:
+        rt.all_reduce(t, timeout=1.5)
+    except RingcclTimeout as exc:
+        return (time.monotonic() - start, str(exc), exc.peer, exc.step,
+                torch.equal(t, torch.arange(6, dtype=torch.float32) + rank))
+    return "no error"
+
+
+def test_timeout_argument_bounds_the_shm_waits():
+    out = faults.run_ranks(_straggler, 2, timeout=30)
+    ok, value = out[1]
+    assert ok, value
+    waited, message, peer, step, unchanged = value
+    assert 1.4 <= waited <= 1.5 + 5
+    assert peer == 0 and step == 0 and "timed out after 1.5 s" in message
+    assert "direct all_reduce" in message and "waiting for rank 0" in message
+    assert unchanged
