@@ -640,3 +640,12 @@ def scale_worker(rank: int, world_size: int, config: dict, progress=None) -> dic
     return {"rank": rank, "seconds": median, "tokens_per_expert": counts,
             "dropped": dropped, "assignments": cfg.tokens * cfg.top_k,
             "timeline_unsplit": timeline_unsplit, "timeline_pipelined": timeline_pipelined}
+
+
+def command_worker(rank: int, world_size: int, config: dict, progress=None) -> dict:
+    """``ringccl moe``'s one launch: the lecture's experiment 4, then :func:`scale_worker`."""
+    torch.set_num_threads(1)   # the processes share this machine's cores: one each
+    labels = experiment4_worker(rank, world_size)
+    if progress is not None and rank == 0:
+        progress.put(("experiment4", 0, 0))
+    return {"experiment4": labels, "scale": scale_worker(rank, world_size, config, progress)}
