@@ -25,12 +25,22 @@ __all__ = ["register", "overlap_model", "plot_timelines"]
 
 
 def overlap_model(seconds: dict, num_chunks: int) -> float:
-    """The planner's prediction of the pipelined layer from the unsplit run's measured parts:
-    the experts' time ``W`` plus each all-to-all (dispatch, combine) exposed against half of it
-    in ``num_chunks`` pieces, as :mod:`ringccl.planner.step` prices an MoE layer's forward."""
+    """The planner's prediction of the pipelined layer from the unsplit run's measurement:
+    the experts' time ``W`` (the slowest rank's) plus the layer's two all-to-alls (dispatch,
+    combine), each exposed against half of ``W`` in ``num_chunks`` pieces, as
+    :mod:`ringccl.planner.step` prices an MoE layer's forward.
+
+    The communication is what the unsplit run spent beyond ``W``, split evenly between the two
+    all-to-alls: a combine's own timing also holds its wait for the slowest rank's experts
+    (imbalance), which must not be counted twice. With one chunk the model gives the unsplit
+    time back.
+
+    Args:
+        seconds: "unsplit" and "experts", the slowest rank's medians.
+    """
     window = seconds["experts"]
-    return window + sum(exposed_seconds(seconds[k], window / 2, num_chunks)
-                        for k in ("dispatch", "combine"))
+    comm = max(seconds["unsplit"] - window, 0.0)
+    return window + 2 * exposed_seconds(comm / 2, window / 2, num_chunks)
 
 
 def capacity_factor_arg(text: str):

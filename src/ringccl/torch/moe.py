@@ -6,7 +6,9 @@ The token dispatcher follows the shape of Megatron-Core's ``MoEAlltoAllTokenDisp
 1. **counts**: each rank counts its (token, expert) assignments per expert, keeps at most
    ``capacity`` per expert (position order: later assignments of a full expert are dropped),
    and exchanges the counts with an all-to-all of split sizes, so every rank learns how many
-   rows each peer will send to each of its local experts;
+   rows each peer will send to each of its local experts (Megatron-Core all-gathers every
+   rank's whole count vector over the EP group and slices it; the all-to-all moves only the
+   E/p counts each peer needs, the same information on the receiving side);
 2. **permute + tokens**: the kept assignments are sorted by expert (hence by destination rank)
    and sent with ``all_to_all_single`` on those uneven splits;
 3. **group by local expert**: what arrives is ordered (source rank, local expert); it is
