@@ -15,6 +15,7 @@ from .. import units
 from ..errors import ArgumentError
 from ..planner import plan, resolve_cluster, resolve_layout, resolve_model, search
 from ..planner.cluster import CLUSTER_PRESETS
+from ..planner.emit import write_step_file
 from ..planner.layout import RECOMPUTE, SCHEDULES
 from ..planner.model import PRESETS
 from ..views.plan_plot import plan_chart
@@ -175,6 +176,8 @@ def _cmd_plan(args) -> int:
     if not do_search and gpus is not None:
         raise ArgumentError(f"--gpus {gpus} applies to --search only; a plan's world size is its "
                             "layout's dp x tp x cp x pp (give those, and --nodes/--gpus-per-node)")
+    if do_search and args.emit:
+        raise ArgumentError("--emit writes one plan's step; it does not apply to --search")
     if do_search:
         if gpus is None:
             raise ArgumentError("--search needs --gpus N")
@@ -206,12 +209,16 @@ def _cmd_plan(args) -> int:
     p = plan(model, lay, _cluster_for(cluster, lay.world_size), straggler=straggler)
     if args.plot:
         plan_chart(p.to_dict(), args.plot)
+    if args.emit:
+        write_step_file(p, args.emit)
     if args.json:
         emit_json(p.to_dict())
     else:
         _print_plan(p)
         if args.plot:
             print(f"chart written to {args.plot}")
+        if args.emit:
+            print(f"step file written to {args.emit} (ringccl replay {args.emit} --nproc N)")
     return 0
 
 
@@ -268,4 +275,6 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="strict JSON on stdout")
     p.add_argument("--plot", metavar="PNG", help="draw the step (with --search: the fastest "
                    "layout's) as a timeline per PP stage and bars per parallelism (matplotlib)")
+    p.add_argument("--emit", metavar="STEP.json", help="write the step's inventory (every "
+                   "collective: group, bytes, calls, order) for ringccl replay")
     p.set_defaults(func=_cmd_plan)
