@@ -390,6 +390,7 @@ class RingcclProcessGroup(dist.ProcessGroup):
     def __init__(self, store, rank: int, size: int, timeout: datetime.timedelta,
                  global_ranks: Sequence[int] | None = None, name: str = ""):
         super().__init__(rank, size)
+        self._name = name
         self._group = _Group(store, rank, size, timeout,
                              range(size) if global_ranks is None else global_ranks, name)
         # the group is freed with the object if torch (< 2.5) never calls shutdown
@@ -404,6 +405,15 @@ class RingcclProcessGroup(dist.ProcessGroup):
 
     def size(self) -> int:
         return self._group.size
+
+    # torch sets and reads a group's name (destroy_process_group unregisters it by name); a
+    # Python group keeps it itself, as torch's threaded test group does
+    @property
+    def group_name(self) -> str:
+        return self._name
+
+    def _set_group_name(self, name: str) -> None:
+        self._name = self._group.name = str(name)
 
     def rank(self) -> int:
         return self._group.rank
@@ -697,3 +707,10 @@ def register() -> None:
     dist.Backend.register_backend(BACKEND_NAME, create_process_group, extended_api=True,
                                   devices=["cpu"])
 
+
+
+def autoload() -> None:
+    """The ``torch.backends`` entry point (pyproject.toml): torch >= 2.5 calls it at the end of
+    ``import torch`` (torch.distributed is imported by then), so ``init_process_group("ringccl")``
+    works in scripts that never import ringccl."""
+    register()
