@@ -271,37 +271,5 @@ def debug_lines(rank, world_size):
             "error": error}
 
 
-def kill_mid_collective(rank, world_size):
-    """Rank 3 dies (os._exit) during a long all_reduce; the survivors' calls must raise within
-    the group's timeout. Returns (exception class, seconds) on the survivors."""
-    t = torch.ones(1 << 22)
-    dist.all_reduce(t)  # everyone connected
-    if rank == world_size - 1:
-        time.sleep(0.2)
-        os._exit(17)
-    t0 = time.monotonic()
-    try:
-        for _ in range(50):
-            dist.all_reduce(t)
-        raised = None
-    except Exception as exc:  # the class is what the test checks
-        raised = type(exc).__name__ + ": " + str(exc)[:300]
-    return {"raised": raised, "seconds": time.monotonic() - t0}
-
-
-def init_explicit_store(rank, world_size, port, queue=None):
-    """init_process_group("ringccl") with an explicit TCPStore, rank and world_size."""
-    store = dist.TCPStore("127.0.0.1", port, world_size, rank == 0,
-                          timeout=datetime.timedelta(seconds=30))
-    dist.init_process_group("ringccl", store=store, rank=rank, world_size=world_size,
-                            timeout=datetime.timedelta(seconds=30))
-    t = torch.full((3,), float(rank))
-    dist.all_reduce(t)
-    pg = dist.distributed_c10d._get_default_group()
-    hosts = pg.hosts
-    dist.destroy_process_group()
-    return {"sum": t.tolist(), "hosts": hosts, "backend": "ringccl"}
-
-
 def np_allclose(a, b):
     return bool(np.allclose(a, b))

@@ -82,10 +82,3 @@ def test_algo_override_and_debug_lines():
     error = runs[0]["error"]
     assert "RINGCCL_ALGO entry 'all_reduce:nope'" in error and "ring" in error
 
-
-def test_killed_rank_survivors_raise_within_timeout():
-    with pytest.raises(Exception) as info:
-        launch(backend_workers.kill_mid_collective, NPROC, backend="ringccl", timeout=60)
-    # the launcher reports the dead rank; the survivors' own results are checked in
-    # test_backend_faults.py, where each process is a plain subprocess
-    assert "rank 3" in str(info.value) or "died" in str(info.value) or "exit" in str(info.value)

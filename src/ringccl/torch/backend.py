@@ -379,6 +379,50 @@ def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
+class _Work(dist.Work):
+    """A collective's handle, as gloo's: ``wait()`` blocks until the collective is done and
+    raises its failure (PeerError/RingcclTimeout, ...); ``get_future()`` is the future whose
+    value is the output tensors (DDP's comm hooks and bucket futures read it).
+
+    Not ``torch._C._distributed_c10d._create_work_from_future``: that Work's ``wait()`` returns
+    True even when the future holds an exception (torch 2.13), so a dead peer would pass
+    silently. torch's C++ callers (DDP's reducer) reach these methods through its Python-Work
+    trampoline, as for torch's own Python test groups."""
+
+    def __init__(self, future: torch.futures.Future):
+        super().__init__()
+        self._future = future
+
+    def wait(self, timeout: datetime.timedelta | None = None) -> bool:
+        self._future.wait()   # raises the collective's exception; bounded by the group timeout
+        return True
+
+    def get_future(self) -> torch.futures.Future:
+        return self._future
+
+    def is_completed(self) -> bool:
+        return self._future.done()
+
+    def is_success(self) -> bool:
+        if not self._future.done():
+            return False
+        try:
+            self._future.value()
+        except Exception:   # the collective failed
+            return False
+        return True
+
+    def exception(self):
+        try:
+            self._future.value()
+        except Exception as exc:   # the failure is the answer
+            return exc
+        return None
+
+    def result(self) -> list:
+        return self._future.value()
+
+
 # -- the process group torch sees ---------------------------------------------------------------
 
 class RingcclProcessGroup(dist.ProcessGroup):
@@ -433,7 +477,7 @@ class RingcclProcessGroup(dist.ProcessGroup):
         self._finalizer()
 
     def _submit(self, job: Callable[[], Any]):
-        return torch._C._distributed_c10d._create_work_from_future(self._group.submit(job))
+        return _Work(self._group.submit(job))
 
     # -- collectives ----------------------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
