@@ -18,6 +18,8 @@ import torch.distributed as dist
 
 import ringccl.torch  # noqa: F401  (registers "ringccl")
 
+assert ringccl.torch.backend.BACKEND_NAME == "ringccl"  # the import is the point
+
 TIMEOUT = datetime.timedelta(seconds=10)
 
 

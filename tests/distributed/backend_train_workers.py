@@ -14,6 +14,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ringccl.torch  # noqa: F401  (registers "ringccl")
 
+assert ringccl.torch.backend.BACKEND_NAME == "ringccl"  # the import is the point
+
 STEPS = 8
 
 

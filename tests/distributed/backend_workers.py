@@ -6,9 +6,7 @@ runs the same torch.distributed call on both groups with the same inputs and rec
 differ; the tests assert the records are empty.
 """
 
-import datetime
 import os
-import time
 
 import numpy as np
 import torch
@@ -17,6 +15,8 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 import ringccl.torch  # noqa: F401  (registers "ringccl")
+
+assert ringccl.torch.backend.BACKEND_NAME == "ringccl"  # the import is the point
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
           "bfloat16": torch.bfloat16, "int32": torch.int32, "int64": torch.int64,
