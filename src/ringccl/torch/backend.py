@@ -558,7 +558,14 @@ class RingcclProcessGroup(dist.ProcessGroup):
         return self._submit(job)
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
-        return self.allgather(output_lists, input_list, opts)
+        # gloo's layout: output_lists[r][i] receives rank r's input_list[i]; allgather wants,
+        # per input, the list over ranks
+        per_input = [[output_lists[r][i] for r in range(len(output_lists))]
+                     for i in range(len(input_list))]
+        work = self.allgather(per_input, input_list, opts)
+        lists = [list(o) for o in output_lists]
+        # f.value() re-raises the gather's failure into the returned future
+        return _Work(work.get_future().then(lambda f: (f.value(), lists)[1]))
 
     def _allgather_base(self, output, input, opts=None):
         opts = opts if opts is not None else dist.AllgatherOptions()
