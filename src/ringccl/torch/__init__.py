@@ -25,6 +25,10 @@ from .bucketer import GradientBucketer
 from .clip import clip_grad_norm_
 from .ddp import comm_hook
 from .zero import ShardedOptimizer
+from . import backend as _backend
+
+# ``dist.init_process_group("ringccl")`` works once ringccl.torch is imported (ringccl.torch.backend)
+_backend.register()
 
 __all__ = ["all_reduce", "reduce_scatter_tensor", "all_gather_into_tensor", "broadcast",
            "reduce", "scatter", "gather", "all_to_all_single", "all_to_all", "run_schedule",

@@ -1,0 +1,767 @@
+"""ringccl as a torch.distributed backend: ``dist.init_process_group("ringccl")``.
+
+``import ringccl.torch`` registers the backend ``"ringccl"`` (``Backend.register_backend`` with
+``extended_api=True``, devices ``["cpu"]``); the package's ``torch.backends`` entry point does
+the same for scripts that only pass the name (torch >= 2.5 loads those entry points when it is
+imported; ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` turns that off). Then every torch.distributed call
+on a ringccl group — ``dist.all_reduce``, DDP's gradient buckets, FSDP2's all-gathers and
+reduce-scatters, ``dist.new_group(ranks, backend="ringccl")`` — runs a ringccl schedule::
+
+    import torch.distributed as dist, ringccl.torch      # registers "ringccl"
+    dist.init_process_group("ringccl")                    # torchrun's env://, or store/rank/...
+    model = torch.nn.parallel.DistributedDataParallel(model)   # unchanged
+
+How (torch's own pattern for Python process groups, ``torch.testing._internal.distributed.
+multi_threaded_pg``): the creator returns a :class:`RingcclProcessGroup`, a subclass of
+``torch.distributed.ProcessGroup`` whose collectives are Python methods, so torch uses it as the
+group itself. Each group owns
+
+* an inner gloo group (``ProcessGroupGloo`` on a ``PrefixStore`` of the group's store) that
+  carries every byte: the schedules' point-to-point messages (:class:`_GlooTransport`, tag
+  :data:`COLLECTIVE_TAG`), the user's ``send``/``recv`` (their own tags) and the small exchanges
+  (the cross-rank check, all_to_all's block sizes, ``barrier``). A raw gloo object, not a
+  registered group: nothing is added to torch's group registry, ``dist.get_rank`` and friends
+  never see it, and ``destroy_process_group`` on ours frees it with no second teardown.
+* one worker thread that runs the group's collectives one at a time in issue order (so the
+  k-th collective of every rank is the same one), under ``torch.no_grad`` (grad mode is per
+  thread), completing each call's ``torch.futures.Future`` with the value gloo's would carry
+  (the output tensors: ``[tensor]`` for all_reduce, what DDP's comm hooks read).
+  ``RINGCCL_BACKEND_THREAD=0`` runs every collective in the calling thread instead and returns
+  an already-completed Work (``benchmarks/bench_backend.py`` measures both).
+
+Each collective is the ringccl front end's flow (:mod:`ringccl.frontend`: contract → working
+buffer → schedule → engine) with ringccl.torch's tensor dialect and this group as its group
+adapter; the algorithm is chosen per call by :func:`choose_algorithm` (``RINGCCL_ALGO``, else the
+default) and logged once per (collective, size class, group) with ``RINGCCL_DEBUG=INFO``.
+
+Errors, as gloo's: what ringccl cannot do (``PREMUL_SUM``, a dtype outside ringccl's set, a
+bitwise op on floats, AVG on integers) raises ``RuntimeError`` naming the op and dtype, at the
+call; a peer that dies or stalls fails the waiting ranks' Work within the group's timeout
+(``init_process_group(timeout=...)``, applied by the inner gloo group to every wait).
+
+References: torch.distributed's "Third-party backends" (``Backend.register_backend``);
+NCCL_ALGO / NCCL_DEBUG (NCCL's environment variables), which RINGCCL_ALGO / RINGCCL_DEBUG mirror.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import pickle
+import queue
+import socket
+import threading
+import weakref
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.distributed as dist
+
+from .. import engine, frontend
+from ..args import check_rank
+from ..consistency import debug_level
+from ..engine import trace
+from ..frontend import debug
+from ..ops import ReduceOp
+from . import executor
+from .backend_choice import SIZE_CLASSES, choose_algorithm, predicted_seconds, size_class
+from .collectives import _SUPPORTED, _Torch
+
+__all__ = ["BACKEND_NAME", "RingcclProcessGroup", "register", "create_process_group",
+           "COLLECTIVE_TAG", "SIZE_CLASSES", "choose_algorithm", "host_id"]
+
+#: the name given to ``init_process_group`` / ``new_group(backend=...)``
+BACKEND_NAME = "ringccl"
+
+#: the gloo tag of the schedules' point-to-point messages on the inner group. gloo matches a
+#: receive to a send by (peer, tag) in posting order; users' ``dist.send`` tags are small
+#: non-negative ints (default 0), so a collective's messages, posted from the worker thread,
+#: can never be matched against a user's, posted from theirs. gloo tags are uint32.
+COLLECTIVE_TAG = (1 << 31) - 7
+
+# torch.distributed's RedOpType -> ringccl's ReduceOp (PREMUL_SUM, and anything newer, absent)
+_OPS = {dist.ReduceOp.SUM: ReduceOp.SUM, dist.ReduceOp.PRODUCT: ReduceOp.PRODUCT,
+        dist.ReduceOp.MIN: ReduceOp.MIN, dist.ReduceOp.MAX: ReduceOp.MAX,
+        dist.ReduceOp.AVG: ReduceOp.AVG, dist.ReduceOp.BAND: ReduceOp.BAND,
+        dist.ReduceOp.BOR: ReduceOp.BOR, dist.ReduceOp.BXOR: ReduceOp.BXOR}
+
+
+def _dtype_name(dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _reduce_op(opts_op, dtype, collective: str) -> ReduceOp:
+    """torch's ``opts.reduceOp`` as ringccl's ReduceOp, refused (RuntimeError, as gloo's
+    "Cannot use ReduceOp.PREMUL_SUM with Gloo") where ringccl cannot reduce it on ``dtype``."""
+    kind = getattr(opts_op, "op", opts_op)   # a ReduceOp object carries its RedOpType in .op
+    op = _OPS.get(kind)
+    name = str(kind).rsplit(".", 1)[-1]
+    if op is None:
+        raise RuntimeError(f"Cannot use ReduceOp.{name} with ringccl ({collective}, dtype "
+                           f"{_dtype_name(dtype)}); ringccl reduces with SUM, PRODUCT, MIN, MAX, "
+                           "AVG, BAND, BOR, BXOR")
+    is_float = dtype.is_floating_point
+    if op is ReduceOp.AVG and not is_float:
+        raise RuntimeError(f"Cannot use ReduceOp.AVG with non-floating dtype "
+                           f"{_dtype_name(dtype)} ({collective}) on ringccl")
+    if op in (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR) and is_float:
+        raise RuntimeError(f"Cannot use ReduceOp.{name} with non-integral dtype "
+                           f"{_dtype_name(dtype)} ({collective}) on ringccl")
+    return op
+
+
+def _check_dtype(tensors: Sequence[torch.Tensor], collective: str) -> None:
+    """Refuse, as gloo's "Invalid scalar type" RuntimeError, dtypes and devices ringccl does not
+    move; named."""
+    for t in tensors:
+        if t.dtype not in _SUPPORTED:
+            allowed = ", ".join(_dtype_name(d) for d in _SUPPORTED)
+            raise RuntimeError(f"ringccl {collective}: dtype {_dtype_name(t.dtype)} is not "
+                               f"supported (Invalid scalar type); expected one of {allowed}")
+        if t.device.type != "cpu":
+            raise RuntimeError(f"ringccl {collective}: tensors must be on the CPU, got device "
+                               f"{t.device} (the backend is registered for devices ['cpu'])")
+
+
+# -- the inner gloo group and the transport over it --------------------------------------------
+
+class _GlooTransport:
+    """The engine's transport (:class:`ringccl.engine.Transport`) over a raw gloo group:
+    ``ProcessGroupGloo.send/recv`` with :data:`COLLECTIVE_TAG`, waits bounded by ``timeout``
+    (None: the gloo group's own, which it applies to every wait)."""
+
+    def __init__(self, inner, global_ranks: Sequence[int], timeout: datetime.timedelta | None):
+        self.inner, self.global_ranks, self.timeout = inner, global_ranks, timeout
+
+    def isend(self, s, data):
+        return self.inner.send([data], s.peer, COLLECTIVE_TAG)
+
+    def irecv(self, r, landing):
+        return self.inner.recv([landing], r.peer, COLLECTIVE_TAG)
+
+    def wait(self, work) -> None:
+        if self.timeout is None:
+            work.wait()
+        else:
+            work.wait(self.timeout)
+
+    def is_timeout(self, exc: BaseException) -> bool:
+        text = str(exc).lower()
+        return "timed out" in text or "timeout" in text
+
+    def peer_name(self, peer: int) -> str:
+        g = self.global_ranks[peer]
+        return str(peer) if g == peer else f"{peer} (global rank {g})"
+
+    def batch(self, sends, recvs) -> list:   # gloo matches independent isend/irecv: dataflow
+        raise NotImplementedError("the gloo transport runs the dataflow driver")
+
+
+class _Group:
+    """One ringccl process group's state: identity, the inner gloo group, hosts, the worker.
+
+    Attributes:
+        rank, size: this process's rank in the group and the group's size.
+        global_ranks: the group's ranks in the default group, by group rank.
+        name: torch's group name (its PrefixStore prefix), for log lines.
+        timeout: the group's timeout (``init_process_group(timeout=...)``).
+        hosts: every rank's host identity (hostname, or ``RINGCCL_HOST_ID``), by group rank.
+    """
+
+    def __init__(self, store, rank: int, size: int, timeout: datetime.timedelta,
+                 global_ranks: Sequence[int], name: str):
+        self.rank, self.size, self.name, self.timeout = rank, size, name, timeout
+        self.global_ranks = list(global_ranks)
+        # its own key space in the group's store: torch's wrapper groups and our exchange of
+        # host names never collide with gloo's rendezvous keys
+        self.inner = dist.ProcessGroupGloo(dist.PrefixStore("ringccl/gloo", store), rank, size,
+                                           timeout)
+        self.hosts = _exchange_hosts(dist.PrefixStore("ringccl/host", store), rank, size,
+                                     timeout)
+        self.logged: set = set()
+        self.threaded = os.environ.get("RINGCCL_BACKEND_THREAD", "1") != "0"
+        self._jobs: queue.Queue = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self.closed = False
+
+    # -- small exchanges over the inner group (the front end's group adapter) ------------------
+    def allreduce_max(self, values: Sequence[int]) -> list[int]:
+        t = torch.tensor(list(values), dtype=torch.int64)
+        opts = dist.AllreduceOptions()
+        opts.reduceOp = dist.ReduceOp.MAX
+        self.inner.allreduce([t], opts).wait()
+        return [int(v) for v in t]
+
+    def all_gather_object(self, obj: Any) -> list:
+        data = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
+        (n,) = self.allreduce_max([data.numel()])
+        padded = torch.zeros(n + 8, dtype=torch.uint8)
+        padded[:8] = torch.tensor([data.numel()], dtype=torch.int64).view(torch.uint8)
+        padded[8:8 + data.numel()] = data
+        out = [[torch.empty_like(padded) for _ in range(self.size)]]
+        self.inner.allgather(out, [padded]).wait()
+        objs = []
+        for t in out[0]:
+            k = int(t[:8].view(torch.int64))
+            objs.append(pickle.loads(t[8:8 + k].numpy().tobytes()))
+        return objs
+
+    # -- running the group's collectives, one at a time in issue order --------------------------
+    def submit(self, job: Callable[[], Any]) -> torch.futures.Future:
+        """Run ``job()`` (returns the future's value) after every collective issued before it;
+        returns its future (completed already when the group runs in the caller's thread)."""
+        if self.closed:
+            raise RuntimeError(f"ringccl process group {self.name!r} has been destroyed")
+        future: torch.futures.Future = torch.futures.Future()
+        if not self.threaded:
+            _complete(future, job)
+            return future
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=_worker_loop, args=(self._jobs,),
+                                                name=f"ringccl-backend-{self.name}",
+                                                daemon=True)
+                self._thread.start()
+        self._jobs.put((job, future))
+        return future
+
+    def close(self) -> None:
+        """Finish the queued collectives, stop the worker, drop the inner gloo group."""
+        if self.closed:
+            return
+        self.closed = True
+        thread = self._thread
+        if thread is not None:
+            self._jobs.put(None)
+            if thread is not threading.current_thread():
+                thread.join(self.timeout.total_seconds() + 5)
+        self.inner = None
+
+
+def _complete(future: torch.futures.Future, job: Callable[[], Any]) -> None:
+    with torch.no_grad():   # collectives write parameters and their views, below autograd
+        try:
+            value = job()
+        except BaseException as exc:  # hand every failure to whoever waits on the Work
+            future.set_exception(exc)
+            return
+    future.set_result(value)
+
+
+def _worker_loop(jobs: queue.Queue) -> None:
+    while True:
+        item = jobs.get()
+        if item is None:
+            return
+        _complete(item[1], item[0])
+
+
+def host_id() -> str:
+    """This process's host identity: ``RINGCCL_HOST_ID`` if set (tests split one machine into
+    several "hosts" with it), else the hostname."""
+    return os.environ.get("RINGCCL_HOST_ID") or socket.gethostname()
+
+
+def _exchange_hosts(store, rank: int, size: int, timeout: datetime.timedelta) -> list[str]:
+    """Every rank's :func:`host_id`, by group rank, through the group's store (bounded by the
+    store's timeout: a rank that never arrives fails the set-up)."""
+    store.set(str(rank), host_id())
+    keys = [str(r) for r in range(size)]
+    store.wait(keys, timeout)
+    return [store.get(k).decode() for k in keys]
+
+
+# -- the front end's group adapter and transport for this backend -------------------------------
+
+class _Front(_Torch):
+    """ringccl.torch's tensor dialect (:class:`ringccl.torch.collectives._Torch`) with a
+    :class:`_Group` as the group: its size and rank, its inner gloo group for the small
+    exchanges and the schedules' messages. Roots arrive as group ranks (torch converts a global
+    ``src``/``dst`` before calling the backend)."""
+
+    name = "ringccl backend"
+
+    @staticmethod
+    def group(g):
+        return g
+
+    @staticmethod
+    def size(g) -> int:
+        return g.size
+
+    @staticmethod
+    def rank(g) -> int:
+        return g.rank
+
+    @staticmethod
+    def root(g, rank, argument: str, world_size: int) -> int:
+        return check_rank(rank, world_size, argument)
+
+    @staticmethod
+    def key(g):
+        return id(g)
+
+    @staticmethod
+    def gather_objects(g, obj, collective: str, algorithm: str, timeout=None) -> list:
+        return g.all_gather_object(obj)
+
+    @staticmethod
+    def max2(g, a: int, b: int) -> tuple[int, int]:
+        x, y = g.allreduce_max([a, b])
+        return x, y
+
+    @staticmethod
+    def execute(schedule, work, op, g, bounds, opts, restore: bool) -> None:
+        _execute(schedule, work, op, g, bounds, opts, restore)
+
+
+def _execute(schedule, buffer: torch.Tensor, op: ReduceOp, g: _Group, bounds, opts,
+             restore: bool) -> None:
+    """:func:`ringccl.torch.executor.execute`'s run, over the inner gloo group: the engine's
+    plan for this rank, its workspace (torch's in-place ops), the dataflow driver."""
+    wait_timeout = executor.check_timeout(opts.timeout)
+    bounds = engine.check_bounds(bounds, schedule.num_chunks, buffer.numel())
+    segment_elems = opts.pipelining.segment_elems(bounds, buffer.element_size())
+    plan = engine.plan(schedule, g.rank, bounds, segment_elems)
+    if not plan.steps:
+        return
+    workspace = engine.Workspace(executor.OPS, buffer, op, plan.staging_elems)
+    transport = _GlooTransport(g.inner, g.global_ranks, wait_timeout)
+    seconds = (wait_timeout or g.timeout).total_seconds()
+    recorder = trace.state.recorder   # RINGCCL_DEBUG=TRACE: the per-step timings
+    if recorder is None:
+        engine.run_dataflow(schedule, g.rank, plan, transport, workspace, restore=restore,
+                            timeout=seconds)
+    else:
+        recorder.run(engine.run_dataflow, schedule, g.rank, plan, transport, workspace,
+                     restore=restore, timeout=seconds, itemsize=buffer.element_size(),
+                     backend=BACKEND_NAME)
+
+
+_F = _Front()
+
+
+def _options(opts_timeout=None) -> frontend.Options:
+    """The executor options of one call: the per-call ``opts.timeout`` when torch set one."""
+    timeout = None
+    if isinstance(opts_timeout, datetime.timedelta) and opts_timeout.total_seconds() > 0:
+        timeout = opts_timeout
+    return frontend.options(_F, None, timeout, None, None)
+
+
+def _log_choice(g: _Group, collective: str, algorithm: str, nbytes: int, forced: bool) -> None:
+    """``RINGCCL_DEBUG=INFO``: one line per (collective, size class, group), as NCCL_DEBUG=INFO
+    prints its choices once; the per-call lines are :mod:`ringccl.frontend.debug`'s."""
+    level = debug_level()
+    if level not in ("info", "trace"):
+        return
+    key = (collective, size_class(nbytes))
+    if key in g.logged:
+        return
+    g.logged.add(key)
+    debug._configure(level)
+    seconds = predicted_seconds(collective, algorithm, g.size, nbytes)
+    predicted = "n/a" if seconds is None else f"{seconds * 1e6:.1f}"
+    debug.logger.info("%s:%d [rank %d] backend group=%s size=%d %s size_class=%s "
+                      "algorithm=%s (%s) transport=gloo-p2p predicted_us=%s", socket.gethostname(),
+                      os.getpid(), g.rank, g.name, g.size, collective, key[1], algorithm,
+                      "RINGCCL_ALGO" if forced else "default", predicted)
+
+
+def _algorithm(g: _Group, collective: str, nbytes: int) -> str:
+    algorithm, forced = choose_algorithm(collective, g.size, nbytes)
+    _log_choice(g, collective, algorithm, nbytes, forced)
+    return algorithm
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+class _Work(dist.Work):
+    """A collective's handle, as gloo's: ``wait()`` blocks until the collective is done and
+    raises its failure (PeerError/RingcclTimeout, ...); ``get_future()`` is the future whose
+    value is the output tensors (DDP's comm hooks and bucket futures read it).
+
+    Not ``torch._C._distributed_c10d._create_work_from_future``: that Work's ``wait()`` returns
+    True even when the future holds an exception (torch 2.13), so a dead peer would pass
+    silently. torch's C++ callers (DDP's reducer) reach these methods through its Python-Work
+    trampoline, as for torch's own Python test groups."""
+
+    def __init__(self, future: torch.futures.Future):
+        super().__init__()
+        self._future = future
+
+    def wait(self, timeout: datetime.timedelta | None = None) -> bool:
+        self._future.wait()   # raises the collective's exception; bounded by the group timeout
+        return True
+
+    def get_future(self) -> torch.futures.Future:
+        return self._future
+
+    def is_completed(self) -> bool:
+        return self._future.done()
+
+    def is_success(self) -> bool:
+        if not self._future.done():
+            return False
+        try:
+            self._future.value()
+        except Exception:   # the collective failed
+            return False
+        return True
+
+    def exception(self):
+        try:
+            self._future.value()
+        except Exception as exc:   # the failure is the answer
+            return exc
+        return None
+
+    def result(self) -> list:
+        return self._future.value()
+
+
+# -- the process group torch sees ---------------------------------------------------------------
+
+class RingcclProcessGroup(dist.ProcessGroup):
+    """A torch.distributed process group whose collectives run ringccl schedules over an inner
+    gloo group (module docstring). Built by torch through :func:`create_process_group`; never
+    constructed directly. CPU tensors only; every method takes and returns what gloo's does
+    (lists of tensors and an options object in, a ``Work`` out)."""
+
+    def __init__(self, store, rank: int, size: int, timeout: datetime.timedelta,
+                 global_ranks: Sequence[int] | None = None, name: str = ""):
+        super().__init__(rank, size)
+        self._name = name
+        self._group = _Group(store, rank, size, timeout,
+                             range(size) if global_ranks is None else global_ranks, name)
+        # the group is freed with the object if torch (< 2.5) never calls shutdown
+        self._finalizer = weakref.finalize(self, self._group.close)
+
+    # -- identity -------------------------------------------------------------------------------
+    def getBackendName(self) -> str:
+        return BACKEND_NAME
+
+    def name(self) -> str:
+        return BACKEND_NAME
+
+    def size(self) -> int:
+        return self._group.size
+
+    # torch sets and reads a group's name (destroy_process_group unregisters it by name); a
+    # Python group keeps it itself, as torch's threaded test group does
+    @property
+    def group_name(self) -> str:
+        return self._name
+
+    def _set_group_name(self, name: str) -> None:
+        self._name = self._group.name = str(name)
+
+    def rank(self) -> int:
+        return self._group.rank
+
+    @property
+    def hosts(self) -> list[str]:
+        """Every rank's host identity by group rank (the multi-host hook: ranks are grouped by
+        it once the shared-memory transport is in)."""
+        return list(self._group.hosts)
+
+    def shutdown(self) -> None:
+        """Called by ``destroy_process_group``: finish queued collectives, free the worker and
+        the inner gloo group."""
+        self._finalizer()
+
+    def abort(self) -> None:
+        self._finalizer()
+
+    def _submit(self, job: Callable[[], Any]):
+        return _Work(self._group.submit(job))
+
+    # -- collectives ----------------------------------------------------------------------------
+    def allreduce(self, tensors, opts=None):
+        opts = opts if opts is not None else dist.AllreduceOptions()
+        return self._all_reduce(list(tensors), opts.reduceOp, opts.timeout)
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        opts = opts if opts is not None else dist.AllreduceCoalescedOptions()
+        return self._all_reduce(list(tensors), opts.reduceOp, opts.timeout)
+
+    def _all_reduce(self, tensors: list, reduce_op, timeout):
+        g = self._group
+        _check_dtype(tensors, "all_reduce")
+        ops = [_reduce_op(reduce_op, t.dtype, "all_reduce") for t in tensors]
+        options = _options(timeout)
+        plan = [(t, op, _algorithm(g, "all_reduce", _nbytes(t))) for t, op in zip(tensors, ops)]
+
+        def job():
+            for t, op, algorithm in plan:
+                frontend.in_place(_F, "all_reduce", t, op, g, algorithm, {}, options)
+            return tensors
+        return self._submit(job)
+
+    def broadcast(self, tensors, opts=None):
+        opts = opts if opts is not None else dist.BroadcastOptions()
+        g, tensors = self._group, list(tensors)
+        _check_dtype(tensors, "broadcast")
+        root = check_rank(opts.rootRank, g.size, "src")
+        options = _options(opts.timeout)
+        plan = [(t, _algorithm(g, "broadcast", _nbytes(t))) for t in tensors]
+
+        def job():
+            for t, algorithm in plan:
+                frontend.in_place(_F, "broadcast", t, ReduceOp.SUM, g, algorithm,
+                                  {"root": root}, options)
+            return tensors
+        return self._submit(job)
+
+    def reduce(self, tensors, opts=None):
+        opts = opts if opts is not None else dist.ReduceOptions()
+        g, tensors = self._group, list(tensors)
+        _check_dtype(tensors, "reduce")
+        root = check_rank(opts.rootRank, g.size, "dst")
+        ops = [_reduce_op(opts.reduceOp, t.dtype, "reduce") for t in tensors]
+        options = _options(opts.timeout)
+        plan = [(t, op, _algorithm(g, "reduce", _nbytes(t))) for t, op in zip(tensors, ops)]
+
+        def job():
+            for t, op, algorithm in plan:
+                frontend.in_place(_F, "reduce", t, op, g, algorithm, {"root": root}, options,
+                                  copy=g.rank != root)
+            return tensors
+        return self._submit(job)
+
+    def allgather(self, output_tensors, input_tensors, opts=None):
+        opts = opts if opts is not None else dist.AllgatherOptions()
+        g = self._group
+        outputs, inputs = [list(o) for o in output_tensors], list(input_tensors)
+        _check_dtype(inputs + [t for o in outputs for t in o], "all_gather")
+        options = _options(opts.timeout)
+        plan = []
+        for out, inp in zip(outputs, inputs):
+            if len(out) != g.size:
+                raise RuntimeError(f"ringccl all_gather: output list has {len(out)} tensors, "
+                                   f"the group has {g.size} ranks")
+            plan.append((out, inp, _algorithm(g, "all_gather", _nbytes(inp) * g.size)))
+
+        def job():
+            for out, inp, algorithm in plan:
+                # one contiguous working buffer; the blocks are copied out (list outputs may be
+                # anywhere in memory)
+                whole = inp.new_empty(g.size * inp.numel())
+                frontend.all_gather(_F, whole, inp, g, algorithm, {}, options, "all_gather",
+                                    ("output_tensor_list", "input_tensor"))
+                for r, t in enumerate(out):
+                    t.copy_(whole[r * inp.numel():(r + 1) * inp.numel()].view(t.shape))
+            return outputs
+        return self._submit(job)
+
+    def allgather_coalesced(self, output_lists, input_list, opts=None):
+        # gloo's layout: output_lists[r][i] receives rank r's input_list[i]; allgather wants,
+        # per input, the list over ranks
+        per_input = [[output_lists[r][i] for r in range(len(output_lists))]
+                     for i in range(len(input_list))]
+        work = self.allgather(per_input, input_list, opts)
+        lists = [list(o) for o in output_lists]
+        # f.value() re-raises the gather's failure into the returned future
+        return _Work(work.get_future().then(lambda f: (f.value(), lists)[1]))
+
+    def _allgather_base(self, output, input, opts=None):
+        opts = opts if opts is not None else dist.AllgatherOptions()
+        g = self._group
+        _check_dtype([output, input], "all_gather_into_tensor")
+        options = _options(opts.timeout)
+        algorithm = _algorithm(g, "all_gather", _nbytes(output))
+
+        def job():
+            frontend.all_gather(_F, output, input, g, algorithm, {}, options,
+                                "all_gather_into_tensor", ("output_tensor", "input_tensor"))
+            return [output]
+        return self._submit(job)
+
+    def all_gather_single(self, output, input, opts=None):
+        return self._allgather_base(output, input, opts)
+
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        return self._coalesced(self._allgather_base, outputs, inputs, opts)
+
+    def reduce_scatter(self, output_tensors, input_tensors, opts=None):
+        opts = opts if opts is not None else dist.ReduceScatterOptions()
+        g = self._group
+        outputs, inputs = list(output_tensors), [list(i) for i in input_tensors]
+        _check_dtype(outputs + [t for i in inputs for t in i], "reduce_scatter")
+        ops = [_reduce_op(opts.reduceOp, t.dtype, "reduce_scatter") for t in outputs]
+        options = _options(opts.timeout)
+        plan = []
+        for out, inp, op in zip(outputs, inputs, ops):
+            if len(inp) != g.size:
+                raise RuntimeError(f"ringccl reduce_scatter: input list has {len(inp)} tensors, "
+                                   f"the group has {g.size} ranks")
+            plan.append((out, inp, op, _algorithm(g, "reduce_scatter", _nbytes(out) * g.size)))
+
+        def job():
+            for out, inp, op, algorithm in plan:
+                whole = torch.cat([t.reshape(-1) for t in inp])
+                frontend.reduce_scatter(_F, out, whole, op, g, algorithm, {}, options, None,
+                                        "reduce_scatter")
+            return outputs
+        return self._submit(job)
+
+    def _reduce_scatter_base(self, output, input, opts=None):
+        opts = opts if opts is not None else dist.ReduceScatterOptions()
+        g = self._group
+        _check_dtype([output, input], "reduce_scatter_tensor")
+        op = _reduce_op(opts.reduceOp, input.dtype, "reduce_scatter_tensor")
+        options = _options(opts.timeout)
+        algorithm = _algorithm(g, "reduce_scatter", _nbytes(input))
+
+        def job():
+            frontend.reduce_scatter(_F, output, input, op, g, algorithm, {}, options, None,
+                                    "reduce_scatter_tensor")
+            return [output]
+        return self._submit(job)
+
+    def reduce_scatter_single(self, output, input, opts=None):
+        return self._reduce_scatter_base(output, input, opts)
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        return self._coalesced(self._reduce_scatter_base, outputs, inputs, opts)
+
+    def _coalesced(self, one, outputs, inputs, opts):
+        """Several calls of ``one`` queued back to back: the last one's Work completes after
+        all of them (one worker, in order), with every output as its value."""
+        works = [one(o, i, opts) for o, i in zip(outputs, inputs)]
+        if not works:
+            return self._submit(lambda: [])
+        outputs = list(outputs)
+        return self._submit(lambda: outputs) if len(works) > 1 else works[0]
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        opts = opts if opts is not None else dist.AllToAllOptions()
+        g = self._group
+        _check_dtype([output, input], "all_to_all_single")
+        options = _options(opts.timeout)
+        algorithm = _algorithm(g, "all_to_all", _nbytes(input))
+        outs = list(output_split_sizes) or None   # torch passes [] for equal pieces
+        ins = list(input_split_sizes) or None
+
+        def job():
+            frontend.all_to_all(_F, output, input, outs, ins, g, algorithm, {}, options)
+            return [output]
+        return self._submit(job)
+
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes,
+                          opts=None):
+        return self.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts)
+
+    def alltoall(self, output_tensors, input_tensors, opts=None):
+        opts = opts if opts is not None else dist.AllToAllOptions()
+        g = self._group
+        outputs, inputs = list(output_tensors), list(input_tensors)
+        _check_dtype(outputs + inputs, "all_to_all")
+        options = _options(opts.timeout)
+        algorithm = _algorithm(g, "all_to_all", sum(_nbytes(t) for t in inputs))
+
+        def job():
+            frontend.exchange(_F, inputs, [t.numel() for t in inputs],
+                              [t.numel() for t in outputs], g, algorithm, {}, options, outputs)
+            return outputs
+        return self._submit(job)
+
+    def gather(self, output_tensors, input_tensors, opts=None):
+        opts = opts if opts is not None else dist.GatherOptions()
+        g = self._group
+        inputs = list(input_tensors)
+        root = check_rank(opts.rootRank, g.size, "dst")
+        blocks = list(output_tensors[0]) if g.rank == root else None
+        _check_dtype(inputs + (blocks or []), "gather")
+        options = _options(opts.timeout)
+        algorithm = _algorithm(g, "gather", _nbytes(inputs[0]) * g.size)
+
+        def job():
+            frontend.gather(_F, inputs[0], blocks, root, g, algorithm, {}, options)
+            return [blocks] if blocks is not None else []
+        return self._submit(job)
+
+    def scatter(self, output_tensors, input_tensors, opts=None):
+        opts = opts if opts is not None else dist.ScatterOptions()
+        g = self._group
+        outputs = list(output_tensors)
+        root = check_rank(opts.rootRank, g.size, "src")
+        blocks = list(input_tensors[0]) if g.rank == root else None
+        _check_dtype(outputs + (blocks or []), "scatter")
+        options = _options(opts.timeout)
+        algorithm = _algorithm(g, "scatter", _nbytes(outputs[0]) * g.size)
+
+        def job():
+            frontend.scatter(_F, outputs[0], blocks, root, g, algorithm, {}, options)
+            return outputs
+        return self._submit(job)
+
+    def barrier(self, opts=None):
+        g = self._group
+
+        def job():
+            # after every collective issued before it (the worker's order), then gloo's own
+            g.inner.barrier().wait()
+            return []
+        return self._submit(job)
+
+    # -- point to point: straight to the inner gloo group (gloo's own Work and futures) ---------
+    def send(self, tensors, dstRank: int, tag: int = 0):
+        _check_p2p(tensors, tag, "send")
+        return self._group.inner.send(list(tensors), dstRank, tag)
+
+    def recv(self, tensors, srcRank: int, tag: int = 0):
+        _check_p2p(tensors, tag, "recv")
+        return self._group.inner.recv(list(tensors), srcRank, tag)
+
+    def recv_anysource(self, tensors, tag: int = 0):
+        _check_p2p(tensors, tag, "recv")
+        return self._group.inner.recv_anysource(list(tensors), tag)
+
+
+def _check_p2p(tensors, tag: int, what: str) -> None:
+    _check_dtype(list(tensors), what)
+    if tag == COLLECTIVE_TAG:
+        raise RuntimeError(f"ringccl {what}: tag={tag} is reserved for ringccl's collectives; "
+                           "use another tag")
+
+
+# -- registration -------------------------------------------------------------------------------
+
+def create_process_group(backend_opts, pg_options=None) -> RingcclProcessGroup:
+    """torch's creator (``extended_api=True``): a :class:`RingcclProcessGroup` for the group
+    described by ``backend_opts`` (``torch.distributed._DistributedBackendOptions``: store,
+    group_rank, group_size, timeout, group_id, global_ranks_in_group).
+
+    Raises:
+        ValueError: ``pg_options`` given (ringccl takes its settings from the environment:
+            RINGCCL_ALGO, RINGCCL_DEBUG, RINGCCL_TIMEOUT).
+    """
+    if pg_options is not None:
+        raise ValueError(f"pg_options={pg_options!r}: the ringccl backend takes no options "
+                         "object; set RINGCCL_ALGO / RINGCCL_DEBUG / RINGCCL_TIMEOUT instead")
+    ranks = list(getattr(backend_opts, "global_ranks_in_group", None) or [])
+    size = backend_opts.group_size
+    return RingcclProcessGroup(backend_opts.store, backend_opts.group_rank, size,
+                               backend_opts.timeout, ranks if len(ranks) == size else None,
+                               str(getattr(backend_opts, "group_id", "")))
+
+
+def register() -> None:
+    """Register the ``"ringccl"`` backend with torch.distributed (idempotent; what
+    ``import ringccl.torch`` and the ``torch.backends`` entry point do)."""
+    if BACKEND_NAME.upper() in getattr(dist.Backend, "_plugins", {}):
+        return
+    dist.Backend.register_backend(BACKEND_NAME, create_process_group, extended_api=True,
+                                  devices=["cpu"])
+
+
+
+def autoload() -> None:
+    """The ``torch.backends`` entry point (pyproject.toml): torch >= 2.5 calls it at the end of
+    ``import torch`` (torch.distributed is imported by then), so ``init_process_group("ringccl")``
+    works in scripts that never import ringccl."""
+    register()

@@ -1,0 +1,57 @@
+"""One rank of a ringccl-backend job started as torchrun would (env://), for test_backend_faults.
+
+Usage: python backend_script.py MODE   (env: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE)
+MODE "env": init_process_group("ringccl") from the environment, all_reduce, print JSON.
+MODE "store": the same with an explicit TCPStore, rank and world_size.
+MODE "kill": the last rank exits during a stream of all_reduces; the others print what they
+raised and after how many seconds (group timeout: 10 s).
+"""
+
+import datetime
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import ringccl.torch  # noqa: F401  (registers "ringccl")
+
+assert ringccl.torch.backend.BACKEND_NAME == "ringccl"  # the import is the point
+
+TIMEOUT = datetime.timedelta(seconds=10)
+
+
+def main(mode: str) -> None:
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if mode == "store":
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                              world_size, rank == 0, timeout=TIMEOUT)
+        dist.init_process_group("ringccl", store=store, rank=rank, world_size=world_size,
+                                timeout=TIMEOUT)
+    else:
+        dist.init_process_group("ringccl", timeout=TIMEOUT)   # env://, as under torchrun
+    t = torch.full((1 << 20,), float(rank))
+    dist.all_reduce(t)
+    report = {"rank": rank, "sum": float(t[0]), "backend": dist.get_backend(),
+              "hosts": dist.distributed_c10d._get_default_group().hosts}
+    if mode == "kill":
+        if rank == world_size - 1:
+            time.sleep(0.3)
+            os._exit(17)
+        t0 = time.monotonic()
+        try:
+            for _ in range(200):
+                dist.all_reduce(t)
+        except Exception as exc:  # what the survivors raise is the result
+            report["raised"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        report["seconds"] = time.monotonic() - t0
+        print(json.dumps(report), flush=True)
+        os._exit(0)   # the group is unusable now; do not wait in its teardown
+    dist.destroy_process_group()
+    print(json.dumps(report), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,275 @@
+"""Worker bodies for the "ringccl" torch.distributed backend tests (issue 17).
+
+Every worker runs under ``launch(..., backend="ringccl")``: the default group is ringccl's, and a
+gloo group over the same ranks (``dist.new_group(backend="gloo")``) is the reference. Each check
+runs the same torch.distributed call on both groups with the same inputs and records where they
+differ; the tests assert the records are empty.
+"""
+
+import os
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from hypothesis import Phase, given, settings
+from hypothesis import strategies as st
+
+import ringccl.torch  # noqa: F401  (registers "ringccl")
+
+assert ringccl.torch.backend.BACKEND_NAME == "ringccl"  # the import is the point
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
+          "bfloat16": torch.bfloat16, "int32": torch.int32, "int64": torch.int64,
+          "int8": torch.int8, "uint8": torch.uint8, "bool": torch.bool}
+OPS = {"sum": dist.ReduceOp.SUM, "product": dist.ReduceOp.PRODUCT, "min": dist.ReduceOp.MIN,
+       "max": dist.ReduceOp.MAX, "avg": dist.ReduceOp.AVG, "band": dist.ReduceOp.BAND,
+       "bor": dist.ReduceOp.BOR, "bxor": dist.ReduceOp.BXOR}
+
+
+def _allowed(op: str, dtype) -> bool:
+    if op == "avg":
+        return dtype.is_floating_point
+    if op in ("band", "bor", "bxor"):
+        return not dtype.is_floating_point
+    if dtype is torch.bool:
+        return op in ("sum", "min", "max")    # gloo reduces bool as uint8 would wrap otherwise
+    return True
+
+
+def _input(seed: int, count: int, dtype, shape_rows: int = 0) -> torch.Tensor:
+    """The same pseudo-random tensor on every rank for the same seed; small integers so that
+    sums and products are exact in every dtype (products of 4 values in [1, 2] fit int8)."""
+    g = torch.Generator().manual_seed(seed)
+    if dtype is torch.bool:
+        t = torch.randint(0, 2, (count,), generator=g).bool()
+    elif dtype.is_floating_point:
+        t = torch.randint(1, 3, (count,), generator=g).to(dtype)
+    else:
+        t = torch.randint(1, 3, (count,), generator=g).to(dtype)
+    return t
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.dtype.is_floating_point:
+        return bool(torch.allclose(a.double(), b.double(), rtol=1e-3, atol=1e-3, equal_nan=True))
+    return bool(torch.equal(a, b))
+
+
+def collectives_vs_gloo(rank, world_size, max_examples):
+    """Every collective on "ringccl" (default group) against gloo, hypothesis over count, dtype,
+    op and root; identical examples on every rank (derandomized, no shrinking: the ranks must
+    issue the same calls). Returns the list of mismatches."""
+    gloo = dist.new_group(backend="gloo")
+    mismatches = []
+    calls = {"n": 0}
+
+    def both(fn):
+        """fn(group) -> tensors to compare, on ringccl then gloo."""
+        mine, ref = fn(None), fn(gloo)
+        for i, (a, b) in enumerate(zip(mine, ref)):
+            if a.shape != b.shape or not _same(a, b):
+                mismatches.append((calls["n"], i, a.tolist()[:8], b.tolist()[:8]))
+
+    @settings(max_examples=max_examples, derandomize=True, database=None, deadline=None,
+              phases=[Phase.explicit, Phase.generate])
+    @given(collective=st.sampled_from(["all_reduce", "all_reduce_coalesced", "broadcast",
+                                       "reduce", "all_gather", "all_gather_into_tensor",
+                                       "reduce_scatter", "reduce_scatter_tensor", "all_to_all",
+                                       "all_to_all_single", "gather", "scatter"]),
+           count=st.integers(0, 70), dtype=st.sampled_from(sorted(DTYPES)),
+           op=st.sampled_from(sorted(OPS)), root=st.integers(0, 3), seed=st.integers(0, 999),
+           async_op=st.booleans())
+    def check(collective, count, dtype, op, root, seed, async_op):
+        calls["n"] += 1
+        dt, root = DTYPES[dtype], root % world_size
+        if not _allowed(op, dt):
+            op = "max"
+        rop = OPS[op]
+        x = _input(seed * world_size + rank, count, dt)
+
+        def done(work):
+            if async_op:
+                work.wait()
+
+        def run(group):
+            y = x.clone()
+            if collective == "all_reduce":
+                done(dist.all_reduce(y, op=rop, group=group, async_op=async_op))
+                return [y]
+            if collective == "all_reduce_coalesced":
+                z = (x[: count // 2] + 1).clone()
+                with dist._coalescing_manager(group=group, async_ops=False):
+                    dist.all_reduce(y, op=rop, group=group)
+                    dist.all_reduce(z, op=rop, group=group)
+                return [y, z]
+            if collective == "broadcast":
+                done(dist.broadcast(y, src=root, group=group, async_op=async_op))
+                return [y]
+            if collective == "reduce":
+                done(dist.reduce(y, dst=root, op=rop, group=group, async_op=async_op))
+                return [y] if rank == root else []   # elsewhere unspecified (gloo: partials)
+            if collective == "all_gather":
+                outs = [torch.empty_like(x) for _ in range(world_size)]
+                done(dist.all_gather(outs, y, group=group, async_op=async_op))
+                return outs
+            if collective == "all_gather_into_tensor":
+                out = x.new_empty(world_size * count)
+                done(dist.all_gather_into_tensor(out, y, group=group, async_op=async_op))
+                return [out]
+            if collective == "reduce_scatter":
+                ins = [_input(seed + 7 * r + rank, count, dt) for r in range(world_size)]
+                out = torch.empty_like(x)
+                done(dist.reduce_scatter(out, ins, op=rop, group=group, async_op=async_op))
+                return [out]
+            if collective == "reduce_scatter_tensor":
+                inp = _input(seed + rank, world_size * count, dt)
+                out = x.new_empty(count)
+                done(dist.reduce_scatter_tensor(out, inp, op=rop, group=group,
+                                                async_op=async_op))
+                return [out]
+            if collective == "all_to_all":
+                # gloo's alltoall needs equal sizes (uneven ones: all_to_all_single below)
+                ins = [_input(seed + 3 * r + rank, count % 9, dt) for r in range(world_size)]
+                outs = [x.new_empty(count % 9) for r in range(world_size)]
+                done(dist.all_to_all(outs, ins, group=group, async_op=async_op))
+                return outs
+            if collective == "all_to_all_single":
+                # uneven splits: rank r sends (r + j + count) % 5 rows of 3 to rank j
+                ins = [(rank + j + count) % 5 for j in range(world_size)]
+                outs = [(j + rank + count) % 5 for j in range(world_size)]
+                inp = _input(seed + rank, 3 * sum(ins), dt).view(-1, 3)
+                out = inp.new_empty(sum(outs), 3)
+                done(dist.all_to_all_single(out, inp, outs, ins, group=group,
+                                            async_op=async_op))
+                return [out]
+            if collective == "gather":
+                blocks = [torch.empty_like(x) for _ in range(world_size)] if rank == root else None
+                done(dist.gather(y, blocks, dst=root, group=group, async_op=async_op))
+                return blocks or []
+            blocks = ([_input(seed + r, count, dt) for r in range(world_size)]
+                      if rank == root else None)
+            done(dist.scatter(y, blocks, src=root, group=group, async_op=async_op))
+            return [y]
+
+        both(run)
+
+    check()
+    return {"mismatches": mismatches, "calls": calls["n"]}
+
+
+def futures_and_subgroups(rank, world_size):
+    """async_op futures (values as gloo's, then-callbacks), issue order of async calls,
+    barrier, point-to-point incl. batch_isend_irecv, subgroups with global-rank src/dst, the
+    refused ops. Returns a dict of observations."""
+    out = {}
+    gloo = dist.new_group(backend="gloo")
+    # futures: the value is the list of output tensors, as gloo's
+    t = torch.full((5,), float(rank + 1))
+    fut = dist.all_reduce(t, async_op=True).get_future()
+    chained = fut.then(lambda f: f.value()[0] * 2)
+    value = fut.wait()
+    out["future_value"] = [type(value).__name__, len(value), value[0] is t]
+    out["chained"] = chained.wait().tolist()
+    ref = torch.full((5,), float(rank + 1))
+    gvalue = dist.all_reduce(ref, group=gloo, async_op=True).get_future().wait()
+    out["gloo_future_value"] = [type(gvalue).__name__, len(gvalue), gvalue[0] is ref]
+    # many async calls in flight, waited for in reverse: issue order is kept
+    ts = [torch.full((1000,), float(rank * 10 + i)) for i in range(6)]
+    works = [dist.all_reduce(x, async_op=True) for x in ts]
+    for w in reversed(works):
+        w.wait()
+    out["in_flight"] = [float(x[0]) for x in ts]
+    dist.barrier()
+    # point to point, user tags, batch_isend_irecv
+    nxt, prv = (rank + 1) % world_size, (rank - 1) % world_size
+    send, recv = torch.full((4,), float(rank)), torch.empty(4)
+    reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, send, nxt),
+                                   dist.P2POp(dist.irecv, recv, prv)])
+    for r in reqs:
+        r.wait()
+    out["ring_recv"] = recv.tolist()
+    if rank == 0:
+        dist.send(torch.arange(3.0), 1, tag=5)
+    elif rank == 1:
+        got = torch.empty(3)
+        dist.recv(got, 0, tag=5)
+        out["tagged"] = got.tolist()
+    # subgroups: odd ranks, src/dst given as global ranks
+    odd = dist.new_group([1, 3], backend="ringccl")
+    even = dist.new_group([0, 2], backend="ringccl")
+    if rank in (1, 3):
+        b = torch.full((3,), float(rank))
+        dist.broadcast(b, src=3, group=odd)
+        out["sub_broadcast"] = b.tolist()
+        r = torch.full((3,), float(rank))
+        dist.reduce(r, dst=3, group=odd)
+        out["sub_reduce"] = r.tolist() if rank == 3 else None
+        gl = [torch.empty(2) for _ in range(2)] if rank == 1 else None
+        dist.gather(torch.full((2,), float(rank)), gl, dst=1, group=odd)
+        out["sub_gather"] = [x.tolist() for x in gl] if gl else None
+        out["sub_rank"] = [dist.get_rank(odd), dist.get_world_size(odd)]
+    else:
+        s = torch.full((2,), float(rank))
+        dist.all_reduce(s, group=even)
+        out["sub_all_reduce"] = s.tolist()
+    # refused: the same error class as gloo's
+    refused = {}
+    for name, call in [
+            ("premul_sum", lambda g: dist.all_reduce(torch.ones(3), group=g,
+                                                     op=dist._make_nccl_premul_sum(2.0))),
+            ("band_float", lambda g: dist.all_reduce(torch.ones(3), group=g,
+                                                     op=dist.ReduceOp.BAND)),
+            ("complex_min", lambda g: dist.all_reduce(torch.ones(3, dtype=torch.complex64),
+                                                      group=g, op=dist.ReduceOp.MIN)),
+            ("uint16", lambda g: dist.all_reduce(torch.ones(3, dtype=torch.uint16), group=g))]:
+        row = []
+        for g in (None, gloo):
+            try:
+                call(g)
+                row.append(("ok", ""))
+            except Exception as exc:  # the class and message are what is compared
+                row.append((type(exc).__name__, str(exc)))
+        refused[name] = row
+    out["refused"] = refused
+    # complex SUM goes through torch's view_as_real to ringccl
+    c = torch.full((3,), complex(rank, 1), dtype=torch.complex64)
+    dist.all_reduce(c)
+    out["complex_sum"] = [c[0].real.item(), c[0].imag.item()]
+    dist.barrier()
+    dist.destroy_process_group(odd if rank % 2 else even)   # a member's own group only
+    return out
+
+
+def debug_lines(rank, world_size):
+    """RINGCCL_ALGO and RINGCCL_DEBUG=INFO: the forced algorithm is used, and one choice line
+    per (collective, size class, group); a malformed RINGCCL_ALGO is refused by name."""
+    import io
+    import logging
+
+    from ringccl.frontend import debug
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    debug.logger.addHandler(handler)
+    debug.logger.propagate = False
+    os.environ["RINGCCL_DEBUG"] = "INFO"
+    os.environ["RINGCCL_ALGO"] = "all_reduce:recursive_doubling,all_gather:direct"
+    for _ in range(3):
+        dist.all_reduce(torch.ones(1000))
+    dist.all_reduce(torch.ones(100000))
+    out = torch.empty(world_size * 10)
+    dist.all_gather_into_tensor(out, torch.ones(10))
+    os.environ["RINGCCL_ALGO"] = "all_reduce:nope"
+    try:
+        dist.all_reduce(torch.ones(3))
+        error = None
+    except Exception as exc:  # compared by message
+        error = f"{type(exc).__name__}: {exc}"
+    del os.environ["RINGCCL_ALGO"], os.environ["RINGCCL_DEBUG"]
+    debug.logger.removeHandler(handler)
+    return {"lines": [ln for ln in stream.getvalue().splitlines() if "backend group=" in ln],
+            "calls": [ln for ln in stream.getvalue().splitlines() if "time_us=" in ln],
+            "error": error}
+
+
+def np_allclose(a, b):
+    return bool(np.allclose(a, b))

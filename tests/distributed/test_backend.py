@@ -1,0 +1,84 @@
+"""The "ringccl" torch.distributed backend (issue 17) against gloo on 4 local processes.
+
+One launch per worker body (each launch costs seconds here); hypothesis draws the same examples
+on every rank (derandomized, no shrinking) and each example runs on ringccl and on a gloo group
+over the same ranks with the same inputs.
+"""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("hypothesis")
+
+from ringccl.torch.launch import launch  # noqa: E402
+
+from . import backend_workers  # noqa: E402
+
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(600)]
+
+NPROC = 4
+
+
+def test_every_collective_matches_gloo():
+    runs = launch(backend_workers.collectives_vs_gloo, NPROC, 60, backend="ringccl",
+                  timeout=300)
+    for rank, r in enumerate(runs):
+        assert r["calls"] >= 60, rank
+        assert r["mismatches"] == [], (rank, r["mismatches"][:3])
+
+
+@pytest.fixture(scope="module")
+def observed():
+    return launch(backend_workers.futures_and_subgroups, NPROC, backend="ringccl", timeout=200)
+
+
+def test_future_values_are_glooish(observed):
+    for rank, r in enumerate(observed):
+        assert r["future_value"] == r["gloo_future_value"] == ["list", 1, True], rank
+        assert r["chained"] == [20.0] * 5     # (1+2+3+4) * 2
+        # six calls in flight, waited for in reverse: each is its own sum, in issue order
+        assert r["in_flight"] == [float(sum(10 * q + i for q in range(NPROC))) for i in range(6)]
+
+
+def test_point_to_point(observed):
+    for rank, r in enumerate(observed):
+        assert r["ring_recv"] == [float((rank - 1) % NPROC)] * 4
+    assert observed[1]["tagged"] == [0.0, 1.0, 2.0]
+
+
+def test_subgroups_take_global_ranks(observed):
+    for rank in (1, 3):
+        assert observed[rank]["sub_broadcast"] == [3.0] * 3
+        assert observed[rank]["sub_rank"] == [rank // 2, 2]
+    assert observed[3]["sub_reduce"] == [4.0] * 3
+    assert observed[1]["sub_gather"] == [[1.0, 1.0], [3.0, 3.0]]
+    for rank in (0, 2):
+        assert observed[rank]["sub_all_reduce"] == [2.0, 2.0]
+
+
+@pytest.mark.parametrize("case", ["premul_sum", "band_float", "complex_min", "uint16"])
+def test_refused_as_gloo_refuses(observed, case):
+    (mine, message), (gloo_class, _) = observed[0]["refused"][case]
+    assert mine == gloo_class != "ok"
+    if case != "complex_min":   # that one torch refuses itself, before any backend
+        assert "ringccl" in message
+
+
+def test_complex_sum(observed):
+    for r in observed:
+        assert r["complex_sum"] == [6.0, 4.0]
+
+
+def test_algo_override_and_debug_lines():
+    runs = launch(backend_workers.debug_lines, 2, backend="ringccl", timeout=120)
+    lines = runs[0]["lines"]
+    # one line per (collective, size class): 1000 floats and 100000 floats, and the all_gather
+    assert len(lines) == 3, lines
+    assert all("transport=gloo-p2p" in ln and "predicted_us=" in ln for ln in lines)
+    assert "algorithm=recursive_doubling (RINGCCL_ALGO)" in lines[0]
+    assert "all_gather" in lines[2] and "algorithm=direct (RINGCCL_ALGO)" in lines[2]
+    # the front end's per-call lines name the algorithm that ran
+    assert sum("all_reduce algorithm=recursive_doubling" in ln for ln in runs[0]["calls"]) == 4
+    error = runs[0]["error"]
+    assert "RINGCCL_ALGO entry 'all_reduce:nope'" in error and "ring" in error
+

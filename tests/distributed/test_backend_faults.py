@@ -1,0 +1,69 @@
+"""The ringccl backend started as torchrun starts ranks (env://), with an explicit store, and a
+rank killed mid-collective (issue 17). Plain subprocesses, so a dead rank is a real dead process.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from ringccl.torch.launch import free_port  # noqa: E402
+
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(300)]
+
+SCRIPT = Path(__file__).with_name("backend_script.py")
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+
+def _run(mode: str, world_size: int, hosts=None) -> list:
+    port = free_port()
+    procs = []
+    for rank in range(world_size):
+        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                   WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), GLOO_SOCKET_IFNAME="lo",
+                   OMP_NUM_THREADS="1",
+                   PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        if hosts:
+            env["RINGCCL_HOST_ID"] = hosts[rank]
+        procs.append(subprocess.Popen([sys.executable, str(SCRIPT), mode], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True))
+    reports = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=120)
+            lines = [ln for ln in out.splitlines() if ln.startswith("{")]
+            reports.append(json.loads(lines[-1]) if lines else {"exit": p.returncode,
+                                                               "stderr": err[-2000:]})
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return reports
+
+
+def test_env_init_as_torchrun_and_host_identity():
+    hosts = ["hostA", "hostA", "hostB", "hostB"]   # one machine split into 2 "hosts"
+    reports = _run("env", 4, hosts)
+    for rank, r in enumerate(reports):
+        assert r.get("sum") == 6.0, r
+        assert r["backend"] == "ringccl" and r["hosts"] == hosts
+
+
+def test_explicit_store():
+    reports = _run("store", 2)
+    assert [r.get("sum") for r in reports] == [1.0, 1.0], reports
+
+
+def test_killed_rank_survivors_raise_within_the_timeout():
+    reports = _run("kill", 4)
+    assert reports[3].get("exit") == 17
+    for r in reports[:3]:
+        assert "raised" in r, r
+        assert r["seconds"] < 10 + 5, r   # group timeout 10 s, plus slack for a loaded machine
