@@ -1,8 +1,8 @@
 """The top-level parser, the dispatch to a command, and the mapping of errors to exit codes.
 
 Each command group registers its own subparser (``register*`` in :mod:`.schedules`,
-:mod:`.simulate`, :mod:`.run`, :mod:`.model`, :mod:`.train`, :mod:`.demo`); :data:`COMMANDS` lists
-them in the order ``ringccl --help`` shows them.
+:mod:`.simulate`, :mod:`.run`, :mod:`.model`, :mod:`.train`, :mod:`.demo`, :mod:`.explore`);
+:data:`COMMANDS` lists them in the order ``ringccl --help`` shows them.
 
 Global options: ``--version``; ``--import MODULE`` (repeatable; a module name or a ``.py`` path,
 also ``$RINGCCL_IMPORT``, comma-separated) imports the user's modules before the command runs,
@@ -20,7 +20,7 @@ from typing import Sequence
 
 from .. import __version__, plugins
 from ..errors import RingcclError
-from . import demo, model, run, schedules, simulate, train
+from . import demo, explore, model, run, schedules, simulate, train
 from . import plan as plan_cmd
 from .common import Parser
 
@@ -32,7 +32,8 @@ COMMANDS = (("demo", demo.register), ("show", schedules.register_show),
             ("run", run.register_run), ("bench", run.register_bench),
             ("fit", model.register_fit), ("algorithms", schedules.register_algorithms),
             ("train", train.register), ("model", model.register_model),
-            ("tune", model.register_tune), ("plan", plan_cmd.register))
+            ("tune", model.register_tune), ("plan", plan_cmd.register),
+            ("explore", explore.register))
 
 
 def version() -> str:
