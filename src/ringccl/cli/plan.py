@@ -17,6 +17,7 @@ from ..planner import plan, resolve_cluster, resolve_layout, resolve_model, sear
 from ..planner.cluster import CLUSTER_PRESETS
 from ..planner.layout import RECOMPUTE, SCHEDULES
 from ..planner.model import PRESETS
+from ..views.explore_plan import plan_page
 from ..views.plan_plot import plan_chart
 from .common import emit_json, positive_int, table
 
@@ -191,6 +192,8 @@ def _cmd_plan(args) -> int:
             result = search(model, machine, global_batch_size=gbs, progress=advance)
         if args.plot and result.plans:
             plan_chart(result.plans[0].to_dict(), args.plot)
+        if args.html and result.plans:
+            plan_page(result.plans[0].to_dict(), args.html)
         if args.json:
             emit_json(result.to_dict())
             return 0
@@ -206,12 +209,16 @@ def _cmd_plan(args) -> int:
     p = plan(model, lay, _cluster_for(cluster, lay.world_size), straggler=straggler)
     if args.plot:
         plan_chart(p.to_dict(), args.plot)
+    if args.html:
+        plan_page(p.to_dict(), args.html)
     if args.json:
         emit_json(p.to_dict())
     else:
         _print_plan(p)
         if args.plot:
             print(f"chart written to {args.plot}")
+        if args.html:
+            print(f"interactive timeline written to {args.html} (self-contained HTML)")
     return 0
 
 
@@ -268,4 +275,7 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="strict JSON on stdout")
     p.add_argument("--plot", metavar="PNG", help="draw the step (with --search: the fastest "
                    "layout's) as a timeline per PP stage and bars per parallelism (matplotlib)")
+    p.add_argument("--html", metavar="PAGE.html", help="write the step (with --search: the "
+                   "fastest layout's) as an interactive timeline page: hover, zoom; "
+                   "self-contained HTML, works offline (plotly)")
     p.set_defaults(func=_cmd_plan)
