@@ -488,9 +488,10 @@ def _cost_figure(data: dict, height: int):
     for i, kind in enumerate(kinds):
         idx = [k for k, s in enumerate(costs) if (s.get("link_kind") or "none") == kind]
         fig.add_trace(go.Bar(
-            x=idx, y=[costs[k]["seconds"] * 1e6 for k in idx], name=kind, showlegend=True,
+            x=[k + 1 for k in idx], y=[costs[k]["seconds"] * 1e6 for k in idx], name=kind,
+            showlegend=True,
             marker_color=_LINK_COLORS[i % len(_LINK_COLORS)],
-            hovertext=[f"step {k} ({costs[k].get('phase', data['phases'][k])})<br>"
+            hovertext=[f"step {k + 1} ({costs[k].get('phase', data['phases'][k])})<br>"
                        f"{costs[k]['seconds'] * 1e6:.3f} us: latency "
                        f"{costs[k]['latency_seconds'] * 1e6:.3f}, bandwidth "
                        f"{costs[k]['bandwidth_seconds'] * 1e6:.3f}, reduction "
@@ -501,11 +502,13 @@ def _cost_figure(data: dict, height: int):
                       title=dict(text="α-β-γ time per step (us), coloured by the link that "
                                  "pays", font=dict(size=12), x=0),
                       legend=dict(orientation="h", x=0, y=-0.25),
-                      xaxis=dict(title=None, range=[-0.5, data["num_steps"] - 0.5]),
+                      xaxis=dict(title=None, range=[0.5, data["num_steps"] + 0.5]),
                       yaxis=dict(title="us", gridcolor="#eeeeee"),
-                      shapes=[dict(type="rect", xref="x", yref="paper", x0=-0.5, x1=0.5, y0=0,
-                                   y1=1, fillcolor="rgba(255,200,0,0.25)", line_width=0,
-                                   layer="below", visible=False)])
+                      # the current step (1-based, as the page names steps), moved by the page
+                      shapes=[dict(type="rect", xref="x", yref="paper", x0=0.5, x1=1.5, y0=0,
+                                   y1=1, fillcolor="rgba(255,190,0,0.25)",
+                                   line=dict(color="#e6a100", width=2), layer="above",
+                                   visible=False)])
     return fig
 
 

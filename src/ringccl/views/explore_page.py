@@ -195,7 +195,7 @@ JS = r"""
       data[3] = Object.assign({}, data[3], {x: labels[0], y: labels[1], text: labels[2]});
       Plotly.react(graph, data, d.graph.layout, config);
       if (d.cost) {
-        Plotly.relayout(costDiv, {"shapes[0].x0": step - 0.5, "shapes[0].x1": step + 0.5,
+        Plotly.relayout(costDiv, {"shapes[0].x0": pos - 0.5, "shapes[0].x1": pos + 0.5,
                                   "shapes[0].visible": step >= 0});
       }
       if (currentRow) currentRow.classList.remove("current");
