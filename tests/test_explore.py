@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -254,3 +255,18 @@ def test_plan_html(tmp_path, capsys):
     assert not any("src=" in tag for tag in _scripts(text))
     size = explore_plan.plan_page(_plan_dict(), str(tmp_path / "again.html"))
     assert size == (tmp_path / "again.html").stat().st_size
+
+
+@pytest.mark.parametrize("argv", [
+    ["explore", "all_reduce"],
+    ["plan", "--model", "llama3-8b", "--dp", "2", "--nodes", "1", "--html", "x.html"],
+])
+def test_missing_plotly_is_one_line_naming_the_extra(tmp_path, capsys, monkeypatch, argv):
+    monkeypatch.chdir(tmp_path)
+    for name in [m for m in sys.modules if m.split(".")[0] == "plotly"]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "plotly", None)  # import plotly fails
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "needs plotly: pip install 'ringccl[explore]'" in err and err.count("\n") == 1
+    assert not list(tmp_path.iterdir())

@@ -24,7 +24,7 @@ from ..costmodel.topology import TwoLevel, flat, two_level
 from ..costmodel.tuning import predict_table, tune
 from ..errors import ArgumentError
 from ..ops import SUPPORTED_DTYPES, check_dtype
-from ..views.explore import explorer_data, model_figure, write_page
+from ..views.explore import explorer_data, model_figure, require_plotly, write_page
 from .common import (add_collective_args, check_root_arg, count_arg, emit_json, nonnegative,
                      positive_int, schedule_params, size_list)
 
@@ -106,6 +106,7 @@ def _model_chart(args, topo, names):
 
 
 def _cmd_explore(args) -> int:
+    require_plotly()
     names = args.algorithm.split(",") if args.algorithm else []
     names = [a.strip() for a in names if a.strip()]
     dtype = check_dtype(args.dtype)

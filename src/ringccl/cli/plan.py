@@ -17,6 +17,7 @@ from ..planner import plan, resolve_cluster, resolve_layout, resolve_model, sear
 from ..planner.cluster import CLUSTER_PRESETS
 from ..planner.layout import RECOMPUTE, SCHEDULES
 from ..planner.model import PRESETS
+from ..views.explore import require_plotly
 from ..views.explore_plan import plan_page
 from ..views.plan_plot import plan_chart
 from .common import emit_json, positive_int, table
@@ -172,6 +173,8 @@ def _progress(total: int):
 
 
 def _cmd_plan(args) -> int:
+    if args.html:
+        require_plotly()  # before the plan (a search takes seconds)
     model, layout, cluster, straggler, do_search, gpus = _inputs(args)
     if not do_search and gpus is not None:
         raise ArgumentError(f"--gpus {gpus} applies to --search only; a plan's world size is its "

@@ -43,7 +43,7 @@ from .explore_page import CSS, JS, LEGEND, MODEL_LEGEND
 from .show import _ranges, step_rows
 
 __all__ = ["explorer_data", "rank_layout", "owner_colors", "transfer_text", "write_page",
-           "model_figure", "page_html", "MAX_CELLS", "MAX_TRANSFERS", "EMPTY_COLOR", "FULL_COLOR"]
+           "model_figure", "page_html", "require_plotly", "MAX_CELLS", "MAX_TRANSFERS", "EMPTY_COLOR", "FULL_COLOR"]
 
 #: at most this many buffer chunks (shown ranks x chunks) are drawn; beyond it, evenly spaced
 #: ranks are shown (a 256-rank ring's 256 x 256 chunks are drawn whole)
@@ -60,6 +60,12 @@ FULL_COLOR = "#202020"
 COPY_COLOR, REDUCE_COLOR = "#1f77b4", "#ff7f0e"
 #: label arrows with their chunk up to this many transfers per step (beyond: hover only)
 LABEL_LIMIT = 64
+
+
+def require_plotly() -> None:
+    """Raise RingcclError (naming the extra to install) where plotly is missing; the commands
+    call it before any work."""
+    _plotly()
 
 
 def _plotly():
