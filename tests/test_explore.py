@@ -48,6 +48,13 @@ def test_layout_is_derived_from_the_transfers(algorithm, n, node_of, shape):
     assert len(points) == n  # no two ranks drawn on one spot
 
 
+@pytest.mark.parametrize("collective, algorithm", [
+    ("reduce_scatter", "direct"), ("all_to_all", "pairwise")])
+def test_dense_graphs_are_circles_though_each_chunk_travels_a_tree(collective, algorithm):
+    s = ringccl.schedule(collective, algorithm, world_size=6)
+    assert ex.rank_layout(s)["shape"] == "circle"
+
+
 def test_ring_layout_follows_the_ring_clockwise():
     lay = ex.rank_layout(ringccl.schedule("all_reduce", "ring", world_size=6))
     angles = np.degrees(np.arctan2(lay["y"], lay["x"]))

@@ -159,8 +159,9 @@ def rank_layout(schedule: Schedule, node_of: Sequence[int] | None = None) -> dic
     exchange anything decides: one cycle through every rank is a ``"ring"`` (drawn in cycle
     order, the first step's direction clockwise), a tree is a ``"tree"`` (layered from its
     centre), every pair differing in one bit of the rank (a hypercube, world_size a power of 2)
-    is a ``"grid"``; where the whole graph is none of these but chunk 0 alone travels along a
-    tree (the double binary tree), that ``"tree"``; otherwise a ``"circle"`` in rank order.
+    is a ``"grid"``; where the whole graph is none of these but has at most 2(N-1) pairs and
+    chunk 0 alone travels along a spanning tree (the double binary tree), that ``"tree"``;
+    otherwise a ``"circle"`` in rank order.
 
     Args:
         schedule: any schedule.
@@ -193,8 +194,11 @@ def rank_layout(schedule: Schedule, node_of: Sequence[int] | None = None) -> dic
         cols = 1 << ((n.bit_length() - 1 + 1) // 2)
         return {"shape": "grid", "x": [float(r % cols) for r in range(n)],
                 "y": [-float(r // cols) for r in range(n)]}
+    # a sparse graph (at most two trees' edges) whose chunk 0 travels along a spanning tree:
+    # drawn as that tree (the double binary tree); dense ones (direct: every pair) stay circles
     zero = schedule.src_chunk == 0
-    tree = _tree_positions(_adjacency(n, _edges(schedule.src[zero], schedule.dst[zero])))
+    tree = (_tree_positions(_adjacency(n, _edges(schedule.src[zero], schedule.dst[zero])))
+            if len(edges) <= 2 * (n - 1) else None)
     if tree is not None:
         return {"shape": "tree", "x": tree[0], "y": tree[1]}
     angle = [math.pi / 2 - 2 * math.pi * r / n for r in range(n)]

@@ -83,7 +83,8 @@ JS = r"""
 
   document.addEventListener("keydown", function (e) {
     const v = views[active];
-    if (!v || e.target.tagName === "INPUT") return;  // the slider moves itself on arrows
+    // the slider moves itself on arrows, and a focused button clicks itself on space
+    if (!v || e.target.tagName === "INPUT" || e.target.tagName === "BUTTON") return;
     const moves = {ArrowRight: v.pos + 1, ArrowLeft: v.pos - 1, Home: 0, End: v.last};
     if (e.key in moves) { v.show(moves[e.key]); e.preventDefault(); }
     else if (e.key === " ") { v.toggle(); e.preventDefault(); }
