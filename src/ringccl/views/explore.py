@@ -43,7 +43,8 @@ from .explore_page import CSS, JS, LEGEND, MODEL_LEGEND
 from .show import _ranges, step_rows
 
 __all__ = ["explorer_data", "rank_layout", "owner_colors", "transfer_text", "write_page",
-           "model_figure", "page_html", "require_plotly", "MAX_CELLS", "MAX_TRANSFERS", "EMPTY_COLOR", "FULL_COLOR"]
+           "model_figure", "page_html", "require_plotly", "MAX_CELLS", "MAX_TRANSFERS",
+           "EMPTY_COLOR", "FULL_COLOR"]
 
 #: at most this many buffer chunks (shown ranks x chunks) are drawn; beyond it, evenly spaced
 #: ranks are shown (a 256-rank ring's 256 x 256 chunks are drawn whole)
@@ -231,7 +232,8 @@ def owner_colors(owners: np.ndarray) -> list[str]:
 
     Every rank has a hue on the colour wheel (rank r: 360·r/N degrees); a slot is drawn in the
     circular mean of its contributors' hues (grey where they are spread evenly round the wheel
-    and have no mean), lighter with few contributions and darker with many; a slot holding every rank is :data:`FULL_COLOR`, an empty one :data:`EMPTY_COLOR`.
+    and have no mean), lighter with few contributions and darker with many; a slot holding
+    every rank is :data:`FULL_COLOR`, an empty one :data:`EMPTY_COLOR`.
     Hue and lightness are quantized (5 degrees, 2 %) so pages carry a small palette.
 
     Returns:

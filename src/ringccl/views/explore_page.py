@@ -214,7 +214,10 @@ JS = r"""
         (hi - lo) + " transfer" + (hi - lo === 1 ? "" : "s");
     };
     v.toggle = function () {
-      if (v.timer) { clearInterval(v.timer); v.timer = null; play.textContent = "▶ play"; return; }
+      if (v.timer) {
+        clearInterval(v.timer); v.timer = null; play.textContent = "▶ play";
+        return;
+      }
       if (v.pos >= d.num_steps) v.show(0);
       play.textContent = "❚❚ pause";
       const ms = Math.max(60, Math.min(700, 20000 / Math.max(1, d.num_steps)));
