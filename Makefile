@@ -1,7 +1,9 @@
 # The two commands of the README. Each creates .venv and installs everything it needs first.
 #   make demo   -> the guided tour (ringccl demo)
 #   make test   -> the whole test suite (what .ci/run runs); also installs Open MPI (Debian
-#                  packages openmpi-bin libopenmpi-dev, as root) and mpi4py for the MPI tests
+#                  packages openmpi-bin libopenmpi-dev, as root) and mpi4py for the MPI tests,
+#                  and Chromium (chromium chromium-driver) for the browser tests
+#   make screenshots -> docs/explore-*.png from the explorer pages (headless Chromium)
 # torch: our machines install the CPU wheel torch==2.13.0 from local disk; elsewhere any
 # torch >= 2.4 works: `make test TORCH='torch>=2.4'`.
 
@@ -10,7 +12,7 @@ VENV   ?= .venv
 TORCH  ?= torch==2.13.0
 BIN    := $(VENV)/bin
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench screenshots clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -23,7 +25,12 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	bash scripts/install_mpi.sh $(BIN)/python
+	bash scripts/install_browser.sh
 	$(BIN)/python -m pytest -n 2 --durations=15
+
+screenshots: $(VENV)/.installed
+	bash scripts/install_browser.sh
+	$(BIN)/python scripts/screenshots.py
 
 bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/bench_sim.py

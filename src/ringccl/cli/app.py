@@ -2,8 +2,8 @@
 
 Each command group registers its own subparser (``register*`` in :mod:`.schedules`,
 :mod:`.simulate`, :mod:`.run`, :mod:`.model`, :mod:`.train`, :mod:`.demo`, :mod:`.moe`,
-:mod:`.replay`); :data:`COMMANDS` lists
-them in the order ``ringccl --help`` shows them.
+:mod:`.replay`, :mod:`.explore`); :data:`COMMANDS` lists them in the order ``ringccl --help``
+shows them.
 
 Global options: ``--version``; ``--import MODULE`` (repeatable; a module name or a ``.py`` path,
 also ``$RINGCCL_IMPORT``, comma-separated) imports the user's modules before the command runs,
@@ -21,7 +21,7 @@ from typing import Sequence
 
 from .. import __version__, plugins
 from ..errors import RingcclError
-from . import demo, model, moe, replay, run, schedules, simulate, train
+from . import demo, explore, model, moe, replay, run, schedules, simulate, train
 from . import plan as plan_cmd
 from .common import Parser
 
@@ -34,7 +34,8 @@ COMMANDS = (("demo", demo.register), ("show", schedules.register_show),
             ("fit", model.register_fit), ("algorithms", schedules.register_algorithms),
             ("train", train.register), ("model", model.register_model),
             ("tune", model.register_tune), ("plan", plan_cmd.register),
-            ("moe", moe.register), ("replay", replay.register))
+            ("moe", moe.register), ("replay", replay.register),
+            ("explore", explore.register))
 
 
 def version() -> str:

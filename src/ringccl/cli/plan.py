@@ -18,6 +18,8 @@ from ..planner.cluster import CLUSTER_PRESETS
 from ..planner.emit import write_step_file
 from ..planner.layout import RECOMPUTE, SCHEDULES
 from ..planner.model import PRESETS
+from ..views.explore import require_plotly
+from ..views.explore_plan import plan_page
 from ..views.plan_plot import plan_chart
 from .common import emit_json, positive_int, table
 
@@ -172,6 +174,8 @@ def _progress(total: int):
 
 
 def _cmd_plan(args) -> int:
+    if args.html:
+        require_plotly()  # before the plan (a search takes seconds)
     model, layout, cluster, straggler, do_search, gpus = _inputs(args)
     if not do_search and gpus is not None:
         raise ArgumentError(f"--gpus {gpus} applies to --search only; a plan's world size is its "
@@ -194,6 +198,8 @@ def _cmd_plan(args) -> int:
             result = search(model, machine, global_batch_size=gbs, progress=advance)
         if args.plot and result.plans:
             plan_chart(result.plans[0].to_dict(), args.plot)
+        if args.html and result.plans:
+            plan_page(result.plans[0].to_dict(), args.html)
         if args.json:
             emit_json(result.to_dict())
             return 0
@@ -211,6 +217,8 @@ def _cmd_plan(args) -> int:
         plan_chart(p.to_dict(), args.plot)
     if args.emit:
         write_step_file(p, args.emit)
+    if args.html:
+        plan_page(p.to_dict(), args.html)
     if args.json:
         emit_json(p.to_dict())
     else:
@@ -219,6 +227,8 @@ def _cmd_plan(args) -> int:
             print(f"chart written to {args.plot}")
         if args.emit:
             print(f"step file written to {args.emit} (ringccl replay {args.emit} --nproc N)")
+        if args.html:
+            print(f"interactive timeline written to {args.html} (self-contained HTML)")
     return 0
 
 
@@ -277,4 +287,7 @@ def register(sub) -> None:
                    "layout's) as a timeline per PP stage and bars per parallelism (matplotlib)")
     p.add_argument("--emit", metavar="STEP.json", help="write the step's inventory (every "
                    "collective: group, bytes, calls, order) for ringccl replay")
+    p.add_argument("--html", metavar="PAGE.html", help="write the step (with --search: the "
+                   "fastest layout's) as an interactive timeline page: hover, zoom; "
+                   "self-contained HTML, works offline (plotly)")
     p.set_defaults(func=_cmd_plan)

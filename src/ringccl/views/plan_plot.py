@@ -26,7 +26,7 @@ from typing import Mapping
 
 from .plot import _pyplot
 
-__all__ = ["plan_chart", "picked_stages"]
+__all__ = ["plan_chart", "picked_stages", "stage_spans", "stage_window"]
 
 #: lane colours: compute, then the parallelisms in the planner's order
 _COLORS = {"forward": "#4c72b0", "backward": "#55a868", "tp": "#c44e52", "sp": "#dd8452",
@@ -74,48 +74,80 @@ def _totals(stage: Mapping, m: int, per_micro_batch: bool) -> dict:
     return out
 
 
-def _draw_stage(ax, stage: Mapping, m: int, start: float, end: float, pipeline: float) -> None:
+def stage_spans(stage: Mapping, m: int, start: float, end: float, pipeline: float) -> list[dict]:
+    """The bars of one stage's timeline (what :func:`plan_chart` and the HTML timeline of
+    :mod:`.explore_plan` draw), in seconds from the step's start.
+
+    Args:
+        stage: one entry of ``StepPlan.to_dict()["stages"]``.
+        m: micro-batches per step.
+        start, end: the stage's window in the pipeline (1F1B, see the module docstring).
+        pipeline: when the pipeline ends (``summary["pipeline_s"]``).
+    Returns:
+        ``{"lane", "x0", "width", "kind"}`` per bar of positive width; ``kind`` is
+        ``"forward"``, ``"backward"``, ``"exposed"`` (communication on the critical path),
+        ``"hidden"`` (communication under compute) or ``"bubble"``.
+    """
     lanes = _lanes(stage)
-    y = {lane: len(lanes) - 1 - i for i, lane in enumerate(lanes)}
     fwd, bwd = stage["forward_per_micro_batch_s"], stage["backward_per_micro_batch_s"]
     exposed = stage["exposed_per_micro_batch_s"]
     hidden = _totals(stage, m, per_micro_batch=True)
     tau = stage["micro_batch_s"]
-    bar = dict(height=0.7)
+    out: list[dict] = []
 
-    def span(lane, x0, width, alpha=1.0, **kw):
+    def span(lane, x0, width, kind):
         if width > 0:
-            ax.barh(y[lane], width, left=x0, color=_COLORS.get(lane, "#999999"), alpha=alpha,
-                    linewidth=0, **bar, **kw)
+            out.append({"lane": lane, "x0": x0, "width": width, "kind": kind})
 
     # the m micro-batches spread over the stage's window [start, end]: each its forward,
     # backward and exposed communication, then the wait for the other stages
     slot = max((end - start) / m, tau)
     for k in range(m):
         t0 = start + k * slot
-        span("pp bubble", t0 + tau, slot - tau if k < m - 1 else 0.0, hatch="//")
-        ax.barh(y["compute"], fwd, left=t0, color=_COLORS["forward"], linewidth=0, **bar)
-        ax.barh(y["compute"], bwd, left=t0 + fwd, color=_COLORS["backward"], linewidth=0,
-                **bar)
+        span("pp bubble", t0 + tau, slot - tau if k < m - 1 else 0.0, "bubble")
+        span("compute", t0, fwd, "forward")
+        span("compute", t0 + fwd, bwd, "backward")
         x = t0 + fwd + bwd
         for lane in lanes[1:-1]:
             t_exp = exposed.get(lane, 0.0)
             # the hidden part runs under this micro-batch's compute
-            span(lane, t0, min(max(hidden.get(lane, 0.0) - t_exp, 0.0), fwd + bwd), alpha=0.3)
-            span(lane, x, t_exp)
+            span(lane, t0, min(max(hidden.get(lane, 0.0) - t_exp, 0.0), fwd + bwd), "hidden")
+            span(lane, x, t_exp, "exposed")
             x += t_exp
     busy_end = start + (m - 1) * slot + tau
-    span("pp bubble", 0.0, start, hatch="//")
-    span("pp bubble", busy_end, max(pipeline - busy_end, 0.0), hatch="//")
+    span("pp bubble", 0.0, start, "bubble")
+    span("pp bubble", busy_end, max(pipeline - busy_end, 0.0), "bubble")
     # once per step: the hidden part under the last backward, the exposed part after the pipe
     per_step_total = _totals(stage, m, per_micro_batch=False)
     x = pipeline
     for lane in lanes[1:-1]:
         t_exp = stage["exposed_per_step_s"].get(lane, 0.0)
         t_hid = min(max(per_step_total.get(lane, 0.0) - t_exp, 0.0), bwd)
-        span(lane, busy_end - tau + fwd, t_hid, alpha=0.3)
-        span(lane, x, t_exp)
+        span(lane, busy_end - tau + fwd, t_hid, "hidden")
+        span(lane, x, t_exp, "exposed")
         x += t_exp
+    return out
+
+
+def stage_window(stages, stage: Mapping, pipeline: float, v: int) -> tuple[float, float]:
+    """1F1B: stage s starts after the forwards of the stages before it and ends its last
+    backward before theirs (the first stage ends the pipeline); returns (start, end) in s."""
+    before = stages[:stage["stage"]]
+    start = sum(b["forward_per_micro_batch_s"] for b in before) / v
+    end = pipeline - sum(b["backward_per_micro_batch_s"] for b in before) / v
+    return start, end
+
+
+def _draw_stage(ax, stage: Mapping, m: int, start: float, end: float, pipeline: float) -> None:
+    lanes = _lanes(stage)
+    y = {lane: len(lanes) - 1 - i for i, lane in enumerate(lanes)}
+    tau = stage["micro_batch_s"]
+    colors = {"forward": _COLORS["forward"], "backward": _COLORS["backward"]}
+    for b in stage_spans(stage, m, start, end, pipeline):
+        color = colors.get(b["kind"], _COLORS.get(b["lane"], "#999999"))
+        style = {"hidden": dict(alpha=0.3), "bubble": dict(hatch="//")}.get(b["kind"], {})
+        ax.barh(y[b["lane"]], b["width"], left=b["x0"], color=color, linewidth=0, height=0.7,
+                **style)
     ax.set_yticks([y[lane] for lane in lanes], lanes, fontsize=8)
     ax.set_ylim(-0.6, len(lanes) - 0.4)
     role = ", ".join(r for r, on in (("embedding", stage["first"]), ("LM head", stage["last"]))
@@ -160,11 +192,7 @@ def plan_chart(plan: Mapping, path: str, title: str = "") -> str:
     axes = []
     for i, st in enumerate(picked):
         ax = fig.add_subplot(grid[i, 0], sharex=axes[0] if axes else None)
-        # 1F1B: stage s starts after the forwards of the stages before it and ends its last
-        # backward before theirs (the first stage ends the pipeline)
-        before = stages[:st["stage"]]
-        start = sum(b["forward_per_micro_batch_s"] for b in before) / v
-        end = pipeline - sum(b["backward_per_micro_batch_s"] for b in before) / v
+        start, end = stage_window(stages, st, pipeline, v)
         _draw_stage(ax, st, m, start, end, pipeline)
         ax.axvline(pipeline, color="black", linewidth=0.8, linestyle=":")
         axes.append(ax)
