@@ -73,6 +73,10 @@ def _worker(rank: int, world_size: int, port: int, backend: str, timeout: float,
         dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                                 world_size=world_size,
                                 timeout=datetime.timedelta(seconds=timeout))
+        # every rank's mesh is connected before any rank runs fn: a rank whose fn returns at
+        # once would otherwise close its connections while a slower peer still connects
+        # (gloo's connectFullMesh then fails there with "Connection closed by peer")
+        dist.barrier()
         try:
             value = fn(rank, world_size, *args)
         finally:
