@@ -11,6 +11,14 @@ imports ringccl.torch, so BACKEND=ringccl is registered in each.
         -k all_reduce -k broadcast ... [--json counts.json]
 
 Prints passed / failed / skipped / errors and the failing cases' names; not part of pytest.
+
+Many cases are gated on the backend's *name*, not on what it can do: decorators evaluated when
+``distributed_test`` is imported, e.g. ``skip_but_pass_in_sandcastle_if(BACKEND not in
+DistTestCases.backend_feature["subgroup"], ...)`` (the sets list nccl, gloo, ucc) or
+``BACKEND != "gloo"``. A third-party backend is skipped there whatever it supports.
+``--claim ddp --claim subgroup`` adds the backend to those feature sets first (in this process
+and, through ``RINGCCL_SUITE_CLAIM``, in every spawned rank), so those cases run against it too;
+cases gated on ``BACKEND == "gloo"`` itself stay skipped (they test gloo's own behaviour).
 """
 
 from __future__ import annotations
@@ -42,6 +50,13 @@ def _env(backend: str, world_size: int) -> None:
 def _suite():
     import ringccl.torch  # registers "ringccl" here and in every spawned rank
     assert ringccl.torch.backend.BACKEND_NAME == "ringccl"
+    from torch.testing._internal.common_distributed import DistTestCases
+    for feature in filter(None, os.environ.get("RINGCCL_SUITE_CLAIM", "").split(",")):
+        if feature not in DistTestCases.backend_feature:
+            raise SystemExit(f"--claim {feature!r}: torch's DistTestCases.backend_feature has "
+                             f"{sorted(DistTestCases.backend_feature)}")
+        # before distributed_test is imported: its skip decorators read the sets then
+        DistTestCases.backend_feature[feature].add(os.environ["BACKEND"])
     from torch.testing._internal.distributed.distributed_test import (DistributedTest,
                                                                      TestDistBackend)
 
@@ -65,8 +80,12 @@ def main(argv=None) -> int:
     parser.add_argument("--world-size", type=int, default=2)
     parser.add_argument("-k", action="append", dest="patterns", help="substring of test names")
     parser.add_argument("--json", help="write the counts and failing names here")
+    parser.add_argument("--claim", action="append", default=[],
+                        help="a DistTestCases.backend_feature set to add the backend to "
+                             "(ddp, subgroup, ...): runs the cases gated on it by name")
     args = parser.parse_args(argv)
     _env(args.backend, args.world_size)
+    os.environ["RINGCCL_SUITE_CLAIM"] = ",".join(args.claim)
     cls = _suite()
     globals()["TestDistBackendWithSpawn"] = cls
     patterns = args.patterns or DEFAULT_PATTERNS
@@ -76,11 +95,14 @@ def main(argv=None) -> int:
     suite = unittest.TestSuite(cls(n) for n in names)
     result = unittest.TextTestRunner(verbosity=1, stream=sys.stderr).run(suite)
     failed = sorted(t.id().rsplit(".", 1)[-1] for t, _ in result.failures + result.errors)
-    counts = {"backend": args.backend, "world_size": args.world_size, "selected": len(names),
+    counts = {"backend": args.backend, "world_size": args.world_size, "claim": args.claim,
+              "selected": len(names),
               "passed": result.testsRun - len(failed) - len(result.skipped),
               "failed": len(failed), "skipped": len(result.skipped), "failing": failed,
               "reasons": {t.id().rsplit(".", 1)[-1]: tb.strip().splitlines()[-1][:300]
-                          for t, tb in result.failures + result.errors}}
+                          for t, tb in result.failures + result.errors},
+              "skipped_cases": {t.id().rsplit(".", 1)[-1]: why[:200]
+                                for t, why in result.skipped}}
     print(json.dumps(counts, indent=1))
     if args.json:
         with open(args.json, "w") as f:

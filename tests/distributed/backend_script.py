@@ -5,6 +5,8 @@ MODE "env": init_process_group("ringccl") from the environment, all_reduce, prin
 MODE "store": the same with an explicit TCPStore, rank and world_size.
 MODE "kill": the last rank exits during a stream of all_reduces; the others print what they
 raised and after how many seconds (group timeout: 10 s).
+Every report names the group's transport, and (shm) its segments' uid, so the test can check
+that /dev/shm holds none of them afterwards.
 """
 
 import datetime
@@ -17,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 import ringccl.torch  # noqa: F401  (registers "ringccl")
+from ringccl.torch import executor
 
 assert ringccl.torch.backend.BACKEND_NAME == "ringccl"  # the import is the point
 
@@ -34,8 +37,10 @@ def main(mode: str) -> None:
         dist.init_process_group("ringccl", timeout=TIMEOUT)   # env://, as under torchrun
     t = torch.full((1 << 20,), float(rank))
     dist.all_reduce(t)
+    pg = dist.distributed_c10d._get_default_group()
     report = {"rank": rank, "sum": float(t[0]), "backend": dist.get_backend(),
-              "hosts": dist.distributed_c10d._get_default_group().hosts}
+              "hosts": pg.hosts, "transport": pg.transport,
+              "uid": [state.uid for _, state, _ in executor._shm_owned.values()]}
     if mode == "kill":
         if rank == world_size - 1:
             time.sleep(0.3)
@@ -50,6 +55,7 @@ def main(mode: str) -> None:
         print(json.dumps(report), flush=True)
         os._exit(0)   # the group is unusable now; do not wait in its teardown
     dist.destroy_process_group()
+    report["shm_states_after_destroy"] = len(executor._shm_owned)
     print(json.dumps(report), flush=True)
 
 

@@ -264,11 +264,15 @@ def debug_lines(rank, world_size):
         error = None
     except Exception as exc:  # compared by message
         error = f"{type(exc).__name__}: {exc}"
-    del os.environ["RINGCCL_ALGO"], os.environ["RINGCCL_DEBUG"]
+    del os.environ["RINGCCL_ALGO"]
+    # not forced: 1 MiB of float32 (a size class not logged yet) takes the transport's choice
+    dist.all_reduce(torch.ones(1 << 18))
+    del os.environ["RINGCCL_DEBUG"]
     debug.logger.removeHandler(handler)
-    return {"lines": [ln for ln in stream.getvalue().splitlines() if "backend group=" in ln],
+    lines = [ln for ln in stream.getvalue().splitlines() if "backend group=" in ln]
+    return {"lines": lines[:3], "auto_line": lines[3] if len(lines) > 3 else "",
             "calls": [ln for ln in stream.getvalue().splitlines() if "time_us=" in ln],
-            "error": error}
+            "error": error, "transport": dist.distributed_c10d._get_default_group().transport}
 
 
 def np_allclose(a, b):

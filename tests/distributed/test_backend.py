@@ -69,16 +69,28 @@ def test_complex_sum(observed):
         assert r["complex_sum"] == [6.0, 4.0]
 
 
-def test_algo_override_and_debug_lines():
+@pytest.mark.parametrize("transport", ["p2p", "shm"])
+def test_algo_override_and_debug_lines(monkeypatch, transport):
+    # one host: shared memory unless RINGCCL_TRANSPORT=p2p (read when the group is created)
+    if transport == "p2p":
+        monkeypatch.setenv("RINGCCL_TRANSPORT", "p2p")
     runs = launch(backend_workers.debug_lines, 2, backend="ringccl", timeout=120)
     lines = runs[0]["lines"]
     # one line per (collective, size class): 1000 floats and 100000 floats, and the all_gather
     assert len(lines) == 3, lines
-    assert all("transport=gloo-p2p" in ln and "predicted_us=" in ln for ln in lines)
+    name = {"p2p": "gloo-p2p", "shm": "shm"}[transport]
+    assert all(f"transport={name} " in ln and "predicted_us=" in ln for ln in lines)
+    assert runs[0]["transport"] == transport
     assert "algorithm=recursive_doubling (RINGCCL_ALGO)" in lines[0]
     assert "all_gather" in lines[2] and "algorithm=direct (RINGCCL_ALGO)" in lines[2]
     # the front end's per-call lines name the algorithm that ran
     assert sum("all_reduce algorithm=recursive_doubling" in ln for ln in runs[0]["calls"]) == 4
     error = runs[0]["error"]
     assert "RINGCCL_ALGO entry 'all_reduce:nope'" in error and "ring" in error
+    # not forced: the transport's choice, priced on its link class
+    auto = runs[0]["auto_line"]
+    if transport == "shm":
+        assert "algorithm=two_shot (auto)" in auto and "provisional" in auto, auto
+    else:
+        assert "algorithm=ring (auto)" in auto, auto
 

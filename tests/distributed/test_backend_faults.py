@@ -20,6 +20,13 @@ SCRIPT = Path(__file__).with_name("backend_script.py")
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
+def _leftover(reports) -> list:
+    """Entries of the shm directory that belong to the reported groups' segments."""
+    uids = {u for r in reports for u in r.get("uid", [])}
+    directory = os.environ.get("RINGCCL_SHM_DIR", "/dev/shm")
+    return [f for f in os.listdir(directory) if any(u in f for u in uids)]
+
+
 def _run(mode: str, world_size: int, hosts=None) -> list:
     port = free_port()
     procs = []
@@ -54,16 +61,26 @@ def test_env_init_as_torchrun_and_host_identity():
     for rank, r in enumerate(reports):
         assert r.get("sum") == 6.0, r
         assert r["backend"] == "ringccl" and r["hosts"] == hosts
+        assert r["transport"] == "p2p" and r["uid"] == []   # 2 "hosts": gloo point-to-point
 
 
 def test_explicit_store():
     reports = _run("store", 2)
     assert [r.get("sum") for r in reports] == [1.0, 1.0], reports
+    # one host: shared memory, one segment for the group, freed by destroy_process_group
+    assert [r["transport"] for r in reports] == ["shm", "shm"]
+    assert len({u for r in reports for u in r["uid"]}) == 1
+    assert [r["shm_states_after_destroy"] for r in reports] == [0, 0]
+    assert _leftover(reports) == []
 
 
-def test_killed_rank_survivors_raise_within_the_timeout():
-    reports = _run("kill", 4)
+@pytest.mark.parametrize("transport", ["shm", "p2p"])
+def test_killed_rank_survivors_raise_within_the_timeout(transport):
+    # p2p: the same machine split into 2 "hosts" x 2 ranks
+    reports = _run("kill", 4, None if transport == "shm" else ["a", "a", "b", "b"])
     assert reports[3].get("exit") == 17
     for r in reports[:3]:
         assert "raised" in r, r
+        assert r["transport"] == transport, r
         assert r["seconds"] < 10 + 5, r   # group timeout 10 s, plus slack for a loaded machine
+    assert _leftover(reports[:3]) == []

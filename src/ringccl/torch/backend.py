@@ -16,12 +16,22 @@ multi_threaded_pg``): the creator returns a :class:`RingcclProcessGroup`, a subc
 ``torch.distributed.ProcessGroup`` whose collectives are Python methods, so torch uses it as the
 group itself. Each group owns
 
+* its transport, chosen once when the group is created from every rank's host identity
+  (:func:`ringccl.shm.host_id`, exchanged through the group's store; ``RINGCCL_HOST_ID`` splits
+  one machine into "hosts" for tests): every rank on this host (and x86-64) → the
+  shared-memory transport (:mod:`ringccl.shm`: one segment per group, set up at the group's
+  first collective with its exchange over the inner gloo group, freed by
+  ``destroy_process_group``); otherwise gloo point-to-point on the inner gloo group
+  (:class:`_GlooTransport`, tag :data:`COLLECTIVE_TAG`). ``RINGCCL_TRANSPORT=p2p`` forces gloo
+  point-to-point, ``=shm`` forces shared memory (refused at creation across hosts). Either way
+  the run itself is :mod:`ringccl.torch.executor`'s (``_execute_shm``, :func:`~ringccl.torch.
+  executor.run_p2p`).
 * an inner gloo group (``ProcessGroupGloo`` on a ``PrefixStore`` of the group's store) that
-  carries every byte: the schedules' point-to-point messages (:class:`_GlooTransport`, tag
-  :data:`COLLECTIVE_TAG`), the user's ``send``/``recv`` (their own tags) and the small exchanges
-  (the cross-rank check, all_to_all's block sizes, ``barrier``). A raw gloo object, not a
-  registered group: nothing is added to torch's group registry, ``dist.get_rank`` and friends
-  never see it, and ``destroy_process_group`` on ours frees it with no second teardown.
+  carries the user's ``send``/``recv`` (their own tags), the small exchanges (the cross-rank
+  check, all_to_all's block sizes, ``barrier``, the shared-memory set-up) and, off one host,
+  the schedules' messages. A raw gloo object, not a registered group: nothing is added to
+  torch's group registry, ``dist.get_rank`` and friends never see it, and
+  ``destroy_process_group`` on ours frees it with no second teardown.
 * one worker thread that runs the group's collectives one at a time in issue order (so the
   k-th collective of every rank is the same one), under ``torch.no_grad`` (grad mode is per
   thread), completing each call's ``torch.futures.Future`` with the value gloo's would carry
@@ -32,7 +42,9 @@ group itself. Each group owns
 Each collective is the ringccl front end's flow (:mod:`ringccl.frontend`: contract → working
 buffer → schedule → engine) with ringccl.torch's tensor dialect and this group as its group
 adapter; the algorithm is chosen per call by :func:`choose_algorithm` (``RINGCCL_ALGO``, else the
-default) and logged once per (collective, size class, group) with ``RINGCCL_DEBUG=INFO``.
+transport's choice: ``shm_algorithm`` over shared memory, the registry's defaults over gloo) and
+logged once per (collective, size class, group) with ``RINGCCL_DEBUG=INFO``, naming the
+transport and the cost model's predicted time on it.
 
 Errors, as gloo's: what ringccl cannot do (``PREMUL_SUM``, a dtype outside ringccl's set, a
 bitwise op on floats, AVG on integers) raises ``RuntimeError`` naming the op and dtype, at the
@@ -57,14 +69,13 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.distributed as dist
 
-from .. import engine, frontend
+from .. import engine, frontend, shm
 from ..args import check_rank
 from ..consistency import debug_level
-from ..engine import trace
 from ..frontend import debug
 from ..ops import ReduceOp
 from . import executor
-from .backend_choice import SIZE_CLASSES, choose_algorithm, predicted_seconds, size_class
+from .backend_choice import LINKS, SIZE_CLASSES, choose_algorithm, predicted_seconds, size_class
 from .collectives import _SUPPORTED, _Torch
 
 __all__ = ["BACKEND_NAME", "RingcclProcessGroup", "register", "create_process_group",
@@ -165,7 +176,10 @@ class _Group:
         global_ranks: the group's ranks in the default group, by group rank.
         name: torch's group name (its PrefixStore prefix), for log lines.
         timeout: the group's timeout (``init_process_group(timeout=...)``).
-        hosts: every rank's host identity (hostname, or ``RINGCCL_HOST_ID``), by group rank.
+        hosts: every rank's host identity (:func:`ringccl.shm.host_id`), by group rank.
+        transport: "shm" or "p2p", what the group's collectives run on (:func:`_transport`).
+        shm_setup: the shared-memory set-up (:class:`ringccl.torch.executor.ShmSetup`) when
+            ``transport == "shm"``, else None.
     """
 
     def __init__(self, store, rank: int, size: int, timeout: datetime.timedelta,
@@ -178,6 +192,12 @@ class _Group:
                                            timeout)
         self.hosts = _exchange_hosts(dist.PrefixStore("ringccl/host", store), rank, size,
                                      timeout)
+        self.transport = _transport(self.hosts, size)
+        # the segment's set-up exchange goes over the inner gloo group: it runs on the worker
+        # thread, inside this group's first collective, where our own collectives cannot
+        self.shm_setup = (executor.ShmSetup(rank, size, self.global_ranks,
+                                            self.all_gather_object, timeout.total_seconds())
+                          if self.transport == "shm" else None)
         self.logged: set = set()
         self.threaded = os.environ.get("RINGCCL_BACKEND_THREAD", "1") != "0"
         self._jobs: queue.Queue = queue.Queue()
@@ -236,6 +256,7 @@ class _Group:
             self._jobs.put(None)
             if thread is not threading.current_thread():
                 thread.join(self.timeout.total_seconds() + 5)
+        executor.release_shm_state(self)   # unmaps the segment (its name is gone already)
         self.inner = None
 
 
@@ -258,9 +279,39 @@ def _worker_loop(jobs: queue.Queue) -> None:
 
 
 def host_id() -> str:
-    """This process's host identity: ``RINGCCL_HOST_ID`` if set (tests split one machine into
-    several "hosts" with it), else the hostname."""
-    return os.environ.get("RINGCCL_HOST_ID") or socket.gethostname()
+    """This process's host identity (:func:`ringccl.shm.host_id`: ``RINGCCL_HOST_ID`` if set —
+    tests split one machine into several "hosts" with it — else the host name and boot id)."""
+    return shm.host_id()
+
+
+_TRANSPORT_VALUES = ("auto", "shm", "p2p")
+
+
+def _transport(hosts: Sequence[str], size: int) -> str:
+    """The group's transport from every rank's host identity (the same on every rank):
+    ``RINGCCL_TRANSPORT`` "p2p" → "p2p"; "shm" → "shm" (refused across hosts); "auto" (or
+    unset) → "shm" when every rank is on this host and the machine is x86-64, else "p2p". A
+    group of one rank moves nothing: "p2p".
+
+    Raises:
+        ValueError: a ``RINGCCL_TRANSPORT`` outside auto/shm/p2p, or "shm" for ranks on
+            several hosts. BackendError: "shm" on a machine that is not x86-64.
+    """
+    value = os.environ.get("RINGCCL_TRANSPORT") or "auto"
+    if value not in _TRANSPORT_VALUES:
+        raise ValueError(f"RINGCCL_TRANSPORT={value!r} must be one of "
+                         f"{', '.join(map(repr, _TRANSPORT_VALUES))}")
+    one_host = len(set(hosts)) == 1
+    if value == "p2p" or size == 1:
+        return "p2p"
+    if value == "shm":
+        if not one_host:
+            raise ValueError(f"RINGCCL_TRANSPORT='shm': the group's {size} ranks are on "
+                             f"{len(set(hosts))} hosts ({sorted(set(hosts))}); shared memory "
+                             "needs every rank on one host (use 'auto' or 'p2p')")
+        shm.check_platform()
+        return "shm"
+    return "shm" if one_host and shm.supported_platform() else "p2p"
 
 
 def _exchange_hosts(store, rank: int, size: int, timeout: datetime.timedelta) -> list[str]:
@@ -318,24 +369,25 @@ class _Front(_Torch):
 
 def _execute(schedule, buffer: torch.Tensor, op: ReduceOp, g: _Group, bounds, opts,
              restore: bool) -> None:
-    """:func:`ringccl.torch.executor.execute`'s run, over the inner gloo group: the engine's
-    plan for this rank, its workspace (torch's in-place ops), the dataflow driver."""
+    """The executor's run on the group's transport: over shared memory
+    (``executor._execute_shm`` with the group's :class:`~ringccl.torch.executor.ShmSetup`),
+    else :func:`ringccl.torch.executor.run_p2p` over the inner gloo group."""
     wait_timeout = executor.check_timeout(opts.timeout)
     bounds = engine.check_bounds(bounds, schedule.num_chunks, buffer.numel())
-    segment_elems = opts.pipelining.segment_elems(bounds, buffer.element_size())
-    plan = engine.plan(schedule, g.rank, bounds, segment_elems)
-    if not plan.steps:
+    pipelining = opts.pipelining
+    if g.transport == "shm":
+        # as executor.execute: whole chunks unless a segment size was asked for
+        if pipelining is executor.PIPELINING:
+            pipelining = executor.SHM_PIPELINING
+        executor._execute_shm(schedule, buffer, op, g, bounds,
+                              lambda itemsize: pipelining.segment_elems(bounds, itemsize),
+                              None if wait_timeout is None else wait_timeout.total_seconds(),
+                              restore, g.shm_setup)
         return
-    workspace = engine.Workspace(executor.OPS, buffer, op, plan.staging_elems)
-    transport = _GlooTransport(g.inner, g.global_ranks, wait_timeout)
-    seconds = (wait_timeout or g.timeout).total_seconds()
-    recorder = trace.state.recorder   # RINGCCL_DEBUG=TRACE: the per-step timings
-    if recorder is None:
-        engine.run_dataflow(schedule, g.rank, plan, transport, workspace, restore=restore,
-                            timeout=seconds)
-    else:
-        recorder.run(engine.run_dataflow, schedule, g.rank, plan, transport, workspace,
-                     restore=restore, timeout=seconds, itemsize=buffer.element_size(),
+    executor.run_p2p(schedule, buffer, op, g.rank, bounds,
+                     pipelining.segment_elems(bounds, buffer.element_size()),
+                     _GlooTransport(g.inner, g.global_ranks, wait_timeout),
+                     timeout_s=(wait_timeout or g.timeout).total_seconds(), restore=restore,
                      backend=BACKEND_NAME)
 
 
@@ -343,7 +395,8 @@ _F = _Front()
 
 
 def _options(opts_timeout=None) -> frontend.Options:
-    """The executor options of one call: the per-call ``opts.timeout`` when torch set one."""
+    """The executor options of one call: the per-call ``opts.timeout`` when torch set one.
+    (The transport is the group's, read by :func:`_execute` from the group.)"""
     timeout = None
     if isinstance(opts_timeout, datetime.timedelta) and opts_timeout.total_seconds() > 0:
         timeout = opts_timeout
@@ -361,16 +414,23 @@ def _log_choice(g: _Group, collective: str, algorithm: str, nbytes: int, forced:
         return
     g.logged.add(key)
     debug._configure(level)
-    seconds = predicted_seconds(collective, algorithm, g.size, nbytes)
+    seconds = predicted_seconds(collective, algorithm, g.size, nbytes, g.transport)
     predicted = "n/a" if seconds is None else f"{seconds * 1e6:.1f}"
+    if LINKS[g.transport][1]:   # the cost model has no fitted class for it yet
+        predicted += " (provisional link figures)"
     debug.logger.info("%s:%d [rank %d] backend group=%s size=%d %s size_class=%s "
-                      "algorithm=%s (%s) transport=gloo-p2p predicted_us=%s", socket.gethostname(),
+                      "algorithm=%s (%s) transport=%s predicted_us=%s", socket.gethostname(),
                       os.getpid(), g.rank, g.name, g.size, collective, key[1], algorithm,
-                      "RINGCCL_ALGO" if forced else "default", predicted)
+                      "RINGCCL_ALGO" if forced else "auto", _TRANSPORT_NAMES[g.transport],
+                      predicted)
+
+
+#: the transports as the INFO lines name them
+_TRANSPORT_NAMES = {"shm": "shm", "p2p": "gloo-p2p"}
 
 
 def _algorithm(g: _Group, collective: str, nbytes: int) -> str:
-    algorithm, forced = choose_algorithm(collective, g.size, nbytes)
+    algorithm, forced = choose_algorithm(collective, g.size, nbytes, g.transport)
     _log_choice(g, collective, algorithm, nbytes, forced)
     return algorithm
 
@@ -464,13 +524,19 @@ class RingcclProcessGroup(dist.ProcessGroup):
 
     @property
     def hosts(self) -> list[str]:
-        """Every rank's host identity by group rank (the multi-host hook: ranks are grouped by
-        it once the shared-memory transport is in)."""
+        """Every rank's host identity by group rank (:func:`ringccl.shm.host_id`)."""
         return list(self._group.hosts)
 
+    @property
+    def transport(self) -> str:
+        """What the group's collectives run on: "shm" (every rank on this host) or "p2p"
+        (gloo point-to-point)."""
+        return self._group.transport
+
     def shutdown(self) -> None:
-        """Called by ``destroy_process_group``: finish queued collectives, free the worker and
-        the inner gloo group."""
+        """Called by ``destroy_process_group``: finish queued collectives, free the worker, the
+        shared memory (this rank's mappings; the segment's name was unlinked at set-up) and the
+        inner gloo group."""
         self._finalizer()
 
     def abort(self) -> None:

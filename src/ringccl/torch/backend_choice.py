@@ -1,21 +1,30 @@
-"""The ringccl backend's algorithm per call: ``RINGCCL_ALGO``, else the default; its predicted time.
+"""The ringccl backend's algorithm per call: ``RINGCCL_ALGO``, else the transport's choice; its
+predicted time.
 
 ``RINGCCL_ALGO`` names an algorithm per collective, as NCCL_ALGO does::
 
     RINGCCL_ALGO=all_reduce:ring,all_gather:direct,broadcast:binomial_tree
 
-Collectives not named keep the default. An entry that is not ``collective:algorithm`` with a
-registered pair is refused at the first collective, naming the entry and the allowed names.
+Collectives not named keep the transport's choice ("auto"). An entry that is not
+``collective:algorithm`` with a registered pair is refused at the first collective, naming the
+entry and the allowed names.
 
-The default today is the registry's :data:`ringccl.algorithms.DEFAULTS` (what
-``ringccl.torch``'s functions use); :func:`choose_algorithm` is the one place that becomes the
-tuner's choice for the transport in use once the shared-memory transport (issue 16) lands.
+"auto" is what ``ringccl.torch``'s functions choose for the same transport: over shared memory
+the measured :func:`ringccl.torch.executor.shm_algorithm` (one-shot ``direct``, ``two_shot``
+all_reduce from ``SHM_TWO_SHOT_BYTES``), over gloo point-to-point the registry's
+:data:`ringccl.algorithms.DEFAULTS`.
 
 The predicted time (logged with ``RINGCCL_DEBUG=INFO``) is the α-β-γ model
 (:mod:`ringccl.costmodel`) of the chosen schedule on a flat machine with the link class of the
-transport: gloo point-to-point over TCP loopback, fitted by ``ringccl fit`` on this project's
-2-process ring all_reduce rows (docs/benchmarks.md, "The fitted model"): α = 1.51 ms per step,
-β = 1.019 ns/B, γ = 0.267 ns/B.
+transport in use (:data:`LINKS`):
+
+* gloo point-to-point over TCP loopback, fitted by ``ringccl fit`` on this project's 2-process
+  ring all_reduce rows (docs/benchmarks.md, "The fitted model"): α = 1.51 ms per step,
+  β = 1.019 ns/B, γ = 0.267 ns/B;
+* shared memory: the cost model has no fitted shared-memory link class yet (issue 16, item 4);
+  until it does, :data:`SHM_PROVISIONAL` — two points of the measured two_shot all_reduce in
+  ``ringccl.torch.executor.SHM_TWO_SHOT_BYTES``'s docstring (2 processes, loaded machine), so
+  the shm predictions are rough (the log line marks them ``provisional``).
 """
 
 from __future__ import annotations
@@ -27,13 +36,29 @@ from ..algorithms import algorithms, default_algorithm
 from ..collectives import COLLECTIVES
 from ..costmodel import predictor
 from ..errors import ArgumentError
+from .executor import shm_algorithm
 
 __all__ = ["parse_algo_env", "choose_algorithm", "predicted_seconds", "size_class",
-           "SIZE_CLASSES", "GLOO_P2P"]
+           "SIZE_CLASSES", "GLOO_P2P", "SHM_PROVISIONAL", "LINKS", "TRANSPORTS"]
+
+#: the backend's transports: "shm" (every rank of the group on this host), "p2p" (gloo
+#: point-to-point on the inner gloo group)
+TRANSPORTS = ("shm", "p2p")
 
 #: (alpha [s per step], beta [s per byte sent], gamma [s per byte reduced]) of gloo
 #: point-to-point on one host, from docs/benchmarks.md's fit (2 processes, TCP loopback)
 GLOO_P2P = (1.51e-3, 1.019e-9, 0.267e-9)
+
+#: the same for the shared-memory transport, provisional until the cost model's fitted shm
+#: link class exists: two_shot all_reduce on 2 processes costs 2·alpha + nbytes·(beta + gamma/2);
+#: through its measured 815 µs at 1 MiB and 12007 µs at 16 MiB (SHM_TWO_SHOT_BYTES's docstring)
+#: that is alpha = 35 µs and beta + gamma/2 = 0.711 ns/B, split as beta = gamma (a reduce reads
+#: two streams and writes one, a copy reads one and writes one: about the same memory traffic
+#: per byte on this machine).
+SHM_PROVISIONAL = (35e-6, 0.474e-9, 0.474e-9)
+
+#: the link class of each transport, and whether its figures are provisional
+LINKS = {"p2p": (GLOO_P2P, False), "shm": (SHM_PROVISIONAL, True)}
 
 #: upper bounds (bytes, exclusive) of the size classes of the log lines, NCCL-style powers of 4
 SIZE_CLASSES = tuple(4 ** k for k in range(5, 17))   # 1 KiB ... 4 GiB
@@ -84,38 +109,56 @@ def parse_algo_env(value: str) -> dict[str, str]:
     return chosen
 
 
-def choose_algorithm(collective: str, world_size: int, nbytes: int) -> tuple[str, bool]:
+def _check_transport(transport: str) -> None:
+    if transport not in TRANSPORTS:
+        raise ArgumentError(f"transport={transport!r} must be one of "
+                            f"{', '.join(map(repr, TRANSPORTS))}")
+
+
+def choose_algorithm(collective: str, world_size: int, nbytes: int,
+                     transport: str = "p2p") -> tuple[str, bool]:
     """The algorithm of one call and whether ``RINGCCL_ALGO`` forced it.
 
     Args:
         collective: a name of :data:`ringccl.collectives.COLLECTIVES`.
         world_size: ranks of the group.
         nbytes: bytes of the collective's working buffer (nccl-tests' "size").
+        transport: "shm" or "p2p" (:data:`TRANSPORTS`), the transport the call runs on.
     Returns:
-        (algorithm name, forced).
+        (algorithm name, forced). Not forced: over "shm" :func:`ringccl.torch.executor.
+        shm_algorithm`, over "p2p" :data:`ringccl.algorithms.DEFAULTS` (ringccl.torch's
+        "auto" for the same transport).
     Raises:
-        ArgumentError: a malformed ``RINGCCL_ALGO`` (:func:`parse_algo_env`).
+        ArgumentError: a malformed ``RINGCCL_ALGO`` (:func:`parse_algo_env`); another
+            ``transport``.
     """
+    _check_transport(transport)
     forced = parse_algo_env(os.environ.get("RINGCCL_ALGO", "")).get(collective)
     if forced is not None:
         return forced, True
-    # until the shared-memory transport's tuner ("auto") lands: the registry's default, the
-    # same as ringccl.torch's functions; world_size and nbytes are what the tuner will read
+    if transport == "shm":
+        return shm_algorithm(collective, world_size, nbytes), False
     return default_algorithm(collective), False
 
 
 @caches.memoize(maxsize=256)
-def _predictor(collective: str, algorithm: str, world_size: int):
-    alpha, beta, gamma = GLOO_P2P
+def _predictor(collective: str, algorithm: str, world_size: int, transport: str):
+    (alpha, beta, gamma), _ = LINKS[transport]
     return predictor(collective, algorithm, world_size, alpha=alpha, bandwidth=1 / beta,
                      gamma=gamma)
 
 
 def predicted_seconds(collective: str, algorithm: str, world_size: int,
-                      nbytes: int) -> float | None:
-    """The model's seconds for one call over gloo point-to-point (:data:`GLOO_P2P`); None when
-    the algorithm cannot be priced without parameters the call does not give."""
+                      nbytes: int, transport: str = "p2p") -> float | None:
+    """The model's seconds for one call over ``transport``'s link class (:data:`LINKS`: gloo
+    point-to-point, or the provisional shared-memory figures); None when the algorithm cannot
+    be priced without parameters the call does not give.
+
+    Raises:
+        ArgumentError: ``transport`` not in :data:`TRANSPORTS`.
+    """
+    _check_transport(transport)
     try:
-        return float(_predictor(collective, algorithm, world_size)(nbytes))
+        return float(_predictor(collective, algorithm, world_size, transport)(nbytes))
     except (ArgumentError, TypeError, ValueError):
         return None

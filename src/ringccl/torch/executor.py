@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import datetime
 import threading
-from typing import Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import torch
 import torch.distributed as dist
@@ -38,7 +38,7 @@ from ..ops import ReduceOp
 
 __all__ = ["execute", "combine_fn", "release_buffers", "PIPELINING", "OPS",
            "PIPELINE_THRESHOLD_BYTES", "DEFAULT_SEGMENT_BYTES", "SHM_PIPELINING", "shm_state",
-           "shm_empty", "release_shm"]
+           "shm_empty", "release_shm", "ShmSetup", "release_shm_state", "run_p2p"]
 
 
 def combine_fn(op: ReduceOp):
@@ -172,6 +172,9 @@ def shm_algorithm(collective: str, world_size: int, nbytes: int) -> str:
 
 _shm: dict = {}          # id(group object) -> (group object, ShmGroup, ShmTransport)
 _shm_lock = threading.Lock()
+# the same for group-like objects set up through a ShmSetup (the ringccl backend's groups):
+# their owner frees them (release_shm_state); the sweep of destroyed torch groups never does
+_shm_owned: dict = {}
 
 
 @caches.register
@@ -180,8 +183,9 @@ def release_shm() -> None:
     effect: call it on every rank of a group between the same two collectives (the next call
     sets the group's shared memory up again, a collective exchange)."""
     with _shm_lock:
-        states = list(_shm.values())
+        states = list(_shm.values()) + list(_shm_owned.values())
         _shm.clear()
+        _shm_owned.clear()
     for _, state, _ in states:
         state.close()
 
@@ -199,15 +203,35 @@ def _group_timeout_s(group) -> float | None:
     return t.total_seconds() if isinstance(t, datetime.timedelta) else None
 
 
-def shm_state(group, timeout: float | None = None):
+class ShmSetup(NamedTuple):
+    """How :func:`shm_state` sets up the shared memory of a group that is not a
+    torch.distributed group (the ringccl backend's, whose own collectives cannot carry the
+    set-up exchange: they run on the worker thread that is setting up)."""
+
+    rank: int                          # this rank in the group
+    world_size: int
+    global_ranks: Sequence[int]        # by group rank, for messages
+    exchange: Callable[[Any], list]    # every rank's small object, in rank order (collective)
+    timeout_s: float                   # the group's timeout: the waits' default, seconds
+
+
+def shm_state(group, timeout: float | None = None, setup: ShmSetup | None = None):
     """``(ShmGroup, ShmTransport)`` of ``group`` on this rank, set up on first use (a
     collective call: an exchange through the group). One segment per group: two groups, or
     two jobs, never share one.
 
+    Args:
+        group: a torch.distributed group (None: the default group); with ``setup``, any object
+            that identifies the group (kept until :func:`release_shm_state` or
+            ``ringccl.clear_caches``).
+        timeout: the waits' default in seconds (None: the group's timeout).
+        setup: rank, size and set-up exchange of a group-like ``group`` (:class:`ShmSetup`).
     Raises:
         BackendError: the platform is not x86-64, or the set-up failed (ShmSpaceError: the
             shared-memory directory is too small).
     """
+    if setup is not None:
+        return _owned_shm_state(group, timeout, setup)
     pg = _group_object(group)
     hit = _shm.get(id(pg))
     if hit is not None and hit[0] is pg:
@@ -232,6 +256,31 @@ def shm_state(group, timeout: float | None = None):
             _shm.pop(key)[1].close()
         _shm[id(pg)] = (pg, state, transport)
     return state, transport
+
+
+def _owned_shm_state(key, timeout: float | None, setup: ShmSetup):
+    """:func:`shm_state` of a group-like ``key`` set up through ``setup``."""
+    hit = _shm_owned.get(id(key))
+    if hit is not None and hit[0] is key:
+        return hit[1], hit[2]
+    shm.check_platform()
+    state = shm.ShmGroup(setup.rank, setup.world_size, setup.exchange,
+                         timeout or setup.timeout_s)
+    peers = list(setup.global_ranks)
+    name = lambda p: str(p) if peers[p] == p else f"{p} (global rank {peers[p]})"  # noqa: E731
+    transport = shm.ShmTransport(state, name)
+    with _shm_lock:
+        _shm_owned[id(key)] = (key, state, transport)
+    return state, transport
+
+
+def release_shm_state(key) -> None:
+    """Drop the shared memory set up for the group-like ``key`` (:class:`ShmSetup`) on this
+    rank, if any (its owner's teardown: ``destroy_process_group`` of a ringccl-backend group)."""
+    with _shm_lock:
+        hit = _shm_owned.pop(id(key), None)
+    if hit is not None and hit[0] is key:
+        hit[1].close()
 
 
 def _typed(state, serial: int, dtype: torch.dtype) -> torch.Tensor:
@@ -275,11 +324,13 @@ def _entry_error(schedule: Schedule, rank: int, transport, exc: BaseException, t
 
 
 def _execute_shm(schedule: Schedule, buffer: torch.Tensor, op: ReduceOp, group, bounds,
-                 segment_elems_of, timeout_s: float | None, restore: bool) -> torch.Tensor:
-    """:func:`execute` over the group's shared memory (see the module docstring)."""
+                 segment_elems_of, timeout_s: float | None, restore: bool,
+                 setup: ShmSetup | None = None) -> torch.Tensor:
+    """:func:`execute` over the group's shared memory (see the module docstring); ``setup``:
+    for a group-like ``group`` (:func:`shm_state`)."""
     if buffer.device.type != "cpu":
         raise BackendError(f"transport='shm' needs CPU tensors, got one on {buffer.device}")
-    state, transport = shm_state(group, timeout_s)
+    state, transport = shm_state(group, timeout_s, setup)
     rank = state.rank
     itemsize = buffer.element_size()
     where = _locate(state, buffer) if buffer.numel() else None
@@ -441,20 +492,44 @@ def execute(schedule: Schedule, buffer: torch.Tensor, op: ReduceOp = ReduceOp.SU
     if transport != "p2p":
         raise BackendError(f"transport={transport!r} must be 'p2p' or 'shm' here")
     segment_elems = (pipelining or PIPELINING).segment_elems(bounds, buffer.element_size())
+    backend = dist.get_backend(group)
+    return run_p2p(schedule, buffer, op, rank, bounds, segment_elems,
+                   _Transport(group, _peers(group, world_size), wait_timeout),
+                   timeout_s=None if wait_timeout is None else wait_timeout.total_seconds(),
+                   restore=restore, lockstep=backend in ("nccl", "ucc"), backend=str(backend))
+
+
+def run_p2p(schedule: Schedule, buffer: torch.Tensor, op: ReduceOp, rank: int, bounds,
+            segment_elems: int, transport, *, timeout_s: float | None, restore: bool,
+            lockstep: bool = False, backend: str = "gloo") -> torch.Tensor:
+    """:func:`execute`'s run over a point-to-point ``transport`` (any
+    :class:`ringccl.engine.Transport`: :func:`execute`'s torch.distributed one, the ringccl
+    backend's raw gloo group): the engine's plan for ``rank``, its workspace (torch's in-place
+    ops), the lockstep (``lockstep``: NCCL/UCC's grouped calls) or dataflow driver, the trace
+    recorder when one is on.
+
+    Args:
+        schedule, buffer, op, bounds: as for :func:`execute` (``bounds`` checked already).
+        rank: this rank in the schedule.
+        segment_elems: elements per pipelined segment (0: whole chunks).
+        transport: the transport object.
+        timeout_s: seconds per wait, for the engine's messages (None: the transport's bound).
+        restore: as for :func:`execute`.
+        backend: the name traces record.
+    Returns:
+        ``buffer``. Raises: as :func:`execute`.
+    """
     plan = engine.plan(schedule, rank, bounds, segment_elems)
     if not plan.steps:
         return buffer
     workspace = engine.Workspace(OPS, buffer, op, plan.staging_elems)
-    transport = _Transport(group, _peers(group, world_size), wait_timeout)
-    backend = dist.get_backend(group)
-    run = engine.run_lockstep if backend in ("nccl", "ucc") else engine.run_dataflow
-    seconds = None if wait_timeout is None else wait_timeout.total_seconds()
+    run = engine.run_lockstep if lockstep else engine.run_dataflow
     recorder = trace.state.recorder   # None unless a trace is being taken (engine.trace)
     if recorder is None:
-        run(schedule, rank, plan, transport, workspace, restore=restore, timeout=seconds)
+        run(schedule, rank, plan, transport, workspace, restore=restore, timeout=timeout_s)
     else:
         recorder.run(run, schedule, rank, plan, transport, workspace, restore=restore,
-                     timeout=seconds, itemsize=buffer.element_size(), backend=str(backend))
+                     timeout=timeout_s, itemsize=buffer.element_size(), backend=backend)
     return buffer
 
 
