@@ -43,3 +43,18 @@ def test_every_collective_over_shm_matches_mpi(nproc, tmp_path):
     assert proc.stdout.count(": OK") == nproc, proc.stdout
     from ringccl.shm import shm_dir
     assert not [f for f in os.listdir(shm_dir()) if f.startswith(f"ringccl-{job}-")]
+
+
+def test_a_stalled_rank_over_shm_is_reported_and_the_output_kept(tmp_path):
+    job = f"mpishm{os.getpid()}stall"
+    env = dict(os.environ, RINGCCL_SHM_JOB=job, PYTHONPATH=os.pathsep.join(
+        p for p in (SRC, os.environ.get("PYTHONPATH")) if p))
+    cmd = mpirun_command(3, [sys.executable, str(Path(__file__).with_name(
+        "shm_timeout_script.py"))])
+    if "--oversubscribe" in cmd:
+        cmd[1:1] = ["-x", "PYTHONPATH", "-x", "RINGCCL_SHM_JOB"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    assert proc.stdout.count(": OK") == 2, proc.stdout + proc.stderr
+    from ringccl.shm import shm_dir, sweep
+    assert not sweep(job), "a segment was left behind"
+    assert not [f for f in os.listdir(shm_dir()) if f.startswith(f"ringccl-{job}-")]
