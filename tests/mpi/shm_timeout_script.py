@@ -7,7 +7,6 @@ caller's output exactly as it was. Each prints "rank R: OK"; rank 0 then ends th
 MPI_Abort (as after any ringccl.mpi timeout)."""
 
 import os
-import sys
 import time
 
 import numpy as np
