@@ -71,7 +71,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import engine, frontend
+from .. import engine, frontend, shm
 from ..algorithms import default_algorithm
 from ..collectives import check_root
 from ..errors import ArgumentError, ArgumentTypeError, RingcclTimeout
@@ -399,7 +399,6 @@ def resolve_transport(comm, transport: Any) -> str:
                             f"{', '.join(map(repr, _TRANSPORTS))}")
     if transport == "p2p":
         return "p2p"
-    from .. import shm
     if transport == "shm":
         shm.check_platform()
         return "shm"

@@ -24,6 +24,7 @@ import torch.distributed as dist
 
 from .. import caches, engine, shm
 from ..engine import trace
+from ..errors import BackendError
 from ..ir import Schedule
 from ..ops import ReduceOp
 from ..shm.hierarchical import HostLayout, HybridTransport, host_layout
@@ -122,7 +123,6 @@ def execute_hybrid(schedule: Schedule, buffer: torch.Tensor, op: ReduceOp, group
     the working buffer is copied into this rank's slot of its host's segment, the schedule
     runs with host peers read in place and the others over gloo, the result is copied back
     (the caller's buffer is written only after success)."""
-    from ..errors import BackendError
     if buffer.device.type != "cpu":
         raise BackendError(f"transport='hybrid' needs CPU tensors, got one on {buffer.device}")
     layout, state, transport = hybrid_state(group, timeout_s)
