@@ -174,11 +174,13 @@ SHM_PIPELINING = engine.Pipelining(None, 0)
 SHM_DEFAULT_TIMEOUT_S = 1800.0
 
 #: all_reduce over shared memory with numpy: one-shot (``direct``) below this many bytes,
-#: ``two_shot`` from it on. Measured with ``benchmarks/bench_mpi_shm.py --nproc 2 --crossover``
-#: and ``--nproc 4`` (docs/shm.md, "ringccl.mpi over shared memory"): the direct all_reduce's
-#: N - 1 full-buffer reductions per rank pass two_shot's 2 (N - 1)/N buffer passes plus one
-#: more synchronisation between 64 KiB and 256 KiB on this 2-core machine.
-SHM_TWO_SHOT_BYTES = 128 << 10
+#: ``two_shot`` from it on. Measured on 2 processes (2-core machine, load average 2-10 from
+#: other jobs): ``benchmarks/bench_mpi_shm.py --nproc 2 --crossover`` median µs direct /
+#: two_shot 4 KiB 27.1 / 30.3, 16 KiB 32.5 / 33.3, 64 KiB 42.4 / 39.7, 256 KiB 92.9 / 69.2;
+#: ``ringccl bench all_reduce --backend mpi --nproc 2 -a direct,two_shot -f 2`` 4 KiB 36.8 /
+#: 39.2, 8 KiB 40.0 / 37.6, 32 KiB 75.3 / 59.4. The step's synchronisation costs little next
+#: to the call's fixed cost, so two-shot's smaller reduction wins early (docs/shm.md).
+SHM_TWO_SHOT_BYTES = 32 << 10
 
 
 def shm_algorithm(collective: str, world_size: int, nbytes: int) -> str:
