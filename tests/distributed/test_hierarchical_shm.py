@@ -132,3 +132,20 @@ def test_two_hosts_of_two_ranks_shm_inside_gloo_across(monkeypatch):
         assert not os.listdir(d), os.listdir(d)
     assert all(calls > 50 for _, calls in results), results
     assert [f for f, _ in results] == [[]] * 4
+
+
+def test_host_layout_and_when_auto_uses_hybrid():
+    """No processes: the layout every rank derives from the exchanged host identities."""
+    from ringccl.shm.hierarchical import host_layout
+    two_by_two = host_layout(["a", "a", "b", "b"], 2)
+    assert two_by_two.local_ranks == (2, 3) and two_by_two.local_rank == 0
+    assert two_by_two.local_of == (None, None, 0, 1) and two_by_two.local_size == 2
+    assert two_by_two.balanced and two_by_two.spans_hosts and two_by_two.shares_hosts
+    # interleaved hosts: hybrid still routes by host, but the schedule's blocks do not match
+    interleaved = host_layout(["a", "b", "a", "b"], 1)
+    assert interleaved.local_ranks == (1, 3) and interleaved.local_size is None
+    assert interleaved.balanced
+    # a rank alone on its host (test_shm's 3-rank split) or one host: not hybrid
+    assert not host_layout(["h0", "h1", "h0"], 0).balanced
+    assert not host_layout(["h"] * 4, 0).balanced
+    assert not host_layout(["a", "b", "c"], 0).balanced
