@@ -80,7 +80,8 @@ from ..ops import (SUPPORTED_DTYPES, ReduceOp, check_accumulate_dtype, check_dty
                    check_op_dtype, parse_op)
 
 __all__ = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "scatter",
-           "gather", "all_to_all", "run_schedule", "release_buffers", "ReduceOp"]
+           "gather", "all_to_all", "run_schedule", "release_buffers", "resolve_transport",
+           "ReduceOp"]
 
 
 _mpi: list = []  # the mpi4py.MPI module, imported on first use (importing it starts MPI)
