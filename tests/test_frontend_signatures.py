@@ -42,10 +42,11 @@ ARGUMENTS = {"tensor": "buffer", "group": "comm", "output_tensor": "output",
              "input_tensor": "input"}
 # (torch function, argument): torch's default, MPI's default
 DEFAULTS = {("broadcast", "src"): (None, "0"), ("reduce", "dst"): (None, "0")}
-OPTIONS = ["segment_bytes", "timeout", "restore", "check"]
-#: options only ringccl.torch has for now (issue 16: the shared-memory transport; ringccl.mpi
-#: follows in its second round), after the common ones
-TORCH_ONLY = ["transport"]
+#: ``transport`` (issue 16: "auto", "shm", "p2p") is common to both since ringccl.mpi runs over
+#: shared memory too
+OPTIONS = ["segment_bytes", "timeout", "restore", "check", "transport"]
+#: options only ringccl.torch has, after the common ones (none at present)
+TORCH_ONLY: list = []
 
 
 def _signatures(path: Path) -> dict:

@@ -2,6 +2,7 @@
 
 Every rank must raise within the timeout, none may hang: rank 0 because the others never join
 its check's exchange, the others because rank 0 never sends. Prints "rank R: OK <seconds>".
+Pinned to transport="p2p" (MPI point-to-point's bounded waits).
 """
 
 import time
@@ -14,11 +15,11 @@ from ringccl.errors import RingcclTimeout
 
 comm = MPI.COMM_WORLD
 rank = comm.Get_rank()
-rm.all_reduce(np.ones(2, np.float32), timeout=10)  # the private communicator, duplicated
+rm.all_reduce(np.ones(2, np.float32), timeout=10, transport="p2p")  # the private communicator, duplicated
 b = np.full(8, rank + 1.0, np.float32)
 start = time.monotonic()
 try:
-    rm.all_reduce(b, check=(rank == 0), timeout=3)
+    rm.all_reduce(b, check=(rank == 0), timeout=3, transport="p2p")
     print(f"rank {rank}: returned without an error", flush=True)
 except RingcclTimeout as exc:
     took = time.monotonic() - start

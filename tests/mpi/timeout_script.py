@@ -2,7 +2,10 @@
 get a RingcclTimeout naming the step and peer within the timeout, with the caller's output of
 all_gather (whose own block is copied in before the exchange) left exactly as it was. Each of
 them prints "rank R: OK"; then rank 0 ends the job with MPI_Abort, as the docs require after a
-timeout (the stalled rank's messages cannot be withdrawn)."""
+timeout (the stalled rank's messages cannot be withdrawn).
+
+Pinned to transport="p2p" (MPI point-to-point, whose timeouts this checks); the shared-memory
+transport's stall is tests/mpi/shm_timeout_script.py."""
 
 import os
 import sys
@@ -16,7 +19,7 @@ from ringccl.errors import RingcclTimeout
 
 comm = MPI.COMM_WORLD
 rank, n = comm.Get_rank(), comm.Get_size()
-rm.all_reduce(np.ones(4, np.float32))  # every rank: the private communicator exists
+rm.all_reduce(np.ones(4, np.float32), transport="p2p")  # every rank: the private communicator exists
 if rank == 1:
     time.sleep(10)  # stalled (the job is aborted before it wakes)
     os._exit(0)
@@ -26,7 +29,7 @@ before = out.copy()
 t0 = time.monotonic()
 problems = []
 try:
-    rm.all_gather(out, x)
+    rm.all_gather(out, x, transport="p2p")
     problems.append("no error")
 except RingcclTimeout as exc:
     took = time.monotonic() - t0

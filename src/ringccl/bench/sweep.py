@@ -139,7 +139,10 @@ def run_sweep(backend: Backend, spec: BenchSpec,
         m = buffer_elements(spec.collective, size, dtype.itemsize, n)
         nbytes = m * dtype.itemsize
         case = make_case(spec.collective, m, n, backend.rank, spec.root, op, dtype)
-        base = {"collective": spec.collective, "backend": backend.name, "world_size": n,
+        # ``transport``: what ringccl's rows ran on (the backend's resolved transport="auto",
+        # e.g. "shm" on one host); the builtin rows are the backend's own (None)
+        base = {"collective": spec.collective, "backend": backend.name,
+                "transport": getattr(backend, "transport", None), "world_size": n,
                 "size": nbytes, "count": nccl_count(spec.collective, m, n), "dtype": dtype.name,
                 "type": NCCL_TYPE_NAMES.get(dtype.name, dtype.name),
                 "redop": op.value if coll.reduces else "none",
@@ -169,6 +172,7 @@ def run_sweep(backend: Backend, spec: BenchSpec,
                 algorithm, seg, placement = variants[i]
                 t = stats["time_s"]
                 row = dict(base, kind="collective", algorithm=algorithm, placement=placement,
+                           transport=None if algorithm == BUILTIN else base["transport"],
                            segment_bytes=seg, wrong=wrongs[i],
                            accumulate_dtype=None if algorithm == BUILTIN else spec.accumulate_dtype,
                            **stats)

@@ -15,7 +15,7 @@ from ..costmodel.buckets import (DDP_BUCKET_BYTES, DDP_FIRST_BUCKET_BYTES, best_
 from ..costmodel.fit import (PARAMS, by_backend, fit_rows, held_out, load_rows, sweep_key,
                              sweep_label)
 from ..costmodel.model import parse_gamma
-from ..costmodel.presets import seed_figures
+from ..costmodel.presets import LINK_CLASSES, link_class, seed_figures
 from ..costmodel.topology import flat, two_level
 from ..costmodel.tuning import predict_table, tune
 from ..errors import ArgumentError
@@ -34,7 +34,16 @@ def _ms(seconds: float) -> str:
 
 
 def _machines(args) -> list:
-    """The machines the command line describes: one per world size (flat) or one two-level."""
+    """The machines the command line describes: one per world size (flat) or one two-level.
+    ``--link NAME``: a flat machine of that measured link class (its α, bandwidth and γ
+    replace --alpha, --bandwidth and --gamma)."""
+    if getattr(args, "link", None):
+        if args.nodes is not None:
+            raise ArgumentError(f"--link {args.link} describes a flat machine; it cannot be "
+                                "combined with --nodes")
+        link = link_class(args.link)
+        args.alpha, args.bandwidth, args.gamma = link.alpha, link.bandwidth, link.gamma
+        return [link.flat(n) for n in (args.world_size or [2, 4])]
     if args.nodes is not None:
         topo = two_level(args.nodes, args.local, intra=args.intra, inter=args.inter,
                          nics_per_node=args.nics_per_node,
@@ -268,6 +277,11 @@ def _add_machine_args(p) -> None:
     g.add_argument("--gamma", default=0.0, type=nonnegative(
         _gamma, "gamma", ">= 0 s per byte, or a rate > 0 (e.g. 100GB/s)"),
         help="seconds per byte reduced, or a reduction rate such as 100GB/s (default 0)")
+    g.add_argument("--link", choices=sorted(LINK_CLASSES),
+                   help="a measured link class (flat machine; its fitted alpha, bandwidth and "
+                        "gamma replace --alpha/--bandwidth/--gamma; default --world-size 2,4): "
+                        "shm = ringccl's shared-memory transport "
+                        "(ringccl.costmodel.presets.SHARED_MEMORY)")
     g.add_argument("--nodes", type=positive_int, help="two-level: number of nodes")
     g.add_argument("--local", type=positive_int, default=8, help="two-level: GPUs per node")
     g.add_argument("--intra", default="5us,900GB/s", help="two-level: ALPHA,BANDWIDTH of NVLink")
@@ -283,24 +297,28 @@ def _fmt_param(name: str, value: float) -> str:
     """α and δ in µs, β and γ in ns per byte."""
     if not np.isfinite(value):
         return "-"
-    return f"{value * 1e6:.3f} us" if name in ("alpha", "delta") else f"{value * 1e9:.4f} ns/B"
+    return (f"{value * 1e6:.3f} us" if name in ("alpha", "delta", "epsilon")
+            else f"{value * 1e9:.4f} ns/B")
 
 
 def _print_fit(fit, held, args) -> None:
     names = {"alpha": "α (per step)", "beta": "β (per byte sent)",
-             "gamma": "γ (per byte reduced)", "delta": "δ (per local-reduce call)"}
+             "gamma": "γ (per byte reduced)", "delta": "δ (per local-reduce call)",
+             "epsilon": "ε (per call over shm)"}
     rows = []
-    for i, name in enumerate(PARAMS):
-        if name == "delta" and name not in fit.free:
+    # ε (shared-memory rows only) after the four of every fit
+    values = [(name, fit.params[i], fit.stderr[i], fit.ci95[i]) for i, name in enumerate(PARAMS)]
+    values.append(("epsilon", fit.epsilon, fit.epsilon_stderr, fit.epsilon_ci95))
+    for name, value, stderr, (lo, hi) in values:
+        if name in ("delta", "epsilon") and name not in fit.free:
             continue
-        lo, hi = fit.ci95[i]
         free = name in fit.free
-        rows.append([names[name], _fmt_param(name, fit.params[i]),
-                     _fmt_param(name, fit.stderr[i]) if free else "held at 0",
+        rows.append([names[name], _fmt_param(name, value),
+                     _fmt_param(name, stderr) if free else "held at 0",
                      f"[{_fmt_param(name, lo)}, {_fmt_param(name, hi)}]"
                      if free and np.isfinite(lo) else "-",
-                     f"{1e-9 / fit.params[i]:.3f} GB/s" if name in ("beta", "gamma")
-                     and fit.params[i] > 0 else ""])
+                     f"{1e-9 / value:.3f} GB/s" if name in ("beta", "gamma")
+                     and value > 0 else ""])
     table(f"α-β-γ fit, backend {fit.backend or '?'}: {len(fit.rows)} rows, least squares on "
           f"relative error; R² = {fit.r2_log:.4f} (log time), {fit.r2:.4f} (time)",
            ["parameter", "estimate", "std. error", "95% confidence interval", "as a rate"], rows)
@@ -440,7 +458,8 @@ def register_fit(sub) -> None:
         "residuals and a held-out check: fit on one sweep, predict the others.")
     p.add_argument("files", nargs="+", help="JSON files written by `ringccl bench --json`")
     p.add_argument("--train", help="sweep to fit the held-out check on: collective:algorithm"
-                   "[:world_size] (default: the sweep with the most rows)")
+                   "[:world_size] (default: the sweep with the most rows), or 'sizes': every "
+                   "sweep's even sizes, predicting the odd ones")
     p.add_argument("--placement", choices=["in-place", "out-of-place", "any"],
                    default="in-place", help="rows to use (default in-place)")
     p.add_argument("--min-size", type=size_arg, default=units.size("64KiB"),

@@ -24,6 +24,17 @@ Held-out check: fit on one sweep (one collective × algorithm × world size), pr
 sweep's measured times and print the relative error per size. With a single sweep the check
 fits on every other size and predicts the sizes in between.
 
+Shared memory (rows with ``"transport": "shm"``, ``ringccl bench`` on one host): a "send"
+moves nothing, the receiver reads the peer's bytes where they lie, so β is the seconds per byte
+read from a peer's slot and copied or reduced (memory bandwidth), α the synchronisation of one
+step (a counter published and seen), γ the reduction. Every call also copies the caller's
+buffer into the segment and back (:data:`SHM_COPIES` passes over the row's size, whatever the
+algorithm): that is added to the β column of those rows and to :func:`predict` for a fit of
+shm rows (``Fit.transport``). Those rows also get a per-call term ε (the frontend's and the
+engine's fixed cost and the call entry, tens of µs in Python, which would otherwise be read as
+α and move the one-shot/two-shot crossover: one-shot has 1 step, two-shot 2). Both are the same
+for every algorithm, so the crossovers are those of the closed forms with the fitted α, β, γ.
+
 One message size (at one world size) cannot separate α from β: steps and bytes then grow
 together, any split of the time between them fits exactly, and the fit would report β = 0.
 :func:`fit_rows` refuses such rows (ArgumentError saying so); a held-out check whose training
@@ -48,10 +59,12 @@ from ..errors import ArgumentError
 from ..units import format_size
 
 __all__ = ["Fit", "HeldOut", "load_rows", "sweep_key", "fit_rows", "held_out", "predict",
-           "PARAMS"]
+           "PARAMS", "SHM_COPIES", "copy_bytes", "per_call", "row_time"]
 
 PARAMS = ("alpha", "beta", "gamma", "delta")
 _UNITS = ("s/step", "s/byte", "s/byte reduced", "s/call")
+#: the fit's columns: PARAMS, then ε (s per collective call over shared memory, shm rows only)
+_COLUMNS = PARAMS + ("epsilon",)
 
 
 def load_rows(paths: Iterable[str | Path]) -> list[dict]:
@@ -98,14 +111,37 @@ def usable(row: dict, placement: str | None = "in-place") -> bool:
     return placement is None or row.get("placement") == placement
 
 
+#: passes over the buffer a shared-memory call adds to its schedule's bytes: the copy into
+#: the segment and the copy back (module doc)
+SHM_COPIES = 2
+
+
+def copy_bytes(transport: str | None, nbytes: float) -> float:
+    """Bytes a call of ``nbytes`` (the row's size) copies besides its schedule's transfers:
+    ``SHM_COPIES * nbytes`` over shared memory, 0 over point-to-point."""
+    return SHM_COPIES * float(nbytes) if transport == "shm" else 0.0
+
+
 def features(row: dict) -> np.ndarray:
     """The row's coefficients of (α, β, γ, δ): t ≈ features · params."""
     if row.get("kind") == LOCAL_REDUCE:
         return np.array([0.0, 0.0, float(row["reduced_bytes"]), 1.0])
     time = _closed_form(row)
     n, m = row["world_size"], float(row["size"])
-    return np.array([time(n, m, 1.0, 0.0, 0.0), time(n, m, 0.0, 1.0, 0.0),
+    return np.array([time(n, m, 1.0, 0.0, 0.0),
+                     time(n, m, 0.0, 1.0, 0.0) + copy_bytes(row.get("transport"), m),
                      time(n, m, 0.0, 0.0, 1.0), 0.0])
+
+
+def per_call(row: dict) -> float:
+    """The row's coefficient of ε: 1 for a collective row over shared memory, else 0."""
+    return 1.0 if row.get("transport") == "shm" and row.get("kind") != LOCAL_REDUCE else 0.0
+
+
+def row_time(fit: "Fit", row: dict) -> float:
+    """The fit's predicted seconds for a measured row: features · params, plus ε for a
+    shared-memory row."""
+    return float(features(row) @ fit.params) + fit.epsilon * per_call(row)
 
 
 def sweep_key(row: dict) -> tuple:
@@ -134,6 +170,13 @@ class Fit:
         r2_log, r2: coefficient of determination on log times and on times.
         rows, predicted: the rows used and the model's times for them.
         notes: why a parameter is fixed, in words.
+        transport: the transport every collective row ran on ("shm", "p2p"), None when the
+            rows do not say or differ; "shm" adds the copy in and out and ε to
+            :func:`predict`.
+        epsilon, epsilon_stderr, epsilon_ci95: s per collective call over shared memory (the
+            call's fixed cost, the same for every algorithm; only shm rows have it; 0 and nan
+            otherwise), its standard error and 95% interval. "epsilon" is in ``free`` when
+            estimated.
     """
 
     backend: str
@@ -146,6 +189,10 @@ class Fit:
     rows: list = field(repr=False, default_factory=list)
     predicted: np.ndarray = field(repr=False, default=None)
     notes: list = field(default_factory=list)
+    transport: str | None = None
+    epsilon: float = 0.0
+    epsilon_stderr: float = math.nan
+    epsilon_ci95: tuple = (math.nan, math.nan)
 
     @property
     def alpha(self) -> float:
@@ -168,13 +215,17 @@ class Fit:
         return predict(self, collective, algorithm, world_size, nbytes)
 
     def to_json(self) -> dict:
-        return {"backend": self.backend, "rows": len(self.rows), "r2_log": self.r2_log,
-                "r2": self.r2, "notes": self.notes,
-                "params": {name: {"value": float(self.params[i]), "unit": _UNITS[i],
-                                  "stderr": _finite(self.stderr[i]),
-                                  "ci95": [_finite(v) for v in self.ci95[i]],
-                                  "free": name in self.free}
-                           for i, name in enumerate(PARAMS)},
+        params = {name: {"value": float(self.params[i]), "unit": _UNITS[i],
+                         "stderr": _finite(self.stderr[i]),
+                         "ci95": [_finite(v) for v in self.ci95[i]], "free": name in self.free}
+                  for i, name in enumerate(PARAMS)}
+        if self.transport == "shm" or "epsilon" in self.free:
+            params["epsilon"] = {"value": self.epsilon, "unit": "s/call",
+                                 "stderr": _finite(self.epsilon_stderr),
+                                 "ci95": [_finite(v) for v in self.epsilon_ci95],
+                                 "free": "epsilon" in self.free}
+        return {"backend": self.backend, "transport": self.transport, "rows": len(self.rows),
+                "r2_log": self.r2_log, "r2": self.r2, "notes": self.notes, "params": params,
                 "residuals": [{"sweep": sweep_label(sweep_key(r)) if r.get("kind") !=
                                LOCAL_REDUCE else LOCAL_REDUCE, "size": r["size"],
                                "measured_s": r["time_s"], "predicted_s": float(p),
@@ -229,10 +280,10 @@ def fit_rows(rows: Sequence[dict], backend: str = "", placement: str | None = "i
     problem = _alpha_beta_problem(rows)
     if problem:
         raise ArgumentError(problem)
-    X = np.stack([features(r) for r in rows])
+    X = np.column_stack([np.stack([features(r) for r in rows]), [per_call(r) for r in rows]])
     t = np.array([r["time_s"] for r in rows], dtype=float)
     Xw, tw = X / t[:, None], np.ones_like(t)  # relative errors: divide each equation by t
-    present = [j for j in range(4) if np.any(X[:, j] != 0)]
+    present = [j for j in range(len(_COLUMNS)) if np.any(X[:, j] != 0)]
     best = None
     notes = []
     # exact non-negative least squares: the best feasible subset of free parameters
@@ -251,7 +302,7 @@ def fit_rows(rows: Sequence[dict], backend: str = "", placement: str | None = "i
     if best is None:
         raise ArgumentError(f"{len(rows)} usable rows cannot determine alpha, beta, gamma")
     rss, free, theta = best
-    params = np.zeros(4)
+    params = np.zeros(len(_COLUMNS))
     params[list(free)] = theta
     rank = np.linalg.matrix_rank(Xw[:, present], tol=1e-9 * np.abs(Xw).max())
     for j in present:
@@ -259,16 +310,16 @@ def fit_rows(rows: Sequence[dict], backend: str = "", placement: str | None = "i
             continue
         others = [i for i in present if i != j]
         if np.linalg.matrix_rank(Xw[:, others], tol=1e-9 * np.abs(Xw).max()) == rank:
-            notes.append(f"{PARAMS[j]} held at 0: not identifiable from these rows (its column "
+            notes.append(f"{_COLUMNS[j]} held at 0: not identifiable from these rows (its column "
                          "is a combination of the others'; add local-reduce rows or sweeps of "
                          "other collectives)")
         else:
-            notes.append(f"{PARAMS[j]} held at 0: its unconstrained estimate was negative")
+            notes.append(f"{_COLUMNS[j]} held at 0: its unconstrained estimate was negative")
     if 2 not in present:
         notes.append("gamma held at 0: no reduction in these rows (add local-reduce rows or a "
                      "reducing collective)")
-    stderr = np.full(4, math.nan)
-    ci = np.full((4, 2), math.nan)
+    stderr = np.full(len(_COLUMNS), math.nan)
+    ci = np.full((len(_COLUMNS), 2), math.nan)
     dof = len(rows) - len(free)
     if dof > 0:
         A = Xw[:, free]
@@ -283,8 +334,11 @@ def fit_rows(rows: Sequence[dict], backend: str = "", placement: str | None = "i
     logt, logp = np.log(t[ok]), np.log(predicted[ok])
     r2_log = 1 - np.sum((logp - logt) ** 2) / max(np.sum((logt - logt.mean()) ** 2), 1e-300)
     r2 = 1 - np.sum((predicted - t) ** 2) / max(np.sum((t - t.mean()) ** 2), 1e-300)
-    return Fit(backend, params, stderr, ci, tuple(PARAMS[j] for j in free), float(r2_log),
-               float(r2), rows, predicted, notes)
+    transports = {r.get("transport") for r in rows if r.get("kind") != LOCAL_REDUCE}
+    return Fit(backend, params[:4], stderr[:4], ci[:4], tuple(_COLUMNS[j] for j in free),
+               float(r2_log), float(r2), rows, predicted, notes,
+               transports.pop() if len(transports) == 1 else None, float(params[4]),
+               float(stderr[4]), (float(ci[4, 0]), float(ci[4, 1])))
 
 
 def _alpha_beta_problem(rows: Sequence[dict]) -> str | None:
@@ -311,7 +365,8 @@ def _alpha_beta_problem(rows: Sequence[dict]) -> str | None:
 
 def predict(fit: Fit, collective: str, algorithm: str, world_size: int, nbytes: float) -> float:
     """Seconds for ``algorithm`` on ``world_size`` ranks and ``nbytes`` (nccl-tests' size)
-    through its closed form ``Algorithm.time`` with the fitted α, β, γ.
+    through its closed form ``Algorithm.time`` with the fitted α, β, γ (plus, for a fit of
+    shared-memory rows, β times the copy in and out: :func:`copy_bytes`).
 
     Raises:
         ArgumentError: unknown algorithm, or one registered without a closed form.
@@ -319,7 +374,10 @@ def predict(fit: Fit, collective: str, algorithm: str, world_size: int, nbytes: 
     algo = get_algorithm(collective, algorithm)
     if algo.time is None:
         raise ArgumentError(f"{algorithm} {collective} has no closed-form time to predict with")
-    return float(algo.time_for(world_size, float(nbytes), fit.alpha, fit.beta, fit.gamma))
+    extra = fit.beta * copy_bytes(fit.transport, nbytes) + (
+        fit.epsilon if fit.transport == "shm" else 0.0)
+    return float(algo.time_for(world_size, float(nbytes), fit.alpha, fit.beta, fit.gamma)
+                 + extra)
 
 
 @dataclass
@@ -330,7 +388,8 @@ class HeldOut:
         train: label of what the fit used; fit: that fit.
         sweeps: {label: [(size, measured_s, predicted_s, relative_error), ...]}.
         method: "sweep" (fit on one sweep, predict the others), "interleaved" (one sweep:
-            fit on every other size, predict the rest) or "none" (no check possible: ``reason``
+            fit on every other size, predict the rest), "sizes" (every sweep: fit on every
+            other size, predict the rest) or "none" (no check possible: ``reason``
             says why; ``fit`` is then the fit on every row and ``sweeps`` is empty).
         reason: why there is no held-out check ("" when there is one).
     """
@@ -358,7 +417,9 @@ def held_out(rows: Sequence[dict], train: str | None = None, backend: str = "",
     Args:
         rows: one backend's rows.
         train: ``"collective:algorithm"`` (optionally ``:world_size``) of the sweep to fit on;
-            default: the sweep with the most rows (first in order on ties).
+            default: the sweep with the most rows (first in order on ties). ``"sizes"``: fit
+            on every other size of every sweep together, predict the sizes in between
+            (``method="sizes"``).
         placement: as :func:`fit_rows`.
 
     Raises:
@@ -372,6 +433,25 @@ def held_out(rows: Sequence[dict], train: str | None = None, backend: str = "",
             sweeps.setdefault(sweep_key(r), []).append(r)
     if not sweeps:
         raise ArgumentError("no sweep of a registered algorithm to fit on")
+    if train == "sizes":
+        # every sweep at once, on every other size: α, β, γ (and ε) from all algorithms, the
+        # sizes in between predicted (the check for a link class: its crossovers lie there)
+        sizes = sorted({r["size"] for v in sweeps.values() for r in v})
+        if len(sizes) < 3:
+            raise ArgumentError(f"train='sizes' needs at least 3 sizes, these rows have "
+                                f"{len(sizes)}")
+        even = set(sizes[::2])
+        fit = fit_rows([r for v in sweeps.values() for r in v if r["size"] in even] + calib,
+                       backend, placement)
+        tests = {sweep_label(k) + " (odd sizes)": [r for r in v if r["size"] not in even]
+                 for k, v in sweeps.items()}
+        label = "every sweep's even sizes"
+        out = {}
+        for name, test_rows in tests.items():
+            out[name] = [(r["size"], r["time_s"], row_time(fit, r),
+                          row_time(fit, r) / r["time_s"] - 1)
+                         for r in sorted(test_rows, key=lambda r: r["size"])]
+        return HeldOut(label, fit, out, "sizes")
     if train is None:
         key = max(sweeps, key=lambda k: len(sweeps[k]))
     else:
@@ -410,14 +490,28 @@ def held_out(rows: Sequence[dict], train: str | None = None, backend: str = "",
         name = k if isinstance(k, str) else sweep_label(k)
         out[name] = []
         for r in sorted(test_rows, key=lambda r: r["size"]):
-            p = float(features(r) @ fit.params)
+            p = row_time(fit, r)
             out[name].append((r["size"], r["time_s"], p, p / r["time_s"] - 1))
     return HeldOut(label, fit, out, method)
 
 
 def by_backend(rows: Sequence[dict]) -> dict[str, list[dict]]:
-    """Rows grouped by their ``backend`` field (order of appearance)."""
+    """Rows grouped by their ``backend`` field and, where a row says so, the ``transport``
+    ringccl ran on (``"mpi/shm"``: ringccl.mpi over shared memory, MPI's own rows under
+    ``"mpi"``), in order of appearance. A backend's local-reduce rows (the γ calibration) and
+    builtin rows (the backend's own collective, which the fit does not use) join every
+    transport group of that backend."""
     out: dict[str, list[dict]] = {}
+    calibration: dict[str, list[dict]] = {}
     for r in rows:
-        out.setdefault(str(r.get("backend", "")), []).append(r)
+        backend = str(r.get("backend", ""))
+        if r.get("kind") == LOCAL_REDUCE or r.get("algorithm") == BUILTIN:
+            calibration.setdefault(backend, []).append(r)
+            continue
+        key = f"{backend}/{r['transport']}" if r.get("transport") else backend
+        out.setdefault(key, []).append(r)
+    for backend, cal in calibration.items():
+        keys = [k for k in out if k == backend or k.startswith(backend + "/")] or [backend]
+        for k in keys:
+            out.setdefault(k, []).extend(cal)
     return out

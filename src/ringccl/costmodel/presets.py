@@ -10,6 +10,9 @@
 * Seed 001, section 9.3 question 1 / appendix question 4: 128 nodes x 8 GPUs, NVLink 900 GB/s,
   InfiniBand 50 GB/s per NIC: flat ring versus hierarchical all_reduce of a 1 GiB gradient.
 
+And the measured link classes (:data:`LINK_CLASSES`, ``ringccl model/tune --link NAME``):
+:data:`SHARED_MEMORY`, ringccl's shared-memory transport on this development machine.
+
 Every function returns plain dicts and lists (JSON-ready); nothing here prints.
 """
 
@@ -18,11 +21,14 @@ from __future__ import annotations
 import math
 
 from ..algorithms import REGISTRY
+from ..errors import ArgumentError
+from .fit import SHM_COPIES
 from .model import cost
-from .topology import two_level
+from .topology import LinkClass, two_level
 
 __all__ = ["lecture_all_reduce_seconds", "per_rank_bytes", "ring_latency", "experiment3",
-           "hierarchical_question", "seed_figures", "LECTURE_ALGORITHMS", "WALKED_ALGORITHMS"]
+           "hierarchical_question", "seed_figures", "LECTURE_ALGORITHMS", "WALKED_ALGORITHMS",
+           "SHARED_MEMORY", "LINK_CLASSES", "link_class"]
 
 #: the lecture's experiment 3 formulas (seed 001, section 7.3, ``alpha_beta_cost_model``)
 LECTURE_ALGORITHMS = ("master", "ring", "tree")
@@ -155,3 +161,52 @@ def seed_figures() -> dict:
     """All four figures: per-rank bytes, ring latency, experiment 3, hierarchical question."""
     return {"per_rank_bytes": per_rank_bytes(), "ring_latency": ring_latency(),
             "experiment3": experiment3(), "hierarchical": hierarchical_question()}
+
+
+#: the fitted values behind :data:`SHARED_MEMORY` (seconds per step, per byte, per byte
+#: reduced, per call), from the run its comment names
+SHM_FIT = {"alpha": 0.0, "beta": 0.3206e-9, "gamma": 0.0824e-9, "epsilon": 26.2e-6}
+
+#: ringccl's shared-memory transport (``transport="shm"``, one host; docs/shm.md), as
+#: ``ringccl fit`` fitted it from this transport's own benchmark rows. Measured with::
+#:
+#:     ringccl bench all_reduce --backend mpi --nproc 2 -a direct,two_shot,builtin \
+#:         -b 4KiB -e 64MiB -f 2 --iters 30 --placement in-place --json > shm2.json
+#:     ringccl fit shm2.json --train sizes
+#:
+#: (the rows say ``"transport": "shm"``; ``ringccl fit`` groups them as ``mpi/shm`` and adds
+#: the copy in and out and a per-call ε to those rows; the local-reduce rows pin γ). On the
+#: 2-core development machine, shared with other jobs (load average 9-10 during the run:
+#: MPI_Allreduce itself took 29 ms at 4 MiB; re-measure on the target machine before trusting
+#: the figures). Fitted (45 rows, R² 0.94 on log times): α held at 0 (its free estimate was
+#: negative: a step's synchronisation is lost in the call's fixed ε = 26 µs), β = 0.32 ns/B
+#: (3.1 GB/s), γ = 0.082 ns/B (12 GB/s); held out (fit on every other size of both sweeps,
+#: predict the rest): median |error| 58% from 64 KiB on (21% fitting and predicting only up
+#: to 512 KiB, where the load disturbs less). With α = 0 the model puts the one-shot/two-shot
+#: crossover at the smallest size (two-shot reduces (N-1)/N of the bytes one-shot does); the
+#: same run measured it between 4 and 8 KiB, benchmarks/bench_mpi_shm.py --crossover between
+#: 16 and 64 KiB (docs/shm.md). ``alpha`` is the per-step synchronisation, ``bandwidth`` 1/β (bytes read from
+#: a peer's slot and copied or reduced per second), ``gamma`` the reduction; the per-call ε is
+#: the same for every algorithm and left out (it moves no crossover).
+SHARED_MEMORY = LinkClass(
+    name="shm", alpha=SHM_FIT["alpha"], bandwidth=1.0 / SHM_FIT["beta"], gamma=SHM_FIT["gamma"],
+    copies=SHM_COPIES,
+    source="ringccl bench all_reduce --backend mpi --nproc 2 -a direct,two_shot,builtin -b 4KiB "
+           "-e 64MiB -f 2 --iters 30 --placement in-place --json; ringccl fit --train sizes "
+           "(2-core machine, load average ~10)")
+
+#: the link classes ``ringccl model/tune --link`` knows, by name
+LINK_CLASSES = {SHARED_MEMORY.name: SHARED_MEMORY}
+
+
+def link_class(name: str) -> LinkClass:
+    """The measured :class:`LinkClass` called ``name``.
+
+    Raises:
+        ArgumentError: an unknown name (the message lists the known ones).
+    """
+    try:
+        return LINK_CLASSES[name]
+    except KeyError:
+        raise ArgumentError(f"link={name!r} is not a measured link class; known: "
+                            f"{', '.join(sorted(LINK_CLASSES))}") from None

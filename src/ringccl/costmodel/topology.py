@@ -35,7 +35,7 @@ References:
 from __future__ import annotations
 
 import functools
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
@@ -43,7 +43,7 @@ from .. import units
 from ..args import check_int
 from ..errors import ArgumentError, ArgumentTypeError
 
-__all__ = ["Topology", "Flat", "TwoLevel", "flat", "two_level"]
+__all__ = ["Topology", "Flat", "TwoLevel", "flat", "two_level", "LinkClass"]
 
 
 def _link(name: str, value) -> tuple[float, float]:
@@ -127,6 +127,36 @@ class Topology:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__}: {self.describe()}>"
+
+
+class LinkClass(NamedTuple):
+    """A measured kind of link, fitted by ``ringccl fit`` (:mod:`ringccl.costmodel.fit`).
+
+    Attributes:
+        name: what ``--link`` calls it (e.g. "shm").
+        alpha: seconds per step (synchronisation of one step).
+        bandwidth: bytes/s moved per rank and direction (1/β).
+        gamma: seconds per byte reduced.
+        copies: passes over the buffer a call adds whatever the algorithm (shared memory: the
+            copy in and out), at ``bandwidth``; they add the same time to every algorithm, so
+            they move no crossover.
+        source: how it was measured (the commands and the machine).
+    """
+
+    name: str
+    alpha: float
+    bandwidth: float
+    gamma: float
+    copies: int
+    source: str
+
+    def flat(self, world_size: int) -> "Flat":
+        """The flat machine of ``world_size`` ranks joined by this link class."""
+        return Flat(world_size, self.alpha, self.bandwidth)
+
+    def copy_seconds(self, nbytes: float) -> float:
+        """Seconds of the per-call copies of an ``nbytes`` buffer."""
+        return self.copies * float(nbytes) / self.bandwidth
 
 
 class Flat(Topology):

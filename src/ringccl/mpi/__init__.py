@@ -41,7 +41,16 @@ uncaught exception aborts the whole job.
 Every function takes, keyword-only and in this order (as :mod:`ringccl.torch`),
 ``segment_bytes=`` (pipelining; None: the transport's measured policy,
 ``ringccl.mpi.executor.PIPELINING``, which never splits; 0: never split), ``timeout=``,
-``restore=`` and ``check=``; the flow is :mod:`ringccl.frontend`'s, shared with ringccl.torch.
+``restore=``, ``check=`` and ``transport=``; the flow is :mod:`ringccl.frontend`'s, shared with
+ringccl.torch.
+
+``transport="auto"`` (the default; :func:`resolve_transport`) runs over the communicator's
+shared memory (:mod:`ringccl.shm`, docs/shm.md) when every rank is on this host
+(``MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)`` spans the communicator, no ``RINGCCL_HOST_ID``
+splits it) on x86-64, else over MPI point-to-point; "shm" and "p2p" force one. Over shared
+memory ``algorithm=None`` (or "auto") is the measured choice
+(:func:`ringccl.mpi.executor.shm_algorithm`: one-shot ``direct``, ``two_shot`` for large
+all_reduces); an explicit name still runs that algorithm.
 
 Failures: MPI has no timeouts and aborts the job when a process dies. With ``timeout=`` (seconds)
 or ``RINGCCL_TIMEOUT`` set, every wait (and the first call's duplication of ``comm``) polls
@@ -56,12 +65,14 @@ Importing this package does not import mpi4py (which initializes MPI); the first
 
 from __future__ import annotations
 
+import os
 import pickle
 from typing import Any
 
 import numpy as np
 
-from .. import engine, frontend
+from .. import engine, frontend, shm
+from ..algorithms import default_algorithm
 from ..collectives import check_root
 from ..errors import ArgumentError, ArgumentTypeError, RingcclTimeout
 from ..layout import rooted
@@ -69,7 +80,8 @@ from ..ops import (SUPPORTED_DTYPES, ReduceOp, check_accumulate_dtype, check_dty
                    check_op_dtype, parse_op)
 
 __all__ = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "scatter",
-           "gather", "all_to_all", "run_schedule", "release_buffers", "ReduceOp"]
+           "gather", "all_to_all", "run_schedule", "release_buffers", "resolve_transport",
+           "ReduceOp"]
 
 
 _mpi: list = []  # the mpi4py.MPI module, imported on first use (importing it starts MPI)
@@ -193,7 +205,17 @@ class _Numpy:
             from .executor import execute
             _executor.append(execute)
         _executor[0](schedule, work, op, comm, bounds=bounds, timeout=opts.timeout,
-                     restore=restore, pipelining=opts.pipelining)
+                     restore=restore, pipelining=opts.pipelining,
+                     transport=opts.transport or "p2p")
+
+    @staticmethod
+    def choose(collective: str, world_size: int, count: int, dtype, opts) -> str:
+        """algorithm=None/"auto": over shared memory the measured choice
+        (:func:`ringccl.mpi.executor.shm_algorithm`), over p2p ``ringccl.algorithms.DEFAULTS``."""
+        if opts.transport == "shm":
+            from .executor import shm_algorithm
+            return shm_algorithm(collective, world_size, count * dtype.itemsize)
+        return default_algorithm(collective)
 
     # -- array dialect --------------------------------------------------------------------------
     @staticmethod
@@ -352,6 +374,45 @@ class _KeptOps:
 _NUMPY_OPS = _KeptOps()
 _B = _Numpy()
 
+_TRANSPORTS = ("auto", "shm", "p2p")
+
+
+def resolve_transport(comm, transport: Any) -> str:
+    """``transport=`` ("auto", "shm", "p2p") as the transport this call runs on.
+
+    "auto" (the default; ``RINGCCL_TRANSPORT`` overrides it): "shm" when the communicator has
+    more than one rank, this is an x86-64 machine and every rank shares this host's memory
+    (:func:`ringccl.mpi.executor.shm_possible`: ``MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)``
+    spans ``comm`` and no ``RINGCCL_HOST_ID`` splits it; asked once per communicator, a
+    collective call), else "p2p" (MPI point-to-point). The same answer on every rank when they
+    pass the same ``transport``.
+
+    Raises:
+        ArgumentError: another value; BackendError: "shm" on a machine that is not x86-64.
+    """
+    if transport == "auto":
+        transport = os.environ.get("RINGCCL_TRANSPORT") or "auto"
+        argument = "RINGCCL_TRANSPORT"
+    else:
+        argument = "transport"
+    if transport not in _TRANSPORTS:
+        raise ArgumentError(f"{argument}={transport!r} must be one of "
+                            f"{', '.join(map(repr, _TRANSPORTS))}")
+    if transport == "p2p":
+        return "p2p"
+    if transport == "shm":
+        shm.check_platform()
+        return "shm"
+    if comm.Get_size() == 1 or not shm.supported_platform():
+        return "p2p"
+    from .executor import shm_possible
+    return "shm" if shm_possible(comm) else "p2p"
+
+
+def _options(comm, segment_bytes, timeout, restore, check, transport):
+    return frontend.options(_B, segment_bytes, timeout, restore, check,
+                            resolve_transport(comm, transport))
+
 
 def run_schedule(schedule, buffer: np.ndarray, op: Any = ReduceOp.SUM, comm=None, bounds=None,
                  segment_bytes: int | None = None, *, timeout=None,
@@ -364,7 +425,7 @@ def run_schedule(schedule, buffer: np.ndarray, op: Any = ReduceOp.SUM, comm=None
 
 def all_reduce(buffer: np.ndarray, op: Any = ReduceOp.SUM, comm=None, algorithm: str | None = None,
                accumulate_dtype: Any = None, *, segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
-        check: bool | None = None, **params) -> np.ndarray:
+        check: bool | None = None, transport: str = "auto", **params) -> np.ndarray:
     """Reduce ``buffer`` across all ranks of ``comm``, in place (``MPI_Allreduce(MPI_IN_PLACE)``).
 
     Args:
@@ -372,10 +433,14 @@ def all_reduce(buffer: np.ndarray, op: Any = ReduceOp.SUM, comm=None, algorithm:
         op: ``ReduceOp`` or a name ("sum", "max", ...); AVG needs floats, bitwise ops integers or
             bool.
         comm: mpi4py communicator (None = ``MPI.COMM_WORLD``).
-        algorithm: a name from ``ringccl.algorithms("all_reduce")`` (None: the collective's
-            default, ``ringccl.algorithms.DEFAULTS``: ring).
+        algorithm: a name from ``ringccl.algorithms("all_reduce")`` (None or "auto": over
+            shared memory the measured choice, ``ringccl.mpi.executor.shm_algorithm``, else
+            the collective's default, ``ringccl.algorithms.DEFAULTS``: ring).
         segment_bytes: pipelining segment size in bytes (None: the transport's measured policy,
             ``ringccl.mpi.executor.PIPELINING``, decides: never split; 0: never split).
+        transport: "auto" (shared memory when every rank is on this host, else MPI
+            point-to-point: :func:`resolve_transport`), "shm" or "p2p"; the same on every
+            rank. Every function takes it.
         accumulate_dtype: floating buffers only: None, or a floating dtype at least as wide
             ("float32", np.float32): the working buffer is a copy in that dtype (what travels),
             the result is cast back once (error bound: :func:`ringccl.sim.fp_error_bound`).
@@ -392,7 +457,7 @@ def all_reduce(buffer: np.ndarray, op: Any = ReduceOp.SUM, comm=None, algorithm:
     _check_array(buffer, "buffer")
     reduce_op = _B.check_op(op, buffer.dtype)
     acc = _B.accumulate(accumulate_dtype, buffer.dtype, "all_reduce")
-    opts = frontend.options(_B, segment_bytes, timeout, restore, check)
+    opts = _options(comm, segment_bytes, timeout, restore, check, transport)
     frontend.in_place(_B, "all_reduce", buffer, reduce_op, comm, algorithm, params, opts,
                       accumulate=acc)
     return buffer
@@ -401,7 +466,7 @@ def all_reduce(buffer: np.ndarray, op: Any = ReduceOp.SUM, comm=None, algorithm:
 def reduce_scatter(output: np.ndarray, input: np.ndarray, op: Any = ReduceOp.SUM, comm=None,
                    algorithm: str | None = None, accumulate_dtype: Any = None, *,
                    segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
-        check: bool | None = None, **params) -> np.ndarray:
+        check: bool | None = None, transport: str = "auto", **params) -> np.ndarray:
     """Reduce ``input`` across ranks and leave block ``rank`` in ``output``
     (``MPI_Reduce_scatter_block``; ``torch.distributed.reduce_scatter_tensor``).
 
@@ -425,7 +490,7 @@ def reduce_scatter(output: np.ndarray, input: np.ndarray, op: Any = ReduceOp.SUM
     _B.check_pair(output, input, "output", "input")
     reduce_op = _B.check_op(op, input.dtype)
     acc = _B.accumulate(accumulate_dtype, input.dtype, "reduce_scatter")
-    opts = frontend.options(_B, segment_bytes, timeout, restore, check)
+    opts = _options(comm, segment_bytes, timeout, restore, check, transport)
     frontend.reduce_scatter(_B, output, input, reduce_op, comm, algorithm, params, opts, acc,
                             "reduce_scatter")
     return output
@@ -433,7 +498,7 @@ def reduce_scatter(output: np.ndarray, input: np.ndarray, op: Any = ReduceOp.SUM
 
 def all_gather(output: np.ndarray, input: np.ndarray, comm=None, algorithm: str | None = None, *,
                segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
-        check: bool | None = None, **params) -> np.ndarray:
+        check: bool | None = None, transport: str = "auto", **params) -> np.ndarray:
     """Gather every rank's ``input`` into ``output`` on every rank, in rank order
     (``MPI_Allgather``; ``torch.distributed.all_gather_into_tensor``).
 
@@ -454,7 +519,7 @@ def all_gather(output: np.ndarray, input: np.ndarray, comm=None, algorithm: str 
     _check_array(output, "output")
     _check_array(input, "input", writable=False, contiguous=False)
     _B.check_pair(output, input, "output", "input")
-    opts = frontend.options(_B, segment_bytes, timeout, restore, check)
+    opts = _options(comm, segment_bytes, timeout, restore, check, transport)
     frontend.all_gather(_B, output, input, comm, algorithm, params, opts, "all_gather",
                         ("output", "input"))
     return output
@@ -462,7 +527,7 @@ def all_gather(output: np.ndarray, input: np.ndarray, comm=None, algorithm: str 
 
 def broadcast(buffer: np.ndarray, src: int = 0, comm=None, algorithm: str | None = None, *,
               segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
-        check: bool | None = None, **params) -> np.ndarray:
+        check: bool | None = None, transport: str = "auto", **params) -> np.ndarray:
     """Copy ``src``'s ``buffer`` into ``buffer`` on every rank, in place (``MPI_Bcast``;
     ``torch.distributed.broadcast``).
 
@@ -484,7 +549,7 @@ def broadcast(buffer: np.ndarray, src: int = 0, comm=None, algorithm: str | None
     comm = _B.group(comm)
     _check_array(buffer, "buffer", contiguous=False)
     root = check_root(src, comm.Get_size(), "src")
-    opts = frontend.options(_B, segment_bytes, timeout, restore, check)
+    opts = _options(comm, segment_bytes, timeout, restore, check, transport)
     frontend.in_place(_B, "broadcast", buffer, ReduceOp.SUM, comm, algorithm,
                       rooted(params, root), opts)
     return buffer
@@ -493,7 +558,7 @@ def broadcast(buffer: np.ndarray, src: int = 0, comm=None, algorithm: str | None
 def reduce(buffer: np.ndarray, dst: int = 0, op: Any = ReduceOp.SUM, comm=None,
            algorithm: str | None = None, accumulate_dtype: Any = None, *,
            segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
-        check: bool | None = None, **params) -> np.ndarray:
+        check: bool | None = None, transport: str = "auto", **params) -> np.ndarray:
     """Reduce ``buffer`` of every rank into ``dst``'s ``buffer``, in place there
     (``MPI_Reduce`` with ``MPI_IN_PLACE`` at the root; ``torch.distributed.reduce``).
 
@@ -520,7 +585,7 @@ def reduce(buffer: np.ndarray, dst: int = 0, op: Any = ReduceOp.SUM, comm=None,
     reduce_op = _B.check_op(op, buffer.dtype)
     acc = _B.accumulate(accumulate_dtype, buffer.dtype, "reduce")
     root = check_root(dst, comm.Get_size(), "dst")
-    opts = frontend.options(_B, segment_bytes, timeout, restore, check)
+    opts = _options(comm, segment_bytes, timeout, restore, check, transport)
     frontend.in_place(_B, "reduce", buffer, reduce_op, comm, algorithm, rooted(params, root),
                       opts, copy=comm.Get_rank() != root, accumulate=acc)
     return buffer
@@ -529,7 +594,7 @@ def reduce(buffer: np.ndarray, dst: int = 0, op: Any = ReduceOp.SUM, comm=None,
 def scatter(buffer: np.ndarray, scatter_list: Any = None, src: int = 0, comm=None,
             algorithm: str | None = None, *, segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
         check: bool | None = None,
-            **params) -> np.ndarray:
+            transport: str = "auto", **params) -> np.ndarray:
     """Send block r of ``src``'s ``scatter_list`` to rank r's ``buffer`` (``MPI_Scatter``;
     ``torch.distributed.scatter``).
 
@@ -557,14 +622,14 @@ def scatter(buffer: np.ndarray, scatter_list: Any = None, src: int = 0, comm=Non
     """
     comm = _B.group(comm)
     _check_array(buffer, "buffer")
-    opts = frontend.options(_B, segment_bytes, timeout, restore, check)
+    opts = _options(comm, segment_bytes, timeout, restore, check, transport)
     frontend.scatter(_B, buffer, scatter_list, src, comm, algorithm, params, opts)
     return buffer
 
 
 def gather(buffer: np.ndarray, gather_list: Any = None, dst: int = 0, comm=None,
            algorithm: str | None = None, *, segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
-        check: bool | None = None, **params):
+        check: bool | None = None, transport: str = "auto", **params):
     """Collect every rank's ``buffer`` into ``gather_list`` on rank ``dst`` (``MPI_Gather``;
     ``torch.distributed.gather``).
 
@@ -589,7 +654,7 @@ def gather(buffer: np.ndarray, gather_list: Any = None, dst: int = 0, comm=None,
     """
     comm = _B.group(comm)
     _check_array(buffer, "buffer", writable=False, contiguous=False)
-    opts = frontend.options(_B, segment_bytes, timeout, restore, check)
+    opts = _options(comm, segment_bytes, timeout, restore, check, transport)
     is_root = frontend.gather(_B, buffer, gather_list, dst, comm, algorithm, params, opts)
     return gather_list if is_root else None
 
@@ -597,7 +662,7 @@ def gather(buffer: np.ndarray, gather_list: Any = None, dst: int = 0, comm=None,
 def all_to_all(output: np.ndarray, input: np.ndarray, output_split_sizes=None,
                input_split_sizes=None, comm=None, algorithm: str | None = None, *,
                segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
-        check: bool | None = None, **params) -> np.ndarray:
+        check: bool | None = None, transport: str = "auto", **params) -> np.ndarray:
     """Split ``input`` along dim 0 and send piece j to rank j; piece i of ``output`` comes from
     rank i (``MPI_Alltoall``, or ``MPI_Alltoallv`` with split sizes;
     ``torch.distributed.all_to_all_single``).
@@ -626,7 +691,7 @@ def all_to_all(output: np.ndarray, input: np.ndarray, output_split_sizes=None,
     _check_array(output, "output", contiguous=False)
     _check_array(input, "input", writable=False, contiguous=False)
     _B.check_pair(output, input, "output", "input")
-    opts = frontend.options(_B, segment_bytes, timeout, restore, check)
+    opts = _options(comm, segment_bytes, timeout, restore, check, transport)
     frontend.all_to_all(_B, output, input, output_split_sizes, input_split_sizes, comm,
                         algorithm, params, opts)
     return output

@@ -13,6 +13,14 @@ nor buffers. Messages go over a private duplicate of the caller's communicator, 
 match the caller's own point-to-point traffic. MPI waits are unbounded; with ``timeout=`` every
 wait polls (``MPI_Test``) until its deadline instead.
 
+``transport="shm"`` (every rank of the communicator on this host) runs the same engine over
+:mod:`ringccl.shm` instead of MPI point-to-point: the working buffer lives in this rank's slot of
+the communicator's shared-memory segment (copied in and out), receives are read in place from
+the peer's slot as numpy views. The segment's set-up exchange is ``allgather`` on the private
+duplicate; :func:`shm_possible` is what ``transport="auto"`` asks
+(``MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)`` spans the communicator and every rank reports
+the same :func:`ringccl.shm.host_id`).
+
 References:
     MPI 4.0 standard, section 3.5 (non-overtaking order of messages) and 3.7 (non-blocking
     communication).
@@ -20,19 +28,21 @@ References:
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
 from mpi4py import MPI
 
-from .. import engine
+from .. import caches, engine, shm
 from ..engine import trace
-from ..errors import BackendError, RingcclTimeout
+from ..errors import BackendError, PeerError, RingcclTimeout
 from ..ir import Schedule
 from ..ops import ReduceOp, ufunc
 
 __all__ = ["execute", "release_buffers", "PIPELINING", "OPS", "PIPELINE_THRESHOLD_BYTES",
-           "DEFAULT_SEGMENT_BYTES"]
+           "DEFAULT_SEGMENT_BYTES", "SHM_PIPELINING", "SHM_TWO_SHOT_BYTES", "shm_algorithm",
+           "shm_possible", "shm_state", "release_shm"]
 
 _TAG = 0  # order, not tags, matches messages: posting order per peer is the same on both sides
 
@@ -118,11 +128,14 @@ def _wait(request, timeout: float | None) -> None:
 
 
 def release_buffers() -> None:
-    """Free the staging buffer, the cached plans and the private communicators.
+    """Free the staging buffer, the cached plans, the shared-memory segments and the private
+    communicators.
 
     Collective over every communicator ringccl used: call it on every rank.
     """
     engine.clear_caches()
+    release_shm()
+    _one_host.clear()
     for comm in _comm_cache.values():
         comm.Free()
     _comm_cache.clear()
@@ -152,10 +165,168 @@ class _Transport:
         return str(peer)
 
 
+#: shared memory: whole chunks (a receive is read where the peer's bytes lie: splitting a chunk
+#: only adds descriptors, waits and releases); an explicit ``segment_bytes=`` still splits
+SHM_PIPELINING = engine.Pipelining(None, 0)
+
+#: seconds a shared-memory wait may take when neither ``timeout=`` nor RINGCCL_TIMEOUT is set
+#: (MPI's own waits are unbounded; a dead peer is still noticed at once by its pid)
+SHM_DEFAULT_TIMEOUT_S = 1800.0
+
+#: all_reduce over shared memory with numpy: one-shot (``direct``) below this many bytes,
+#: ``two_shot`` from it on. Measured on 2 processes (2-core machine, load average 2-10 from
+#: other jobs): ``benchmarks/bench_mpi_shm.py --nproc 2 --crossover`` median µs direct /
+#: two_shot 4 KiB 27.1 / 30.3, 16 KiB 32.5 / 33.3, 64 KiB 42.4 / 39.7, 256 KiB 92.9 / 69.2;
+#: ``ringccl bench all_reduce --backend mpi --nproc 2 -a direct,two_shot -f 2`` 4 KiB 36.8 /
+#: 39.2, 8 KiB 40.0 / 37.6, 32 KiB 75.3 / 59.4. The step's synchronisation costs little next
+#: to the call's fixed cost, so two-shot's smaller reduction wins early (docs/shm.md).
+SHM_TWO_SHOT_BYTES = 32 << 10
+
+
+def shm_algorithm(collective: str, world_size: int, nbytes: int) -> str:
+    """The algorithm ``algorithm=None``/"auto" runs over shared memory for ``nbytes`` of the
+    collective's buffer: ``direct`` (one step: with reads in place a ring's N - 1 dependent
+    steps are pure synchronisation), except all_reduce from :data:`SHM_TWO_SHOT_BYTES` on,
+    ``two_shot``."""
+    if collective == "all_reduce" and nbytes >= SHM_TWO_SHOT_BYTES and world_size > 1:
+        return "two_shot"
+    return "direct"
+
+
+_shm: dict = {}          # py2f(comm) -> (ShmGroup, ShmTransport) of the comm's shared memory
+_one_host: dict = {}     # py2f(comm) -> whether every rank of comm shares this host's memory
+_shm_lock = threading.Lock()
+
+
+@caches.register
+def release_shm() -> None:
+    """Drop every communicator's shared memory on this rank (``ringccl.clear_caches``).
+    Collective in effect: call it on every rank between the same two collectives (the next
+    call over shm sets the segment up again, an ``allgather``)."""
+    with _shm_lock:
+        states = list(_shm.values())
+        _shm.clear()
+    for state, _ in states:
+        state.close()
+
+
+def shm_possible(comm) -> bool:
+    """Whether every rank of ``comm`` can map this rank's shared memory: the shared-memory
+    split (``MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)``) has the whole communicator and every
+    rank reports the same :func:`ringccl.shm.host_id` (``RINGCCL_HOST_ID`` splits one machine
+    into several "hosts" for tests). Collective on first use per communicator (cached), the
+    same answer on every rank."""
+    key = MPI.Comm.py2f(comm)
+    hit = _one_host.get(key)
+    if hit is None:
+        local = comm.Split_type(MPI.COMM_TYPE_SHARED, comm.Get_rank())
+        try:
+            spans = local.Get_size() == comm.Get_size()
+        finally:
+            local.Free()
+        hosts = comm.allgather(shm.host_id())
+        hit = _one_host[key] = spans and len(set(hosts)) == 1
+    return hit
+
+
+def shm_state(comm, timeout: float | None = None):
+    """``(ShmGroup, ShmTransport)`` of ``comm`` on this rank, set up on first use (collective:
+    an ``allgather`` on ringccl's private duplicate of ``comm``). One segment per communicator:
+    two communicators, or two jobs, never share one.
+
+    Raises:
+        BackendError: not x86-64, or the set-up failed (ShmSpaceError: the shared-memory
+            directory is too small: the message names the bytes needed and available).
+    """
+    key = MPI.Comm.py2f(comm)
+    hit = _shm.get(key)
+    if hit is not None and not hit[0].closed:
+        return hit
+    shm.check_platform()
+    private = _comm_cache.get(key)
+    if private is None:
+        private = _comm_cache[key] = comm.Dup()
+    state = shm.ShmGroup(comm.Get_rank(), comm.Get_size(), private.allgather,
+                         timeout or SHM_DEFAULT_TIMEOUT_S)
+    hit = (state, shm.ShmTransport(state))
+    with _shm_lock:
+        _shm[key] = hit
+    return hit
+
+
+def _typed(state, serial: int, dtype) -> np.ndarray:
+    """The whole segment ``serial`` as a 1-D numpy array of ``dtype`` (cached with the
+    segment: the group drops its cache when it drops a segment)."""
+    key = (serial, dtype)
+    a = state.cache.get(key)
+    if a is None:
+        raw = state.cache.get((serial, None))
+        if raw is None:
+            raw = state.cache[(serial, None)] = np.frombuffer(state.segments[serial].map,
+                                                              dtype=np.uint8)
+        usable = raw.size // dtype.itemsize * dtype.itemsize
+        a = state.cache[key] = raw[:usable].view(dtype)
+    return a
+
+
+def _entry_error(schedule: Schedule, rank: int, exc: BaseException, timeout: float):
+    """The PeerError/RingcclTimeout of a failed call entry (before step 0), naming the peer."""
+    peer = getattr(exc, "peer", None)
+    timed_out = isinstance(exc, TimeoutError)
+    how = f"timed out after {timeout:g} s" if timed_out else "failed"
+    who = "" if peer is None else f" waiting for rank {peer}"
+    cls = RingcclTimeout if timed_out else PeerError
+    return cls(f"{schedule.algorithm} {schedule.collective} {how} on rank {rank} at step 0 of "
+               f"{schedule.num_steps} (entering the call over shared memory){who}: {exc}",
+               collective=schedule.collective, algorithm=schedule.algorithm, step=0, rank=rank,
+               peer=peer)
+
+
+def _execute_shm(schedule: Schedule, buffer: np.ndarray, op: ReduceOp, comm, bounds,
+                 segment_elems: int, timeout: float | None, restore: bool) -> np.ndarray:
+    """:func:`execute` over the communicator's shared memory (module docstring)."""
+    state, transport = shm_state(comm, timeout)
+    rank = state.rank
+    dtype = buffer.dtype
+    itemsize = dtype.itemsize
+    plan = engine.plan(schedule, rank, bounds, segment_elems)
+    try:
+        # every rank enters every call (also with nothing to move): the call counters stay equal
+        try:
+            state.enter(max(1, buffer.size * itemsize), timeout)
+        except (TimeoutError, ConnectionError) as exc:
+            raise _entry_error(schedule, rank, exc, timeout or state.timeout) from exc
+        if not plan.steps:
+            return buffer
+        serial, offset = state.work_serial, rank * state.work_slot
+        start = offset // itemsize
+        work = _typed(state, serial, dtype)[start:start + buffer.size]
+        work[...] = buffer
+        transport.begin(serial, offset, itemsize,
+                        lambda s, off, n: _typed(state, s, dtype)[off // itemsize:
+                                                                  (off + n) // itemsize],
+                        np.copy, timeout)
+        workspace = engine.Workspace(OPS, work, op, 0)
+        recorder = trace.state.recorder
+        # the caller's buffer is written only after success: nothing to restore
+        if recorder is None:
+            engine.run_dataflow(schedule, rank, plan, transport, workspace, restore=False,
+                                timeout=timeout)
+        else:
+            recorder.run(engine.run_dataflow, schedule, rank, plan, transport, workspace,
+                         restore=False, timeout=timeout, itemsize=itemsize, backend="shm")
+        buffer[...] = work
+        return buffer
+    except BaseException:
+        if not state.closed:
+            state.abort()
+        raise
+
+
 def execute(schedule: Schedule, buffer: np.ndarray, op: ReduceOp = ReduceOp.SUM, comm=None,
             segment_bytes: int | None = None, bounds=None, *, timeout: float | None = None,
             restore: bool | None = None,
-            pipelining: engine.Pipelining | None = None) -> np.ndarray:
+            pipelining: engine.Pipelining | None = None, transport: str = "p2p") -> np.ndarray:
     """Execute ``schedule`` in place on this rank's working ``buffer``.
 
     Args:
@@ -182,6 +353,9 @@ def execute(schedule: Schedule, buffer: np.ndarray, op: ReduceOp = ReduceOp.SUM,
             silent peer cannot be withdrawn, and ``MPI_Finalize`` may crash on them.
         pipelining: the policy used when ``segment_bytes`` is None (None: :data:`PIPELINING`,
             the measured default: never split).
+        transport: "p2p" (MPI point-to-point) or "shm" (the communicator's shared memory:
+            every rank on this host, x86-64; set up on first use; the caller's buffer is
+            written only after success, so ``restore`` has nothing to do there).
 
     Returns:
         ``buffer``.
@@ -205,6 +379,12 @@ def execute(schedule: Schedule, buffer: np.ndarray, op: ReduceOp = ReduceOp.SUM,
         segment_elems = pipelining.segment_elems(bounds, itemsize)
     else:  # 0, or the measured default (PIPELINING): whole chunks
         segment_elems = 0
+    if transport == "shm":
+        return _execute_shm(schedule, buffer, op, comm, bounds,
+                            max(1, segment_bytes // itemsize) if segment_bytes else 0,
+                            wait_timeout, bool(restore))
+    if transport != "p2p":
+        raise BackendError(f"transport={transport!r} must be 'p2p' or 'shm' here")
     plan = engine.plan(schedule, rank, bounds, segment_elems)
     if not plan.steps:
         return buffer

@@ -53,6 +53,9 @@ class MpiBackend:
         self.tracer = tracer   # ``--trace``: the last iterations of ringccl's rows are traced
         self.rank = self.comm.Get_rank()
         self.world_size = self.comm.Get_size()
+        #: what ringccl's rows run on (transport="auto": shm on one host; RINGCCL_TRANSPORT
+        #: forces one); written into every row of ringccl's
+        self.transport = rm.resolve_transport(self.comm, "auto")
 
     def barrier(self) -> None:
         self.comm.Barrier()

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..collectives import get_collective
-from ..costmodel.fit import Fit, features, fit_rows
+from ..costmodel.fit import Fit, fit_rows, row_time
 from ..errors import ArgumentError
 from ..sim import simulate
 from .emit import ReplayCall, ReplayMap
@@ -125,7 +125,7 @@ def repredict(rmap: ReplayMap, rows: list[dict]) -> ReplayReport:
         if c.order not in by_call:
             raise ArgumentError(f"collective {c.order} ({c.label()}) has no measured row")
         row = _slowest(by_call[c.order])
-        predicted = float(features(row) @ fit.params)
+        predicted = row_time(fit, row)   # features · params, + ε over shared memory
         measured = float(row["time_s"])
         measured_total += c.calls_per_step * measured
         predicted_total += c.calls_per_step * predicted

@@ -343,7 +343,7 @@ class _Torch:
 
 _T = _Torch()
 
-_TRANSPORTS = ("auto", "shm", "p2p")
+_TRANSPORTS = ("auto", "shm", "p2p", "hybrid")
 _hosts: dict = {}   # id(group object) -> (group object, every rank on this host)
 caches.register(_hosts.clear)
 
@@ -363,10 +363,12 @@ def _one_host(group) -> bool:
 
 
 def resolve_transport(group, transport: Any, tensor) -> str:
-    """``transport=`` ("auto", "shm", "p2p") as the transport this call runs on.
+    """``transport=`` ("auto", "shm", "p2p", "hybrid") as the transport this call runs on.
 
     "auto" (the default; ``RINGCCL_TRANSPORT`` overrides it): "shm" for CPU tensors when every
-    rank of ``group`` is on this host and this is an x86-64 machine, else "p2p" (with
+    rank of ``group`` is on this host and this is an x86-64 machine; "hybrid" (shared memory
+    inside each host, p2p across: :mod:`ringccl.torch.hybrid`) when the group spans several
+    hosts that each hold the same number (two or more) of its ranks; else "p2p" (with
     ``RINGCCL_DEBUG`` set, one log line says why). Same answer on every rank when they pass
     the same ``transport`` and tensors on the same kind of device.
 
@@ -383,9 +385,9 @@ def resolve_transport(group, transport: Any, tensor) -> str:
                             f"{', '.join(map(repr, _TRANSPORTS))}")
     if transport == "p2p":
         return "p2p"
-    if transport == "shm":
+    if transport in ("shm", "hybrid"):
         shm.check_platform()
-        return "shm"
+        return transport
     if dist.get_world_size(group) == 1 or tensor.device.type != "cpu":
         return "p2p"
     if not shm.supported_platform():
@@ -394,7 +396,10 @@ def resolve_transport(group, transport: Any, tensor) -> str:
             _debug_log.info("transport='auto' uses p2p: shared memory needs x86-64, this is "
                             "%s", platform.machine())
         return "p2p"
-    return "shm" if _one_host(group) else "p2p"
+    if _one_host(group):
+        return "shm"
+    from .hybrid import layout_of   # several hosts of equal ranks: shm inside, p2p across
+    return "hybrid" if layout_of(group).balanced else "p2p"
 
 
 def _options(group, tensor, segment_bytes, timeout, restore, check, transport):
@@ -453,6 +458,9 @@ def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
     reduce_op = _T.check_op(op, tensor.dtype)
     acc = _T.accumulate(accumulate_dtype, tensor.dtype, "all_reduce")
     opts = _options(group, tensor, segment_bytes, timeout, restore, check, transport)
+    if opts.transport == "hybrid" and algorithm in (None, "auto") and not params:
+        from .hybrid import auto_algorithm   # the two-level schedule, local_size = per host
+        algorithm, params = auto_algorithm("all_reduce", group)
     frontend.in_place(_T, "all_reduce", tensor, reduce_op, group, algorithm, params, opts,
                       accumulate=acc)
     return tensor

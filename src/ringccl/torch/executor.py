@@ -459,8 +459,9 @@ def execute(schedule: Schedule, buffer: torch.Tensor, op: ReduceOp = ReduceOp.SU
         pipelining: the policy used when ``segment_bytes`` is None (None: :data:`PIPELINING`,
             segments of DEFAULT_SEGMENT_BYTES for chunks >= PIPELINE_THRESHOLD_BYTES; over
             shared memory :data:`SHM_PIPELINING`, whole chunks, replaces the p2p default).
-        transport: "p2p" (torch.distributed point-to-point) or "shm" (the group's shared
-            memory: CPU tensors, every rank on this host, x86-64; set up on first use).
+        transport: "p2p" (torch.distributed point-to-point), "shm" (the group's shared
+            memory: CPU tensors, every rank on this host, x86-64; set up on first use) or
+            "hybrid" (shared memory inside each host, p2p across: :mod:`ringccl.torch.hybrid`).
 
     Returns:
         ``buffer``.
@@ -489,8 +490,16 @@ def execute(schedule: Schedule, buffer: torch.Tensor, op: ReduceOp = ReduceOp.SU
                             lambda itemsize: pipelining.segment_elems(bounds, itemsize),
                             None if wait_timeout is None else wait_timeout.total_seconds(),
                             restore)
+    if transport == "hybrid":   # shm inside each host, p2p across: ringccl.torch.hybrid
+        from .hybrid import execute_hybrid
+        if pipelining is None or pipelining is PIPELINING:
+            pipelining = SHM_PIPELINING
+        return execute_hybrid(schedule, buffer, op, group, bounds,
+                              lambda itemsize: pipelining.segment_elems(bounds, itemsize),
+                              None if wait_timeout is None else wait_timeout.total_seconds(),
+                              restore)
     if transport != "p2p":
-        raise BackendError(f"transport={transport!r} must be 'p2p' or 'shm' here")
+        raise BackendError(f"transport={transport!r} must be 'p2p', 'shm' or 'hybrid' here")
     segment_elems = (pipelining or PIPELINING).segment_elems(bounds, buffer.element_size())
     backend = dist.get_backend(group)
     return run_p2p(schedule, buffer, op, rank, bounds, segment_elems,

@@ -44,6 +44,9 @@ class TorchBackend:
         self.name = str(dist.get_backend(group))
         self.device = (torch.device("cuda", torch.cuda.current_device()) if self.name == "nccl"
                        else torch.device("cpu"))
+        # what ringccl's rows run on (transport="auto"), written into them
+        from .collectives import resolve_transport
+        self.transport = resolve_transport(group, "auto", torch.empty(0, device=self.device))
 
     def _sync(self) -> None:
         if self.device.type == "cuda":

@@ -1,0 +1,144 @@
+"""ringccl.mpi over shared memory (transport="shm") against ``MPI_Allreduce`` (Open MPI's own
+shared-memory path, vader/CMA) on one host, interleaved in the same run (issue 16).
+
+For each size: the median of ``--iters`` (>= 5) interleaved iterations of ringccl's all_reduce
+(``algorithm="auto"`` over shm: one-shot ``direct`` below
+``ringccl.mpi.executor.SHM_TWO_SHOT_BYTES``, ``two_shot`` from it on) and ``MPI_Allreduce``
+(``MPI_IN_PLACE``, float32, sum), min-max of each, and the ratio MPI / ours (> 1: ours is
+faster); every size's result is checked against MPI's once. Also the 8-byte all_reduce latency
+(µs) of both, the load average before and after, and with ``--crossover`` one-shot vs two-shot
+per size (the measurement behind ``SHM_TWO_SHOT_BYTES``). ``--json`` prints the raw rows.
+
+    python benchmarks/bench_mpi_shm.py --nproc 2 [-b 4KiB -e 64MiB] [--iters 7] [--crossover]
+        [--json]
+
+The script starts itself under mpirun (``ringccl.mpi.launch.mpirun_command``). Figures for the
+note only; never timed asserts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
+sys.path.insert(0, SRC)
+
+from ringccl import units  # noqa: E402
+
+
+def _sizes(lo: int, hi: int) -> list[int]:
+    out, s = [], lo
+    while s <= hi:
+        out.append(s)
+        s *= 4
+    return out
+
+
+def worker(sizes, iters, crossover) -> None:
+    import numpy as np
+    from mpi4py import MPI
+
+    import ringccl.mpi as rm
+
+    comm = MPI.COMM_WORLD
+    rank, n = comm.Get_rank(), comm.Get_size()
+    assert rm.resolve_transport(comm, "auto") == "shm", "not every rank on this host"
+
+    def timed(fn) -> float:
+        comm.Barrier()
+        t0 = time.perf_counter()
+        fn()
+        return comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+
+    rows = []
+    load_before = os.getloadavg()
+    for label, nbytes in [("latency", 8)] + [("size", s) for s in sizes]:
+        count = max(2 * n, nbytes // 4)
+        x = np.random.default_rng(rank).integers(-8, 8, count).astype(np.float32)
+        ours, theirs = x.copy(), x.copy()
+        rm.all_reduce(ours, transport="shm")
+        comm.Allreduce(MPI.IN_PLACE, theirs, op=MPI.SUM)
+        wrong = not np.array_equal(ours, theirs)
+        variants = {"ringccl": lambda: rm.all_reduce(ours, transport="shm"),
+                    "mpi": lambda: comm.Allreduce(MPI.IN_PLACE, theirs, op=MPI.SUM)}
+        if crossover:
+            variants["direct"] = lambda: rm.all_reduce(ours, algorithm="direct", transport="shm")
+            variants["two_shot"] = lambda: rm.all_reduce(ours, algorithm="two_shot",
+                                                        transport="shm")
+        times = {k: [] for k in variants}
+        reps = iters if nbytes >= 1 << 20 else iters * 5   # small sizes: more samples
+        for _ in range(2):   # warm-up
+            for fn in variants.values():
+                fn()
+        for _ in range(reps):
+            for k, fn in variants.items():   # interleaved: the same load for both
+                times[k].append(timed(fn))
+        row = {"kind": label, "nbytes": count * 4, "world_size": n, "wrong": wrong,
+               "iters": reps}
+        for k, ts in times.items():
+            row[k] = {"median_s": statistics.median(ts), "min_s": min(ts), "max_s": max(ts)}
+        row["ratio"] = row["mpi"]["median_s"] / row["ringccl"]["median_s"]
+        rows.append(row)
+    if rank == 0:
+        print("JSON " + json.dumps({"rows": rows, "load_before": load_before,
+                                    "load_after": os.getloadavg()}), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nproc", type=int, default=2)
+    parser.add_argument("-b", "--begin", default="4KiB")
+    parser.add_argument("-e", "--end", default="64MiB")
+    parser.add_argument("--iters", type=int, default=7)
+    parser.add_argument("--crossover", action="store_true")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.iters < 5:
+        parser.error(f"--iters {args.iters}: at least 5 (the medians need them)")
+    sizes = _sizes(units.size(args.begin), units.size(args.end))
+    if args.worker:
+        worker(sizes, args.iters, args.crossover)
+        return
+    from ringccl.mpi.launch import mpirun_command
+    cmd = mpirun_command(args.nproc, [sys.executable, os.path.abspath(__file__), "--worker",
+                                      "-b", args.begin, "-e", args.end, "--iters",
+                                      str(args.iters)] + (["--crossover"] * args.crossover))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (os.path.abspath(SRC), os.environ.get("PYTHONPATH")) if p))
+    if "--oversubscribe" in cmd:  # Open MPI: pass the variable on explicitly
+        cmd[1:1] = ["-x", "PYTHONPATH"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("JSON ")]
+    if proc.returncode or not lines:
+        sys.exit(f"mpirun failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    data = json.loads(lines[-1][5:])
+    if args.json:
+        print(json.dumps(data, indent=1))
+        return
+    print(f"ringccl.mpi (shm, algorithm auto) vs MPI_Allreduce, {args.nproc} processes, float32 "
+          f"sum; load average {data['load_before'][0]:.1f} -> {data['load_after'][0]:.1f}")
+    head = f"{'size':>9} {'ours us (min-max)':>24} {'MPI us (min-max)':>24} {'MPI/ours':>8}"
+    if args.crossover:
+        head += f" {'direct us':>10} {'two_shot us':>11}"
+    print(head)
+    for r in data["rows"]:
+        def us(v):
+            return (f"{v['median_s'] * 1e6:8.1f} ({v['min_s'] * 1e6:.0f}-"
+                    f"{v['max_s'] * 1e6:.0f})")
+        size = "8 B" if r["kind"] == "latency" else units.format_size(r["nbytes"])
+        line = f"{size:>9} {us(r['ringccl']):>24} {us(r['mpi']):>24} {r['ratio']:8.2f}"
+        if args.crossover:
+            line += (f" {r['direct']['median_s'] * 1e6:10.1f} "
+                     f"{r['two_shot']['median_s'] * 1e6:11.1f}")
+        print(line + ("  WRONG" if r["wrong"] else ""))
+
+
+if __name__ == "__main__":
+    main()

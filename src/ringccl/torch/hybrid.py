@@ -1,0 +1,165 @@
+"""``transport="hybrid"``: shared memory inside each host, gloo point-to-point across hosts, in
+one engine call (:class:`ringccl.shm.hierarchical.HybridTransport`; docs/shm.md, "Hierarchical
+on real processes").
+
+Set-up, once per group and collective over the whole group (so no torch sub-group is created
+and a group that is itself a sub-group works): one ``all_gather_object`` of every rank's
+:func:`ringccl.shm.host_id`, then each host's shared-memory set-up, whose two exchanges are the
+group's ``all_gather_object`` with each rank keeping its host's entries. Every host gets a
+segment of its own (its ranks only map it).
+
+``transport="auto"`` picks it (:func:`ringccl.torch.collectives.resolve_transport`) for CPU
+tensors on x86-64 when the group spans several hosts and some host holds two or more of its
+ranks; ``algorithm=None`` on all_reduce then runs ``hierarchical`` with
+``local_size`` = ranks per host when hosts hold equal blocks of consecutive ranks
+(:func:`auto_algorithm`), else the collective's default.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+import torch.distributed as dist
+
+from .. import caches, engine, shm
+from ..engine import trace
+from ..errors import BackendError
+from ..ir import Schedule
+from ..ops import ReduceOp
+from ..shm.hierarchical import HostLayout, HybridTransport, host_layout
+from . import executor
+
+__all__ = ["hybrid_state", "layout_of", "auto_algorithm", "execute_hybrid", "release_hybrid"]
+
+_states: dict = {}     # id(group object) -> (group object, layout, ShmGroup, HybridTransport)
+_layouts: dict = {}    # id(group object) -> (group object, HostLayout)
+_lock = threading.Lock()
+
+
+@caches.register
+def release_hybrid() -> None:
+    """Drop every group's hybrid state and host layout on this rank (``ringccl.clear_caches``;
+    collective in effect, as :func:`ringccl.torch.executor.release_shm`)."""
+    with _lock:
+        states = list(_states.values())
+        _states.clear()
+        _layouts.clear()
+    for _, _, state, transport in states:
+        transport.close()
+        state.close()
+
+
+def _pg(group):
+    return dist.group.WORLD if group is None else group
+
+
+def layout_of(group) -> HostLayout:
+    """The :class:`HostLayout` of ``group`` (every rank's host identity, exchanged once through
+    the group and cached: a collective call on first use)."""
+    pg = _pg(group)
+    hit = _layouts.get(id(pg))
+    if hit is not None and hit[0] is pg:
+        return hit[1]
+    everyone: list = [None] * dist.get_world_size(group)
+    dist.all_gather_object(everyone, shm.host_id(), group=group)
+    layout = host_layout(everyone, dist.get_rank(group))
+    _layouts[id(pg)] = (pg, layout)
+    return layout
+
+
+def auto_algorithm(collective: str, group) -> tuple[str | None, dict]:
+    """``(algorithm, params)`` for ``algorithm=None`` over the hybrid transport: all_reduce on
+    hosts of equal blocks of consecutive ranks runs ``hierarchical`` with ``local_size`` = ranks
+    per host (only its inter-node all-reduce crosses hosts); anything else ``(None, {})``, the
+    collective's default."""
+    layout = layout_of(group)
+    if collective == "all_reduce" and layout.local_size and 1 < layout.local_size < len(
+            layout.host_of):
+        return "hierarchical", {"local_size": layout.local_size}
+    return None, {}
+
+
+def hybrid_state(group, timeout: float | None = None):
+    """``(HostLayout, ShmGroup, HybridTransport)`` of ``group`` on this rank, set up on first
+    use (collective over the group).
+
+    Raises:
+        BackendError: not x86-64, or the set-up failed (ShmSpaceError: the shared-memory
+            directory is too small).
+    """
+    pg = _pg(group)
+    hit = _states.get(id(pg))
+    if hit is not None and hit[0] is pg and not hit[2].closed:
+        return hit[1], hit[2], hit[3]
+    shm.check_platform()
+    layout = layout_of(group)
+    world_size = dist.get_world_size(group)
+    peers = executor._peers(group, world_size)
+    seconds = timeout or executor._group_timeout_s(group) or executor.SHM_DEFAULT_TIMEOUT_S
+
+    def exchange(obj):
+        everyone: list = [None] * world_size
+        dist.all_gather_object(everyone, obj, group=group)
+        return [everyone[r] for r in layout.local_ranks]
+
+    state = shm.ShmGroup(layout.local_rank, len(layout.local_ranks), exchange, seconds)
+
+    def name(p):
+        return str(p) if peers[p] == p else f"{p} (global rank {peers[p]})"
+
+    local = shm.ShmTransport(state, lambda lp: name(layout.local_ranks[lp]))
+    p2p = executor._Transport(group, peers, None)
+    # gloo's Work.is_completed turns true only inside wait: the waits run on a helper thread
+    transport = HybridTransport(local, p2p, layout, None, name, seconds)
+    with _lock:
+        _states[id(pg)] = (pg, layout, state, transport)
+    return layout, state, transport
+
+
+def execute_hybrid(schedule: Schedule, buffer: torch.Tensor, op: ReduceOp, group, bounds,
+                   segment_elems_of, timeout_s: float | None, restore: bool) -> torch.Tensor:
+    """:func:`ringccl.torch.executor.execute` over the hybrid transport (module docstring):
+    the working buffer is copied into this rank's slot of its host's segment, the schedule
+    runs with host peers read in place and the others over gloo, the result is copied back
+    (the caller's buffer is written only after success)."""
+    if buffer.device.type != "cpu":
+        raise BackendError(f"transport='hybrid' needs CPU tensors, got one on {buffer.device}")
+    layout, state, transport = hybrid_state(group, timeout_s)
+    rank = dist.get_rank(group)
+    itemsize = buffer.element_size()
+    plan = engine.plan(schedule, rank, bounds, segment_elems_of(itemsize))
+    try:
+        try:
+            state.enter(max(1, buffer.numel() * itemsize), timeout_s)
+        except (TimeoutError, ConnectionError) as exc:
+            if getattr(exc, "peer", None) is not None:   # a rank of the host: of the group
+                exc.peer = layout.local_ranks[exc.peer]
+            raise executor._entry_error(schedule, rank, transport, exc,
+                                        timeout_s or state.timeout) from exc
+        if not plan.steps:
+            return buffer
+        serial, offset = state.work_serial, state.rank * state.work_slot
+        dtype = buffer.dtype
+        start = offset // itemsize
+        work = executor._typed(state, serial, dtype)[start:start + buffer.numel()]
+        work.copy_(buffer)
+        transport.begin(serial, offset, itemsize,
+                        lambda s, off, n: executor._typed(state, s, dtype)[off // itemsize:
+                                                                           (off + n) // itemsize],
+                        torch.clone, timeout=timeout_s)
+        # staging for the receives from other hosts (those from this host are read in place)
+        workspace = engine.Workspace(executor.OPS, work, op, plan.staging_elems)
+        recorder = trace.state.recorder
+        if recorder is None:
+            engine.run_dataflow(schedule, rank, plan, transport, workspace, restore=False,
+                                timeout=timeout_s)
+        else:
+            recorder.run(engine.run_dataflow, schedule, rank, plan, transport, workspace,
+                         restore=False, timeout=timeout_s, itemsize=itemsize, backend="hybrid")
+        buffer.copy_(work)
+        return buffer
+    except BaseException:
+        if not state.closed:
+            state.abort()
+        raise
