@@ -231,7 +231,10 @@ class ShmGroup:
                 progress(False)
         timeout = self.timeout if timeout is None else timeout
         now = time.monotonic()
-        deadline, yield_until, check_at = now + timeout, now + YIELD_SECONDS, now
+        # the first liveness check after LIVENESS_SECONDS: most waits end long before it, and
+        # the check (a kill and a read of /proc) costs tens of µs
+        deadline, yield_until = now + timeout, now + YIELD_SECONDS
+        check_at = now + min(LIVENESS_SECONDS, timeout)
         nap = 2e-5
         abort_at = 2 * LINE
         while w[word] < target:

@@ -261,6 +261,10 @@ def _locate(state, buffer: torch.Tensor) -> tuple | None:
     return None
 
 
+def _copy(dst: torch.Tensor, src: torch.Tensor) -> None:
+    dst.copy_(src)
+
+
 def _entry_error(schedule: Schedule, rank: int, transport, exc: BaseException, timeout: float):
     """The PeerError/RingcclTimeout of a failed call entry (before step 0), naming the peer."""
     peer = getattr(exc, "peer", None)
@@ -286,26 +290,35 @@ def _execute_shm(schedule: Schedule, buffer: torch.Tensor, op: ReduceOp, group, 
     plan = engine.plan(schedule, rank, bounds, segment_elems_of(itemsize))
     try:
         # every rank enters every call (also with nothing to move): the call counters stay equal
+        # the working buffer, then this call's eager area (ringccl.shm.transport), 64-aligned:
+        # what the slot holds beyond the buffer, and EAGER_AREA_BYTES more asked for only by
+        # small buffers (a large buffer's eager sends are its small chunks, if any)
+        used = -(-buffer.numel() * itemsize // 64) * 64
+        need = 0 if where is not None else \
+            used + shm.EAGER_AREA_BYTES if used <= shm.EAGER_AREA_BYTES else used
         try:
-            state.enter(0 if where is not None else max(1, buffer.numel() * itemsize),
-                        timeout_s)
+            state.enter(need, timeout_s)
         except (TimeoutError, ConnectionError) as exc:
             raise _entry_error(schedule, rank, transport, exc, timeout_s or state.timeout) \
                 from exc
         if not plan.steps:
             return buffer
+        slot = rank * state.work_slot
         if where is None:
-            serial, offset = state.work_serial, rank * state.work_slot
+            serial, offset = state.work_serial, slot
             work = _typed(state, serial, buffer.dtype)[offset // itemsize:
                                                        offset // itemsize + buffer.numel()]
             work.copy_(buffer)
+            eager = (serial, slot + used, state.work_slot - used)
         else:
             (serial, offset), work = where, buffer
+            # zero copy: the working area (if any) is free for the eager area
+            eager = (state.work_serial, slot, state.work_slot) if state.work_serial else None
         dtype = buffer.dtype
         transport.begin(serial, offset, itemsize,
                         lambda s, off, n: _typed(state, s, dtype)[off // itemsize:
                                                                   (off + n) // itemsize],
-                        torch.clone, timeout_s)
+                        torch.clone, timeout_s, eager=eager, copy=_copy)
         workspace = engine.Workspace(OPS, work, op, 0)
         recorder = trace.state.recorder
         # a private copy in the slot: the caller's buffer is written only after success
