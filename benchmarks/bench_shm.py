@@ -73,11 +73,19 @@ def _calls(collective, nbytes, rank, n):
             lambda: (oa, ob))
 
 
-def _time(fn, barrier) -> float:
+def _time(fn, barrier, reps: int = 1) -> float:
+    """Seconds per call of ``reps`` back-to-back calls of ``fn`` after ``barrier()``."""
     barrier()
     t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
+    for _ in range(reps):
+        fn()
+    return (time.perf_counter() - t0) / reps
+
+
+def _reps(nbytes: int) -> int:
+    """Back-to-back calls per timed sample: ranks leave gloo's barrier up to hundreds of µs
+    apart, which one call of a few µs would measure instead of itself; from 4 MiB on, one."""
+    return max(1, min(64, (4 << 20) // max(nbytes, 1)))
 
 
 def _memcpy_bandwidth(nbytes: int = 64 << 20) -> float:
@@ -86,6 +94,55 @@ def _memcpy_bandwidth(nbytes: int = 64 << 20) -> float:
     b.copy_(a)
     best = min(_time(lambda: b.copy_(a), lambda: None) for _ in range(5))
     return nbytes / best
+
+
+#: the wait policies ``--wait-policies`` compares: (tight polls, seconds of sched_yield polls)
+#: before the sleeps (ringccl.shm.group.SPIN_POLLS, YIELD_SECONDS)
+POLICIES = {"spin200+yield1ms": (200, 1e-3), "yield_now": (0, 1e-3), "spin20+yield1ms": (20, 1e-3),
+            "spin2000+yield1ms": (2000, 1e-3), "sleep_now": (0, 0.0),
+            "spin20+yield100us": (20, 1e-4), "yield_now+100us": (0, 1e-4)}
+
+
+def policy_worker(rank, world_size, sizes, iters):
+    """all_reduce per size: every wait policy of POLICIES and gloo, interleaved round by round
+    (one iteration of each per round), on every rank alike."""
+    import torch
+    import torch.distributed as dist
+
+    import ringccl.torch as rt
+    from ringccl.shm import group as shm_group
+
+    rows = []
+    load = os.getloadavg()
+    for nbytes in sizes:
+        x = torch.ones(max(world_size, nbytes // 4))
+        times = {name: [] for name in (*POLICIES, "gloo")}
+        rt.all_reduce(x), dist.all_reduce(x)
+        reps = _reps(nbytes)
+        for _ in range(iters):
+            for name, (polls, yield_s) in POLICIES.items():
+                shm_group.SPIN_POLLS, shm_group.YIELD_SECONDS = polls, yield_s
+                times[name].append(_time(lambda: rt.all_reduce(x), dist.barrier, reps))
+            times["gloo"].append(_time(lambda: dist.all_reduce(x), dist.barrier, reps))
+        rows.append(dict(nbytes=nbytes, times=times))
+    return dict(rows=rows, load_before=load, load_after=os.getloadavg())
+
+
+def _policies(args, sizes) -> None:
+    from ringccl.torch.launch import launch
+
+    results = launch(policy_worker, args.nproc, sizes, args.iters, timeout=1200,
+                     worker_bytes=8 * sizes[-1])
+    r0 = results[0]
+    print(f"{args.nproc} processes; load {r0['load_before']} -> {r0['load_after']}; all_reduce "
+          "median us (min-max) per wait policy, max over ranks per iteration")
+    for i, row in enumerate(r0["rows"]):
+        cells = []
+        for name in row["times"]:
+            t = [max(r["rows"][i]["times"][name][k] for r in results) for k in range(args.iters)]
+            cells.append(f"{name} {statistics.median(t) * 1e6:.0f} ({min(t) * 1e6:.0f}-"
+                         f"{max(t) * 1e6:.0f})")
+        print(f"{units.format_size(row['nbytes']):>8}: " + "; ".join(cells))
 
 
 def worker(rank, world_size, sizes, iters, crossover):
@@ -162,12 +219,21 @@ def main() -> None:
     parser.add_argument("--crossover", action="store_true")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--png", default=None)
+    parser.add_argument("--wait-policies", action="store_true",
+                        help="all_reduce under each wait policy (POLICIES) and gloo, interleaved: "
+                        "the measurement behind ringccl.shm.group.SPIN_POLLS/YIELD_SECONDS")
+    parser.add_argument("--sizes", default=None,
+                        help="comma-separated sizes instead of -b..-e by powers of 4")
     args = parser.parse_args()
     if args.iters < 5:
         parser.error(f"--iters={args.iters}: at least 5 (the median of >= 5 iterations)")
     from ringccl.torch.launch import launch
 
-    sizes = _sizes(units.size(args.begin), units.size(args.end))
+    sizes = (_sizes(units.size(args.begin), units.size(args.end)) if args.sizes is None
+             else [units.size(v) for v in args.sizes.split(",")])
+    if args.wait_policies:
+        _policies(args, sizes)
+        return
     results = launch(worker, args.nproc, sizes, args.iters, args.crossover, timeout=1200,
                      worker_bytes=8 * sizes[-1])
     # a call ends when its slowest rank ends: per iteration, the max over ranks

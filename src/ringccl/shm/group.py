@@ -49,11 +49,19 @@ MAGIC = 0x52494E47434C3031   # "RINGCCL01"
 
 #: tight polls before a wait starts yielding the core, then ``sched_yield`` polls for
 #: YIELD_SECONDS, then sleeps growing from 20 µs to 1 ms. With more ranks than cores (4 on 2
-#: here) a waiter that spins keeps the rank it waits for off the core: pure spinning made a
-#: 4-process all_reduce take milliseconds per step; yielding after a few hundred polls costs a
-#: peer that answers within microseconds nothing (benchmarks/bench_shm.py, docs/shm.md).
-SPIN_POLLS = 200
-YIELD_SECONDS = 1e-3
+#: here) a waiter that spins keeps the rank it waits for off the core, and one that sleeps
+#: wakes late; a short spin then a short yield phase won. Measured with ``benchmarks/
+#: bench_shm.py --wait-policies --sizes 4KiB,64KiB,1MiB --iters 9`` (all_reduce, the policies
+#: and gloo interleaved round by round, median µs, max over ranks; 2 cores, load average
+#: 1.9-2.3 from other jobs): 4 processes (polls+yield) 200+1ms / 0+1ms / 20+1ms / 2000+1ms /
+#: sleep at once / 20+100µs / 0+100µs: 4 KiB 618 / 476 / 559 / 845 / 562 / 397 / 419, 64 KiB
+#: 504 / 424 / 440 / 665 / 589 / 416 / 472, 1 MiB 1982 / 1504 / 1403 / 2797 / 1364 / 1057 /
+#: 1447 (gloo 5577, 5931, 8136); 2 processes: 4 KiB 89 / 57 / 54 / 58 / 222 / 54 / 55, 64 KiB
+#: 85 / 72 / 68 / 71 / 225 / 74 / 67, 1 MiB 322 / 261 / 224 / 252 / 577 / 251 / 258 (gloo
+#: 1358, 1067, 1060). At 64 MiB (``--sizes 64MiB --iters 5``, load 2.0) they are within the
+#: noise of each other (memory bound): 4 processes 68-75 ms, 2 processes 25-26.7 ms.
+SPIN_POLLS = 20
+YIELD_SECONDS = 1e-4
 #: how often a wait checks that the peer it waits for still lives (a dead peer: PeerError now,
 #: not after the whole timeout)
 LIVENESS_SECONDS = 0.05
