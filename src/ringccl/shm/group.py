@@ -138,6 +138,8 @@ class ShmGroup:
         self.work_serial, self.work_slot = 0, 0  # the working area (0: none yet)
         self.next_serial = 1
         self.calls = 0
+        self.lazy = 0            # the call entered without the agreement (enter(lazy=True))
+        self.retired: list = []  # (call, serial) of working areas growth replaced
         self.cache: dict = {}    # the dialect's views of the segments (cleared with them)
         self.closed = False
         self._setup(exchange)
@@ -266,6 +268,8 @@ class ShmGroup:
                     raise exc
             if progress is not None:
                 progress(True)
+            if self.lazy:
+                self._grow_if_asked()
             if now < yield_until:
                 os.sched_yield()
             else:
@@ -275,10 +279,21 @@ class ShmGroup:
             raise self.aborted()
 
     # -- calls -------------------------------------------------------------------------------
-    def enter(self, need: int, timeout: float | None = None) -> None:
+    def enter(self, need: int, timeout: float | None = None, lazy: bool = False) -> None:
         """Begin a collective call needing ``need`` bytes of working area on this rank: publish
         it, wait until every peer began this call too, and grow the working area (every rank
         at once) when some rank needs more than it holds.
+
+        ``lazy=True`` (the common case made cheap): when the working area already holds
+        ``need``, do not wait for the peers; the agreement is then completed by :meth:`leave`
+        (call it after the call's last operation), and until then every wait of this rank
+        notices a peer that entered this call needing more and joins the growth
+        (:meth:`_grow_if_asked`). Correct because capacity only grows and a rank that needs
+        more blocks in its own entry until every rank joined, which none can skip: a rank
+        leaves the call only after seeing every peer's entry and need for it (the needs of
+        call ``c`` sit in slot ``c & 1``, never overwritten before every rank left call ``c``).
+        The caller must then itself make sure the peers read its previous call's sends before
+        it writes its slot again (:meth:`ShmTransport.begin` waits for that).
 
         Raises:
             TimeoutError, PeerDied, Aborted (see :meth:`wait_word`); ShmSpaceError: the larger
@@ -295,18 +310,71 @@ class ShmGroup:
         c = self.calls
         w[self.rank_word(self.rank, 2 + (c & 1))] = need
         w[self.rank_word(self.rank, 1)] = c
-        most = need
+        if lazy and self.work_serial and need <= self.work_slot:
+            self.lazy = c
+            return
+        self.lazy = 0
+        self._agree(c, timeout, lazy)
+
+    def _agree(self, c: int, timeout: float | None, retire: bool = True) -> None:
+        """Wait until every peer entered call ``c``; grow the working area to the largest
+        need any rank published for it, when that exceeds it. ``retire``: the segment it
+        replaces stays mapped (in :attr:`retired`) while lazily entered calls' descriptors may
+        name it; else (every rank agrees at every entry) it is dropped at once."""
+        w = self.w
+        most = w[self.rank_word(self.rank, 2 + (c & 1))]
         for peer in range(self.world_size):
             if peer != self.rank:
                 self.wait_word(self.rank_word(peer, 1), c, peer, f"enter call {c}", timeout)
                 most = max(most, w[self.rank_word(peer, 2 + (c & 1))])
         if most > self.work_slot:
             slot = max(1 << 16, 1 << (most - 1).bit_length())
-            old = self.segments.pop(self.work_serial, None)
             serial = self.new_segment(slot * self.world_size, timeout)
+            old = self.work_serial
             self.work_serial, self.work_slot = serial, slot
-            if old is not None:
-                self._drop(old)
+            if old and retire:
+                self.retired.append((c, old))
+            elif old:
+                self._drop(self.segments.pop(old))
+
+    def _grow_if_asked(self) -> None:
+        """Inside a wait of a lazily entered call: join the growth a peer that entered the
+        same call asked for (its need exceeds the working area)."""
+        c, w = self.lazy, self.w
+        for peer in range(self.world_size):
+            if peer != self.rank and w[self.rank_word(peer, 1)] == c and \
+                    w[self.rank_word(peer, 2 + (c & 1))] > self.work_slot:
+                self.lazy = 0          # the growth's own waits must not come back here
+                try:
+                    self._agree(c, None)
+                except BaseException:
+                    self.lazy = c
+                    raise
+                return
+
+    def leave(self, timeout: float | None = None) -> None:
+        """End a call begun with ``enter(lazy=True)``: see every peer's entry into it (usually
+        long seen: this rank received from them) and join a growth one asked for. A no-op
+        after an entry that agreed already."""
+        c = self.lazy
+        if c:
+            self.lazy = 0
+            self._agree(c, timeout)
+
+    def drop_retired(self) -> None:
+        """Unmap the working areas replaced by growth in an earlier call than this one (call it
+        once the peers have read every send of this rank made before:
+        :meth:`ShmTransport.begin`); those replaced in this call may still hold the peers'
+        sends of this call (posted before the growth)."""
+        keep = []
+        for call, serial in self.retired:
+            if call < self.calls:
+                seg = self.segments.pop(serial, None)
+                if seg is not None:
+                    self._drop(seg)
+            else:
+                keep.append((call, serial))
+        self.retired = keep
 
     def new_segment(self, nbytes: int, timeout: float | None = None) -> int:
         """Create (rank 0) or attach (the others) the group's next data segment of ``nbytes``,

@@ -33,7 +33,8 @@ takes one of the two synchronisations per step off the critical path (the other:
 the peer's data), at the cost of one copy of a small message. Sends of one step reading the
 same elements (one chunk to every peer) share one copy. The area is reused from its start at
 every call: a peer entered this call (:meth:`ringccl.shm.group.ShmGroup.enter`) only after
-its previous call ended, so after it released every send of ours.
+its previous call ended, so after it released every send of ours (after a lazy entry,
+:meth:`ShmTransport.begin` waits for the releases instead).
 
 Every wait is bounded (:meth:`ringccl.shm.group.ShmGroup.wait_word`).
 """
@@ -94,7 +95,17 @@ class ShmTransport:
         dialect's array over those bytes; ``clone(array)`` a private copy. ``eager``:
         ``(serial, offset, nbytes)`` of this rank's eager area for this call (offset a multiple
         of 64; None: every send is read in place), ``copy(dst, src)`` the dialect's copy into
-        it (module docstring). Call it only after :meth:`ShmGroup.enter` of this call."""
+        it (module docstring). Call it after :meth:`ShmGroup.enter` of this call and before
+        writing the working buffer: it waits (bounded) until the peers read every earlier send
+        of this rank (eager copies outlive their call; after a lazy entry nothing else says
+        so; usually they have long), then unmaps the working areas growth replaced."""
+        g = self.group
+        for peer, sent in enumerate(self.sent):
+            if sent:
+                g.wait_word(g.released_word(g.rank, peer), sent, peer,
+                            "read this rank's sends of its previous call", timeout)
+        if g.retired:
+            g.drop_retired()
         self.serial, self.offset, self.itemsize = serial, offset, itemsize
         self.view, self.clone, self.timeout = view, clone, timeout
         self.eager = eager if copy is not None else None

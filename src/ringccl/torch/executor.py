@@ -283,17 +283,20 @@ def _copy(dst: torch.Tensor, src: torch.Tensor) -> None:
     dst.copy_(src)
 
 
-def _entry_error(schedule: Schedule, rank: int, transport, exc: BaseException, timeout: float):
-    """The PeerError/RingcclTimeout of a failed call entry (before step 0), naming the peer."""
+def _entry_error(schedule: Schedule, rank: int, transport, exc: BaseException, timeout: float,
+                 when: str = "entering the call"):
+    """The PeerError/RingcclTimeout of a failed call entry (before step 0) or of the end of a
+    lazily entered call (``when``: "leaving the call"; its last step), naming the peer."""
     peer = getattr(exc, "peer", None)
     timed_out = isinstance(exc, TimeoutError)
     how = f"timed out after {timeout:g} s" if timed_out else "failed"
     who = "" if peer is None else f" waiting for rank {transport.peer_name(peer)}"
     cls = RingcclTimeout if timed_out else PeerError
-    return cls(f"{schedule.algorithm} {schedule.collective} {how} on rank {rank} at step 0 of "
-               f"{schedule.num_steps} (entering the call){who}: {exc}",
-               collective=schedule.collective, algorithm=schedule.algorithm, step=0, rank=rank,
-               peer=peer)
+    step = 0 if when == "entering the call" else max(schedule.num_steps - 1, 0)
+    return cls(f"{schedule.algorithm} {schedule.collective} {how} on rank {rank} at step {step} "
+               f"of {schedule.num_steps} ({when}){who}: {exc}",
+               collective=schedule.collective, algorithm=schedule.algorithm, step=step,
+               rank=rank, peer=peer)
 
 
 def _execute_shm(schedule: Schedule, buffer: torch.Tensor, op: ReduceOp, group, bounds,
@@ -314,39 +317,61 @@ def _execute_shm(schedule: Schedule, buffer: torch.Tensor, op: ReduceOp, group, 
         used = -(-buffer.numel() * itemsize // 64) * 64
         need = 0 if where is not None else \
             used + shm.EAGER_AREA_BYTES if used <= shm.EAGER_AREA_BYTES else used
+        # lazy: no wait for the peers when the working area holds ``need`` (ShmGroup.enter);
+        # leave() below completes the agreement
         try:
-            state.enter(need, timeout_s)
+            state.enter(need, timeout_s, lazy=True)
+            if not plan.steps:
+                state.leave(timeout_s)
+                return buffer
+            slot = rank * state.work_slot
+            if where is None:
+                serial, offset = state.work_serial, slot
+                eager = (serial, slot + used, state.work_slot - used)
+            else:
+                serial, offset = where
+                # zero copy: the working area (if any) is free for the eager area
+                eager = (state.work_serial, slot, state.work_slot) if state.work_serial \
+                    else None
+            dtype = buffer.dtype
+            transport.begin(serial, offset, itemsize,
+                            lambda s, off, n: _typed(state, s, dtype)[off // itemsize:
+                                                                      (off + n) // itemsize],
+                            torch.clone, timeout_s, eager=eager, copy=_copy)
         except (TimeoutError, ConnectionError) as exc:
             raise _entry_error(schedule, rank, transport, exc, timeout_s or state.timeout) \
                 from exc
-        if not plan.steps:
-            return buffer
-        slot = rank * state.work_slot
         if where is None:
-            serial, offset = state.work_serial, slot
             work = _typed(state, serial, buffer.dtype)[offset // itemsize:
                                                        offset // itemsize + buffer.numel()]
             work.copy_(buffer)
-            eager = (serial, slot + used, state.work_slot - used)
         else:
-            (serial, offset), work = where, buffer
-            # zero copy: the working area (if any) is free for the eager area
-            eager = (state.work_serial, slot, state.work_slot) if state.work_serial else None
-        dtype = buffer.dtype
-        transport.begin(serial, offset, itemsize,
-                        lambda s, off, n: _typed(state, s, dtype)[off // itemsize:
-                                                                  (off + n) // itemsize],
-                        torch.clone, timeout_s, eager=eager, copy=_copy)
+            work = buffer
         workspace = engine.Workspace(OPS, work, op, 0)
         recorder = trace.state.recorder
         # a private copy in the slot: the caller's buffer is written only after success
         keep = restore and where is not None
-        if recorder is None:
-            engine.run_dataflow(schedule, rank, plan, transport, workspace, restore=keep,
-                                timeout=timeout_s)
-        else:
-            recorder.run(engine.run_dataflow, schedule, rank, plan, transport, workspace,
-                         restore=keep, timeout=timeout_s, itemsize=itemsize, backend="shm")
+        try:
+            if recorder is None:
+                engine.run_dataflow(schedule, rank, plan, transport, workspace, restore=keep,
+                                    timeout=timeout_s)
+            else:
+                recorder.run(engine.run_dataflow, schedule, rank, plan, transport, workspace,
+                             restore=keep, timeout=timeout_s, itemsize=itemsize, backend="shm")
+        except PeerError as exc:
+            # after a lazy entry, a wait for a peer that never entered this call is what the
+            # entry's wait used to report: say so (step 0, entering the call), as before
+            peer, c = exc.peer, state.lazy
+            if c and peer is not None and not state.closed and \
+                    state.w[state.rank_word(peer, 1)] < c and exc.__cause__ is not None:
+                raise _entry_error(schedule, rank, transport, exc.__cause__,
+                                   timeout_s or state.timeout) from exc.__cause__
+            raise
+        try:
+            state.leave(timeout_s)
+        except (TimeoutError, ConnectionError) as exc:
+            raise _entry_error(schedule, rank, transport, exc, timeout_s or state.timeout,
+                               "leaving the call") from exc
         if where is None:
             buffer.copy_(work)
         return buffer
