@@ -1,17 +1,21 @@
 """ringccl over shared memory (transport="shm", algorithm="auto") against gloo's own collectives
 on one host, interleaved in the same run (issue 16).
 
-For each collective and size: the median of ``--iters`` (>= 5) interleaved iterations of ours
-and gloo's (every iteration of ours checked against gloo's result once per size), min–max,
-the ratio gloo/ours; plus the machine's memcpy bandwidth measured in the same run, the
-zero-copy all_reduce (``shm_empty``) busbw at the largest size, an 8-byte all_reduce latency row
-(µs), the per-call µs at 4 KiB, the load average before and after, and optionally one-shot vs
-two-shot all_reduce per size (``--crossover``: the measurement behind
-``ringccl.torch.executor.SHM_TWO_SHOT_BYTES``). ``--json`` prints the raw rows; ``--png FILE``
-draws the ratio against size.
+For each collective and size: the median of ``--iters`` (>= 5) interleaved samples of ours and
+gloo's (a sample: the mean of up to 64 back-to-back calls after a barrier, one call from 4 MiB
+on, since ranks leave gloo's barrier up to hundreds of µs apart; ours checked against gloo's
+result once per size), min–max, the ratio gloo/ours; plus the machine's memcpy bandwidth
+measured in the same run, the zero-copy all_reduce (``shm_empty``) busbw at the largest size,
+an 8-byte all_reduce latency row (µs), the per-call µs at 4 KiB, the load average before and
+after. ``--crossover`` (or ``--crossover-only``) adds the algorithms of :data:`CROSSOVER` per
+collective and size, interleaved round by round (the measurement behind
+``ringccl.torch.executor.shm_algorithm``); ``--wait-policies`` compares the wait policies of
+:data:`POLICIES` on all_reduce (behind ``ringccl.shm.group.SPIN_POLLS``). ``--json`` prints
+the raw rows; ``--png FILE`` draws the ratio against size.
 
-    python benchmarks/bench_shm.py --nproc 2 [-b 4KiB -e 64MiB] [--iters 7] [--json]
-        [--png shm.png] [--crossover]
+    python benchmarks/bench_shm.py --nproc 2 [-b 4KiB -e 64MiB | --sizes 4KiB,1MiB]
+        [--iters 7] [--collectives all_reduce,...] [--json] [--png shm.png]
+        [--crossover | --crossover-only | --wait-policies]
 
 Figures for the note only; never timed asserts.
 """
