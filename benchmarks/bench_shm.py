@@ -110,11 +110,14 @@ def _memcpy_bandwidth(nbytes: int = 64 << 20) -> float:
     return nbytes / best
 
 
-#: the wait policies ``--wait-policies`` compares: (tight polls, seconds of sched_yield polls)
-#: before the sleeps (ringccl.shm.group.SPIN_POLLS, YIELD_SECONDS)
+#: the wait policies ``--wait-policies`` compares: (tight polls, seconds of sched_yield polls
+#: before the sleeps[, longest sleep]) (ringccl.shm.group.SPIN_POLLS, YIELD_SECONDS,
+#: NAP_SECONDS; default 1 ms)
 POLICIES = {"spin200+yield1ms": (200, 1e-3), "yield_now": (0, 1e-3), "spin20+yield1ms": (20, 1e-3),
             "spin2000+yield1ms": (2000, 1e-3), "sleep_now": (0, 0.0),
-            "spin20+yield100us": (20, 1e-4), "yield_now+100us": (0, 1e-4)}
+            "spin20+yield100us": (20, 1e-4), "yield_now+100us": (0, 1e-4),
+            "spin20+yield100us+nap100us": (20, 1e-4, 1e-4),
+            "spin20+yield1ms+nap100us": (20, 1e-3, 1e-4)}
 
 
 def policy_worker(rank, world_size, sizes, iters):
@@ -134,8 +137,9 @@ def policy_worker(rank, world_size, sizes, iters):
         rt.all_reduce(x), dist.all_reduce(x)
         reps = _reps(nbytes)
         for _ in range(iters):
-            for name, (polls, yield_s) in POLICIES.items():
+            for name, (polls, yield_s, *nap) in POLICIES.items():
                 shm_group.SPIN_POLLS, shm_group.YIELD_SECONDS = polls, yield_s
+                shm_group.NAP_SECONDS = nap[0] if nap else 1e-3
                 times[name].append(_time(lambda: rt.all_reduce(x), dist.barrier, reps))
             times["gloo"].append(_time(lambda: dist.all_reduce(x), dist.barrier, reps))
         rows.append(dict(nbytes=nbytes, times=times))

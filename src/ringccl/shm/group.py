@@ -41,7 +41,7 @@ from ..errors import BackendError
 from .segment import Segment, segment_name
 
 __all__ = ["ShmGroup", "check_platform", "supported_platform", "RING", "SPIN_POLLS",
-           "YIELD_SECONDS", "LIVENESS_SECONDS"]
+           "YIELD_SECONDS", "NAP_SECONDS", "LIVENESS_SECONDS"]
 
 LINE = 8            # int64 words per 64-byte cache line
 RING = 128          # descriptors per directed pair
@@ -62,6 +62,11 @@ MAGIC = 0x52494E47434C3031   # "RINGCCL01"
 #: noise of each other (memory bound): 4 processes 68-75 ms, 2 processes 25-26.7 ms.
 SPIN_POLLS = 20
 YIELD_SECONDS = 1e-4
+#: the longest sleep of a wait's last phase (the sleeps double from 20 µs up to it). Capping
+#: it at 100 µs did not help (same command, load 2.5-2.8; 20 polls + 100 µs yield, sleeps up
+#: to 1 ms / up to 100 µs): 2 processes 4 KiB 68 / 71, 64 KiB 85 / 110, 1 MiB 389 / 397 µs;
+#: 4 processes 4 KiB 392 / 503, 64 KiB 406 / 440, 1 MiB 1636 / 1085 µs.
+NAP_SECONDS = 1e-3
 #: how often a wait checks that the peer it waits for still lives (a dead peer: PeerError now,
 #: not after the whole timeout)
 LIVENESS_SECONDS = 0.05
@@ -274,7 +279,7 @@ class ShmGroup:
                 os.sched_yield()
             else:
                 time.sleep(nap)
-                nap = min(nap * 2, 1e-3)
+                nap = min(nap * 2, NAP_SECONDS)
         if w[abort_at] and peer < 0:
             raise self.aborted()
 
