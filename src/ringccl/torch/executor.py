@@ -193,9 +193,10 @@ def shm_algorithm(collective: str, world_size: int, nbytes: int) -> str:
 #: interleaved over 9 rounds, median µs per call, one script, 2 cores): 4 processes 4 KiB
 #: lazy / agreeing 554 / 596 (load 1.9), 1098 / 1253 (load 7.4), 1371 / 1641 (load 10);
 #: 2 processes 4 KiB 109 / 76 (load 1.8), 115 / 243 (load 6.6), 288 / 243 (load 10.6),
-#: 8 bytes 145 / 139 (load 1.8), 365 / 289 (load 7). With two ranks the entry's wait and the
-#: wait for the peer's data are the same synchronisation, so skipping one saves nothing, while
-#: the lazy entry's own waits (the peer's releases before the slot is written) remain.
+#: 8 bytes 145 / 139 (load 1.8), 365 / 289 (load 7); again at load 1.6: 4 KiB 135 / 128,
+#: 135 / 143, 16 KiB 105 / 119. So for 2 ranks no clear gain (the entry's wait and the wait
+#: for the peer's data are the same synchronisation there, and the lazy entry's own waits, for
+#: the peer's releases before the slot is written, remain): they keep the full agreement.
 SHM_LAZY_ENTRY_MIN_WORLD = 3
 
 _shm: dict = {}          # id(group object) -> (group object, ShmGroup, ShmTransport)
