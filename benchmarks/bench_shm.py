@@ -1,17 +1,21 @@
 """ringccl over shared memory (transport="shm", algorithm="auto") against gloo's own collectives
 on one host, interleaved in the same run (issue 16).
 
-For each collective and size: the median of ``--iters`` (>= 5) interleaved iterations of ours
-and gloo's (every iteration of ours checked against gloo's result once per size), min–max,
-the ratio gloo/ours; plus the machine's memcpy bandwidth measured in the same run, the
-zero-copy all_reduce (``shm_empty``) busbw at the largest size, an 8-byte all_reduce latency row
-(µs), the per-call µs at 4 KiB, the load average before and after, and optionally one-shot vs
-two-shot all_reduce per size (``--crossover``: the measurement behind
-``ringccl.torch.executor.SHM_TWO_SHOT_BYTES``). ``--json`` prints the raw rows; ``--png FILE``
-draws the ratio against size.
+For each collective and size: the median of ``--iters`` (>= 5) interleaved samples of ours and
+gloo's (a sample: the mean of up to 64 back-to-back calls after a barrier, one call from 4 MiB
+on, since ranks leave gloo's barrier up to hundreds of µs apart; ours checked against gloo's
+result once per size), min–max, the ratio gloo/ours; plus the machine's memcpy bandwidth
+measured in the same run, the zero-copy all_reduce (``shm_empty``) busbw at the largest size,
+an 8-byte all_reduce latency row (µs), the per-call µs at 4 KiB, the load average before and
+after. ``--crossover`` (or ``--crossover-only``) adds the algorithms of :data:`CROSSOVER` per
+collective and size, interleaved round by round (the measurement behind
+``ringccl.torch.executor.shm_algorithm``); ``--wait-policies`` compares the wait policies of
+:data:`POLICIES` on all_reduce (behind ``ringccl.shm.group.SPIN_POLLS``). ``--json`` prints
+the raw rows; ``--png FILE`` draws the ratio against size.
 
-    python benchmarks/bench_shm.py --nproc 2 [-b 4KiB -e 64MiB] [--iters 7] [--json]
-        [--png shm.png] [--crossover]
+    python benchmarks/bench_shm.py --nproc 2 [-b 4KiB -e 64MiB | --sizes 4KiB,1MiB]
+        [--iters 7] [--collectives all_reduce,...] [--json] [--png shm.png]
+        [--crossover | --crossover-only | --wait-policies]
 
 Figures for the note only; never timed asserts.
 """
@@ -43,9 +47,17 @@ def _sizes(lo: int, hi: int) -> list[int]:
     return out
 
 
-def _calls(collective, nbytes, rank, n):
+#: ``--crossover``: the algorithms compared per collective over shm (the measurement behind
+#: ringccl.torch.executor.shm_algorithm)
+CROSSOVER = {"all_reduce": ("direct", "two_shot", "ring"),
+             "reduce_scatter": ("direct", "ring"), "all_gather": ("direct", "ring"),
+             "broadcast": ("direct", "ring"), "all_to_all": ("direct", "pairwise")}
+
+
+def _calls(collective, nbytes, rank, n, algorithm=None):
     """(ours, gloo's, result) closures on fresh float32 buffers of ``nbytes`` (the collective's
-    size: one rank's buffer for all_reduce/broadcast, the whole N-block buffer otherwise)."""
+    size: one rank's buffer for all_reduce/broadcast, the whole N-block buffer otherwise);
+    ours runs ``algorithm`` (None: "auto")."""
     import torch
     import torch.distributed as dist
 
@@ -55,29 +67,39 @@ def _calls(collective, nbytes, rank, n):
     x = torch.randint(-8, 8, (count,)).float()
     if collective == "all_reduce":
         a, b = x.clone(), x.clone()
-        return (lambda: rt.all_reduce(a), lambda: dist.all_reduce(b), lambda: (a, b))
+        return (lambda: rt.all_reduce(a, algorithm=algorithm), lambda: dist.all_reduce(b),
+                lambda: (a, b))
     if collective == "broadcast":
         a, b = x.clone(), x.clone()
-        return (lambda: rt.broadcast(a, 0), lambda: dist.broadcast(b, 0), lambda: (a, b))
+        return (lambda: rt.broadcast(a, 0, algorithm=algorithm), lambda: dist.broadcast(b, 0),
+                lambda: (a, b))
     if collective == "reduce_scatter":
         oa, ob = torch.empty(count // n), torch.empty(count // n)
-        return (lambda: rt.reduce_scatter_tensor(oa, x), lambda: dist.reduce_scatter_tensor(
-            ob, x), lambda: (oa, ob))
+        return (lambda: rt.reduce_scatter_tensor(oa, x, algorithm=algorithm),
+                lambda: dist.reduce_scatter_tensor(ob, x), lambda: (oa, ob))
     if collective == "all_gather":
         block = x[:count // n].clone()
         oa, ob = torch.empty(count // n * n), torch.empty(count // n * n)
-        return (lambda: rt.all_gather_into_tensor(oa, block),
+        return (lambda: rt.all_gather_into_tensor(oa, block, algorithm=algorithm),
                 lambda: dist.all_gather_into_tensor(ob, block), lambda: (oa, ob))
     oa, ob = torch.empty(count), torch.empty(count)
-    return (lambda: rt.all_to_all_single(oa, x), lambda: dist.all_to_all_single(ob, x),
-            lambda: (oa, ob))
+    return (lambda: rt.all_to_all_single(oa, x, algorithm=algorithm),
+            lambda: dist.all_to_all_single(ob, x), lambda: (oa, ob))
 
 
-def _time(fn, barrier) -> float:
+def _time(fn, barrier, reps: int = 1) -> float:
+    """Seconds per call of ``reps`` back-to-back calls of ``fn`` after ``barrier()``."""
     barrier()
     t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
+    for _ in range(reps):
+        fn()
+    return (time.perf_counter() - t0) / reps
+
+
+def _reps(nbytes: int) -> int:
+    """Back-to-back calls per timed sample: ranks leave gloo's barrier up to hundreds of µs
+    apart, which one call of a few µs would measure instead of itself; from 4 MiB on, one."""
+    return max(1, min(64, (4 << 20) // max(nbytes, 1)))
 
 
 def _memcpy_bandwidth(nbytes: int = 64 << 20) -> float:
@@ -88,7 +110,60 @@ def _memcpy_bandwidth(nbytes: int = 64 << 20) -> float:
     return nbytes / best
 
 
-def worker(rank, world_size, sizes, iters, crossover):
+#: the wait policies ``--wait-policies`` compares: (tight polls, seconds of sched_yield polls
+#: before the sleeps[, longest sleep]) (ringccl.shm.group.SPIN_POLLS, YIELD_SECONDS,
+#: NAP_SECONDS; default 1 ms)
+POLICIES = {"spin200+yield1ms": (200, 1e-3), "yield_now": (0, 1e-3), "spin20+yield1ms": (20, 1e-3),
+            "spin2000+yield1ms": (2000, 1e-3), "sleep_now": (0, 0.0),
+            "spin20+yield100us": (20, 1e-4), "yield_now+100us": (0, 1e-4),
+            "spin20+yield100us+nap100us": (20, 1e-4, 1e-4),
+            "spin20+yield1ms+nap100us": (20, 1e-3, 1e-4)}
+
+
+def policy_worker(rank, world_size, sizes, iters):
+    """all_reduce per size: every wait policy of POLICIES and gloo, interleaved round by round
+    (one iteration of each per round), on every rank alike."""
+    import torch
+    import torch.distributed as dist
+
+    import ringccl.torch as rt
+    from ringccl.shm import group as shm_group
+
+    rows = []
+    load = os.getloadavg()
+    for nbytes in sizes:
+        x = torch.ones(max(world_size, nbytes // 4))
+        times = {name: [] for name in (*POLICIES, "gloo")}
+        rt.all_reduce(x), dist.all_reduce(x)
+        reps = _reps(nbytes)
+        for _ in range(iters):
+            for name, (polls, yield_s, *nap) in POLICIES.items():
+                shm_group.SPIN_POLLS, shm_group.YIELD_SECONDS = polls, yield_s
+                shm_group.NAP_SECONDS = nap[0] if nap else 1e-3
+                times[name].append(_time(lambda: rt.all_reduce(x), dist.barrier, reps))
+            times["gloo"].append(_time(lambda: dist.all_reduce(x), dist.barrier, reps))
+        rows.append(dict(nbytes=nbytes, times=times))
+    return dict(rows=rows, load_before=load, load_after=os.getloadavg())
+
+
+def _policies(args, sizes) -> None:
+    from ringccl.torch.launch import launch
+
+    results = launch(policy_worker, args.nproc, sizes, args.iters, timeout=1200,
+                     worker_bytes=8 * sizes[-1])
+    r0 = results[0]
+    print(f"{args.nproc} processes; load {r0['load_before']} -> {r0['load_after']}; all_reduce "
+          "median us (min-max) per wait policy, max over ranks per iteration")
+    for i, row in enumerate(r0["rows"]):
+        cells = []
+        for name in row["times"]:
+            t = [max(r["rows"][i]["times"][name][k] for r in results) for k in range(args.iters)]
+            cells.append(f"{name} {statistics.median(t) * 1e6:.0f} ({min(t) * 1e6:.0f}-"
+                         f"{max(t) * 1e6:.0f})")
+        print(f"{units.format_size(row['nbytes']):>8}: " + "; ".join(cells))
+
+
+def worker(rank, world_size, sizes, iters, crossover, collectives=COLLECTIVES):
     import torch
     import torch.distributed as dist
 
@@ -98,58 +173,66 @@ def worker(rank, world_size, sizes, iters, crossover):
     rows, n = [], world_size
     load = os.getloadavg()
     memcpy = _memcpy_bandwidth()
-    for collective in COLLECTIVES:
-        for nbytes in sizes:
-            ours, gloo, result = _calls(collective, nbytes, rank, n)
-            ours(), gloo()          # warm-up: set-up, growth, plans
-            a, b = result()
-            correct = bool(torch.equal(a, b))
-            t_ours, t_gloo = [], []
-            for _ in range(iters):
-                t_ours.append(_time(ours, barrier))
-                t_gloo.append(_time(gloo, barrier))
-            rows.append(dict(collective=collective, nbytes=nbytes, correct=correct,
-                             ours_s=t_ours, gloo_s=t_gloo))
-    # latency: 8-byte all_reduce, many calls, per call
-    x = torch.ones(2)
-    for fn, name in ((lambda: rt.all_reduce(x), "ours"), (lambda: dist.all_reduce(x), "gloo")):
-        fn()
-        reps = 200
-        barrier()
-        t0 = time.perf_counter()
-        for _ in range(reps):
+    if crossover != "only":   # --crossover-only: just the algorithms per size
+        for collective in collectives:
+            for nbytes in sizes:
+                ours, gloo, result = _calls(collective, nbytes, rank, n)
+                ours(), gloo()          # warm-up: set-up, growth, plans
+                a, b = result()
+                correct = bool(torch.equal(a, b))
+                t_ours, t_gloo = [], []
+                reps = _reps(nbytes)
+                for _ in range(iters):
+                    t_ours.append(_time(ours, barrier, reps))
+                    t_gloo.append(_time(gloo, barrier, reps))
+                rows.append(dict(collective=collective, nbytes=nbytes, correct=correct,
+                                 ours_s=t_ours, gloo_s=t_gloo))
+        # latency: 8-byte all_reduce, many calls, per call
+        x = torch.ones(2)
+        for fn, name in ((lambda: rt.all_reduce(x), "ours"), (lambda: dist.all_reduce(x), "gloo")):
             fn()
-        rows.append(dict(collective="latency_8B", who=name,
-                         us_per_call=(time.perf_counter() - t0) / reps * 1e6))
-    # per-call overhead at 4 KiB, back to back
-    x = torch.ones(1024)
-    for fn, name in ((lambda: rt.all_reduce(x), "ours"), (lambda: dist.all_reduce(x), "gloo")):
-        fn()
-        barrier()
-        t0 = time.perf_counter()
-        for _ in range(500):
+            reps = 200
+            barrier()
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                fn()
+            rows.append(dict(collective="latency_8B", who=name,
+                             us_per_call=(time.perf_counter() - t0) / reps * 1e6))
+        # per-call overhead at 4 KiB, back to back
+        x = torch.ones(1024)
+        for fn, name in ((lambda: rt.all_reduce(x), "ours"), (lambda: dist.all_reduce(x), "gloo")):
             fn()
-        rows.append(dict(collective="per_call_4KiB", who=name,
-                         us_per_call=(time.perf_counter() - t0) / 500 * 1e6))
-    # zero copy: the buffer already lives in the segment
-    big = sizes[-1] // 4
-    z = rt.shm_empty((big,))
-    z.fill_(1.0)
-    rt.all_reduce(z)
-    t = [_time(lambda: rt.all_reduce(z), barrier) for _ in range(iters)]
-    med = statistics.median(t)
-    rows.append(dict(collective="zero_copy_all_reduce", nbytes=big * 4, seconds=t,
-                     busbw=big * 4 / med * BUS["all_reduce"](n)))
+            barrier()
+            t0 = time.perf_counter()
+            for _ in range(500):
+                fn()
+            rows.append(dict(collective="per_call_4KiB", who=name,
+                             us_per_call=(time.perf_counter() - t0) / 500 * 1e6))
+        # zero copy: the buffer already lives in the segment
+        big = sizes[-1] // 4
+        z = rt.shm_empty((big,))
+        z.fill_(1.0)
+        rt.all_reduce(z)
+        t = [_time(lambda: rt.all_reduce(z), barrier) for _ in range(iters)]
+        med = statistics.median(t)
+        rows.append(dict(collective="zero_copy_all_reduce", nbytes=big * 4, seconds=t,
+                         busbw=big * 4 / med * BUS["all_reduce"](n)))
     if crossover:
-        for nbytes in sizes:
-            x = torch.ones(max(n, nbytes // 4))
-            rec = dict(collective="crossover", nbytes=nbytes)
-            for algo in ("direct", "two_shot"):
-                rt.all_reduce(x, algorithm=algo)
-                rec[algo] = statistics.median(
-                    _time(lambda: rt.all_reduce(x, algorithm=algo), barrier)
-                    for _ in range(iters))
-            rows.append(rec)
+        for collective in collectives:
+            algorithms = CROSSOVER[collective]
+            for nbytes in sizes:
+                calls = {a: _calls(collective, nbytes, rank, n, algorithm=a)[0]
+                         for a in algorithms}
+                rec = dict(collective="crossover", of=collective, nbytes=nbytes)
+                for fn in calls.values():
+                    fn()
+                t = {a: [] for a in algorithms}
+                reps = _reps(nbytes)
+                for _ in range(iters):    # the algorithms interleaved round by round
+                    for a, fn in calls.items():
+                        t[a].append(_time(fn, barrier, reps))
+                rec.update(t)
+                rows.append(rec)
     return dict(rows=rows, load_before=load, load_after=os.getloadavg(), memcpy=memcpy)
 
 
@@ -160,15 +243,34 @@ def main() -> None:
     parser.add_argument("-e", "--end", default="64MiB")
     parser.add_argument("--iters", type=int, default=7)
     parser.add_argument("--crossover", action="store_true")
+    parser.add_argument("--collectives", default=None,
+                        help=f"comma-separated subset of {','.join(COLLECTIVES)}")
+    parser.add_argument("--crossover-only", action="store_true",
+                        help="only the algorithms per collective and size (CROSSOVER)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--png", default=None)
+    parser.add_argument("--wait-policies", action="store_true",
+                        help="all_reduce under each wait policy (POLICIES) and gloo, interleaved: "
+                        "the measurement behind ringccl.shm.group.SPIN_POLLS/YIELD_SECONDS")
+    parser.add_argument("--sizes", default=None,
+                        help="comma-separated sizes instead of -b..-e by powers of 4")
     args = parser.parse_args()
     if args.iters < 5:
         parser.error(f"--iters={args.iters}: at least 5 (the median of >= 5 iterations)")
     from ringccl.torch.launch import launch
 
-    sizes = _sizes(units.size(args.begin), units.size(args.end))
-    results = launch(worker, args.nproc, sizes, args.iters, args.crossover, timeout=1200,
+    sizes = (_sizes(units.size(args.begin), units.size(args.end)) if args.sizes is None
+             else [units.size(v) for v in args.sizes.split(",")])
+    if args.wait_policies:
+        _policies(args, sizes)
+        return
+    crossover = "only" if args.crossover_only else args.crossover
+    collectives = COLLECTIVES if args.collectives is None else tuple(args.collectives.split(","))
+    unknown = [c for c in collectives if c not in COLLECTIVES]
+    if unknown:
+        parser.error(f"--collectives: {unknown} not in {COLLECTIVES}")
+    results = launch(worker, args.nproc, sizes, args.iters, crossover, collectives,
+                     timeout=1200,
                      worker_bytes=8 * sizes[-1])
     # a call ends when its slowest rank ends: per iteration, the max over ranks
     r0 = results[0]
@@ -199,8 +301,12 @@ def main() -> None:
             print(f"zero-copy all_reduce {units.format_size(row['nbytes'])}: busbw "
                   f"{row['busbw'] / 1e9:.2f} GB/s = {row['busbw'] / r0['memcpy']:.0%} of memcpy")
         elif c == "crossover":
-            print(f"crossover {units.format_size(row['nbytes']):>10}: direct "
-                  f"{row['direct'] * 1e6:.1f} us, two_shot {row['two_shot'] * 1e6:.1f} us")
+            algorithms = CROSSOVER[row["of"]]
+            med = {a: statistics.median(max(r["rows"][i][a][k] for r in results)
+                                        for k in range(args.iters)) for a in algorithms}
+            print(f"crossover {row['of']:<15}{units.format_size(row['nbytes']):>10}: "
+                  + ", ".join(f"{a} {med[a] * 1e6:.1f} us" for a in algorithms)
+                  + f"  (best {min(med, key=med.get)})")
     if args.png:
         import matplotlib
         matplotlib.use("Agg")

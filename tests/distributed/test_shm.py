@@ -180,6 +180,43 @@ def features(rank, world_size, shm_dir):
     return failures
 
 
+def one_rank_grows(rank, world_size):
+    """Calls where only some ranks need a larger working area (the others enter lazily and
+    join the growth inside a wait or when they leave the call), checked against gloo."""
+    import ringccl.torch as rt
+    from ringccl.torch import executor
+
+    failures = []
+    group = dist.new_group(list(range(world_size)))   # a fresh group: a fresh working area
+    x = torch.ones(4)
+    rt.all_reduce(x, group=group)
+    state, _ = executor.shm_state(group)
+    before = state.work_slot
+    for k, root in ((100_000, 0), (300_000, 2), (12, 1)):   # the root's buffer is N blocks
+        block = torch.arange(k, dtype=torch.float32) + rank
+        got = [torch.empty(k) for _ in range(world_size)] if rank == root else None
+        ref = [torch.empty(k) for _ in range(world_size)] if rank == root else None
+        rt.gather(block, got, dst=root, group=group)
+        dist.gather(block, ref, dst=root, group=group)
+        if rank == root and not all(torch.equal(a, b) for a, b in zip(got, ref)):
+            failures.append(f"gather k={k} root={root}: wrong result")
+    sizes = []
+    dist.all_gather_object(sizes := [None] * world_size, state.work_slot, group=group)
+    if len(set(sizes)) != 1 or sizes[0] <= before:
+        failures.append(f"the ranks' working areas differ or did not grow: {sizes}, {before}")
+    # uneven all_to_all: rank 0 sends and receives much more than the others
+    rows = [[50_000 if 0 in (i, j) else 3 for j in range(world_size)]
+            for i in range(world_size)]
+    ins, outs = rows[rank], [rows[j][rank] for j in range(world_size)]
+    inp = torch.arange(sum(ins), dtype=torch.float32) * (rank + 1)
+    a, b = torch.empty(sum(outs)), torch.empty(sum(outs))
+    rt.all_to_all_single(a, inp, outs, ins, group=group)
+    dist.all_to_all_single(b, inp, outs, ins, group=group)
+    if not torch.equal(a, b):
+        failures.append("uneven all_to_all: wrong result")
+    return failures
+
+
 def hypothesis_job(rank, world_size):
     """A property test over (count, dtype, op) in one job: every rank draws the same examples
     (derandomized), ours over shm must equal gloo's."""
@@ -225,6 +262,11 @@ def test_every_collective_and_algorithm_over_shm_matches_gloo(shm_dir):
 def test_growth_zero_copy_groups_and_transport_choice(shm_dir):
     results = launch(features, 3, shm_dir, timeout=200)
     assert results == [[]] * 3
+
+
+def test_growth_asked_by_one_rank_only(shm_dir):
+    assert launch(one_rank_grows, 3, timeout=200) == [[], [], []]
+    assert not os.listdir(shm_dir)
 
 
 def test_hypothesis_property_over_shm(shm_dir):

@@ -19,10 +19,11 @@ import socket
 
 from .group import ShmGroup, check_platform, supported_platform
 from .segment import SHM_DIR, Segment, ShmSpaceError, segment_name, shm_dir, sweep
-from .transport import ShmTransport
+from .transport import EAGER_AREA_BYTES, EAGER_SEND_BYTES, ShmTransport
 
 __all__ = ["ShmGroup", "ShmTransport", "Segment", "ShmSpaceError", "SHM_DIR", "shm_dir",
-           "segment_name", "sweep", "check_platform", "supported_platform", "host_id"]
+           "segment_name", "sweep", "check_platform", "supported_platform", "host_id",
+           "EAGER_AREA_BYTES", "EAGER_SEND_BYTES"]
 
 
 def host_id() -> str:

@@ -41,7 +41,7 @@ from ..errors import BackendError
 from .segment import Segment, segment_name
 
 __all__ = ["ShmGroup", "check_platform", "supported_platform", "RING", "SPIN_POLLS",
-           "YIELD_SECONDS", "LIVENESS_SECONDS"]
+           "YIELD_SECONDS", "NAP_SECONDS", "LIVENESS_SECONDS"]
 
 LINE = 8            # int64 words per 64-byte cache line
 RING = 128          # descriptors per directed pair
@@ -49,11 +49,24 @@ MAGIC = 0x52494E47434C3031   # "RINGCCL01"
 
 #: tight polls before a wait starts yielding the core, then ``sched_yield`` polls for
 #: YIELD_SECONDS, then sleeps growing from 20 µs to 1 ms. With more ranks than cores (4 on 2
-#: here) a waiter that spins keeps the rank it waits for off the core: pure spinning made a
-#: 4-process all_reduce take milliseconds per step; yielding after a few hundred polls costs a
-#: peer that answers within microseconds nothing (benchmarks/bench_shm.py, docs/shm.md).
-SPIN_POLLS = 200
-YIELD_SECONDS = 1e-3
+#: here) a waiter that spins keeps the rank it waits for off the core, and one that sleeps
+#: wakes late; a short spin then a short yield phase won. Measured with ``benchmarks/
+#: bench_shm.py --wait-policies --sizes 4KiB,64KiB,1MiB --iters 9`` (all_reduce, the policies
+#: and gloo interleaved round by round, median µs, max over ranks; 2 cores, load average
+#: 1.9-2.3 from other jobs): 4 processes (polls+yield) 200+1ms / 0+1ms / 20+1ms / 2000+1ms /
+#: sleep at once / 20+100µs / 0+100µs: 4 KiB 618 / 476 / 559 / 845 / 562 / 397 / 419, 64 KiB
+#: 504 / 424 / 440 / 665 / 589 / 416 / 472, 1 MiB 1982 / 1504 / 1403 / 2797 / 1364 / 1057 /
+#: 1447 (gloo 5577, 5931, 8136); 2 processes: 4 KiB 89 / 57 / 54 / 58 / 222 / 54 / 55, 64 KiB
+#: 85 / 72 / 68 / 71 / 225 / 74 / 67, 1 MiB 322 / 261 / 224 / 252 / 577 / 251 / 258 (gloo
+#: 1358, 1067, 1060). At 64 MiB (``--sizes 64MiB --iters 5``, load 2.0) they are within the
+#: noise of each other (memory bound): 4 processes 68-75 ms, 2 processes 25-26.7 ms.
+SPIN_POLLS = 20
+YIELD_SECONDS = 1e-4
+#: the longest sleep of a wait's last phase (the sleeps double from 20 µs up to it). Capping
+#: it at 100 µs did not help (same command, load 2.5-2.8; 20 polls + 100 µs yield, sleeps up
+#: to 1 ms / up to 100 µs): 2 processes 4 KiB 68 / 71, 64 KiB 85 / 110, 1 MiB 389 / 397 µs;
+#: 4 processes 4 KiB 392 / 503, 64 KiB 406 / 440, 1 MiB 1636 / 1085 µs.
+NAP_SECONDS = 1e-3
 #: how often a wait checks that the peer it waits for still lives (a dead peer: PeerError now,
 #: not after the whole timeout)
 LIVENESS_SECONDS = 0.05
@@ -130,6 +143,8 @@ class ShmGroup:
         self.work_serial, self.work_slot = 0, 0  # the working area (0: none yet)
         self.next_serial = 1
         self.calls = 0
+        self.lazy = 0            # the call entered without the agreement (enter(lazy=True))
+        self.retired: list = []  # (call, serial) of working areas growth replaced
         self.cache: dict = {}    # the dialect's views of the segments (cleared with them)
         self.closed = False
         self._setup(exchange)
@@ -231,7 +246,10 @@ class ShmGroup:
                 progress(False)
         timeout = self.timeout if timeout is None else timeout
         now = time.monotonic()
-        deadline, yield_until, check_at = now + timeout, now + YIELD_SECONDS, now
+        # the first liveness check after LIVENESS_SECONDS: most waits end long before it, and
+        # the check (a kill and a read of /proc) costs tens of µs
+        deadline, yield_until = now + timeout, now + YIELD_SECONDS
+        check_at = now + min(LIVENESS_SECONDS, timeout)
         nap = 2e-5
         abort_at = 2 * LINE
         while w[word] < target:
@@ -255,19 +273,32 @@ class ShmGroup:
                     raise exc
             if progress is not None:
                 progress(True)
+            if self.lazy:
+                self._grow_if_asked()
             if now < yield_until:
                 os.sched_yield()
             else:
                 time.sleep(nap)
-                nap = min(nap * 2, 1e-3)
+                nap = min(nap * 2, NAP_SECONDS)
         if w[abort_at] and peer < 0:
             raise self.aborted()
 
     # -- calls -------------------------------------------------------------------------------
-    def enter(self, need: int, timeout: float | None = None) -> None:
+    def enter(self, need: int, timeout: float | None = None, lazy: bool = False) -> None:
         """Begin a collective call needing ``need`` bytes of working area on this rank: publish
         it, wait until every peer began this call too, and grow the working area (every rank
         at once) when some rank needs more than it holds.
+
+        ``lazy=True`` (the common case made cheap): when the working area already holds
+        ``need``, do not wait for the peers; the agreement is then completed by :meth:`leave`
+        (call it after the call's last operation), and until then every wait of this rank
+        notices a peer that entered this call needing more and joins the growth
+        (:meth:`_grow_if_asked`). Correct because capacity only grows and a rank that needs
+        more blocks in its own entry until every rank joined, which none can skip: a rank
+        leaves the call only after seeing every peer's entry and need for it (the needs of
+        call ``c`` sit in slot ``c & 1``, never overwritten before every rank left call ``c``).
+        The caller must then itself make sure the peers read its previous call's sends before
+        it writes its slot again (:meth:`ShmTransport.begin` waits for that).
 
         Raises:
             TimeoutError, PeerDied, Aborted (see :meth:`wait_word`); ShmSpaceError: the larger
@@ -284,18 +315,71 @@ class ShmGroup:
         c = self.calls
         w[self.rank_word(self.rank, 2 + (c & 1))] = need
         w[self.rank_word(self.rank, 1)] = c
-        most = need
+        if lazy and self.work_serial and need <= self.work_slot:
+            self.lazy = c
+            return
+        self.lazy = 0
+        self._agree(c, timeout, lazy)
+
+    def _agree(self, c: int, timeout: float | None, retire: bool = True) -> None:
+        """Wait until every peer entered call ``c``; grow the working area to the largest
+        need any rank published for it, when that exceeds it. ``retire``: the segment it
+        replaces stays mapped (in :attr:`retired`) while lazily entered calls' descriptors may
+        name it; else (every rank agrees at every entry) it is dropped at once."""
+        w = self.w
+        most = w[self.rank_word(self.rank, 2 + (c & 1))]
         for peer in range(self.world_size):
             if peer != self.rank:
                 self.wait_word(self.rank_word(peer, 1), c, peer, f"enter call {c}", timeout)
                 most = max(most, w[self.rank_word(peer, 2 + (c & 1))])
         if most > self.work_slot:
             slot = max(1 << 16, 1 << (most - 1).bit_length())
-            old = self.segments.pop(self.work_serial, None)
             serial = self.new_segment(slot * self.world_size, timeout)
+            old = self.work_serial
             self.work_serial, self.work_slot = serial, slot
-            if old is not None:
-                self._drop(old)
+            if old and retire:
+                self.retired.append((c, old))
+            elif old:
+                self._drop(self.segments.pop(old))
+
+    def _grow_if_asked(self) -> None:
+        """Inside a wait of a lazily entered call: join the growth a peer that entered the
+        same call asked for (its need exceeds the working area)."""
+        c, w = self.lazy, self.w
+        for peer in range(self.world_size):
+            if peer != self.rank and w[self.rank_word(peer, 1)] == c and \
+                    w[self.rank_word(peer, 2 + (c & 1))] > self.work_slot:
+                self.lazy = 0          # the growth's own waits must not come back here
+                try:
+                    self._agree(c, None)
+                except BaseException:
+                    self.lazy = c
+                    raise
+                return
+
+    def leave(self, timeout: float | None = None) -> None:
+        """End a call begun with ``enter(lazy=True)``: see every peer's entry into it (usually
+        long seen: this rank received from them) and join a growth one asked for. A no-op
+        after an entry that agreed already."""
+        c = self.lazy
+        if c:
+            self.lazy = 0
+            self._agree(c, timeout)
+
+    def drop_retired(self) -> None:
+        """Unmap the working areas replaced by growth in an earlier call than this one (call it
+        once the peers have read every send of this rank made before:
+        :meth:`ShmTransport.begin`); those replaced in this call may still hold the peers'
+        sends of this call (posted before the growth)."""
+        keep = []
+        for call, serial in self.retired:
+            if call < self.calls:
+                seg = self.segments.pop(serial, None)
+                if seg is not None:
+                    self._drop(seg)
+            else:
+                keep.append((call, serial))
+        self.retired = keep
 
     def new_segment(self, nbytes: int, timeout: float | None = None) -> int:
         """Create (rank 0) or attach (the others) the group's next data segment of ``nbytes``,

@@ -24,6 +24,18 @@ released at once, so no cycle of waits can form:
   engine would: a peer waiting for this rank to read its send is never blocked by what this
   rank waits for first.
 
+Eager sends (small messages): a send of at most :data:`EAGER_SEND_BYTES` is copied into this
+rank's eager area (a region of its slot the call does not otherwise use, given to
+:meth:`ShmTransport.begin`) and its descriptor points there, so the send is complete at once:
+waiting for it returns without waiting for the peer, and a later write into its chunk (one-shot
+all_reduce reduces into the very chunk it sent) need not wait for the peer to read it. That
+takes one of the two synchronisations per step off the critical path (the other: waiting for
+the peer's data), at the cost of one copy of a small message. Sends of one step reading the
+same elements (one chunk to every peer) share one copy. The area is reused from its start at
+every call: a peer entered this call (:meth:`ringccl.shm.group.ShmGroup.enter`) only after
+its previous call ended, so after it released every send of ours (after a lazy entry,
+:meth:`ShmTransport.begin` waits for the releases instead).
+
 Every wait is bounded (:meth:`ringccl.shm.group.ShmGroup.wait_word`).
 """
 
@@ -34,12 +46,19 @@ from typing import Any, Callable
 from ..errors import BackendError
 from .group import RING, ShmGroup
 
-__all__ = ["ShmTransport", "EAGER_COPY_BYTES"]
+__all__ = ["ShmTransport", "EAGER_COPY_BYTES", "EAGER_SEND_BYTES", "EAGER_AREA_BYTES"]
 
 #: while waiting, receives up to this many bytes that have arrived are copied out at once;
 #: larger ones only once the tight spin is over (a copy of a large chunk costs more than a
 #: short wait, and is needed only to break a cycle of waits)
 EAGER_COPY_BYTES = 64 << 10
+
+#: sends up to this many bytes are copied into the eager area and complete at once (see the
+#: module docstring); above it a copy costs more than the wait it saves
+EAGER_SEND_BYTES = 64 << 10
+#: bytes of eager area per rank and call a backend reserves in its slot (the sends of a call
+#: that do not fit in what is left are sent in place, as large ones)
+EAGER_AREA_BYTES = 256 << 10
 
 
 class ShmTransport:
@@ -64,14 +83,35 @@ class ShmTransport:
         self.pending: dict = {}      # handle of a receive posted, not waited for -> None
         self.copied: dict = {}       # handle -> private copy read ahead while waiting
         self.timeout: float | None = None
+        self.eager: tuple | None = None   # (serial, byte offset, bytes) of the eager area
+        self.eager_used = 0
+        self.eager_copies: dict = {}      # (step, lo, hi) -> byte offset of its copy
 
     def begin(self, serial: int, offset: int, itemsize: int, view: Callable[[int, int, int], Any],
-              clone: Callable[[Any], Any], timeout: float | None) -> None:
+              clone: Callable[[Any], Any], timeout: float | None, *,
+              eager: tuple | None = None, copy: Callable[[Any, Any], None] | None = None) -> None:
         """Set up one call: this rank's working buffer starts ``offset`` bytes into segment
         ``serial``, with ``itemsize``-byte elements; ``view(serial, offset, nbytes)`` gives the
-        dialect's array over those bytes; ``clone(array)`` a private copy."""
+        dialect's array over those bytes; ``clone(array)`` a private copy. ``eager``:
+        ``(serial, offset, nbytes)`` of this rank's eager area for this call (offset a multiple
+        of 64; None: every send is read in place), ``copy(dst, src)`` the dialect's copy into
+        it (module docstring). Call it after :meth:`ShmGroup.enter` of this call and before
+        writing the working buffer: it waits (bounded) until the peers read every earlier send
+        of this rank (eager copies outlive their call; after a lazy entry nothing else says
+        so; usually they have long), then unmaps the working areas growth replaced."""
+        g = self.group
+        for peer, sent in enumerate(self.sent):
+            if sent:
+                g.wait_word(g.released_word(g.rank, peer), sent, peer,
+                            "read this rank's sends of its previous call", timeout)
+        if g.retired:
+            g.drop_retired()
         self.serial, self.offset, self.itemsize = serial, offset, itemsize
         self.view, self.clone, self.timeout = view, clone, timeout
+        self.eager = eager if copy is not None else None
+        self.copy = copy
+        self.eager_used = 0
+        self.eager_copies.clear()
         self.holding.clear()
         self.sending.clear()
         self.pending.clear()
@@ -84,10 +124,27 @@ class ShmTransport:
             g.wait_word(g.released_word(me, peer), seq - RING + 1, peer,
                         "read this rank's earlier sends", self.timeout)
         self.sent[peer] = seq + 1
+        nbytes = (s.hi - s.lo) * self.itemsize
         w, at = g.w, g.ring_entry(me, peer, seq)
+        eager = self.eager
+        if eager is not None and nbytes <= EAGER_SEND_BYTES:
+            key = (s.step, s.lo, s.hi)    # a step's sends read the pre-step state: one copy
+            where = self.eager_copies.get(key)
+            if where is None and self.eager_used + nbytes <= eager[2]:
+                where = eager[1] + self.eager_used
+                self.eager_used += -(-nbytes // 64) * 64
+                self.copy(self.view(eager[0], where, nbytes), data)
+                self.eager_copies[key] = where
+            if where is not None:
+                w[at] = eager[0]
+                w[at + 1] = where
+                w[at + 2] = nbytes
+                w[at + 3] = seq
+                w[g.posted_word(me, peer)] = seq + 1
+                return ("e", peer, seq)   # complete: the peer reads the copy
         w[at] = self.serial
         w[at + 1] = self.offset + s.lo * self.itemsize
-        w[at + 2] = (s.hi - s.lo) * self.itemsize
+        w[at + 2] = nbytes
         w[at + 3] = seq
         w[g.posted_word(me, peer)] = seq + 1   # after the descriptor: TSO keeps the order
         handle = ("s", peer, seq)
@@ -134,7 +191,10 @@ class ShmTransport:
 
     def wait(self, handle):
         g = self.group
-        if handle[0] == "s":
+        kind = handle[0]
+        if kind == "e":
+            return None
+        if kind == "s":
             _, peer, seq = handle
             self.sending.pop(handle, None)
             g.wait_word(g.released_word(g.rank, peer), seq + 1, peer,

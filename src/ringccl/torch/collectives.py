@@ -54,7 +54,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .. import caches, frontend, shm
+from .. import caches, engine, frontend, shm
 from ..algorithms import default_algorithm
 from ..args import check_int, check_rank
 from ..errors import ArgumentError, ArgumentTypeError, BackendError, PeerError
@@ -295,7 +295,10 @@ class _Torch:
 
     @staticmethod
     def scratch(like, n: int):
-        return like.new_empty(n)
+        """A private working buffer kept between calls (contents undefined; per thread, dtype
+        and device; ``ringccl.clear_caches`` frees it), as ringccl.mpi's: a fresh one per
+        call cost page faults on every call (a 64 MiB all_to_all's 128 MiB buffer)."""
+        return engine.kept_buffer(executor.OPS, like, n, "work")
 
     @staticmethod
     def cast(flat, dtype):

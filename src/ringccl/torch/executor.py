@@ -152,23 +152,52 @@ SHM_DEFAULT_TIMEOUT_S = 1800.0
 #: all_reduce over shared memory: one-shot (``direct``: every rank reads and reduces every
 #: peer's whole buffer, one step) below this many bytes, ``two_shot`` (direct reduce-scatter +
 #: direct all-gather: each rank reduces its 1/N block from the peers' buffers, then copies the
-#: others' blocks) from it on. Measured with ``benchmarks/bench_shm.py --nproc 2 -b 4KiB -e
-#: 16MiB --iters 5 --crossover`` (2 processes, 2 cores, load average 4.9-5.2 from other jobs:
-#: noisy), median µs direct / two_shot: 4 KiB 577 / 721, 16 KiB 765 / 586, 64 KiB 440 / 746,
-#: 256 KiB 1011 / 782, 1 MiB 1246 / 815, 4 MiB 3007 / 2051, 16 MiB 12145 / 12007. To be
-#: re-measured on a quiet machine (and for 4 processes) before it is trusted.
-SHM_TWO_SHOT_BYTES = 256 << 10
+#: others' blocks) from it on, per world_size (:func:`shm_two_shot_bytes`: the entry of the
+#: largest world_size measured that is <= the group's). Measured with ``benchmarks/
+#: bench_shm.py --nproc N --crossover-only --collectives all_reduce --sizes 256KiB,512KiB,1MiB,
+#: 4MiB,16MiB,64MiB --iters 7`` (the algorithms interleaved round by round, median µs, max over
+#: ranks; 2 cores, load average 2-3 from other jobs), direct / two_shot / ring:
+#: 2 processes 256 KiB 164 / 153 / 155, 512 KiB 195 / 186 / 199, 1 MiB 294 / 258 / 253,
+#: 4 MiB 1944 / 1195 / 1037, 16 MiB 7571 / 5954 / 6529, 64 MiB 63692 / 25902 / 25976;
+#: 4 processes 256 KiB 1447 / 1628 / 1816, 512 KiB 1658 / 1604 / 1789, 1 MiB 2875 / 2166 /
+#: 2198, 4 MiB 11266 / 6083 / 6732, 16 MiB 28752 / 12434 / 12233, 64 MiB 399795 / 52133 /
+#: 46224. An earlier run (``-b 4KiB -e 16MiB --iters 5``, load 1-1.9) agrees below the
+#: crossover: direct wins at 4-256 KiB for 2 and 4 processes (4 processes, 256 KiB: 894 /
+#: 1024 / 1106). With 4 processes ring is level with two_shot from 16 MiB (0-12% faster in
+#: these runs, inside the noise): not switched to on this evidence.
+SHM_TWO_SHOT_BYTES_BY_WORLD = {2: 256 << 10, 4: 512 << 10}
+#: the 2-process crossover (the name the first round gave it)
+SHM_TWO_SHOT_BYTES = SHM_TWO_SHOT_BYTES_BY_WORLD[2]
+
+
+def shm_two_shot_bytes(world_size: int) -> int:
+    """all_reduce bytes from which ``two_shot`` beats ``direct`` over shared memory on
+    ``world_size`` ranks (:data:`SHM_TWO_SHOT_BYTES_BY_WORLD`)."""
+    known = [n for n in SHM_TWO_SHOT_BYTES_BY_WORLD if n <= world_size]
+    return SHM_TWO_SHOT_BYTES_BY_WORLD[max(known) if known else min(SHM_TWO_SHOT_BYTES_BY_WORLD)]
 
 
 def shm_algorithm(collective: str, world_size: int, nbytes: int) -> str:
     """The algorithm ``algorithm="auto"`` runs over shared memory for ``nbytes`` of the
     collective's buffer on ``world_size`` ranks: ``direct`` everywhere (one step: with reads
-    in place a ring's N-1 dependent steps are pure synchronisation), except all_reduce from
-    :data:`SHM_TWO_SHOT_BYTES` on, ``two_shot``."""
-    if collective == "all_reduce" and nbytes >= SHM_TWO_SHOT_BYTES and world_size > 1:
+    in place a ring's N-1 dependent steps are pure synchronisation; measured best or level for
+    reduce_scatter, all_gather, broadcast and all_to_all at 4 KiB-16 MiB, see docs/shm.md),
+    except all_reduce from :func:`shm_two_shot_bytes` on, ``two_shot``."""
+    if collective == "all_reduce" and world_size > 1 and nbytes >= shm_two_shot_bytes(world_size):
         return "two_shot"
     return "direct"
 
+
+#: groups of at least this many ranks enter a call lazily (ShmGroup.enter(lazy=True)); smaller
+#: ones agree at every entry. Measured back to back (200 calls per sample, the two ways
+#: interleaved over 9 rounds, median µs per call, one script, 2 cores): 4 processes 4 KiB
+#: lazy / agreeing 554 / 596 (load 1.9), 1098 / 1253 (load 7.4), 1371 / 1641 (load 10);
+#: 2 processes 4 KiB 109 / 76 (load 1.8), 115 / 243 (load 6.6), 288 / 243 (load 10.6),
+#: 8 bytes 145 / 139 (load 1.8), 365 / 289 (load 7); again at load 1.6: 4 KiB 135 / 128,
+#: 135 / 143, 16 KiB 105 / 119. So for 2 ranks no clear gain (the entry's wait and the wait
+#: for the peer's data are the same synchronisation there, and the lazy entry's own waits, for
+#: the peer's releases before the slot is written, remain): they keep the full agreement.
+SHM_LAZY_ENTRY_MIN_WORLD = 3
 
 _shm: dict = {}          # id(group object) -> (group object, ShmGroup, ShmTransport)
 _shm_lock = threading.Lock()
@@ -310,17 +339,56 @@ def _locate(state, buffer: torch.Tensor) -> tuple | None:
     return None
 
 
-def _entry_error(schedule: Schedule, rank: int, transport, exc: BaseException, timeout: float):
-    """The PeerError/RingcclTimeout of a failed call entry (before step 0), naming the peer."""
+_runs: dict = {}   # id(plan) -> (plan, runs read, runs written)
+caches.register(_runs.clear)
+
+
+def _merge(ranges) -> tuple:
+    out: list = []
+    for lo, hi in sorted(ranges):
+        if out and lo <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return tuple(out)
+
+
+def _copy_runs(plan) -> tuple:
+    """(element ranges the call reads, element ranges it writes) of ``plan``'s working
+    buffer: what the copy into the slot and the copy back must move. Chunks only received need
+    no copy in (an all_to_all's output blocks, a non-root's broadcast), chunks never received
+    no copy back (their bytes are the caller's already): a 16 MiB all_to_all moved 4x its
+    blocks through the slot when the whole buffer went both ways. Cached per plan (plans are
+    memoized)."""
+    hit = _runs.get(id(plan))
+    if hit is None or hit[0] is not plan:
+        reads = [(op.lo, op.hi) for st in plan.steps for op in st.sends]
+        reads += [(r.lo, r.hi) for st in plan.steps for r in st.recvs if r.reduce]
+        writes = [(r.lo, r.hi) for st in plan.steps for r in st.recvs]
+        if len(_runs) >= 256:
+            _runs.clear()
+        hit = _runs[id(plan)] = (plan, _merge(reads), _merge(writes))
+    return hit[1], hit[2]
+
+
+def _copy(dst: torch.Tensor, src: torch.Tensor) -> None:
+    dst.copy_(src)
+
+
+def _entry_error(schedule: Schedule, rank: int, transport, exc: BaseException, timeout: float,
+                 when: str = "entering the call"):
+    """The PeerError/RingcclTimeout of a failed call entry (before step 0) or of the end of a
+    lazily entered call (``when``: "leaving the call"; its last step), naming the peer."""
     peer = getattr(exc, "peer", None)
     timed_out = isinstance(exc, TimeoutError)
     how = f"timed out after {timeout:g} s" if timed_out else "failed"
     who = "" if peer is None else f" waiting for rank {transport.peer_name(peer)}"
     cls = RingcclTimeout if timed_out else PeerError
-    return cls(f"{schedule.algorithm} {schedule.collective} {how} on rank {rank} at step 0 of "
-               f"{schedule.num_steps} (entering the call){who}: {exc}",
-               collective=schedule.collective, algorithm=schedule.algorithm, step=0, rank=rank,
-               peer=peer)
+    step = 0 if when == "entering the call" else max(schedule.num_steps - 1, 0)
+    return cls(f"{schedule.algorithm} {schedule.collective} {how} on rank {rank} at step {step} "
+               f"of {schedule.num_steps} ({when}){who}: {exc}",
+               collective=schedule.collective, algorithm=schedule.algorithm, step=step,
+               rank=rank, peer=peer)
 
 
 def _execute_shm(schedule: Schedule, buffer: torch.Tensor, op: ReduceOp, group, bounds,
@@ -337,38 +405,72 @@ def _execute_shm(schedule: Schedule, buffer: torch.Tensor, op: ReduceOp, group, 
     plan = engine.plan(schedule, rank, bounds, segment_elems_of(itemsize))
     try:
         # every rank enters every call (also with nothing to move): the call counters stay equal
+        # the working buffer, then this call's eager area (ringccl.shm.transport), 64-aligned:
+        # what the slot holds beyond the buffer, and EAGER_AREA_BYTES more asked for only by
+        # small buffers (a large buffer's eager sends are its small chunks, if any)
+        used = -(-buffer.numel() * itemsize // 64) * 64
+        need = 0 if where is not None else \
+            used + shm.EAGER_AREA_BYTES if used <= shm.EAGER_AREA_BYTES else used
+        # lazy: no wait for the peers when the working area holds ``need`` (ShmGroup.enter);
+        # leave() below completes the agreement (a no-op after a full agreement)
         try:
-            state.enter(0 if where is not None else max(1, buffer.numel() * itemsize),
-                        timeout_s)
+            state.enter(need, timeout_s, lazy=state.world_size >= SHM_LAZY_ENTRY_MIN_WORLD)
+            if not plan.steps:
+                state.leave(timeout_s)
+                return buffer
+            slot = rank * state.work_slot
+            if where is None:
+                serial, offset = state.work_serial, slot
+                eager = (serial, slot + used, state.work_slot - used)
+            else:
+                serial, offset = where
+                # zero copy: the working area (if any) is free for the eager area
+                eager = (state.work_serial, slot, state.work_slot) if state.work_serial \
+                    else None
+            dtype = buffer.dtype
+            transport.begin(serial, offset, itemsize,
+                            lambda s, off, n: _typed(state, s, dtype)[off // itemsize:
+                                                                      (off + n) // itemsize],
+                            torch.clone, timeout_s, eager=eager, copy=_copy)
         except (TimeoutError, ConnectionError) as exc:
             raise _entry_error(schedule, rank, transport, exc, timeout_s or state.timeout) \
                 from exc
-        if not plan.steps:
-            return buffer
         if where is None:
-            serial, offset = state.work_serial, rank * state.work_slot
             work = _typed(state, serial, buffer.dtype)[offset // itemsize:
                                                        offset // itemsize + buffer.numel()]
-            work.copy_(buffer)
+            reads, writes = _copy_runs(plan)
+            for lo, hi in reads:
+                work[lo:hi].copy_(buffer[lo:hi])
         else:
-            (serial, offset), work = where, buffer
-        dtype = buffer.dtype
-        transport.begin(serial, offset, itemsize,
-                        lambda s, off, n: _typed(state, s, dtype)[off // itemsize:
-                                                                  (off + n) // itemsize],
-                        torch.clone, timeout_s)
+            work = buffer
         workspace = engine.Workspace(OPS, work, op, 0)
         recorder = trace.state.recorder
         # a private copy in the slot: the caller's buffer is written only after success
         keep = restore and where is not None
-        if recorder is None:
-            engine.run_dataflow(schedule, rank, plan, transport, workspace, restore=keep,
-                                timeout=timeout_s)
-        else:
-            recorder.run(engine.run_dataflow, schedule, rank, plan, transport, workspace,
-                         restore=keep, timeout=timeout_s, itemsize=itemsize, backend="shm")
+        try:
+            if recorder is None:
+                engine.run_dataflow(schedule, rank, plan, transport, workspace, restore=keep,
+                                    timeout=timeout_s)
+            else:
+                recorder.run(engine.run_dataflow, schedule, rank, plan, transport, workspace,
+                             restore=keep, timeout=timeout_s, itemsize=itemsize, backend="shm")
+        except PeerError as exc:
+            # after a lazy entry, a wait for a peer that never entered this call is what the
+            # entry's wait used to report: say so (step 0, entering the call), as before
+            peer, c = exc.peer, state.lazy
+            if c and peer is not None and not state.closed and \
+                    state.w[state.rank_word(peer, 1)] < c and exc.__cause__ is not None:
+                raise _entry_error(schedule, rank, transport, exc.__cause__,
+                                   timeout_s or state.timeout) from exc.__cause__
+            raise
+        try:
+            state.leave(timeout_s)
+        except (TimeoutError, ConnectionError) as exc:
+            raise _entry_error(schedule, rank, transport, exc, timeout_s or state.timeout,
+                               "leaving the call") from exc
         if where is None:
-            buffer.copy_(work)
+            for lo, hi in writes:
+                buffer[lo:hi].copy_(work[lo:hi])
         return buffer
     except BaseException:
         if not state.closed:
