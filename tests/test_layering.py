@@ -36,6 +36,7 @@ LAYER_OF = {
     "costmodel": "cost",
     "planner": "planner",
     "torch": "backend", "mpi": "backend",
+    "torch_autoload": "backend",   # the torch.backends entry point: ringccl.torch on first use
     "cli": "cli", "__main__": "cli",
     "__init__": "api",
 }

@@ -1,8 +1,8 @@
 """ringccl as a torch.distributed backend: ``dist.init_process_group("ringccl")``.
 
 ``import ringccl.torch`` registers the backend ``"ringccl"`` (``Backend.register_backend`` with
-``extended_api=True``, devices ``["cpu"]``); the package's ``torch.backends`` entry point does
-the same for scripts that only pass the name (torch >= 2.5 loads those entry points when it is
+``extended_api=True``, devices ``["cpu"]``); the package's ``torch.backends`` entry point
+(:mod:`ringccl.torch_autoload`) does the same for scripts that only pass the name (torch >= 2.5 loads those entry points when it is
 imported; ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` turns that off). Then every torch.distributed call
 on a ringccl group — ``dist.all_reduce``, DDP's gradient buckets, FSDP2's all-gathers and
 reduce-scatters, ``dist.new_group(ranks, backend="ringccl")`` — runs a ringccl schedule::
@@ -827,7 +827,7 @@ def register() -> None:
 
 
 def autoload() -> None:
-    """The ``torch.backends`` entry point (pyproject.toml): torch >= 2.5 calls it at the end of
-    ``import torch`` (torch.distributed is imported by then), so ``init_process_group("ringccl")``
-    works in scripts that never import ringccl."""
+    """Kept for installs whose metadata still names ``ringccl.torch.backend:autoload``; the entry
+    point is :func:`ringccl.torch_autoload.autoload` (this module cannot be imported while
+    ``import torch`` runs inside ``import ringccl.torch``)."""
     register()
