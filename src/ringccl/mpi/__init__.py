@@ -65,7 +65,6 @@ Importing this package does not import mpi4py (which initializes MPI); the first
 
 from __future__ import annotations
 
-import os
 import pickle
 from typing import Any
 
@@ -390,19 +389,9 @@ def resolve_transport(comm, transport: Any) -> str:
     Raises:
         ArgumentError: another value; BackendError: "shm" on a machine that is not x86-64.
     """
-    if transport == "auto":
-        transport = os.environ.get("RINGCCL_TRANSPORT") or "auto"
-        argument = "RINGCCL_TRANSPORT"
-    else:
-        argument = "transport"
-    if transport not in _TRANSPORTS:
-        raise ArgumentError(f"{argument}={transport!r} must be one of "
-                            f"{', '.join(map(repr, _TRANSPORTS))}")
-    if transport == "p2p":
-        return "p2p"
-    if transport == "shm":
-        shm.check_platform()
-        return "shm"
+    transport = shm.transport_choice(transport, _TRANSPORTS)
+    if transport != "auto":
+        return transport
     if comm.Get_size() == 1 or not shm.supported_platform():
         return "p2p"
     from .executor import shm_possible

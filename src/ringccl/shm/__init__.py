@@ -17,12 +17,13 @@ from __future__ import annotations
 import os
 import socket
 
+from ..errors import ArgumentError
 from .group import ShmGroup, check_platform, supported_platform
 from .segment import SHM_DIR, Segment, ShmSpaceError, segment_name, shm_dir, sweep
 from .transport import EAGER_AREA_BYTES, EAGER_SEND_BYTES, ShmTransport
 
 __all__ = ["ShmGroup", "ShmTransport", "Segment", "ShmSpaceError", "SHM_DIR", "shm_dir",
-           "segment_name", "sweep", "check_platform", "supported_platform", "host_id",
+           "segment_name", "sweep", "check_platform", "supported_platform", "host_id", "transport_choice",
            "EAGER_AREA_BYTES", "EAGER_SEND_BYTES"]
 
 
@@ -39,3 +40,25 @@ def host_id() -> str:
     except OSError:
         boot = ""
     return f"{socket.gethostname()}/{boot}"
+
+
+def transport_choice(transport: str, allowed: tuple) -> str:
+    """A collective's ``transport=`` checked against ``allowed`` (which includes "auto"), with
+    "auto" replaced by ``RINGCCL_TRANSPORT`` when that is set; "shm" and "hybrid" are checked
+    against the platform (:func:`check_platform`). Returns the name, possibly still "auto"
+    (the backend then decides from where the ranks are).
+
+    Raises:
+        ArgumentError: a value outside ``allowed`` (naming ``transport`` or
+            ``RINGCCL_TRANSPORT``); BackendError: "shm"/"hybrid" on a machine that is not x86-64.
+    """
+    argument = "transport"
+    if transport == "auto":
+        transport = os.environ.get("RINGCCL_TRANSPORT") or "auto"
+        argument = "RINGCCL_TRANSPORT"
+    if transport not in allowed:
+        raise ArgumentError(f"{argument}={transport!r} must be one of "
+                            f"{', '.join(map(repr, allowed))}")
+    if transport in ("shm", "hybrid"):
+        check_platform()
+    return transport

@@ -136,33 +136,20 @@ def _check_dtype(tensors: Sequence[torch.Tensor], collective: str) -> None:
 
 # -- the inner gloo group and the transport over it --------------------------------------------
 
-class _GlooTransport:
+class _GlooTransport(executor.P2PTransport):
     """The engine's transport (:class:`ringccl.engine.Transport`) over a raw gloo group:
-    ``ProcessGroupGloo.send/recv`` with :data:`COLLECTIVE_TAG`, waits bounded by ``timeout``
-    (None: the gloo group's own, which it applies to every wait)."""
+    ``ProcessGroupGloo.send/recv`` with :data:`COLLECTIVE_TAG`; waits, failure mapping and peer
+    names are ringccl.torch's point-to-point transport's (``peers`` = the global ranks)."""
 
     def __init__(self, inner, global_ranks: Sequence[int], timeout: datetime.timedelta | None):
-        self.inner, self.global_ranks, self.timeout = inner, global_ranks, timeout
+        super().__init__(None, global_ranks, timeout)
+        self.inner = inner
 
     def isend(self, s, data):
         return self.inner.send([data], s.peer, COLLECTIVE_TAG)
 
     def irecv(self, r, landing):
         return self.inner.recv([landing], r.peer, COLLECTIVE_TAG)
-
-    def wait(self, work) -> None:
-        if self.timeout is None:
-            work.wait()
-        else:
-            work.wait(self.timeout)
-
-    def is_timeout(self, exc: BaseException) -> bool:
-        text = str(exc).lower()
-        return "timed out" in text or "timeout" in text
-
-    def peer_name(self, peer: int) -> str:
-        g = self.global_ranks[peer]
-        return str(peer) if g == peer else f"{peer} (global rank {g})"
 
     def batch(self, sends, recvs) -> list:   # gloo matches independent isend/irecv: dataflow
         raise NotImplementedError("the gloo transport runs the dataflow driver")

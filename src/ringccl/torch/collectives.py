@@ -47,7 +47,6 @@ from __future__ import annotations
 import functools
 import logging
 import math
-import os
 import platform
 from typing import Any
 
@@ -378,18 +377,8 @@ def resolve_transport(group, transport: Any, tensor) -> str:
     Raises:
         ArgumentError: another value; BackendError: "shm" on a non-x86-64 machine.
     """
-    if transport == "auto":
-        transport = os.environ.get("RINGCCL_TRANSPORT") or "auto"
-        argument = "RINGCCL_TRANSPORT"
-    else:
-        argument = "transport"
-    if transport not in _TRANSPORTS:
-        raise ArgumentError(f"{argument}={transport!r} must be one of "
-                            f"{', '.join(map(repr, _TRANSPORTS))}")
-    if transport == "p2p":
-        return "p2p"
-    if transport in ("shm", "hybrid"):
-        shm.check_platform()
+    transport = shm.transport_choice(transport, _TRANSPORTS)
+    if transport != "auto":
         return transport
     if dist.get_world_size(group) == 1 or tensor.device.type != "cpu":
         return "p2p"

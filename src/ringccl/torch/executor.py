@@ -38,7 +38,7 @@ from ..ops import ReduceOp
 
 __all__ = ["execute", "combine_fn", "release_buffers", "PIPELINING", "OPS",
            "PIPELINE_THRESHOLD_BYTES", "DEFAULT_SEGMENT_BYTES", "SHM_PIPELINING", "shm_state",
-           "shm_empty", "release_shm", "ShmSetup", "release_shm_state", "run_p2p"]
+           "shm_empty", "release_shm", "ShmSetup", "release_shm_state", "run_p2p", "P2PTransport"]
 
 
 def combine_fn(op: ReduceOp):
@@ -105,7 +105,7 @@ def release_buffers() -> None:
     engine.clear_caches()
 
 
-class _Transport:
+class P2PTransport:
     """The engine's transport over torch.distributed point-to-point: it moves bytes only (see
     :class:`ringccl.engine.Transport`); applying them is the engine's workspace."""
 
@@ -605,7 +605,7 @@ def execute(schedule: Schedule, buffer: torch.Tensor, op: ReduceOp = ReduceOp.SU
     segment_elems = (pipelining or PIPELINING).segment_elems(bounds, buffer.element_size())
     backend = dist.get_backend(group)
     return run_p2p(schedule, buffer, op, rank, bounds, segment_elems,
-                   _Transport(group, _peers(group, world_size), wait_timeout),
+                   P2PTransport(group, _peers(group, world_size), wait_timeout),
                    timeout_s=None if wait_timeout is None else wait_timeout.total_seconds(),
                    restore=restore, lockstep=backend in ("nccl", "ucc"), backend=str(backend))
 

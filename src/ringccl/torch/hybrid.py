@@ -109,7 +109,7 @@ def hybrid_state(group, timeout: float | None = None):
         return str(p) if peers[p] == p else f"{p} (global rank {peers[p]})"
 
     local = shm.ShmTransport(state, lambda lp: name(layout.local_ranks[lp]))
-    p2p = executor._Transport(group, peers, None)
+    p2p = executor.P2PTransport(group, peers, None)
     # gloo's Work.is_completed turns true only inside wait: the waits run on a helper thread
     transport = HybridTransport(local, p2p, layout, None, name, seconds)
     with _lock:
