@@ -596,8 +596,8 @@ def scatter(buffer: np.ndarray, scatter_list: Any = None, src: int = 0, comm=Non
             (``MPI_IN_PLACE``).
         src: rank of the source in ``comm`` (MPI's root).
         comm: mpi4py communicator (None = ``MPI.COMM_WORLD``).
-        algorithm: a name from ``ringccl.algorithms("scatter")`` (None: the
-            collective's default, ``ringccl.algorithms.DEFAULTS``: direct).
+        algorithm: a name from ``ringccl.algorithms("scatter")`` (None or "auto": the
+            transport's choice; direct on shared memory and point-to-point alike).
         segment_bytes, params: as :func:`all_reduce` (the root is ``src``, not ``root=``).
 
     Returns:
@@ -630,8 +630,8 @@ def gather(buffer: np.ndarray, gather_list: Any = None, dst: int = 0, comm=None,
             None. ``buffer`` may be ``dst``'s own block of it (``MPI_IN_PLACE``).
         dst: rank of the destination in ``comm`` (MPI's root).
         comm: mpi4py communicator (None = ``MPI.COMM_WORLD``).
-        algorithm: a name from ``ringccl.algorithms("gather")`` (None: the
-            collective's default, ``ringccl.algorithms.DEFAULTS``: direct).
+        algorithm: a name from ``ringccl.algorithms("gather")`` (None or "auto": the
+            transport's choice; direct on shared memory and point-to-point alike).
         segment_bytes, params: as :func:`all_reduce` (the root is ``dst``, not ``root=``).
 
     Returns:

@@ -10,7 +10,7 @@ Example (under ``torchrun --nproc-per-node 4 script.py``)::
     import torch, torch.distributed as dist, ringccl.torch as rt
     dist.init_process_group("gloo")
     t = torch.ones(1 << 20)
-    rt.all_reduce(t)                       # ring all-reduce, in place, like dist.all_reduce
+    rt.all_reduce(t)     # in place, like dist.all_reduce: shared memory on one host, else ring
     rt.broadcast(t, src=0, algorithm="direct")
 """
 

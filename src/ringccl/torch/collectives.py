@@ -422,8 +422,10 @@ def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
         op: ``ReduceOp``/``torch.distributed.ReduceOp``/name; AVG needs floats, bitwise ops
             integers or bool.
         group: process group (None = default group).
-        algorithm: a name from ``ringccl.algorithms("all_reduce")`` (None: the collective's
-            default, ``ringccl.algorithms.DEFAULTS``: ring).
+        algorithm: a name from ``ringccl.algorithms("all_reduce")`` (None or "auto": over shared memory the measured choice,
+            ``ringccl.torch.executor.shm_algorithm``: direct, or two_shot all_reduce from
+            ``shm_two_shot_bytes``; over point-to-point the collective's default,
+            ``ringccl.algorithms.DEFAULTS``: ring).
         accumulate_dtype: floating tensors only: None, or a floating dtype at least as wide as
             the tensor's (torch.float32, "float32", np.float32). The working buffer (and what
             travels) is then held in it: ``tensor`` is cast in, every step reduces in it, and
@@ -468,8 +470,8 @@ def broadcast(tensor: torch.Tensor, src: int, group=None, algorithm: str | None 
             elsewhere. Non-contiguous: handled.
         src: global rank of the source.
         group: process group (None = default group).
-        algorithm: a name from ``ringccl.algorithms("broadcast")`` (default the pipelined ring
-            chain).
+        algorithm: a name from ``ringccl.algorithms("broadcast")`` (None or "auto": direct over
+            shared memory, the pipelined ring chain over point-to-point).
 
     Returns:
         ``tensor``.
@@ -499,8 +501,8 @@ def reduce(tensor: torch.Tensor, dst: int, op: Any = ReduceOp.SUM, group=None,
         tensor: any shape, same shape and dtype on every rank. Non-contiguous: handled.
         dst: global rank of the destination.
         op, group, accumulate_dtype: as :func:`all_reduce`.
-        algorithm: a name from ``ringccl.algorithms("reduce")`` (default the pipelined ring
-            chain).
+        algorithm: a name from ``ringccl.algorithms("reduce")`` (None or "auto": direct over
+            shared memory, the pipelined ring chain over point-to-point).
 
     Returns:
         ``tensor``.
@@ -587,8 +589,8 @@ def scatter(tensor: torch.Tensor, scatter_list: list | None = None, src: int = 0
             dtype and device; on the other ranks None (torch.distributed's rule).
         src: global rank of the source.
         group: process group (None = default group).
-        algorithm: a name from ``ringccl.algorithms("scatter")`` (None: the
-            collective's default, ``ringccl.algorithms.DEFAULTS``: direct).
+        algorithm: a name from ``ringccl.algorithms("scatter")`` (None or "auto": the
+            transport's choice; direct on shared memory and point-to-point alike).
 
     Returns:
         ``tensor``.
@@ -615,8 +617,8 @@ def gather(tensor: torch.Tensor, gather_list: list | None = None, dst: int = 0, 
             receives rank r's tensor. On the other ranks None.
         dst: global rank of the destination.
         group: process group (None = default group).
-        algorithm: a name from ``ringccl.algorithms("gather")`` (None: the
-            collective's default, ``ringccl.algorithms.DEFAULTS``: direct).
+        algorithm: a name from ``ringccl.algorithms("gather")`` (None or "auto": the
+            transport's choice; direct on shared memory and point-to-point alike).
 
     Returns:
         None (as torch.distributed).
