@@ -125,7 +125,7 @@ def _install_fault(trial: Trial, results, armed: list) -> None:
             time.sleep(3600)
         os._exit(VICTIM_EXIT)
 
-    cls = ShmTransport if trial.transport == "shm" else executor._Transport
+    cls = ShmTransport if trial.transport == "shm" else executor.P2PTransport
     for name in ("isend", "irecv"):
         original = getattr(cls, name)
 
@@ -144,8 +144,14 @@ def _init_group(rank: int, world_size: int, port: int, timeout: float) -> None:
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world_size, timeout=datetime.timedelta(seconds=timeout))
+    # the rendezvous gets a generous bound of its own: with init_method the store inherits the
+    # group's few-second timeout, and two trials starting at once on 2 cores (pytest -n 2)
+    # sometimes took longer than that just to connect ("client socket has timed out after
+    # 4000ms", "wait timeout ... keys: init/"); the group's own waits keep ``timeout``
+    store = dist.TCPStore("127.0.0.1", port, world_size, rank == 0,
+                          timeout=datetime.timedelta(seconds=max(60.0, timeout)))
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size,
+                            timeout=datetime.timedelta(seconds=timeout))
 
 
 def _rank(rank: int, port: int, trial: Trial, results) -> None:
