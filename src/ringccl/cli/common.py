@@ -20,6 +20,7 @@ import numpy as np
 from .. import resources, units
 from ..algorithms import algorithms, build_schedule, get_algorithm
 from ..collectives import COLLECTIVES, check_root, get_collective
+from ..costmodel.model import parse_gamma
 from ..errors import ArgumentError, RingcclError
 from ..ops import check_accumulate_dtype, check_op_dtype
 from ..sim import default_algorithm, resolve_root
@@ -486,3 +487,25 @@ def add_accumulate_option(p, note: str = "") -> None:
                    "(float16 inputs: float16, float32 or float64; float32: float32 or float64; "
                    "float64: float64), so each result is rounded to --dtype once; what travels "
                    "is then this dtype's bytes. Default: reduce in --dtype." + note)
+
+
+def _gamma(text: str) -> float:
+    """``--gamma``: seconds per byte (a number) or a reduction rate such as ``100GB/s``."""
+    try:
+        return parse_gamma(float(text))
+    except ValueError:
+        return parse_gamma(text)
+
+
+def add_flat_link_args(p) -> None:
+    """``--alpha``, ``--bandwidth``, ``--gamma``: the flat machine's link, the same flags in
+    ``ringccl model``/``tune`` and ``ringccl explore`` (``p``: a parser or argument group)."""
+    p.add_argument("--alpha", default="5us",
+                   type=nonnegative(units.duration, "latency", ">= 0 s (e.g. 5us)"),
+                   help="flat: latency per step (default 5us)")
+    p.add_argument("--bandwidth", default="50GB/s",
+                   type=nonnegative(units.bandwidth, "bandwidth", "> 0 (e.g. 50GB/s)"),
+                   help="flat: per direction, 50GB/s or 400Gbps (default 50GB/s)")
+    p.add_argument("--gamma", default=0.0, type=nonnegative(
+        _gamma, "gamma", ">= 0 s per byte, or a rate > 0 (e.g. 100GB/s)"),
+        help="seconds per byte reduced, or a reduction rate such as 100GB/s (default 0)")

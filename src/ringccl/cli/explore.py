@@ -19,14 +19,14 @@ from .. import units
 from ..algorithms import build_schedule, get_algorithm
 from ..check import verify
 from ..collectives import get_collective
-from ..costmodel.model import _LOCAL_NAMES, _topology_params, parse_gamma, walk
+from ..costmodel.model import _LOCAL_NAMES, _topology_params, walk
 from ..costmodel.topology import TwoLevel, flat, two_level
 from ..costmodel.tuning import predict_table, tune
 from ..errors import ArgumentError
 from ..ops import SUPPORTED_DTYPES, check_dtype
 from ..views.explore import explorer_data, model_figure, require_plotly, write_page
-from .common import (add_collective_args, check_root_arg, count_arg, emit_json, nonnegative,
-                     positive_int, schedule_params, size_list)
+from .common import (add_collective_args, add_flat_link_args, check_root_arg, count_arg,
+                     emit_json, positive_int, schedule_params, size_list)
 
 __all__ = ["register", "parse_topology"]
 
@@ -181,15 +181,7 @@ def register(sub) -> None:
                    help="flat (default: one port per rank, --alpha, --bandwidth) or a two-level "
                    "machine such as 4x8 (4 nodes of 8 GPUs; --intra, --inter), which also lays "
                    "the ranks out by node")
-    p.add_argument("--alpha", default="5us",
-                   type=nonnegative(units.duration, "latency", ">= 0 s (e.g. 5us)"),
-                   help="flat: latency per step (default 5us)")
-    p.add_argument("--bandwidth", default="50GB/s",
-                   type=nonnegative(units.bandwidth, "bandwidth", "> 0 (e.g. 50GB/s)"),
-                   help="flat: per direction, 50GB/s or 400Gbps (default 50GB/s)")
-    p.add_argument("--gamma", default=0.0, type=nonnegative(
-        _gamma, "gamma", ">= 0 s per byte, or a rate > 0 (e.g. 100GB/s)"),
-        help="seconds per byte reduced, or a reduction rate such as 100GB/s (default 0)")
+    add_flat_link_args(p)
     p.add_argument("--intra", default="5us,900GB/s", help="two-level: ALPHA,BANDWIDTH of NVLink")
     p.add_argument("--inter", default="5us,50GB/s", help="two-level: ALPHA,BANDWIDTH of one NIC")
     p.add_argument("--model", action="store_true",
@@ -204,9 +196,3 @@ def register(sub) -> None:
     p.set_defaults(func=_cmd_explore)
 
 
-def _gamma(text: str) -> float:
-    """``--gamma``: seconds per byte (a number) or a reduction rate such as ``100GB/s``."""
-    try:
-        return parse_gamma(float(text))
-    except ValueError:
-        return parse_gamma(text)

@@ -14,14 +14,13 @@ from ..costmodel.buckets import (DDP_BUCKET_BYTES, DDP_FIRST_BUCKET_BYTES, best_
                                  bucket_plan, gpt2_gradient_sizes)
 from ..costmodel.fit import (PARAMS, by_backend, fit_rows, held_out, load_rows, sweep_key,
                              sweep_label)
-from ..costmodel.model import parse_gamma
 from ..costmodel.presets import LINK_CLASSES, link_class, seed_figures
 from ..costmodel.topology import flat, two_level
 from ..costmodel.tuning import predict_table, tune
 from ..errors import ArgumentError
 from ..ops import SUPPORTED_DTYPES
 from ..views.plot import model_chart
-from .common import (emit_json, int_list, name_list, nonnegative, positive_int, size_arg,
+from .common import (add_flat_link_args, emit_json, int_list, name_list, nonnegative, positive_int, size_arg,
                      size_list, status, table)
 
 __all__ = ["register_model", "register_tune", "register_fit"]
@@ -256,27 +255,11 @@ def _cmd_tune(args) -> int:
     return 0
 
 
-def _gamma(text: str) -> float:
-    """``--gamma``: seconds per byte (a number) or a reduction rate such as ``100GB/s``."""
-    try:
-        return parse_gamma(float(text))
-    except ValueError:
-        return parse_gamma(text)
-
-
 def _add_machine_args(p) -> None:
     g = p.add_argument_group("machine (flat by default; --nodes for two-level)")
     g.add_argument("--world-size", "-N", type=int_list, default=None,
                    help="ranks, or a list: 8,64,1024 (flat machine; default 8)")
-    g.add_argument("--alpha", default="5us",
-                   type=nonnegative(units.duration, "latency", ">= 0 s (e.g. 5us)"),
-                   help="flat: latency per step (default 5us)")
-    g.add_argument("--bandwidth", default="50GB/s",
-                   type=nonnegative(units.bandwidth, "bandwidth", "> 0 (e.g. 50GB/s)"),
-                   help="flat: per direction, 50GB/s or 400Gbps (default 50GB/s)")
-    g.add_argument("--gamma", default=0.0, type=nonnegative(
-        _gamma, "gamma", ">= 0 s per byte, or a rate > 0 (e.g. 100GB/s)"),
-        help="seconds per byte reduced, or a reduction rate such as 100GB/s (default 0)")
+    add_flat_link_args(g)
     g.add_argument("--link", choices=sorted(LINK_CLASSES),
                    help="a measured link class (flat machine; its fitted alpha, bandwidth and "
                         "gamma replace --alpha/--bandwidth/--gamma; default --world-size 2,4): "
