@@ -54,10 +54,12 @@ CROSSOVER = {"all_reduce": ("direct", "two_shot", "ring"),
              "broadcast": ("direct", "ring"), "all_to_all": ("direct", "pairwise")}
 
 
-def _calls(collective, nbytes, rank, n, algorithm=None):
+def _calls(collective, nbytes, rank, n, algorithm=None, restore=None):
     """(ours, gloo's, result) closures on fresh float32 buffers of ``nbytes`` (the collective's
     size: one rank's buffer for all_reduce/broadcast, the whole N-block buffer otherwise);
-    ours runs ``algorithm`` (None: "auto")."""
+    ours runs ``algorithm`` (None: "auto") with ``restore`` (None: ringccl's default, the
+    caller's tensors all or nothing; False: as gloo and NCCL, whose failed calls leave partial
+    results)."""
     import torch
     import torch.distributed as dist
 
@@ -65,25 +67,26 @@ def _calls(collective, nbytes, rank, n, algorithm=None):
 
     count = max(n, nbytes // 4 // n * n)
     x = torch.randint(-8, 8, (count,)).float()
+    kw = dict(algorithm=algorithm, restore=restore)
     if collective == "all_reduce":
         a, b = x.clone(), x.clone()
-        return (lambda: rt.all_reduce(a, algorithm=algorithm), lambda: dist.all_reduce(b),
+        return (lambda: rt.all_reduce(a, **kw), lambda: dist.all_reduce(b),
                 lambda: (a, b))
     if collective == "broadcast":
         a, b = x.clone(), x.clone()
-        return (lambda: rt.broadcast(a, 0, algorithm=algorithm), lambda: dist.broadcast(b, 0),
+        return (lambda: rt.broadcast(a, 0, **kw), lambda: dist.broadcast(b, 0),
                 lambda: (a, b))
     if collective == "reduce_scatter":
         oa, ob = torch.empty(count // n), torch.empty(count // n)
-        return (lambda: rt.reduce_scatter_tensor(oa, x, algorithm=algorithm),
+        return (lambda: rt.reduce_scatter_tensor(oa, x, **kw),
                 lambda: dist.reduce_scatter_tensor(ob, x), lambda: (oa, ob))
     if collective == "all_gather":
         block = x[:count // n].clone()
         oa, ob = torch.empty(count // n * n), torch.empty(count // n * n)
-        return (lambda: rt.all_gather_into_tensor(oa, block, algorithm=algorithm),
+        return (lambda: rt.all_gather_into_tensor(oa, block, **kw),
                 lambda: dist.all_gather_into_tensor(ob, block), lambda: (oa, ob))
     oa, ob = torch.empty(count), torch.empty(count)
-    return (lambda: rt.all_to_all_single(oa, x, algorithm=algorithm),
+    return (lambda: rt.all_to_all_single(oa, x, **kw),
             lambda: dist.all_to_all_single(ob, x), lambda: (oa, ob))
 
 
@@ -177,16 +180,18 @@ def worker(rank, world_size, sizes, iters, crossover, collectives=COLLECTIVES):
         for collective in collectives:
             for nbytes in sizes:
                 ours, gloo, result = _calls(collective, nbytes, rank, n)
-                ours(), gloo()          # warm-up: set-up, growth, plans
+                ours_nr, _, result_nr = _calls(collective, nbytes, rank, n, restore=False)
+                ours(), ours_nr(), gloo()          # warm-up: set-up, growth, plans
                 a, b = result()
-                correct = bool(torch.equal(a, b))
-                t_ours, t_gloo = [], []
+                correct = bool(torch.equal(a, b)) and bool(torch.equal(result_nr()[0], b))
+                t_ours, t_nr, t_gloo = [], [], []
                 reps = _reps(nbytes)
                 for _ in range(iters):
                     t_ours.append(_time(ours, barrier, reps))
+                    t_nr.append(_time(ours_nr, barrier, reps))
                     t_gloo.append(_time(gloo, barrier, reps))
                 rows.append(dict(collective=collective, nbytes=nbytes, correct=correct,
-                                 ours_s=t_ours, gloo_s=t_gloo))
+                                 ours_s=t_ours, ours_no_restore_s=t_nr, gloo_s=t_gloo))
         # latency: 8-byte all_reduce, many calls, per call
         x = torch.ones(2)
         for fn, name in ((lambda: rt.all_reduce(x), "ours"), (lambda: dist.all_reduce(x), "gloo")):
@@ -212,11 +217,13 @@ def worker(rank, world_size, sizes, iters, crossover, collectives=COLLECTIVES):
         big = sizes[-1] // 4
         z = rt.shm_empty((big,))
         z.fill_(1.0)
-        rt.all_reduce(z)
-        t = [_time(lambda: rt.all_reduce(z), barrier) for _ in range(iters)]
-        med = statistics.median(t)
-        rows.append(dict(collective="zero_copy_all_reduce", nbytes=big * 4, seconds=t,
-                         busbw=big * 4 / med * BUS["all_reduce"](n)))
+        for restore in (None, False):   # restore: the rollback's saved copy of every chunk
+            rt.all_reduce(z, restore=restore)
+            t = [_time(lambda: rt.all_reduce(z, restore=restore), barrier)
+                 for _ in range(iters)]
+            med = statistics.median(t)
+            rows.append(dict(collective="zero_copy_all_reduce", nbytes=big * 4, seconds=t,
+                             restore=restore, busbw=big * 4 / med * BUS["all_reduce"](n)))
     if crossover:
         for collective in collectives:
             algorithms = CROSSOVER[collective]
@@ -280,26 +287,32 @@ def main() -> None:
     n = args.nproc
     print(f"{n} processes; load {r0['load_before']} -> {r0['load_after']}; memcpy "
           f"{r0['memcpy'] / 1e9:.1f} GB/s")
-    print(f"{'collective':<16}{'size':>10}{'ours us':>12}{'gloo us':>12}{'ratio':>8}"
-          f"{'ours min-max':>22}{'gloo min-max':>22}  ok")
+    print("ours: ringccl's default (restore=True: the caller's tensors all or nothing); "
+          "r=F: restore=False (as gloo: a failed call leaves partial results); ratio = gloo / "
+          "ours; times: median over iterations of the slowest rank's")
+    print(f"{'collective':<16}{'size':>10}{'ours us':>12}{'r=F us':>12}{'gloo us':>12}"
+          f"{'ratio':>8}{'ratio r=F':>10}{'ours min-max':>22}{'gloo min-max':>22}  ok")
     plot = {}
     for i, row in enumerate(r0["rows"]):
         c = row["collective"]
         if "ours_s" in row:
             ours = [max(r["rows"][i]["ours_s"][k] for r in results) for k in range(args.iters)]
+            nr = [max(r["rows"][i]["ours_no_restore_s"][k] for r in results)
+                  for k in range(args.iters)]
             gloo = [max(r["rows"][i]["gloo_s"][k] for r in results) for k in range(args.iters)]
-            mo, mg = statistics.median(ours), statistics.median(gloo)
+            mo, mn, mg = statistics.median(ours), statistics.median(nr), statistics.median(gloo)
             ok = all(r["rows"][i]["correct"] for r in results)
-            plot.setdefault(c, []).append((row["nbytes"], mg / mo))
+            plot.setdefault(c, []).append((row["nbytes"], mg / mo, mg / mn))
             print(f"{c:<16}{units.format_size(row['nbytes']):>10}{mo * 1e6:>12.1f}"
-                  f"{mg * 1e6:>12.1f}{mg / mo:>8.2f}"
+                  f"{mn * 1e6:>12.1f}{mg * 1e6:>12.1f}{mg / mo:>8.2f}{mg / mn:>10.2f}"
                   f"{min(ours) * 1e6:>11.1f}-{max(ours) * 1e6:<10.1f}"
                   f"{min(gloo) * 1e6:>11.1f}-{max(gloo) * 1e6:<10.1f}  {ok}")
         elif "us_per_call" in row:
             print(f"{c:<16}{row['who']:>10}{row['us_per_call']:>12.1f} us per call")
         elif c == "zero_copy_all_reduce":
-            print(f"zero-copy all_reduce {units.format_size(row['nbytes'])}: busbw "
-                  f"{row['busbw'] / 1e9:.2f} GB/s = {row['busbw'] / r0['memcpy']:.0%} of memcpy")
+            print(f"zero-copy all_reduce {units.format_size(row['nbytes'])}, restore="
+                  f"{row['restore'] is not False}: busbw {row['busbw'] / 1e9:.2f} GB/s = "
+                  f"{row['busbw'] / r0['memcpy']:.0%} of memcpy")
         elif c == "crossover":
             algorithms = CROSSOVER[row["of"]]
             med = {a: statistics.median(max(r["rows"][i][a][k] for r in results)
@@ -313,7 +326,9 @@ def main() -> None:
         import matplotlib.pyplot as plt
         fig, ax = plt.subplots(figsize=(7, 4))
         for c, pts in plot.items():
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=c)
+            line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=c)
+            ax.plot([p[0] for p in pts], [p[2] for p in pts], marker="x", ls="--",
+                    color=line.get_color(), label=f"{c}, restore=False")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.axhline(1.0, color="grey", lw=0.8)

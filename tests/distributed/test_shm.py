@@ -68,7 +68,10 @@ def every_algorithm(rank, world_size):
         params["transport"] = "shm"
         blocked = collective in ("reduce_scatter", "scatter", "all_to_all")
         counts = [0, n, 3 * n] if blocked else [0, 1, n - 1, n + 1, 1001]
-        for dtype in DTYPES:
+        # restore=False: final receives land in the caller's arrays (ringccl.engine.staged)
+        for dtype, restore in [(d, None) for d in DTYPES] + [(torch.float32, False),
+                                                             (torch.int8, False)]:
+            params["restore"] = restore
             for op in _ops(collective, dtype):
                 for count in counts:
                     c = collective_calls(collective, algorithm, parse_op(op), n, count, dtype,
@@ -87,8 +90,85 @@ def every_algorithm(rank, world_size):
                         return failures, calls
                     calls += 1
                     if not torch.equal(c.result(x, out), c_ref.result(xr, outr)):
-                        failures.append(f"{algorithm} {collective} {dtype} {op} count={count}")
+                        failures.append(f"{algorithm} {collective} {dtype} {op} count={count} "
+                                        f"restore={restore}")
     return failures, calls
+
+
+def staged_forms(rank, world_size):
+    """The private-buffer collectives over shm given as sources and targets
+    (ringccl.engine.staged): list forms, uneven sizes, non-contiguous targets, a target that is
+    a source (the scratch path), AVG, restore True and False, each against gloo; and that
+    no scratch buffer was used where the slot holds the call."""
+    import ringccl
+    import ringccl.torch as rt
+    from ringccl.engine import workspace
+
+    n, failures = world_size, []
+
+    def scratch_used():
+        return any(key[1] == "work" for key in workspace._kept)
+
+    for restore in (None, False):
+        kw = dict(transport="shm", restore=restore)
+        ringccl.clear_caches()
+        dist.barrier()
+        # all_to_all (lists, uneven sizes: rank i sends i + j + 1 rows of 3 to rank j)
+        ins = [torch.arange((rank + j + 1) * 3, dtype=torch.float32) + 100 * rank
+               for j in range(n)]
+        outs = [torch.empty((i + rank + 1) * 3) for i in range(n)]
+        rt.all_to_all(outs, ins, **kw)   # gloo's list form needs equal sizes: the known values
+        refs = [torch.arange((i + rank + 1) * 3, dtype=torch.float32) + 100 * i
+                for i in range(n)]
+        if not all(torch.equal(a, b) for a, b in zip(outs, refs)):
+            failures.append(f"all_to_all lists restore={restore}")
+        # all_to_all_single into a non-contiguous output (a transposed view)
+        x = torch.arange(n * 4 * 5, dtype=torch.int32).reshape(n * 4, 5) * (rank + 1)
+        base = torch.empty(5, n * 4, dtype=torch.int32)
+        out, ref = base.t(), torch.empty(n * 4, 5, dtype=torch.int32)
+        rt.all_to_all_single(out, x, **kw)
+        dist.all_to_all_single(ref, x)
+        if not torch.equal(out, ref):
+            failures.append(f"all_to_all_single non-contiguous restore={restore}")
+        if scratch_used():
+            failures.append(f"a scratch buffer was used over shm (restore={restore})")
+        # in place: the output is the input (the scratch path keeps it right)
+        y = torch.arange(n * 6, dtype=torch.float64) + rank
+        yr = y.clone()
+        rt.all_to_all_single(y, y, **kw)
+        dist.all_to_all_single(yr, yr.clone())
+        if not torch.equal(y, yr):
+            failures.append(f"all_to_all_single in place restore={restore}")
+        # scatter from the last rank, whose own tensor is one of its scatter_list
+        root = n - 1
+        t = torch.full((7,), -1.0)
+        blocks = [torch.arange(7.0) + 10 * j for j in range(n)]
+        if rank == root:
+            blocks[root] = t
+            blocks[root].copy_(torch.arange(7.0) + 10 * root)
+        rt.scatter(t, [b.clone() if b is t else b for b in blocks] if rank == root else None,
+                   src=root, **kw)
+        if not torch.equal(t, torch.arange(7.0) + 10 * rank):
+            failures.append(f"scatter restore={restore}")
+        # gather into a list of separate tensors on rank 0
+        mine = torch.arange(9, dtype=torch.int64) * (rank + 2)
+        got = [torch.empty(9, dtype=torch.int64) for _ in range(n)] if rank == 0 else None
+        want = [torch.empty(9, dtype=torch.int64) for _ in range(n)] if rank == 0 else None
+        rt.gather(mine, got, dst=0, **kw)
+        dist.gather(mine, want, dst=0)
+        if rank == 0 and not all(torch.equal(a, b) for a, b in zip(got, want)):
+            failures.append(f"gather restore={restore}")
+        # reduce_scatter, AVG, into a non-contiguous output
+        g = torch.Generator().manual_seed(rank)
+        inp = torch.randn(n * 6, generator=g)
+        out2 = torch.empty(2, 3).t()
+        ref2 = torch.empty(6)
+        rt.reduce_scatter_tensor(out2, inp, op="avg", **kw)
+        dist.reduce_scatter_tensor(ref2, inp, dist.ReduceOp.AVG)
+        flat = out2.contiguous().view(-1)   # the output's elements in C order
+        if not torch.allclose(flat, ref2, atol=1e-6):
+            failures.append(f"reduce_scatter avg non-contiguous restore={restore}")
+    return failures
 
 
 def _digest(t):
@@ -257,6 +337,10 @@ def test_every_collective_and_algorithm_over_shm_matches_gloo(shm_dir):
     results = launch(every_algorithm, 3, timeout=240)
     assert all(calls > 100 for _, calls in results), results
     assert [f for f, _ in results] == [[]] * 3
+
+
+def test_private_buffer_collectives_given_as_sources_and_targets(shm_dir):
+    assert launch(staged_forms, 3, timeout=200) == [[], [], []]
 
 
 def test_growth_zero_copy_groups_and_transport_choice(shm_dir):

@@ -36,7 +36,7 @@ from typing import Any, NamedTuple, Protocol, Sequence
 from .. import caches, consistency
 from ..algorithms import build_schedule, default_algorithm, get_algorithm
 from ..args import check_int
-from ..engine import Pipelining, timeout_seconds
+from ..engine import Pipelining, Staged, timeout_seconds
 from ..errors import ArgumentError, ArgumentTypeError, ConsistencyError
 from ..layout import Layout, all_to_all_sizes, check_own_block, layout, rooted, split_rows
 from ..ops import ReduceOp, check_accumulate_dtype
@@ -67,6 +67,9 @@ class Backend(Protocol):
     def default_restore(self, timeout: float | None) -> bool: ...
     def execute(self, schedule, work, op: ReduceOp, g, bounds: tuple, opts: "Options",
                 restore: bool) -> None: ...
+    # optional: whether ``execute`` takes a private working buffer as a
+    # :class:`ringccl.engine.Staged` for this call (its transport holds the buffer itself)
+    # def stages(self, g: Any, opts: "Options") -> bool: ...
 
     # array dialect
     def check(self, a: Any, argument: str, written: bool = False,
@@ -229,6 +232,38 @@ def copy_out(b: Backend, work, runs: tuple, targets: list) -> None:
             b.copy_into(t, f)
 
 
+def _private(b: Backend, g, schedule, like, numel: int, op: ReduceOp, offsets: tuple,
+             opts: Options, fill: tuple, drain: tuple) -> None:
+    """Run ``schedule`` on a private working buffer of ``numel`` elements like ``like``: its
+    ranges ``fill = (runs, sources)`` hold the arrays ``sources`` (any shape and layout, C
+    order, concatenated) before the call, its ranges ``drain = (runs, targets)`` go to the
+    arrays ``targets`` after it, only if it succeeds unless ``restore=False``.
+
+    A backend whose transport holds the working buffer itself (``b.stages(g, opts)``: shared
+    memory) is given the description (:class:`ringccl.engine.Staged`) and moves each element
+    the fewest times (:mod:`ringccl.engine.staged`), unless a target shares memory with a
+    source (the scratch buffer is what keeps such a call correct); else the backend's scratch
+    array is filled, run on and drained."""
+    fill_runs, sources = fill
+    drain_runs, targets = drain
+    flat_in = [b.flat(s) for s in sources]
+    flat_out = [b.view1d(t) if b.contiguous(t) else b.empty(t, b.numel(t)) for t in targets]
+    stages = getattr(b, "stages", None)
+    if stages is not None and stages(g, opts) and not any(
+            b.shares_memory(t, s) for t in flat_out for s in flat_in):
+        _execute(b, schedule, Staged(like, numel, fill_runs, flat_in, drain_runs, flat_out,
+                                     _restore(b, opts, False)),
+                 op, g, offsets, opts, False)
+    else:
+        work = b.scratch(like, numel)
+        copy_runs(b, work, fill_runs, flat_in, True)
+        _execute(b, schedule, work, op, g, offsets, opts, False)
+        copy_runs(b, work, drain_runs, flat_out, False)
+    for t, f in zip(targets, flat_out):
+        if not b.contiguous(t):
+            b.copy_into(t, f)
+
+
 def _read(b: Backend, work, lay: Layout):
     """This rank's output chunks of ``work``, concatenated (a view when they are adjacent)."""
     parts = [work[a:c] for a, c in lay.output_runs]
@@ -294,14 +329,14 @@ def reduce_scatter(b: Backend, output, input, op: ReduceOp, g, algorithm: str | 
     in_place = b.shares_memory(output, input)
     if in_place and not (b.contiguous(input) and b.is_block(output, flat, rank)):
         raise b.overlap_error("output", "input", rank, k)
-    if accumulate is not None:
-        work = b.cast(flat, accumulate)
-    elif in_place:
-        work = flat
-    else:
-        work = b.scratch(input, lay.numel)   # the caller's input stays as it is
-        copy_runs(b, work, lay.input_runs, [flat], True)
-    private = accumulate is not None or not in_place
+    if accumulate is None and not in_place:   # the caller's input stays as it is
+        _private(b, g, lay.schedule, input, lay.numel, op, lay.offsets, opts,
+                 (lay.input_runs, [flat]), (lay.output_runs, [output]))
+        if op is ReduceOp.AVG:
+            b.divide(output, world_size)
+        return
+    work = b.cast(flat, accumulate) if accumulate is not None else flat
+    private = accumulate is not None
     _execute(b, lay.schedule, work, op, g, lay.offsets, opts, _restore(b, opts, private))
     block = _read(b, work, lay)
     if op is ReduceOp.AVG:
@@ -372,11 +407,8 @@ def scatter(b: Backend, buffer, scatter_list, src: Any, g, algorithm: str | None
     """Send block r of ``src``'s ``scatter_list`` to rank r's ``buffer``."""
     rank, root, blocks, lay = _rooted_plan(b, g, "scatter", buffer, scatter_list, "scatter_list",
                                            src, "src", False, algorithm, params, opts)
-    work = b.scratch(buffer, lay.numel)
-    if rank == root:
-        copy_in(b, work, lay.input_runs, blocks)
-    _execute(b, lay.schedule, work, ReduceOp.SUM, g, lay.offsets, opts, False)
-    copy_out(b, work, lay.output_runs, [buffer])
+    _private(b, g, lay.schedule, buffer, lay.numel, ReduceOp.SUM, lay.offsets, opts,
+             (lay.input_runs, blocks if rank == root else []), (lay.output_runs, [buffer]))
 
 
 def gather(b: Backend, buffer, gather_list, dst: Any, g, algorithm: str | None, params: dict,
@@ -387,25 +419,27 @@ def gather(b: Backend, buffer, gather_list, dst: Any, g, algorithm: str | None, 
     rank, root, blocks, lay = _rooted_plan(b, g, "gather", buffer, gather_list, "gather_list",
                                            dst, "dst", True, algorithm, params, opts)
     k = b.numel(buffer)
-    direct = rank == root and len(blocks) == 1 and b.contiguous(blocks[0])
-    work = b.view1d(blocks[0]) if direct else b.scratch(buffer, lay.numel)
+    if not (rank == root and len(blocks) == 1 and b.contiguous(blocks[0])):
+        _private(b, g, lay.schedule, buffer, lay.numel, ReduceOp.SUM, lay.offsets, opts,
+                 (lay.input_runs, [buffer]),
+                 (lay.output_runs, blocks) if rank == root else ((), []))
+        return rank == root
+    work = b.view1d(blocks[0])
     own = (root * k, (root + 1) * k)
     # the root's own block of the caller's gather_list, put back if the call fails
     saved = None
-    if direct and _restore(b, opts, False):
+    if _restore(b, opts, False):
         saved = b.empty(work, k)
         b.copy(saved, work[own[0]:own[1]])
     try:
-        if not (direct and b.is_block(buffer, work, root)):  # in place: already there
+        if not b.is_block(buffer, work, root):  # in place: already there
             copy_in(b, work, lay.input_runs, [buffer])
         _execute(b, lay.schedule, work, ReduceOp.SUM, g, lay.offsets, opts, False)
     except Exception:
         if saved is not None:
             b.copy(work[own[0]:own[1]], saved)
         raise
-    if rank == root and not direct:
-        copy_out(b, work, lay.output_runs, blocks)
-    return rank == root
+    return True
 
 
 def exchange(b: Backend, inputs: list, in_sizes: Sequence[int], out_sizes: Sequence[int], g,
@@ -423,10 +457,8 @@ def exchange(b: Backend, inputs: list, in_sizes: Sequence[int], out_sizes: Seque
     schedule = build_schedule("all_to_all", algorithm, world_size, **params)
     sizes = all_to_all_sizes(schedule, in_sizes, out_sizes, lambda x, y: b.max2(g, x, y))
     lay = layout(schedule, rank, sizes=sizes)
-    work = b.scratch(inputs[0], lay.numel)
-    copy_in(b, work, lay.input_runs, inputs)
-    _execute(b, schedule, work, ReduceOp.SUM, g, lay.offsets, opts, False)
-    copy_out(b, work, lay.output_runs, outputs)
+    _private(b, g, schedule, inputs[0], lay.numel, ReduceOp.SUM, lay.offsets, opts,
+             (lay.input_runs, inputs), (lay.output_runs, outputs))
 
 
 def all_to_all(b: Backend, output, input, output_split_sizes, input_split_sizes, g,

@@ -28,6 +28,7 @@ import numpy as np
 
 from .. import consistency
 from ..engine import trace
+from ..engine.staged import Staged
 
 __all__ = ["execute", "logger"]
 
@@ -55,16 +56,18 @@ def _itemsize(b, dtype) -> int:
 
 
 def execute(b, schedule, work, op, g, bounds: tuple, opts, restore: bool) -> None:
-    """``b.execute(...)`` (the backend's executor), logged when ``RINGCCL_DEBUG`` is INFO or
+    """``b.execute(...)`` (the backend's executor; ``work``: the working buffer or a
+    :class:`ringccl.engine.Staged` one), logged when ``RINGCCL_DEBUG`` is INFO or
     TRACE (:func:`ringccl.consistency.debug_level`)."""
     level = consistency.debug_level()
     if level not in ("info", "trace"):
         b.execute(schedule, work, op, g, bounds, opts, restore)
         return
     _configure(level)
-    dtype = b.dtype(work)
+    described = isinstance(work, Staged)
+    dtype = b.dtype(work.like if described else work)
     itemsize = _itemsize(b, dtype)
-    count = b.numel(work)
+    count = work.numel if described else b.numel(work)
     rank = b.rank(g)
     recorder = None
     if level == "trace" and trace.state.recorder is None:

@@ -350,6 +350,19 @@ class _Front(_Torch):
         return x, y
 
     @staticmethod
+    def default_restore(timeout) -> bool:
+        """False: torch.distributed promises nothing of a failed collective's tensors (gloo
+        and NCCL leave partial results), so the backend does not pay for ringccl.torch's
+        all-or-nothing (a saved copy of every chunk over p2p; over shared memory the results
+        copied out only after the call's last wait, where final receives may land in the
+        caller's tensor directly: :mod:`ringccl.engine.staged`)."""
+        return False
+
+    @staticmethod
+    def stages(g, opts) -> bool:
+        return g.transport == "shm"   # as ringccl.torch's: the slot holds private buffers
+
+    @staticmethod
     def execute(schedule, work, op, g, bounds, opts, restore: bool) -> None:
         _execute(schedule, work, op, g, bounds, opts, restore)
 
@@ -360,7 +373,8 @@ def _execute(schedule, buffer: torch.Tensor, op: ReduceOp, g: _Group, bounds, op
     (``executor._execute_shm`` with the group's :class:`~ringccl.torch.executor.ShmSetup`),
     else :func:`ringccl.torch.executor.run_p2p` over the inner gloo group."""
     wait_timeout = executor.check_timeout(opts.timeout)
-    bounds = engine.check_bounds(bounds, schedule.num_chunks, buffer.numel())
+    numel = buffer.numel if isinstance(buffer, engine.Staged) else buffer.numel()
+    bounds = engine.check_bounds(bounds, schedule.num_chunks, numel)
     pipelining = opts.pipelining
     if g.transport == "shm":
         # as executor.execute: whole chunks unless a segment size was asked for

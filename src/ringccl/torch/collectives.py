@@ -181,6 +181,12 @@ class _Torch:
         return True     # gloo's waits are always bounded: a failure can always be survived
 
     @staticmethod
+    def stages(group, opts) -> bool:
+        """Over shared memory a private working buffer lives in this rank's slot: the
+        executor takes it as its sources and targets (:mod:`ringccl.engine.staged`)."""
+        return opts.transport == "shm"
+
+    @staticmethod
     def execute(schedule, work, op, group, bounds, opts, restore: bool) -> None:
         executor.execute(schedule, work, op, group, bounds=bounds, timeout=opts.timeout,
                          restore=restore, pipelining=opts.pipelining,

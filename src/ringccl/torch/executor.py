@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 
 from .. import caches, engine, shm
+from ..engine import staged
 from ..engine import trace
 from ..args import check_int
 from ..errors import ArgumentTypeError, BackendError, PeerError, RingcclTimeout
@@ -339,27 +340,18 @@ def _locate(state, buffer: torch.Tensor) -> tuple | None:
     return None
 
 
-_runs: dict = {}   # id(plan) -> (plan, runs read, runs written)
+_runs: dict = {}   # id(plan) -> (plan, runs read, runs written, final receives)
 caches.register(_runs.clear)
 
 
-def _merge(ranges) -> tuple:
-    out: list = []
-    for lo, hi in sorted(ranges):
-        if out and lo <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], hi))
-        else:
-            out.append((lo, hi))
-    return tuple(out)
-
-
 def _copy_runs(plan) -> tuple:
-    """(element ranges the call reads, element ranges it writes) of ``plan``'s working
-    buffer: what the copy into the slot and the copy back must move. Chunks only received need
-    no copy in (an all_to_all's output blocks, a non-root's broadcast), chunks never received
-    no copy back (their bytes are the caller's already): a 16 MiB all_to_all moved 4x its
-    blocks through the slot when the whole buffer went both ways. Cached per plan (plans are
-    memoized)."""
+    """(element ranges the call reads, element ranges it writes, its final receives) of
+    ``plan``'s working buffer: what the copy into the slot and the copy back must move, and the
+    receives that may land in the caller's buffer instead (:func:`ringccl.engine.
+    final_receives`). Chunks only received need no copy in (an all_to_all's output blocks, a
+    non-root's broadcast), chunks never received no copy back (their bytes are the caller's
+    already): a 16 MiB all_to_all moved 4x its blocks through the slot when the whole buffer
+    went both ways. Cached per plan (plans are memoized)."""
     hit = _runs.get(id(plan))
     if hit is None or hit[0] is not plan:
         reads = [(op.lo, op.hi) for st in plan.steps for op in st.sends]
@@ -367,8 +359,65 @@ def _copy_runs(plan) -> tuple:
         writes = [(r.lo, r.hi) for st in plan.steps for r in st.recvs]
         if len(_runs) >= 256:
             _runs.clear()
-        hit = _runs[id(plan)] = (plan, _merge(reads), _merge(writes))
-    return hit[1], hit[2]
+        hit = _runs[id(plan)] = (plan, staged.merge(reads), staged.merge(writes),
+                                 engine.final_receives(plan))
+    return hit[1], hit[2], hit[3]
+
+
+class _Landing(engine.Workspace):
+    """A workspace whose final receives (:func:`ringccl.engine.final_receives`) are copied
+    straight into the caller's arrays (``direct``: receive -> the target's view) instead of
+    the slot: one copy per element instead of two (into the slot, then out of it)."""
+
+    __slots__ = ("direct",)
+
+    def __init__(self, buffer: torch.Tensor, op: ReduceOp, direct: dict):
+        super().__init__(OPS, buffer, op, 0)
+        self.direct = direct
+
+    def apply(self, r, received=None) -> None:
+        dst = self.direct.get(r)
+        if dst is None or received is None:
+            super().apply(r, received)
+        else:
+            dst.copy_(received)
+
+
+def _fill(work: torch.Tensor, reads: tuple, sources) -> None:
+    """Copy the ranges ``reads`` of the working buffer from ``sources`` (a
+    :class:`ringccl.engine.Pieces`, or the caller's in-place buffer)."""
+    if isinstance(sources, engine.Pieces):
+        for lo, hi in reads:
+            for a, b, src, at in sources.parts(lo, hi):
+                work[a:b].copy_(src[at:at + b - a])
+    else:
+        for lo, hi in reads:
+            work[lo:hi].copy_(sources[lo:hi])
+
+
+def _drain(work: torch.Tensor, runs: tuple, targets, landed: tuple, in_slot: tuple,
+           sources) -> None:
+    """Copy the ranges ``runs`` of the call's result into ``targets`` (Pieces, or the caller's
+    in-place buffer): skipping what ``landed`` there already (final receives), from the slot
+    where the call wrote or read (``in_slot``), else from ``sources`` (a range no step touched:
+    the caller's bytes, unchanged)."""
+    def pieces(lo, hi):
+        if isinstance(targets, engine.Pieces):
+            yield from targets.parts(lo, hi)
+        else:
+            yield lo, hi, targets, lo
+    for lo, hi in runs:
+        for a, b, done in staged.split(lo, hi, landed):
+            if done:
+                continue
+            for c, d, dst, at in pieces(a, b):
+                for e, f, written in staged.split(c, d, in_slot):
+                    out = dst[at + e - c:at + f - c]
+                    if written:
+                        out.copy_(work[e:f])
+                    elif isinstance(sources, engine.Pieces):
+                        for g, h, src, s_at in sources.parts(e, f):
+                            out[g - e:h - e].copy_(src[s_at:s_at + h - g])
 
 
 def _copy(dst: torch.Tensor, src: torch.Tensor) -> None:
@@ -391,24 +440,34 @@ def _entry_error(schedule: Schedule, rank: int, transport, exc: BaseException, t
                rank=rank, peer=peer)
 
 
-def _execute_shm(schedule: Schedule, buffer: torch.Tensor, op: ReduceOp, group, bounds,
+def _execute_shm(schedule: Schedule, buffer, op: ReduceOp, group, bounds,
                  segment_elems_of, timeout_s: float | None, restore: bool,
                  setup: ShmSetup | None = None) -> torch.Tensor:
     """:func:`execute` over the group's shared memory (see the module docstring); ``setup``:
-    for a group-like ``group`` (:func:`shm_state`)."""
-    if buffer.device.type != "cpu":
-        raise BackendError(f"transport='shm' needs CPU tensors, got one on {buffer.device}")
+    for a group-like ``group`` (:func:`shm_state`). ``buffer``: the working buffer, or a
+    :class:`ringccl.engine.Staged` private one (the front end's all_to_all, scatter, gather,
+    reduce_scatter), filled from its sources and drained into its targets here.
+
+    Where the working buffer is not already in the slot (zero copy), the ranges the schedule
+    reads are copied in, and the results out after the call's last wait, so the caller's
+    arrays change only if the call succeeds; with ``restore=False`` (``Staged.restore``) the
+    final receives land in the caller's arrays directly (:mod:`ringccl.engine.staged`)."""
+    described = buffer if isinstance(buffer, staged.Staged) else None
+    like = buffer if described is None else described.like
+    numel = like.numel() if described is None else described.numel
+    if like.device.type != "cpu":
+        raise BackendError(f"transport='shm' needs CPU tensors, got one on {like.device}")
     state, transport = shm_state(group, timeout_s, setup)
     rank = state.rank
-    itemsize = buffer.element_size()
-    where = _locate(state, buffer) if buffer.numel() else None
+    itemsize = like.element_size()
+    where = _locate(state, buffer) if described is None and numel else None
     plan = engine.plan(schedule, rank, bounds, segment_elems_of(itemsize))
     try:
         # every rank enters every call (also with nothing to move): the call counters stay equal
         # the working buffer, then this call's eager area (ringccl.shm.transport), 64-aligned:
         # what the slot holds beyond the buffer, and EAGER_AREA_BYTES more asked for only by
         # small buffers (a large buffer's eager sends are its small chunks, if any)
-        used = -(-buffer.numel() * itemsize // 64) * 64
+        used = -(-numel * itemsize // 64) * 64
         need = 0 if where is not None else \
             used + shm.EAGER_AREA_BYTES if used <= shm.EAGER_AREA_BYTES else used
         # lazy: no wait for the peers when the working area holds ``need`` (ShmGroup.enter);
@@ -417,6 +476,10 @@ def _execute_shm(schedule: Schedule, buffer: torch.Tensor, op: ReduceOp, group, 
             state.enter(need, timeout_s, lazy=state.world_size >= SHM_LAZY_ENTRY_MIN_WORLD)
             if not plan.steps:
                 state.leave(timeout_s)
+                if described is not None:   # nothing moves: the targets get their sources
+                    _drain(None, described.drain_runs, engine.Pieces(
+                        described.drain_runs, described.targets), (), (),
+                        engine.Pieces(described.fill_runs, described.sources))
                 return buffer
             slot = rank * state.work_slot
             if where is None:
@@ -427,7 +490,7 @@ def _execute_shm(schedule: Schedule, buffer: torch.Tensor, op: ReduceOp, group, 
                 # zero copy: the working area (if any) is free for the eager area
                 eager = (state.work_serial, slot, state.work_slot) if state.work_serial \
                     else None
-            dtype = buffer.dtype
+            dtype = like.dtype
             transport.begin(serial, offset, itemsize,
                             lambda s, off, n: _typed(state, s, dtype)[off // itemsize:
                                                                       (off + n) // itemsize],
@@ -436,14 +499,30 @@ def _execute_shm(schedule: Schedule, buffer: torch.Tensor, op: ReduceOp, group, 
             raise _entry_error(schedule, rank, transport, exc, timeout_s or state.timeout) \
                 from exc
         if where is None:
-            work = _typed(state, serial, buffer.dtype)[offset // itemsize:
-                                                       offset // itemsize + buffer.numel()]
-            reads, writes = _copy_runs(plan)
-            for lo, hi in reads:
-                work[lo:hi].copy_(buffer[lo:hi])
+            work = _typed(state, serial, dtype)[offset // itemsize:offset // itemsize + numel]
+            reads, writes, finals = _copy_runs(plan)
+            if described is None:
+                sources = targets = buffer
+                drain_runs = writes
+                direct = not restore
+            else:
+                sources = engine.Pieces(described.fill_runs, described.sources)
+                targets = engine.Pieces(described.drain_runs, described.targets)
+                drain_runs = described.drain_runs
+                direct = not described.restore
+            _fill(work, reads, sources)
+            landing = {}
+            if direct:
+                for r in finals:
+                    view = targets.view(r.lo, r.hi) if described is not None else \
+                        buffer[r.lo:r.hi]
+                    if view is not None:
+                        landing[r] = view
+            workspace = _Landing(work, op, landing) if landing else \
+                engine.Workspace(OPS, work, op, 0)
         else:
             work = buffer
-        workspace = engine.Workspace(OPS, work, op, 0)
+            workspace = engine.Workspace(OPS, work, op, 0)
         recorder = trace.state.recorder
         # a private copy in the slot: the caller's buffer is written only after success
         keep = restore and where is not None
@@ -469,8 +548,8 @@ def _execute_shm(schedule: Schedule, buffer: torch.Tensor, op: ReduceOp, group, 
             raise _entry_error(schedule, rank, transport, exc, timeout_s or state.timeout,
                                "leaving the call") from exc
         if where is None:
-            for lo, hi in writes:
-                buffer[lo:hi].copy_(work[lo:hi])
+            landed = staged.merge((r.lo, r.hi) for r in landing)
+            _drain(work, drain_runs, targets, landed, staged.merge(reads + writes), sources)
         return buffer
     except BaseException:
         if not state.closed:
@@ -539,7 +618,10 @@ def execute(schedule: Schedule, buffer: torch.Tensor, op: ReduceOp = ReduceOp.SU
 
     Args:
         schedule: any verified schedule whose world_size equals the group's size.
-        buffer: 1-D contiguous tensor, the collective's working buffer.
+        buffer: 1-D contiguous tensor, the collective's working buffer; with
+            ``transport="shm"`` also a :class:`ringccl.engine.Staged` (a private working
+            buffer given as its sources and targets: the front end's, see
+            :mod:`ringccl.engine.staged`).
         op: reduce op applied by REDUCE transfers (AVG sums here; the caller divides).
         group: process group (None = the default group).
         segment_bytes: split each transferred chunk into segments of this many bytes and move
@@ -582,7 +664,11 @@ def execute(schedule: Schedule, buffer: torch.Tensor, op: ReduceOp = ReduceOp.SU
     if rank < 0:
         raise BackendError("this process is not a member of the given process group")
     wait_timeout = check_timeout(timeout)
-    bounds = engine.check_bounds(bounds, schedule.num_chunks, buffer.numel())
+    if isinstance(buffer, staged.Staged) and transport != "shm":
+        raise BackendError(f"a described working buffer (ringccl.engine.Staged) needs "
+                           f"transport='shm', not {transport!r}")
+    numel = buffer.numel if isinstance(buffer, staged.Staged) else buffer.numel()
+    bounds = engine.check_bounds(bounds, schedule.num_chunks, numel)
     if segment_bytes is not None:
         pipelining = engine.Pipelining.fixed(segment_bytes)
     if transport == "shm":

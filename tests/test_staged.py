@@ -1,0 +1,124 @@
+"""ringccl.engine.staged: a private working buffer described by its sources and targets (the
+range arithmetic, and which receives may land in the caller's arrays)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ringccl import engine
+from ringccl.algorithms import REGISTRY, build_schedule
+from ringccl.engine.staged import Pieces, final_receives, merge, split
+from ringccl.layout import layout
+
+
+def test_merge_joins_overlapping_and_touching_ranges_and_drops_empty_ones():
+    assert merge([(5, 7), (0, 2), (2, 3), (6, 9), (4, 4)]) == ((0, 3), (5, 9))
+    assert merge([]) == ()
+
+
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 40)), max_size=6),
+       st.integers(0, 40), st.integers(0, 40))
+def test_split_cuts_a_range_at_the_edges_of_merged_ranges(ranges, lo, hi):
+    ranges = merge((a, b) for a, b in ranges)
+    inside = {i for a, b in ranges for i in range(a, b)}
+    parts = list(split(lo, hi, ranges))
+    covered = [i for a, b, _ in parts for i in range(a, b)]
+    assert covered == list(range(lo, hi))            # in order, no gaps, no overlaps
+    for a, b, flag in parts:
+        assert a < b
+        assert all((i in inside) == flag for i in range(a, b))
+
+
+@settings(max_examples=50)
+@given(st.lists(st.integers(0, 6), min_size=1, max_size=5), st.data())
+def test_pieces_lay_runs_over_concatenated_arrays(sizes, data):
+    arrays = [np.arange(n) + 100 * k for k, n in enumerate(sizes)]
+    total = sum(sizes)
+    # runs of the same total length, with gaps between them
+    cuts = sorted(data.draw(st.lists(st.integers(0, total), max_size=3)))
+    runs, at, prev = [], 0, 0
+    for c in cuts + [total]:
+        at += 2                                       # a gap of 2 before each run
+        runs.append((at, at + c - prev))
+        at, prev = at + c - prev, c
+    pieces = Pieces(runs, arrays)
+    flat = np.concatenate(arrays) if arrays else np.empty(0)
+    got = np.concatenate([arr[off:off + b - a] for a, b, arr, off in pieces.entries]) \
+        if pieces.entries else np.empty(0)
+    np.testing.assert_array_equal(got, flat)
+    lo, hi = runs[0][0], runs[-1][1]
+    parts = list(pieces.parts(lo, hi))
+    assert sum(b - a for a, b, _, _ in parts) == total
+    for a, b, arr, off in pieces.entries:            # a view inside one entry is that entry's
+        assert pieces.view(a, b) is not None
+        np.testing.assert_array_equal(pieces.view(a, b), arr[off:off + b - a])
+
+
+def _finals(collective, algorithm, n, rank, count, segment_elems=0, **params):
+    schedule = build_schedule(collective, algorithm, n, **params)
+    lay = layout(schedule, rank, count)
+    plan = engine.plan(schedule, rank, lay.offsets, segment_elems)
+    return plan, final_receives(plan)
+
+
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_every_receive_of_a_one_step_exchange_is_final(n):
+    for collective in ("all_to_all", "all_gather"):
+        for rank in range(n):
+            plan, finals = _finals(collective, "direct", n, rank, 4 * n)
+            recvs = [r for st_ in plan.steps for r in st_.recvs]
+            assert len(recvs) == n - 1 and set(finals) == set(recvs)
+
+
+@pytest.mark.parametrize("n", [3, 4, 6])
+def test_a_ring_forwards_what_it_receives_so_only_its_last_step_is_final(n):
+    for rank in range(n):
+        plan, finals = _finals("all_gather", "ring", n, rank, 5 * n)
+        assert [r.step for r in finals] == [plan.steps[-1].index]
+
+
+def test_reducing_receives_are_never_final_and_two_shot_lands_its_all_gather_half():
+    plan, finals = _finals("all_reduce", "direct", 4, 1, 40)
+    assert finals == ()
+    plan, finals = _finals("all_reduce", "two_shot", 4, 1, 40)
+    assert finals and all(not r.reduce for r in finals)
+    assert {r.step for r in finals} == {plan.steps[-1].index}
+    assert len(finals) == 3
+
+
+@settings(max_examples=80, deadline=None)
+@given(pair=st.sampled_from(sorted(REGISTRY)), n=st.integers(2, 6),
+       segment=st.sampled_from([0, 2]), data=st.data())
+def test_nothing_later_touches_a_final_receive(pair, n, segment, data):
+    collective, algorithm = pair
+    params = {"local_size": 2 if n % 2 == 0 else 1} if algorithm == "hierarchical" else {}
+    try:
+        schedule = build_schedule(collective, algorithm, n, **params)
+    except Exception:   # noqa: BLE001 - e.g. a power-of-two-only algorithm
+        return
+    rank = data.draw(st.integers(0, n - 1))
+    lay = layout(schedule, rank, 7 * n)
+    plan = engine.plan(schedule, rank, lay.offsets, segment)
+    finals = final_receives(plan)
+    index = {st_.index: k for k, st_ in enumerate(plan.steps)}
+    for r in finals:
+        assert not r.reduce and r.fold < 0 and r.hi > r.lo
+        for st_ in plan.steps[index[r.step] + 1:]:
+            for op in list(st_.sends) + list(st_.recvs):
+                assert not (op.lo < r.hi and r.lo < op.hi), (r, op)
+    # the last write of every element a non-reducing collective receives is final
+    if collective in ("all_gather", "broadcast", "all_to_all", "scatter", "gather"):
+        last: dict = {}
+        for st_ in plan.steps:
+            for r in st_.recvs:
+                for i in range(r.lo, r.hi):
+                    last[i] = r
+        touched_later = set()
+        for r in set(last.values()):
+            later = plan.steps[index[r.step] + 1:]
+            if any(op.lo < r.hi and r.lo < op.hi for s in later for op in s.sends):
+                touched_later.add(r)
+        assert set(last.values()) - touched_later <= set(finals)
