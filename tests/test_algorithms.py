@@ -457,6 +457,26 @@ def test_hierarchical_one_way_simulation_matches_numpy(collective, n, loc):
                         assert np.array_equal(np.asarray(r.outputs[rank]), block)
 
 
+@pytest.mark.parametrize("collective", ONE_WAY)
+def test_hierarchical_one_way_walked_on_a_two_level_machine(collective):
+    """16 nodes × 8 ranks, NVLink-class inside, one 50 GB/s NIC per rank across (the cost
+    model fills local_size from the machine): L-1 NVLink steps of M/L and P-1 NIC steps of M/N,
+    every NIC of a node used for (P-1)/N · M, where the node-major flat ring pushes
+    (N-1)/N · M through one NIC per node."""
+    from ringccl.costmodel.topology import two_level
+    nodes, loc, m = 16, 8, 2**30
+    n = nodes * loc
+    topo = two_level(nodes, loc, intra=("5us", "900GB/s"), inter=("5us", "50GB/s"))
+    h = ringccl.cost(collective, "hierarchical", None, m, topology=topo)
+    ring = ringccl.cost(collective, "ring", None, m, topology=topo)
+    assert h.seconds == pytest.approx((loc - 1) * (5e-6 + m / loc / 900e9)
+                                      + (nodes - 1) * (5e-6 + m / n / 50e9), rel=1e-9)
+    nic = h.link_bytes[topo.link_ids("nic out", node=0)]
+    assert nic == pytest.approx(np.full(loc, (nodes - 1) / n * m))
+    assert ring.max_link_bytes["nic out"] == pytest.approx((n - 1) / n * m)
+    assert h.seconds < ring.seconds / 5
+
+
 def test_hierarchical_one_way_degenerates_to_the_flat_ring():
     """L = 1 and L = N: the same transfers as the ring of the collective."""
     for collective in ONE_WAY:

@@ -276,8 +276,8 @@ def all_gather_time(world_size: int, nbytes: float, alpha: float, beta: float, g
             + (loc - 1) * (alpha + nbytes / loc * beta))
 
 
-_ONE_WAY_REFERENCE = ("Thakur, Rabenseifner & Gropp, IJHPCA 19(1) 2005, §4 (each level's ring and "
-                      "its α-β-γ cost); Jia et al. arXiv:1807.11205 2018 (the two levels)")
+_ONE_WAY_REFERENCE = ("Thakur, Rabenseifner & Gropp, IJHPCA 19(1) 2005, §4 (the ring costs); "
+                      "Jia et al. arXiv:1807.11205 2018 (the two levels)")
 
 register(Algorithm(collective="reduce_scatter", name="hierarchical", builder=reduce_scatter,
                    num_steps=one_way_num_steps, bytes_sent=lambda n, b: (n - 1) / n * b,
