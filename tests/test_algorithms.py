@@ -369,6 +369,132 @@ def test_hierarchical_crosses_nodes_only_between_same_local_ranks():
     assert per_rank.max() == 2 * 127 * m // n
 
 
+ONE_WAY = ("reduce_scatter", "all_gather")
+
+
+def _divisors(n):
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+@pytest.mark.parametrize("collective", ONE_WAY)
+def test_hierarchical_one_way_verifies_for_every_local_size(collective):
+    """N = 1…32 and every L dividing N (L = 1 and L = N: one flat ring); (L-1) + (N/L-1) steps,
+    each phase named, the inter-node phase first for all_gather and last for reduce_scatter."""
+    builder = getattr(hierarchical, collective)
+    first, second = (("intra-node reduce-scatter", "inter-node reduce-scatter")
+                     if collective == "reduce_scatter"
+                     else ("inter-node all-gather", "intra-node all-gather"))
+    for n in range(1, 33):
+        for loc in _divisors(n):
+            s = ringccl.verify(builder(n, local_size=loc))
+            assert s.params == {"local_size": loc} and s.num_chunks == n
+            assert s.num_steps == hierarchical.one_way_num_steps(n, loc) == n // loc + loc - 2
+            k = (loc if collective == "reduce_scatter" else n // loc) - 1
+            assert s.phase_names == (first,) * k + (second,) * (s.num_steps - k), (n, loc)
+            # the registry builds the same schedule
+            r = ringccl.schedule(collective, "hierarchical", world_size=n, local_size=loc)
+            assert np.array_equal(r.src, s.src) and np.array_equal(r.src_chunk, s.src_chunk)
+    with pytest.raises(ArgumentError, match="local_size=3 must divide world_size=8"):
+        builder(8, local_size=3)
+    with pytest.raises(ArgumentError, match="local_size=0"):
+        builder(8, local_size=0)
+    with pytest.raises(ArgumentTypeError, match="local_size=2.0"):
+        builder(8, local_size=2.0)
+
+
+@pytest.mark.parametrize("collective", ONE_WAY)
+def test_hierarchical_one_way_bytes_steps_and_node_crossings(collective):
+    """Every rank sends (N-1)/N · M, the flat ring's volume; only the P-1 inter-node steps
+    leave a node, each between ranks of the same local rank, and each carries one block, so a
+    rank's inter-node bytes are (P-1)/N · M. The closed forms with an explicit local_size
+    equal the schedule and the flat-network walk."""
+    algo = get_algorithm(collective, "hierarchical")
+    alpha, beta, gamma = 5e-6, 1 / 50e9, 1 / 200e9
+    for n in (1, 2, 4, 6, 8, 12, 16, 24, 30, 32, 64):
+        for loc in _divisors(n):
+            nodes = n // loc
+            s = ringccl.schedule(collective, "hierarchical", world_size=n, local_size=loc)
+            m = n * 64                                # 64 bytes per block
+            sent = s.bytes_sent(m, 1)
+            assert (sent == (n - 1) * 64).all(), (n, loc)
+            assert algo.bytes_for(n, m, local_size=loc) == (n - 1) * 64
+            cross = s.src // loc != s.dst // loc
+            assert (s.src[cross] % loc == s.dst[cross] % loc).all()
+            inter = {i for i, name in enumerate(s.phase_names) if name.startswith("inter")}
+            assert set(s.step_of(np.nonzero(cross)[0]).tolist()) == inter
+            assert len(inter) == nodes - 1
+            # one block per inter-node step: (P-1)/N · M of every rank crosses nodes
+            assert (np.bincount(s.src[cross], minlength=n) == nodes - 1).all(), (n, loc)
+            assert algo.steps_for(n, local_size=loc) == s.num_steps
+            assert algo.time_for(n, m, alpha, beta, gamma, local_size=loc) == pytest.approx(
+                _walk(s, m, alpha, beta, gamma), rel=1e-12), (n, loc)
+
+
+@pytest.mark.parametrize("collective", ONE_WAY)
+@pytest.mark.parametrize("n,loc", [(1, 1), (2, 1), (2, 2), (4, 2), (6, 2), (6, 3), (8, 4),
+                                   (9, 3), (12, 4), (12, 6), (16, 16)])
+def test_hierarchical_one_way_simulation_matches_numpy(collective, n, loc):
+    """Counts 0, 1, < N, N, not divisible by N and larger, every op on integer and float
+    dtypes; integer sums also checked block by block against numpy."""
+    counts = sorted({0, 1, max(n - 1, 0), n, n + 1, 3 * n + 2, 101})
+    for dtype in ("int64", "int8", "uint8", "bool", "float32", "float64", "float16"):
+        ops = (["sum", "prod", "min", "max", "avg"] if dtype.startswith("float")
+               else ["sum", "min", "max", "band", "bor", "bxor"])
+        for count in counts:
+            for op in ops:
+                x = _inputs(count * 31 + len(op), n, count, dtype)
+                r = ringccl.simulate(collective, x, op=op, algorithm="hierarchical",
+                                     local_size=loc)
+                assert r.matches_reference, (dtype, count, op, r.mismatches)
+                if x.dtype.kind == "f":
+                    continue
+                if collective == "all_gather":
+                    assert np.array_equal(r.outputs, np.broadcast_to(x.reshape(-1),
+                                                                     (n, n * count)))
+                elif op == "sum":
+                    total = x.sum(axis=0, dtype=x.dtype)
+                    for rank, block in enumerate(np.array_split(total, n)):
+                        assert np.array_equal(np.asarray(r.outputs[rank]), block)
+
+
+@pytest.mark.parametrize("collective", ONE_WAY)
+def test_hierarchical_one_way_walked_on_a_two_level_machine(collective):
+    """16 nodes × 8 ranks, NVLink-class inside, one 50 GB/s NIC per rank across (the cost
+    model fills local_size from the machine): L-1 NVLink steps of M/L and P-1 NIC steps of M/N,
+    every NIC of a node used for (P-1)/N · M, where the node-major flat ring pushes
+    (N-1)/N · M through one NIC per node."""
+    from ringccl.costmodel.topology import two_level
+    nodes, loc, m = 16, 8, 2**30
+    n = nodes * loc
+    topo = two_level(nodes, loc, intra=("5us", "900GB/s"), inter=("5us", "50GB/s"))
+    h = ringccl.cost(collective, "hierarchical", None, m, topology=topo)
+    ring = ringccl.cost(collective, "ring", None, m, topology=topo)
+    assert h.seconds == pytest.approx((loc - 1) * (5e-6 + m / loc / 900e9)
+                                      + (nodes - 1) * (5e-6 + m / n / 50e9), rel=1e-9)
+    nic = h.link_bytes[topo.link_ids("nic out", node=0)]
+    assert nic == pytest.approx(np.full(loc, (nodes - 1) / n * m))
+    assert ring.max_link_bytes["nic out"] == pytest.approx((n - 1) / n * m)
+    assert h.seconds < ring.seconds / 5
+
+
+def test_hierarchical_one_way_degenerates_to_the_flat_ring():
+    """L = 1 and L = N: the same transfers as the ring of the collective."""
+    for collective in ONE_WAY:
+        for n in (1, 2, 5, 8):
+            ring = ringccl.schedule(collective, "ring", world_size=n)
+            for loc in {1, n}:
+                s = ringccl.schedule(collective, "hierarchical", world_size=n, local_size=loc)
+                assert s.num_steps == ring.num_steps
+                key = np.lexsort
+                a = key((s.src_chunk, s.dst, s.src, s.step_of(np.arange(s.num_transfers))))
+                b = key((ring.src_chunk, ring.dst, ring.src,
+                         ring.step_of(np.arange(ring.num_transfers))))
+                assert np.array_equal(s.src[a], ring.src[b]), (collective, n, loc)
+                assert np.array_equal(s.dst[a], ring.dst[b])
+                assert np.array_equal(s.src_chunk[a], ring.src_chunk[b])
+                assert np.array_equal(s.reduce[a], ring.reduce[b])
+
+
 def test_scatter_allgather_never_sends_into_the_root():
     if "broadcast" not in COLLECTIVES:
         s = scatter_allgather.broadcast(9, root=4)

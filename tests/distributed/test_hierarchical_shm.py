@@ -2,8 +2,12 @@
 (``RINGCCL_HOST_ID`` per rank), shared memory inside a host and gloo point-to-point across
 (``transport="hybrid"``, :mod:`ringccl.shm.hierarchical`).
 
-* ``transport="auto"`` picks "hybrid" for this layout, and all_reduce with no other argument
-  runs the two-level ``hierarchical`` schedule (local_size 2);
+* ``transport="auto"`` picks "hybrid" for this layout, and all_reduce, reduce_scatter_tensor
+  and all_gather_into_tensor with no other argument run the two-level ``hierarchical``
+  schedule (local_size 2);
+* reduce_scatter_tensor and all_gather_into_tensor, auto and ``algorithm="hierarchical"``,
+  against torch.distributed's own results (bit for bit but for float reduce_scatter, which
+  stays within the summation-order bound);
 * all_reduce (hierarchical, and every other all_reduce algorithm), reduce_scatter_tensor and
   all_gather_into_tensor (every algorithm) over hybrid against torch.distributed's gloo result
   on exact integer data in several dtypes and counts (0, 1, < N, not divisible);
@@ -42,6 +46,70 @@ def _digest(t):
     return hashlib.sha256(t.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
 
 
+def _one_way_against_torch(rank, n):
+    """reduce_scatter_tensor and all_gather_into_tensor over hybrid, with no algorithm (auto:
+    the two-level ``hierarchical``, local_size 2, seen in a trace of the call) and with
+    ``algorithm="hierarchical"`` (local_size 2, and the default local_size: 4, one ring),
+    against torch.distributed's own collectives: bit for bit for all_gather and for integer
+    reduce_scatter; floats within twice the bound (N-1)·eps·Σ|x| of either summation order."""
+    import ringccl.torch as rt
+    from ringccl.engine import trace
+    from ringccl.torch import hybrid
+
+    failures = []
+    for collective in ("reduce_scatter", "all_gather"):
+        if hybrid.auto_algorithm(collective, None) != ("hierarchical", {"local_size": 2}):
+            failures.append(f"auto {collective}: {hybrid.auto_algorithm(collective, None)}")
+    variants = [{}, {"algorithm": "hierarchical", "local_size": 2},
+                {"algorithm": "hierarchical"}]
+    cases = [(torch.int32, "sum"), (torch.int64, "max"), (torch.uint8, "sum"),
+             (torch.float32, "sum"), (torch.float64, "sum"), (torch.bfloat16, "sum")]
+    for dtype, op in cases:
+        torch_op = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}[op]
+        for count in (0, 1, 3, 1001, 65537):      # elements of one rank's block
+            gen = torch.Generator().manual_seed(count * 7 + rank)
+            if dtype.is_floating_point:
+                x = (torch.randn(n * count, generator=gen, dtype=torch.float64)
+                     * 10.0 ** torch.randint(-2, 3, (n * count,), generator=gen)).to(dtype)
+            else:
+                x = torch.randint(0 if dtype == torch.uint8 else -100, 100, (n * count,),
+                                  generator=gen).to(dtype)
+            rs_ref = torch.empty(count, dtype=dtype)
+            dist.reduce_scatter_tensor(rs_ref, x.clone(), torch_op)
+            ag_ref = torch.empty(n * count, dtype=dtype)
+            dist.all_gather_into_tensor(ag_ref, x[:count].clone())
+            bound = None
+            if dtype.is_floating_point:
+                bound = torch.empty(count, dtype=torch.float64)
+                dist.reduce_scatter_tensor(bound, x.double().abs())
+                bound *= 2 * (n - 1) * torch.finfo(dtype).eps
+            for kw in variants:
+                label = f"{dtype} {op} count={count} {kw or 'auto'}"
+                rs, ag = torch.full((count,), 3, dtype=dtype), torch.empty(n * count, dtype=dtype)
+                x_before = x.clone()
+                with trace.tracing() as rec:
+                    rt.reduce_scatter_tensor(rs, x, op, transport="hybrid", **kw)
+                    rt.all_gather_into_tensor(ag, x[:count], transport="hybrid", **kw)
+                if not torch.equal(x, x_before):
+                    failures.append(f"reduce_scatter wrote its input: {label}")
+                if bound is None:
+                    if not torch.equal(rs, rs_ref):
+                        failures.append(f"reduce_scatter {label}")
+                elif not ((rs.double() - rs_ref.double()).abs() <= bound).all():
+                    failures.append(f"reduce_scatter {label}: "
+                                    f"{(rs.double() - rs_ref.double()).abs().max()}")
+                if not torch.equal(ag, ag_ref):
+                    failures.append(f"all_gather {label}")
+                ran = [(c.info["collective"], c.info["algorithm"], c.info["backend"],
+                        dict(c.schedule.params)) for c in rec.calls]
+                local = kw.get("local_size", 4 if kw else 2)
+                expected = [(c, "hierarchical", "hybrid", {"local_size": local})
+                            for c in ("reduce_scatter", "all_gather")]
+                if count and ran != expected:
+                    failures.append(f"{label}: ran {ran}")
+    return failures
+
+
 def two_hosts(rank, world_size, shm_dir):
     import ringccl
     import ringccl.torch as rt
@@ -65,6 +133,8 @@ def two_hosts(rank, world_size, shm_dir):
         calls += 1
         if not torch.equal(x, ref):
             failures.append(f"default all_reduce count={count}")
+    failures += _one_way_against_torch(rank, n)
+    calls += 1
     layout, state, _ = hybrid.hybrid_state(None)
     if layout.local_ranks != ((0, 1) if rank < 2 else (2, 3)) or state.world_size != 2:
         failures.append(f"host layout {layout}")

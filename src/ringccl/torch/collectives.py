@@ -551,6 +551,9 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = R
     reduce_op = _T.check_op(op, input.dtype)
     acc = _T.accumulate(accumulate_dtype, input.dtype, "reduce_scatter")
     opts = _options(group, input, segment_bytes, timeout, restore, check, transport)
+    if opts.transport == "hybrid" and algorithm in (None, "auto") and not params:
+        from .hybrid import auto_algorithm   # the two-level schedule, local_size = per host
+        algorithm, params = auto_algorithm("reduce_scatter", group)
     frontend.reduce_scatter(_T, output, input, reduce_op, group, algorithm, params, opts, acc,
                             "reduce_scatter_tensor")
     return output
@@ -578,6 +581,9 @@ def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tens
     _check_tensor(input_tensor, "input_tensor")
     _T.check_pair(output_tensor, input_tensor, "output_tensor", "input_tensor")
     opts = _options(group, output_tensor, segment_bytes, timeout, restore, check, transport)
+    if opts.transport == "hybrid" and algorithm in (None, "auto") and not params:
+        from .hybrid import auto_algorithm   # the two-level schedule, local_size = per host
+        algorithm, params = auto_algorithm("all_gather", group)
     frontend.all_gather(_T, output_tensor, input_tensor, group, algorithm, params, opts,
                         "all_gather_into_tensor", ("output_tensor", "input_tensor"))
     return output_tensor

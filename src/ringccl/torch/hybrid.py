@@ -10,9 +10,9 @@ segment of its own (its ranks only map it).
 
 ``transport="auto"`` picks it (:func:`ringccl.torch.collectives.resolve_transport`) for CPU
 tensors on x86-64 when the group spans several hosts and some host holds two or more of its
-ranks; ``algorithm=None`` on all_reduce then runs ``hierarchical`` with
-``local_size`` = ranks per host when hosts hold equal blocks of consecutive ranks
-(:func:`auto_algorithm`), else the collective's default.
+ranks; ``algorithm=None`` on all_reduce, reduce_scatter and all_gather then runs
+``hierarchical`` with ``local_size`` = ranks per host when hosts hold equal blocks of
+consecutive ranks (:func:`auto_algorithm`), else the collective's default.
 """
 
 from __future__ import annotations
@@ -68,13 +68,19 @@ def layout_of(group) -> HostLayout:
     return layout
 
 
+#: collectives with a two-level ``hierarchical`` schedule that :func:`auto_algorithm` picks
+TWO_LEVEL = ("all_reduce", "reduce_scatter", "all_gather")
+
+
 def auto_algorithm(collective: str, group) -> tuple[str | None, dict]:
-    """``(algorithm, params)`` for ``algorithm=None`` over the hybrid transport: all_reduce on
-    hosts of equal blocks of consecutive ranks runs ``hierarchical`` with ``local_size`` = ranks
-    per host (only its inter-node all-reduce crosses hosts); anything else ``(None, {})``, the
-    collective's default."""
+    """``(algorithm, params)`` for ``algorithm=None`` over the hybrid transport: all_reduce,
+    reduce_scatter and all_gather on hosts of equal blocks of consecutive ranks run
+    ``hierarchical`` with ``local_size`` = ranks per host (only its inter-node phase crosses
+    hosts: the all-reduce, reduce-scatter or all-gather among the ranks of equal local rank);
+    anything else ``(None, {})``, the collective's default. Collective over ``group`` on its
+    first use (:func:`layout_of`)."""
     layout = layout_of(group)
-    if collective == "all_reduce" and layout.local_size and 1 < layout.local_size < len(
+    if collective in TWO_LEVEL and layout.local_size and 1 < layout.local_size < len(
             layout.host_of):
         return "hierarchical", {"local_size": layout.local_size}
     return None, {}
