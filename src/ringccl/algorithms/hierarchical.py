@@ -153,7 +153,7 @@ register(Algorithm(collective="all_reduce", name="hierarchical", builder=all_red
                    num_steps=num_steps, bytes_sent=lambda n, b: 2 * (n - 1) / n * b,
                    steps_formula="2(L-1) + 2(N/L-1)", bytes_formula="2(N-1)/N·M",
                    reference="Jia et al. arXiv:1807.11205 2018; the collective-communication lecture, §9.3 (hierarchical question)",
-                   time=lambda n, b, alpha, beta, gamma: time(n, b, alpha, beta, gamma)))
+                   time=time))
 
 
 # -- reduce_scatter and all_gather ------------------------------------------------------------
