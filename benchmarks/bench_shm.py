@@ -180,10 +180,11 @@ def worker(rank, world_size, sizes, iters, crossover, collectives=COLLECTIVES):
         for collective in collectives:
             for nbytes in sizes:
                 ours, gloo, result = _calls(collective, nbytes, rank, n)
-                ours_nr, _, result_nr = _calls(collective, nbytes, rank, n, restore=False)
-                ours(), ours_nr(), gloo()          # warm-up: set-up, growth, plans
-                a, b = result()
-                correct = bool(torch.equal(a, b)) and bool(torch.equal(result_nr()[0], b))
+                ours_nr, gloo_nr, result_nr = _calls(collective, nbytes, rank, n,
+                                                     restore=False)
+                ours(), ours_nr(), gloo(), gloo_nr()   # warm-up: set-up, growth, plans
+                (a, b), (a_nr, b_nr) = result(), result_nr()
+                correct = bool(torch.equal(a, b)) and bool(torch.equal(a_nr, b_nr))
                 t_ours, t_nr, t_gloo = [], [], []
                 reps = _reps(nbytes)
                 for _ in range(iters):
