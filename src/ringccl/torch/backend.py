@@ -46,12 +46,12 @@ call runs *inline*, in the caller's thread, returning an already-completed Work,
 
 * the worker has nothing queued or running, and
 * the call moves at most ``RINGCCL_BACKEND_INLINE_BYTES`` bytes (default :data:`INLINE_BYTES`
-  = 256 KiB, where the measured inline call's time reaches the hand-off's; ``0`` sends every
+  = 256 KiB: up to it the inline call costs about 1-3 hand-offs, measured; ``0`` sends every
   non-empty call to the worker);
 
 everything else goes to the worker. Issue order holds across threads: the decision and the
 count of outstanding worker jobs are taken under one submit lock, and a run lock is held by the
-worker per job and by an inline call from before the submit lock is released, so a call issued
+worker per job and by an inline call before it lets go of the submit lock, so a call issued
 after an inline one (from any thread) runs after it. Failures are the same either way: the
 Work's ``wait()`` / ``get_future()`` raise the collective's failure; only refusals of the
 arguments (dtype, op, root) raise from the call itself, as before. ``RINGCCL_BACKEND_THREAD=0``
@@ -335,11 +335,12 @@ def _settle(future: torch.futures.Future, outcome: tuple[bool, Any]) -> None:
         future.set_exception(value)
 
 
-#: the default inline threshold (bytes a call moves), measured with benchmarks/bench_backend.py
-#: (docs/backend.md, "Dispatch policy"): below it a small all_reduce on shared memory costs
-#: less in the caller's thread than the worker hand-off alone (~150-600 us on this 2-core
-#: machine), above it the call's own time grows past the hand-off and the overlap the worker
-#: buys for async callers (DDP's buckets) pays
+#: the default inline threshold (bytes a call moves), from benchmarks/bench_backend.py
+#: (docs/backend.md, "Dispatch policy" and round 3): up to it an inline all_reduce on shared
+#: memory blocks its caller for 0.14-0.41 ms (2 processes) / 0.67-1.1 ms (4), about 1-3 worker
+#: hand-offs (0.15-0.32 / 0.45-0.62 ms quiet), which every synchronous call saves; above it
+#: (1 MiB: 0.5 / 2.1 ms, 4 MiB: 1.5 / 5.1 ms) the call is long enough that the overlap the
+#: worker gives async callers (DDP's buckets) is worth the hand-off
 INLINE_BYTES = 256 * 1024
 
 
