@@ -1,35 +1,45 @@
 """``dist.all_reduce`` through the "ringccl" backend next to gloo's; DDP and FSDP2 training steps.
 
 All in one launch of ``--nproc`` processes (one host: the backend runs over shared memory)
-whose default group is ringccl's, with a gloo group, a second ringccl group in caller-thread
-mode (``RINGCCL_BACKEND_THREAD=0``) and a third forced onto gloo point-to-point
-(``RINGCCL_TRANSPORT=p2p``) over the same ranks, so every variant is measured under the same
-machine load, interleaved: per repetition, every variant once at each size, then the next
-repetition. Variants:
+whose default group is ringccl's, with a gloo group and three more ringccl groups over the same
+ranks — every call on the worker (``RINGCCL_BACKEND_INLINE_BYTES=0``), every call in the
+caller's thread (``RINGCCL_BACKEND_THREAD=0``), forced onto gloo point-to-point
+(``RINGCCL_TRANSPORT=p2p``) — so every variant is measured under the same machine load,
+interleaved: per repetition, every variant once at each size, then the next repetition.
+Variants:
 
 * ``gloo``: gloo's own ``dist.all_reduce``.
-* ``ringccl``: ``dist.all_reduce`` on the ringccl group (shared memory, worker thread: the
-  default).
-* ``ringccl-inline``: the same, run in the calling thread (completed Work).
+* ``ringccl``: ``dist.all_reduce`` on the ringccl group (shared memory, the default dispatch
+  policy: inline when the worker is idle and the call moves at most 256 KiB, else the worker).
+* ``ringccl-thread``: every call handed to the worker thread (the policy before issue 17's
+  second round).
+* ``ringccl-inline``: every call run in the calling thread (completed Work).
 * ``ringccl-p2p``: the backend over gloo point-to-point (what it runs across hosts).
 * ``ringccl.torch``: ``ringccl.torch.all_reduce(t, group=gloo, transport="shm")`` (the same
   algorithm choice and transport, no torch.distributed dispatch, no worker thread): the
-  backend's dispatch overhead is ``ringccl`` minus this (``ringccl-inline`` minus this: without
-  the thread hand-off).
+  backend's dispatch overhead is ``ringccl`` minus this (``dispatch``; ``disp.thr`` and
+  ``disp.inl`` for the other two policies). The worker hand-off is ``disp.thr - disp.inl``.
 
 The DDP step (forward, backward with DDP's bucketed all-reduce, SGD step) uses an MLP of about
-25M float32 parameters, so the gradient all-reduce (~100 MB) dominates; the FSDP2 step
-(``fully_shard`` on each layer and the model: all-gathers of the parameters, reduce-scatters of
-the gradients) the same MLP. Figures are medians of ``--reps`` (min–max kept in the JSON),
-with the load average before and after the run; never timed asserts.
+25M float32 parameters, so the gradient all-reduce (~100 MB) dominates, for each batch size of
+``--ddp-batch``; its ``floor`` row is the same step on DDP under ``no_sync()`` (no gradient
+all-reduce at all), the lower bound of any backend's step: ``gloo/floor`` is the most any
+backend can gain over gloo on that step. The FSDP2 step (``fully_shard`` on each layer and the
+model: all-gathers of the parameters, reduce-scatters of the gradients) uses the same MLP and
+the first batch size. Figures are medians of ``--reps`` (steps: of ``--ddp-rounds`` ×
+``--ddp-steps``; min–max kept in the JSON), with the load average before and after the run;
+never timed asserts. The DDP variants hold one model at a time, so they are interleaved by
+round (every variant once per round), not per step; the two FSDP2 variants run one after the
+other.
 
     python benchmarks/bench_backend.py [--nproc 4] [--reps 5] [--sizes 4KiB:64MiB]
-        [--ddp-steps 5] [--no-fsdp] [--json]
+        [--ddp-steps 5] [--ddp-batch 8,1] [--ddp-rounds 3] [--no-fsdp] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -54,31 +64,42 @@ def _mlp(h: int):
                                torch.nn.ReLU(), torch.nn.Linear(h, h))
 
 
-def _step_times(model, opt, x, steps: int, barrier) -> dict:
-    """Median/min/max seconds of ``steps`` training steps (one more first, as warm-up)."""
+def _summary(ts: list, parameters: int) -> dict:
+    return {"seconds": statistics.median(ts), "min": min(ts), "max": max(ts), "steps": len(ts),
+            "parameters": parameters}
+
+
+def _step_seconds(model, opt, x, steps: int, barrier, context=contextlib.nullcontext) -> list:
+    """Seconds of each of ``steps`` training steps (one more first, as warm-up); forward and
+    backward run inside ``context()`` (DDP's ``no_sync`` for the floor)."""
     ts = []
     for step in range(steps + 1):
         barrier()
         t0 = time.perf_counter()
-        model(x).square().mean().backward()
+        with context():
+            model(x).square().mean().backward()
         opt.step()
         opt.zero_grad()
         if step:
             ts.append(time.perf_counter() - t0)
-    return {"seconds": statistics.median(ts), "min": min(ts), "max": max(ts),
-            "parameters": sum(p.numel() for p in model.parameters())}
+    return ts
 
 
-def _worker(rank, world_size, sizes, reps, ddp_steps, ddp_hidden, fsdp):
+def _worker(rank, world_size, sizes, reps, ddp_steps, ddp_hidden, fsdp, ddp_batches,
+            ddp_rounds):
     import torch
     import torch.distributed as dist
 
     import ringccl.torch as rt
 
     gloo = dist.new_group(backend="gloo")
+    # both read when the group is created
     os.environ["RINGCCL_BACKEND_THREAD"] = "0"
     inline = dist.new_group(backend="ringccl")
     del os.environ["RINGCCL_BACKEND_THREAD"]
+    os.environ["RINGCCL_BACKEND_INLINE_BYTES"] = "0"
+    thread = dist.new_group(backend="ringccl")
+    del os.environ["RINGCCL_BACKEND_INLINE_BYTES"]
     os.environ["RINGCCL_TRANSPORT"] = "p2p"   # read when the group is created
     p2p = dist.new_group(backend="ringccl")
     del os.environ["RINGCCL_TRANSPORT"]
@@ -87,6 +108,7 @@ def _worker(rank, world_size, sizes, reps, ddp_steps, ddp_hidden, fsdp):
     variants = {
         "gloo": lambda t: dist.all_reduce(t, group=gloo),
         "ringccl": lambda t: dist.all_reduce(t),
+        "ringccl-thread": lambda t: dist.all_reduce(t, group=thread),
         "ringccl-inline": lambda t: dist.all_reduce(t, group=inline),
         "ringccl-p2p": lambda t: dist.all_reduce(t, group=p2p),
         "ringccl.torch": lambda t: rt.all_reduce(t, group=gloo, transport="shm"),
@@ -106,18 +128,32 @@ def _worker(rank, world_size, sizes, reps, ddp_steps, ddp_hidden, fsdp):
                     times[(name, n)].append(seconds)
     rows = [{"variant": v, "nbytes": n, "seconds": statistics.median(ts), "min": min(ts),
              "max": max(ts)} for (v, n), ts in times.items()]
-    # DDP step, ~25M parameters: 3 layers of ddp_hidden^2
+    # DDP step, ~25M parameters: 3 layers of ddp_hidden^2, per batch size; "floor" is the same
+    # step under no_sync() (no gradient all-reduce at all): no backend's step can be shorter
     steps, fsdp_steps = {}, {}
     barrier = lambda: dist.barrier(group=gloo)   # noqa: E731
-    x = torch.randn(8, ddp_hidden)
+    x = torch.randn(ddp_batches[0], ddp_hidden)
     if ddp_steps:
         from torch.nn.parallel import DistributedDataParallel as DDP
-        for name, group in (("gloo", gloo), ("ringccl", None), ("ringccl-inline", inline),
-                            ("ringccl-p2p", p2p)):
-            model = DDP(_mlp(ddp_hidden), process_group=group)
-            opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-            steps[name] = _step_times(model, opt, x, ddp_steps, barrier)
-            del model, opt
+        ddp_variants = (("floor", gloo), ("gloo", gloo), ("ringccl", None),
+                        ("ringccl-thread", thread), ("ringccl-inline", inline),
+                        ("ringccl-p2p", p2p))
+        parameters = 3 * ddp_hidden * (ddp_hidden + 1)
+        for batch in ddp_batches:
+            xb = torch.randn(batch, ddp_hidden)
+            seen = {name: [] for name, _ in ddp_variants}
+            # one model at a time (~300 MB each with its buckets), so the variants are
+            # interleaved by round: every variant once per round, ddp_steps steps each
+            for _ in range(ddp_rounds):
+                for name, group in ddp_variants:
+                    model = DDP(_mlp(ddp_hidden), process_group=group)
+                    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+                    context = model.no_sync if name == "floor" else contextlib.nullcontext
+                    seen[name] += _step_seconds(model, opt, xb, ddp_steps, barrier, context)
+                    del model, opt
+            for name, ts in seen.items():
+                steps[f"{name} batch={batch}"] = dict(_summary(ts, parameters), variant=name,
+                                                      batch=batch)
     if ddp_steps and fsdp:
         from torch.distributed.device_mesh import DeviceMesh
         from torch.distributed.fsdp import fully_shard
@@ -129,8 +165,8 @@ def _worker(rank, world_size, sizes, reps, ddp_steps, ddp_hidden, fsdp):
                     fully_shard(layer, mesh=mesh)
             fully_shard(model, mesh=mesh)
             opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-            fsdp_steps[name] = _step_times(model, opt, x, ddp_steps, barrier)
-            fsdp_steps[name]["parameters"] = 3 * ddp_hidden * (ddp_hidden + 1)
+            fsdp_steps[name] = _summary(_step_seconds(model, opt, x, ddp_steps, barrier),
+                                        3 * ddp_hidden * (ddp_hidden + 1))
             del model, opt
     return ({"rows": rows, "ddp": steps, "fsdp2": fsdp_steps, "transports": transports}
             if rank == 0 else None)
@@ -144,37 +180,77 @@ def main(argv=None) -> None:
     parser.add_argument("--ddp-steps", type=int, default=5)
     parser.add_argument("--ddp-hidden", type=int, default=2900,
                         help="MLP width; 3 layers of width^2 (2900: 25.2M parameters)")
+    parser.add_argument("--ddp-batch", default="8",
+                        help="batch sizes of the DDP step, comma-separated (e.g. 8,1); the "
+                             "FSDP2 step uses the first")
+    parser.add_argument("--ddp-rounds", type=int, default=3,
+                        help="rounds of the DDP variants (each: every variant, --ddp-steps "
+                             "steps); the medians are over all rounds' steps")
     parser.add_argument("--no-fsdp", action="store_true", help="skip the FSDP2 step")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     from ringccl.torch.launch import launch
+    try:
+        batches = [int(b) for b in args.ddp_batch.split(",") if b.strip()]
+    except ValueError:
+        batches = []
+    if not batches or min(batches) < 1:
+        parser.error(f"--ddp-batch={args.ddp_batch!r}: give positive batch sizes, e.g. 8,1")
     load_before = os.getloadavg()
     result = launch(_worker, args.nproc, _sizes(args.sizes), args.reps, args.ddp_steps,
-                    args.ddp_hidden, not args.no_fsdp, backend="ringccl", timeout=3000,
-                    worker_bytes=6 * 4 * 3 * args.ddp_hidden ** 2)[0]
+                    args.ddp_hidden, not args.no_fsdp, batches, max(1, args.ddp_rounds),
+                    backend="ringccl",
+                    timeout=3000, worker_bytes=6 * 4 * 3 * args.ddp_hidden ** 2)[0]
     result["nproc"] = args.nproc
     result["load_average"] = {"before": load_before, "after": os.getloadavg()}
+    result["ddp_ratios"] = _ddp_ratios(result["ddp"], batches)
+    result["reps"] = args.reps
     if args.json:
         print(json.dumps(result, indent=1))
         return
+    print_tables(result)
+
+
+def print_tables(result: dict) -> None:
+    """The text tables of one run's result (what ``--json`` prints, as a dict)."""
     by = {(r["variant"], r["nbytes"]): r["seconds"] for r in result["rows"]}
-    print(f"dist.all_reduce, {args.nproc} processes, median of {args.reps} (µs; ratio gloo/x); "
+    print(f"dist.all_reduce, {result['nproc']} processes, median of {result['reps']} (µs; "
+          "ratio gloo/x); "
           f"transports (ringccl, inline, p2p group): {result['transports']}; load average "
           f"before {result['load_average']['before'][0]:.1f}, after "
           f"{result['load_average']['after'][0]:.1f}")
-    print(f"{'size':>10} {'gloo':>9} {'ringccl':>9} {'inline':>9} {'p2p':>9} {'rt shm':>9} "
-          f"{'gloo/ringccl':>12} {'gloo/p2p':>8} {'dispatch':>9} {'disp.inl':>9}")
+    print(f"{'size':>10} {'gloo':>9} {'ringccl':>9} {'thread':>9} {'inline':>9} {'p2p':>9} "
+          f"{'rt shm':>9} {'gloo/ringccl':>12} {'gloo/p2p':>8} {'dispatch':>9} {'disp.thr':>9} "
+          f"{'disp.inl':>9}")
     for n in sorted({r["nbytes"] for r in result["rows"]}):
-        g, r, i, p, d = (by[(v, n)] for v in ("gloo", "ringccl", "ringccl-inline",
-                                               "ringccl-p2p", "ringccl.torch"))
-        print(f"{n:>10} {g * 1e6:>9.0f} {r * 1e6:>9.0f} {i * 1e6:>9.0f} {p * 1e6:>9.0f} "
-              f"{d * 1e6:>9.0f} {g / r:>12.2f} {g / p:>8.2f} {(r - d) * 1e6:>9.0f} "
-              f"{(i - d) * 1e6:>9.0f}")
-    for title, table in (("DDP", result["ddp"]), ("FSDP2", result["fsdp2"])):
-        for name, s in table.items():
-            print(f"{title} step ({s['parameters'] / 1e6:.1f}M parameters) {name}: "
-                  f"{s['seconds'] * 1e3:.0f} ms (min {s['min'] * 1e3:.0f}, "
-                  f"max {s['max'] * 1e3:.0f})")
+        g, r, t, i, p, d = (by[(v, n)] for v in ("gloo", "ringccl", "ringccl-thread",
+                                                  "ringccl-inline", "ringccl-p2p",
+                                                  "ringccl.torch"))
+        print(f"{n:>10} {g * 1e6:>9.0f} {r * 1e6:>9.0f} {t * 1e6:>9.0f} {i * 1e6:>9.0f} "
+              f"{p * 1e6:>9.0f} {d * 1e6:>9.0f} {g / r:>12.2f} {g / p:>8.2f} "
+              f"{(r - d) * 1e6:>9.0f} {(t - d) * 1e6:>9.0f} {(i - d) * 1e6:>9.0f}")
+    for name, s in result["ddp"].items():
+        print(f"DDP step ({s['parameters'] / 1e6:.1f}M parameters) {name}: "
+              f"{s['seconds'] * 1e3:.0f} ms (min {s['min'] * 1e3:.0f}, "
+              f"max {s['max'] * 1e3:.0f}; {s['steps']} steps)")
+    for batch, ratios in result["ddp_ratios"].items():
+        print(f"DDP step batch={batch}: " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
+    for name, s in result["fsdp2"].items():
+        print(f"FSDP2 step ({s['parameters'] / 1e6:.1f}M parameters) {name}: "
+              f"{s['seconds'] * 1e3:.0f} ms (min {s['min'] * 1e3:.0f}, "
+              f"max {s['max'] * 1e3:.0f})")
+
+
+def _ddp_ratios(ddp: dict, batches) -> dict:
+    """Per batch size: gloo / floor (the most any backend can gain on this step: if it is below
+    1.5, no backend reaches issue 17's 1.5x) and gloo / x for each ringccl variant."""
+    out = {}
+    for batch in batches:
+        sec = {s["variant"]: s["seconds"] for s in ddp.values() if s["batch"] == batch}
+        if "gloo" not in sec:
+            continue
+        out[str(batch)] = {f"gloo/{v}": sec["gloo"] / t for v, t in sec.items() if v != "gloo"}
+    return out
 
 
 if __name__ == "__main__":

@@ -5,6 +5,9 @@ MODE "env": init_process_group("ringccl") from the environment, all_reduce, prin
 MODE "store": the same with an explicit TCPStore, rank and world_size.
 MODE "kill": the last rank exits during a stream of all_reduces; the others print what they
 raised and after how many seconds (group timeout: 10 s).
+MODE "kill_small": the same with small all_reduces (4 KiB, below the inline threshold: the
+dispatch policy runs them in the caller's thread); the report says whether the failed call's
+Work was already complete when the call returned (it ran inline).
 Every report names the group's transport, and (shm) its segments' uid, so the test can check
 that /dev/shm holds none of them afterwards.
 """
@@ -54,6 +57,26 @@ def main(mode: str) -> None:
         report["seconds"] = time.monotonic() - t0
         print(json.dumps(report), flush=True)
         os._exit(0)   # the group is unusable now; do not wait in its teardown
+    if mode == "kill_small":
+        small = torch.full((1024,), float(rank))
+        report["inline_bytes"] = pg._group.inline_bytes
+        if rank == world_size - 1:
+            time.sleep(0.3)
+            os._exit(17)
+        # small calls are quick: loop until one fails (bounded well past the group timeout)
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            started = time.monotonic()
+            work = dist.all_reduce(small, async_op=True)
+            report["complete_on_return"] = work.is_completed()
+            try:
+                work.wait()
+            except Exception as exc:  # what the survivors raise is the result
+                report["raised"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+                break
+        report["seconds"] = time.monotonic() - started
+        print(json.dumps(report), flush=True)
+        os._exit(0)
     dist.destroy_process_group()
     report["shm_states_after_destroy"] = len(executor._shm_owned)
     print(json.dumps(report), flush=True)

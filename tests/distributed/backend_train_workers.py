@@ -6,6 +6,8 @@ with a registered comm hook, with no_sync() gradient accumulation) and FSDP2's f
 Returns per-step losses and final parameters of every variant as numpy arrays.
 """
 
+import os
+
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -127,4 +129,15 @@ def everything(rank, world_size):
         out[f"ddp_hook/{name}"] = _ddp(group, data, hook=default_hooks.allreduce_hook)
         out[f"ddp_no_sync/{name}"] = _ddp(group, data, accumulate=2)
         out[f"fsdp2/{name}"] = _fsdp2(group, rank, world_size)
+    # the dispatch policy's other branches (this model's buckets are all below the default
+    # inline threshold): every call on the worker, and a threshold inside the bucket sizes so
+    # inline and queued buckets mix within each backward; the reference is gloo's
+    for variant, threshold in (("thread", "0"), ("mixed", "8KiB")):
+        os.environ["RINGCCL_BACKEND_INLINE_BYTES"] = threshold   # read at group creation
+        group = dist.new_group(backend="ringccl")
+        del os.environ["RINGCCL_BACKEND_INLINE_BYTES"]
+        out[f"ddp_{variant}/ringccl"] = _ddp(group, data)
+        out[f"ddp_{variant}/gloo"] = out["ddp/gloo"]
+        out[f"fsdp2_{variant}/ringccl"] = _fsdp2(group, rank, world_size)
+        out[f"fsdp2_{variant}/gloo"] = out["fsdp2/gloo"]
     return {k: (v[0].tolist(), v[1].tolist()) for k, v in out.items()}

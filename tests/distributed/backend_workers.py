@@ -240,6 +240,92 @@ def futures_and_subgroups(rank, world_size):
     return out
 
 
+def _two_threads(group, calls, rank):
+    """Issue ``calls`` (a list of (thread, count)) on ``group`` from two threads, "A" and "B",
+    in list order: each thread waits until every call before its next one has taken its place
+    in the group's issue order (``_Group.issued``), so the order is the same on every rank while
+    the other thread's call (inline or queued) may still be running. Returns, per call, its
+    result and whether its Work was complete when the call returned."""
+    import threading
+    g = group._group if hasattr(group, "_group") else None
+    base = g.issued
+    tensors = [torch.arange(count, dtype=torch.float64) + 1000 * i + rank
+               for i, (_, count) in enumerate(calls)]
+    works, completed, errors = [None] * len(calls), [None] * len(calls), []
+
+    def run(name):
+        try:
+            for i, (thread, _) in enumerate(calls):
+                if thread != name:
+                    continue
+                while g.issued < base + i:   # the calls before it are placed (or placing)
+                    threading.Event().wait(0.0005)
+                works[i] = dist.all_reduce(tensors[i], group=group, async_op=True)
+                completed[i] = works[i].is_completed()
+        except Exception as exc:  # reported, not lost in the thread
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in ("A", "B")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for w in works:
+        if w is not None:
+            w.wait()
+    return tensors, completed, errors
+
+
+def dispatch_order(rank, world_size):
+    """The dispatch policy (inline when the worker is idle and the call is small, else the
+    worker): issue order across threads and mixed inline/queued calls, against gloo's results
+    for the same calls; the same on a RINGCCL_BACKEND_THREAD=0 group and an
+    RINGCCL_BACKEND_INLINE_BYTES=0 group."""
+    gloo = dist.new_group(backend="gloo")
+    os.environ["RINGCCL_BACKEND_THREAD"] = "0"   # read when the group is created
+    inline_group = dist.new_group(backend="ringccl")
+    del os.environ["RINGCCL_BACKEND_THREAD"]
+    os.environ["RINGCCL_BACKEND_INLINE_BYTES"] = "0"
+    thread_group = dist.new_group(backend="ringccl")
+    del os.environ["RINGCCL_BACKEND_INLINE_BYTES"]
+    default = dist.distributed_c10d._get_default_group()
+    threshold = default._group.inline_bytes
+    small, large = 100, threshold // 8 + 1000   # float64: 800 B, and above the threshold
+    out = {"threshold": threshold}
+    # idle worker, small call: inline, so its Work is complete on return
+    t = torch.full((small,), float(rank + 1))
+    w = dist.all_reduce(t, async_op=True)
+    out["idle_small_completed"] = w.is_completed()
+    w.wait()
+    out["idle_small_value"] = float(t[0])
+    calls = [("A", small), ("B", small), ("A", large), ("B", small), ("A", small),
+             ("B", large), ("B", small), ("A", small), ("A", large), ("B", small)]
+    # the reference: the same calls, in the same order, on gloo
+    expected = [torch.arange(c, dtype=torch.float64) + 1000 * i + rank
+                for i, (_, c) in enumerate(calls)]
+    for x in expected:
+        dist.all_reduce(x, group=gloo)
+    for name, group in (("default", default), ("thread0", inline_group),
+                        ("inline0", thread_group)):
+        for repeat in range(3):
+            got, completed, errors = _two_threads(group, calls, rank)
+            key = f"{name}/{repeat}"
+            out[key] = {"equal": [bool(torch.equal(a, b)) for a, b in zip(got, expected)],
+                        "completed": completed, "errors": errors}
+    # one thread, mixed: small, large (queued), small (behind it), waited for in reverse
+    ts = [torch.arange(c, dtype=torch.float64) + 7 * i + rank
+          for i, c in enumerate([small, large, small, large, small])]
+    ref = [x.clone() for x in ts]
+    for x in ref:
+        dist.all_reduce(x, group=gloo)
+    works = [dist.all_reduce(x, async_op=True) for x in ts]
+    for w in reversed(works):
+        w.wait()
+    out["one_thread_mixed"] = [bool(torch.equal(a, b)) for a, b in zip(ts, ref)]
+    dist.barrier()
+    return out
+
+
 def debug_lines(rank, world_size):
     """RINGCCL_ALGO and RINGCCL_DEBUG=INFO: the forced algorithm is used, and one choice line
     per (collective, size class, group); a malformed RINGCCL_ALGO is refused by name."""

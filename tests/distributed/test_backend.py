@@ -94,3 +94,34 @@ def test_algo_override_and_debug_lines(monkeypatch, transport):
     else:
         assert "algorithm=ring (auto)" in auto, auto
 
+
+
+def test_dispatch_keeps_issue_order_across_threads():
+    runs = launch(backend_workers.dispatch_order, NPROC, backend="ringccl", timeout=200)
+    for rank, r in enumerate(runs):
+        assert r["threshold"] == 256 * 1024
+        # an idle group's small call ran in the caller's thread: complete on return
+        assert r["idle_small_completed"] is True and r["idle_small_value"] == 10.0
+        for name in ("default", "thread0", "inline0"):
+            for repeat in range(3):
+                seen = r[f"{name}/{repeat}"]
+                assert seen["errors"] == [], (rank, name, seen["errors"])
+                assert all(seen["equal"]), (rank, name, repeat, seen["equal"])
+                if name == "thread0":   # RINGCCL_BACKEND_THREAD=0: every call inline
+                    assert all(seen["completed"]), (rank, seen["completed"])
+        assert all(r["one_thread_mixed"]), (rank, r["one_thread_mixed"])
+
+
+def test_inline_threshold_from_the_environment(monkeypatch):
+    from ringccl.torch import backend
+    monkeypatch.delenv("RINGCCL_BACKEND_INLINE_BYTES", raising=False)
+    assert backend.inline_bytes() == backend.INLINE_BYTES == 256 * 1024
+    monkeypatch.setenv("RINGCCL_BACKEND_INLINE_BYTES", "64KiB")
+    assert backend.inline_bytes() == 65536
+    monkeypatch.setenv("RINGCCL_BACKEND_INLINE_BYTES", "0")
+    assert backend.inline_bytes() == 0
+    for bad in ("lots", "-5", "1.5"):
+        monkeypatch.setenv("RINGCCL_BACKEND_INLINE_BYTES", bad)
+        with pytest.raises(ValueError, match="RINGCCL_BACKEND_INLINE_BYTES=") as info:
+            backend.inline_bytes()
+        assert repr(bad) in str(info.value)

@@ -84,3 +84,18 @@ def test_killed_rank_survivors_raise_within_the_timeout(transport):
         assert r["transport"] == transport, r
         assert r["seconds"] < 10 + 5, r   # group timeout 10 s, plus slack for a loaded machine
     assert _leftover(reports[:3]) == []
+
+
+@pytest.mark.parametrize("transport", ["shm", "p2p"])
+def test_killed_rank_inline_call_fails_the_survivors_work(transport):
+    # 4 KiB all_reduces: the dispatch policy runs them in the caller's thread; the failure
+    # must reach the Work's wait(), as the worker's does
+    reports = _run("kill_small", 4, None if transport == "shm" else ["a", "a", "b", "b"])
+    assert reports[3].get("exit") == 17
+    for r in reports[:3]:
+        assert "raised" in r, r
+        assert r["transport"] == transport, r
+        assert 4096 <= r["inline_bytes"], r
+        assert r["complete_on_return"] is True, r   # ran inline: the Work came back complete
+        assert r["seconds"] < 10 + 5, r   # the failing call: group timeout 10 s, plus slack
+    assert _leftover(reports[:3]) == []

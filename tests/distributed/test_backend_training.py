@@ -25,7 +25,12 @@ def runs():
     return launch(backend_train_workers.everything, 4, backend="ringccl", timeout=500)
 
 
-@pytest.mark.parametrize("variant", ["ddp", "ddp_hook", "ddp_no_sync", "fsdp2"])
+VARIANTS = ["ddp", "ddp_hook", "ddp_no_sync", "fsdp2",
+            # RINGCCL_BACKEND_INLINE_BYTES=0 (every call on the worker) and 8 KiB (mixed)
+            "ddp_thread", "ddp_mixed", "fsdp2_thread", "fsdp2_mixed"]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
 def test_ringccl_matches_gloo(runs, variant):
     for rank, r in enumerate(runs):
         mine_loss, mine_params = (np.array(a) for a in r[f"{variant}/ringccl"])
@@ -40,7 +45,7 @@ def test_ringccl_matches_gloo(runs, variant):
 
 
 def test_replicas_agree(runs):
-    for variant in ("ddp", "ddp_hook", "ddp_no_sync", "fsdp2"):
+    for variant in VARIANTS:
         first = np.array(runs[0][f"{variant}/ringccl"][1])
         for r in runs[1:]:
             np.testing.assert_allclose(np.array(r[f"{variant}/ringccl"][1]), first, rtol=1e-6,

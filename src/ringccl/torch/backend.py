@@ -36,8 +36,26 @@ group itself. Each group owns
   k-th collective of every rank is the same one), under ``torch.no_grad`` (grad mode is per
   thread), completing each call's ``torch.futures.Future`` with the value gloo's would carry
   (the output tensors: ``[tensor]`` for all_reduce, what DDP's comm hooks read).
-  ``RINGCCL_BACKEND_THREAD=0`` runs every collective in the calling thread instead and returns
-  an already-completed Work (``benchmarks/bench_backend.py`` measures both).
+
+**Dispatch policy** (:meth:`_Group.submit`). Handing a call to the worker costs a thread
+hand-off (measured 145-320 us per call for 2 processes, 450-620 us for 4, on the 2-core test
+machine: docs/backend.md), more than a small all_reduce itself costs on shared memory; the
+worker pays only where the caller has something to overlap with a long call (DDP's reducer
+launches its bucket all-reduces from autograd hooks and waits at the end of backward). So a
+call runs *inline*, in the caller's thread, returning an already-completed Work, when
+
+* the worker has nothing queued or running, and
+* the call moves at most ``RINGCCL_BACKEND_INLINE_BYTES`` bytes (default :data:`INLINE_BYTES`
+  = 256 KiB: up to it the inline call costs about 1-3 hand-offs, measured; ``0`` sends every
+  non-empty call to the worker);
+
+everything else goes to the worker. Issue order holds across threads: the decision and the
+count of outstanding worker jobs are taken under one submit lock, and a run lock is held by the
+worker per job and by an inline call before it lets go of the submit lock, so a call issued
+after an inline one (from any thread) runs after it. Failures are the same either way: the
+Work's ``wait()`` / ``get_future()`` raise the collective's failure; only refusals of the
+arguments (dtype, op, root) raise from the call itself, as before. ``RINGCCL_BACKEND_THREAD=0``
+runs every collective inline (no worker).
 
 Each collective is the ringccl front end's flow (:mod:`ringccl.frontend`: contract → working
 buffer → schedule → engine) with ringccl.torch's tensor dialect and this group as its group
@@ -69,9 +87,10 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.distributed as dist
 
-from .. import engine, frontend, shm
+from .. import engine, frontend, shm, units
 from ..args import check_rank
 from ..consistency import debug_level
+from ..errors import ArgumentError
 from ..frontend import debug
 from ..ops import ReduceOp
 from . import executor
@@ -167,11 +186,17 @@ class _Group:
         transport: "shm" or "p2p", what the group's collectives run on (:func:`_transport`).
         shm_setup: the shared-memory set-up (:class:`ringccl.torch.executor.ShmSetup`) when
             ``transport == "shm"``, else None.
+        threaded: False under ``RINGCCL_BACKEND_THREAD=0`` (every call inline, no worker).
+        inline_bytes: the dispatch policy's threshold in bytes (:func:`inline_bytes`).
+        issued: how many collectives have taken their place in issue order (:meth:`submit`).
     """
 
     def __init__(self, store, rank: int, size: int, timeout: datetime.timedelta,
                  global_ranks: Sequence[int], name: str):
         self.rank, self.size, self.name, self.timeout = rank, size, name, timeout
+        # parsed first: a bad value fails the group before any rendezvous
+        self.threaded = os.environ.get("RINGCCL_BACKEND_THREAD", "1") != "0"
+        self.inline_bytes = inline_bytes()
         self.global_ranks = list(global_ranks)
         # its own key space in the group's store: torch's wrapper groups and our exchange of
         # host names never collide with gloo's rendezvous keys
@@ -186,10 +211,16 @@ class _Group:
                                             self.all_gather_object, timeout.total_seconds())
                           if self.transport == "shm" else None)
         self.logged: set = set()
-        self.threaded = os.environ.get("RINGCCL_BACKEND_THREAD", "1") != "0"
         self._jobs: queue.Queue = queue.Queue()
         self._thread: threading.Thread | None = None
+        # the submit lock orders every call (its place in issue order is taken under it) and
+        # guards _outstanding, the jobs handed to the worker and not finished yet; the run lock
+        # is held by whoever runs a collective (the worker, per job, or an inline caller), so a
+        # queued job never overlaps an inline one issued before it
         self._lock = threading.Lock()
+        self._run_lock = threading.Lock()
+        self._outstanding = 0
+        self.issued = 0   # calls placed in issue order so far (under the submit lock)
         self.closed = False
 
     # -- small exchanges over the inner group (the front end's group adapter) ------------------
@@ -215,23 +246,62 @@ class _Group:
         return objs
 
     # -- running the group's collectives, one at a time in issue order --------------------------
-    def submit(self, job: Callable[[], Any]) -> torch.futures.Future:
+    def submit(self, job: Callable[[], Any], nbytes: int = 0) -> torch.futures.Future:
         """Run ``job()`` (returns the future's value) after every collective issued before it;
-        returns its future (completed already when the group runs in the caller's thread)."""
+        returns its future.
+
+        The dispatch policy (module docstring): inline — in the caller's thread, the future
+        completed on return — when the group runs without a worker (``RINGCCL_BACKEND_THREAD
+        =0``), or when the worker has nothing queued or running and ``nbytes`` (the bytes the
+        call moves) is at most :attr:`inline_bytes`; else handed to the worker. Either way a
+        failure of ``job`` goes into the future (``wait()`` raises it), never out of here.
+
+        Raises:
+            RuntimeError: the group has been destroyed.
+        """
         if self.closed:
             raise RuntimeError(f"ringccl process group {self.name!r} has been destroyed")
         future: torch.futures.Future = torch.futures.Future()
-        if not self.threaded:
-            _complete(future, job)
-            return future
         with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(target=_worker_loop, args=(self._jobs,),
-                                                name=f"ringccl-backend-{self.name}",
-                                                daemon=True)
-                self._thread.start()
-        self._jobs.put((job, future))
+            self.issued += 1
+            queued = self.threaded and (self._outstanding > 0 or nbytes > self.inline_bytes)
+            if queued:
+                self._outstanding += 1
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._worker_loop,
+                                                    name=f"ringccl-backend-{self.name}",
+                                                    daemon=True)
+                    self._thread.start()
+                self._jobs.put((job, future))
+            else:
+                # taken before the submit lock is released: a call issued after this one (from
+                # any thread) runs after it, inline (it waits here) or on the worker (it waits
+                # for the run lock)
+                self._run_lock.acquire()
+        if not queued:
+            try:
+                outcome = _run(job)
+            finally:
+                self._run_lock.release()
+            _settle(future, outcome)   # after the release: callbacks may issue collectives
         return future
+
+    def _worker_loop(self) -> None:
+        while True:
+            item = self._jobs.get()
+            if item is None:
+                return
+            job, future = item
+            with self._run_lock:
+                outcome = _run(job)
+                # counted down before the future is settled: a caller woken by it finds the
+                # worker idle and may run its next small call inline (counted down after, the
+                # next call would race the count and, once queued, keep every later one queued).
+                # Lock order run → submit is safe: an inline caller waits for the run lock under
+                # the submit lock only when the count is 0, i.e. not while a job of ours runs
+                with self._lock:
+                    self._outstanding -= 1
+            _settle(future, outcome)   # outside the locks: callbacks may issue collectives
 
     def close(self) -> None:
         """Finish the queued collectives, stop the worker, drop the inner gloo group."""
@@ -247,22 +317,49 @@ class _Group:
         self.inner = None
 
 
-def _complete(future: torch.futures.Future, job: Callable[[], Any]) -> None:
+def _run(job: Callable[[], Any]) -> tuple[bool, Any]:
+    """``(True, job())``, or ``(False, exception)``: every failure is handed to whoever waits
+    on the Work, as gloo's Work carries its failure."""
     with torch.no_grad():   # collectives write parameters and their views, below autograd
         try:
-            value = job()
-        except BaseException as exc:  # hand every failure to whoever waits on the Work
-            future.set_exception(exc)
-            return
-    future.set_result(value)
+            return True, job()
+        except BaseException as exc:  # noqa: B902  (the Work's wait() re-raises it)
+            return False, exc
 
 
-def _worker_loop(jobs: queue.Queue) -> None:
-    while True:
-        item = jobs.get()
-        if item is None:
-            return
-        _complete(item[1], item[0])
+def _settle(future: torch.futures.Future, outcome: tuple[bool, Any]) -> None:
+    ok, value = outcome
+    if ok:
+        future.set_result(value)
+    else:
+        future.set_exception(value)
+
+
+#: the default inline threshold (bytes a call moves), from benchmarks/bench_backend.py
+#: (docs/backend.md, "Dispatch policy" and round 3): up to it an inline all_reduce on shared
+#: memory blocks its caller for 0.14-0.41 ms (2 processes) / 0.67-1.1 ms (4), about 1-3 worker
+#: hand-offs (0.15-0.32 / 0.45-0.62 ms quiet), which every synchronous call saves; above it
+#: (1 MiB: 0.5 / 2.1 ms, 4 MiB: 1.5 / 5.1 ms) the call is long enough that the overlap the
+#: worker gives async callers (DDP's buckets) is worth the hand-off
+INLINE_BYTES = 256 * 1024
+
+
+def inline_bytes() -> int:
+    """The inline threshold in bytes: ``RINGCCL_BACKEND_INLINE_BYTES`` (a size: ``65536``,
+    ``256KiB``; ``0`` hands every non-empty call to the worker) or :data:`INLINE_BYTES`.
+
+    Raises:
+        ValueError: a value that is not a non-negative size.
+    """
+    text = os.environ.get("RINGCCL_BACKEND_INLINE_BYTES")
+    if text is None or text == "":
+        return INLINE_BYTES
+    try:
+        return units.size(text)
+    except ArgumentError as exc:
+        raise ValueError(f"RINGCCL_BACKEND_INLINE_BYTES={text!r} is not a size in bytes "
+                         f"(allowed: a non-negative size such as 0, 65536, 256KiB): "
+                         f"{exc}") from None
 
 
 def host_id() -> str:
@@ -543,8 +640,10 @@ class RingcclProcessGroup(dist.ProcessGroup):
     def abort(self) -> None:
         self._finalizer()
 
-    def _submit(self, job: Callable[[], Any]):
-        return _Work(self._group.submit(job))
+    def _submit(self, job: Callable[[], Any], nbytes: int = 0):
+        """``job`` as a collective of this group (:meth:`_Group.submit`: inline or on the
+        worker by ``nbytes``, the bytes the call moves) and its Work."""
+        return _Work(self._group.submit(job, nbytes))
 
     # -- collectives ----------------------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
@@ -566,7 +665,7 @@ class RingcclProcessGroup(dist.ProcessGroup):
             for t, op, algorithm in plan:
                 frontend.in_place(_F, "all_reduce", t, op, g, algorithm, {}, options)
             return tensors
-        return self._submit(job)
+        return self._submit(job, sum(_nbytes(t) for t in tensors))
 
     def broadcast(self, tensors, opts=None):
         opts = opts if opts is not None else dist.BroadcastOptions()
@@ -581,7 +680,7 @@ class RingcclProcessGroup(dist.ProcessGroup):
                 frontend.in_place(_F, "broadcast", t, ReduceOp.SUM, g, algorithm,
                                   {"root": root}, options)
             return tensors
-        return self._submit(job)
+        return self._submit(job, sum(_nbytes(t) for t in tensors))
 
     def reduce(self, tensors, opts=None):
         opts = opts if opts is not None else dist.ReduceOptions()
@@ -597,7 +696,7 @@ class RingcclProcessGroup(dist.ProcessGroup):
                 frontend.in_place(_F, "reduce", t, op, g, algorithm, {"root": root}, options,
                                   copy=g.rank != root)
             return tensors
-        return self._submit(job)
+        return self._submit(job, sum(_nbytes(t) for t in tensors))
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         opts = opts if opts is not None else dist.AllgatherOptions()
@@ -622,7 +721,7 @@ class RingcclProcessGroup(dist.ProcessGroup):
                 for r, t in enumerate(out):
                     t.copy_(whole[r * inp.numel():(r + 1) * inp.numel()].view(t.shape))
             return outputs
-        return self._submit(job)
+        return self._submit(job, sum(_nbytes(inp) * g.size for _, inp, _ in plan))
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
         # gloo's layout: output_lists[r][i] receives rank r's input_list[i]; allgather wants,
@@ -645,7 +744,7 @@ class RingcclProcessGroup(dist.ProcessGroup):
             frontend.all_gather(_F, output, input, g, algorithm, {}, options,
                                 "all_gather_into_tensor", ("output_tensor", "input_tensor"))
             return [output]
-        return self._submit(job)
+        return self._submit(job, _nbytes(output))
 
     def all_gather_single(self, output, input, opts=None):
         return self._allgather_base(output, input, opts)
@@ -673,7 +772,7 @@ class RingcclProcessGroup(dist.ProcessGroup):
                 frontend.reduce_scatter(_F, out, whole, op, g, algorithm, {}, options, None,
                                         "reduce_scatter")
             return outputs
-        return self._submit(job)
+        return self._submit(job, sum(_nbytes(out) * g.size for out in outputs))
 
     def _reduce_scatter_base(self, output, input, opts=None):
         opts = opts if opts is not None else dist.ReduceScatterOptions()
@@ -687,7 +786,7 @@ class RingcclProcessGroup(dist.ProcessGroup):
             frontend.reduce_scatter(_F, output, input, op, g, algorithm, {}, options, None,
                                     "reduce_scatter_tensor")
             return [output]
-        return self._submit(job)
+        return self._submit(job, _nbytes(input))
 
     def reduce_scatter_single(self, output, input, opts=None):
         return self._reduce_scatter_base(output, input, opts)
@@ -696,13 +795,22 @@ class RingcclProcessGroup(dist.ProcessGroup):
         return self._coalesced(self._reduce_scatter_base, outputs, inputs, opts)
 
     def _coalesced(self, one, outputs, inputs, opts):
-        """Several calls of ``one`` queued back to back: the last one's Work completes after
-        all of them (one worker, in order), with every output as its value."""
+        """Several calls of ``one`` issued back to back: the returned Work completes after all
+        of them (issue order), with every output as its value, and its ``wait()`` raises the
+        first one's failure."""
         works = [one(o, i, opts) for o, i in zip(outputs, inputs)]
         if not works:
             return self._submit(lambda: [])
+        if len(works) == 1:
+            return works[0]
         outputs = list(outputs)
-        return self._submit(lambda: outputs) if len(works) > 1 else works[0]
+
+        def joined(f):
+            for part in f.value():
+                part.value()   # raises the first failed call's exception into the Work
+            return outputs
+        # chained on the calls' futures, not a job of its own: nothing waits inside a run
+        return _Work(torch.futures.collect_all([w.get_future() for w in works]).then(joined))
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         opts = opts if opts is not None else dist.AllToAllOptions()
@@ -716,7 +824,7 @@ class RingcclProcessGroup(dist.ProcessGroup):
         def job():
             frontend.all_to_all(_F, output, input, outs, ins, g, algorithm, {}, options)
             return [output]
-        return self._submit(job)
+        return self._submit(job, _nbytes(input))
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes,
                           opts=None):
@@ -734,7 +842,7 @@ class RingcclProcessGroup(dist.ProcessGroup):
             frontend.exchange(_F, inputs, [t.numel() for t in inputs],
                               [t.numel() for t in outputs], g, algorithm, {}, options, outputs)
             return outputs
-        return self._submit(job)
+        return self._submit(job, sum(_nbytes(t) for t in inputs))
 
     def gather(self, output_tensors, input_tensors, opts=None):
         opts = opts if opts is not None else dist.GatherOptions()
@@ -749,7 +857,7 @@ class RingcclProcessGroup(dist.ProcessGroup):
         def job():
             frontend.gather(_F, inputs[0], blocks, root, g, algorithm, {}, options)
             return [blocks] if blocks is not None else []
-        return self._submit(job)
+        return self._submit(job, _nbytes(inputs[0]) * g.size)
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         opts = opts if opts is not None else dist.ScatterOptions()
@@ -764,7 +872,7 @@ class RingcclProcessGroup(dist.ProcessGroup):
         def job():
             frontend.scatter(_F, outputs[0], blocks, root, g, algorithm, {}, options)
             return outputs
-        return self._submit(job)
+        return self._submit(job, _nbytes(outputs[0]) * g.size)
 
     def barrier(self, opts=None):
         g = self._group
