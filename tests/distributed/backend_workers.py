@@ -363,3 +363,63 @@ def debug_lines(rank, world_size):
 
 def np_allclose(a, b):
     return bool(np.allclose(a, b))
+
+
+def hybrid_vs_gloo(rank, world_size):
+    """A "ringccl" group over 2 "hosts" x 2 ranks (RINGCCL_HOST_ID, read when the group is
+    created): the hybrid transport, the cost model's two-level choice (RINGCCL_DEBUG=INFO
+    lines), and every result against a gloo group on the same inputs."""
+    import io
+    import logging
+
+    from ringccl.frontend import debug
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    debug.logger.addHandler(handler)
+    debug.logger.propagate = False
+    os.environ["RINGCCL_HOST_ID"] = f"host{rank // 2}"
+    group = dist.new_group(backend="ringccl")
+    del os.environ["RINGCCL_HOST_ID"]
+    gloo = dist.new_group(backend="gloo")
+    os.environ["RINGCCL_DEBUG"] = "INFO"
+    mismatches, calls = [], 0
+    n = world_size
+    for count in (0, 1, 7, 1000, 200_003):
+        for dtype in (torch.float32, torch.int64):
+            ops = [dist.ReduceOp.SUM, dist.ReduceOp.MAX] + \
+                ([dist.ReduceOp.AVG] if dtype.is_floating_point else [])
+            for op in ops:
+                x = _input(count * 7 + rank, count, dtype)
+                a, b = x.clone(), x.clone()
+                dist.all_reduce(a, op, group=group)
+                dist.all_reduce(b, op, group=gloo)
+                calls += 1
+                if not _same(a, b):
+                    mismatches.append(f"all_reduce {count} {dtype} {op}")
+            k = max(1, count // n)
+            x = _input(count + 3 * rank, n * k, dtype)
+            outs = [torch.empty(k, dtype=dtype) for _ in range(2)]
+            dist.reduce_scatter_tensor(outs[0], x, group=group)
+            dist.reduce_scatter_tensor(outs[1], x, group=gloo)
+            block = _input(count + 5 * rank, k, dtype)
+            gathered = [torch.empty(n * k, dtype=dtype) for _ in range(2)]
+            dist.all_gather_into_tensor(gathered[0], block, group=group)
+            dist.all_gather_into_tensor(gathered[1], block, group=gloo)
+            y = [_input(count + 11, count, dtype) if rank == 1 else torch.zeros(count, dtype=dtype)
+                 for _ in range(2)]
+            dist.broadcast(y[0], 1, group=group)
+            dist.broadcast(y[1], 1, group=gloo)
+            z = [torch.empty(n * k, dtype=dtype) for _ in range(2)]
+            dist.all_to_all_single(z[0], x, group=group)
+            dist.all_to_all_single(z[1], x, group=gloo)
+            calls += 4
+            for name, (p, q) in (("reduce_scatter", outs), ("all_gather", gathered),
+                                 ("broadcast", y), ("all_to_all", z)):
+                if not _same(p, q):
+                    mismatches.append(f"{name} {count} {dtype}")
+    del os.environ["RINGCCL_DEBUG"]
+    debug.logger.removeHandler(handler)
+    lines = [ln for ln in stream.getvalue().splitlines() if "backend group=" in ln]
+    transport = group.transport
+    dist.destroy_process_group(group)
+    return {"mismatches": mismatches, "calls": calls, "transport": transport, "lines": lines}

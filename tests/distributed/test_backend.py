@@ -125,3 +125,16 @@ def test_inline_threshold_from_the_environment(monkeypatch):
         with pytest.raises(ValueError, match="RINGCCL_BACKEND_INLINE_BYTES=") as info:
             backend.inline_bytes()
         assert repr(bad) in str(info.value)
+
+
+def test_two_hosts_run_hybrid_with_the_cost_models_two_level_choice():
+    runs = launch(backend_workers.hybrid_vs_gloo, NPROC, backend="ringccl", timeout=300)
+    for rank, r in enumerate(runs):
+        assert r["transport"] == "hybrid", rank
+        assert r["calls"] >= 60 and r["mismatches"] == [], (rank, r["mismatches"][:3])
+    lines = runs[0]["lines"]
+    assert lines and all("transport=shm+gloo-p2p " in ln for ln in lines), lines
+    # on 2 hosts x 2 ranks the model prices the two-level schedules below the flat ring
+    for collective in ("all_reduce", "reduce_scatter", "all_gather"):
+        chosen = [ln for ln in lines if f" {collective} " in ln]
+        assert chosen and all("algorithm=hierarchical (auto)" in ln for ln in chosen), chosen

@@ -93,7 +93,8 @@ from ..consistency import debug_level
 from ..errors import ArgumentError
 from ..frontend import debug
 from ..ops import ReduceOp
-from . import executor
+from ..shm.hierarchical import host_layout
+from . import executor, hybrid
 from .backend_choice import LINKS, SIZE_CLASSES, choose_algorithm, predicted_seconds, size_class
 from .collectives import _SUPPORTED, _Torch
 
@@ -183,9 +184,14 @@ class _Group:
         name: torch's group name (its PrefixStore prefix), for log lines.
         timeout: the group's timeout (``init_process_group(timeout=...)``).
         hosts: every rank's host identity (:func:`ringccl.shm.host_id`), by group rank.
-        transport: "shm" or "p2p", what the group's collectives run on (:func:`_transport`).
+        transport: "shm", "hybrid" or "p2p", what the group's collectives run on
+            (:func:`_transport`).
+        layout: where the ranks run (:class:`ringccl.shm.hierarchical.HostLayout`); its
+            ``local_size`` (ranks per host, hosts of equal blocks of consecutive ranks) is the
+            two-level schedules' ``local_size`` over "hybrid".
         shm_setup: the shared-memory set-up (:class:`ringccl.torch.executor.ShmSetup`) when
-            ``transport == "shm"``, else None.
+            ``transport == "shm"``, else None; hybrid_setup: the hybrid transport's
+            (:class:`ringccl.torch.hybrid.HybridSetup`) when ``transport == "hybrid"``.
         threaded: False under ``RINGCCL_BACKEND_THREAD=0`` (every call inline, no worker).
         inline_bytes: the dispatch policy's threshold in bytes (:func:`inline_bytes`).
         issued: how many collectives have taken their place in issue order (:meth:`submit`).
@@ -204,12 +210,15 @@ class _Group:
                                            timeout)
         self.hosts = _exchange_hosts(dist.PrefixStore("ringccl/host", store), rank, size,
                                      timeout)
+        self.layout = host_layout(self.hosts, rank)
         self.transport = _transport(self.hosts, size)
         # the segment's set-up exchange goes over the inner gloo group: it runs on the worker
         # thread, inside this group's first collective, where our own collectives cannot
-        self.shm_setup = (executor.ShmSetup(rank, size, self.global_ranks,
-                                            self.all_gather_object, timeout.total_seconds())
-                          if self.transport == "shm" else None)
+        setup = executor.ShmSetup(rank, size, self.global_ranks, self.all_gather_object,
+                                  timeout.total_seconds())
+        self.shm_setup = setup if self.transport == "shm" else None
+        self.hybrid_setup = (hybrid.HybridSetup(setup, self.hosts, _GlooTransport(
+            self.inner, self.global_ranks, None)) if self.transport == "hybrid" else None)
         self.logged: set = set()
         self._jobs: queue.Queue = queue.Queue()
         self._thread: threading.Thread | None = None
@@ -314,6 +323,7 @@ class _Group:
             if thread is not threading.current_thread():
                 thread.join(self.timeout.total_seconds() + 5)
         executor.release_shm_state(self)   # unmaps the segment (its name is gone already)
+        hybrid.release_hybrid_state(self)
         self.inner = None
 
 
@@ -368,18 +378,21 @@ def host_id() -> str:
     return shm.host_id()
 
 
-_TRANSPORT_VALUES = ("auto", "shm", "p2p")
+_TRANSPORT_VALUES = ("auto", "shm", "p2p", "hybrid")
 
 
 def _transport(hosts: Sequence[str], size: int) -> str:
     """The group's transport from every rank's host identity (the same on every rank):
-    ``RINGCCL_TRANSPORT`` "p2p" → "p2p"; "shm" → "shm" (refused across hosts); "auto" (or
-    unset) → "shm" when every rank is on this host and the machine is x86-64, else "p2p". A
-    group of one rank moves nothing: "p2p".
+    ``RINGCCL_TRANSPORT`` "p2p" → "p2p"; "shm" → "shm" (refused across hosts); "hybrid" →
+    "hybrid" (shared memory inside each host, gloo point-to-point across); "auto" (or unset) on
+    an x86-64 machine → "shm" when every rank is on this host, "hybrid" when the ranks span
+    hosts that each hold the same number (two or more) of them, as ringccl.torch's "auto"
+    (:func:`ringccl.torch.collectives.resolve_transport`), else "p2p". A group of one rank
+    moves nothing: "p2p".
 
     Raises:
-        ValueError: a ``RINGCCL_TRANSPORT`` outside auto/shm/p2p, or "shm" for ranks on
-            several hosts. BackendError: "shm" on a machine that is not x86-64.
+        ValueError: a ``RINGCCL_TRANSPORT`` outside auto/shm/p2p/hybrid, or "shm" for ranks on
+            several hosts. BackendError: "shm" or "hybrid" on a machine that is not x86-64.
     """
     value = os.environ.get("RINGCCL_TRANSPORT") or "auto"
     if value not in _TRANSPORT_VALUES:
@@ -392,10 +405,17 @@ def _transport(hosts: Sequence[str], size: int) -> str:
         if not one_host:
             raise ValueError(f"RINGCCL_TRANSPORT='shm': the group's {size} ranks are on "
                              f"{len(set(hosts))} hosts ({sorted(set(hosts))}); shared memory "
-                             "needs every rank on one host (use 'auto' or 'p2p')")
+                             "needs every rank on one host (use 'auto', 'hybrid' or 'p2p')")
         shm.check_platform()
         return "shm"
-    return "shm" if one_host and shm.supported_platform() else "p2p"
+    if value == "hybrid":
+        shm.check_platform()
+        return "hybrid"
+    if not shm.supported_platform():
+        return "p2p"
+    if one_host:
+        return "shm"
+    return "hybrid" if host_layout(hosts, 0).balanced else "p2p"
 
 
 def _exchange_hosts(store, rank: int, size: int, timeout: datetime.timedelta) -> list[str]:
@@ -482,6 +502,14 @@ def _execute(schedule, buffer: torch.Tensor, op: ReduceOp, g: _Group, bounds, op
                               None if wait_timeout is None else wait_timeout.total_seconds(),
                               restore, g.shm_setup)
         return
+    if g.transport == "hybrid":   # shm inside each host, gloo across (ringccl.torch.hybrid)
+        if pipelining is executor.PIPELINING:
+            pipelining = executor.SHM_PIPELINING
+        hybrid.execute_hybrid(schedule, buffer, op, g, bounds,
+                              lambda itemsize: pipelining.segment_elems(bounds, itemsize),
+                              None if wait_timeout is None else wait_timeout.total_seconds(),
+                              restore, g.hybrid_setup)
+        return
     executor.run_p2p(schedule, buffer, op, g.rank, bounds,
                      pipelining.segment_elems(bounds, buffer.element_size()),
                      _GlooTransport(g.inner, g.global_ranks, wait_timeout),
@@ -501,7 +529,8 @@ def _options(opts_timeout=None) -> frontend.Options:
     return frontend.options(_F, None, timeout, None, None)
 
 
-def _log_choice(g: _Group, collective: str, algorithm: str, nbytes: int, forced: bool) -> None:
+def _log_choice(g: _Group, collective: str, algorithm: str, params: dict, nbytes: int,
+                forced: bool) -> None:
     """``RINGCCL_DEBUG=INFO``: one line per (collective, size class, group), as NCCL_DEBUG=INFO
     prints its choices once; the per-call lines are :mod:`ringccl.frontend.debug`'s."""
     level = debug_level()
@@ -512,7 +541,8 @@ def _log_choice(g: _Group, collective: str, algorithm: str, nbytes: int, forced:
         return
     g.logged.add(key)
     debug._configure(level)
-    seconds = predicted_seconds(collective, algorithm, g.size, nbytes, g.transport)
+    seconds = predicted_seconds(collective, algorithm, g.size, nbytes, g.transport, params,
+                                g.layout.local_size or None)
     predicted = "n/a" if seconds is None else f"{seconds * 1e6:.1f}"
     if LINKS[g.transport][1]:   # the cost model has no fitted class for it yet
         predicted += " (provisional link figures)"
@@ -524,13 +554,16 @@ def _log_choice(g: _Group, collective: str, algorithm: str, nbytes: int, forced:
 
 
 #: the transports as the INFO lines name them
-_TRANSPORT_NAMES = {"shm": "shm", "p2p": "gloo-p2p"}
+_TRANSPORT_NAMES = {"shm": "shm", "p2p": "gloo-p2p", "hybrid": "shm+gloo-p2p"}
 
 
-def _algorithm(g: _Group, collective: str, nbytes: int) -> str:
-    algorithm, forced = choose_algorithm(collective, g.size, nbytes, g.transport)
-    _log_choice(g, collective, algorithm, nbytes, forced)
-    return algorithm
+def _algorithm(g: _Group, collective: str, nbytes: int) -> tuple[str, dict]:
+    """(algorithm, its parameters) of one call (:func:`choose_algorithm`), logged once per
+    (collective, size class) with ``RINGCCL_DEBUG=INFO``."""
+    algorithm, params, forced = choose_algorithm(collective, g.size, nbytes, g.transport,
+                                                 g.layout.local_size or None)
+    _log_choice(g, collective, algorithm, params, nbytes, forced)
+    return algorithm, params
 
 
 def _nbytes(t: torch.Tensor) -> int:
@@ -662,8 +695,8 @@ class RingcclProcessGroup(dist.ProcessGroup):
         plan = [(t, op, _algorithm(g, "all_reduce", _nbytes(t))) for t, op in zip(tensors, ops)]
 
         def job():
-            for t, op, algorithm in plan:
-                frontend.in_place(_F, "all_reduce", t, op, g, algorithm, {}, options)
+            for t, op, (algorithm, params) in plan:
+                frontend.in_place(_F, "all_reduce", t, op, g, algorithm, params, options)
             return tensors
         return self._submit(job, sum(_nbytes(t) for t in tensors))
 
@@ -676,9 +709,9 @@ class RingcclProcessGroup(dist.ProcessGroup):
         plan = [(t, _algorithm(g, "broadcast", _nbytes(t))) for t in tensors]
 
         def job():
-            for t, algorithm in plan:
+            for t, (algorithm, params) in plan:
                 frontend.in_place(_F, "broadcast", t, ReduceOp.SUM, g, algorithm,
-                                  {"root": root}, options)
+                                  {**params, "root": root}, options)
             return tensors
         return self._submit(job, sum(_nbytes(t) for t in tensors))
 
@@ -692,8 +725,8 @@ class RingcclProcessGroup(dist.ProcessGroup):
         plan = [(t, op, _algorithm(g, "reduce", _nbytes(t))) for t, op in zip(tensors, ops)]
 
         def job():
-            for t, op, algorithm in plan:
-                frontend.in_place(_F, "reduce", t, op, g, algorithm, {"root": root}, options,
+            for t, op, (algorithm, params) in plan:
+                frontend.in_place(_F, "reduce", t, op, g, algorithm, {**params, "root": root}, options,
                                   copy=g.rank != root)
             return tensors
         return self._submit(job, sum(_nbytes(t) for t in tensors))
@@ -712,11 +745,11 @@ class RingcclProcessGroup(dist.ProcessGroup):
             plan.append((out, inp, _algorithm(g, "all_gather", _nbytes(inp) * g.size)))
 
         def job():
-            for out, inp, algorithm in plan:
+            for out, inp, (algorithm, params) in plan:
                 # one contiguous working buffer; the blocks are copied out (list outputs may be
                 # anywhere in memory)
                 whole = inp.new_empty(g.size * inp.numel())
-                frontend.all_gather(_F, whole, inp, g, algorithm, {}, options, "all_gather",
+                frontend.all_gather(_F, whole, inp, g, algorithm, params, options, "all_gather",
                                     ("output_tensor_list", "input_tensor"))
                 for r, t in enumerate(out):
                     t.copy_(whole[r * inp.numel():(r + 1) * inp.numel()].view(t.shape))
@@ -738,10 +771,10 @@ class RingcclProcessGroup(dist.ProcessGroup):
         g = self._group
         _check_dtype([output, input], "all_gather_into_tensor")
         options = _options(opts.timeout)
-        algorithm = _algorithm(g, "all_gather", _nbytes(output))
+        algorithm, params = _algorithm(g, "all_gather", _nbytes(output))
 
         def job():
-            frontend.all_gather(_F, output, input, g, algorithm, {}, options,
+            frontend.all_gather(_F, output, input, g, algorithm, params, options,
                                 "all_gather_into_tensor", ("output_tensor", "input_tensor"))
             return [output]
         return self._submit(job, _nbytes(output))
@@ -767,9 +800,9 @@ class RingcclProcessGroup(dist.ProcessGroup):
             plan.append((out, inp, op, _algorithm(g, "reduce_scatter", _nbytes(out) * g.size)))
 
         def job():
-            for out, inp, op, algorithm in plan:
+            for out, inp, op, (algorithm, params) in plan:
                 whole = torch.cat([t.reshape(-1) for t in inp])
-                frontend.reduce_scatter(_F, out, whole, op, g, algorithm, {}, options, None,
+                frontend.reduce_scatter(_F, out, whole, op, g, algorithm, params, options, None,
                                         "reduce_scatter")
             return outputs
         return self._submit(job, sum(_nbytes(out) * g.size for out in outputs))
@@ -780,10 +813,10 @@ class RingcclProcessGroup(dist.ProcessGroup):
         _check_dtype([output, input], "reduce_scatter_tensor")
         op = _reduce_op(opts.reduceOp, input.dtype, "reduce_scatter_tensor")
         options = _options(opts.timeout)
-        algorithm = _algorithm(g, "reduce_scatter", _nbytes(input))
+        algorithm, params = _algorithm(g, "reduce_scatter", _nbytes(input))
 
         def job():
-            frontend.reduce_scatter(_F, output, input, op, g, algorithm, {}, options, None,
+            frontend.reduce_scatter(_F, output, input, op, g, algorithm, params, options, None,
                                     "reduce_scatter_tensor")
             return [output]
         return self._submit(job, _nbytes(input))
@@ -817,12 +850,12 @@ class RingcclProcessGroup(dist.ProcessGroup):
         g = self._group
         _check_dtype([output, input], "all_to_all_single")
         options = _options(opts.timeout)
-        algorithm = _algorithm(g, "all_to_all", _nbytes(input))
+        algorithm, params = _algorithm(g, "all_to_all", _nbytes(input))
         outs = list(output_split_sizes) or None   # torch passes [] for equal pieces
         ins = list(input_split_sizes) or None
 
         def job():
-            frontend.all_to_all(_F, output, input, outs, ins, g, algorithm, {}, options)
+            frontend.all_to_all(_F, output, input, outs, ins, g, algorithm, params, options)
             return [output]
         return self._submit(job, _nbytes(input))
 
@@ -836,11 +869,11 @@ class RingcclProcessGroup(dist.ProcessGroup):
         outputs, inputs = list(output_tensors), list(input_tensors)
         _check_dtype(outputs + inputs, "all_to_all")
         options = _options(opts.timeout)
-        algorithm = _algorithm(g, "all_to_all", sum(_nbytes(t) for t in inputs))
+        algorithm, params = _algorithm(g, "all_to_all", sum(_nbytes(t) for t in inputs))
 
         def job():
             frontend.exchange(_F, inputs, [t.numel() for t in inputs],
-                              [t.numel() for t in outputs], g, algorithm, {}, options, outputs)
+                              [t.numel() for t in outputs], g, algorithm, params, options, outputs)
             return outputs
         return self._submit(job, sum(_nbytes(t) for t in inputs))
 
@@ -852,10 +885,10 @@ class RingcclProcessGroup(dist.ProcessGroup):
         blocks = list(output_tensors[0]) if g.rank == root else None
         _check_dtype(inputs + (blocks or []), "gather")
         options = _options(opts.timeout)
-        algorithm = _algorithm(g, "gather", _nbytes(inputs[0]) * g.size)
+        algorithm, params = _algorithm(g, "gather", _nbytes(inputs[0]) * g.size)
 
         def job():
-            frontend.gather(_F, inputs[0], blocks, root, g, algorithm, {}, options)
+            frontend.gather(_F, inputs[0], blocks, root, g, algorithm, params, options)
             return [blocks] if blocks is not None else []
         return self._submit(job, _nbytes(inputs[0]) * g.size)
 
@@ -867,10 +900,10 @@ class RingcclProcessGroup(dist.ProcessGroup):
         blocks = list(input_tensors[0]) if g.rank == root else None
         _check_dtype(outputs + (blocks or []), "scatter")
         options = _options(opts.timeout)
-        algorithm = _algorithm(g, "scatter", _nbytes(outputs[0]) * g.size)
+        algorithm, params = _algorithm(g, "scatter", _nbytes(outputs[0]) * g.size)
 
         def job():
-            frontend.scatter(_F, outputs[0], blocks, root, g, algorithm, {}, options)
+            frontend.scatter(_F, outputs[0], blocks, root, g, algorithm, params, options)
             return outputs
         return self._submit(job, _nbytes(outputs[0]) * g.size)
 

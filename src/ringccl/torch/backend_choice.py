@@ -35,6 +35,7 @@ from .. import caches
 from ..algorithms import algorithms, default_algorithm
 from ..collectives import COLLECTIVES
 from ..costmodel import predictor
+from ..costmodel.topology import two_level
 from ..errors import ArgumentError
 from .executor import shm_algorithm
 
@@ -42,8 +43,8 @@ __all__ = ["parse_algo_env", "choose_algorithm", "predicted_seconds", "size_clas
            "SIZE_CLASSES", "GLOO_P2P", "SHM_PROVISIONAL", "LINKS", "TRANSPORTS"]
 
 #: the backend's transports: "shm" (every rank of the group on this host), "p2p" (gloo
-#: point-to-point on the inner gloo group)
-TRANSPORTS = ("shm", "p2p")
+#: point-to-point on the inner gloo group), "hybrid" (shm inside each host, gloo across)
+TRANSPORTS = ("shm", "p2p", "hybrid")
 
 #: (alpha [s per step], beta [s per byte sent], gamma [s per byte reduced]) of gloo
 #: point-to-point on one host, from docs/benchmarks.md's fit (2 processes, TCP loopback)
@@ -57,8 +58,11 @@ GLOO_P2P = (1.51e-3, 1.019e-9, 0.267e-9)
 #: per byte on this machine).
 SHM_PROVISIONAL = (35e-6, 0.474e-9, 0.474e-9)
 
-#: the link class of each transport, and whether its figures are provisional
-LINKS = {"p2p": (GLOO_P2P, False), "shm": (SHM_PROVISIONAL, True)}
+#: the link class of each transport, and whether its figures are provisional; "hybrid" is
+#: priced on a two-level machine (:func:`two_level_machine`) whose intra-host link is "shm"'s
+#: and inter-host link "p2p"'s
+LINKS = {"p2p": (GLOO_P2P, False), "shm": (SHM_PROVISIONAL, True),
+         "hybrid": (SHM_PROVISIONAL, True)}
 
 #: upper bounds (bytes, exclusive) of the size classes of the log lines, NCCL-style powers of 4
 SIZE_CLASSES = tuple(4 ** k for k in range(5, 17))   # 1 KiB ... 4 GiB
@@ -116,49 +120,92 @@ def _check_transport(transport: str) -> None:
 
 
 def choose_algorithm(collective: str, world_size: int, nbytes: int,
-                     transport: str = "p2p") -> tuple[str, bool]:
-    """The algorithm of one call and whether ``RINGCCL_ALGO`` forced it.
+                     transport: str = "p2p", local_size: int | None = None
+                     ) -> tuple[str, dict, bool]:
+    """The algorithm of one call, its parameters, and whether ``RINGCCL_ALGO`` forced it.
 
     Args:
         collective: a name of :data:`ringccl.collectives.COLLECTIVES`.
         world_size: ranks of the group.
         nbytes: bytes of the collective's working buffer (nccl-tests' "size").
-        transport: "shm" or "p2p" (:data:`TRANSPORTS`), the transport the call runs on.
+        transport: "shm", "p2p" or "hybrid" (:data:`TRANSPORTS`), the transport the call runs
+            on.
+        local_size: "hybrid" on hosts of equal blocks of consecutive ranks: the ranks per host
+            (None: not so; the two-level schedules are then not considered).
     Returns:
-        (algorithm name, forced). Not forced: over "shm" :func:`ringccl.torch.executor.
-        shm_algorithm`, over "p2p" :data:`ringccl.algorithms.DEFAULTS` (ringccl.torch's
-        "auto" for the same transport).
+        (algorithm name, parameters, forced). Not forced: over "shm" :func:`ringccl.torch.
+        executor.shm_algorithm`, over "p2p" :data:`ringccl.algorithms.DEFAULTS` (ringccl.torch's
+        "auto" for the same transport), over "hybrid" the faster by the cost model
+        (:func:`predicted_seconds` on :func:`two_level_machine`) of the registry's default and
+        the two-level ``hierarchical`` schedule with ``local_size``, where one is registered.
+        A forced ``hierarchical`` gets ``local_size`` from the hosts too.
     Raises:
         ArgumentError: a malformed ``RINGCCL_ALGO`` (:func:`parse_algo_env`); another
             ``transport``.
     """
     _check_transport(transport)
     forced = parse_algo_env(os.environ.get("RINGCCL_ALGO", "")).get(collective)
+    two_level = transport == "hybrid" and local_size is not None and 1 < local_size < world_size
     if forced is not None:
-        return forced, True
+        params = {"local_size": local_size} if forced == "hierarchical" and two_level else {}
+        return forced, params, True
     if transport == "shm":
-        return shm_algorithm(collective, world_size, nbytes), False
-    return default_algorithm(collective), False
+        return shm_algorithm(collective, world_size, nbytes), {}, False
+    if two_level and "hierarchical" in algorithms(collective):
+        algorithm, params = _two_level_choice(collective, world_size, nbytes, local_size)
+        return algorithm, params, False
+    return default_algorithm(collective), {}, False
+
+
+@caches.memoize(maxsize=1024)
+def _two_level_choice(collective: str, world_size: int, nbytes: int, local_size: int):
+    flat = default_algorithm(collective)
+    two = {"local_size": local_size}
+    t_flat = predicted_seconds(collective, flat, world_size, nbytes, "hybrid", {}, local_size)
+    t_two = predicted_seconds(collective, "hierarchical", world_size, nbytes, "hybrid", two,
+                              local_size)
+    if t_two is not None and (t_flat is None or t_two < t_flat):
+        return "hierarchical", two
+    return flat, {}
+
+
+def two_level_machine(world_size: int, local_size: int):
+    """The cost model's machine for the "hybrid" transport: ``world_size / local_size`` hosts of
+    ``local_size`` ranks, inside a host the shared-memory link (:data:`SHM_PROVISIONAL`'s α,
+    1/β), across hosts one NIC per host with gloo point-to-point's (:data:`GLOO_P2P`), the
+    ranks host-major (:func:`ringccl.costmodel.topology.two_level`)."""
+    (a_shm, b_shm, _), (a_p2p, b_p2p, _) = SHM_PROVISIONAL, GLOO_P2P
+    return two_level(world_size // local_size, local_size, (a_shm, 1 / b_shm),
+                     (a_p2p, 1 / b_p2p), nics_per_node=1)
 
 
 @caches.memoize(maxsize=256)
-def _predictor(collective: str, algorithm: str, world_size: int, transport: str):
+def _predictor(collective: str, algorithm: str, world_size: int, transport: str,
+               params: tuple = (), local_size: int | None = None):
     (alpha, beta, gamma), _ = LINKS[transport]
+    if transport == "hybrid" and local_size:
+        # the reduction runs on the host's cores whichever link brought the bytes: shm's gamma
+        return predictor(collective, algorithm, topology=two_level_machine(world_size,
+                                                                           local_size),
+                         gamma=gamma, **dict(params))
     return predictor(collective, algorithm, world_size, alpha=alpha, bandwidth=1 / beta,
-                     gamma=gamma)
+                     gamma=gamma, **dict(params))
 
 
 def predicted_seconds(collective: str, algorithm: str, world_size: int,
-                      nbytes: int, transport: str = "p2p") -> float | None:
+                      nbytes: int, transport: str = "p2p", params: dict | None = None,
+                      local_size: int | None = None) -> float | None:
     """The model's seconds for one call over ``transport``'s link class (:data:`LINKS`: gloo
-    point-to-point, or the provisional shared-memory figures); None when the algorithm cannot
-    be priced without parameters the call does not give.
+    point-to-point, the provisional shared-memory figures; "hybrid" with ``local_size``: the
+    two-level machine of :func:`two_level_machine`); ``params``: the algorithm's. None when
+    the algorithm cannot be priced without parameters the call does not give.
 
     Raises:
         ArgumentError: ``transport`` not in :data:`TRANSPORTS`.
     """
     _check_transport(transport)
     try:
-        return float(_predictor(collective, algorithm, world_size, transport)(nbytes))
+        return float(_predictor(collective, algorithm, world_size, transport,
+                                tuple(sorted((params or {}).items())), local_size)(nbytes))
     except (ArgumentError, TypeError, ValueError):
         return None

@@ -18,6 +18,7 @@ consecutive ranks (:func:`auto_algorithm`), else the collective's default.
 from __future__ import annotations
 
 import threading
+from typing import Any, NamedTuple, Sequence
 
 import torch
 import torch.distributed as dist
@@ -30,7 +31,8 @@ from ..ops import ReduceOp
 from ..shm.hierarchical import HostLayout, HybridTransport, host_layout
 from . import executor
 
-__all__ = ["hybrid_state", "layout_of", "auto_algorithm", "execute_hybrid", "release_hybrid"]
+__all__ = ["hybrid_state", "layout_of", "auto_algorithm", "execute_hybrid", "release_hybrid",
+           "HybridSetup", "release_hybrid_state"]
 
 _states: dict = {}     # id(group object) -> (group object, layout, ShmGroup, HybridTransport)
 _layouts: dict = {}    # id(group object) -> (group object, HostLayout)
@@ -86,27 +88,49 @@ def auto_algorithm(collective: str, group) -> tuple[str | None, dict]:
     return None, {}
 
 
-def hybrid_state(group, timeout: float | None = None):
+class HybridSetup(NamedTuple):
+    """How :func:`hybrid_state` sets up a group that is not a torch.distributed group (the
+    ringccl backend's, whose own collectives cannot carry the set-up: they run on the worker
+    thread that is setting up)."""
+
+    shm: executor.ShmSetup     # the group's rank, size, global ranks, exchange, timeout
+    hosts: Sequence[str]       # every rank's host identity (ringccl.shm.host_id), by rank
+    p2p: Any                   # the point-to-point transport across hosts (engine Transport)
+
+
+def hybrid_state(group, timeout: float | None = None, setup: HybridSetup | None = None):
     """``(HostLayout, ShmGroup, HybridTransport)`` of ``group`` on this rank, set up on first
-    use (collective over the group).
+    use (collective over the group). ``setup``: for a group-like ``group`` (kept until
+    :func:`release_hybrid_state` or ``ringccl.clear_caches``).
 
     Raises:
         BackendError: not x86-64, or the set-up failed (ShmSpaceError: the shared-memory
             directory is too small).
     """
-    pg = _pg(group)
+    pg = _pg(group) if setup is None else group
     hit = _states.get(id(pg))
     if hit is not None and hit[0] is pg and not hit[2].closed:
         return hit[1], hit[2], hit[3]
     shm.check_platform()
-    layout = layout_of(group)
-    world_size = dist.get_world_size(group)
-    peers = executor._peers(group, world_size)
-    seconds = timeout or executor._group_timeout_s(group) or executor.SHM_DEFAULT_TIMEOUT_S
+    if setup is None:
+        layout = layout_of(group)
+        world_size = dist.get_world_size(group)
+        peers = executor._peers(group, world_size)
+        seconds = timeout or executor._group_timeout_s(group) or executor.SHM_DEFAULT_TIMEOUT_S
+
+        def gather(obj):
+            everyone: list = [None] * world_size
+            dist.all_gather_object(everyone, obj, group=group)
+            return everyone
+        p2p = executor.P2PTransport(group, peers, None)
+    else:
+        layout = host_layout(setup.hosts, setup.shm.rank)
+        peers = list(setup.shm.global_ranks)
+        seconds = timeout or setup.shm.timeout_s
+        gather, p2p = setup.shm.exchange, setup.p2p
 
     def exchange(obj):
-        everyone: list = [None] * world_size
-        dist.all_gather_object(everyone, obj, group=group)
+        everyone = gather(obj)
         return [everyone[r] for r in layout.local_ranks]
 
     state = shm.ShmGroup(layout.local_rank, len(layout.local_ranks), exchange, seconds)
@@ -115,7 +139,6 @@ def hybrid_state(group, timeout: float | None = None):
         return str(p) if peers[p] == p else f"{p} (global rank {peers[p]})"
 
     local = shm.ShmTransport(state, lambda lp: name(layout.local_ranks[lp]))
-    p2p = executor.P2PTransport(group, peers, None)
     # gloo's Work.is_completed turns true only inside wait: the waits run on a helper thread
     transport = HybridTransport(local, p2p, layout, None, name, seconds)
     with _lock:
@@ -123,16 +146,28 @@ def hybrid_state(group, timeout: float | None = None):
     return layout, state, transport
 
 
+def release_hybrid_state(key) -> None:
+    """Drop the hybrid state set up for the group-like ``key`` (:class:`HybridSetup`) on this
+    rank, if any (its owner's teardown: ``destroy_process_group`` of a ringccl-backend group)."""
+    with _lock:
+        hit = _states.pop(id(key), None)
+    if hit is not None and hit[0] is key:
+        hit[3].close()
+        hit[2].close()
+
+
 def execute_hybrid(schedule: Schedule, buffer: torch.Tensor, op: ReduceOp, group, bounds,
-                   segment_elems_of, timeout_s: float | None, restore: bool) -> torch.Tensor:
+                   segment_elems_of, timeout_s: float | None, restore: bool,
+                   setup: HybridSetup | None = None) -> torch.Tensor:
     """:func:`ringccl.torch.executor.execute` over the hybrid transport (module docstring):
     the working buffer is copied into this rank's slot of its host's segment, the schedule
     runs with host peers read in place and the others over gloo, the result is copied back
-    (the caller's buffer is written only after success)."""
+    (the caller's buffer is written only after success). ``setup``: for a group-like
+    ``group`` (:func:`hybrid_state`)."""
     if buffer.device.type != "cpu":
         raise BackendError(f"transport='hybrid' needs CPU tensors, got one on {buffer.device}")
-    layout, state, transport = hybrid_state(group, timeout_s)
-    rank = dist.get_rank(group)
+    layout, state, transport = hybrid_state(group, timeout_s, setup)
+    rank = dist.get_rank(group) if setup is None else setup.shm.rank
     itemsize = buffer.element_size()
     plan = engine.plan(schedule, rank, bounds, segment_elems_of(itemsize))
     try:
