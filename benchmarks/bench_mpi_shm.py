@@ -3,19 +3,20 @@ shared-memory path, vader/CMA) on one host, interleaved in the same run (issue 1
 
 For each size: the median of ``--iters`` (>= 5) interleaved iterations of ringccl's all_reduce
 (``algorithm="auto"`` over shm: one-shot ``direct`` below
-``ringccl.mpi.executor.SHM_TWO_SHOT_BYTES``, ``two_shot`` from it on) and ``MPI_Allreduce``
+``ringccl.mpi.executor.shm_two_shot_bytes(world_size)``, ``two_shot`` from it on) and ``MPI_Allreduce``
 (``MPI_IN_PLACE``, float32, sum), min-max of each, and the ratio MPI / ours (> 1: ours is
 faster); every size's result is checked against MPI's once. Also the 8-byte all_reduce latency
 (µs) of both, the load average before and after, and with ``--crossover`` one-shot vs two-shot
-per size (the measurement behind ``SHM_TWO_SHOT_BYTES``). ``--json`` prints the raw rows.
+per size (the measurement behind ``SHM_TWO_SHOT_BYTES_BY_WORLD``). ``--json`` prints the raw rows.
 
 The floor of any Python-level shared-memory collective, timed the same way (single calls
-between barriers, max over ranks) and interleaved with the rows above: ``shm enter/leave`` is
+between barriers, max over ranks), after the rows above: ``shm enter/leave`` is
 the communicator's ``ShmGroup.enter`` + ``leave`` with no data (one synchronisation of every
 rank through the control block, the least a collective must do), ``numpy 4 KiB`` this rank's
 local work of a 4 KiB one-shot all_reduce without any synchronisation (copy in, one reduce per
-peer, copy out). The ``MPI_Allreduce`` column is itself a Python call of mpi4py's
-``comm.Allreduce``.
+peer, copy out), and ``memcpy`` / ``add`` a pass over a buffer of the largest size with
+every rank at once (what bounds the large sizes: docs/shm.md). The ``MPI_Allreduce`` column
+is itself a Python call of mpi4py's ``comm.Allreduce``.
 
     python benchmarks/bench_mpi_shm.py --nproc 2 [-b 4KiB -e 64MiB] [--iters 7] [--crossover]
         [--json]

@@ -41,7 +41,9 @@ from ..ir import Schedule
 from ..ops import ReduceOp, ufunc
 
 __all__ = ["execute", "release_buffers", "PIPELINING", "OPS", "PIPELINE_THRESHOLD_BYTES",
-           "DEFAULT_SEGMENT_BYTES", "SHM_PIPELINING", "SHM_TWO_SHOT_BYTES", "shm_algorithm",
+           "DEFAULT_SEGMENT_BYTES", "SHM_PIPELINING", "SHM_TWO_SHOT_BYTES",
+           "SHM_TWO_SHOT_BYTES_BY_WORLD", "SHM_LAZY_ENTRY_MIN_WORLD", "shm_two_shot_bytes",
+           "shm_algorithm",
            "shm_possible", "shm_state", "release_shm"]
 
 _TAG = 0  # order, not tags, matches messages: posting order per peer is the same on both sides
@@ -181,21 +183,36 @@ SHM_PIPELINING = engine.Pipelining(None, 0)
 SHM_DEFAULT_TIMEOUT_S = 1800.0
 
 #: all_reduce over shared memory with numpy: one-shot (``direct``) below this many bytes,
-#: ``two_shot`` from it on. Measured on 2 processes (2-core machine, load average 2-10 from
-#: other jobs): ``benchmarks/bench_mpi_shm.py --nproc 2 --crossover`` median µs direct /
-#: two_shot 4 KiB 27.1 / 30.3, 16 KiB 32.5 / 33.3, 64 KiB 42.4 / 39.7, 256 KiB 92.9 / 69.2;
-#: ``ringccl bench all_reduce --backend mpi --nproc 2 -a direct,two_shot -f 2`` 4 KiB 36.8 /
-#: 39.2, 8 KiB 40.0 / 37.6, 32 KiB 75.3 / 59.4. The step's synchronisation costs little next
-#: to the call's fixed cost, so two-shot's smaller reduction wins early (docs/shm.md).
-SHM_TWO_SHOT_BYTES = 32 << 10
+#: ``two_shot`` from it on, for 2 ranks (:data:`SHM_TWO_SHOT_BYTES_BY_WORLD` for more). With
+#: eager sends (small sends complete at once, docs/shm.md) one-shot's single step got cheaper
+#: and the crossover moved up from 32 KiB. Measured with ``benchmarks/bench_mpi_shm.py --nproc
+#: 2 --crossover --iters 5`` (2-core machine, load average 2.0-2.1 from other jobs; median µs
+#: direct / two_shot, several runs): 16 KiB 29.5 / 33.8, 57.9 / 53.3; 32 KiB 36.5 / 39.8,
+#: 66.8 / 76.4, 33.5 / 37.6; 64 KiB 39.0 / 43.7, 40.0 / 43.3, 61.1 / 67.4, 92.3 / 88.4;
+#: 128 KiB 59.6 / 50.6, 84.9 / 68.8, 66.2 / 52.2; 256 KiB 91.5 / 68.3, 125.0 / 96.7.
+#: (Before eager sends: 4 KiB 27.1 / 30.3, 64 KiB 42.4 / 39.7, 256 KiB 92.9 / 69.2.)
+SHM_TWO_SHOT_BYTES = 128 << 10
+
+#: the crossover per group size (a group uses the entry of the largest size not above its
+#: own). 4 processes (``--nproc 4 --crossover``, same runs, 4 ranks on 2 cores): 32 KiB
+#: 358.9 / 521.7, 258.2 / 296.4, 233.0 / 250.2; 64 KiB 587.3 / 647.9, 289.0 / 358.5; 128 KiB
+#: 463.1 / 638.6, 331.4 / 340.9, 327.3 / 352.0; 256 KiB 518.0 / 500.4, 601.4 / 610.2 (even).
+SHM_TWO_SHOT_BYTES_BY_WORLD = {2: SHM_TWO_SHOT_BYTES, 4: 256 << 10}
+
+
+def shm_two_shot_bytes(world_size: int) -> int:
+    """Bytes from which all_reduce over shared memory runs ``two_shot`` for ``world_size``
+    ranks (:data:`SHM_TWO_SHOT_BYTES_BY_WORLD`)."""
+    known = [n for n in SHM_TWO_SHOT_BYTES_BY_WORLD if n <= world_size]
+    return SHM_TWO_SHOT_BYTES_BY_WORLD[max(known)] if known else SHM_TWO_SHOT_BYTES
 
 
 def shm_algorithm(collective: str, world_size: int, nbytes: int) -> str:
     """The algorithm ``algorithm=None``/"auto" runs over shared memory for ``nbytes`` of the
     collective's buffer: ``direct`` (one step: with reads in place a ring's N - 1 dependent
-    steps are pure synchronisation), except all_reduce from :data:`SHM_TWO_SHOT_BYTES` on,
+    steps are pure synchronisation), except all_reduce from :func:`shm_two_shot_bytes` on,
     ``two_shot``."""
-    if collective == "all_reduce" and nbytes >= SHM_TWO_SHOT_BYTES and world_size > 1:
+    if collective == "all_reduce" and world_size > 1 and nbytes >= shm_two_shot_bytes(world_size):
         return "two_shot"
     return "direct"
 
@@ -295,8 +312,11 @@ def _entry_error(schedule: Schedule, rank: int, exc: BaseException, timeout: flo
 #: groups of at least this many ranks enter a call lazily (``ShmGroup.enter(lazy=True)``: no
 #: wait for the peers when the working area is large enough; ``leave()`` completes the
 #: agreement); smaller ones agree at every entry. As ringccl.torch's
-#: ``SHM_LAZY_ENTRY_MIN_WORLD`` (measured there); for ringccl.mpi see docs/shm.md (the MPI
-#: section's per-call figures).
+#: ``SHM_LAZY_ENTRY_MIN_WORLD``. Measured here at 4 KiB with the variants interleaved batch by
+#: batch in one run (100 calls back to back per batch, 9 rounds, median µs per call, 2 cores,
+#: load average 5): 4 processes no eager sends + agreeing / eager + agreeing / eager + lazy
+#: 256 / 222 / 191; 2 processes 48.0 / 47.0 / 47.7 (lazy for 2 ranks too: 44.0, inside the
+#: noise), so 2 ranks keep the full agreement, as in ringccl.torch.
 SHM_LAZY_ENTRY_MIN_WORLD = 3
 
 _runs: dict = {}   # id(plan) -> (plan, element ranges read, element ranges written)
