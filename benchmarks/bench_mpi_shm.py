@@ -3,11 +3,20 @@ shared-memory path, vader/CMA) on one host, interleaved in the same run (issue 1
 
 For each size: the median of ``--iters`` (>= 5) interleaved iterations of ringccl's all_reduce
 (``algorithm="auto"`` over shm: one-shot ``direct`` below
-``ringccl.mpi.executor.SHM_TWO_SHOT_BYTES``, ``two_shot`` from it on) and ``MPI_Allreduce``
+``ringccl.mpi.executor.shm_two_shot_bytes(world_size)``, ``two_shot`` from it on) and ``MPI_Allreduce``
 (``MPI_IN_PLACE``, float32, sum), min-max of each, and the ratio MPI / ours (> 1: ours is
 faster); every size's result is checked against MPI's once. Also the 8-byte all_reduce latency
 (µs) of both, the load average before and after, and with ``--crossover`` one-shot vs two-shot
-per size (the measurement behind ``SHM_TWO_SHOT_BYTES``). ``--json`` prints the raw rows.
+per size (the measurement behind ``SHM_TWO_SHOT_BYTES_BY_WORLD``). ``--json`` prints the raw rows.
+
+The floor of any Python-level shared-memory collective, timed the same way (single calls
+between barriers, max over ranks), after the rows above: ``shm enter/leave`` is
+the communicator's ``ShmGroup.enter`` + ``leave`` with no data (one synchronisation of every
+rank through the control block, the least a collective must do), ``numpy 4 KiB`` this rank's
+local work of a 4 KiB one-shot all_reduce without any synchronisation (copy in, one reduce per
+peer, copy out), and ``memcpy`` / ``add`` a pass over a buffer of the largest size with
+every rank at once (what bounds the large sizes: docs/shm.md). The ``MPI_Allreduce`` column
+is itself a Python call of mpi4py's ``comm.Allreduce``.
 
     python benchmarks/bench_mpi_shm.py --nproc 2 [-b 4KiB -e 64MiB] [--iters 7] [--crossover]
         [--json]
@@ -38,6 +47,56 @@ def _sizes(lo: int, hi: int) -> list[int]:
         out.append(s)
         s *= 4
     return out
+
+
+def floor(comm, reps: int, timed, nbytes: int) -> dict:
+    """The floor rows (module docstring): shm enter/leave with no data, the local numpy work
+    of a 4 KiB one-shot all_reduce, and memcpy / in-place add of ``nbytes`` (every rank at
+    once), interleaved round by round."""
+    import numpy as np
+
+    from ringccl.mpi import executor
+
+    n = comm.Get_size()
+    state, _ = executor.shm_state(comm)
+    lazy = n >= executor.SHM_LAZY_ENTRY_MIN_WORLD   # the call entry ringccl.mpi uses
+
+    def barrier():
+        state.enter(8, lazy=lazy)   # 8 bytes: the working area holds them, no growth
+        state.leave()
+
+    x = np.ones(1024, dtype=np.float32)
+    work = np.empty_like(x)
+    peer = np.ones_like(x)
+
+    def local():
+        work[...] = x
+        for _ in range(n - 1):
+            np.add(work, peer, out=work)
+        x[...] = work
+
+    # memory bandwidth, every rank at once, on a buffer of the largest size: what bounds the
+    # large sizes (the shm path's copy in, reduce and copy out are passes over the buffer)
+    big = np.ones(max(1, nbytes // 4), dtype=np.float32)
+    other = np.ones_like(big)
+    # two groups, each interleaved round by round: the large passes leave the cache full of
+    # dirty lines whose write-back slowed the small ones tenfold when they alternated
+    groups = ({"shm_enter_leave": barrier, "numpy_4KiB": local},
+              {"memcpy": lambda: np.copyto(big, other),
+               "add": lambda: np.add(big, other, out=big)})
+    times: dict = {}
+    for variants in groups:
+        times.update({k: [] for k in variants})
+        for _ in range(2):
+            for fn in variants.values():
+                fn()
+        for _ in range(reps):
+            for k, fn in variants.items():
+                times[k].append(timed(fn))
+    row = {"kind": "floor", "world_size": n, "iters": reps, "nbytes": big.nbytes}
+    for k, ts in times.items():
+        row[k] = {"median_s": statistics.median(ts), "min_s": min(ts), "max_s": max(ts)}
+    return row
 
 
 def worker(sizes, iters, crossover) -> None:
@@ -85,6 +144,8 @@ def worker(sizes, iters, crossover) -> None:
             row[k] = {"median_s": statistics.median(ts), "min_s": min(ts), "max_s": max(ts)}
         row["ratio"] = row["mpi"]["median_s"] / row["ringccl"]["median_s"]
         rows.append(row)
+    # last: its large buffers must not disturb the rows above
+    rows.append(floor(comm, iters * 5, timed, max(sizes)))
     if rank == 0:
         print("JSON " + json.dumps({"rows": rows, "load_before": load_before,
                                     "load_after": os.getloadavg()}), flush=True)
@@ -128,7 +189,10 @@ def main() -> None:
     if args.crossover:
         head += f" {'direct us':>10} {'two_shot us':>11}"
     print(head)
-    for r in data["rows"]:
+    rows = data["rows"]
+    floor_row = next((r for r in rows if r["kind"] == "floor"), None)
+    rows = [r for r in rows if r["kind"] != "floor"]
+    for r in rows:
         def us(v):
             return (f"{v['median_s'] * 1e6:8.1f} ({v['min_s'] * 1e6:.0f}-"
                     f"{v['max_s'] * 1e6:.0f})")
@@ -138,6 +202,18 @@ def main() -> None:
             line += (f" {r['direct']['median_s'] * 1e6:10.1f} "
                      f"{r['two_shot']['median_s'] * 1e6:11.1f}")
         print(line + ("  WRONG" if r["wrong"] else ""))
+    if floor_row is not None:
+        for k, label in (("shm_enter_leave", "floor: shm enter/leave, no data"),
+                         ("numpy_4KiB", "floor: numpy work of a 4 KiB one-shot, no sync")):
+            v = floor_row[k]
+            print(f"{label:>40} {v['median_s'] * 1e6:8.1f} us ({v['min_s'] * 1e6:.1f}-"
+                  f"{v['max_s'] * 1e6:.1f})")
+        size = units.format_size(floor_row["nbytes"])
+        for k in ("memcpy", "add"):
+            v = floor_row[k]
+            print(f"{'floor: ' + k + ' ' + size + ', every rank at once':>40} "
+                  f"{v['median_s'] * 1e6:8.1f} us = {floor_row['nbytes'] / v['median_s'] / 1e9:.1f}"
+                  f" GB/s per rank (best {floor_row['nbytes'] / v['min_s'] / 1e9:.1f})")
 
 
 if __name__ == "__main__":

@@ -84,7 +84,14 @@ __all__ = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", 
 
 
 _mpi: list = []  # the mpi4py.MPI module, imported on first use (importing it starts MPI)
-_executor: list = []
+_executor: list = []   # [executor._execute, executor.shm_algorithm], imported on first use
+
+
+def _load_executor() -> None:
+    """Import :mod:`ringccl.mpi.executor` (it imports mpi4py) once; a function-level import
+    at every call cost a lookup per call."""
+    from .executor import _execute, shm_algorithm
+    _executor[:] = [_execute, shm_algorithm]
 
 
 def _MPI():
@@ -201,19 +208,19 @@ class _Numpy:
     @staticmethod
     def execute(schedule, work, op, comm, bounds, opts, restore: bool) -> None:
         if not _executor:  # imported on first use: importing it imports mpi4py
-            from .executor import execute
-            _executor.append(execute)
-        _executor[0](schedule, work, op, comm, bounds=bounds, timeout=opts.timeout,
-                     restore=restore, pipelining=opts.pipelining,
-                     transport=opts.transport or "p2p")
+            _load_executor()
+        # opts.timeout is in seconds already (frontend.options read RINGCCL_TIMEOUT once)
+        _executor[0](schedule, work, op, comm, None, bounds, opts.timeout, restore,
+                     opts.pipelining, opts.transport or "p2p")
 
     @staticmethod
     def choose(collective: str, world_size: int, count: int, dtype, opts) -> str:
         """algorithm=None/"auto": over shared memory the measured choice
         (:func:`ringccl.mpi.executor.shm_algorithm`), over p2p ``ringccl.algorithms.DEFAULTS``."""
         if opts.transport == "shm":
-            from .executor import shm_algorithm
-            return shm_algorithm(collective, world_size, count * dtype.itemsize)
+            if not _executor:
+                _load_executor()
+            return _executor[1](collective, world_size, count * dtype.itemsize)
         return default_algorithm(collective)
 
     # -- array dialect --------------------------------------------------------------------------

@@ -41,7 +41,9 @@ from ..ir import Schedule
 from ..ops import ReduceOp, ufunc
 
 __all__ = ["execute", "release_buffers", "PIPELINING", "OPS", "PIPELINE_THRESHOLD_BYTES",
-           "DEFAULT_SEGMENT_BYTES", "SHM_PIPELINING", "SHM_TWO_SHOT_BYTES", "shm_algorithm",
+           "DEFAULT_SEGMENT_BYTES", "SHM_PIPELINING", "SHM_TWO_SHOT_BYTES",
+           "SHM_TWO_SHOT_BYTES_BY_WORLD", "SHM_LAZY_ENTRY_MIN_WORLD", "shm_two_shot_bytes",
+           "shm_algorithm",
            "shm_possible", "shm_state", "release_shm"]
 
 _TAG = 0  # order, not tags, matches messages: posting order per peer is the same on both sides
@@ -78,12 +80,19 @@ class NumpyOps:
 
     @staticmethod
     def combine(op: ReduceOp):
-        f = ufunc(op)
-        return lambda dst, src: f(dst, src, out=dst)
+        return _combine(op)
 
     @staticmethod
     def kind(a: np.ndarray):
         return a.dtype
+
+
+@caches.memoize(maxsize=32)
+def _combine(op: ReduceOp):
+    """In-place ``dst = op(dst, src)`` for numpy arrays: one function per op, made once (the
+    engine asks for it at every call)."""
+    f = ufunc(op)
+    return lambda dst, src: f(dst, src, out=dst)
 
 
 OPS = NumpyOps()
@@ -174,21 +183,36 @@ SHM_PIPELINING = engine.Pipelining(None, 0)
 SHM_DEFAULT_TIMEOUT_S = 1800.0
 
 #: all_reduce over shared memory with numpy: one-shot (``direct``) below this many bytes,
-#: ``two_shot`` from it on. Measured on 2 processes (2-core machine, load average 2-10 from
-#: other jobs): ``benchmarks/bench_mpi_shm.py --nproc 2 --crossover`` median µs direct /
-#: two_shot 4 KiB 27.1 / 30.3, 16 KiB 32.5 / 33.3, 64 KiB 42.4 / 39.7, 256 KiB 92.9 / 69.2;
-#: ``ringccl bench all_reduce --backend mpi --nproc 2 -a direct,two_shot -f 2`` 4 KiB 36.8 /
-#: 39.2, 8 KiB 40.0 / 37.6, 32 KiB 75.3 / 59.4. The step's synchronisation costs little next
-#: to the call's fixed cost, so two-shot's smaller reduction wins early (docs/shm.md).
-SHM_TWO_SHOT_BYTES = 32 << 10
+#: ``two_shot`` from it on, for 2 ranks (:data:`SHM_TWO_SHOT_BYTES_BY_WORLD` for more). With
+#: eager sends (small sends complete at once, docs/shm.md) one-shot's single step got cheaper
+#: and the crossover moved up from 32 KiB. Measured with ``benchmarks/bench_mpi_shm.py --nproc
+#: 2 --crossover --iters 5`` (2-core machine, load average 2.0-2.1 from other jobs; median µs
+#: direct / two_shot, several runs): 16 KiB 29.5 / 33.8, 57.9 / 53.3; 32 KiB 36.5 / 39.8,
+#: 66.8 / 76.4, 33.5 / 37.6; 64 KiB 39.0 / 43.7, 40.0 / 43.3, 61.1 / 67.4, 92.3 / 88.4;
+#: 128 KiB 59.6 / 50.6, 84.9 / 68.8, 66.2 / 52.2; 256 KiB 91.5 / 68.3, 125.0 / 96.7.
+#: (Before eager sends: 4 KiB 27.1 / 30.3, 64 KiB 42.4 / 39.7, 256 KiB 92.9 / 69.2.)
+SHM_TWO_SHOT_BYTES = 128 << 10
+
+#: the crossover per group size (a group uses the entry of the largest size not above its
+#: own). 4 processes (``--nproc 4 --crossover``, same runs, 4 ranks on 2 cores): 32 KiB
+#: 358.9 / 521.7, 258.2 / 296.4, 233.0 / 250.2; 64 KiB 587.3 / 647.9, 289.0 / 358.5; 128 KiB
+#: 463.1 / 638.6, 331.4 / 340.9, 327.3 / 352.0; 256 KiB 518.0 / 500.4, 601.4 / 610.2 (even).
+SHM_TWO_SHOT_BYTES_BY_WORLD = {2: SHM_TWO_SHOT_BYTES, 4: 256 << 10}
+
+
+def shm_two_shot_bytes(world_size: int) -> int:
+    """Bytes from which all_reduce over shared memory runs ``two_shot`` for ``world_size``
+    ranks (:data:`SHM_TWO_SHOT_BYTES_BY_WORLD`)."""
+    known = [n for n in SHM_TWO_SHOT_BYTES_BY_WORLD if n <= world_size]
+    return SHM_TWO_SHOT_BYTES_BY_WORLD[max(known)] if known else SHM_TWO_SHOT_BYTES
 
 
 def shm_algorithm(collective: str, world_size: int, nbytes: int) -> str:
     """The algorithm ``algorithm=None``/"auto" runs over shared memory for ``nbytes`` of the
     collective's buffer: ``direct`` (one step: with reads in place a ring's N - 1 dependent
-    steps are pure synchronisation), except all_reduce from :data:`SHM_TWO_SHOT_BYTES` on,
+    steps are pure synchronisation), except all_reduce from :func:`shm_two_shot_bytes` on,
     ``two_shot``."""
-    if collective == "all_reduce" and nbytes >= SHM_TWO_SHOT_BYTES and world_size > 1:
+    if collective == "all_reduce" and world_size > 1 and nbytes >= shm_two_shot_bytes(world_size):
         return "two_shot"
     return "direct"
 
@@ -269,53 +293,129 @@ def _typed(state, serial: int, dtype) -> np.ndarray:
     return a
 
 
-def _entry_error(schedule: Schedule, rank: int, exc: BaseException, timeout: float):
-    """The PeerError/RingcclTimeout of a failed call entry (before step 0), naming the peer."""
+def _entry_error(schedule: Schedule, rank: int, exc: BaseException, timeout: float,
+                 when: str = "entering the call"):
+    """The PeerError/RingcclTimeout of a failed call entry (before step 0), or of the end of a
+    lazily entered call (``when``: "leaving the call"; its last step), naming the peer."""
     peer = getattr(exc, "peer", None)
     timed_out = isinstance(exc, TimeoutError)
     how = f"timed out after {timeout:g} s" if timed_out else "failed"
     who = "" if peer is None else f" waiting for rank {peer}"
     cls = RingcclTimeout if timed_out else PeerError
-    return cls(f"{schedule.algorithm} {schedule.collective} {how} on rank {rank} at step 0 of "
-               f"{schedule.num_steps} (entering the call over shared memory){who}: {exc}",
-               collective=schedule.collective, algorithm=schedule.algorithm, step=0, rank=rank,
-               peer=peer)
+    step = 0 if when == "entering the call" else max(schedule.num_steps - 1, 0)
+    return cls(f"{schedule.algorithm} {schedule.collective} {how} on rank {rank} at step {step} "
+               f"of {schedule.num_steps} ({when} over shared memory){who}: {exc}",
+               collective=schedule.collective, algorithm=schedule.algorithm, step=step,
+               rank=rank, peer=peer)
+
+
+#: groups of at least this many ranks enter a call lazily (``ShmGroup.enter(lazy=True)``: no
+#: wait for the peers when the working area is large enough; ``leave()`` completes the
+#: agreement); smaller ones agree at every entry. As ringccl.torch's
+#: ``SHM_LAZY_ENTRY_MIN_WORLD``. Measured here at 4 KiB with the variants interleaved batch by
+#: batch in one run (100 calls back to back per batch, 9 rounds, median µs per call, 2 cores,
+#: load average 5): 4 processes no eager sends + agreeing / eager + agreeing / eager + lazy
+#: 256 / 222 / 191; 2 processes 48.0 / 47.0 / 47.7 (lazy for 2 ranks too: 44.0, inside the
+#: noise), so 2 ranks keep the full agreement, as in ringccl.torch.
+SHM_LAZY_ENTRY_MIN_WORLD = 3
+
+_runs: dict = {}   # id(plan) -> (plan, element ranges read, element ranges written)
+caches.register(_runs.clear)
+
+
+def _merge(ranges) -> tuple:
+    out: list = []
+    for lo, hi in sorted(ranges):
+        if out and lo <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return tuple(out)
+
+
+def _copy_runs(plan) -> tuple:
+    """(element ranges the call reads, element ranges it writes) of ``plan``'s working buffer:
+    what the copy into the slot and the copy back must move (chunks only received need no copy
+    in, chunks never received no copy back: their bytes are the caller's already). Cached per
+    plan (plans are memoized). The same rule as ringccl.torch's executor."""
+    hit = _runs.get(id(plan))
+    if hit is None or hit[0] is not plan:
+        reads = [(op.lo, op.hi) for st in plan.steps for op in st.sends]
+        reads += [(r.lo, r.hi) for st in plan.steps for r in st.recvs if r.reduce]
+        writes = [(r.lo, r.hi) for st in plan.steps for r in st.recvs]
+        if len(_runs) >= 256:
+            _runs.clear()
+        hit = _runs[id(plan)] = (plan, _merge(reads), _merge(writes))
+    return hit[1], hit[2]
 
 
 def _execute_shm(schedule: Schedule, buffer: np.ndarray, op: ReduceOp, comm, bounds,
                  segment_elems: int, timeout: float | None, restore: bool) -> np.ndarray:
-    """:func:`execute` over the communicator's shared memory (module docstring)."""
+    """:func:`execute` over the communicator's shared memory (module docstring).
+
+    The slot holds the working buffer (a copy of the chunks the call reads), then this call's
+    eager area (:mod:`ringccl.shm.transport`: small sends are copied there and complete at
+    once, so one-shot all_reduce waits once per call, for the peers' data, not also for them
+    to read its own); the chunks the call writes are copied back after success only."""
     state, transport = shm_state(comm, timeout)
     rank = state.rank
     dtype = buffer.dtype
     itemsize = dtype.itemsize
     plan = engine.plan(schedule, rank, bounds, segment_elems)
+    # the working buffer, 64-aligned, then the eager area: EAGER_AREA_BYTES more asked for
+    # only by small buffers (a large buffer's eager sends are its small chunks, if any, in
+    # what the slot holds beyond it)
+    used = -(-buffer.size * itemsize // 64) * 64
+    need = used + shm.EAGER_AREA_BYTES if used <= shm.EAGER_AREA_BYTES else used
     try:
-        # every rank enters every call (also with nothing to move): the call counters stay equal
+        # every rank enters every call (also with nothing to move): the call counters stay
+        # equal. lazy: no wait for the peers when the working area holds ``need``; leave()
+        # below completes the agreement (a no-op after a full agreement)
         try:
-            state.enter(max(1, buffer.size * itemsize), timeout)
+            state.enter(need, timeout, lazy=state.world_size >= SHM_LAZY_ENTRY_MIN_WORLD)
+            if not plan.steps:
+                state.leave(timeout)
+                return buffer
+            serial, slot = state.work_serial, rank * state.work_slot
+            start = slot // itemsize
+            typed = _typed(state, serial, dtype)
+            transport.begin(serial, slot, itemsize,
+                            lambda s, off, n: _typed(state, s, dtype)[off // itemsize:
+                                                                      (off + n) // itemsize],
+                            np.copy, timeout, eager=(serial, slot + used, state.work_slot - used),
+                            copy=OPS.copy)
         except (TimeoutError, ConnectionError) as exc:
             raise _entry_error(schedule, rank, exc, timeout or state.timeout) from exc
-        if not plan.steps:
-            return buffer
-        serial, offset = state.work_serial, rank * state.work_slot
-        start = offset // itemsize
-        work = _typed(state, serial, dtype)[start:start + buffer.size]
-        work[...] = buffer
-        transport.begin(serial, offset, itemsize,
-                        lambda s, off, n: _typed(state, s, dtype)[off // itemsize:
-                                                                  (off + n) // itemsize],
-                        np.copy, timeout)
+        work = typed[start:start + buffer.size]
+        reads, writes = _copy_runs(plan)
+        for lo, hi in reads:
+            work[lo:hi] = buffer[lo:hi]
         workspace = engine.Workspace(OPS, work, op, 0)
         recorder = trace.state.recorder
         # the caller's buffer is written only after success: nothing to restore
-        if recorder is None:
-            engine.run_dataflow(schedule, rank, plan, transport, workspace, restore=False,
-                                timeout=timeout)
-        else:
-            recorder.run(engine.run_dataflow, schedule, rank, plan, transport, workspace,
-                         restore=False, timeout=timeout, itemsize=itemsize, backend="shm")
-        buffer[...] = work
+        try:
+            if recorder is None:
+                engine.run_dataflow(schedule, rank, plan, transport, workspace, restore=False,
+                                    timeout=timeout)
+            else:
+                recorder.run(engine.run_dataflow, schedule, rank, plan, transport, workspace,
+                             restore=False, timeout=timeout, itemsize=itemsize, backend="shm")
+        except PeerError as exc:
+            # after a lazy entry, a wait for a peer that never entered this call is what the
+            # entry's wait would have reported: say so (step 0, entering the call)
+            peer, c = exc.peer, state.lazy
+            if c and peer is not None and not state.closed and \
+                    state.w[state.rank_word(peer, 1)] < c and exc.__cause__ is not None:
+                raise _entry_error(schedule, rank, exc.__cause__,
+                                   timeout or state.timeout) from exc.__cause__
+            raise
+        try:
+            state.leave(timeout)
+        except (TimeoutError, ConnectionError) as exc:
+            raise _entry_error(schedule, rank, exc, timeout or state.timeout,
+                               "leaving the call") from exc
+        for lo, hi in writes:
+            buffer[lo:hi] = work[lo:hi]
         return buffer
     except BaseException:
         if not state.closed:
@@ -364,12 +464,22 @@ def execute(schedule: Schedule, buffer: np.ndarray, op: ReduceOp = ReduceOp.SUM,
         PeerError, RingcclTimeout: an MPI operation failed or a wait timed out (named step and
             peer), after the rollback.
     """
-    comm = MPI.COMM_WORLD if comm is None else comm
+    return _execute(schedule, buffer, op, MPI.COMM_WORLD if comm is None else comm,
+                    segment_bytes, bounds, engine.timeout_seconds(timeout), restore, pipelining,
+                    transport)
+
+
+def _execute(schedule: Schedule, buffer: np.ndarray, op: ReduceOp, comm,
+             segment_bytes: int | None, bounds, wait_timeout: float | None,
+             restore: bool | None, pipelining: engine.Pipelining | None,
+             transport: str) -> np.ndarray:
+    """:func:`execute` with ``comm`` given and the timeout already in seconds (None:
+    unbounded): what ringccl.mpi's front end calls, having resolved ``timeout=`` and
+    ``RINGCCL_TIMEOUT`` once for the call (:func:`ringccl.frontend.options`)."""
     rank, world_size = comm.Get_rank(), comm.Get_size()
     if world_size != schedule.world_size:
         raise BackendError(f"schedule is for world_size={schedule.world_size}, but the "
                            f"communicator has {world_size} ranks")
-    wait_timeout = engine.timeout_seconds(timeout)
     itemsize = buffer.itemsize
     count = buffer.shape[0]
     bounds = engine.check_bounds(bounds, schedule.num_chunks, count)
