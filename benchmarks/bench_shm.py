@@ -4,7 +4,8 @@ on one host, interleaved in the same run (issue 16).
 For each collective and size: the median of ``--iters`` (>= 5) interleaved samples of ours and
 gloo's (a sample: the mean of up to 64 back-to-back calls after a barrier, one call from 4 MiB
 on, since ranks leave gloo's barrier up to hundreds of µs apart; ours checked against gloo's
-result once per size), min–max, the ratio gloo/ours; plus the machine's memcpy bandwidth
+result once per size), min–max, the ratio gloo/ours; plus the machine's memcpy bandwidth (one
+process alone, and each process's with all copying at once)
 measured in the same run, the zero-copy all_reduce (``shm_empty``) busbw at the largest size,
 an 8-byte all_reduce latency row (µs), the per-call µs at 4 KiB, the load average before and
 after. ``--crossover`` (or ``--crossover-only``) adds the algorithms of :data:`CROSSOVER` per
@@ -105,12 +106,23 @@ def _reps(nbytes: int) -> int:
     return max(1, min(64, (4 << 20) // max(nbytes, 1)))
 
 
-def _memcpy_bandwidth(nbytes: int = 64 << 20) -> float:
+def _memcpy_bandwidth(nbytes: int = 64 << 20, concurrent: bool = False,
+                      rank: int = 0) -> float:
+    """Bytes/s of a ``nbytes`` tensor copy, the median of 5 after a barrier: on rank 0 alone
+    while the others wait in the next barrier (``concurrent=False``: one process's memcpy), or
+    on every rank at once (``concurrent=True``: what each of N processes gets when all copy, as
+    in a collective; the ranks share the memory bus)."""
     import torch
+    import torch.distributed as dist
     a, b = torch.empty(nbytes // 4), torch.empty(nbytes // 4)
     b.copy_(a)
-    best = min(_time(lambda: b.copy_(a), lambda: None) for _ in range(5))
-    return nbytes / best
+    times = []
+    for _ in range(5):
+        dist.barrier()
+        if concurrent or rank == 0:
+            times.append(_time(lambda: b.copy_(a), lambda: None))
+    dist.barrier()
+    return nbytes / statistics.median(times) if times else 0.0
 
 
 #: the wait policies ``--wait-policies`` compares: (tight polls, seconds of sched_yield polls
@@ -175,7 +187,8 @@ def worker(rank, world_size, sizes, iters, crossover, collectives=COLLECTIVES):
     barrier = dist.barrier
     rows, n = [], world_size
     load = os.getloadavg()
-    memcpy = _memcpy_bandwidth()
+    memcpy = _memcpy_bandwidth(rank=rank)                       # rank 0's figure is read
+    memcpy_all = _memcpy_bandwidth(concurrent=True, rank=rank)
     if crossover != "only":   # --crossover-only: just the algorithms per size
         for collective in collectives:
             for nbytes in sizes:
@@ -241,7 +254,8 @@ def worker(rank, world_size, sizes, iters, crossover, collectives=COLLECTIVES):
                         t[a].append(_time(fn, barrier, reps))
                 rec.update(t)
                 rows.append(rec)
-    return dict(rows=rows, load_before=load, load_after=os.getloadavg(), memcpy=memcpy)
+    return dict(rows=rows, load_before=load, load_after=os.getloadavg(), memcpy=memcpy,
+                memcpy_concurrent=memcpy_all)
 
 
 def main() -> None:
@@ -287,7 +301,8 @@ def main() -> None:
         return
     n = args.nproc
     print(f"{n} processes; load {r0['load_before']} -> {r0['load_after']}; memcpy "
-          f"{r0['memcpy'] / 1e9:.1f} GB/s")
+          f"{r0['memcpy'] / 1e9:.1f} GB/s (one process), "
+          f"{r0['memcpy_concurrent'] / 1e9:.1f} GB/s each with all {n} copying at once")
     print("ours: ringccl's default (restore=True: the caller's tensors all or nothing); "
           "r=F: restore=False (as gloo: a failed call leaves partial results); ratio = gloo / "
           "ours; times: median over iterations of the slowest rank's")
@@ -313,7 +328,8 @@ def main() -> None:
         elif c == "zero_copy_all_reduce":
             print(f"zero-copy all_reduce {units.format_size(row['nbytes'])}, restore="
                   f"{row['restore'] is not False}: busbw {row['busbw'] / 1e9:.2f} GB/s = "
-                  f"{row['busbw'] / r0['memcpy']:.0%} of memcpy")
+                  f"{row['busbw'] / r0['memcpy']:.0%} of one process's memcpy, "
+                  f"{row['busbw'] / r0['memcpy_concurrent']:.0%} of the concurrent one")
         elif c == "crossover":
             algorithms = CROSSOVER[row["of"]]
             med = {a: statistics.median(max(r["rows"][i][a][k] for r in results)

@@ -8,7 +8,7 @@ raised and after how many seconds (group timeout: 10 s).
 MODE "kill_small": the same with small all_reduces (4 KiB, below the inline threshold: the
 dispatch policy runs them in the caller's thread); the report says whether the failed call's
 Work was already complete when the call returned (it ran inline).
-Every report names the group's transport, and (shm) its segments' uid, so the test can check
+Every report names the group's transport, and (shm, hybrid) its segments' uid, so the test can check
 that /dev/shm holds none of them afterwards.
 """
 
@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 import ringccl.torch  # noqa: F401  (registers "ringccl")
-from ringccl.torch import executor
+from ringccl.torch import executor, hybrid
 
 assert ringccl.torch.backend.BACKEND_NAME == "ringccl"  # the import is the point
 
@@ -43,7 +43,8 @@ def main(mode: str) -> None:
     pg = dist.distributed_c10d._get_default_group()
     report = {"rank": rank, "sum": float(t[0]), "backend": dist.get_backend(),
               "hosts": pg.hosts, "transport": pg.transport,
-              "uid": [state.uid for _, state, _ in executor._shm_owned.values()]}
+              "uid": [state.uid for _, state, _ in executor._shm_owned.values()]
+              + [entry[2].uid for entry in hybrid._states.values()]}
     if mode == "kill":
         if rank == world_size - 1:
             time.sleep(0.3)

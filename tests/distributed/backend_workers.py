@@ -423,3 +423,16 @@ def hybrid_vs_gloo(rank, world_size):
     transport = group.transport
     dist.destroy_process_group(group)
     return {"mismatches": mismatches, "calls": calls, "transport": transport, "lines": lines}
+
+
+def transport_mismatch(rank, world_size):
+    """RINGCCL_TRANSPORT set on rank 1 only: group creation is refused on every rank."""
+    if rank == 1:
+        os.environ["RINGCCL_TRANSPORT"] = "p2p"
+    try:
+        dist.new_group(backend="ringccl")
+        outcome = None
+    except Exception as exc:  # compared by message
+        outcome = f"{type(exc).__name__}: {exc}"
+    os.environ.pop("RINGCCL_TRANSPORT", None)
+    return outcome

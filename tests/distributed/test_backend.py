@@ -138,3 +138,11 @@ def test_two_hosts_run_hybrid_with_the_cost_models_two_level_choice():
     for collective in ("all_reduce", "reduce_scatter", "all_gather"):
         chosen = [ln for ln in lines if f" {collective} " in ln]
         assert chosen and all("algorithm=hierarchical (auto)" in ln for ln in chosen), chosen
+
+
+def test_ranks_that_disagree_on_the_transport_are_refused_at_creation():
+    runs = launch(backend_workers.transport_mismatch, 2, backend="ringccl", timeout=120)
+    for outcome in runs:
+        assert outcome is not None and outcome.startswith("ValueError: RINGCCL_TRANSPORT "
+                                                          "differs"), outcome
+        assert "rank 0: 'auto'" in outcome and "rank 1: 'p2p'" in outcome, outcome

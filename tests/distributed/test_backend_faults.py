@@ -55,13 +55,24 @@ def _run(mode: str, world_size: int, hosts=None) -> list:
     return reports
 
 
+#: RINGCCL_HOST_ID per rank for each transport "auto" picks on 4 ranks: one host, 2 "hosts" x
+#: 2 ranks (shm inside, gloo across), and 4 "hosts" of one rank (gloo point-to-point)
+HOSTS = {"shm": None, "hybrid": ["a", "a", "b", "b"], "p2p": ["a", "b", "c", "d"]}
+
+
 def test_env_init_as_torchrun_and_host_identity():
     hosts = ["hostA", "hostA", "hostB", "hostB"]   # one machine split into 2 "hosts"
     reports = _run("env", 4, hosts)
     for rank, r in enumerate(reports):
         assert r.get("sum") == 6.0, r
         assert r["backend"] == "ringccl" and r["hosts"] == hosts
-        assert r["transport"] == "p2p" and r["uid"] == []   # 2 "hosts": gloo point-to-point
+        assert r["transport"] == "hybrid"   # 2 "hosts" x 2: shm inside, gloo across
+    # one segment per "host", each mapped by its two ranks only
+    uids = [tuple(r["uid"]) for r in reports]
+    assert uids[0] == uids[1] and uids[2] == uids[3] and uids[0] != uids[2], uids
+    assert _leftover(reports) == []
+    reports = _run("env", 4, HOSTS["p2p"])
+    assert [(r.get("sum"), r["transport"], r["uid"]) for r in reports] == [(6.0, "p2p", [])] * 4
 
 
 def test_explicit_store():
@@ -74,10 +85,9 @@ def test_explicit_store():
     assert _leftover(reports) == []
 
 
-@pytest.mark.parametrize("transport", ["shm", "p2p"])
+@pytest.mark.parametrize("transport", sorted(HOSTS))
 def test_killed_rank_survivors_raise_within_the_timeout(transport):
-    # p2p: the same machine split into 2 "hosts" x 2 ranks
-    reports = _run("kill", 4, None if transport == "shm" else ["a", "a", "b", "b"])
+    reports = _run("kill", 4, HOSTS[transport])
     assert reports[3].get("exit") == 17
     for r in reports[:3]:
         assert "raised" in r, r
@@ -86,11 +96,11 @@ def test_killed_rank_survivors_raise_within_the_timeout(transport):
     assert _leftover(reports[:3]) == []
 
 
-@pytest.mark.parametrize("transport", ["shm", "p2p"])
+@pytest.mark.parametrize("transport", sorted(HOSTS))
 def test_killed_rank_inline_call_fails_the_survivors_work(transport):
     # 4 KiB all_reduces: the dispatch policy runs them in the caller's thread; the failure
     # must reach the Work's wait(), as the worker's does
-    reports = _run("kill_small", 4, None if transport == "shm" else ["a", "a", "b", "b"])
+    reports = _run("kill_small", 4, HOSTS[transport])
     assert reports[3].get("exit") == 17
     for r in reports[:3]:
         assert "raised" in r, r

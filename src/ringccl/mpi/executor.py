@@ -319,36 +319,6 @@ def _entry_error(schedule: Schedule, rank: int, exc: BaseException, timeout: flo
 #: noise), so 2 ranks keep the full agreement, as in ringccl.torch.
 SHM_LAZY_ENTRY_MIN_WORLD = 3
 
-_runs: dict = {}   # id(plan) -> (plan, element ranges read, element ranges written)
-caches.register(_runs.clear)
-
-
-def _merge(ranges) -> tuple:
-    out: list = []
-    for lo, hi in sorted(ranges):
-        if out and lo <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], hi))
-        else:
-            out.append((lo, hi))
-    return tuple(out)
-
-
-def _copy_runs(plan) -> tuple:
-    """(element ranges the call reads, element ranges it writes) of ``plan``'s working buffer:
-    what the copy into the slot and the copy back must move (chunks only received need no copy
-    in, chunks never received no copy back: their bytes are the caller's already). Cached per
-    plan (plans are memoized). The same rule as ringccl.torch's executor."""
-    hit = _runs.get(id(plan))
-    if hit is None or hit[0] is not plan:
-        reads = [(op.lo, op.hi) for st in plan.steps for op in st.sends]
-        reads += [(r.lo, r.hi) for st in plan.steps for r in st.recvs if r.reduce]
-        writes = [(r.lo, r.hi) for st in plan.steps for r in st.recvs]
-        if len(_runs) >= 256:
-            _runs.clear()
-        hit = _runs[id(plan)] = (plan, _merge(reads), _merge(writes))
-    return hit[1], hit[2]
-
-
 def _execute_shm(schedule: Schedule, buffer: np.ndarray, op: ReduceOp, comm, bounds,
                  segment_elems: int, timeout: float | None, restore: bool) -> np.ndarray:
     """:func:`execute` over the communicator's shared memory (module docstring).
@@ -387,7 +357,7 @@ def _execute_shm(schedule: Schedule, buffer: np.ndarray, op: ReduceOp, comm, bou
         except (TimeoutError, ConnectionError) as exc:
             raise _entry_error(schedule, rank, exc, timeout or state.timeout) from exc
         work = typed[start:start + buffer.size]
-        reads, writes = _copy_runs(plan)
+        reads, writes, _ = engine.staged.plan_ranges(plan)
         for lo, hi in reads:
             work[lo:hi] = buffer[lo:hi]
         workspace = engine.Workspace(OPS, work, op, 0)

@@ -420,11 +420,25 @@ def _transport(hosts: Sequence[str], size: int) -> str:
 
 def _exchange_hosts(store, rank: int, size: int, timeout: datetime.timedelta) -> list[str]:
     """Every rank's :func:`host_id`, by group rank, through the group's store (bounded by the
-    store's timeout: a rank that never arrives fails the set-up)."""
-    store.set(str(rank), host_id())
+    store's timeout: a rank that never arrives fails the set-up). Every rank's
+    ``RINGCCL_TRANSPORT`` travels with it: each rank chooses the group's transport from its own
+    (:func:`_transport`), and ranks that chose differently would each wait for the others on
+    a transport they never use.
+
+    Raises:
+        ValueError: the ranks' ``RINGCCL_TRANSPORT`` differ (on every rank, naming each
+            rank's value).
+    """
+    store.set(str(rank), f"{host_id()}\0{os.environ.get('RINGCCL_TRANSPORT') or 'auto'}")
     keys = [str(r) for r in range(size)]
     store.wait(keys, timeout)
-    return [store.get(k).decode() for k in keys]
+    got = [store.get(k).decode().rpartition("\0") for k in keys]
+    values = [v for _, _, v in got]
+    if len(set(values)) > 1:
+        raise ValueError("RINGCCL_TRANSPORT differs across the group's ranks ("
+                         + ", ".join(f"rank {r}: {v!r}" for r, v in enumerate(values))
+                         + "); set it alike on every rank (or not at all: 'auto')")
+    return [h for h, _, _ in got]
 
 
 # -- the front end's group adapter and transport for this backend -------------------------------

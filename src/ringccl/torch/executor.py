@@ -340,30 +340,6 @@ def _locate(state, buffer: torch.Tensor) -> tuple | None:
     return None
 
 
-_runs: dict = {}   # id(plan) -> (plan, runs read, runs written, final receives)
-caches.register(_runs.clear)
-
-
-def _copy_runs(plan) -> tuple:
-    """(element ranges the call reads, element ranges it writes, its final receives) of
-    ``plan``'s working buffer: what the copy into the slot and the copy back must move, and the
-    receives that may land in the caller's buffer instead (:func:`ringccl.engine.
-    final_receives`). Chunks only received need no copy in (an all_to_all's output blocks, a
-    non-root's broadcast), chunks never received no copy back (their bytes are the caller's
-    already): a 16 MiB all_to_all moved 4x its blocks through the slot when the whole buffer
-    went both ways. Cached per plan (plans are memoized)."""
-    hit = _runs.get(id(plan))
-    if hit is None or hit[0] is not plan:
-        reads = [(op.lo, op.hi) for st in plan.steps for op in st.sends]
-        reads += [(r.lo, r.hi) for st in plan.steps for r in st.recvs if r.reduce]
-        writes = [(r.lo, r.hi) for st in plan.steps for r in st.recvs]
-        if len(_runs) >= 256:
-            _runs.clear()
-        hit = _runs[id(plan)] = (plan, staged.merge(reads), staged.merge(writes),
-                                 engine.final_receives(plan))
-    return hit[1], hit[2], hit[3]
-
-
 class _Landing(engine.Workspace):
     """A workspace whose final receives (:func:`ringccl.engine.final_receives`) are copied
     straight into the caller's arrays (``direct``: receive -> the target's view) instead of
@@ -500,7 +476,7 @@ def _execute_shm(schedule: Schedule, buffer, op: ReduceOp, group, bounds,
                 from exc
         if where is None:
             work = _typed(state, serial, dtype)[offset // itemsize:offset // itemsize + numel]
-            reads, writes, finals = _copy_runs(plan)
+            reads, writes, finals = staged.plan_ranges(plan)
             if described is None:
                 sources = targets = buffer
                 drain_runs = writes
