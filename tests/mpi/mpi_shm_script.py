@@ -68,36 +68,37 @@ def mpi_type(dtype):
             np.dtype("int32"): MPI.INT32_T}[np.dtype(dtype)]
 
 
-def run(collective, algorithm, x, count, transport, root):
+def run(collective, algorithm, x, count, transport, root, restore=None):
     """ringccl.mpi's result of ``collective`` on this rank's input ``x`` (None where it has
-    none on this rank)."""
+    none on this rank). ``restore``: None, the default (no timeout: False, so final receives
+    land in the caller's array), or True (results copied out after the call's last wait)."""
+    kw = dict(algorithm=algorithm, transport=transport, restore=restore)
     if collective == "all_reduce":
         out = x.copy()
-        rm.all_reduce(out, algorithm=algorithm, transport=transport)
+        rm.all_reduce(out, **kw)
     elif collective == "reduce_scatter":
         out = np.empty(count, dtype=x.dtype)
-        rm.reduce_scatter(out, x, algorithm=algorithm, transport=transport)
+        rm.reduce_scatter(out, x, **kw)
     elif collective == "all_gather":
         out = np.empty(n * count, dtype=x.dtype)
-        rm.all_gather(out, x, algorithm=algorithm, transport=transport)
+        rm.all_gather(out, x, **kw)
     elif collective == "broadcast":
         out = x.copy()
-        rm.broadcast(out, src=root, algorithm=algorithm, transport=transport)
+        rm.broadcast(out, src=root, **kw)
     elif collective == "reduce":
         out = x.copy()
-        rm.reduce(out, dst=root, algorithm=algorithm, transport=transport)
+        rm.reduce(out, dst=root, **kw)
         out = out if rank == root else None
     elif collective == "scatter":
         out = np.empty(count, dtype=x.dtype)
-        rm.scatter(out, x if rank == root else None, src=root, algorithm=algorithm,
-                   transport=transport)
+        rm.scatter(out, x if rank == root else None, src=root, **kw)
     elif collective == "gather":
         full = np.empty(n * count, dtype=x.dtype) if rank == root else None
-        rm.gather(x, full, dst=root, algorithm=algorithm, transport=transport)
+        rm.gather(x, full, dst=root, **kw)
         out = full
     else:
         out = np.empty_like(x)
-        rm.all_to_all(out, x, algorithm=algorithm, transport=transport)
+        rm.all_to_all(out, x, **kw)
     return out
 
 
@@ -174,6 +175,9 @@ for collective, algorithm in sorted(REGISTRY):
             want = mpi_result(collective, x, count, root)
             if want is not None:
                 check(f"{name} vs MPI", got, want)
+                if dtype == "float32":   # restore=True: nothing lands early, same result
+                    check(f"{name} restore=True vs MPI",
+                          run(collective, algorithm, x, count, "shm", root, True), want)
             if collective in EVERYONE:
                 same_everywhere(name, got)
             if dtype != "int32":
@@ -189,6 +193,33 @@ for nbytes in (4 << 10, executor.SHM_TWO_SHOT_BYTES, 1 << 20):
     got = x.copy()
     rm.all_reduce(got)
     check(f"all_reduce auto {nbytes} B", got, mpi_result("all_reduce", x, x.size, 0))
+
+# -- zero copy: shm_empty arrays are reduced where they lie (the working area does not grow) --
+state, _ = executor.shm_state(comm)
+for algorithm in ("direct", "two_shot", "ring"):
+    for count in (1, 1000, 300_000):
+        for restore in (None, True):
+            z = rm.shm_empty((count,), np.float32)
+            x = data(count, "float32", count + 7, exact=True)
+            z[:] = x
+            before = state.work_slot
+            rm.all_reduce(z, algorithm=algorithm, transport="shm", restore=restore)
+            check(f"zero-copy {algorithm} all_reduce count={count} restore={restore}", z,
+                  mpi_result("all_reduce", x, count, 0))
+            checks += 1
+            if state.work_slot != before:
+                failures.append(f"zero-copy {algorithm} count={count}: the working area grew "
+                                f"({before} -> {state.work_slot}): it was copied")
+z = rm.shm_empty((4, 250), np.int32)
+z[:] = data(1000, "int32", 3, exact=True).reshape(4, 250)
+want = mpi_result("broadcast", z.reshape(-1).copy(), 1000, n - 1)
+rm.broadcast(z.reshape(-1), src=n - 1, transport="shm")
+check("zero-copy broadcast", z.reshape(-1), want)
+try:
+    rm.shm_empty((-1,))
+    failures.append("shm_empty((-1,)) was accepted")
+except ValueError:
+    checks += 1
 
 ringccl.clear_caches()   # drops the segments; the next call sets them up again
 x = data(100, "float32", 1, exact=True)

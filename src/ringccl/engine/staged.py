@@ -28,9 +28,11 @@ from __future__ import annotations
 from typing import Any, Iterator, NamedTuple, Sequence
 
 from .. import caches
+from ..ops import ReduceOp
 from .plan import Plan
+from .workspace import ArrayOps, Workspace
 
-__all__ = ["Staged", "Pieces", "final_receives", "merge", "split", "plan_ranges"]
+__all__ = ["Staged", "Pieces", "Landing", "final_receives", "merge", "split", "plan_ranges"]
 
 
 class Staged(NamedTuple):
@@ -164,3 +166,23 @@ def plan_ranges(plan: Plan) -> tuple:
             _ranges.clear()
         hit = _ranges[id(plan)] = (plan, merge(reads), merge(writes), final_receives(plan))
     return hit[1], hit[2], hit[3]
+
+
+class Landing(Workspace):
+    """A workspace whose final receives (:func:`final_receives`) are copied straight into the
+    caller's arrays (``direct``: receive -> the target's view) instead of the working buffer:
+    one copy per element instead of two (into the transport's memory, then out of it). For a
+    transport that reads its receives in place (no staging buffer)."""
+
+    __slots__ = ("direct",)
+
+    def __init__(self, ops: ArrayOps, buffer: Any, op: ReduceOp, direct: dict):
+        super().__init__(ops, buffer, op, 0)
+        self.direct = direct
+
+    def apply(self, r, received=None) -> None:
+        dst = self.direct.get(r)
+        if dst is None or received is None:
+            super().apply(r, received)
+        else:
+            self.copy(dst, received)

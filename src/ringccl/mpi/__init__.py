@@ -80,7 +80,7 @@ from ..ops import (SUPPORTED_DTYPES, ReduceOp, check_accumulate_dtype, check_dty
 
 __all__ = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "scatter",
            "gather", "all_to_all", "run_schedule", "release_buffers", "resolve_transport",
-           "ReduceOp"]
+           "shm_empty", "ReduceOp"]
 
 
 _mpi: list = []  # the mpi4py.MPI module, imported on first use (importing it starts MPI)
@@ -107,6 +107,14 @@ def release_buffers() -> None:
     from .executor import release_buffers as release
     release()
     _checked_ops.clear()
+
+
+def shm_empty(shape, dtype=np.float32, comm=None) -> np.ndarray:
+    """A numpy array of ``shape`` and ``dtype`` in this rank's slot of ``comm``'s shared
+    memory: collectives on it over shared memory skip the copy in and out (zero copy;
+    :func:`ringccl.mpi.executor.shm_empty`, which documents it). Collective."""
+    from .executor import shm_empty as allocate
+    return allocate(shape, dtype, comm)
 
 
 _DTYPES = frozenset(np.dtype(d) for d in SUPPORTED_DTYPES)

@@ -36,7 +36,8 @@ from mpi4py import MPI
 
 from .. import caches, engine, shm
 from ..engine import trace
-from ..errors import BackendError, PeerError, RingcclTimeout
+from ..args import check_int
+from ..errors import ArgumentTypeError, BackendError, PeerError, RingcclTimeout
 from ..ir import Schedule
 from ..ops import ReduceOp, ufunc
 
@@ -44,7 +45,7 @@ __all__ = ["execute", "release_buffers", "PIPELINING", "OPS", "PIPELINE_THRESHOL
            "DEFAULT_SEGMENT_BYTES", "SHM_PIPELINING", "SHM_TWO_SHOT_BYTES",
            "SHM_TWO_SHOT_BYTES_BY_WORLD", "SHM_LAZY_ENTRY_MIN_WORLD", "shm_two_shot_bytes",
            "shm_algorithm",
-           "shm_possible", "shm_state", "release_shm"]
+           "shm_possible", "shm_state", "release_shm", "shm_empty"]
 
 _TAG = 0  # order, not tags, matches messages: posting order per peer is the same on both sides
 
@@ -293,6 +294,15 @@ def _typed(state, serial: int, dtype) -> np.ndarray:
     return a
 
 
+def _base(state, seg) -> int:
+    """The address of segment ``seg``'s first byte in this process (cached with the segments)."""
+    key = ("base", id(seg))
+    address = state.cache.get(key)
+    if address is None:
+        address = state.cache[key] = np.frombuffer(seg.map, dtype=np.uint8).ctypes.data
+    return address
+
+
 def _entry_error(schedule: Schedule, rank: int, exc: BaseException, timeout: float,
                  when: str = "entering the call"):
     """The PeerError/RingcclTimeout of a failed call entry (before step 0), or of the end of a
@@ -332,11 +342,15 @@ def _execute_shm(schedule: Schedule, buffer: np.ndarray, op: ReduceOp, comm, bou
     dtype = buffer.dtype
     itemsize = dtype.itemsize
     plan = engine.plan(schedule, rank, bounds, segment_elems)
+    # zero copy: the buffer lies in this rank's slot of one of the group's segments (shm_empty)
+    where = state.locate(buffer.ctypes.data, buffer.nbytes, lambda seg: _base(state, seg)) \
+        if buffer.size else None
     # the working buffer, 64-aligned, then the eager area: EAGER_AREA_BYTES more asked for
     # only by small buffers (a large buffer's eager sends are its small chunks, if any, in
     # what the slot holds beyond it)
     used = -(-buffer.size * itemsize // 64) * 64
-    need = used + shm.EAGER_AREA_BYTES if used <= shm.EAGER_AREA_BYTES else used
+    need = 0 if where is not None else \
+        used + shm.EAGER_AREA_BYTES if used <= shm.EAGER_AREA_BYTES else used
     try:
         # every rank enters every call (also with nothing to move): the call counters stay
         # equal. lazy: no wait for the peers when the working area holds ``need``; leave()
@@ -346,30 +360,46 @@ def _execute_shm(schedule: Schedule, buffer: np.ndarray, op: ReduceOp, comm, bou
             if not plan.steps:
                 state.leave(timeout)
                 return buffer
-            serial, slot = state.work_serial, rank * state.work_slot
-            start = slot // itemsize
-            typed = _typed(state, serial, dtype)
-            transport.begin(serial, slot, itemsize,
+            slot = rank * state.work_slot
+            if where is None:
+                serial, offset = state.work_serial, slot
+                eager = (serial, slot + used, state.work_slot - used)
+            else:
+                serial, offset = where
+                # zero copy: the working area (if any) is free for the eager area
+                eager = (state.work_serial, slot, state.work_slot) if state.work_serial \
+                    else None
+            transport.begin(serial, offset, itemsize,
                             lambda s, off, n: _typed(state, s, dtype)[off // itemsize:
                                                                       (off + n) // itemsize],
-                            np.copy, timeout, eager=(serial, slot + used, state.work_slot - used),
-                            copy=OPS.copy)
+                            np.copy, timeout, eager=eager, copy=OPS.copy)
         except (TimeoutError, ConnectionError) as exc:
             raise _entry_error(schedule, rank, exc, timeout or state.timeout) from exc
-        work = typed[start:start + buffer.size]
-        reads, writes, _ = engine.staged.plan_ranges(plan)
-        for lo, hi in reads:
-            work[lo:hi] = buffer[lo:hi]
-        workspace = engine.Workspace(OPS, work, op, 0)
+        landing: dict = {}
+        if where is None:
+            start = offset // itemsize
+            work = _typed(state, serial, dtype)[start:start + buffer.size]
+            reads, writes, finals = engine.staged.plan_ranges(plan)
+            for lo, hi in reads:
+                work[lo:hi] = buffer[lo:hi]
+            if not restore:   # final receives land in the caller's buffer: one copy less
+                landing = {r: buffer[r.lo:r.hi] for r in finals}
+            workspace = engine.staged.Landing(OPS, work, op, landing) if landing else \
+                engine.Workspace(OPS, work, op, 0)
+        else:
+            work = buffer
+            workspace = engine.Workspace(OPS, work, op, 0)
         recorder = trace.state.recorder
-        # the caller's buffer is written only after success: nothing to restore
+        # zero copy: the rollback saves what it overwrites (restore); else the caller's buffer
+        # is written only after success (unless final receives land there: restore=False)
+        keep = restore and where is not None
         try:
             if recorder is None:
-                engine.run_dataflow(schedule, rank, plan, transport, workspace, restore=False,
+                engine.run_dataflow(schedule, rank, plan, transport, workspace, restore=keep,
                                     timeout=timeout)
             else:
                 recorder.run(engine.run_dataflow, schedule, rank, plan, transport, workspace,
-                             restore=False, timeout=timeout, itemsize=itemsize, backend="shm")
+                             restore=keep, timeout=timeout, itemsize=itemsize, backend="shm")
         except PeerError as exc:
             # after a lazy entry, a wait for a peer that never entered this call is what the
             # entry's wait would have reported: say so (step 0, entering the call)
@@ -384,13 +414,60 @@ def _execute_shm(schedule: Schedule, buffer: np.ndarray, op: ReduceOp, comm, bou
         except (TimeoutError, ConnectionError) as exc:
             raise _entry_error(schedule, rank, exc, timeout or state.timeout,
                                "leaving the call") from exc
-        for lo, hi in writes:
-            buffer[lo:hi] = work[lo:hi]
+        if where is None:
+            landed = engine.staged.merge((r.lo, r.hi) for r in landing)
+            for lo, hi in writes:
+                for a, b, done in engine.staged.split(lo, hi, landed):
+                    if not done:
+                        buffer[a:b] = work[a:b]
         return buffer
     except BaseException:
         if not state.closed:
             state.abort()
         raise
+
+
+def shm_empty(shape, dtype=np.float32, comm=None) -> np.ndarray:
+    """A numpy array of ``shape`` and ``dtype`` that lives in this rank's slot of ``comm``'s
+    shared memory: collectives on it (``transport="shm"`` or "auto") skip the copy in and out
+    (as :func:`ringccl.torch.shm_empty`).
+
+    Collective: every rank of ``comm`` calls it with the same shape and dtype, in the same
+    order relative to the communicator's collectives. The array stays valid memory while it is
+    referenced; it is zero-copy until ``ringccl.clear_caches()`` (after that a collective
+    copies it like any array). Contents are undefined (as ``numpy.empty``).
+
+    Args:
+        shape: int or tuple of ints >= 0.
+        dtype: any numpy dtype ringccl.mpi supports.
+        comm: an mpi4py intracommunicator (None = ``MPI.COMM_WORLD``).
+    Returns:
+        the array (C-contiguous).
+    Raises:
+        ArgumentError, ArgumentTypeError: bad shape or dtype. BackendError: not x86-64, the
+            set-up failed; ShmSpaceError: the shared-memory directory is too small.
+    """
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+        shape = (int(shape),)
+    if not isinstance(shape, (tuple, list)):
+        raise ArgumentTypeError(f"shape={shape!r} must be an int or a tuple of ints")
+    shape = tuple(check_int(n, "shape", minimum=0) for n in shape)
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        raise ArgumentTypeError(f"dtype={dtype!r} is not a numpy dtype") from None
+    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    nbytes = -(-count * dtype.itemsize // 64) * 64   # 64-byte aligned allocations
+    state, _ = shm_state(MPI.COMM_WORLD if comm is None else comm)
+    area = state.cache.get("user")   # (serial, slot bytes, bytes used) of the zero-copy area
+    if area is None or area[2] + nbytes > area[1]:
+        slot = max(1 << 20, 1 << max(nbytes - 1, 0).bit_length())
+        serial = state.new_segment(slot * state.world_size)
+        area = (serial, slot, 0)
+    serial, slot, used = area
+    state.cache["user"] = (serial, slot, used + nbytes)
+    start = (state.rank * slot + used) // dtype.itemsize
+    return _typed(state, serial, dtype)[start:start + count].reshape(shape)
 
 
 def execute(schedule: Schedule, buffer: np.ndarray, op: ReduceOp = ReduceOp.SUM, comm=None,

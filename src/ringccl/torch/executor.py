@@ -340,25 +340,6 @@ def _locate(state, buffer: torch.Tensor) -> tuple | None:
     return None
 
 
-class _Landing(engine.Workspace):
-    """A workspace whose final receives (:func:`ringccl.engine.final_receives`) are copied
-    straight into the caller's arrays (``direct``: receive -> the target's view) instead of
-    the slot: one copy per element instead of two (into the slot, then out of it)."""
-
-    __slots__ = ("direct",)
-
-    def __init__(self, buffer: torch.Tensor, op: ReduceOp, direct: dict):
-        super().__init__(OPS, buffer, op, 0)
-        self.direct = direct
-
-    def apply(self, r, received=None) -> None:
-        dst = self.direct.get(r)
-        if dst is None or received is None:
-            super().apply(r, received)
-        else:
-            dst.copy_(received)
-
-
 def _fill(work: torch.Tensor, reads: tuple, sources) -> None:
     """Copy the ranges ``reads`` of the working buffer from ``sources`` (a
     :class:`ringccl.engine.Pieces`, or the caller's in-place buffer)."""
@@ -494,7 +475,7 @@ def _execute_shm(schedule: Schedule, buffer, op: ReduceOp, group, bounds,
                         buffer[r.lo:r.hi]
                     if view is not None:
                         landing[r] = view
-            workspace = _Landing(work, op, landing) if landing else \
+            workspace = staged.Landing(OPS, work, op, landing) if landing else \
                 engine.Workspace(OPS, work, op, 0)
         else:
             work = buffer
