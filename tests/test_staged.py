@@ -122,3 +122,57 @@ def test_nothing_later_touches_a_final_receive(pair, n, segment, data):
             if any(op.lo < r.hi and r.lo < op.hi for s in later for op in s.sends):
                 touched_later.add(r)
         assert set(last.values()) - touched_later <= set(finals)
+
+
+def test_lazy_sends_read_only_the_callers_bytes():
+    from ringccl.engine.staged import plan_ranges
+    # a broadcast root's sends, an all_to_all's blocks, two_shot's inputs: lazy
+    for collective, algorithm, rank, params in (("broadcast", "direct", 0, {"root": 0}),
+                                                ("all_to_all", "direct", 1, {}),
+                                                ("all_reduce", "two_shot", 2, {})):
+        schedule = build_schedule(collective, algorithm, 4, **params)
+        plan = engine.plan(schedule, rank, layout(schedule, rank, 64).offsets, 0)
+        ranges = plan_ranges(plan)
+        first = [s for s in plan.steps[0].sends if s.hi > s.lo]
+        assert first and set(first) <= ranges.lazy, (collective, algorithm)
+        assert not any(a < s.hi and s.lo < b for s in first for a, b in ranges.upfront)
+    # one-shot all_reduce sends the chunks it reduces into: copied in up front
+    schedule = build_schedule("all_reduce", "direct", 4)
+    plan = engine.plan(schedule, 0, layout(schedule, 0, 64).offsets, 0)
+    ranges = plan_ranges(plan)
+    assert not ranges.lazy and ranges.upfront == ranges.reads
+    # a ring forwards what it received: those sends are not lazy
+    schedule = build_schedule("all_gather", "ring", 4)
+    plan = engine.plan(schedule, 1, layout(schedule, 1, 64).offsets, 0)
+    ranges = plan_ranges(plan)
+    assert {s.step for s in ranges.lazy} == {plan.steps[0].index}
+
+
+@settings(max_examples=60, deadline=None)
+@given(pair=st.sampled_from(sorted(REGISTRY)), n=st.integers(2, 6),
+       segment=st.sampled_from([0, 2]), data=st.data())
+def test_no_lazy_send_reads_what_the_call_wrote_or_reduces(pair, n, segment, data):
+    from ringccl.engine.staged import plan_ranges
+    collective, algorithm = pair
+    params = {"local_size": 2 if n % 2 == 0 else 1} if algorithm == "hierarchical" else {}
+    try:
+        schedule = build_schedule(collective, algorithm, n, **params)
+    except Exception:   # noqa: BLE001 - e.g. a power-of-two-only algorithm
+        return
+    rank = data.draw(st.integers(0, n - 1))
+    plan = engine.plan(schedule, rank, layout(schedule, rank, 7 * n).offsets, segment)
+    ranges = plan_ranges(plan)
+    index = {st_.index: k for k, st_ in enumerate(plan.steps)}
+    for s in ranges.lazy:
+        for st_ in plan.steps:
+            for r in st_.recvs:
+                if r.lo < s.hi and s.lo < r.hi:
+                    assert not r.reduce and index[st_.index] >= index[s.step], (s, r)
+    # every element a send reads is copied in up front or by its lazy send
+    covered = set()
+    for a, b in ranges.upfront:
+        covered.update(range(a, b))
+    for s in ranges.lazy:
+        covered.update(range(s.lo, s.hi))
+    for a, b in ranges.reads:
+        assert set(range(a, b)) <= covered

@@ -168,6 +168,24 @@ def staged_forms(rank, world_size):
         flat = out2.contiguous().view(-1)   # the output's elements in C order
         if not torch.allclose(flat, ref2, atol=1e-6):
             failures.append(f"reduce_scatter avg non-contiguous restore={restore}")
+        # segments: lazy sends copied into the slot as they are posted (a 12 MiB broadcast
+        # runs in 2 MiB segments by default; the others with an explicit segment size)
+        big = torch.arange(3 << 20, dtype=torch.float32) + 7 * rank
+        ref3 = big.clone()
+        rt.broadcast(big, 1, **kw)
+        dist.broadcast(ref3, 1)
+        if not torch.equal(big, ref3):
+            failures.append(f"segmented broadcast restore={restore}")
+        x4 = torch.arange(n * 5000, dtype=torch.int32) * (rank + 1)
+        o4, r4 = torch.empty_like(x4), torch.empty_like(x4)
+        rt.all_to_all_single(o4, x4, segment_bytes=4096, **kw)
+        dist.all_to_all_single(r4, x4)
+        a5 = torch.randint(-8, 8, (30011,), generator=torch.Generator().manual_seed(rank))
+        r5 = a5.clone()
+        rt.all_reduce(a5, algorithm="two_shot", segment_bytes=8192, **kw)
+        dist.all_reduce(r5)
+        if not (torch.equal(o4, r4) and torch.equal(a5, r5)):
+            failures.append(f"segmented all_to_all / two_shot restore={restore}")
     return failures
 
 

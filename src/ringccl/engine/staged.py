@@ -32,7 +32,8 @@ from ..ops import ReduceOp
 from .plan import Plan
 from .workspace import ArrayOps, Workspace
 
-__all__ = ["Staged", "Pieces", "Landing", "final_receives", "merge", "split", "plan_ranges"]
+__all__ = ["Staged", "Pieces", "Landing", "PlanRanges", "final_receives", "merge", "split",
+           "plan_ranges"]
 
 
 class Staged(NamedTuple):
@@ -145,40 +146,81 @@ def final_receives(plan: Plan) -> tuple:
     return tuple(finals)
 
 
-_ranges: dict = {}   # id(plan) -> (plan, ranges read, ranges written, final receives)
+class PlanRanges(NamedTuple):
+    """What a transport that holds the working buffer in its own memory must move for one
+    plan (:func:`plan_ranges`); ranges are merged ``(lo, hi)`` element ranges."""
+
+    reads: tuple      # every range the call reads: its sends, the chunks it reduces into
+    writes: tuple     # every range its receives write (what must be copied back)
+    finals: tuple     # final_receives(plan): may land in the caller's arrays
+    upfront: tuple    # the reads to copy in before the call: reads less the lazy sends'
+    lazy: frozenset   # sends whose segment may be copied in when the send is posted
+
+
+_ranges: dict = {}   # id(plan) -> (plan, PlanRanges)
 caches.register(_ranges.clear)
 
 
-def plan_ranges(plan: Plan) -> tuple:
-    """``(reads, writes, finals)`` of ``plan``'s working buffer: the merged element ranges the
-    call reads (its sends, the chunks its receives reduce into: what a transport that holds
-    the buffer in its own memory must copy in), those it writes (its receives: what it must
-    copy back), and :func:`final_receives`. Chunks only received need no copy in (an
-    all_to_all's output blocks, a non-root's broadcast), chunks never received no copy back:
-    a 16 MiB all_to_all moved 4x its blocks through shared memory when the whole buffer went
-    both ways. Cached per plan (plans are memoized)."""
+def plan_ranges(plan: Plan) -> PlanRanges:
+    """:class:`PlanRanges` of ``plan``'s working buffer. Chunks only received need no copy in
+    (an all_to_all's output blocks, a non-root's broadcast), chunks never received no copy
+    back: a 16 MiB all_to_all moved 4x its blocks through shared memory when the whole buffer
+    went both ways. A send whose segment no receive reduces into and no receive of an earlier
+    step writes reads the caller's bytes: it is *lazy*, copied in when it is posted
+    (:class:`Landing`), so with segments the peers read the first while this rank copies the
+    next (a broadcast's root, an all_to_all's blocks, two_shot's inputs) instead of waiting for
+    the whole copy. Cached per plan (plans are memoized)."""
     hit = _ranges.get(id(plan))
-    if hit is None or hit[0] is not plan:
-        reads = [(op.lo, op.hi) for st in plan.steps for op in st.sends]
-        reads += [(r.lo, r.hi) for st in plan.steps for r in st.recvs if r.reduce]
-        writes = [(r.lo, r.hi) for st in plan.steps for r in st.recvs]
-        if len(_ranges) >= 256:
-            _ranges.clear()
-        hit = _ranges[id(plan)] = (plan, merge(reads), merge(writes), final_receives(plan))
-    return hit[1], hit[2], hit[3]
+    if hit is not None and hit[0] is plan:
+        return hit[1]
+    sends = [op for st in plan.steps for op in st.sends if op.hi > op.lo]
+    reduced = merge((r.lo, r.hi) for st in plan.steps for r in st.recvs if r.reduce)
+    writes = merge((r.lo, r.hi) for st in plan.steps for r in st.recvs)
+    written_before: dict = {}   # step index -> recv ranges of the steps before it
+    earlier: list = []
+    for st in plan.steps:
+        written_before[st.index] = merge(earlier)
+        earlier.extend((r.lo, r.hi) for r in st.recvs)
+    lazy = frozenset(
+        s for s in sends
+        if not _overlaps(s.lo, s.hi, reduced) and not _overlaps(s.lo, s.hi,
+                                                              written_before[s.step]))
+    reads = merge([(s.lo, s.hi) for s in sends] + list(reduced))
+    upfront = merge([(s.lo, s.hi) for s in sends if s not in lazy] + list(reduced))
+    result = PlanRanges(reads, writes, final_receives(plan), upfront, lazy)
+    if len(_ranges) >= 256:
+        _ranges.clear()
+    _ranges[id(plan)] = (plan, result)
+    return result
+
+
+def _overlaps(lo: int, hi: int, ranges: tuple) -> bool:
+    return any(a < hi and lo < b for a, b in ranges)
 
 
 class Landing(Workspace):
-    """A workspace whose final receives (:func:`final_receives`) are copied straight into the
-    caller's arrays (``direct``: receive -> the target's view) instead of the working buffer:
-    one copy per element instead of two (into the transport's memory, then out of it). For a
-    transport that reads its receives in place (no staging buffer)."""
+    """The workspace of a transport that holds the working buffer in its own memory (reads
+    its receives in place: no staging buffer): its final receives (:func:`final_receives`)
+    are copied straight into the caller's arrays (``direct``: receive -> the target's view)
+    instead of the working buffer, one copy per element instead of two; its lazy sends
+    (:class:`PlanRanges`) are copied in from the caller's sources when posted (``fill(lo,
+    hi)``), each segment once per call."""
 
-    __slots__ = ("direct",)
+    __slots__ = ("direct", "lazy", "fill", "filled")
 
-    def __init__(self, ops: ArrayOps, buffer: Any, op: ReduceOp, direct: dict):
+    def __init__(self, ops: ArrayOps, buffer: Any, op: ReduceOp, direct: dict,
+                 lazy: frozenset = frozenset(), fill: Any = None):
         super().__init__(ops, buffer, op, 0)
-        self.direct = direct
+        self.direct, self.lazy, self.fill = direct, lazy if fill is not None else (), fill
+        self.filled: set = set()
+
+    def source(self, s) -> Any:
+        if s in self.lazy:
+            key = (s.lo, s.hi)
+            if key not in self.filled:
+                self.filled.add(key)
+                self.fill(s.lo, s.hi)
+        return self.buffer[s.lo:s.hi]
 
     def apply(self, r, received=None) -> None:
         dst = self.direct.get(r)

@@ -379,13 +379,16 @@ def _execute_shm(schedule: Schedule, buffer: np.ndarray, op: ReduceOp, comm, bou
         if where is None:
             start = offset // itemsize
             work = _typed(state, serial, dtype)[start:start + buffer.size]
-            reads, writes, finals = engine.staged.plan_ranges(plan)
-            for lo, hi in reads:
+            ranges = engine.staged.plan_ranges(plan)
+            writes = ranges.writes
+            for lo, hi in ranges.upfront:   # the lazy sends' segments: when posted
                 work[lo:hi] = buffer[lo:hi]
             if not restore:   # final receives land in the caller's buffer: one copy less
-                landing = {r: buffer[r.lo:r.hi] for r in finals}
-            workspace = engine.staged.Landing(OPS, work, op, landing) if landing else \
-                engine.Workspace(OPS, work, op, 0)
+                landing = {r: buffer[r.lo:r.hi] for r in ranges.finals}
+
+            def fill(lo, hi):
+                work[lo:hi] = buffer[lo:hi]
+            workspace = engine.staged.Landing(OPS, work, op, landing, ranges.lazy, fill)
         else:
             work = buffer
             workspace = engine.Workspace(OPS, work, op, 0)

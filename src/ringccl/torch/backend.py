@@ -510,7 +510,7 @@ def _execute(schedule, buffer: torch.Tensor, op: ReduceOp, g: _Group, bounds, op
     if g.transport == "shm":
         # as executor.execute: whole chunks unless a segment size was asked for
         if pipelining is executor.PIPELINING:
-            pipelining = executor.SHM_PIPELINING
+            pipelining = executor.shm_pipelining(schedule.collective)
         executor._execute_shm(schedule, buffer, op, g, bounds,
                               lambda itemsize: pipelining.segment_elems(bounds, itemsize),
                               None if wait_timeout is None else wait_timeout.total_seconds(),
@@ -518,7 +518,7 @@ def _execute(schedule, buffer: torch.Tensor, op: ReduceOp, g: _Group, bounds, op
         return
     if g.transport == "hybrid":   # shm inside each host, gloo across (ringccl.torch.hybrid)
         if pipelining is executor.PIPELINING:
-            pipelining = executor.SHM_PIPELINING
+            pipelining = executor.shm_pipelining(schedule.collective)
         hybrid.execute_hybrid(schedule, buffer, op, g, bounds,
                               lambda itemsize: pipelining.segment_elems(bounds, itemsize),
                               None if wait_timeout is None else wait_timeout.total_seconds(),

@@ -39,6 +39,7 @@ from ..ops import ReduceOp
 
 __all__ = ["execute", "combine_fn", "release_buffers", "PIPELINING", "OPS",
            "PIPELINE_THRESHOLD_BYTES", "DEFAULT_SEGMENT_BYTES", "SHM_PIPELINING", "shm_state",
+           "shm_pipelining", "SHM_PIPELINING_BY_COLLECTIVE",
            "shm_empty", "release_shm", "ShmSetup", "release_shm_state", "run_p2p", "P2PTransport"]
 
 
@@ -145,6 +146,23 @@ class P2PTransport:
 #: chunk into segments only adds synchronisation (each segment is one more descriptor, wait
 #: and release); an explicit ``segment_bytes=`` still splits.
 SHM_PIPELINING = engine.Pipelining(None, 0)
+
+#: ...except where a segment's copy into the slot can overlap the peers' reads of the one
+#: before (the lazy sends of :mod:`ringccl.engine.staged`): a broadcast's root copies its
+#: buffer in while every other rank waits, so from 8 MiB chunks on it moves 2 MiB segments.
+#: Measured (an A/B of ``segment_bytes=`` 0 / 1 / 2 / 4 MiB, median of 5 single calls,
+#: slowest rank, restore=False; 2 processes, load 2): 16 MiB 3.36 / 2.62 / 2.07 / 2.67 ms,
+#: 64 MiB 13.1 / 8.8 / 8.3 / 8.3 ms; 4 processes on the 2 cores (no idle core to overlap
+#: with): 16 MiB 5.81 / 5.49 / 5.70 / 5.40 ms, 64 MiB 19.1 / 19.9 / 19.0 / 20.9 ms, level.
+#: all_reduce, all_to_all and all_gather, whose ranks all copy at once, gained nothing from
+#: segments (two_shot 16 MiB: 4.9 ms whole, 5.2-6.4 ms in segments): whole chunks.
+SHM_PIPELINING_BY_COLLECTIVE = {"broadcast": engine.Pipelining(8 << 20, 2 << 20)}
+
+
+def shm_pipelining(collective: str) -> engine.Pipelining:
+    """The pipelining policy over shared memory for ``collective`` (:data:`SHM_PIPELINING`,
+    or its entry of :data:`SHM_PIPELINING_BY_COLLECTIVE`)."""
+    return SHM_PIPELINING_BY_COLLECTIVE.get(collective, SHM_PIPELINING)
 
 #: seconds a shared-memory wait may take when neither ``timeout=``, RINGCCL_TIMEOUT nor the
 #: group's own timeout is known (torch's default group timeout is 30 minutes)
@@ -457,26 +475,26 @@ def _execute_shm(schedule: Schedule, buffer, op: ReduceOp, group, bounds,
                 from exc
         if where is None:
             work = _typed(state, serial, dtype)[offset // itemsize:offset // itemsize + numel]
-            reads, writes, finals = staged.plan_ranges(plan)
+            ranges = staged.plan_ranges(plan)
             if described is None:
                 sources = targets = buffer
-                drain_runs = writes
+                drain_runs = ranges.writes
                 direct = not restore
             else:
                 sources = engine.Pieces(described.fill_runs, described.sources)
                 targets = engine.Pieces(described.drain_runs, described.targets)
                 drain_runs = described.drain_runs
                 direct = not described.restore
-            _fill(work, reads, sources)
+            _fill(work, ranges.upfront, sources)   # the lazy sends' segments: when posted
             landing = {}
             if direct:
-                for r in finals:
+                for r in ranges.finals:
                     view = targets.view(r.lo, r.hi) if described is not None else \
                         buffer[r.lo:r.hi]
                     if view is not None:
                         landing[r] = view
-            workspace = staged.Landing(OPS, work, op, landing) if landing else \
-                engine.Workspace(OPS, work, op, 0)
+            workspace = staged.Landing(OPS, work, op, landing, ranges.lazy,
+                                       lambda lo, hi: _fill(work, ((lo, hi),), sources))
         else:
             work = buffer
             workspace = engine.Workspace(OPS, work, op, 0)
@@ -506,7 +524,8 @@ def _execute_shm(schedule: Schedule, buffer, op: ReduceOp, group, bounds,
                                "leaving the call") from exc
         if where is None:
             landed = staged.merge((r.lo, r.hi) for r in landing)
-            _drain(work, drain_runs, targets, landed, staged.merge(reads + writes), sources)
+            _drain(work, drain_runs, targets, landed, staged.merge(ranges.reads + ranges.writes),
+                   sources)
         return buffer
     except BaseException:
         if not state.closed:
@@ -599,7 +618,8 @@ def execute(schedule: Schedule, buffer: torch.Tensor, op: ReduceOp = ReduceOp.SU
             contents are undefined (as with NCCL's own collectives).
         pipelining: the policy used when ``segment_bytes`` is None (None: :data:`PIPELINING`,
             segments of DEFAULT_SEGMENT_BYTES for chunks >= PIPELINE_THRESHOLD_BYTES; over
-            shared memory :data:`SHM_PIPELINING`, whole chunks, replaces the p2p default).
+            shared memory :func:`shm_pipelining`, whole chunks but a large broadcast's,
+            replaces the p2p default).
         transport: "p2p" (torch.distributed point-to-point), "shm" (the group's shared
             memory: CPU tensors, every rank on this host, x86-64; set up on first use) or
             "hybrid" (shared memory inside each host, p2p across: :mod:`ringccl.torch.hybrid`).
@@ -630,7 +650,7 @@ def execute(schedule: Schedule, buffer: torch.Tensor, op: ReduceOp = ReduceOp.SU
         pipelining = engine.Pipelining.fixed(segment_bytes)
     if transport == "shm":
         if pipelining is None or pipelining is PIPELINING:
-            pipelining = SHM_PIPELINING
+            pipelining = shm_pipelining(schedule.collective)
         return _execute_shm(schedule, buffer, op, group, bounds,
                             lambda itemsize: pipelining.segment_elems(bounds, itemsize),
                             None if wait_timeout is None else wait_timeout.total_seconds(),
