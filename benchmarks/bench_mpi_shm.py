@@ -5,7 +5,8 @@ For each size: the median of ``--iters`` (>= 5) interleaved iterations of ringcc
 (``algorithm="auto"`` over shm: one-shot ``direct`` below
 ``ringccl.mpi.executor.shm_two_shot_bytes(world_size)``, ``two_shot`` from it on) and ``MPI_Allreduce``
 (``MPI_IN_PLACE``, float32, sum), min-max of each, and the ratio MPI / ours (> 1: ours is
-faster); every size's result is checked against MPI's once. Also the 8-byte all_reduce latency
+faster); the same call on a ``ringccl.mpi.shm_empty`` array (zero copy: no copy in or out) and
+MPI / zero-copy; every size's result is checked against MPI's once. Also the 8-byte all_reduce latency
 (µs) of both, the load average before and after, and with ``--crossover`` one-shot vs two-shot
 per size (the measurement behind ``SHM_TWO_SHOT_BYTES_BY_WORLD``). ``--json`` prints the raw rows.
 
@@ -124,8 +125,13 @@ def worker(sizes, iters, crossover) -> None:
         rm.all_reduce(ours, transport="shm")
         comm.Allreduce(MPI.IN_PLACE, theirs, op=MPI.SUM)
         wrong = not np.array_equal(ours, theirs)
+        zero = rm.shm_empty((count,), np.float32)   # zero copy: the array lives in the slot
+        zero[:] = x
+        rm.all_reduce(zero, transport="shm")
+        wrong = wrong or not np.array_equal(zero, theirs)
         variants = {"ringccl": lambda: rm.all_reduce(ours, transport="shm"),
-                    "mpi": lambda: comm.Allreduce(MPI.IN_PLACE, theirs, op=MPI.SUM)}
+                    "mpi": lambda: comm.Allreduce(MPI.IN_PLACE, theirs, op=MPI.SUM),
+                    "zero_copy": lambda: rm.all_reduce(zero, transport="shm")}
         if crossover:
             variants["direct"] = lambda: rm.all_reduce(ours, algorithm="direct", transport="shm")
             variants["two_shot"] = lambda: rm.all_reduce(ours, algorithm="two_shot",
@@ -143,6 +149,7 @@ def worker(sizes, iters, crossover) -> None:
         for k, ts in times.items():
             row[k] = {"median_s": statistics.median(ts), "min_s": min(ts), "max_s": max(ts)}
         row["ratio"] = row["mpi"]["median_s"] / row["ringccl"]["median_s"]
+        row["ratio_zero_copy"] = row["mpi"]["median_s"] / row["zero_copy"]["median_s"]
         rows.append(row)
     # last: its large buffers must not disturb the rows above
     rows.append(floor(comm, iters * 5, timed, max(sizes)))
@@ -185,7 +192,8 @@ def main() -> None:
         return
     print(f"ringccl.mpi (shm, algorithm auto) vs MPI_Allreduce, {args.nproc} processes, float32 "
           f"sum; load average {data['load_before'][0]:.1f} -> {data['load_after'][0]:.1f}")
-    head = f"{'size':>9} {'ours us (min-max)':>24} {'MPI us (min-max)':>24} {'MPI/ours':>8}"
+    head = (f"{'size':>9} {'ours us (min-max)':>24} {'MPI us (min-max)':>24} {'MPI/ours':>8}"
+            f" {'zero-copy us':>13} {'MPI/zc':>7}")
     if args.crossover:
         head += f" {'direct us':>10} {'two_shot us':>11}"
     print(head)
@@ -197,7 +205,8 @@ def main() -> None:
             return (f"{v['median_s'] * 1e6:8.1f} ({v['min_s'] * 1e6:.0f}-"
                     f"{v['max_s'] * 1e6:.0f})")
         size = "8 B" if r["kind"] == "latency" else units.format_size(r["nbytes"])
-        line = f"{size:>9} {us(r['ringccl']):>24} {us(r['mpi']):>24} {r['ratio']:8.2f}"
+        line = (f"{size:>9} {us(r['ringccl']):>24} {us(r['mpi']):>24} {r['ratio']:8.2f}"
+                f" {r['zero_copy']['median_s'] * 1e6:13.1f} {r['ratio_zero_copy']:7.2f}")
         if args.crossover:
             line += (f" {r['direct']['median_s'] * 1e6:10.1f} "
                      f"{r['two_shot']['median_s'] * 1e6:11.1f}")
