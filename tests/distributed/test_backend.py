@@ -90,7 +90,8 @@ def test_algo_override_and_debug_lines(monkeypatch, transport):
     # not forced: the transport's choice, priced on its link class
     auto = runs[0]["auto_line"]
     if transport == "shm":
-        assert "algorithm=two_shot (auto)" in auto and "provisional" in auto, auto
+        # priced on the fitted shared-memory link class: no longer provisional
+        assert "algorithm=two_shot (auto)" in auto and "provisional" not in auto, auto
     else:
         assert "algorithm=ring (auto)" in auto, auto
 

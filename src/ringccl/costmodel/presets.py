@@ -165,7 +165,7 @@ def seed_figures() -> dict:
 
 #: the fitted values behind :data:`SHARED_MEMORY` (seconds per step, per byte, per byte
 #: reduced, per call), from the run its comment names
-SHM_FIT = {"alpha": 0.0, "beta": 0.3206e-9, "gamma": 0.0824e-9, "epsilon": 26.2e-6}
+SHM_FIT = {"alpha": 0.0, "beta": 0.0941e-9, "gamma": 0.0945e-9, "epsilon": 86.9e-6}
 
 #: ringccl's shared-memory transport (``transport="shm"``, one host; docs/shm.md), as
 #: ``ringccl fit`` fitted it from this transport's own benchmark rows. Measured with::
@@ -176,24 +176,26 @@ SHM_FIT = {"alpha": 0.0, "beta": 0.3206e-9, "gamma": 0.0824e-9, "epsilon": 26.2e
 #:
 #: (the rows say ``"transport": "shm"``; ``ringccl fit`` groups them as ``mpi/shm`` and adds
 #: the copy in and out and a per-call ε to those rows; the local-reduce rows pin γ). On the
-#: 2-core development machine, shared with other jobs (load average 9-10 during the run:
-#: MPI_Allreduce itself took 29 ms at 4 MiB; re-measure on the target machine before trusting
-#: the figures). Fitted (45 rows, R² 0.94 on log times): α held at 0 (its free estimate was
-#: negative: a step's synchronisation is lost in the call's fixed ε = 26 µs), β = 0.32 ns/B
-#: (3.1 GB/s), γ = 0.082 ns/B (12 GB/s); held out (fit on every other size of both sweeps,
-#: predict the rest): median |error| 58% from 64 KiB on (21% fitting and predicting only up
-#: to 512 KiB, where the load disturbs less). With α = 0 the model puts the one-shot/two-shot
-#: crossover at the smallest size (two-shot reduces (N-1)/N of the bytes one-shot does); the
-#: same run measured it between 4 and 8 KiB, benchmarks/bench_mpi_shm.py --crossover between
-#: 16 and 64 KiB (docs/shm.md). ``alpha`` is the per-step synchronisation, ``bandwidth`` 1/β (bytes read from
-#: a peer's slot and copied or reduced per second), ``gamma`` the reduction; the per-call ε is
-#: the same for every algorithm and left out (it moves no crossover).
+#: 2-core development machine, quiet (load average 2.7 during the run, the integration run
+#: of docs/shm.md; an earlier fit at load 9-10 gave β = 0.32 ns/B, γ = 0.082 ns/B, ε = 26 µs
+#: with a held-out error of 58%). Fitted (45 rows, R² 0.98 on log times): α held at 0 (its
+#: free estimate was negative: a step's synchronisation is lost in the call's fixed ε =
+#: 87 µs), β = 0.094 ns/B (10.6 GB/s), γ = 0.095 ns/B (10.6 GB/s); held out (fit on every
+#: other size of both sweeps, predict the rest): median |error| 33% from 64 KiB on (one-shot
+#: ``direct`` is under-predicted by 27-63% from 512 KiB, where every rank reads every peer's
+#: whole buffer out of cache; two_shot is over-predicted by 19-31%). With α = 0 the model puts
+#: the one-shot/two-shot crossover at the smallest size (two-shot reduces (N-1)/N of the bytes
+#: one-shot does); measured (``ringccl.mpi.executor.SHM_TWO_SHOT_BYTES_BY_WORLD``) it lies
+#: between 64 and 128 KiB for 2 processes. ``alpha`` is the per-step synchronisation,
+#: ``bandwidth`` 1/β (bytes read from a peer's slot and copied or reduced per second),
+#: ``gamma`` the reduction; the per-call ε is the same for every algorithm and left out (it
+#: moves no crossover).
 SHARED_MEMORY = LinkClass(
     name="shm", alpha=SHM_FIT["alpha"], bandwidth=1.0 / SHM_FIT["beta"], gamma=SHM_FIT["gamma"],
     copies=SHM_COPIES,
     source="ringccl bench all_reduce --backend mpi --nproc 2 -a direct,two_shot,builtin -b 4KiB "
            "-e 64MiB -f 2 --iters 30 --placement in-place --json; ringccl fit --train sizes "
-           "(2-core machine, load average ~10)")
+           "(2-core machine, load average 2.7)")
 
 #: the link classes ``ringccl model/tune --link`` knows, by name
 LINK_CLASSES = {SHARED_MEMORY.name: SHARED_MEMORY}

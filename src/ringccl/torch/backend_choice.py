@@ -21,10 +21,12 @@ transport in use (:data:`LINKS`):
 * gloo point-to-point over TCP loopback, fitted by ``ringccl fit`` on this project's 2-process
   ring all_reduce rows (docs/benchmarks.md, "The fitted model"): α = 1.51 ms per step,
   β = 1.019 ns/B, γ = 0.267 ns/B;
-* shared memory: the cost model has no fitted shared-memory link class yet (issue 16, item 4);
-  until it does, :data:`SHM_PROVISIONAL` — two points of the measured two_shot all_reduce in
-  ``ringccl.torch.executor.SHM_TWO_SHOT_BYTES``'s docstring (2 processes, loaded machine), so
-  the shm predictions are rough (the log line marks them ``provisional``).
+* shared memory: the cost model's fitted link class
+  (:data:`ringccl.costmodel.presets.SHARED_MEMORY`, ``ringccl fit`` on this transport's own
+  rows; its comment has the run and the held-out error, 33%) plus its per-call ε (87 µs,
+  the call's fixed cost, the same for every algorithm) — :data:`SHM_FITTED`. Until the
+  integration run of issue 16 it was :data:`SHM_PROVISIONAL`, two points of a loaded run,
+  kept for comparison.
 """
 
 from __future__ import annotations
@@ -35,12 +37,14 @@ from .. import caches
 from ..algorithms import algorithms, default_algorithm
 from ..collectives import COLLECTIVES
 from ..costmodel import predictor
+from ..costmodel.presets import SHARED_MEMORY, SHM_FIT
 from ..costmodel.topology import two_level
 from ..errors import ArgumentError
 from .executor import shm_algorithm
 
 __all__ = ["parse_algo_env", "choose_algorithm", "predicted_seconds", "size_class",
-           "SIZE_CLASSES", "GLOO_P2P", "SHM_PROVISIONAL", "LINKS", "TRANSPORTS"]
+           "SIZE_CLASSES", "GLOO_P2P", "SHM_PROVISIONAL", "SHM_FITTED", "LINKS", "CALL_SECONDS",
+           "TRANSPORTS"]
 
 #: the backend's transports: "shm" (every rank of the group on this host), "p2p" (gloo
 #: point-to-point on the inner gloo group), "hybrid" (shm inside each host, gloo across)
@@ -58,11 +62,18 @@ GLOO_P2P = (1.51e-3, 1.019e-9, 0.267e-9)
 #: per byte on this machine).
 SHM_PROVISIONAL = (35e-6, 0.474e-9, 0.474e-9)
 
+#: the fitted shared-memory link class (:data:`ringccl.costmodel.presets.SHARED_MEMORY`) as
+#: (alpha, beta, gamma)
+SHM_FITTED = (SHARED_MEMORY.alpha, 1.0 / SHARED_MEMORY.bandwidth, SHARED_MEMORY.gamma)
+
 #: the link class of each transport, and whether its figures are provisional; "hybrid" is
 #: priced on a two-level machine (:func:`two_level_machine`) whose intra-host link is "shm"'s
 #: and inter-host link "p2p"'s
-LINKS = {"p2p": (GLOO_P2P, False), "shm": (SHM_PROVISIONAL, True),
-         "hybrid": (SHM_PROVISIONAL, True)}
+LINKS = {"p2p": (GLOO_P2P, False), "shm": (SHM_FITTED, False), "hybrid": (SHM_FITTED, False)}
+
+#: seconds every call costs whatever it moves, by transport: the fitted ε of shared memory
+#: (the front end, the plan lookup, the entry; over gloo it is inside the fitted α)
+CALL_SECONDS = {"p2p": 0.0, "shm": SHM_FIT["epsilon"], "hybrid": SHM_FIT["epsilon"]}
 
 #: upper bounds (bytes, exclusive) of the size classes of the log lines, NCCL-style powers of 4
 SIZE_CLASSES = tuple(4 ** k for k in range(5, 17))   # 1 KiB ... 4 GiB
@@ -171,10 +182,10 @@ def _two_level_choice(collective: str, world_size: int, nbytes: int, local_size:
 
 def two_level_machine(world_size: int, local_size: int):
     """The cost model's machine for the "hybrid" transport: ``world_size / local_size`` hosts of
-    ``local_size`` ranks, inside a host the shared-memory link (:data:`SHM_PROVISIONAL`'s α,
+    ``local_size`` ranks, inside a host the shared-memory link (:data:`SHM_FITTED`'s α,
     1/β), across hosts one NIC per host with gloo point-to-point's (:data:`GLOO_P2P`), the
     ranks host-major (:func:`ringccl.costmodel.topology.two_level`)."""
-    (a_shm, b_shm, _), (a_p2p, b_p2p, _) = SHM_PROVISIONAL, GLOO_P2P
+    (a_shm, b_shm, _), (a_p2p, b_p2p, _) = SHM_FITTED, GLOO_P2P
     return two_level(world_size // local_size, local_size, (a_shm, 1 / b_shm),
                      (a_p2p, 1 / b_p2p), nics_per_node=1)
 
@@ -196,7 +207,8 @@ def predicted_seconds(collective: str, algorithm: str, world_size: int,
                       nbytes: int, transport: str = "p2p", params: dict | None = None,
                       local_size: int | None = None) -> float | None:
     """The model's seconds for one call over ``transport``'s link class (:data:`LINKS`: gloo
-    point-to-point, the provisional shared-memory figures; "hybrid" with ``local_size``: the
+    point-to-point, the fitted shared-memory class plus its per-call ε, :data:`CALL_SECONDS`;
+    "hybrid" with ``local_size``: the
     two-level machine of :func:`two_level_machine`); ``params``: the algorithm's. None when
     the algorithm cannot be priced without parameters the call does not give.
 
@@ -205,7 +217,8 @@ def predicted_seconds(collective: str, algorithm: str, world_size: int,
     """
     _check_transport(transport)
     try:
-        return float(_predictor(collective, algorithm, world_size, transport,
-                                tuple(sorted((params or {}).items())), local_size)(nbytes))
+        return CALL_SECONDS[transport] + float(_predictor(
+            collective, algorithm, world_size, transport, tuple(sorted((params or {}).items())),
+            local_size)(nbytes))
     except (ArgumentError, TypeError, ValueError):
         return None
