@@ -25,15 +25,18 @@ scratch buffer (the input into it and the output out of it besides; 2 processes,
 
 from __future__ import annotations
 
-from typing import Any, Iterator, NamedTuple, Sequence
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 from .. import caches
+from ..errors import PeerError
 from ..ops import ReduceOp
+from . import trace
+from .dataflow import run_dataflow
 from .plan import Plan
 from .workspace import ArrayOps, Workspace
 
 __all__ = ["Staged", "Pieces", "Landing", "PlanRanges", "final_receives", "merge", "split",
-           "plan_ranges"]
+           "plan_ranges", "run_call"]
 
 
 class Staged(NamedTuple):
@@ -228,3 +231,35 @@ class Landing(Workspace):
             super().apply(r, received)
         else:
             self.copy(dst, received)
+
+
+def run_call(schedule, rank: int, plan: Plan, transport, workspace: Workspace, group, *,
+             restore: bool, timeout: float | None, itemsize: int,
+             entry_error: Callable[[BaseException, str], BaseException]) -> None:
+    """Run one call's ``plan`` over a shared-memory ``group``'s ``transport`` and end the
+    call (both shm executors' tail): the dataflow driver (through the trace recorder when one
+    is on, as backend "shm"), then ``group.leave``.
+
+    After a lazy entry (``group.lazy``: the call began without waiting for the peers) a
+    PeerError from a wait for a peer that never entered this call is what the entry's wait
+    would have reported: it is raised as ``entry_error(cause, "entering the call")``; a leave
+    that fails as ``entry_error(exc, "leaving the call")`` (the executors' PeerError /
+    RingcclTimeout naming step and peer)."""
+    recorder = trace.state.recorder
+    try:
+        if recorder is None:
+            run_dataflow(schedule, rank, plan, transport, workspace, restore=restore,
+                         timeout=timeout)
+        else:
+            recorder.run(run_dataflow, schedule, rank, plan, transport, workspace,
+                         restore=restore, timeout=timeout, itemsize=itemsize, backend="shm")
+    except PeerError as exc:
+        peer, c = exc.peer, group.lazy
+        if c and peer is not None and not group.closed and \
+                group.w[group.rank_word(peer, 1)] < c and exc.__cause__ is not None:
+            raise entry_error(exc.__cause__, "entering the call") from exc.__cause__
+        raise
+    try:
+        group.leave(timeout)
+    except (TimeoutError, ConnectionError) as exc:
+        raise entry_error(exc, "leaving the call") from exc

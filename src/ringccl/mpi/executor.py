@@ -392,31 +392,12 @@ def _execute_shm(schedule: Schedule, buffer: np.ndarray, op: ReduceOp, comm, bou
         else:
             work = buffer
             workspace = engine.Workspace(OPS, work, op, 0)
-        recorder = trace.state.recorder
-        # zero copy: the rollback saves what it overwrites (restore); else the caller's buffer
-        # is written only after success (unless final receives land there: restore=False)
-        keep = restore and where is not None
-        try:
-            if recorder is None:
-                engine.run_dataflow(schedule, rank, plan, transport, workspace, restore=keep,
-                                    timeout=timeout)
-            else:
-                recorder.run(engine.run_dataflow, schedule, rank, plan, transport, workspace,
-                             restore=keep, timeout=timeout, itemsize=itemsize, backend="shm")
-        except PeerError as exc:
-            # after a lazy entry, a wait for a peer that never entered this call is what the
-            # entry's wait would have reported: say so (step 0, entering the call)
-            peer, c = exc.peer, state.lazy
-            if c and peer is not None and not state.closed and \
-                    state.w[state.rank_word(peer, 1)] < c and exc.__cause__ is not None:
-                raise _entry_error(schedule, rank, exc.__cause__,
-                                   timeout or state.timeout) from exc.__cause__
-            raise
-        try:
-            state.leave(timeout)
-        except (TimeoutError, ConnectionError) as exc:
-            raise _entry_error(schedule, rank, exc, timeout or state.timeout,
-                               "leaving the call") from exc
+        # zero copy: the rollback saves what it overwrites; else the caller's buffer is written
+        # only after success (unless final receives land there: restore=False)
+        engine.staged.run_call(schedule, rank, plan, transport, workspace, state,
+                               restore=restore and where is not None, timeout=timeout,
+                               itemsize=itemsize, entry_error=lambda exc, when: _entry_error(
+                                   schedule, rank, exc, timeout or state.timeout, when))
         if where is None:
             landed = engine.staged.merge((r.lo, r.hi) for r in landing)
             for lo, hi in writes:

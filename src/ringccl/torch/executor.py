@@ -498,30 +498,12 @@ def _execute_shm(schedule: Schedule, buffer, op: ReduceOp, group, bounds,
         else:
             work = buffer
             workspace = engine.Workspace(OPS, work, op, 0)
-        recorder = trace.state.recorder
-        # a private copy in the slot: the caller's buffer is written only after success
-        keep = restore and where is not None
-        try:
-            if recorder is None:
-                engine.run_dataflow(schedule, rank, plan, transport, workspace, restore=keep,
-                                    timeout=timeout_s)
-            else:
-                recorder.run(engine.run_dataflow, schedule, rank, plan, transport, workspace,
-                             restore=keep, timeout=timeout_s, itemsize=itemsize, backend="shm")
-        except PeerError as exc:
-            # after a lazy entry, a wait for a peer that never entered this call is what the
-            # entry's wait used to report: say so (step 0, entering the call), as before
-            peer, c = exc.peer, state.lazy
-            if c and peer is not None and not state.closed and \
-                    state.w[state.rank_word(peer, 1)] < c and exc.__cause__ is not None:
-                raise _entry_error(schedule, rank, transport, exc.__cause__,
-                                   timeout_s or state.timeout) from exc.__cause__
-            raise
-        try:
-            state.leave(timeout_s)
-        except (TimeoutError, ConnectionError) as exc:
-            raise _entry_error(schedule, rank, transport, exc, timeout_s or state.timeout,
-                               "leaving the call") from exc
+        # zero copy: the rollback saves what it overwrites; else the caller's buffer is written
+        # only after success (unless final receives land there: restore=False)
+        staged.run_call(schedule, rank, plan, transport, workspace, state,
+                        restore=restore and where is not None, timeout=timeout_s,
+                        itemsize=itemsize, entry_error=lambda exc, when: _entry_error(
+                            schedule, rank, transport, exc, timeout_s or state.timeout, when))
         if where is None:
             landed = staged.merge((r.lo, r.hi) for r in landing)
             _drain(work, drain_runs, targets, landed, staged.merge(ranges.reads + ranges.writes),
