@@ -221,7 +221,14 @@ def futures_and_subgroups(rank, world_size):
                                                      op=dist.ReduceOp.BAND)),
             ("complex_min", lambda g: dist.all_reduce(torch.ones(3, dtype=torch.complex64),
                                                       group=g, op=dist.ReduceOp.MIN)),
-            ("uint16", lambda g: dist.all_reduce(torch.ones(3, dtype=torch.uint16), group=g))]:
+            ("uint16", lambda g: dist.all_reduce(torch.ones(3, dtype=torch.uint16), group=g)),
+            ("gather_mixed_dtypes", lambda g: dist.all_gather_into_tensor(
+                torch.empty(3 * world_size, dtype=torch.float64), torch.ones(3), group=g)),
+            ("reduce_scatter_mixed_dtypes", lambda g: dist.reduce_scatter_tensor(
+                torch.empty(3, dtype=torch.float64), torch.ones(3 * world_size), group=g)),
+            ("all_to_all_short_list", lambda g: dist.all_to_all(
+                [torch.empty(2) for _ in range(world_size - 1)],
+                [torch.ones(2) for _ in range(world_size - 1)], group=g))]:
         row = []
         for g in (None, gloo):
             try:

@@ -56,7 +56,9 @@ def test_subgroups_take_global_ranks(observed):
         assert observed[rank]["sub_all_reduce"] == [2.0, 2.0]
 
 
-@pytest.mark.parametrize("case", ["premul_sum", "band_float", "complex_min", "uint16"])
+@pytest.mark.parametrize("case", ["premul_sum", "band_float", "complex_min", "uint16",
+                                  "gather_mixed_dtypes", "reduce_scatter_mixed_dtypes",
+                                  "all_to_all_short_list"])
 def test_refused_as_gloo_refuses(observed, case):
     (mine, message), (gloo_class, _) = observed[0]["refused"][case]
     assert mine == gloo_class != "ok"

@@ -243,6 +243,14 @@ def features(rank, world_size, shm_dir):
         failures.append("shm_empty((-1,)) was accepted")
     except ValueError:
         pass
+    try:
+        rt.shm_empty((4,), torch.complex64)
+        failures.append("shm_empty(complex64) was accepted")
+    except TypeError as exc:
+        if "complex64" not in str(exc):
+            failures.append(f"shm_empty(complex64) refused without naming it: {exc}")
+    if z.untyped_storage().nbytes() != (1 << 21) * 4:   # its own bytes, not the segment
+        failures.append(f"shm_empty storage {z.untyped_storage().nbytes()} bytes")
     # two groups at once never share a segment
     sub = dist.new_group([0, 1])
     if rank in (0, 1):
@@ -275,6 +283,14 @@ def features(rank, world_size, shm_dir):
     left = [f for f in os.listdir(shm_dir) if f.startswith("ringccl-")]
     if left:
         failures.append(f"left in {shm_dir}: {left}")
+    # the shm_empty tensor outlives clear_caches as valid memory (no longer zero copy)
+    z.fill_(float(rank + 1))
+    ref = z.clone()
+    dist.all_reduce(ref)
+    rt.all_reduce(z)
+    if not torch.equal(z, ref):
+        failures.append("shm_empty tensor after clear_caches: wrong result")
+    ringccl.clear_caches()
     return failures
 
 

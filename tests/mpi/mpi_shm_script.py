@@ -221,6 +221,12 @@ try:
     failures.append("shm_empty((-1,)) was accepted")
 except ValueError:
     checks += 1
+for bad in ("O", np.complex64):
+    try:
+        rm.shm_empty(4, bad)
+        failures.append(f"shm_empty(dtype={bad!r}) was accepted")
+    except TypeError:
+        checks += 1
 
 ringccl.clear_caches()   # drops the segments; the next call sets them up again
 x = data(100, "float32", 1, exact=True)

@@ -39,13 +39,15 @@ from ..engine import trace
 from ..args import check_int
 from ..errors import ArgumentTypeError, BackendError, PeerError, RingcclTimeout
 from ..ir import Schedule
-from ..ops import ReduceOp, ufunc
+from ..ops import SUPPORTED_DTYPES, ReduceOp, ufunc
 
 __all__ = ["execute", "release_buffers", "PIPELINING", "OPS", "PIPELINE_THRESHOLD_BYTES",
            "DEFAULT_SEGMENT_BYTES", "SHM_PIPELINING", "SHM_TWO_SHOT_BYTES",
            "SHM_TWO_SHOT_BYTES_BY_WORLD", "SHM_LAZY_ENTRY_MIN_WORLD", "shm_two_shot_bytes",
            "shm_algorithm",
            "shm_possible", "shm_state", "release_shm", "shm_empty"]
+
+_SUPPORTED = frozenset(np.dtype(d) for d in SUPPORTED_DTYPES)
 
 _TAG = 0  # order, not tags, matches messages: posting order per peer is the same on both sides
 
@@ -440,18 +442,16 @@ def shm_empty(shape, dtype=np.float32, comm=None) -> np.ndarray:
         dtype = np.dtype(dtype)
     except TypeError:
         raise ArgumentTypeError(f"dtype={dtype!r} is not a numpy dtype") from None
+    if dtype not in _SUPPORTED:
+        raise ArgumentTypeError(f"dtype={dtype} is not supported; expected one of "
+                                f"{', '.join(str(np.dtype(d)) for d in SUPPORTED_DTYPES)}")
     count = int(np.prod(shape, dtype=np.int64)) if shape else 1
-    nbytes = -(-count * dtype.itemsize // 64) * 64   # 64-byte aligned allocations
     state, _ = shm_state(MPI.COMM_WORLD if comm is None else comm)
-    area = state.cache.get("user")   # (serial, slot bytes, bytes used) of the zero-copy area
-    if area is None or area[2] + nbytes > area[1]:
-        slot = max(1 << 20, 1 << max(nbytes - 1, 0).bit_length())
-        serial = state.new_segment(slot * state.world_size)
-        area = (serial, slot, 0)
-    serial, slot, used = area
-    state.cache["user"] = (serial, slot, used + nbytes)
-    start = (state.rank * slot + used) // dtype.itemsize
-    return _typed(state, serial, dtype)[start:start + count].reshape(shape)
+    nbytes = -(-count * dtype.itemsize // 64) * 64   # 64-byte aligned allocations
+    serial, offset = state.allocate(nbytes, f"{shape}, {dtype}")
+    # a view of just this allocation (pickling it copies its own bytes only)
+    raw = np.frombuffer(state.segments[serial].map, dtype=np.uint8, count=nbytes, offset=offset)
+    return raw.view(dtype)[:count].reshape(shape)
 
 
 def execute(schedule: Schedule, buffer: np.ndarray, op: ReduceOp = ReduceOp.SUM, comm=None,

@@ -38,7 +38,7 @@ import uuid
 from typing import Any, Callable
 
 from ..errors import BackendError
-from .segment import Segment, segment_name
+from .segment import Segment, ShmSpaceError, segment_name
 
 __all__ = ["ShmGroup", "check_platform", "supported_platform", "RING", "SPIN_POLLS",
            "YIELD_SECONDS", "NAP_SECONDS", "LIVENESS_SECONDS"]
@@ -146,6 +146,7 @@ class ShmGroup:
         self.lazy = 0            # the call entered without the agreement (enter(lazy=True))
         self.retired: list = []  # (call, serial) of working areas growth replaced
         self.cache: dict = {}    # the dialect's views of the segments (cleared with them)
+        self.user_area: tuple | None = None   # (serial, slot bytes, bytes used): shm_empty's
         self.closed = False
         self._setup(exchange)
 
@@ -423,6 +424,34 @@ class ShmGroup:
             w[ready] = serial
         self.segments[serial] = seg
         return serial
+
+    def allocate(self, nbytes: int, what: str, timeout: float | None = None) -> tuple[int, int]:
+        """Reserve ``nbytes`` (rounded up to 64) in this rank's slot of the group's zero-copy
+        area (``shm_empty``), a segment of its own that grows by new segments of at least
+        1 MiB per rank; returns ``(serial, byte offset in the segment)``. Collective: every
+        rank asks for the same sizes in the same order.
+
+        Raises:
+            ShmSpaceError: the shared-memory directory is too small. BackendError: the ranks'
+                calls differ (``what``, e.g. the shape and dtype, is named) or a peer failed.
+        """
+        nbytes = -(-nbytes // 64) * 64
+        area = self.user_area
+        if area is None or area[2] + nbytes > area[1]:
+            slot = max(1 << 20, 1 << max(nbytes - 1, 0).bit_length())
+            try:
+                serial = self.new_segment(slot * self.world_size, timeout)
+            except ShmSpaceError:
+                raise
+            except (BackendError, TimeoutError, ConnectionError) as exc:
+                raise BackendError(
+                    f"shm_empty({what}) on rank {self.rank}: setting up its shared memory failed "
+                    f"({exc}); every rank of the group must call shm_empty with the same shape "
+                    "and dtype, in the same order") from exc
+            area = (serial, slot, 0)
+        serial, slot, used = area
+        self.user_area = (serial, slot, used + nbytes)
+        return serial, self.rank * slot + used
 
     def _drop(self, seg: Segment) -> None:
         self.cache.clear()   # views of dropped segments must not be handed out again

@@ -154,6 +154,16 @@ def _check_dtype(tensors: Sequence[torch.Tensor], collective: str) -> None:
                                f"{t.device} (the backend is registered for devices ['cpu'])")
 
 
+def _check_same_dtype(tensors: Sequence[torch.Tensor], collective: str) -> None:
+    """Refuse, as gloo's RuntimeError ("invalid tensor type"), inputs and outputs of different
+    dtypes (ringccl.torch's functions refuse them too); the dtypes named."""
+    dtypes = {t.dtype for t in tensors}
+    if len(dtypes) > 1:
+        raise RuntimeError(f"ringccl {collective}: invalid tensor type: the input and output "
+                           f"tensors must have one dtype, got "
+                           f"{', '.join(sorted(_dtype_name(d) for d in dtypes))}")
+
+
 # -- the inner gloo group and the transport over it --------------------------------------------
 
 class _GlooTransport(executor.P2PTransport):
@@ -750,6 +760,7 @@ class RingcclProcessGroup(dist.ProcessGroup):
         g = self._group
         outputs, inputs = [list(o) for o in output_tensors], list(input_tensors)
         _check_dtype(inputs + [t for o in outputs for t in o], "all_gather")
+        _check_same_dtype(inputs + [t for o in outputs for t in o], "all_gather")
         options = _options(opts.timeout)
         plan = []
         for out, inp in zip(outputs, inputs):
@@ -784,6 +795,7 @@ class RingcclProcessGroup(dist.ProcessGroup):
         opts = opts if opts is not None else dist.AllgatherOptions()
         g = self._group
         _check_dtype([output, input], "all_gather_into_tensor")
+        _check_same_dtype([output, input], "all_gather_into_tensor")
         options = _options(opts.timeout)
         algorithm, params = _algorithm(g, "all_gather", _nbytes(output))
 
@@ -804,6 +816,7 @@ class RingcclProcessGroup(dist.ProcessGroup):
         g = self._group
         outputs, inputs = list(output_tensors), [list(i) for i in input_tensors]
         _check_dtype(outputs + [t for i in inputs for t in i], "reduce_scatter")
+        _check_same_dtype(outputs + [t for i in inputs for t in i], "reduce_scatter")
         ops = [_reduce_op(opts.reduceOp, t.dtype, "reduce_scatter") for t in outputs]
         options = _options(opts.timeout)
         plan = []
@@ -825,6 +838,7 @@ class RingcclProcessGroup(dist.ProcessGroup):
         opts = opts if opts is not None else dist.ReduceScatterOptions()
         g = self._group
         _check_dtype([output, input], "reduce_scatter_tensor")
+        _check_same_dtype([output, input], "reduce_scatter_tensor")
         op = _reduce_op(opts.reduceOp, input.dtype, "reduce_scatter_tensor")
         options = _options(opts.timeout)
         algorithm, params = _algorithm(g, "reduce_scatter", _nbytes(input))
@@ -863,6 +877,7 @@ class RingcclProcessGroup(dist.ProcessGroup):
         opts = opts if opts is not None else dist.AllToAllOptions()
         g = self._group
         _check_dtype([output, input], "all_to_all_single")
+        _check_same_dtype([output, input], "all_to_all_single")
         options = _options(opts.timeout)
         algorithm, params = _algorithm(g, "all_to_all", _nbytes(input))
         outs = list(output_split_sizes) or None   # torch passes [] for equal pieces
@@ -882,6 +897,11 @@ class RingcclProcessGroup(dist.ProcessGroup):
         g = self._group
         outputs, inputs = list(output_tensors), list(input_tensors)
         _check_dtype(outputs + inputs, "all_to_all")
+        _check_same_dtype(outputs + inputs, "all_to_all")
+        for what, tensors in (("input", inputs), ("output", outputs)):
+            if len(tensors) != g.size:   # gloo's words
+                raise RuntimeError(f"ringccl all_to_all: {what} tensor list size {len(tensors)} "
+                                   f"does not match world size {g.size}")
         options = _options(opts.timeout)
         algorithm, params = _algorithm(g, "all_to_all", sum(_nbytes(t) for t in inputs))
 
@@ -898,6 +918,7 @@ class RingcclProcessGroup(dist.ProcessGroup):
         root = check_rank(opts.rootRank, g.size, "dst")
         blocks = list(output_tensors[0]) if g.rank == root else None
         _check_dtype(inputs + (blocks or []), "gather")
+        _check_same_dtype(inputs + (blocks or []), "gather")
         options = _options(opts.timeout)
         algorithm, params = _algorithm(g, "gather", _nbytes(inputs[0]) * g.size)
 
@@ -913,6 +934,7 @@ class RingcclProcessGroup(dist.ProcessGroup):
         root = check_rank(opts.rootRank, g.size, "src")
         blocks = list(input_tensors[0]) if g.rank == root else None
         _check_dtype(outputs + (blocks or []), "scatter")
+        _check_same_dtype(outputs + (blocks or []), "scatter")
         options = _options(opts.timeout)
         algorithm, params = _algorithm(g, "scatter", _nbytes(outputs[0]) * g.size)
 

@@ -93,8 +93,7 @@ __all__ = ["all_reduce", "reduce_scatter_tensor", "all_gather_into_tensor", "bro
            "ReduceOp"]
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-_SUPPORTED = _FLOATS + (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8,
-                        torch.bool)
+_SUPPORTED = executor.SUPPORTED_DTYPES   # _FLOATS, the integers, bool
 
 
 def _check_tensor(t: Any, argument: str, written: bool = False) -> torch.Tensor:

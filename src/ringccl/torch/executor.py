@@ -26,6 +26,7 @@ import datetime
 import threading
 from typing import Any, Callable, NamedTuple, Sequence
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -97,6 +98,10 @@ class TorchOps:
 
 
 OPS = TorchOps()
+
+#: the dtypes ringccl.torch moves (its collectives', the backend's and shm_empty's check)
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8,
+                    torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool)
 
 #: the transport's measured default (see the constants above), passed in by ringccl.torch
 PIPELINING = engine.Pipelining(PIPELINE_THRESHOLD_BYTES, DEFAULT_SEGMENT_BYTES)
@@ -339,7 +344,9 @@ def _typed(state, serial: int, dtype: torch.dtype) -> torch.Tensor:
         seg = state.segments[serial]
         raw = state.cache.get((serial, torch.uint8))
         if raw is None:
-            raw = state.cache[(serial, torch.uint8)] = torch.frombuffer(seg.map, dtype=torch.uint8)
+            # through numpy: its view holds the mapping exported (see shm_empty)
+            raw = state.cache[(serial, torch.uint8)] = torch.from_numpy(
+                np.frombuffer(seg.map, dtype=np.uint8))
         t = state.cache[key] = raw.view(dtype) if dtype != torch.uint8 else raw
     return t
 
@@ -541,23 +548,22 @@ def shm_empty(shape, dtype: torch.dtype = torch.float32, group=None) -> torch.Te
     if not isinstance(shape, (tuple, list, torch.Size)):
         raise ArgumentTypeError(f"shape={shape!r} must be an int or a tuple of ints")
     shape = tuple(check_int(n, "shape", minimum=0) for n in shape)
-    if not isinstance(dtype, torch.dtype):
-        raise ArgumentTypeError(f"dtype={dtype!r} must be a torch.dtype")
+    if dtype not in SUPPORTED_DTYPES:
+        raise ArgumentTypeError(f"dtype={dtype!r} is not supported; expected one of "
+                                f"{', '.join(str(d).replace('torch.', '') for d in SUPPORTED_DTYPES)}")
     count = 1
     for n in shape:
         count *= n
-    nbytes = -(-count * dtype.itemsize // 64) * 64   # 64-byte aligned allocations
     state, _ = shm_state(group)
-    area = state.cache.get("user")   # (serial, slot bytes, bytes used) of the zero-copy area
-    if area is None or area[2] + nbytes > area[1]:
-        slot = max(1 << 20, 1 << max(nbytes - 1, 0).bit_length())
-        serial = state.new_segment(slot * state.world_size)
-        area = (serial, slot, 0)
-    serial, slot, used = area
-    state.cache["user"] = (serial, slot, used + nbytes)
-    start = (state.rank * slot + used) // dtype.itemsize
-    typed = _typed(state, serial, dtype)
-    return typed[start:start + count].view(shape)
+    nbytes = -(-count * dtype.itemsize // 64) * 64   # 64-byte aligned allocations
+    serial, offset = state.allocate(nbytes, f"{shape}, {dtype}")
+    # a numpy view of just this allocation: the tensor's storage is its own bytes (not the
+    # whole segment, every peer's slot included: torch.save, pickling), and the view holds
+    # the mapping exported, so closing the segment (clear_caches) leaves it valid memory
+    # (a tensor from torch.frombuffer does not: the unmapping would crash it)
+    raw = np.frombuffer(state.segments[serial].map, dtype=np.uint8, count=nbytes,
+                        offset=offset)
+    return torch.from_numpy(raw).view(dtype)[:count].view(shape)
 
 
 def check_timeout(timeout) -> datetime.timedelta | None:
