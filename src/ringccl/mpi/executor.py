@@ -362,15 +362,7 @@ def _execute_shm(schedule: Schedule, buffer: np.ndarray, op: ReduceOp, comm, bou
             if not plan.steps:
                 state.leave(timeout)
                 return buffer
-            slot = rank * state.work_slot
-            if where is None:
-                serial, offset = state.work_serial, slot
-                eager = (serial, slot + used, state.work_slot - used)
-            else:
-                serial, offset = where
-                # zero copy: the working area (if any) is free for the eager area
-                eager = (state.work_serial, slot, state.work_slot) if state.work_serial \
-                    else None
+            serial, offset, eager = state.call_area(used, where)
             transport.begin(serial, offset, itemsize,
                             lambda s, off, n: _typed(state, s, dtype)[off // itemsize:
                                                                       (off + n) // itemsize],

@@ -425,6 +425,18 @@ class ShmGroup:
         self.segments[serial] = seg
         return serial
 
+    def call_area(self, used: int, where: tuple | None) -> tuple:
+        """``(serial, byte offset, eager)`` of this call's working buffer (after :meth:`enter`):
+        this rank's slot of the working area, its eager area (``(serial, byte offset, bytes)``,
+        :mod:`ringccl.shm.transport`) after the buffer's ``used`` bytes (64-aligned); or, zero
+        copy, where the buffer already lies (``where``: ``(serial, byte offset)``), the whole
+        working slot then free for the eager area (None without a working area)."""
+        slot = self.rank * self.work_slot
+        if where is None:
+            return self.work_serial, slot, (self.work_serial, slot + used, self.work_slot - used)
+        eager = (self.work_serial, slot, self.work_slot) if self.work_serial else None
+        return where[0], where[1], eager
+
     def allocate(self, nbytes: int, what: str, timeout: float | None = None) -> tuple[int, int]:
         """Reserve ``nbytes`` (rounded up to 64) in this rank's slot of the group's zero-copy
         area (``shm_empty``), a segment of its own that grows by new segments of at least

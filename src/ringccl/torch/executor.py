@@ -463,15 +463,7 @@ def _execute_shm(schedule: Schedule, buffer, op: ReduceOp, group, bounds,
                         described.drain_runs, described.targets), (), (),
                         engine.Pieces(described.fill_runs, described.sources))
                 return buffer
-            slot = rank * state.work_slot
-            if where is None:
-                serial, offset = state.work_serial, slot
-                eager = (serial, slot + used, state.work_slot - used)
-            else:
-                serial, offset = where
-                # zero copy: the working area (if any) is free for the eager area
-                eager = (state.work_serial, slot, state.work_slot) if state.work_serial \
-                    else None
+            serial, offset, eager = state.call_area(used, where)
             dtype = like.dtype
             transport.begin(serial, offset, itemsize,
                             lambda s, off, n: _typed(state, s, dtype)[off // itemsize:
