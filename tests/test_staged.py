@@ -89,19 +89,27 @@ def test_reducing_receives_are_never_final_and_two_shot_lands_its_all_gather_hal
     assert len(finals) == 3
 
 
-@settings(max_examples=80, deadline=None)
-@given(pair=st.sampled_from(sorted(REGISTRY)), n=st.integers(2, 6),
-       segment=st.sampled_from([0, 2]), data=st.data())
-def test_nothing_later_touches_a_final_receive(pair, n, segment, data):
+def _drawn_plan(pair, n: int, segment: int, data):
+    """One rank's plan of a registered (collective, algorithm) on ``n`` ranks, the rank drawn;
+    None where the algorithm does not build for ``n`` (e.g. powers of two only)."""
     collective, algorithm = pair
     params = {"local_size": 2 if n % 2 == 0 else 1} if algorithm == "hierarchical" else {}
     try:
         schedule = build_schedule(collective, algorithm, n, **params)
     except Exception:   # noqa: BLE001 - e.g. a power-of-two-only algorithm
-        return
+        return None
     rank = data.draw(st.integers(0, n - 1))
-    lay = layout(schedule, rank, 7 * n)
-    plan = engine.plan(schedule, rank, lay.offsets, segment)
+    return engine.plan(schedule, rank, layout(schedule, rank, 7 * n).offsets, segment)
+
+
+@settings(max_examples=80, deadline=None)
+@given(pair=st.sampled_from(sorted(REGISTRY)), n=st.integers(2, 6),
+       segment=st.sampled_from([0, 2]), data=st.data())
+def test_nothing_later_touches_a_final_receive(pair, n, segment, data):
+    collective = pair[0]
+    plan = _drawn_plan(pair, n, segment, data)
+    if plan is None:
+        return
     finals = final_receives(plan)
     index = {st_.index: k for k, st_ in enumerate(plan.steps)}
     for r in finals:
@@ -153,14 +161,9 @@ def test_lazy_sends_read_only_the_callers_bytes():
        segment=st.sampled_from([0, 2]), data=st.data())
 def test_no_lazy_send_reads_what_the_call_wrote_or_reduces(pair, n, segment, data):
     from ringccl.engine.staged import plan_ranges
-    collective, algorithm = pair
-    params = {"local_size": 2 if n % 2 == 0 else 1} if algorithm == "hierarchical" else {}
-    try:
-        schedule = build_schedule(collective, algorithm, n, **params)
-    except Exception:   # noqa: BLE001 - e.g. a power-of-two-only algorithm
+    plan = _drawn_plan(pair, n, segment, data)
+    if plan is None:
         return
-    rank = data.draw(st.integers(0, n - 1))
-    plan = engine.plan(schedule, rank, layout(schedule, rank, 7 * n).offsets, segment)
     ranges = plan_ranges(plan)
     index = {st_.index: k for k, st_ in enumerate(plan.steps)}
     for s in ranges.lazy:

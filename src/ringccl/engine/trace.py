@@ -3,9 +3,10 @@ timestamped with ``time.perf_counter_ns``, written as a Chrome/Perfetto trace.
 
 The engine's drivers are not touched: a :class:`Recorder` wraps the call's transport and
 workspace in proxies with the same methods (:class:`TracedTransport`, :class:`TracedWorkspace`)
-that timestamp each call and pass it on. The executors test one attribute per call
-(``trace.state.recorder``, None when no trace is being taken) and, only when it is set, run the
-driver through :meth:`Recorder.run`; with tracing off nothing else is paid.
+that timestamp each call and pass it on. The executors run a plan through :func:`drive`, which
+tests one attribute per call (``trace.state.recorder``, None when no trace is being taken) and,
+only when it is set, runs the driver through :meth:`Recorder.run`; with tracing off nothing
+else is paid.
 
 Use::
 
@@ -265,6 +266,20 @@ class Recorder:
                 "spans": [list(s) for s in self.spans],
                 "calls": [{"info": c.info, "phases": list(c.schedule.phase_names),
                            "events": [list(e) for e in c.events]} for c in self.calls]}
+
+
+def drive(driver, schedule: Schedule, rank: int, plan: Plan, transport: Any, workspace: Any,
+          *, itemsize: int, backend: str, **kwargs) -> None:
+    """``driver(schedule, rank, plan, transport, workspace, **kwargs)`` (``run_dataflow`` or
+    ``run_lockstep``), recorded as one call of the current :class:`Recorder` when a trace is
+    being taken (:func:`tracing`; ``itemsize``, ``backend``: what it records): every
+    executor's one way to run a plan."""
+    recorder = state.recorder
+    if recorder is None:
+        driver(schedule, rank, plan, transport, workspace, **kwargs)
+    else:
+        recorder.run(driver, schedule, rank, plan, transport, workspace, itemsize=itemsize,
+                     backend=backend, **kwargs)
 
 
 def chrome_trace(dumps: list[dict], title: str = "ringccl run") -> dict:

@@ -43,7 +43,7 @@ from ..ops import ReduceOp, check_accumulate_dtype
 from .debug import execute as _execute   # RINGCCL_DEBUG=INFO/TRACE: one log line per call
 
 __all__ = ["Backend", "Options", "options", "choose", "in_place", "reduce_scatter", "all_gather",
-           "scatter", "gather", "exchange", "all_to_all", "run_schedule", "copy_in", "copy_out"]
+           "scatter", "gather", "exchange", "all_to_all", "run_schedule", "copy_in"]
 
 
 class Backend(Protocol):
@@ -220,16 +220,6 @@ def copy_in(b: Backend, work, runs: tuple, sources: list) -> None:
     """Copy the arrays ``sources`` (any shape and layout, C order), concatenated, into the
     ranges ``runs`` of ``work``."""
     copy_runs(b, work, runs, [b.flat(s) for s in sources], True)
-
-
-def copy_out(b: Backend, work, runs: tuple, targets: list) -> None:
-    """Copy the ranges ``runs`` of ``work``, concatenated, into the arrays ``targets`` (any
-    shape and layout, filled in C order)."""
-    flat = [b.view1d(t) if b.contiguous(t) else b.empty(t, b.numel(t)) for t in targets]
-    copy_runs(b, work, runs, flat, False)
-    for t, f in zip(targets, flat):
-        if not b.contiguous(t):
-            b.copy_into(t, f)
 
 
 def _private(b: Backend, g, schedule, like, numel: int, op: ReduceOp, offsets: tuple,

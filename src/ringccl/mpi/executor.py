@@ -37,7 +37,7 @@ from mpi4py import MPI
 from .. import caches, engine, shm
 from ..engine import trace
 from ..args import check_int
-from ..errors import ArgumentTypeError, BackendError, PeerError, RingcclTimeout
+from ..errors import ArgumentTypeError, BackendError, RingcclTimeout
 from ..ir import Schedule
 from ..ops import SUPPORTED_DTYPES, ReduceOp, ufunc
 
@@ -307,18 +307,9 @@ def _base(state, seg) -> int:
 
 def _entry_error(schedule: Schedule, rank: int, exc: BaseException, timeout: float,
                  when: str = "entering the call"):
-    """The PeerError/RingcclTimeout of a failed call entry (before step 0), or of the end of a
-    lazily entered call (``when``: "leaving the call"; its last step), naming the peer."""
-    peer = getattr(exc, "peer", None)
-    timed_out = isinstance(exc, TimeoutError)
-    how = f"timed out after {timeout:g} s" if timed_out else "failed"
-    who = "" if peer is None else f" waiting for rank {peer}"
-    cls = RingcclTimeout if timed_out else PeerError
-    step = 0 if when == "entering the call" else max(schedule.num_steps - 1, 0)
-    return cls(f"{schedule.algorithm} {schedule.collective} {how} on rank {rank} at step {step} "
-               f"of {schedule.num_steps} ({when} over shared memory){who}: {exc}",
-               collective=schedule.collective, algorithm=schedule.algorithm, step=step,
-               rank=rank, peer=peer)
+    """:func:`ringccl.engine.staged.entry_error`, the message saying "over shared memory"."""
+    return engine.staged.entry_error(schedule, rank, exc, timeout, when,
+                                     where=" over shared memory")
 
 
 #: groups of at least this many ranks enter a call lazily (``ShmGroup.enter(lazy=True)``: no
@@ -525,11 +516,6 @@ def _execute(schedule: Schedule, buffer: np.ndarray, op: ReduceOp, comm,
     transport = _Transport(_private(comm, schedule, wait_timeout), wait_timeout)
     if restore is None:
         restore = wait_timeout is not None
-    recorder = trace.state.recorder   # None unless a trace is being taken (engine.trace)
-    if recorder is None:
-        engine.run_dataflow(schedule, rank, plan, transport, workspace, timeout=wait_timeout,
-                            restore=restore)
-    else:
-        recorder.run(engine.run_dataflow, schedule, rank, plan, transport, workspace,
-                     timeout=wait_timeout, restore=restore, itemsize=itemsize, backend="mpi")
+    trace.drive(engine.run_dataflow, schedule, rank, plan, transport, workspace,
+                timeout=wait_timeout, restore=restore, itemsize=itemsize, backend="mpi")
     return buffer

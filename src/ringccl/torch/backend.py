@@ -141,9 +141,11 @@ def _reduce_op(opts_op, dtype, collective: str) -> ReduceOp:
     return op
 
 
-def _check_dtype(tensors: Sequence[torch.Tensor], collective: str) -> None:
+def _check_dtype(tensors: Sequence[torch.Tensor], collective: str, same: bool = False) -> None:
     """Refuse, as gloo's "Invalid scalar type" RuntimeError, dtypes and devices ringccl does not
-    move; named."""
+    move, and with ``same`` (a collective whose inputs and outputs are one array type) tensors
+    of different dtypes, as gloo's "invalid tensor type" (ringccl.torch's functions refuse them
+    too); named."""
     for t in tensors:
         if t.dtype not in _SUPPORTED:
             allowed = ", ".join(_dtype_name(d) for d in _SUPPORTED)
@@ -152,12 +154,7 @@ def _check_dtype(tensors: Sequence[torch.Tensor], collective: str) -> None:
         if t.device.type != "cpu":
             raise RuntimeError(f"ringccl {collective}: tensors must be on the CPU, got device "
                                f"{t.device} (the backend is registered for devices ['cpu'])")
-
-
-def _check_same_dtype(tensors: Sequence[torch.Tensor], collective: str) -> None:
-    """Refuse, as gloo's RuntimeError ("invalid tensor type"), inputs and outputs of different
-    dtypes (ringccl.torch's functions refuse them too); the dtypes named."""
-    dtypes = {t.dtype for t in tensors}
+    dtypes = {t.dtype for t in tensors} if same else ()
     if len(dtypes) > 1:
         raise RuntimeError(f"ringccl {collective}: invalid tensor type: the input and output "
                            f"tensors must have one dtype, got "
@@ -759,8 +756,7 @@ class RingcclProcessGroup(dist.ProcessGroup):
         opts = opts if opts is not None else dist.AllgatherOptions()
         g = self._group
         outputs, inputs = [list(o) for o in output_tensors], list(input_tensors)
-        _check_dtype(inputs + [t for o in outputs for t in o], "all_gather")
-        _check_same_dtype(inputs + [t for o in outputs for t in o], "all_gather")
+        _check_dtype(inputs + [t for o in outputs for t in o], "all_gather", same=True)
         options = _options(opts.timeout)
         plan = []
         for out, inp in zip(outputs, inputs):
@@ -794,8 +790,7 @@ class RingcclProcessGroup(dist.ProcessGroup):
     def _allgather_base(self, output, input, opts=None):
         opts = opts if opts is not None else dist.AllgatherOptions()
         g = self._group
-        _check_dtype([output, input], "all_gather_into_tensor")
-        _check_same_dtype([output, input], "all_gather_into_tensor")
+        _check_dtype([output, input], "all_gather_into_tensor", same=True)
         options = _options(opts.timeout)
         algorithm, params = _algorithm(g, "all_gather", _nbytes(output))
 
@@ -815,8 +810,7 @@ class RingcclProcessGroup(dist.ProcessGroup):
         opts = opts if opts is not None else dist.ReduceScatterOptions()
         g = self._group
         outputs, inputs = list(output_tensors), [list(i) for i in input_tensors]
-        _check_dtype(outputs + [t for i in inputs for t in i], "reduce_scatter")
-        _check_same_dtype(outputs + [t for i in inputs for t in i], "reduce_scatter")
+        _check_dtype(outputs + [t for i in inputs for t in i], "reduce_scatter", same=True)
         ops = [_reduce_op(opts.reduceOp, t.dtype, "reduce_scatter") for t in outputs]
         options = _options(opts.timeout)
         plan = []
@@ -837,8 +831,7 @@ class RingcclProcessGroup(dist.ProcessGroup):
     def _reduce_scatter_base(self, output, input, opts=None):
         opts = opts if opts is not None else dist.ReduceScatterOptions()
         g = self._group
-        _check_dtype([output, input], "reduce_scatter_tensor")
-        _check_same_dtype([output, input], "reduce_scatter_tensor")
+        _check_dtype([output, input], "reduce_scatter_tensor", same=True)
         op = _reduce_op(opts.reduceOp, input.dtype, "reduce_scatter_tensor")
         options = _options(opts.timeout)
         algorithm, params = _algorithm(g, "reduce_scatter", _nbytes(input))
@@ -876,8 +869,7 @@ class RingcclProcessGroup(dist.ProcessGroup):
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         opts = opts if opts is not None else dist.AllToAllOptions()
         g = self._group
-        _check_dtype([output, input], "all_to_all_single")
-        _check_same_dtype([output, input], "all_to_all_single")
+        _check_dtype([output, input], "all_to_all_single", same=True)
         options = _options(opts.timeout)
         algorithm, params = _algorithm(g, "all_to_all", _nbytes(input))
         outs = list(output_split_sizes) or None   # torch passes [] for equal pieces
@@ -896,8 +888,7 @@ class RingcclProcessGroup(dist.ProcessGroup):
         opts = opts if opts is not None else dist.AllToAllOptions()
         g = self._group
         outputs, inputs = list(output_tensors), list(input_tensors)
-        _check_dtype(outputs + inputs, "all_to_all")
-        _check_same_dtype(outputs + inputs, "all_to_all")
+        _check_dtype(outputs + inputs, "all_to_all", same=True)
         for what, tensors in (("input", inputs), ("output", outputs)):
             if len(tensors) != g.size:   # gloo's words
                 raise RuntimeError(f"ringccl all_to_all: {what} tensor list size {len(tensors)} "
@@ -917,8 +908,7 @@ class RingcclProcessGroup(dist.ProcessGroup):
         inputs = list(input_tensors)
         root = check_rank(opts.rootRank, g.size, "dst")
         blocks = list(output_tensors[0]) if g.rank == root else None
-        _check_dtype(inputs + (blocks or []), "gather")
-        _check_same_dtype(inputs + (blocks or []), "gather")
+        _check_dtype(inputs + (blocks or []), "gather", same=True)
         options = _options(opts.timeout)
         algorithm, params = _algorithm(g, "gather", _nbytes(inputs[0]) * g.size)
 
@@ -933,8 +923,7 @@ class RingcclProcessGroup(dist.ProcessGroup):
         outputs = list(output_tensors)
         root = check_rank(opts.rootRank, g.size, "src")
         blocks = list(input_tensors[0]) if g.rank == root else None
-        _check_dtype(outputs + (blocks or []), "scatter")
-        _check_same_dtype(outputs + (blocks or []), "scatter")
+        _check_dtype(outputs + (blocks or []), "scatter", same=True)
         options = _options(opts.timeout)
         algorithm, params = _algorithm(g, "scatter", _nbytes(outputs[0]) * g.size)
 

@@ -34,7 +34,7 @@ from .. import caches, engine, shm
 from ..engine import staged
 from ..engine import trace
 from ..args import check_int
-from ..errors import ArgumentTypeError, BackendError, PeerError, RingcclTimeout
+from ..errors import ArgumentTypeError, BackendError
 from ..ir import Schedule
 from ..ops import ReduceOp
 
@@ -408,18 +408,8 @@ def _copy(dst: torch.Tensor, src: torch.Tensor) -> None:
 
 def _entry_error(schedule: Schedule, rank: int, transport, exc: BaseException, timeout: float,
                  when: str = "entering the call"):
-    """The PeerError/RingcclTimeout of a failed call entry (before step 0) or of the end of a
-    lazily entered call (``when``: "leaving the call"; its last step), naming the peer."""
-    peer = getattr(exc, "peer", None)
-    timed_out = isinstance(exc, TimeoutError)
-    how = f"timed out after {timeout:g} s" if timed_out else "failed"
-    who = "" if peer is None else f" waiting for rank {transport.peer_name(peer)}"
-    cls = RingcclTimeout if timed_out else PeerError
-    step = 0 if when == "entering the call" else max(schedule.num_steps - 1, 0)
-    return cls(f"{schedule.algorithm} {schedule.collective} {how} on rank {rank} at step {step} "
-               f"of {schedule.num_steps} ({when}){who}: {exc}",
-               collective=schedule.collective, algorithm=schedule.algorithm, step=step,
-               rank=rank, peer=peer)
+    """:func:`ringccl.engine.staged.entry_error` naming the peer as ``transport`` does."""
+    return staged.entry_error(schedule, rank, exc, timeout, when, transport.peer_name)
 
 
 def _execute_shm(schedule: Schedule, buffer, op: ReduceOp, group, bounds,
@@ -677,13 +667,9 @@ def run_p2p(schedule: Schedule, buffer: torch.Tensor, op: ReduceOp, rank: int, b
     if not plan.steps:
         return buffer
     workspace = engine.Workspace(OPS, buffer, op, plan.staging_elems)
-    run = engine.run_lockstep if lockstep else engine.run_dataflow
-    recorder = trace.state.recorder   # None unless a trace is being taken (engine.trace)
-    if recorder is None:
-        run(schedule, rank, plan, transport, workspace, restore=restore, timeout=timeout_s)
-    else:
-        recorder.run(run, schedule, rank, plan, transport, workspace, restore=restore,
-                     timeout=timeout_s, itemsize=buffer.element_size(), backend=backend)
+    trace.drive(engine.run_lockstep if lockstep else engine.run_dataflow, schedule, rank, plan,
+                transport, workspace, restore=restore, timeout=timeout_s,
+                itemsize=buffer.element_size(), backend=backend)
     return buffer
 
 

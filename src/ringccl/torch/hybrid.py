@@ -191,13 +191,8 @@ def execute_hybrid(schedule: Schedule, buffer: torch.Tensor, op: ReduceOp, group
                         torch.clone, timeout=timeout_s)
         # staging for the receives from other hosts (those from this host are read in place)
         workspace = engine.Workspace(executor.OPS, work, op, plan.staging_elems)
-        recorder = trace.state.recorder
-        if recorder is None:
-            engine.run_dataflow(schedule, rank, plan, transport, workspace, restore=False,
-                                timeout=timeout_s)
-        else:
-            recorder.run(engine.run_dataflow, schedule, rank, plan, transport, workspace,
-                         restore=False, timeout=timeout_s, itemsize=itemsize, backend="hybrid")
+        trace.drive(engine.run_dataflow, schedule, rank, plan, transport, workspace,
+                    restore=False, timeout=timeout_s, itemsize=itemsize, backend="hybrid")
         buffer.copy_(work)
         return buffer
     except BaseException:
