@@ -20,12 +20,13 @@ Variants:
   backend's dispatch overhead is ``ringccl`` minus this (``dispatch``; ``disp.thr`` and
   ``disp.inl`` for the other two policies). The worker hand-off is ``disp.thr - disp.inl``.
 
-The DDP step (forward, backward with DDP's bucketed all-reduce, SGD step) uses an MLP of about
-25M float32 parameters, so the gradient all-reduce (~100 MB) dominates, for each batch size of
+The DDP step (forward, backward with DDP's bucketed all-reduce, SGD step) uses a model of about
+25M float32 parameters (``--ddp-model``: an MLP, or an embedding table whose backward is cheap,
+so the gradient all-reduce of ~100 MB is most of the step: :data:`MODELS`), for each batch size of
 ``--ddp-batch``; its ``floor`` row is the same step on DDP under ``no_sync()`` (no gradient
 all-reduce at all), the lower bound of any backend's step: ``gloo/floor`` is the most any
 backend can gain over gloo on that step. The FSDP2 step (``fully_shard`` on each layer and the
-model: all-gathers of the parameters, reduce-scatters of the gradients) uses the same MLP and
+model: all-gathers of the parameters, reduce-scatters of the gradients) uses the same model and
 the first batch size. Figures are medians of ``--reps`` (steps: of ``--ddp-rounds`` ×
 ``--ddp-steps``; min–max kept in the JSON), with the load average before and after the run;
 never timed asserts. The DDP variants hold one model at a time, so they are interleaved by
@@ -33,7 +34,8 @@ round (every variant once per round), not per step; the two FSDP2 variants run o
 other.
 
     python benchmarks/bench_backend.py [--nproc 4] [--reps 5] [--sizes 4KiB:64MiB]
-        [--ddp-steps 5] [--ddp-batch 8,1] [--ddp-rounds 3] [--no-fsdp] [--json]
+        [--ddp-steps 5] [--ddp-batch 8,1] [--ddp-rounds 3] [--ddp-model mlp|embedding]
+        [--no-fsdp] [--json]
 """
 
 from __future__ import annotations
@@ -57,11 +59,31 @@ def _sizes(spec: str) -> list[int]:
     return out
 
 
-def _mlp(h: int):
+#: ``--ddp-model``: "mlp", 3 layers of width² (backward costs ~2 matrix products per layer:
+#: on this CPU about as long as gloo's all-reduce of its gradients), or "embedding", a
+#: bag-of-tokens classifier whose ~25M parameters are nearly all one embedding table
+#: (``nn.EmbeddingBag``, dense gradients, as in recommendation models and the input embedding
+#: of a language model): its backward is cheap, so the gradient all-reduce is most of the step
+MODELS = ("mlp", "embedding")
+EMBEDDING_DIM, EMBEDDING_TOKENS, EMBEDDING_CLASSES = 256, 64, 16
+
+
+def _model(kind: str, h: int):
+    """(model, make_input(batch)) for ``--ddp-model`` ``kind`` of size ``h`` (MLP width; for
+    "embedding" the table has 3h² / EMBEDDING_DIM rows: about the MLP's 3h² parameters)."""
     import torch
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(h, h), torch.nn.ReLU(), torch.nn.Linear(h, h),
-                               torch.nn.ReLU(), torch.nn.Linear(h, h))
+    if kind == "mlp":
+        model = torch.nn.Sequential(torch.nn.Linear(h, h), torch.nn.ReLU(),
+                                    torch.nn.Linear(h, h), torch.nn.ReLU(),
+                                    torch.nn.Linear(h, h))
+        return model, lambda batch: torch.randn(batch, h)
+    vocab = 3 * h * h // EMBEDDING_DIM
+    model = torch.nn.Sequential(torch.nn.EmbeddingBag(vocab, EMBEDDING_DIM, mode="mean"),
+                                torch.nn.Linear(EMBEDDING_DIM, EMBEDDING_CLASSES))
+    gen = torch.Generator().manual_seed(1)
+    return model, lambda batch: torch.randint(0, vocab, (batch, EMBEDDING_TOKENS),
+                                              generator=gen)
 
 
 def _summary(ts: list, parameters: int) -> dict:
@@ -86,7 +108,7 @@ def _step_seconds(model, opt, x, steps: int, barrier, context=contextlib.nullcon
 
 
 def _worker(rank, world_size, sizes, reps, ddp_steps, ddp_hidden, fsdp, ddp_batches,
-            ddp_rounds):
+            ddp_rounds, ddp_model="mlp"):
     import torch
     import torch.distributed as dist
 
@@ -128,25 +150,26 @@ def _worker(rank, world_size, sizes, reps, ddp_steps, ddp_hidden, fsdp, ddp_batc
                     times[(name, n)].append(seconds)
     rows = [{"variant": v, "nbytes": n, "seconds": statistics.median(ts), "min": min(ts),
              "max": max(ts)} for (v, n), ts in times.items()]
-    # DDP step, ~25M parameters: 3 layers of ddp_hidden^2, per batch size; "floor" is the same
-    # step under no_sync() (no gradient all-reduce at all): no backend's step can be shorter
+    # DDP step, ~25M parameters (--ddp-model), per batch size; "floor" is the same step under
+    # no_sync() (no gradient all-reduce at all): no backend's step can be shorter
     steps, fsdp_steps = {}, {}
     barrier = lambda: dist.barrier(group=gloo)   # noqa: E731
-    x = torch.randn(ddp_batches[0], ddp_hidden)
+    _, make_input = _model(ddp_model, ddp_hidden)
+    parameters = sum(p.numel() for p in _model(ddp_model, ddp_hidden)[0].parameters())
+    x = make_input(ddp_batches[0])
     if ddp_steps:
         from torch.nn.parallel import DistributedDataParallel as DDP
         ddp_variants = (("floor", gloo), ("gloo", gloo), ("ringccl", None),
                         ("ringccl-thread", thread), ("ringccl-inline", inline),
                         ("ringccl-p2p", p2p))
-        parameters = 3 * ddp_hidden * (ddp_hidden + 1)
         for batch in ddp_batches:
-            xb = torch.randn(batch, ddp_hidden)
+            xb = make_input(batch)
             seen = {name: [] for name, _ in ddp_variants}
             # one model at a time (~300 MB each with its buckets), so the variants are
             # interleaved by round: every variant once per round, ddp_steps steps each
             for _ in range(ddp_rounds):
                 for name, group in ddp_variants:
-                    model = DDP(_mlp(ddp_hidden), process_group=group)
+                    model = DDP(_model(ddp_model, ddp_hidden)[0], process_group=group)
                     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
                     context = model.no_sync if name == "floor" else contextlib.nullcontext
                     seen[name] += _step_seconds(model, opt, xb, ddp_steps, barrier, context)
@@ -159,17 +182,17 @@ def _worker(rank, world_size, sizes, reps, ddp_steps, ddp_hidden, fsdp, ddp_batc
         from torch.distributed.fsdp import fully_shard
         for name, group in (("gloo", gloo), ("ringccl", dist.group.WORLD)):
             mesh = DeviceMesh.from_group(group, "cpu")
-            model = _mlp(ddp_hidden)
+            model = _model(ddp_model, ddp_hidden)[0]
             for layer in model:
-                if isinstance(layer, torch.nn.Linear):
+                if any(True for _ in layer.parameters()):
                     fully_shard(layer, mesh=mesh)
             fully_shard(model, mesh=mesh)
             opt = torch.optim.SGD(model.parameters(), lr=1e-3)
             fsdp_steps[name] = _summary(_step_seconds(model, opt, x, ddp_steps, barrier),
-                                        3 * ddp_hidden * (ddp_hidden + 1))
+                                        parameters)
             del model, opt
-    return ({"rows": rows, "ddp": steps, "fsdp2": fsdp_steps, "transports": transports}
-            if rank == 0 else None)
+    return ({"rows": rows, "ddp": steps, "fsdp2": fsdp_steps, "transports": transports,
+             "ddp_model": ddp_model} if rank == 0 else None)
 
 
 def main(argv=None) -> None:
@@ -178,8 +201,12 @@ def main(argv=None) -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--sizes", default="4KiB:64MiB")
     parser.add_argument("--ddp-steps", type=int, default=5)
+    parser.add_argument("--ddp-model", choices=MODELS, default="mlp",
+                        help="the DDP/FSDP2 model (MODELS): an MLP, or an embedding table "
+                             "whose gradient all-reduce is most of the step")
     parser.add_argument("--ddp-hidden", type=int, default=2900,
-                        help="MLP width; 3 layers of width^2 (2900: 25.2M parameters)")
+                        help="model size: MLP width, 3 layers of width^2 (2900: 25.2M "
+                             "parameters); the embedding model has as many")
     parser.add_argument("--ddp-batch", default="8",
                         help="batch sizes of the DDP step, comma-separated (e.g. 8,1); the "
                              "FSDP2 step uses the first")
@@ -199,7 +226,7 @@ def main(argv=None) -> None:
     load_before = os.getloadavg()
     result = launch(_worker, args.nproc, _sizes(args.sizes), args.reps, args.ddp_steps,
                     args.ddp_hidden, not args.no_fsdp, batches, max(1, args.ddp_rounds),
-                    backend="ringccl",
+                    args.ddp_model, backend="ringccl",
                     timeout=3000, worker_bytes=6 * 4 * 3 * args.ddp_hidden ** 2)[0]
     result["nproc"] = args.nproc
     result["load_average"] = {"before": load_before, "after": os.getloadavg()}
@@ -230,13 +257,13 @@ def print_tables(result: dict) -> None:
               f"{p * 1e6:>9.0f} {d * 1e6:>9.0f} {g / r:>12.2f} {g / p:>8.2f} "
               f"{(r - d) * 1e6:>9.0f} {(t - d) * 1e6:>9.0f} {(i - d) * 1e6:>9.0f}")
     for name, s in result["ddp"].items():
-        print(f"DDP step ({s['parameters'] / 1e6:.1f}M parameters) {name}: "
+        print(f"DDP step ({result['ddp_model']}, {s['parameters'] / 1e6:.1f}M parameters) {name}: "
               f"{s['seconds'] * 1e3:.0f} ms (min {s['min'] * 1e3:.0f}, "
               f"max {s['max'] * 1e3:.0f}; {s['steps']} steps)")
     for batch, ratios in result["ddp_ratios"].items():
         print(f"DDP step batch={batch}: " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
     for name, s in result["fsdp2"].items():
-        print(f"FSDP2 step ({s['parameters'] / 1e6:.1f}M parameters) {name}: "
+        print(f"FSDP2 step ({result['ddp_model']}, {s['parameters'] / 1e6:.1f}M parameters) {name}: "
               f"{s['seconds'] * 1e3:.0f} ms (min {s['min'] * 1e3:.0f}, "
               f"max {s['max'] * 1e3:.0f})")
 

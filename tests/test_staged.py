@@ -179,3 +179,66 @@ def test_no_lazy_send_reads_what_the_call_wrote_or_reduces(pair, n, segment, dat
         covered.update(range(s.lo, s.hi))
     for a, b in ranges.reads:
         assert set(range(a, b)) <= covered
+
+
+def _every_plan(max_n: int = 6):
+    """Every registered algorithm's plan for every world size 2..max_n, rank and segment size
+    (whole chunks, 2 elements), on a count of 7 per rank."""
+    for collective, algorithm in sorted(REGISTRY):
+        for n in range(2, max_n + 1):
+            params = {"local_size": 2 if n % 2 == 0 else 1} if algorithm == "hierarchical" \
+                else {}
+            try:
+                schedule = build_schedule(collective, algorithm, n, **params)
+            except Exception:   # noqa: BLE001 - e.g. a power-of-two-only algorithm
+                continue
+            for rank in range(n):
+                for segment in (0, 2):
+                    yield engine.plan(schedule, rank, layout(schedule, rank, 7 * n).offsets,
+                                      segment)
+
+
+def test_a_restorable_receive_lands_where_the_working_buffer_keeps_the_callers_bytes():
+    """Replay every plan on element tags: the working buffer starts empty, the up-front copy
+    and the lazy sends' fills put the caller's bytes there ("orig", read from the caller's
+    array, so never after a restorable receive of their range landed in it), receives write
+    it. When a restorable receive lands (and to the end of the call) its range must still be
+    "orig": that is what the rollback puts back."""
+    from ringccl.engine.staged import plan_ranges
+    for plan in _every_plan():
+        _replay_restorable(plan, plan_ranges(plan))
+
+
+def _replay_restorable(plan, ranges) -> None:
+    assert set(ranges.restorable) <= set(ranges.finals)
+    work: dict = {}
+    for a, b in ranges.upfront:
+        work.update((i, "orig") for i in range(a, b))
+    landed: set = set()
+    restorable = set(ranges.restorable)
+    for st_ in plan.steps:
+        for s in st_.sends:
+            if s in ranges.lazy:
+                assert not landed & set(range(s.lo, s.hi)), (s, "refills a landed range")
+                work.update((i, "orig") for i in range(s.lo, s.hi) if i not in landed)
+        for r in st_.recvs:
+            if r in restorable:
+                assert all(work.get(i) == "orig" for i in range(r.lo, r.hi)), r
+                landed.update(range(r.lo, r.hi))
+            else:
+                work.update((i, "recv") for i in range(r.lo, r.hi))
+    assert all(work.get(i) == "orig" for i in landed)
+
+
+def test_two_shots_all_gather_half_is_restorable():
+    from ringccl.engine.staged import plan_ranges
+    for n in (2, 3, 4):
+        schedule = build_schedule("all_reduce", "two_shot", n)
+        plan = engine.plan(schedule, 1, layout(schedule, 1, 8 * n).offsets, 0)
+        ranges = plan_ranges(plan)
+        assert len(ranges.restorable) == n - 1
+        assert set(ranges.restorable) == set(ranges.finals)
+    # a ring's final copies overwrite chunks it reduced into: the slot lost the caller's bytes
+    schedule = build_schedule("all_reduce", "ring", 4)
+    plan = engine.plan(schedule, 1, layout(schedule, 1, 32).offsets, 0)
+    assert plan_ranges(plan).finals and not plan_ranges(plan).restorable

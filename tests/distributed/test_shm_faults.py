@@ -63,3 +63,15 @@ def test_timeout_argument_bounds_the_shm_waits():
     assert peer == 0 and step == 0 and "timed out after 1.5 s" in message
     assert "direct all_reduce" in message and "waiting for rank 0" in message
     assert unchanged
+
+
+@pytest.mark.parametrize("world_size", [3, 4])
+def test_a_peer_dying_after_final_receives_landed_leaves_the_tensor_as_it_was(world_size):
+    # two_shot's all-gather receives land in the caller's tensor also with restore=True (the
+    # slot keeps its bytes: ringccl.engine.staged.PlanRanges.restorable); the last rank dies
+    # before its all-gather sends, after the others' have landed: they are put back
+    trial = faults.Trial("all_reduce", "two_shot", world_size, victim=world_size - 1, step=1,
+                         mode="sigkill", timeout=20.0, transport="shm", count=4096 * world_size)
+    outcome = faults.run(trial)
+    assert not outcome.problems, outcome.problems
+    assert all(rec["error"]["unchanged"] for rec in outcome.survivors.values())

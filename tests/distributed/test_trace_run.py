@@ -72,7 +72,7 @@ def test_bench_trace_mpi(tmp_path, capsys):
     _check(path, "all_reduce", "ring", 2)
 
 
-def _run_logged(debug):
+def _run_logged(debug, args=("all_reduce", "-n", "2", "-c", "1Ki")):
     import os
     import subprocess
     import sys
@@ -82,9 +82,8 @@ def _run_logged(debug):
     env.pop("RINGCCL_DEBUG", None)
     if debug is not None:
         env["RINGCCL_DEBUG"] = debug
-    p = subprocess.run([sys.executable, "-m", "ringccl", "run", "all_reduce", "-n", "2", "-c",
-                        "1Ki", "--iters", "1", "--warmup", "0"], capture_output=True, text=True,
-                       env=env, timeout=300)
+    p = subprocess.run([sys.executable, "-m", "ringccl", "run", *args, "--iters", "1",
+                        "--warmup", "0"], capture_output=True, text=True, env=env, timeout=300)
     assert p.returncode == 0, p.stderr
     return [line for line in p.stderr.splitlines() if line.startswith("ringccl ")]
 
@@ -109,3 +108,12 @@ def test_ringccl_debug_trace_logs_steps_and_unset_logs_nothing():
     assert len([line for line in lines if " DEBUG " in line and " step " in line]) == \
         2 * 2 * steps   # 2 ranks x 2 calls x steps
     assert _run_logged(None) == []
+
+
+def test_ringccl_debug_info_logs_the_segment_size_the_shm_executor_ran():
+    # over shared memory a large all_reduce runs whole chunks and a broadcast from 8 MiB in
+    # 2 MiB segments (executor.call_pipelining), not the p2p default the options carry
+    for args, segment in ((("all_reduce", "-a", "two_shot"), 0), (("broadcast",), 2 << 20)):
+        lines = _run_logged("INFO", (*args, "-n", "2", "-c", "4Mi"))
+        mine = [line for line in lines if f" {args[0]} algorithm=" in line]
+        assert mine and all(f"segment_bytes={segment} " in line for line in mine), lines

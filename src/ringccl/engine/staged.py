@@ -158,6 +158,7 @@ class PlanRanges(NamedTuple):
     finals: tuple     # final_receives(plan): may land in the caller's arrays
     upfront: tuple    # the reads to copy in before the call: reads less the lazy sends'
     lazy: frozenset   # sends whose segment may be copied in when the send is posted
+    restorable: tuple  # finals that may land in an in-place caller's array with restore=True
 
 
 _ranges: dict = {}   # id(plan) -> (plan, PlanRanges)
@@ -172,7 +173,18 @@ def plan_ranges(plan: Plan) -> PlanRanges:
     step writes reads the caller's bytes: it is *lazy*, copied in when it is posted
     (:class:`Landing`), so with segments the peers read the first while this rank copies the
     next (a broadcast's root, an all_to_all's blocks, two_shot's inputs) instead of waiting for
-    the whole copy. Cached per plan (plans are memoized)."""
+    the whole copy.
+
+    ``restorable``: the final receives that may land in the caller's array even when it must
+    be left as it was on failure (``restore=True``), for a collective working in place on it
+    (all_reduce): when one lands, the working buffer holds the caller's bytes of its range,
+    copied in up front or by a lazy send of an earlier step, never written by a receive
+    before it, and nothing later reads or writes it, nor refills it from the caller's array
+    (no lazy send of its step or later overlaps it). A failure puts them back from there
+    (:meth:`Landing.rollback`). Two_shot's all-gather half is such: its receives then cost
+    one copy instead of two (into the slot, then out of it after the last wait).
+
+    Cached per plan (plans are memoized)."""
     hit = _ranges.get(id(plan))
     if hit is not None and hit[0] is plan:
         return hit[1]
@@ -190,7 +202,14 @@ def plan_ranges(plan: Plan) -> PlanRanges:
                                                               written_before[s.step]))
     reads = merge([(s.lo, s.hi) for s in sends] + list(reduced))
     upfront = merge([(s.lo, s.hi) for s in sends if s not in lazy] + list(reduced))
-    result = PlanRanges(reads, writes, final_receives(plan), upfront, lazy)
+    finals = final_receives(plan)
+    restorable = tuple(
+        r for r in finals
+        if not _overlaps(r.lo, r.hi, written_before[r.step])
+        and not any(s.step >= r.step and s.lo < r.hi and r.lo < s.hi for s in lazy)
+        and _covered(r.lo, r.hi, merge(list(upfront) + [(s.lo, s.hi) for s in lazy
+                                                        if s.step < r.step])))
+    result = PlanRanges(reads, writes, finals, upfront, lazy, restorable)
     if len(_ranges) >= 256:
         _ranges.clear()
     _ranges[id(plan)] = (plan, result)
@@ -201,21 +220,28 @@ def _overlaps(lo: int, hi: int, ranges: tuple) -> bool:
     return any(a < hi and lo < b for a, b in ranges)
 
 
+def _covered(lo: int, hi: int, ranges: tuple) -> bool:
+    """Whether the merged ``ranges`` hold all of ``[lo, hi)``."""
+    return all(inside for _, _, inside in split(lo, hi, ranges))
+
+
 class Landing(Workspace):
     """The workspace of a transport that holds the working buffer in its own memory (reads
     its receives in place: no staging buffer): its final receives (:func:`final_receives`)
     are copied straight into the caller's arrays (``direct``: receive -> the target's view)
     instead of the working buffer, one copy per element instead of two; its lazy sends
     (:class:`PlanRanges`) are copied in from the caller's sources when posted (``fill(lo,
-    hi)``), each segment once per call."""
+    hi)``), each segment once per call. :meth:`rollback` puts back what landed, for the
+    ``restorable`` ones."""
 
-    __slots__ = ("direct", "lazy", "fill", "filled")
+    __slots__ = ("direct", "lazy", "fill", "filled", "landed")
 
     def __init__(self, ops: ArrayOps, buffer: Any, op: ReduceOp, direct: dict,
                  lazy: frozenset = frozenset(), fill: Any = None):
         super().__init__(ops, buffer, op, 0)
         self.direct, self.lazy, self.fill = direct, lazy if fill is not None else (), fill
         self.filled: set = set()
+        self.landed: list = []
 
     def source(self, s) -> Any:
         if s in self.lazy:
@@ -231,6 +257,14 @@ class Landing(Workspace):
             super().apply(r, received)
         else:
             self.copy(dst, received)
+            self.landed.append(r)
+
+    def rollback(self) -> None:
+        """Put the caller's bytes back where receives landed, from the working buffer (valid
+        for :attr:`PlanRanges.restorable` receives only: there it still holds them)."""
+        for r in self.landed:
+            self.copy(self.direct[r], self.buffer[r.lo:r.hi])
+        self.landed.clear()
 
 
 def run_call(schedule, rank: int, plan: Plan, transport, workspace: Workspace, group, *,

@@ -70,6 +70,9 @@ class Backend(Protocol):
     # optional: whether ``execute`` takes a private working buffer as a
     # :class:`ringccl.engine.Staged` for this call (its transport holds the buffer itself)
     # def stages(self, g: Any, opts: "Options") -> bool: ...
+    # optional: the pipelining policy ``execute`` runs ``collective`` with, when it is not
+    # ``opts.pipelining`` (a transport's own default; RINGCCL_DEBUG's log line reports it)
+    # def call_pipelining(self, g: Any, collective: str, opts: "Options") -> Pipelining: ...
 
     # array dialect
     def check(self, a: Any, argument: str, written: bool = False,

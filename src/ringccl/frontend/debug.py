@@ -79,7 +79,9 @@ def execute(b, schedule, work, op, g, bounds: tuple, opts, restore: bool) -> Non
         with trace.tracing(recorder):
             b.execute(schedule, work, op, g, bounds, opts, restore)
     seconds = time.perf_counter() - t0
-    pipelining = opts.pipelining   # None (ringccl.mpi's default): whole chunks
+    # the policy the executor ran (over shared memory its own); None: whole chunks
+    policy = getattr(b, "call_pipelining", None)
+    pipelining = opts.pipelining if policy is None else policy(g, schedule.collective, opts)
     segment = pipelining.segment_elems(bounds, itemsize) * itemsize if pipelining else 0
     where = f"{socket.gethostname()}:{os.getpid()} [rank {rank}]"
     logger.info("%s %s algorithm=%s dtype=%s count=%d bytes=%d segment_bytes=%d time_us=%.1f",

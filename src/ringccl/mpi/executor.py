@@ -281,30 +281,6 @@ def shm_state(comm, timeout: float | None = None):
     return hit
 
 
-def _typed(state, serial: int, dtype) -> np.ndarray:
-    """The whole segment ``serial`` as a 1-D numpy array of ``dtype`` (cached with the
-    segment: the group drops its cache when it drops a segment)."""
-    key = (serial, dtype)
-    a = state.cache.get(key)
-    if a is None:
-        raw = state.cache.get((serial, None))
-        if raw is None:
-            raw = state.cache[(serial, None)] = np.frombuffer(state.segments[serial].map,
-                                                              dtype=np.uint8)
-        usable = raw.size // dtype.itemsize * dtype.itemsize
-        a = state.cache[key] = raw[:usable].view(dtype)
-    return a
-
-
-def _base(state, seg) -> int:
-    """The address of segment ``seg``'s first byte in this process (cached with the segments)."""
-    key = ("base", id(seg))
-    address = state.cache.get(key)
-    if address is None:
-        address = state.cache[key] = np.frombuffer(seg.map, dtype=np.uint8).ctypes.data
-    return address
-
-
 def _entry_error(schedule: Schedule, rank: int, exc: BaseException, timeout: float,
                  when: str = "entering the call"):
     """:func:`ringccl.engine.staged.entry_error`, the message saying "over shared memory"."""
@@ -329,14 +305,17 @@ def _execute_shm(schedule: Schedule, buffer: np.ndarray, op: ReduceOp, comm, bou
     The slot holds the working buffer (a copy of the chunks the call reads), then this call's
     eager area (:mod:`ringccl.shm.transport`: small sends are copied there and complete at
     once, so one-shot all_reduce waits once per call, for the peers' data, not also for them
-    to read its own); the chunks the call writes are copied back after success only."""
+    to read its own); the chunks the call writes are copied back after success only, but for
+    the final receives (:mod:`ringccl.engine.staged`), which land in the caller's buffer: all
+    with ``restore=False``, the restorable ones (put back on failure) with ``restore=True``."""
     state, transport = shm_state(comm, timeout)
     rank = state.rank
     dtype = buffer.dtype
     itemsize = dtype.itemsize
     plan = engine.plan(schedule, rank, bounds, segment_elems)
+    workspace = None
     # zero copy: the buffer lies in this rank's slot of one of the group's segments (shm_empty)
-    where = state.locate(buffer.ctypes.data, buffer.nbytes, lambda seg: _base(state, seg)) \
+    where = state.locate(buffer.ctypes.data, buffer.nbytes) \
         if buffer.size else None
     # the working buffer, 64-aligned, then the eager area: EAGER_AREA_BYTES more asked for
     # only by small buffers (a large buffer's eager sends are its small chunks, if any, in
@@ -355,7 +334,7 @@ def _execute_shm(schedule: Schedule, buffer: np.ndarray, op: ReduceOp, comm, bou
                 return buffer
             serial, offset, eager = state.call_area(used, where)
             transport.begin(serial, offset, itemsize,
-                            lambda s, off, n: _typed(state, s, dtype)[off // itemsize:
+                            lambda s, off, n: state.array(s, dtype)[off // itemsize:
                                                                       (off + n) // itemsize],
                             np.copy, timeout, eager=eager, copy=OPS.copy)
         except (TimeoutError, ConnectionError) as exc:
@@ -363,13 +342,16 @@ def _execute_shm(schedule: Schedule, buffer: np.ndarray, op: ReduceOp, comm, bou
         landing: dict = {}
         if where is None:
             start = offset // itemsize
-            work = _typed(state, serial, dtype)[start:start + buffer.size]
+            work = state.array(serial, dtype)[start:start + buffer.size]
             ranges = engine.staged.plan_ranges(plan)
             writes = ranges.writes
             for lo, hi in ranges.upfront:   # the lazy sends' segments: when posted
                 work[lo:hi] = buffer[lo:hi]
-            if not restore:   # final receives land in the caller's buffer: one copy less
-                landing = {r: buffer[r.lo:r.hi] for r in ranges.finals}
+            # final receives land in the caller's buffer, one copy less: all of them with
+            # restore=False, with restore=True those whose caller's bytes the slot keeps (put
+            # back on failure)
+            landing = {r: buffer[r.lo:r.hi]
+                       for r in (ranges.restorable if restore else ranges.finals)}
 
             def fill(lo, hi):
                 work[lo:hi] = buffer[lo:hi]
@@ -391,6 +373,8 @@ def _execute_shm(schedule: Schedule, buffer: np.ndarray, op: ReduceOp, comm, bou
                         buffer[a:b] = work[a:b]
         return buffer
     except BaseException:
+        if restore and isinstance(workspace, engine.staged.Landing):
+            workspace.rollback()   # the restorable final receives that landed
         if not state.closed:
             state.abort()
         raise

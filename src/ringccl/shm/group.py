@@ -37,6 +37,8 @@ import time
 import uuid
 from typing import Any, Callable
 
+import numpy as np
+
 from ..errors import BackendError
 from .segment import Segment, ShmSpaceError, segment_name
 
@@ -469,15 +471,30 @@ class ShmGroup:
         self.cache.clear()   # views of dropped segments must not be handed out again
         seg.close()
 
-    def locate(self, address: int, nbytes: int, base_of: Callable[[Segment], int]) -> tuple | None:
+    def array(self, serial: int, dtype: Any) -> np.ndarray:
+        """The whole mapped segment ``serial`` as a 1-D numpy array of ``dtype`` (a numpy
+        dtype; cached until the segment is dropped). Its views hold the mapping exported, so
+        closing the segment leaves them valid memory."""
+        key = (serial, dtype)
+        a = self.cache.get(key)
+        if a is None:
+            raw = self.cache.get((serial, None))
+            if raw is None:
+                raw = self.cache[(serial, None)] = np.frombuffer(self.segments[serial].map,
+                                                                 dtype=np.uint8)
+            dtype = np.dtype(dtype)
+            a = self.cache[key] = raw[:raw.size // dtype.itemsize * dtype.itemsize].view(dtype)
+        return a
+
+    def locate(self, address: int, nbytes: int) -> tuple | None:
         """(serial, byte offset) of ``nbytes`` at ``address`` when they lie inside this rank's
-        slot of a mapped segment (zero copy), else None. ``base_of(segment)``: the address of
-        its first byte in this process."""
+        slot of a mapped segment (zero copy), else None."""
         for serial, seg in self.segments.items():
+            base = self.array(serial, np.uint8).ctypes.data
             slot = seg.nbytes // self.world_size
-            lo = base_of(seg) + self.rank * slot
+            lo = base + self.rank * slot
             if lo <= address and address + nbytes <= lo + slot:
-                return serial, address - base_of(seg)
+                return serial, address - base
         return None
 
     def close(self) -> None:

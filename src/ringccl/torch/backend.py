@@ -501,6 +501,10 @@ class _Front(_Torch):
         return g.transport == "shm"   # as ringccl.torch's: the slot holds private buffers
 
     @staticmethod
+    def call_pipelining(g, collective: str, opts):
+        return executor.call_pipelining(collective, opts.pipelining, g.transport)
+
+    @staticmethod
     def execute(schedule, work, op, g, bounds, opts, restore: bool) -> None:
         _execute(schedule, work, op, g, bounds, opts, restore)
 
@@ -513,19 +517,15 @@ def _execute(schedule, buffer: torch.Tensor, op: ReduceOp, g: _Group, bounds, op
     wait_timeout = executor.check_timeout(opts.timeout)
     numel = buffer.numel if isinstance(buffer, engine.Staged) else buffer.numel()
     bounds = engine.check_bounds(bounds, schedule.num_chunks, numel)
-    pipelining = opts.pipelining
+    # as executor.execute: over shared memory whole chunks unless a segment size was asked for
+    pipelining = executor.call_pipelining(schedule.collective, opts.pipelining, g.transport)
     if g.transport == "shm":
-        # as executor.execute: whole chunks unless a segment size was asked for
-        if pipelining is executor.PIPELINING:
-            pipelining = executor.shm_pipelining(schedule.collective)
         executor._execute_shm(schedule, buffer, op, g, bounds,
                               lambda itemsize: pipelining.segment_elems(bounds, itemsize),
                               None if wait_timeout is None else wait_timeout.total_seconds(),
                               restore, g.shm_setup)
         return
     if g.transport == "hybrid":   # shm inside each host, gloo across (ringccl.torch.hybrid)
-        if pipelining is executor.PIPELINING:
-            pipelining = executor.shm_pipelining(schedule.collective)
         hybrid.execute_hybrid(schedule, buffer, op, g, bounds,
                               lambda itemsize: pipelining.segment_elems(bounds, itemsize),
                               None if wait_timeout is None else wait_timeout.total_seconds(),

@@ -186,6 +186,11 @@ class _Torch:
         return opts.transport == "shm"
 
     @staticmethod
+    def call_pipelining(group, collective: str, opts):
+        """The policy the executor runs ``collective`` with (over shm its own)."""
+        return executor.call_pipelining(collective, opts.pipelining, opts.transport)
+
+    @staticmethod
     def execute(schedule, work, op, group, bounds, opts, restore: bool) -> None:
         executor.execute(schedule, work, op, group, bounds=bounds, timeout=opts.timeout,
                          restore=restore, pipelining=opts.pipelining,

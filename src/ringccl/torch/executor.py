@@ -40,7 +40,7 @@ from ..ops import ReduceOp
 
 __all__ = ["execute", "combine_fn", "release_buffers", "PIPELINING", "OPS",
            "PIPELINE_THRESHOLD_BYTES", "DEFAULT_SEGMENT_BYTES", "SHM_PIPELINING", "shm_state",
-           "shm_pipelining", "SHM_PIPELINING_BY_COLLECTIVE",
+           "call_pipelining", "shm_pipelining", "SHM_PIPELINING_BY_COLLECTIVE",
            "shm_empty", "release_shm", "ShmSetup", "release_shm_state", "run_p2p", "P2PTransport"]
 
 
@@ -106,6 +106,61 @@ SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64,
 #: the transport's measured default (see the constants above), passed in by ringccl.torch
 PIPELINING = engine.Pipelining(PIPELINE_THRESHOLD_BYTES, DEFAULT_SEGMENT_BYTES)
 
+#: the numpy dtype the shm data path holds each dtype's bytes in (bfloat16, which numpy lacks,
+#: as int16: those arrays are only sliced and copied; torch reduces them, see _SlotOps)
+NUMPY_DTYPES = {d: torch.empty(0, dtype=torch.int16 if d == torch.bfloat16 else d).numpy().dtype
+                for d in SUPPORTED_DTYPES}
+
+
+def _numpy(t: torch.Tensor) -> np.ndarray:
+    """A CPU tensor's memory as a numpy array of :data:`NUMPY_DTYPES` (shared, not copied)."""
+    if t.dtype == torch.bfloat16:
+        t = t.view(torch.int16)
+    return (t.detach() if t.requires_grad else t).numpy()
+
+
+class _SlotOps:
+    """The shm data path's array dialect (:class:`ringccl.engine.ArrayOps`): numpy views of
+    the slots and of the caller's tensors, because a call slices and copies many small ranges
+    and slicing a numpy array costs ~0.1 µs against a tensor's ~1.2 µs (a 4 KiB all_reduce on
+    2 processes spent ~45 µs more per call than ringccl.mpi's on the same transport); the
+    reductions are torch's own in-place ops (:func:`combine_fn`) on tensors sharing those
+    views' memory, so results are bitwise those of the p2p path and float16/bfloat16 reduce
+    vectorised (numpy's float16 loops are scalar)."""
+
+    __slots__ = ("dtype",)
+
+    def __init__(self, dtype: torch.dtype):
+        self.dtype = dtype
+
+    @staticmethod
+    def empty(like: np.ndarray, elements: int) -> np.ndarray:
+        return np.empty(elements, like.dtype)
+
+    @staticmethod
+    def copy(dst: np.ndarray, src: np.ndarray) -> None:
+        dst[...] = src
+
+    def combine(self, op: ReduceOp):
+        return _slot_combine(op, self.dtype)
+
+    def kind(self, a: np.ndarray):
+        return ("shm", self.dtype)
+
+
+@caches.memoize(maxsize=128)
+def _slot_combine(op: ReduceOp, dtype: torch.dtype):
+    """:func:`combine_fn` for numpy arrays holding ``dtype``'s bytes: one function per (op,
+    dtype), made once (the engine asks for it at every call)."""
+    f = combine_fn(op)
+    if dtype == torch.bfloat16:
+        return lambda dst, src: f(torch.from_numpy(dst).view(dtype),
+                                  torch.from_numpy(src).view(dtype))
+    return lambda dst, src: f(torch.from_numpy(dst), torch.from_numpy(src))
+
+
+_SLOT_OPS = {d: _SlotOps(d) for d in SUPPORTED_DTYPES}
+
 
 def release_buffers() -> None:
     """Free the staging buffers, cached plans and dataflow programs kept between calls."""
@@ -168,6 +223,16 @@ def shm_pipelining(collective: str) -> engine.Pipelining:
     """The pipelining policy over shared memory for ``collective`` (:data:`SHM_PIPELINING`,
     or its entry of :data:`SHM_PIPELINING_BY_COLLECTIVE`)."""
     return SHM_PIPELINING_BY_COLLECTIVE.get(collective, SHM_PIPELINING)
+
+
+def call_pipelining(collective: str, pipelining: engine.Pipelining | None,
+                    transport: str | None) -> engine.Pipelining:
+    """The pipelining policy a call of ``collective`` runs with: ``pipelining`` as asked, but
+    over shared memory (``transport`` "shm", or "hybrid": shm inside each host) the p2p
+    default (:data:`PIPELINING`, or None) becomes :func:`shm_pipelining`'s."""
+    if transport in ("shm", "hybrid") and (pipelining is None or pipelining is PIPELINING):
+        return shm_pipelining(collective)
+    return pipelining or PIPELINING
 
 #: seconds a shared-memory wait may take when neither ``timeout=``, RINGCCL_TIMEOUT nor the
 #: group's own timeout is known (torch's default group timeout is 30 minutes)
@@ -337,47 +402,30 @@ def release_shm_state(key) -> None:
 
 
 def _typed(state, serial: int, dtype: torch.dtype) -> torch.Tensor:
-    """The whole segment ``serial`` as a 1-D tensor of ``dtype`` (cached with the segment)."""
+    """The whole segment ``serial`` as a 1-D tensor of ``dtype`` (cached with the segment;
+    the hybrid executor's data path, whose p2p half sends tensors)."""
     key = (serial, dtype)
     t = state.cache.get(key)
     if t is None:
-        seg = state.segments[serial]
-        raw = state.cache.get((serial, torch.uint8))
-        if raw is None:
-            # through numpy: its view holds the mapping exported (see shm_empty)
-            raw = state.cache[(serial, torch.uint8)] = torch.from_numpy(
-                np.frombuffer(seg.map, dtype=np.uint8))
+        # through numpy: its view holds the mapping exported (see shm_empty)
+        raw = torch.from_numpy(state.array(serial, np.uint8))
         t = state.cache[key] = raw.view(dtype) if dtype != torch.uint8 else raw
     return t
 
 
-def _locate(state, buffer: torch.Tensor) -> tuple | None:
-    """(serial, byte offset) of ``buffer`` when it lies in this rank's slot of one of the
-    group's segments (zero copy), else None."""
-    address, nbytes = buffer.data_ptr(), buffer.numel() * buffer.element_size()
-    n, rank = state.world_size, state.rank
-    for serial, seg in state.segments.items():
-        base = _typed(state, serial, torch.uint8).data_ptr()
-        slot = seg.nbytes // n
-        lo = base + rank * slot
-        if lo <= address and address + nbytes <= lo + slot:
-            return serial, address - base
-    return None
-
-
-def _fill(work: torch.Tensor, reads: tuple, sources) -> None:
+def _fill(work: np.ndarray, reads: tuple, sources) -> None:
     """Copy the ranges ``reads`` of the working buffer from ``sources`` (a
     :class:`ringccl.engine.Pieces`, or the caller's in-place buffer)."""
     if isinstance(sources, engine.Pieces):
         for lo, hi in reads:
             for a, b, src, at in sources.parts(lo, hi):
-                work[a:b].copy_(src[at:at + b - a])
+                work[a:b] = src[at:at + b - a]
     else:
         for lo, hi in reads:
-            work[lo:hi].copy_(sources[lo:hi])
+            work[lo:hi] = sources[lo:hi]
 
 
-def _drain(work: torch.Tensor, runs: tuple, targets, landed: tuple, in_slot: tuple,
+def _drain(work: np.ndarray, runs: tuple, targets, landed: tuple, in_slot: tuple,
            sources) -> None:
     """Copy the ranges ``runs`` of the call's result into ``targets`` (Pieces, or the caller's
     in-place buffer): skipping what ``landed`` there already (final receives), from the slot
@@ -396,14 +444,10 @@ def _drain(work: torch.Tensor, runs: tuple, targets, landed: tuple, in_slot: tup
                 for e, f, written in staged.split(c, d, in_slot):
                     out = dst[at + e - c:at + f - c]
                     if written:
-                        out.copy_(work[e:f])
+                        out[...] = work[e:f]
                     elif isinstance(sources, engine.Pieces):
                         for g, h, src, s_at in sources.parts(e, f):
-                            out[g - e:h - e].copy_(src[s_at:s_at + h - g])
-
-
-def _copy(dst: torch.Tensor, src: torch.Tensor) -> None:
-    dst.copy_(src)
+                            out[g - e:h - e] = src[s_at:s_at + h - g]
 
 
 def _entry_error(schedule: Schedule, rank: int, transport, exc: BaseException, timeout: float,
@@ -423,7 +467,9 @@ def _execute_shm(schedule: Schedule, buffer, op: ReduceOp, group, bounds,
     Where the working buffer is not already in the slot (zero copy), the ranges the schedule
     reads are copied in, and the results out after the call's last wait, so the caller's
     arrays change only if the call succeeds; with ``restore=False`` (``Staged.restore``) the
-    final receives land in the caller's arrays directly (:mod:`ringccl.engine.staged`)."""
+    final receives land in the caller's arrays directly (:mod:`ringccl.engine.staged`), and
+    with ``restore=True`` in place (all_reduce) those the slot can put back on failure
+    (``PlanRanges.restorable``: two_shot's all-gather half)."""
     described = buffer if isinstance(buffer, staged.Staged) else None
     like = buffer if described is None else described.like
     numel = like.numel() if described is None else described.numel
@@ -432,8 +478,12 @@ def _execute_shm(schedule: Schedule, buffer, op: ReduceOp, group, bounds,
     state, transport = shm_state(group, timeout_s, setup)
     rank = state.rank
     itemsize = like.element_size()
-    where = _locate(state, buffer) if described is None and numel else None
+    # zero copy: the buffer lies in this rank's slot of one of the group's segments (shm_empty)
+    where = state.locate(buffer.data_ptr(), numel * itemsize) \
+        if described is None and numel else None
     plan = engine.plan(schedule, rank, bounds, segment_elems_of(itemsize))
+    ops, dtype = _SLOT_OPS[like.dtype], NUMPY_DTYPES[like.dtype]   # numpy views: _SlotOps
+    workspace = None
     try:
         # every rank enters every call (also with nothing to move): the call counters stay equal
         # the working buffer, then this call's eager area (ringccl.shm.transport), 64-aligned:
@@ -450,43 +500,48 @@ def _execute_shm(schedule: Schedule, buffer, op: ReduceOp, group, bounds,
                 state.leave(timeout_s)
                 if described is not None:   # nothing moves: the targets get their sources
                     _drain(None, described.drain_runs, engine.Pieces(
-                        described.drain_runs, described.targets), (), (),
-                        engine.Pieces(described.fill_runs, described.sources))
+                        described.drain_runs, [_numpy(t) for t in described.targets]), (), (),
+                        engine.Pieces(described.fill_runs, [_numpy(t) for t in
+                                                            described.sources]))
                 return buffer
             serial, offset, eager = state.call_area(used, where)
-            dtype = like.dtype
             transport.begin(serial, offset, itemsize,
-                            lambda s, off, n: _typed(state, s, dtype)[off // itemsize:
-                                                                      (off + n) // itemsize],
-                            torch.clone, timeout_s, eager=eager, copy=_copy)
+                            lambda s, off, n: state.array(s, dtype)[off // itemsize:
+                                                                    (off + n) // itemsize],
+                            np.copy, timeout_s, eager=eager, copy=ops.copy)
         except (TimeoutError, ConnectionError) as exc:
             raise _entry_error(schedule, rank, transport, exc, timeout_s or state.timeout) \
                 from exc
         if where is None:
-            work = _typed(state, serial, dtype)[offset // itemsize:offset // itemsize + numel]
+            work = state.array(serial, dtype)[offset // itemsize:offset // itemsize + numel]
             ranges = staged.plan_ranges(plan)
             if described is None:
-                sources = targets = buffer
+                sources = targets = mine = _numpy(buffer)
                 drain_runs = ranges.writes
                 direct = not restore
             else:
-                sources = engine.Pieces(described.fill_runs, described.sources)
-                targets = engine.Pieces(described.drain_runs, described.targets)
+                sources = engine.Pieces(described.fill_runs,
+                                        [_numpy(t) for t in described.sources])
+                targets = engine.Pieces(described.drain_runs,
+                                        [_numpy(t) for t in described.targets])
                 drain_runs = described.drain_runs
                 direct = not described.restore
             _fill(work, ranges.upfront, sources)   # the lazy sends' segments: when posted
             landing = {}
-            if direct:
-                for r in ranges.finals:
-                    view = targets.view(r.lo, r.hi) if described is not None else \
-                        buffer[r.lo:r.hi]
-                    if view is not None:
-                        landing[r] = view
-            workspace = staged.Landing(OPS, work, op, landing, ranges.lazy,
+            # restore=False: every final receive lands in the caller's arrays; restore=True in
+            # place: those whose caller's bytes the slot keeps (put back on failure)
+            finals = ranges.finals if direct else ranges.restorable if described is None \
+                else ()
+            for r in finals:
+                view = targets.view(r.lo, r.hi) if described is not None else \
+                    mine[r.lo:r.hi]
+                if view is not None:
+                    landing[r] = view
+            workspace = staged.Landing(ops, work, op, landing, ranges.lazy,
                                        lambda lo, hi: _fill(work, ((lo, hi),), sources))
         else:
-            work = buffer
-            workspace = engine.Workspace(OPS, work, op, 0)
+            work = _numpy(buffer)
+            workspace = engine.Workspace(ops, work, op, 0)
         # zero copy: the rollback saves what it overwrites; else the caller's buffer is written
         # only after success (unless final receives land there: restore=False)
         staged.run_call(schedule, rank, plan, transport, workspace, state,
@@ -499,6 +554,8 @@ def _execute_shm(schedule: Schedule, buffer, op: ReduceOp, group, bounds,
                    sources)
         return buffer
     except BaseException:
+        if isinstance(workspace, staged.Landing) and not direct:
+            workspace.rollback()   # restore=True: the restorable final receives that landed
         if not state.closed:
             state.abort()
         raise
@@ -618,24 +675,21 @@ def execute(schedule: Schedule, buffer: torch.Tensor, op: ReduceOp = ReduceOp.SU
     bounds = engine.check_bounds(bounds, schedule.num_chunks, numel)
     if segment_bytes is not None:
         pipelining = engine.Pipelining.fixed(segment_bytes)
+    pipelining = call_pipelining(schedule.collective, pipelining, transport)
     if transport == "shm":
-        if pipelining is None or pipelining is PIPELINING:
-            pipelining = shm_pipelining(schedule.collective)
         return _execute_shm(schedule, buffer, op, group, bounds,
                             lambda itemsize: pipelining.segment_elems(bounds, itemsize),
                             None if wait_timeout is None else wait_timeout.total_seconds(),
                             restore)
     if transport == "hybrid":   # shm inside each host, p2p across: ringccl.torch.hybrid
         from .hybrid import execute_hybrid
-        if pipelining is None or pipelining is PIPELINING:
-            pipelining = SHM_PIPELINING
         return execute_hybrid(schedule, buffer, op, group, bounds,
                               lambda itemsize: pipelining.segment_elems(bounds, itemsize),
                               None if wait_timeout is None else wait_timeout.total_seconds(),
                               restore)
     if transport != "p2p":
         raise BackendError(f"transport={transport!r} must be 'p2p', 'shm' or 'hybrid' here")
-    segment_elems = (pipelining or PIPELINING).segment_elems(bounds, buffer.element_size())
+    segment_elems = pipelining.segment_elems(bounds, buffer.element_size())
     backend = dist.get_backend(group)
     return run_p2p(schedule, buffer, op, rank, bounds, segment_elems,
                    P2PTransport(group, _peers(group, world_size), wait_timeout),
