@@ -171,14 +171,38 @@ def test_no_lazy_send_reads_what_the_call_wrote_or_reduces(pair, n, segment, dat
             for r in st_.recvs:
                 if r.lo < s.hi and s.lo < r.hi:
                     assert not r.reduce and index[st_.index] >= index[s.step], (s, r)
-    # every element a send reads is copied in up front or by its lazy send
-    covered = set()
-    for a, b in ranges.upfront:
-        covered.update(range(a, b))
-    for s in ranges.lazy:
-        covered.update(range(s.lo, s.hi))
-    for a, b in ranges.reads:
-        assert set(range(a, b)) <= covered
+
+
+def test_every_byte_the_call_reads_is_in_the_slot_or_read_from_the_caller():
+    """Replay every plan on element tags, in the order both drivers apply it (a step's sends
+    read the pre-step state, then its receives in order): the up-front copy and the lazy
+    sends' fills put the caller's bytes in the working buffer, receives write it. No send and
+    no reduce that combines in place may read an element nothing put there; a seeded reduce
+    (which reads the caller's array instead) must be the first to touch its range."""
+    from ringccl.engine.staged import plan_ranges
+    for plan in _every_plan():
+        ranges = plan_ranges(plan)
+        seeded = set(ranges.seeded)
+        work: dict = {}
+        for a, b in ranges.upfront:
+            work.update((i, "orig") for i in range(a, b))
+        touched: set = set()
+        for st_ in plan.steps:
+            for s in st_.sends:
+                if s in ranges.lazy:
+                    work.update((i, "orig") for i in range(s.lo, s.hi) if i not in work)
+                assert all(i in work for i in range(s.lo, s.hi)), (s, "reads nothing")
+            step_sent = {i for s in st_.sends for i in range(s.lo, s.hi)}
+            for r in st_.recvs:
+                span = set(range(r.lo, r.hi))
+                if r in seeded:
+                    assert r.reduce and not span & (touched | step_sent), r
+                elif r.reduce and (r.fold < 0 or r.flush):
+                    assert all(i in work for i in span), (r, "combines into nothing")
+                if not r.reduce or r.fold < 0 or r.flush:   # a fold's: its accumulator
+                    work.update((i, "recv") for i in span)
+                    touched |= span
+            touched |= step_sent
 
 
 def _every_plan(max_n: int = 6):
@@ -242,3 +266,19 @@ def test_two_shots_all_gather_half_is_restorable():
     schedule = build_schedule("all_reduce", "ring", 4)
     plan = engine.plan(schedule, 1, layout(schedule, 1, 32).offsets, 0)
     assert plan_ranges(plan).finals and not plan_ranges(plan).restorable
+
+
+def test_two_shot_and_direct_reduce_scatter_reduce_from_the_callers_bytes():
+    from ringccl.engine.staged import plan_ranges
+    for collective, algorithm in (("all_reduce", "two_shot"), ("reduce_scatter", "direct")):
+        for n in (2, 3, 4):
+            schedule = build_schedule(collective, algorithm, n)
+            plan = engine.plan(schedule, 1, layout(schedule, 1, 8 * n).offsets, 0)
+            ranges = plan_ranges(plan)
+            assert ranges.seeded, (collective, n)
+            own = [(r.lo, r.hi) for r in ranges.seeded]
+            assert not any(a < hi and lo < b for lo, hi in own for a, b in ranges.upfront)
+    # one-shot all_reduce sends what it reduces into: the slot must hold it (not seeded)
+    schedule = build_schedule("all_reduce", "direct", 4)
+    plan = engine.plan(schedule, 0, layout(schedule, 0, 64).offsets, 0)
+    assert not plan_ranges(plan).seeded

@@ -159,6 +159,7 @@ class PlanRanges(NamedTuple):
     upfront: tuple    # the reads to copy in before the call: reads less the lazy sends'
     lazy: frozenset   # sends whose segment may be copied in when the send is posted
     restorable: tuple  # finals that may land in an in-place caller's array with restore=True
+    seeded: tuple     # reduces that may read the caller's bytes instead of a copied-in chunk
 
 
 _ranges: dict = {}   # id(plan) -> (plan, PlanRanges)
@@ -184,6 +185,16 @@ def plan_ranges(plan: Plan) -> PlanRanges:
     (:meth:`Landing.rollback`). Two_shot's all-gather half is such: its receives then cost
     one copy instead of two (into the slot, then out of it after the last wait).
 
+    ``seeded``: the reduces that are the first thing to touch their range (no operation of an
+    earlier step, no send of their step, no receive before them in their step, which is the
+    order both drivers apply them in): ``dst ⊕= src`` would combine into a chunk that holds
+    just the caller's bytes, so they compute ``dst = caller ⊕ src`` from the caller's array
+    instead (:meth:`Landing`'s ``seeded``), and their ranges are not copied in up front
+    (unless the executor finds no single array holding them: it copies them then). The same
+    operation on the same operands in the same order: bitwise the same result. Two_shot's
+    reduce-scatter half and a direct reduce_scatter are such: one pass over this rank's own
+    block less.
+
     Cached per plan (plans are memoized)."""
     hit = _ranges.get(id(plan))
     if hit is not None and hit[0] is plan:
@@ -201,7 +212,8 @@ def plan_ranges(plan: Plan) -> PlanRanges:
         if not _overlaps(s.lo, s.hi, reduced) and not _overlaps(s.lo, s.hi,
                                                               written_before[s.step]))
     reads = merge([(s.lo, s.hi) for s in sends] + list(reduced))
-    upfront = merge([(s.lo, s.hi) for s in sends if s not in lazy] + list(reduced))
+    seeded = _seeded(plan)
+    upfront = _upfront(plan, lazy, frozenset(seeded))
     finals = final_receives(plan)
     restorable = tuple(
         r for r in finals
@@ -209,11 +221,59 @@ def plan_ranges(plan: Plan) -> PlanRanges:
         and not any(s.step >= r.step and s.lo < r.hi and r.lo < s.hi for s in lazy)
         and _covered(r.lo, r.hi, merge(list(upfront) + [(s.lo, s.hi) for s in lazy
                                                         if s.step < r.step])))
-    result = PlanRanges(reads, writes, finals, upfront, lazy, restorable)
+    result = PlanRanges(reads, writes, finals, upfront, lazy, restorable, tuple(seeded))
     if len(_ranges) >= 256:
         _ranges.clear()
     _ranges[id(plan)] = (plan, result)
     return result
+
+
+def _writes_chunk(r) -> bool:
+    """Whether receive ``r`` writes its range of the working buffer (a fold's receives write
+    their accumulator; its flush, the chunk)."""
+    return r.hi > r.lo and not (r.reduce and r.fold >= 0 and not r.flush)
+
+
+def _upfront(plan: Plan, lazy: frozenset, seeded: frozenset) -> tuple:
+    """:attr:`PlanRanges.upfront`: what the slot must hold of the caller's bytes before the
+    call, in the order both drivers apply it (a step's sends read the pre-step state, then its
+    receives in order): the parts no receive wrote before of the sends not filled when posted
+    (not ``lazy``) and of the reduces that combine in place (not ``seeded``)."""
+    need: list = []
+    written: list = []         # ranges receives applied so far wrote
+    for st in plan.steps:
+        done = merge(written)
+        for s in st.sends:
+            if s.hi > s.lo and s not in lazy:
+                need.extend((a, b) for a, b, inside in split(s.lo, s.hi, done) if not inside)
+        for r in st.recvs:
+            if not _writes_chunk(r):
+                continue
+            if r.reduce and r not in seeded:
+                need.extend((a, b) for a, b, inside in split(r.lo, r.hi, merge(written))
+                            if not inside)
+            written.append((r.lo, r.hi))
+    return merge(need)
+
+
+def _seeded(plan: Plan) -> list:
+    """:attr:`PlanRanges.seeded`, in plan order."""
+    out: list = []
+    before: list = []          # every range an operation of an earlier step touched
+    for st in plan.steps:
+        sends = [(s.lo, s.hi) for s in st.sends if s.hi > s.lo]
+        done = merge(before)
+        seen: list = []        # ranges receives of this step wrote into, in apply order
+        for r in st.recvs:
+            if not _writes_chunk(r):
+                continue
+            if r.reduce and not (_overlaps(r.lo, r.hi, done) or _overlaps(r.lo, r.hi, sends)
+                                 or _overlaps(r.lo, r.hi, seen)):
+                out.append(r)
+            seen.append((r.lo, r.hi))
+        before.extend(sends)
+        before.extend((r.lo, r.hi) for r in st.recvs)
+    return out
 
 
 def _overlaps(lo: int, hi: int, ranges: tuple) -> bool:
@@ -231,17 +291,21 @@ class Landing(Workspace):
     are copied straight into the caller's arrays (``direct``: receive -> the target's view)
     instead of the working buffer, one copy per element instead of two; its lazy sends
     (:class:`PlanRanges`) are copied in from the caller's sources when posted (``fill(lo,
-    hi)``), each segment once per call. :meth:`rollback` puts back what landed, for the
+    hi)``), each segment once per call; its ``seeded`` reduces (``{receive: the caller's
+    view of its range}``, :attr:`PlanRanges.seeded`) read the caller's bytes instead of a
+    copy of them (``ops.combine_into``). :meth:`rollback` puts back what landed, for the
     ``restorable`` ones."""
 
-    __slots__ = ("direct", "lazy", "fill", "filled", "landed")
+    __slots__ = ("direct", "lazy", "fill", "filled", "landed", "seeded", "combine_into")
 
     def __init__(self, ops: ArrayOps, buffer: Any, op: ReduceOp, direct: dict,
-                 lazy: frozenset = frozenset(), fill: Any = None):
+                 lazy: frozenset = frozenset(), fill: Any = None, seeded: dict | None = None):
         super().__init__(ops, buffer, op, 0)
         self.direct, self.lazy, self.fill = direct, lazy if fill is not None else (), fill
         self.filled: set = set()
         self.landed: list = []
+        self.seeded = seeded or {}
+        self.combine_into = ops.combine_into(op) if self.seeded else None
 
     def source(self, s) -> Any:
         if s in self.lazy:
@@ -258,6 +322,15 @@ class Landing(Workspace):
         else:
             self.copy(dst, received)
             self.landed.append(r)
+
+    def reduce(self, r, dst: Any, src: Any) -> None:
+        """A seeded reduce (:attr:`PlanRanges.seeded`: ``seeded[r]`` is the caller's bytes of
+        its range) computes ``dst = caller ⊕ src``; any other ``dst ⊕= src``."""
+        seed = self.seeded.get(r)
+        if seed is None:
+            self.combine(dst, src)
+        else:
+            self.combine_into(dst, seed, src)
 
     def rollback(self) -> None:
         """Put the caller's bytes back where receives landed, from the working buffer (valid

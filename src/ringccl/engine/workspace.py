@@ -40,6 +40,11 @@ class ArrayOps(Protocol):
     def combine(self, op: ReduceOp) -> Callable[[Any, Any], None]:
         """In-place ``dst = op(dst, src)`` (AVG sums; the front end divides last)."""
 
+    def combine_into(self, op: ReduceOp) -> Callable[[Any, Any, Any], None]:
+        """``dst = op(a, b)`` into ``dst`` (the same operation as :meth:`combine` on a ``dst``
+        holding ``a``). Only the shared-memory dialects need it
+        (:class:`ringccl.engine.staged.Landing`'s seeded reduces)."""
+
     def kind(self, a: Any) -> Hashable:
         """What kept buffers are keyed by besides the thread: dtype (and device)."""
 
@@ -122,12 +127,16 @@ class Workspace:
             else:
                 self.combine(acc, src)   # acc ⊕= source, in ascending peer
             if r.flush:
-                self.combine(dst, acc)   # own ⊕= accumulator
+                self.reduce(r, dst, acc)   # own ⊕= accumulator
             return
         if r.reduce:
-            self.combine(dst, src)
+            self.reduce(r, dst, src)
         else:
             self.copy(dst, src)
+
+    def reduce(self, r: SegmentRecv, dst: Any, src: Any) -> None:
+        """``dst ⊕= src`` for receive ``r`` (a subclass may compute it otherwise)."""
+        self.combine(dst, src)
 
     def save(self, lo: int, hi: int) -> None:
         """Back up ``buffer[lo:hi]`` for the rollback (memory: up to one copy of the buffer,

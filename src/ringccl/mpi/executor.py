@@ -86,6 +86,10 @@ class NumpyOps:
         return _combine(op)
 
     @staticmethod
+    def combine_into(op: ReduceOp):
+        return _combine_into(op)
+
+    @staticmethod
     def kind(a: np.ndarray):
         return a.dtype
 
@@ -96,6 +100,13 @@ def _combine(op: ReduceOp):
     engine asks for it at every call)."""
     f = ufunc(op)
     return lambda dst, src: f(dst, src, out=dst)
+
+
+@caches.memoize(maxsize=32)
+def _combine_into(op: ReduceOp):
+    """``dst = op(a, b)`` into ``dst`` for numpy arrays (:func:`_combine`'s ufunc)."""
+    f = ufunc(op)
+    return lambda dst, a, b: f(a, b, out=dst)
 
 
 OPS = NumpyOps()
@@ -347,6 +358,7 @@ def _execute_shm(schedule: Schedule, buffer: np.ndarray, op: ReduceOp, comm, bou
             writes = ranges.writes
             for lo, hi in ranges.upfront:   # the lazy sends' segments: when posted
                 work[lo:hi] = buffer[lo:hi]
+            seeded = {r: buffer[r.lo:r.hi] for r in ranges.seeded}   # read the caller's bytes
             # final receives land in the caller's buffer, one copy less: all of them with
             # restore=False, with restore=True those whose caller's bytes the slot keeps (put
             # back on failure)
@@ -355,7 +367,7 @@ def _execute_shm(schedule: Schedule, buffer: np.ndarray, op: ReduceOp, comm, bou
 
             def fill(lo, hi):
                 work[lo:hi] = buffer[lo:hi]
-            workspace = engine.staged.Landing(OPS, work, op, landing, ranges.lazy, fill)
+            workspace = engine.staged.Landing(OPS, work, op, landing, ranges.lazy, fill, seeded)
         else:
             work = buffer
             workspace = engine.Workspace(OPS, work, op, 0)

@@ -38,7 +38,7 @@ from ..errors import ArgumentTypeError, BackendError
 from ..ir import Schedule
 from ..ops import ReduceOp
 
-__all__ = ["execute", "combine_fn", "release_buffers", "PIPELINING", "OPS",
+__all__ = ["execute", "combine_fn", "combine_into_fn", "release_buffers", "PIPELINING", "OPS",
            "PIPELINE_THRESHOLD_BYTES", "DEFAULT_SEGMENT_BYTES", "SHM_PIPELINING", "shm_state",
            "call_pipelining", "shm_pipelining", "SHM_PIPELINING_BY_COLLECTIVE",
            "shm_empty", "release_shm", "ShmSetup", "release_shm_state", "run_p2p", "P2PTransport"]
@@ -59,6 +59,16 @@ def combine_fn(op: ReduceOp):
     if op is ReduceOp.BOR:
         return lambda dst, src: dst.bitwise_or_(src)
     return lambda dst, src: dst.bitwise_xor_(src)
+
+
+def combine_into_fn(op: ReduceOp):
+    """``dst = op(a, b)`` into ``dst`` on torch tensors: :func:`combine_fn`'s operation on a
+    ``dst`` that held ``a`` (the same kernel, operands in the same order)."""
+    f = {ReduceOp.SUM: torch.add, ReduceOp.AVG: torch.add, ReduceOp.PRODUCT: torch.mul,
+         ReduceOp.MIN: torch.minimum, ReduceOp.MAX: torch.maximum,
+         ReduceOp.BAND: torch.bitwise_and, ReduceOp.BOR: torch.bitwise_or,
+         ReduceOp.BXOR: torch.bitwise_xor}[op]
+    return lambda dst, a, b: f(a, b, out=dst)
 
 
 def _peers(group, world_size: int) -> Sequence[int]:
@@ -144,6 +154,9 @@ class _SlotOps:
     def combine(self, op: ReduceOp):
         return _slot_combine(op, self.dtype)
 
+    def combine_into(self, op: ReduceOp):
+        return _slot_combine_into(op, self.dtype)
+
     def kind(self, a: np.ndarray):
         return ("shm", self.dtype)
 
@@ -157,6 +170,17 @@ def _slot_combine(op: ReduceOp, dtype: torch.dtype):
         return lambda dst, src: f(torch.from_numpy(dst).view(dtype),
                                   torch.from_numpy(src).view(dtype))
     return lambda dst, src: f(torch.from_numpy(dst), torch.from_numpy(src))
+
+
+@caches.memoize(maxsize=128)
+def _slot_combine_into(op: ReduceOp, dtype: torch.dtype):
+    """:func:`combine_into_fn` for numpy arrays holding ``dtype``'s bytes."""
+    f = combine_into_fn(op)
+    if dtype == torch.bfloat16:
+        return lambda dst, a, b: f(torch.from_numpy(dst).view(dtype),
+                                   torch.from_numpy(a).view(dtype),
+                                   torch.from_numpy(b).view(dtype))
+    return lambda dst, a, b: f(torch.from_numpy(dst), torch.from_numpy(a), torch.from_numpy(b))
 
 
 _SLOT_OPS = {d: _SlotOps(d) for d in SUPPORTED_DTYPES}
@@ -526,6 +550,15 @@ def _execute_shm(schedule: Schedule, buffer, op: ReduceOp, group, bounds,
                                         [_numpy(t) for t in described.targets])
                 drain_runs = described.drain_runs
                 direct = not described.restore
+            # seeded reduces read the caller's bytes; a range no single array holds is
+            # copied in as any other (Pieces.view: None)
+            seeded = {}
+            for r in ranges.seeded:
+                view = sources.view(r.lo, r.hi) if described is not None else mine[r.lo:r.hi]
+                if view is None:
+                    _fill(work, ((r.lo, r.hi),), sources)
+                else:
+                    seeded[r] = view
             _fill(work, ranges.upfront, sources)   # the lazy sends' segments: when posted
             landing = {}
             # restore=False: every final receive lands in the caller's arrays; restore=True in
@@ -538,7 +571,8 @@ def _execute_shm(schedule: Schedule, buffer, op: ReduceOp, group, bounds,
                 if view is not None:
                     landing[r] = view
             workspace = staged.Landing(ops, work, op, landing, ranges.lazy,
-                                       lambda lo, hi: _fill(work, ((lo, hi),), sources))
+                                       lambda lo, hi: _fill(work, ((lo, hi),), sources),
+                                       seeded)
         else:
             work = _numpy(buffer)
             workspace = engine.Workspace(ops, work, op, 0)
