@@ -136,7 +136,8 @@ class _SlotOps:
     2 processes spent ~45 µs more per call than ringccl.mpi's on the same transport); the
     reductions are torch's own in-place ops (:func:`combine_fn`) on tensors sharing those
     views' memory, so results are bitwise those of the p2p path and float16/bfloat16 reduce
-    vectorised (numpy's float16 loops are scalar)."""
+    vectorised (numpy's float16 loops are scalar), and so are copies from
+    :data:`TORCH_COPY_BYTES` on (torch's use the process's intra-op threads)."""
 
     __slots__ = ("dtype",)
 
@@ -147,9 +148,7 @@ class _SlotOps:
     def empty(like: np.ndarray, elements: int) -> np.ndarray:
         return np.empty(elements, like.dtype)
 
-    @staticmethod
-    def copy(dst: np.ndarray, src: np.ndarray) -> None:
-        dst[...] = src
+    copy = staticmethod(lambda dst, src: _copy(dst, src))
 
     def combine(self, op: ReduceOp):
         return _slot_combine(op, self.dtype)
@@ -159,6 +158,19 @@ class _SlotOps:
 
     def kind(self, a: np.ndarray):
         return ("shm", self.dtype)
+
+
+#: copies of at least this many bytes go through torch (its copy runs on the intra-op threads
+#: a process has; numpy's on one), smaller ones through numpy (no tensor to make)
+TORCH_COPY_BYTES = 256 << 10
+
+
+def _copy(dst: np.ndarray, src: np.ndarray) -> None:
+    """``dst[...] = src`` for the shm data path's numpy arrays (same size and dtype)."""
+    if dst.nbytes >= TORCH_COPY_BYTES:
+        torch.from_numpy(dst).copy_(torch.from_numpy(src))
+    else:
+        dst[...] = src
 
 
 @caches.memoize(maxsize=128)
@@ -443,10 +455,10 @@ def _fill(work: np.ndarray, reads: tuple, sources) -> None:
     if isinstance(sources, engine.Pieces):
         for lo, hi in reads:
             for a, b, src, at in sources.parts(lo, hi):
-                work[a:b] = src[at:at + b - a]
+                _copy(work[a:b], src[at:at + b - a])
     else:
         for lo, hi in reads:
-            work[lo:hi] = sources[lo:hi]
+            _copy(work[lo:hi], sources[lo:hi])
 
 
 def _drain(work: np.ndarray, runs: tuple, targets, landed: tuple, in_slot: tuple,
@@ -468,10 +480,10 @@ def _drain(work: np.ndarray, runs: tuple, targets, landed: tuple, in_slot: tuple
                 for e, f, written in staged.split(c, d, in_slot):
                     out = dst[at + e - c:at + f - c]
                     if written:
-                        out[...] = work[e:f]
+                        _copy(out, work[e:f])
                     elif isinstance(sources, engine.Pieces):
                         for g, h, src, s_at in sources.parts(e, f):
-                            out[g - e:h - e] = src[s_at:s_at + h - g]
+                            _copy(out[g - e:h - e], src[s_at:s_at + h - g])
 
 
 def _entry_error(schedule: Schedule, rank: int, transport, exc: BaseException, timeout: float,
