@@ -341,7 +341,7 @@ def main() -> None:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        fig, ax = plt.subplots(figsize=(7, 4))
+        fig, ax = plt.subplots(figsize=(9, 4))
         for c, pts in plot.items():
             line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=c)
             ax.plot([p[0] for p in pts], [p[2] for p in pts], marker="x", ls="--",
@@ -349,10 +349,11 @@ def main() -> None:
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.axhline(1.0, color="grey", lw=0.8)
+        ax.axhline(2.0, color="grey", lw=0.8, ls=":", label="2x (issue 16's target from 1 MiB)")
         ax.set_xlabel("bytes")
         ax.set_ylabel("gloo time / ringccl shm time")
         ax.set_title(f"ringccl shm vs gloo, {n} processes")
-        ax.legend()
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
         fig.tight_layout()
         fig.savefig(args.png, dpi=120)
 
