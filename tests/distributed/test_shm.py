@@ -290,6 +290,15 @@ def features(rank, world_size, shm_dir):
     rt.all_reduce(z)
     if not torch.equal(z, ref):
         failures.append("shm_empty tensor after clear_caches: wrong result")
+    # a dtype the shm data path does not hold: refused by name on every rank, nothing moves
+    from ringccl.errors import ArgumentTypeError
+    try:
+        executor.execute(ringccl.schedule("all_reduce", "direct", world_size),
+                         torch.zeros(4, dtype=torch.complex64), transport="shm")
+        failures.append("complex64 over shm was not refused")
+    except ArgumentTypeError as exc:
+        if "complex64" not in str(exc):
+            failures.append(f"complex64 refusal does not name the dtype: {exc}")
     ringccl.clear_caches()
     return failures
 

@@ -129,6 +129,19 @@ def _numpy(t: torch.Tensor) -> np.ndarray:
     return (t.detach() if t.requires_grad else t).numpy()
 
 
+#: copies of at least this many bytes go through torch (its copy runs on the intra-op threads
+#: a process has; numpy's on one), smaller ones through numpy (no tensor to make)
+TORCH_COPY_BYTES = 256 << 10
+
+
+def _copy(dst: np.ndarray, src: np.ndarray) -> None:
+    """``dst[...] = src`` for the shm data path's numpy arrays (same size and dtype)."""
+    if dst.nbytes >= TORCH_COPY_BYTES:
+        torch.from_numpy(dst).copy_(torch.from_numpy(src))
+    else:
+        dst[...] = src
+
+
 class _SlotOps:
     """The shm data path's array dialect (:class:`ringccl.engine.ArrayOps`): numpy views of
     the slots and of the caller's tensors, because a call slices and copies many small ranges
@@ -148,7 +161,7 @@ class _SlotOps:
     def empty(like: np.ndarray, elements: int) -> np.ndarray:
         return np.empty(elements, like.dtype)
 
-    copy = staticmethod(lambda dst, src: _copy(dst, src))
+    copy = staticmethod(_copy)
 
     def combine(self, op: ReduceOp):
         return _slot_combine(op, self.dtype)
@@ -158,19 +171,6 @@ class _SlotOps:
 
     def kind(self, a: np.ndarray):
         return ("shm", self.dtype)
-
-
-#: copies of at least this many bytes go through torch (its copy runs on the intra-op threads
-#: a process has; numpy's on one), smaller ones through numpy (no tensor to make)
-TORCH_COPY_BYTES = 256 << 10
-
-
-def _copy(dst: np.ndarray, src: np.ndarray) -> None:
-    """``dst[...] = src`` for the shm data path's numpy arrays (same size and dtype)."""
-    if dst.nbytes >= TORCH_COPY_BYTES:
-        torch.from_numpy(dst).copy_(torch.from_numpy(src))
-    else:
-        dst[...] = src
 
 
 @caches.memoize(maxsize=128)
@@ -518,7 +518,10 @@ def _execute_shm(schedule: Schedule, buffer, op: ReduceOp, group, bounds,
     where = state.locate(buffer.data_ptr(), numel * itemsize) \
         if described is None and numel else None
     plan = engine.plan(schedule, rank, bounds, segment_elems_of(itemsize))
-    ops, dtype = _SLOT_OPS[like.dtype], NUMPY_DTYPES[like.dtype]   # numpy views: _SlotOps
+    ops, dtype = _SLOT_OPS.get(like.dtype), NUMPY_DTYPES.get(like.dtype)   # numpy views
+    if ops is None:
+        raise ArgumentTypeError(f"transport='shm' does not move {like.dtype}; it moves "
+                                f"{', '.join(str(d).replace('torch.', '') for d in SUPPORTED_DTYPES)}")
     workspace = None
     try:
         # every rank enters every call (also with nothing to move): the call counters stay equal
