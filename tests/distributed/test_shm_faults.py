@@ -75,3 +75,29 @@ def test_a_peer_dying_after_final_receives_landed_leaves_the_tensor_as_it_was(wo
     outcome = faults.run(trial)
     assert not outcome.problems, outcome.problems
     assert all(rec["error"]["unchanged"] for rec in outcome.survivors.values())
+
+
+def _call_after_a_failure(rank, world_size):
+    import ringccl.torch as rt
+    from ringccl.errors import PeerError
+
+    rt.all_reduce(torch.ones(4))       # set-up on every rank
+    if rank == world_size - 1:
+        return "left"                  # its process ends here (faults.run_ranks), between calls
+    errors = []
+    for _ in range(2):                 # the failed call, then one more on the broken group
+        try:
+            rt.all_reduce(torch.ones(8), timeout=10)
+        except PeerError as exc:
+            errors.append((str(exc), exc.peer))
+    return errors
+
+
+def test_a_call_after_a_failure_does_not_name_this_rank_as_the_peer():
+    out = faults.run_ranks(_call_after_a_failure, 3, timeout=20)
+    for rank in (0, 1):
+        ok, errors = out[rank]
+        assert ok and len(errors) == 2, (rank, errors)
+        message, peer = errors[1]
+        assert peer != rank and f"waiting for rank {rank}:" not in message, (rank, message)
+        assert "aborted" in message, message

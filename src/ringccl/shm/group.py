@@ -222,8 +222,14 @@ class ShmGroup:
         if not word:
             return None
         who, code = (word & 0xFFFF) - 1, word >> 16
-        exc = Aborted(f"rank {who} aborted the group's shared memory ({_WHY.get(code, '?')})")
-        exc.peer = who
+        why = _WHY.get(code, '?')
+        if who == self.rank:   # this rank's own abort, in an earlier call: no peer to name
+            exc = Aborted(f"this rank aborted the group's shared memory in an earlier call "
+                          f"({why}); the group cannot be used again")
+            exc.peer = None
+        else:
+            exc = Aborted(f"rank {who} aborted the group's shared memory ({why})")
+            exc.peer = who
         return exc
 
     def wait_word(self, word: int, target: int, peer: int, what: str,
