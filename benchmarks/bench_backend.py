@@ -154,8 +154,9 @@ def _worker(rank, world_size, sizes, reps, ddp_steps, ddp_hidden, fsdp, ddp_batc
     # no_sync() (no gradient all-reduce at all): no backend's step can be shorter
     steps, fsdp_steps = {}, {}
     barrier = lambda: dist.barrier(group=gloo)   # noqa: E731
-    _, make_input = _model(ddp_model, ddp_hidden)
-    parameters = sum(p.numel() for p in _model(ddp_model, ddp_hidden)[0].parameters())
+    counted, make_input = _model(ddp_model, ddp_hidden)   # one model built to count
+    parameters = sum(p.numel() for p in counted.parameters())
+    del counted
     x = make_input(ddp_batches[0])
     if ddp_steps:
         from torch.nn.parallel import DistributedDataParallel as DDP
