@@ -89,14 +89,23 @@ def test_reducing_receives_are_never_final_and_two_shot_lands_its_all_gather_hal
     assert len(finals) == 3
 
 
-def _drawn_plan(pair, n: int, segment: int, data):
-    """One rank's plan of a registered (collective, algorithm) on ``n`` ranks, the rank drawn;
-    None where the algorithm does not build for ``n`` (e.g. powers of two only)."""
+def _schedule(pair, n: int):
+    """A registered (collective, algorithm)'s schedule on ``n`` ranks (hierarchical: 2 ranks
+    per node where ``n`` is even); None where it does not build for ``n`` (e.g. powers of two
+    only)."""
     collective, algorithm = pair
     params = {"local_size": 2 if n % 2 == 0 else 1} if algorithm == "hierarchical" else {}
     try:
-        schedule = build_schedule(collective, algorithm, n, **params)
+        return build_schedule(collective, algorithm, n, **params)
     except Exception:   # noqa: BLE001 - e.g. a power-of-two-only algorithm
+        return None
+
+
+def _drawn_plan(pair, n: int, segment: int, data):
+    """One rank's plan of :func:`_schedule` (``pair``, ``n``), the rank drawn; None where it
+    does not build."""
+    schedule = _schedule(pair, n)
+    if schedule is None:
         return None
     rank = data.draw(st.integers(0, n - 1))
     return engine.plan(schedule, rank, layout(schedule, rank, 7 * n).offsets, segment)
@@ -208,13 +217,10 @@ def test_every_byte_the_call_reads_is_in_the_slot_or_read_from_the_caller():
 def _every_plan(max_n: int = 6):
     """Every registered algorithm's plan for every world size 2..max_n, rank and segment size
     (whole chunks, 2 elements), on a count of 7 per rank."""
-    for collective, algorithm in sorted(REGISTRY):
+    for pair in sorted(REGISTRY):
         for n in range(2, max_n + 1):
-            params = {"local_size": 2 if n % 2 == 0 else 1} if algorithm == "hierarchical" \
-                else {}
-            try:
-                schedule = build_schedule(collective, algorithm, n, **params)
-            except Exception:   # noqa: BLE001 - e.g. a power-of-two-only algorithm
+            schedule = _schedule(pair, n)
+            if schedule is None:
                 continue
             for rank in range(n):
                 for segment in (0, 2):
