@@ -33,7 +33,7 @@ from ..args import check_int
 from ..costmodel.model import parse_gamma
 from ..errors import ArgumentError, ArgumentTypeError
 
-__all__ = ["Cluster", "CLUSTER_PRESETS", "cluster_preset", "load_profile", "resolve_cluster"]
+__all__ = ["Cluster", "Straggler", "CLUSTER_PRESETS", "cluster_preset", "load_profile", "resolve_cluster"]
 
 
 def _rate(value, what: str) -> float:
@@ -149,6 +149,26 @@ class Cluster:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class Straggler:
+    """One rank whose link runs at ``fraction`` of its bandwidth (a degraded NIC or NVLink
+    port): the collectives of its groups are costed with that link slowed.
+
+    Attributes:
+        rank: global rank. fraction: in (0, 1]. link: "nic" (its rail's NIC) or "nvlink".
+    """
+
+    rank: int
+    fraction: float
+    link: str = "nic"
+
+    def __post_init__(self):
+        if not isinstance(self.fraction, (int, float)) or not 0 < self.fraction <= 1:
+            raise ArgumentError(f"straggler fraction={self.fraction!r} must be in (0, 1]")
+        if self.link not in ("nic", "nvlink"):
+            raise ArgumentError(f"straggler link={self.link!r} must be 'nic' or 'nvlink'")
 
 
 CLUSTER_PRESETS: dict[str, dict] = {

@@ -1,4 +1,6 @@
-"""A parallel layout: how a training step is split over ``world_size`` GPUs, and its refusals.
+"""The parallel dimensions of a training step: how it is split over ``world_size`` GPUs, and
+the layouts that are refused (torchtitan's ``ParallelDims``: one object that validates a
+layout and knows its degrees).
 
 Megatron-LM's conventions (Narayanan et al. 2021; Megatron-Core's ``parallel_state``):
 
@@ -27,7 +29,7 @@ from ..args import check_int
 from ..errors import ArgumentError, ArgumentTypeError
 from .model import ModelConfig
 
-__all__ = ["Layout", "DIMENSIONS", "DEFAULT_ORDER", "SCHEDULES", "RECOMPUTE", "layout_from_dict"]
+__all__ = ["ParallelDims", "DIMENSIONS", "DEFAULT_ORDER", "SCHEDULES", "RECOMPUTE", "resolve_dims"]
 
 #: the dimensions of the rank grid
 DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
@@ -41,8 +43,9 @@ DDP_BUCKET_BYTES = 25 * 2**20
 
 
 @dataclass(frozen=True)
-class Layout:
-    """One training step's parallel layout.
+class ParallelDims:
+    """One training step's parallel layout: the degrees of each dimension, the batch, the
+    pipeline schedule, ZeRO and recompute.
 
     Attributes:
         dp, tp, cp, pp, ep: group sizes (>= 1); ``ep`` divides ``dp``.
@@ -145,7 +148,7 @@ class Layout:
     def fsdp(self) -> bool:
         return self.zero_stage == 3
 
-    def check(self, model: ModelConfig, world_size: int | None = None) -> "Layout":
+    def check(self, model: ModelConfig, world_size: int | None = None) -> "ParallelDims":
         """Refuse a layout that cannot run ``model`` on ``world_size`` GPUs.
 
         Raises:
@@ -184,7 +187,7 @@ class Layout:
                                 f"{model.seq_length}")
         return self
 
-    def replace(self, **changes) -> "Layout":
+    def replace(self, **changes) -> "ParallelDims":
         """A copy with ``changes``; the batch is kept (num_micro_batches recomputed)."""
         values = asdict(self)
         if "global_batch_size" not in changes and ("dp" in changes or
@@ -193,7 +196,7 @@ class Layout:
         if "num_micro_batches" in changes:
             values["global_batch_size"] = None
         values.update(changes)
-        return Layout(**values)
+        return ParallelDims(**values)
 
     def describe(self) -> str:
         parts = [f"dp={self.dp}", f"tp={self.tp}" + ("+sp" if self.sp else ""),
@@ -216,15 +219,19 @@ class Layout:
         return asdict(self)
 
 
-def layout_from_dict(values: dict) -> Layout:
-    """A :class:`Layout` from a dictionary (a config file's ``layout`` table).
+def resolve_dims(layout) -> ParallelDims:
+    """A :class:`ParallelDims` from one, or from a dictionary of its fields (a config file's
+    ``layout`` table).
 
     Raises:
         ArgumentError: an unknown key (naming the valid ones) or a bad value.
     """
-    known = set(Layout.__dataclass_fields__)
+    if isinstance(layout, ParallelDims):
+        return layout
+    values = dict(layout or {})
+    known = set(ParallelDims.__dataclass_fields__)
     unknown = sorted(set(values) - known)
     if unknown:
         raise ArgumentError(f"unknown layout field(s) {', '.join(unknown)}; expected "
                             f"{', '.join(sorted(known))}")
-    return Layout(**values)
+    return ParallelDims(**values)
