@@ -1,4 +1,4 @@
-"""The published-runs data (benchmarks/published_runs.json) and GPU presets (benchmarks/gpu_specs.json).
+"""The published-runs data and GPU presets: benchmarks/published_runs.json, gpu_specs.json.
 
 Checks the files' schema, the held-out split against its stated rule, that every layout and model
 is one the planner can read, and that each transcribed row agrees with its own source's
@@ -116,7 +116,8 @@ def test_layout_fills_the_gpus_and_the_batch(row):
     assert lay["tp"] * lay["cp"] * lay["pp"] * lay["dp"] == hw["gpu_count"]
     assert hw["gpu_count"] == hw["nodes"] * hw["gpus_per_node"]
     assert lay["dp"] % lay["ep"] == 0
-    assert lay["dp"] * lay["micro_batch_size"] * lay["num_micro_batches"] == lay["global_batch_size"]
+    per_step = lay["dp"] * lay["micro_batch_size"] * lay["num_micro_batches"]
+    assert per_step == lay["global_batch_size"]
 
 
 @pytest.mark.parametrize("row", RUNS, ids=lambda r: r["id"])
@@ -165,8 +166,9 @@ def test_sc21_table2_training_days():
     for r in rows("sc21-table2"):
         s, L, h, V = shape(r)
         B, n = r["layout"]["global_batch_size"], r["hardware"]["gpu_count"]
-        seconds = 300e9 / (B * s) * megatron_flops(B, s, L, h, V, 4) / (n * r["measured"]["value"] * 1e12)
-        assert seconds / 86400 == pytest.approx(also(r, "training_days_300b_tokens"), rel=0.02), r["id"]
+        step = megatron_flops(B, s, L, h, V, 4) / (n * r["measured"]["value"] * 1e12)
+        days = 300e9 / (B * s) * step / 86400
+        assert days == pytest.approx(also(r, "training_days_300b_tokens"), rel=0.02), r["id"]
 
 
 @pytest.mark.parametrize("group", ["korthikanti-table5", "korthikanti-s6.3"])
@@ -200,7 +202,8 @@ def test_hardware_tflops_from_iteration_time(group):
 def test_megascale_throughput_and_mfu():
     for r in rows("megascale-table2"):
         s, L, h, V = shape(r)
-        B, n, t = r["layout"]["global_batch_size"], r["hardware"]["gpu_count"], r["measured"]["value"]
+        B, n = r["layout"]["global_batch_size"], r["hardware"]["gpu_count"]
+        t = r["measured"]["value"]
         assert B * s / t == pytest.approx(also(r, "tokens_per_second"), rel=0.01), r["id"]
         mfu = megatron_flops(B, s, L, h, V, 3) / (t * n * 312e12)
         assert abs(mfu - also(r, "mfu")) <= 0.003, r["id"]
