@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ringccl.planner.layout import SCHEDULES, Layout
+from ringccl.planner.parallel_dims import SCHEDULES, ParallelDims
 from ringccl.planner.model import resolve_model
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
@@ -128,7 +128,7 @@ def test_planner_reads_the_row(row):
     if row["id"] in OTHER_SCHEDULES:
         assert lay["schedule"] == OTHER_SCHEDULES[row["id"]] not in SCHEDULES
         return
-    built = Layout(**{k: lay[k] for k in LAYOUT_FIELDS})
+    built = ParallelDims(**{k: lay[k] for k in LAYOUT_FIELDS})
     assert built.world_size == row["hardware"]["gpu_count"]
 
 
