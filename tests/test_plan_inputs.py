@@ -134,9 +134,10 @@ def test_refusals_name_the_field(model, layout, cluster, message):
      r"global_batch_size=16 != dp x micro_batch_size x num_micro_batches"),
     ({"pp": 4, "schedule": "interleaved", "virtual_stages": 2, "num_micro_batches": 6},
      r"num_micro_batches=6 must be a multiple of pp=4"),
-    ({"dp": 6, "ep": 4}, r"ep=4 must divide dp=6"),
+    ({"dp": 6, "ep": 4}, r"etp x ep = 1 x 4 = 4 must divide tp x cp x dp = 1 x 1 x 6 = 6"),
     ({"zero_stage": 4}, r"zero_stage=4 must be 0, 1, 2 or 3"),
-    ({"schedule": "zb"}, r"schedule='zb' must be one of 1f1b, interleaved, gpipe"),
+    ({"schedule": "zb"}, r"schedule='zb' must be one of 1f1b, interleaved, gpipe, zb-h1, "
+     r"zb-h2, dualpipe, dualpipev"),
     ({"recompute": "some"}, r"recompute='some' must be one of none, selective, full"),
     ({"virtual_stages": 2}, r"virtual_stages=2 needs schedule='interleaved'"),
     ({"order": "tp-dp-pp"}, r"order='tp-dp-pp' must name each of tp, cp, ep, dp, pp once"),

@@ -15,6 +15,7 @@ from .cluster import Cluster, Straggler
 from .groups import RankGrid, rank_grid
 from .model import ModelConfig
 from .parallel_dims import ParallelDims
+from .pipeline import passes_per_step
 from .stages import StageShape, stage_shape
 
 __all__ = ["StepContext", "step_context"]
@@ -42,8 +43,10 @@ class StepContext:
 
     @property
     def micro_batches(self) -> int:
-        """Micro-batches per step, m."""
-        return self.dims.num_micro_batches
+        """Passes through a rank's layers per step: m, or m/2 for DualPipe (a pass then carries
+        one micro-batch of each direction through one of the rank's two stages,
+        :func:`~ringccl.planner.pipeline.passes_per_step`)."""
+        return passes_per_step(self.dims.schedule, self.dims.num_micro_batches)
 
     @property
     def tokens(self) -> float:
@@ -56,19 +59,41 @@ class StepContext:
         return self.tokens * self.model.hidden_size * self.model.dtype_bytes
 
 
+def _check_node_limit(model: ModelConfig, dims: ParallelDims, grid: RankGrid) -> None:
+    """Refuse a node limit the EP group's placement cannot use (DeepSeek-V3 §2.1.2)."""
+    limit = dims.moe_router_group_topk
+    if limit is None:
+        return
+    nodes = grid.sizes["ep_inter"]
+    if nodes < 2:
+        raise ArgumentError(
+            f"moe_router_group_topk={limit} limits the nodes a token reaches, but each EP group "
+            f"of ep={dims.ep} sits on one node ({grid.gpus_per_node} GPUs per node): "
+            "drop it, or spread ep over nodes")
+    if limit > nodes:
+        raise ArgumentError(f"moe_router_group_topk={limit} is larger than the {nodes} nodes an "
+                            f"EP group of ep={dims.ep} spans: it must be in [1, {nodes}]")
+    per_node = model.num_local_experts // nodes
+    if limit * per_node < model.num_experts_per_tok:
+        raise ArgumentError(f"moe_router_group_topk={limit} nodes hold {limit} x {per_node} = "
+                            f"{limit * per_node} experts, fewer than num_experts_per_tok="
+                            f"{model.num_experts_per_tok}")
+
+
 def step_context(model: ModelConfig, dims: ParallelDims, cluster: Cluster,
                  straggler: Straggler | None = None) -> StepContext:
     """The :class:`StepContext` of one plan.
 
     Raises:
-        ArgumentError: the layout refused (:meth:`ParallelDims.check`), a straggler rank
-            outside the world.
+        ArgumentError: the layout refused (:meth:`ParallelDims.check`), a node limit the EP
+            group cannot use, a straggler rank outside the world.
     """
     dims.check(model, cluster.world_size)
     if straggler is not None and not 0 <= straggler.rank < dims.world_size:
         raise ArgumentError(f"straggler rank={straggler.rank} is outside the world of "
                             f"{dims.world_size} ranks")
     grid = rank_grid(dims, cluster.gpus_per_node, cluster.nics_per_node)
+    _check_node_limit(model, dims, grid)
     stages = tuple(stage_shape(model, dims, s) for s in range(dims.pp))
     slow_stage = None if straggler is None else int(grid.coord["pp"][straggler.rank])
     return StepContext(model, dims, cluster, straggler, grid, stages, slow_stage)

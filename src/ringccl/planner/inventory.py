@@ -15,10 +15,11 @@ The map from parallelism to collectives, each built by its own function (:data:`
 * PP: point-to-point activations forward and gradients backward between adjacent stages
   (Megatron-LM 2021 §3.2; with TP, the scatter/gather optimisation of §4.1 sends 1/tp of the
   activation across nodes and all-gathers it inside the node);
-* MoE: 2 all-to-alls (dispatch, combine) per MoE layer forward and 2 backward in the EP group,
-  split into micro-chunks against the expert GEMMs;
-* CP: the ring of K/V blocks (an all-gather of K/V forward, a reduce-scatter of their gradients
-  backward), overlapped with attention;
+* MoE (:mod:`.inventory_ep`): dispatch and combine per MoE layer each way, as one all-to-all or
+  DeepEP's two hops with node-limited routing, and the expert-TP gathers;
+* CP (:mod:`.inventory_cp`): ring attention, the all-gather of K/V, Ulysses, or their hybrid;
+* DP, ZeRO, FSDP and HSDP (:mod:`.inventory_dp`);
+* DualPipe: the all-reduce of the gradients of the two stages a rank and its mirror both hold;
 * a tied embedding across pipeline stages: an all-reduce of its gradient between the first and
   the last stage (Megatron-LM 2021 §3.2), exposed.
 
@@ -30,54 +31,28 @@ order of :data:`BUILDERS`. A new parallelism is a new builder in that tuple.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
 from .context import StepContext
 from .costing import Entry, costed
+from .entries import recompute_factor, slowest
+from .inventory_cp import context_parallel
+from .inventory_dp import data_parallel, fully_sharded, replicated_shards, zero_sharded
+from .inventory_ep import expert_parallel
 from .stages import StageShape
 
 __all__ = ["inventory", "BUILDERS", "tensor_parallel", "sequence_parallel", "context_parallel",
            "expert_parallel", "pipeline_parallel", "data_parallel", "zero_sharded",
-           "fully_sharded", "tied_embedding"]
-
-
-def _slowest(ctx: StepContext, stage: int, group: str, **entry) -> list[Entry]:
-    """The costed entry of the slowest distinct shape of ``group`` on ``stage`` (SPMD: the step
-    waits for every group), as a list of one; empty when every such group is a single rank.
-    The straggler's own group is costed with its slow link."""
-    grid, straggler = ctx.grid, ctx.straggler
-    candidates = [(shape, None) for shape in grid.stage_shapes(group, stage)]
-    if straggler is not None and ctx.straggler_stage == stage:
-        members = grid.group(group, straggler.rank)
-        if len(members) > 1:
-            candidates.append((grid.shape_of(members), members.index(straggler.rank)))
-    best = None
-    for shape, index in candidates:
-        if shape.size < 2:
-            continue
-        e = costed(Entry(group=group, shape=shape, **entry), ctx.cluster, straggler, index)
-        if best is None or e.seconds_per_call > best.seconds_per_call:
-            best = e
-    if best is None:
-        return []
-    best.calls_per_micro_batch = (best.calls_per_step // ctx.micro_batches
-                                  if best.per_micro_batch else 0)
-    return [best]
-
-
-def _recompute_factor(ctx: StepContext) -> int:
-    """2 with full recompute (the forward's collectives run again in the backward), else 1."""
-    return 2 if ctx.dims.recompute == "full" else 1
+           "fully_sharded", "replicated_shards", "tied_embedding"]
 
 
 # -- tensor and sequence parallelism: 2 per layer forward, 2 backward (+2 with full recompute)
 
 def _tp_calls(ctx: StepContext, st: StageShape) -> tuple[int, int]:
     """(forward, backward) TP collectives of one micro-batch on the stage."""
-    fwd, bwd = 2 * st.layers, 2 * st.layers * _recompute_factor(ctx)
+    fwd, bwd = 2 * st.layers, 2 * st.layers * recompute_factor(ctx)
     if st.first:
         fwd += 1  # the vocab-parallel embedding's output
     if st.last and ctx.dims.sp:
@@ -91,10 +66,10 @@ def tensor_parallel(ctx: StepContext, st: StageShape) -> list[Entry]:
         return []
     fwd, bwd = _tp_calls(ctx, st)
     act, m = ctx.activation_bytes, ctx.micro_batches
-    return (_slowest(ctx, st.stage, "tp", parallelism="tp", collective="all_reduce",
+    return (slowest(ctx, st.stage, "tp", parallelism="tp", collective="all_reduce",
                      phase="forward", what="attention and MLP outputs", nbytes=act,
                      calls_per_step=fwd * m)
-            + _slowest(ctx, st.stage, "tp", parallelism="tp", collective="all_reduce",
+            + slowest(ctx, st.stage, "tp", parallelism="tp", collective="all_reduce",
                        phase="backward", what="input gradients of the column-parallel matmuls",
                        nbytes=act, calls_per_step=bwd * m))
 
@@ -108,56 +83,12 @@ def sequence_parallel(ctx: StepContext, st: StageShape) -> list[Entry]:
     act, m = ctx.activation_bytes, ctx.micro_batches
     rows: list[Entry] = []
     for phase, calls in (("forward", fwd), ("backward", bwd)):
-        rows += _slowest(ctx, st.stage, "tp", parallelism="sp", collective="all_gather",
+        rows += slowest(ctx, st.stage, "tp", parallelism="sp", collective="all_gather",
                          phase=phase, what="activations (sequence shards -> full)", nbytes=act,
                          calls_per_step=calls * m)
-        rows += _slowest(ctx, st.stage, "tp", parallelism="sp", collective="reduce_scatter",
+        rows += slowest(ctx, st.stage, "tp", parallelism="sp", collective="reduce_scatter",
                          phase=phase, what="partial activations (full -> sequence shards)",
                          nbytes=act, calls_per_step=calls * m)
-    return rows
-
-
-# -- context parallelism: K/V blocks around the cp ring, per layer
-
-def context_parallel(ctx: StepContext, st: StageShape) -> list[Entry]:
-    """Ring attention's K/V blocks: an all-gather forward, a reduce-scatter of their gradients
-    backward, overlapped with attention (Liu et al. 2023)."""
-    dims, model = ctx.dims, ctx.model
-    if dims.cp < 2:
-        return []
-    tokens, B, m = ctx.tokens, model.dtype_bytes, ctx.micro_batches
-    if model.mla:
-        kv = tokens * (model.kv_lora_rank + model.qk_rope_head_dim) * B
-    else:
-        kv = 2 * tokens * model.num_key_value_heads / dims.tp * model.head_dim * B
-    fwd = st.layers * _recompute_factor(ctx)
-    return (_slowest(ctx, st.stage, "cp", parallelism="cp", collective="all_gather",
-                     phase="forward", what="K/V blocks (ring attention)", nbytes=kv * dims.cp,
-                     calls_per_step=fwd * m, overlap="attention", chunks=dims.cp)
-            + _slowest(ctx, st.stage, "cp", parallelism="cp", collective="reduce_scatter",
-                       phase="backward", what="K/V gradients", nbytes=kv * dims.cp,
-                       calls_per_step=st.layers * m, overlap="attention", chunks=dims.cp))
-
-
-# -- experts: dispatch + combine per MoE layer, each way
-
-def expert_parallel(ctx: StepContext, st: StageShape) -> list[Entry]:
-    """The MoE all-to-alls (dispatch, combine) of the routed tokens in the EP group, cut into
-    micro-chunks against the expert GEMMs; a buffer of capacity_factor × the uniform routing
-    (GShard §2.2)."""
-    dims, model = ctx.dims, ctx.model
-    if not (model.moe and dims.ep > 1 and st.moe_layers):
-        return []
-    a2a = (dims.micro_batch_size * model.seq_length / (dims.cp * dims.tp)
-           * model.num_experts_per_tok * model.hidden_size * model.dtype_bytes
-           * dims.capacity_factor)
-    rows: list[Entry] = []
-    for phase, calls in (("forward", 2 * st.moe_layers),
-                         ("backward", 2 * st.moe_layers * _recompute_factor(ctx))):
-        rows += _slowest(ctx, st.stage, "ep", parallelism="ep", collective="all_to_all",
-                         phase=phase, what="routed tokens (dispatch, combine)", nbytes=a2a,
-                         calls_per_step=calls * ctx.micro_batches, overlap="expert compute",
-                         chunks=4)
     return rows
 
 
@@ -170,7 +101,7 @@ def pipeline_parallel(ctx: StepContext, st: StageShape) -> list[Entry]:
     if dims.pp < 2:
         return []
     m, act = ctx.micro_batches, ctx.activation_bytes
-    v = dims.virtual_stages
+    v = 2 if dims.schedule in ("dualpipe", "dualpipev") else dims.virtual_stages
     sends = v - (1 if st.last else 0)    # the last chunk of the last stage ends the model
     recvs = v - (1 if st.first else 0)
     p2p = act / dims.tp                  # scatter/gather optimisation (§4.1), or SP's shard
@@ -185,102 +116,24 @@ def pipeline_parallel(ctx: StepContext, st: StageShape) -> list[Entry]:
     e.calls_per_micro_batch = calls // m
     rows = [e]
     if dims.tp > 1 and not dims.sp:
-        rows += _slowest(ctx, st.stage, "tp", parallelism="pp", collective="all_gather",
-                         phase="forward", what="received activation shards (scatter/gather)",
-                         nbytes=act, calls_per_step=calls)
-    return rows
+        rows += slowest(ctx, st.stage, "tp", parallelism="pp", collective="all_gather",
+                        phase="forward", what="received activation shards (scatter/gather)",
+                        nbytes=act, calls_per_step=calls)
+    return rows + _mirror(ctx, st)
 
 
-# -- data parallelism: gradients (dense over dp·cp, experts over dp·cp/ep)
-
-@dataclass(frozen=True)
-class _Gradients:
-    """One kind of gradients a data-parallel group reduces: its group kind, label, bytes and
-    buckets of ``bucket_bytes``."""
-
-    group: str
-    label: str
-    nbytes: float
-    buckets: int
-
-    @property
-    def bucket(self) -> float:
-        return self.nbytes / self.buckets
-
-
-def _gradients(ctx: StepContext, st: StageShape) -> list[_Gradients]:
-    """The stage's dense gradients (group ``dp``: dp·cp ranks) and routed experts' (``edp``:
-    dp·cp/ep ranks), where that group has 2 ranks or more."""
-    dims = ctx.dims
-    parts = [("dp", st.dense_parameters, "dense")]
-    if st.expert_parameters:
-        parts.append(("edp", st.expert_parameters, "expert"))
-    out = []
-    for group, params, label in parts:
-        if dims.dp * dims.cp // (dims.ep if group == "edp" else 1) < 2:
-            continue
-        grads = params * ctx.model.dtype_bytes
-        out.append(_Gradients(group, label, grads,
-                              max(1, int(np.ceil(grads / dims.bucket_bytes)))))
-    return out
-
-
-def data_parallel(ctx: StepContext, st: StageShape) -> list[Entry]:
-    """DDP (ZeRO stage 0): all-reduce of the gradient buckets once per step (``no_sync`` on
-    all but the last micro-batch), overlapping the last backward."""
-    if ctx.dims.zero_stage != 0:
+def _mirror(ctx: StepContext, st: StageShape) -> list[Entry]:
+    """DualPipe: rank s and rank pp − 1 − s hold the same two stages; their gradients are
+    all-reduced between the two once per step, in buckets, overlapping the last backward
+    (DeepSeek-V3 §3.2.1: "two copies of the model parameters")."""
+    if ctx.dims.schedule != "dualpipe":
         return []
-    rows: list[Entry] = []
-    for g in _gradients(ctx, st):
-        rows += _slowest(ctx, st.stage, g.group, parallelism="dp", collective="all_reduce",
-                         phase="step", what=f"{g.label} gradients (DDP buckets)",
-                         nbytes=g.bucket, calls_per_step=g.buckets, overlap="backward",
-                         chunks=g.buckets, per_micro_batch=False)
-    return rows
-
-
-def zero_sharded(ctx: StepContext, st: StageShape) -> list[Entry]:
-    """ZeRO-1/2 (Rajbhandari et al. 2020 §5): reduce-scatter of the gradient buckets to their
-    shard owners (ZeRO-2 every micro-batch) and all-gather of the updated parameters."""
-    z = ctx.dims.zero_stage
-    if z not in (1, 2):
-        return []
-    per = ctx.micro_batches if z == 2 else 1
-    rows: list[Entry] = []
-    for g in _gradients(ctx, st):
-        rows += _slowest(ctx, st.stage, g.group, parallelism="zero",
-                         collective="reduce_scatter", phase="backward" if z == 2 else "step",
-                         what=f"{g.label} gradients to their shard owners", nbytes=g.bucket,
-                         calls_per_step=g.buckets * per, overlap="backward", chunks=g.buckets,
-                         per_micro_batch=z == 2)
-        rows += _slowest(ctx, st.stage, g.group, parallelism="zero", collective="all_gather",
-                         phase="step", what=f"updated {g.label} parameters", nbytes=g.bucket,
-                         calls_per_step=g.buckets, overlap="forward", chunks=g.buckets,
-                         per_micro_batch=False)
-    return rows
-
-
-def fully_sharded(ctx: StepContext, st: StageShape) -> list[Entry]:
-    """ZeRO-3 / FSDP (§7.2): all-gather of each layer's weights before its forward and again
-    before its backward, reduce-scatter of its gradients, prefetched behind compute."""
-    if ctx.dims.zero_stage != 3:
-        return []
-    m = ctx.micro_batches
-    layers = max(st.layers, 1)
-    rows: list[Entry] = []
-    for g in _gradients(ctx, st):
-        per_layer = g.nbytes / layers
-        for phase, what in (("forward", "weights before each layer's forward"),
-                            ("backward", "weights again for each layer's backward")):
-            rows += _slowest(ctx, st.stage, g.group, parallelism="zero",
-                             collective="all_gather", phase=phase, what=f"{g.label} {what}",
-                             nbytes=per_layer, calls_per_step=layers * m, overlap=phase,
-                             chunks=layers)
-        rows += _slowest(ctx, st.stage, g.group, parallelism="zero", collective="reduce_scatter",
-                         phase="backward", what=f"{g.label} gradients of each layer",
-                         nbytes=per_layer, calls_per_step=layers * m, overlap="backward",
-                         chunks=layers)
-    return rows
+    grads = (st.dense_parameters + st.expert_parameters) * ctx.model.dtype_bytes
+    buckets = max(1, int(np.ceil(grads / ctx.dims.bucket_bytes)))
+    return slowest(ctx, st.stage, "pp_mirror", parallelism="pp", collective="all_reduce",
+                   phase="step", what="gradients of the two stages the mirror rank also holds",
+                   nbytes=grads / buckets, calls_per_step=buckets, overlap="backward",
+                   chunks=buckets, per_micro_batch=False)
 
 
 # -- the tied embedding shared by the first and the last stage
@@ -291,7 +144,7 @@ def tied_embedding(ctx: StepContext, st: StageShape) -> list[Entry]:
     model, dims = ctx.model, ctx.dims
     if not (model.tie_word_embeddings and dims.pp > 1 and (st.first or st.last)):
         return []
-    return _slowest(ctx, st.stage, "embedding", parallelism="embedding",
+    return slowest(ctx, st.stage, "embedding", parallelism="embedding",
                     collective="all_reduce", phase="step",
                     what="tied embedding gradient (first + last stage)",
                     nbytes=model.vocab_size * model.hidden_size / dims.tp * model.dtype_bytes,
@@ -301,7 +154,7 @@ def tied_embedding(ctx: StepContext, st: StageShape) -> list[Entry]:
 #: the inventory's builders, in the step's order (forward, backward, per step)
 BUILDERS: tuple[Callable[[StepContext, StageShape], list[Entry]], ...] = (
     tensor_parallel, sequence_parallel, context_parallel, expert_parallel, pipeline_parallel,
-    data_parallel, zero_sharded, fully_sharded, tied_embedding)
+    data_parallel, zero_sharded, fully_sharded, replicated_shards, tied_embedding)
 
 
 def inventory(ctx: StepContext, stage: int) -> list[Entry]:

@@ -40,6 +40,7 @@ from typing import Mapping
 
 from ..args import check_int
 from ..errors import ArgumentError, ArgumentTypeError
+from .pipeline import SCHEDULE_NAMES, in_flight_micro_batches, pipeline_bubble_fraction
 
 __all__ = [
     "SCHEDULES",
@@ -55,9 +56,9 @@ __all__ = [
     "breakdown",
 ]
 
-#: Pipeline schedules: GPipe (all forwards, then all backwards), PipeDream-Flush's 1F1B, and
-#: Megatron's interleaved 1F1B with ``virtual_stages`` model chunks per rank.
-SCHEDULES = ("1f1b", "interleaved", "gpipe")
+#: Pipeline schedules (:mod:`ringccl.planner.pipeline`, which holds their bubble and in-flight
+#: formulas; ``in_flight_micro_batches`` and ``pipeline_bubble_fraction`` are its own)
+SCHEDULES = SCHEDULE_NAMES
 #: Activation recomputation: store everything, recompute the attention core (Korthikanti §5),
 #: or keep only each layer's input and recompute the whole layer.
 RECOMPUTE_MODES = ("none", "selective", "full")
@@ -66,10 +67,6 @@ ZERO_STAGES = (0, 1, 2, 3)
 #: Bytes per element of a dropout mask: Korthikanti et al. count masks as 1 byte per element
 #: (§4.1), whatever the activations' dtype.
 MASK_BYTES = 1
-
-_SCHEDULE_ALIASES = {"1f1b": "1f1b", "gpipe": "gpipe", "interleaved": "interleaved",
-                     "interleaved_1f1b": "interleaved", "interleaved-1f1b": "interleaved"}
-
 
 def _check_real(value, argument: str, *, positive: bool = False) -> float:
     """``value`` as a finite real number >= 0 (> 0 when ``positive``); bool is refused."""
@@ -93,12 +90,6 @@ def _check_choice(value, argument: str, allowed) -> str:
     if not isinstance(value, str) or value.lower() not in allowed:
         raise ArgumentError(f"{argument}={value!r} is not one of {', '.join(allowed)}")
     return value.lower()
-
-
-def _check_schedule(schedule) -> str:
-    if not isinstance(schedule, str) or schedule.lower() not in _SCHEDULE_ALIASES:
-        raise ArgumentError(f"schedule={schedule!r} is not one of {', '.join(SCHEDULES)}")
-    return _SCHEDULE_ALIASES[schedule.lower()]
 
 
 def _bytes(elements, bytes_per_element) -> int:
@@ -260,90 +251,6 @@ def activation_bytes(*, seq_length: int, micro_batch_size: int, hidden_size: int
             masks += asb / t
     per_layer = dtype_bytes * tensors + MASK_BYTES * masks
     return math.ceil(num_layers * per_layer)
-
-
-# --------------------------------------------------------------------------- pipeline
-
-
-def in_flight_micro_batches(*, schedule: str, pp: int, stage: int, num_micro_batches: int,
-                            virtual_stages: int = 1) -> float:
-    """How many micro-batches' activations pipeline stage ``stage`` holds at its peak, in units
-    of one micro-batch through all of the stage's layers.
-
-    - GPipe runs all m forwards before any backward: m (Narayanan et al. 2021, §2.2.1).
-    - 1F1B (PipeDream-Flush): stage r (0-based) runs p − r − 1 warm-up forwards, then
-      one-forward-one-backward, so at most min(p − r, m) are in flight (§2.2.1: at most p).
-    - Interleaved 1F1B with v = ``virtual_stages`` model chunks per rank (§2.2.2): each chunk
-      holds 1/v of the stage's layers. Megatron-LM's schedule (``schedules.py``,
-      ``forward_backward_pipelining_with_interleaving``) runs W = 2·(p − r − 1) + (v − 1)·p
-      warm-up chunk-forwards (all m·v of them when m = p), then 1F1B, so min(W + 1, m·v)
-      chunk-activations are in flight: (min(W + 1, m·v))/v micro-batches. On the first stage
-      that is p + (p − 1)/v = p·(1 + (p − 1)/(p·v)), the factor Korthikanti et al. 2022 give in
-      §4.2.3 for the interleaved schedule's extra memory. v = 1 is plain 1F1B (Megatron uses the
-      non-interleaved schedule then).
-
-    With p = 1 the 1F1B value is 1 (forward and backward of each micro-batch in turn, as
-    Megatron's no-pipelining loop does); GPipe's stays m by its definition.
-
-    Args:
-        schedule: "1f1b", "interleaved" (or "interleaved_1f1b") or "gpipe".
-        pp: pipeline stages p (>= 1).
-        stage: this stage's 0-based index r in [0, p).
-        num_micro_batches: m, micro-batches per step (>= 1).
-        virtual_stages: v, model chunks per rank (>= 1; used by "interleaved" only).
-
-    Returns:
-        A float (whole except for the interleaved schedule).
-
-    Raises:
-        ArgumentError: an unknown schedule, a value out of range.
-        ArgumentTypeError: a non-integer count.
-    """
-    schedule = _check_schedule(schedule)
-    p = check_int(pp, "pp", 1)
-    m = check_int(num_micro_batches, "num_micro_batches", 1)
-    v = check_int(virtual_stages, "virtual_stages", 1)
-    r = check_int(stage, "stage", 0)
-    if r >= p:
-        raise ArgumentError(f"stage={r} is out of range for pp={p}; stage must be in [0, {p})")
-    if schedule == "gpipe":
-        return float(m)
-    if schedule == "1f1b" or v == 1:
-        return float(min(p - r, m))
-    chunks = m * v
-    warmup = chunks if m == p else min(2 * (p - r - 1) + (v - 1) * p, chunks)
-    return min(warmup + 1, chunks) / v
-
-
-def pipeline_bubble_fraction(*, schedule: str, pp: int, num_micro_batches: int,
-                             virtual_stages: int = 1) -> float:
-    """The pipeline bubble as a fraction of the ideal compute time (Narayanan et al. 2021, §2.2).
-
-    With t_f, t_b the forward and backward time of one micro-batch on one stage, the bubble is
-    t_pb = (p − 1)·(t_f + t_b) and the ideal time t_id = m·(t_f + t_b), so t_pb/t_id = (p − 1)/m
-    for GPipe and 1F1B alike (§2.2.1); the interleaved schedule shrinks each stage's share to
-    1/v, t_pb = (p − 1)·(t_f + t_b)/v, hence (p − 1)/(v·m) (§2.2.2). This is bubble over ideal
-    time, not over the whole step: the step takes t_id·(1 + fraction), and the idle share of
-    the step is fraction/(1 + fraction).
-
-    Args:
-        schedule: "1f1b", "interleaved" (or "interleaved_1f1b") or "gpipe".
-        pp: pipeline stages p (>= 1).
-        num_micro_batches: m (>= 1).
-        virtual_stages: v (>= 1; used by "interleaved" only).
-
-    Returns:
-        (p − 1)/m, or (p − 1)/(v·m) for the interleaved schedule; 0.0 for p = 1.
-
-    Raises:
-        ArgumentError: an unknown schedule, a value out of range.
-        ArgumentTypeError: a non-integer count.
-    """
-    schedule = _check_schedule(schedule)
-    p = check_int(pp, "pp", 1)
-    m = check_int(num_micro_batches, "num_micro_batches", 1)
-    v = check_int(virtual_stages, "virtual_stages", 1)
-    return (p - 1) / (m * (v if schedule == "interleaved" else 1))
 
 
 # --------------------------------------------------------------------------- buffers

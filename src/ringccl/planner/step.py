@@ -11,11 +11,16 @@ all-to-all micro-chunks against the expert GEMMs, CP's K/V ring against attentio
 ``chunks`` pieces that cannot start before the compute it waits for (the last DDP bucket, the
 first prefetched layer). TP and SP (no overlap in Megatron's default) and PP's sends are exposed.
 
-The pipeline (Megatron-LM 2021 §2.2): with ``v`` model chunks per stage, the m·v chunk-steps
-of the slowest stage and the fill/drain through every stage give
-``T_pipe = (m·v − 1)·max_s(τ_s / v) + Σ_s τ_s / v`` — for equal stages
-``(m + (p − 1)/v)·τ``, a bubble of ``(p − 1)/m`` (1F1B, GPipe) or ``(p − 1)/(v·m)``
-(interleaved) of the ideal time. Once per step come the gradient reductions not hidden in the
+The pipeline (:mod:`ringccl.planner.pipeline`): the slowest stage paces the passes and the
+schedule's fill and drain go through the others,
+``T_pipe = passes · max_s τ_s + slots/(p − 1) · Σ_{s ≠ slowest} X_s`` with each stage's τ split
+into F (forward), B (backward for the inputs) and W (backward for the weights: the forward's
+matmul FLOPs again), its exposed communication spread over them in proportion: for 1F1B
+``(Σ_s τ_s − max τ)/v``, Narayanan et al.'s ``(p − 1)/m`` (``(p − 1)/(v·m)`` interleaved) of
+the ideal time for equal stages; ZB-H1 ``(p − 1)(F + B − W)``, ZB-H2
+``(p − 1)·max(0, F + B − 2W)`` (Qi et al. 2024); DualPipe and DualPipeV per DeepSeek-V3
+Table 2, whose F&B pairs also hide the PP sends and the MoE all-to-alls of one micro-batch
+behind the other's compute. Once per step come the gradient reductions not hidden in the
 last backward, ZeRO's parameter gathers not hidden in the next forward and the tied-embedding
 all-reduce. ``step = T_pipe + max_s(per-step exposed_s)``;
 ``MFU = model FLOPs per step / (step · GPUs · peak)``, model FLOPs without recompute
@@ -37,7 +42,10 @@ from .costing import Entry
 from .inventory import inventory
 from .model import ModelConfig
 from .parallel_dims import ParallelDims
+from .pipeline import (get_schedule, in_flight_micro_batches, pipeline_bubble_fraction,
+                       pipeline_seconds)
 from .stages import StageShape
+from .timeline import Timeline, simulate
 
 __all__ = ["StageEstimate", "StepEstimate", "estimate_step", "exposed_seconds", "stage_memory"]
 
@@ -67,10 +75,20 @@ class StageEstimate:
     exposed_per_micro_batch: dict
     exposed_per_step: dict
     memory: memory.MemoryBreakdown | None = None
+    weight_gradient_per_micro_batch: float = 0.0
 
     @property
     def micro_batch_seconds(self) -> float:
         return self.compute_per_micro_batch + sum(self.exposed_per_micro_batch.values())
+
+    def passes(self) -> tuple[float, float, float]:
+        """(F, B, W) of one pass through the stage, seconds: the forward, the backward for the
+        inputs, the backward for the weights, the exposed communication spread over them in
+        proportion to their compute."""
+        scale = self.micro_batch_seconds / self.compute_per_micro_batch
+        w = self.weight_gradient_per_micro_batch
+        return (self.forward_per_micro_batch * scale,
+                (self.backward_per_micro_batch - w) * scale, w * scale)
 
     def to_dict(self) -> dict:
         mem = self.memory
@@ -81,6 +99,7 @@ class StageEstimate:
                 "compute_per_micro_batch_s": self.compute_per_micro_batch,
                 "forward_per_micro_batch_s": self.forward_per_micro_batch,
                 "backward_per_micro_batch_s": self.backward_per_micro_batch,
+                "weight_gradient_per_micro_batch_s": self.weight_gradient_per_micro_batch,
                 "micro_batch_s": self.micro_batch_seconds,
                 "exposed_per_micro_batch_s": dict(self.exposed_per_micro_batch),
                 "exposed_per_step_s": dict(self.exposed_per_step),
@@ -175,6 +194,16 @@ class StepEstimate:
         return (f"{self.model.name} on {self.dims.world_size} GPUs, {self.dims.describe()}: "
                 f"step {units.format_duration(self.step_seconds)}, MFU {100 * self.mfu:.1f}%")
 
+    def timeline(self) -> Timeline | None:
+        """The pipeline schedule as it runs (:func:`ringccl.planner.timeline.simulate`) with
+        each stage's (F, B, W) (:meth:`StageEstimate.passes`); None without a pipeline."""
+        d = self.dims
+        if d.pp < 2:
+            return None
+        return simulate(d.schedule, pp=d.pp, num_micro_batches=d.num_micro_batches,
+                        virtual_stages=d.virtual_stages,
+                        times=[s.passes() for s in self.stages])
+
 
 def stage_memory(ctx: StepContext, st: StageShape,
                  entries: list[Entry]) -> memory.MemoryBreakdown:
@@ -198,23 +227,23 @@ def stage_memory(ctx: StepContext, st: StageShape,
     """
     model, dims = ctx.model, ctx.dims
     data_parallel = dims.dp * dims.cp
-    dense = memory.model_state_bytes(st.dense_parameters, dp=data_parallel,
+    dense = memory.model_state_bytes(st.dense_parameters,
+                                     dp=dims.shard_size if dims.zero_stage else data_parallel,
                                      zero_stage=dims.zero_stage)
-    expert = memory.model_state_bytes(st.expert_parameters,
-                                      dp=max(1, data_parallel // dims.ep),
+    expert = memory.model_state_bytes(st.expert_parameters, dp=dims.expert_dp,
                                       zero_stage=dims.zero_stage)
     per_micro_batch = memory.activation_bytes(
         seq_length=model.seq_length, micro_batch_size=dims.micro_batch_size,
         hidden_size=model.hidden_size, num_attention_heads=model.num_attention_heads,
         num_layers=st.layers, tp=dims.tp, sp=dims.sp, cp=dims.cp,
         recompute=dims.recompute, dtype_bytes=model.dtype_bytes)
-    in_flight = memory.in_flight_micro_batches(
+    in_flight = in_flight_micro_batches(
         schedule=dims.schedule if dims.pp > 1 else "1f1b", pp=dims.pp, stage=st.stage,
         num_micro_batches=dims.num_micro_batches, virtual_stages=dims.virtual_stages)
-    # in_flight is a whole number, or chunk-activations / v for the interleaved schedule:
-    # exact as a fraction of denominator v
+    # in_flight is a whole number, or chunk-activations / v (/ 2 for DualPipe): exact as a
+    # fraction of that denominator
     activations = math.ceil(per_micro_batch * Fraction(in_flight).limit_denominator(
-        dims.virtual_stages))
+        2 * dims.virtual_stages))
     gradient_bytes = dense["gradients"] + expert["gradients"]
     moe_tokens = 0
     if st.moe_layers and dims.ep > 1:
@@ -228,12 +257,16 @@ def stage_memory(ctx: StepContext, st: StageShape,
         zero3_layer_parameters=st.largest_layer_parameters if dims.zero_stage == 3 else 0,
         param_bytes=model.dtype_bytes, grad_bytes=model.dtype_bytes, moe_tokens=moe_tokens,
         moe_top_k=max(1, model.num_experts_per_tok),
-        moe_capacity_factor=dims.capacity_factor, moe_hidden_size=model.hidden_size,
+        moe_capacity_factor=st.expert_load, moe_hidden_size=model.hidden_size,
         dtype_bytes=model.dtype_bytes)
     communication = sum(buffers.values())
     if dims.zero_stage in (1, 2):
         communication += 2 * max((math.ceil(e.nbytes) for e in entries
                                   if e.parallelism == "zero"), default=0)
+    # context parallelism's largest live buffer: the gathered K/V of a layer, a ring's block
+    # being received, or an all-to-all's send and receive buffers
+    communication += max((math.ceil(e.nbytes) for e in entries if e.parallelism == "cp"),
+                         default=0)
     return memory.MemoryBreakdown(
         weights=dense["weights"] + expert["weights"],
         gradients=gradient_bytes, optimizer=dense["optimizer"] + expert["optimizer"],
@@ -254,10 +287,14 @@ def _stage(ctx: StepContext, stage: int) -> StageEstimate:
     per_step: dict = {}
     attn_window = st.attention_core_flops / rate
     expert_window = st.expert_forward_flops_per_layer / rate
+    hidden = get_schedule(ctx.dims.schedule).hidden_sends if ctx.dims.pp > 1 else ()
     for e in entries:
         if e.per_micro_batch:
             t = e.seconds_per_step / m          # this entry's seconds per micro-batch
-            if e.overlap == "exposed":
+            if e.parallelism in hidden:
+                # DualPipe's F&B pairs: one micro-batch's sends under the other's compute
+                x = exposed_seconds(t, fwd + bwd, max(e.chunks, 2))
+            elif e.overlap == "exposed":
                 x = t
             elif e.overlap == "attention":
                 x = exposed_seconds(t, attn_window * (2 if e.phase == "backward" else 1),
@@ -280,7 +317,9 @@ def _stage(ctx: StepContext, stage: int) -> StageEstimate:
             else:
                 x = t
             per_step[e.parallelism] = per_step.get(e.parallelism, 0.0) + x
-    est = StageEstimate(stage, st, entries, fwd + bwd, fwd, bwd, per_mb, per_step)
+    est = StageEstimate(stage, st, entries, fwd + bwd, fwd, bwd, per_mb, per_step,
+                        weight_gradient_per_micro_batch=(st.forward_flops
+                                                         - st.attention_core_flops) / rate)
     est.memory = stage_memory(ctx, st, entries)
     return est
 
@@ -318,7 +357,8 @@ def _stages_shared(ctx: StepContext) -> list[StageEstimate]:
         entries = [_shifted(e, shift) for e in rep.entries]
         est = StageEstimate(s, st, entries, rep.compute_per_micro_batch,
                             rep.forward_per_micro_batch, rep.backward_per_micro_batch,
-                            dict(rep.exposed_per_micro_batch), dict(rep.exposed_per_step))
+                            dict(rep.exposed_per_micro_batch), dict(rep.exposed_per_step),
+                            weight_gradient_per_micro_batch=rep.weight_gradient_per_micro_batch)
         est.memory = stage_memory(ctx, st, entries)
         stages.append(est)
     return stages
@@ -342,11 +382,15 @@ def estimate_step(model: ModelConfig, dims: ParallelDims, cluster: Cluster,
         stages = _stages_shared(ctx)
     else:
         stages = [_stage(ctx, s) for s in range(dims.pp)]
-    m, v, p = dims.num_micro_batches, dims.virtual_stages, dims.pp
-    tau = [s.micro_batch_seconds for s in stages]
-    pipeline = (m * v - 1) * max(tau) / v + sum(tau) / v
-    bubble = pipeline - m * max(tau)
-    fraction = (p - 1) / (v * m)
+    m, v, p = ctx.micro_batches, dims.virtual_stages, dims.pp
+    schedule = dims.schedule if p > 1 else "1f1b"
+    pipeline, bubble = pipeline_seconds(schedule, num_micro_batches=dims.num_micro_batches,
+                                        virtual_stages=v, stages=[s.passes() for s in stages])
+    f, b, w = max(stages, key=lambda s: s.micro_batch_seconds).passes()
+    fraction = pipeline_bubble_fraction(schedule=schedule, pp=p,
+                                        num_micro_batches=dims.num_micro_batches,
+                                        virtual_stages=v, forward=f, backward_input=b,
+                                        backward_weight=w)
     per_step = max(sum(s.exposed_per_step.values()) for s in stages)
     step = pipeline + per_step
     slowest = max(stages, key=lambda s: s.micro_batch_seconds)

@@ -1,0 +1,147 @@
+"""Data parallelism's collectives: DDP, ZeRO-1/2 (the distributed optimizer), ZeRO-3 / FSDP and
+their hybrid-sharded forms, each on its group of the rank grid.
+
+Dense gradients belong to the dp·cp ranks that hold the same weights (group ``dp``); ZeRO and
+FSDP shard them over ``dp_shard``·cp of those (group ``dp_shard``; all dp·cp unless
+``dp_shard`` is given) and, with HSDP, all-reduce each shard across the ``dp / dp_shard``
+replicas (group ``dp_replicate``: torchtitan's ``dp_replicate``, Megatron-Core's distributed
+optimizer instances). Routed experts' gradients belong to the expert-data-parallel ranks (group
+``edp``, tp·cp·dp/(etp·ep) of them), sharded over all of them.
+
+* DDP (ZeRO stage 0): all-reduce of the gradient buckets once per step (``no_sync`` on all but
+  the last micro-batch), overlapping the last backward.
+* ZeRO-1/2 (Rajbhandari et al. 2020 §5; Megatron-Core's distributed optimizer): reduce-scatter
+  of the gradient buckets to their shard owners (ZeRO-2 every micro-batch) and all-gather of the
+  updated parameters, overlapping the next forward (``--overlap-param-gather``).
+* ZeRO-3 / FSDP (§7.2; FSDP2 as torchtitan applies it per block, 2-D with TP and with CP on the
+  ``dp_shard_cp`` mesh): all-gather of each layer's weights before its forward and again before
+  its backward, reduce-scatter of its gradients, prefetched behind compute.
+* HSDP (Zhao et al. 2023, PyTorch FSDP §3.3; torchtitan): after the reduce-scatter inside the
+  shard group, an all-reduce of the gradient shard across the replicas, once per step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .context import StepContext
+from .costing import Entry
+from .entries import slowest
+from .stages import StageShape
+
+__all__ = ["data_parallel", "zero_sharded", "fully_sharded", "replicated_shards",
+           "gradient_groups"]
+
+
+@dataclass(frozen=True)
+class _Gradients:
+    """One kind of gradients: the group that reduces them (``dp`` for DDP, ``dp_shard`` for
+    ZeRO), its label, bytes, buckets of ``bucket_bytes``, and its ranks per shard."""
+
+    group: str
+    label: str
+    nbytes: float
+    buckets: int
+    shard: int
+
+    @property
+    def bucket(self) -> float:
+        return self.nbytes / self.buckets
+
+
+def gradient_groups(ctx: StepContext, st: StageShape) -> list[_Gradients]:
+    """The stage's dense gradients and routed experts' gradients, where their group has 2 ranks
+    or more."""
+    dims = ctx.dims
+    sharded = dims.zero_stage > 0
+    parts = [("dp_shard" if sharded else "dp", st.dense_parameters, "dense",
+              dims.shard_size if sharded else dims.dp * dims.cp)]
+    if st.expert_parameters:
+        parts.append(("edp", st.expert_parameters, "expert", dims.expert_dp))
+    out = []
+    for group, params, label, ranks in parts:
+        if ranks < 2:
+            continue
+        grads = params * ctx.model.dtype_bytes
+        out.append(_Gradients(group, label, grads,
+                              max(1, int(np.ceil(grads / dims.bucket_bytes))), ranks))
+    return out
+
+
+def data_parallel(ctx: StepContext, st: StageShape) -> list[Entry]:
+    """DDP (ZeRO stage 0): all-reduce of the gradient buckets once per step (``no_sync`` on
+    all but the last micro-batch), overlapping the last backward."""
+    if ctx.dims.zero_stage != 0:
+        return []
+    rows: list[Entry] = []
+    for g in gradient_groups(ctx, st):
+        rows += slowest(ctx, st.stage, g.group, parallelism="dp", collective="all_reduce",
+                        phase="step", what=f"{g.label} gradients (DDP buckets)",
+                        nbytes=g.bucket, calls_per_step=g.buckets, overlap="backward",
+                        chunks=g.buckets, per_micro_batch=False)
+    return rows
+
+
+def zero_sharded(ctx: StepContext, st: StageShape) -> list[Entry]:
+    """ZeRO-1/2 (Rajbhandari et al. 2020 §5): reduce-scatter of the gradient buckets to their
+    shard owners (ZeRO-2 every micro-batch) and all-gather of the updated parameters."""
+    z = ctx.dims.zero_stage
+    if z not in (1, 2):
+        return []
+    per = ctx.micro_batches if z == 2 else 1
+    rows: list[Entry] = []
+    for g in gradient_groups(ctx, st):
+        rows += slowest(ctx, st.stage, g.group, parallelism="zero",
+                        collective="reduce_scatter", phase="backward" if z == 2 else "step",
+                        what=f"{g.label} gradients to their shard owners", nbytes=g.bucket,
+                        calls_per_step=g.buckets * per, overlap="backward", chunks=g.buckets,
+                        per_micro_batch=z == 2)
+        rows += slowest(ctx, st.stage, g.group, parallelism="zero", collective="all_gather",
+                        phase="step", what=f"updated {g.label} parameters", nbytes=g.bucket,
+                        calls_per_step=g.buckets, overlap="forward", chunks=g.buckets,
+                        per_micro_batch=False)
+    return rows
+
+
+def fully_sharded(ctx: StepContext, st: StageShape) -> list[Entry]:
+    """ZeRO-3 / FSDP (§7.2): all-gather of each layer's weights before its forward and again
+    before its backward, reduce-scatter of its gradients, prefetched behind compute."""
+    if ctx.dims.zero_stage != 3:
+        return []
+    m = ctx.micro_batches
+    layers = max(st.layers, 1)
+    rows: list[Entry] = []
+    for g in gradient_groups(ctx, st):
+        per_layer = g.nbytes / layers
+        for phase, what in (("forward", "weights before each layer's forward"),
+                            ("backward", "weights again for each layer's backward")):
+            rows += slowest(ctx, st.stage, g.group, parallelism="zero",
+                            collective="all_gather", phase=phase, what=f"{g.label} {what}",
+                            nbytes=per_layer, calls_per_step=layers * m, overlap=phase,
+                            chunks=layers)
+        rows += slowest(ctx, st.stage, g.group, parallelism="zero", collective="reduce_scatter",
+                        phase="backward", what=f"{g.label} gradients of each layer",
+                        nbytes=per_layer, calls_per_step=layers * m, overlap="backward",
+                        chunks=layers)
+    return rows
+
+
+def replicated_shards(ctx: StepContext, st: StageShape) -> list[Entry]:
+    """HSDP: the all-reduce of each dense gradient shard across the dp / dp_shard replicas,
+    once per step, overlapping the last backward (FSDP's HYBRID_SHARD; torchtitan's
+    dp_replicate mesh)."""
+    dims = ctx.dims
+    if dims.zero_stage == 0 or dims.dp_replicate < 2:
+        return []
+    rows: list[Entry] = []
+    for g in gradient_groups(ctx, st):
+        if g.group != "dp_shard":
+            continue
+        rows += slowest(ctx, st.stage, "dp_replicate", parallelism="zero",
+                        collective="all_reduce", phase="step",
+                        what=f"{g.label} gradient shards across the replicas (HSDP)",
+                        nbytes=g.bucket / g.shard, calls_per_step=g.buckets,
+                        overlap="backward", chunks=g.buckets, per_micro_batch=False)
+    return rows
