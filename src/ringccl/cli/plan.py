@@ -14,7 +14,8 @@ from ..planner.cluster import CLUSTER_PRESETS
 from ..planner.config import PlanConfig, cluster_for, plan_config
 from ..planner.emit import write_step_file
 from ..planner.model import PRESETS
-from ..planner.parallel_dims import RECOMPUTE, SCHEDULES, resolve_dims
+from ..planner.parallel_dims import (CP_COMM_TYPES, DISPATCHERS, RECOMPUTE, SCHEDULES,
+                                     resolve_dims)
 from ..views.explore import require_plotly
 from ..views.explore_plan import plan_page
 from ..views.plan_plot import plan_chart
@@ -27,7 +28,13 @@ _LAYOUT = {"dp": "dp", "tp": "tp", "sp": "sp", "cp": "cp", "pp": "pp", "ep": "ep
            "zero": "zero_stage", "micro_batch_size": "micro_batch_size",
            "num_micro_batches": "num_micro_batches", "global_batch_size": "global_batch_size",
            "schedule": "schedule", "virtual_stages": "virtual_stages",
-           "recompute": "recompute", "order": "order", "bucket_size": "bucket_bytes"}
+           "recompute": "recompute", "order": "order", "bucket_size": "bucket_bytes",
+           "etp": "etp", "cp_comm_type": "cp_comm_type",
+           "hierarchical_context_parallel_sizes": "hierarchical_context_parallel_sizes",
+           "moe_token_dispatcher_type": "moe_token_dispatcher_type",
+           "moe_router_group_topk": "moe_router_group_topk",
+           "capacity_factor": "capacity_factor", "routing_imbalance": "routing_imbalance",
+           "routing_skew": "routing_skew", "dp_shard": "dp_shard"}
 #: command-line dest -> Cluster field
 _CLUSTER = {"cluster": "preset", "nodes": "nodes", "gpus_per_node": "gpus_per_node",
             "intra_bandwidth": "intra_bandwidth", "inter_bandwidth": "inter_bandwidth",
@@ -116,6 +123,12 @@ def _progress(total: int):
     return bar, lambda done, total, layout: bar.update(task, completed=done, total=total)
 
 
+def _chart(p, path: str) -> None:
+    """The step's PNG, with the pipeline schedule as it runs on top."""
+    timeline = p.timeline()
+    plan_chart(p.to_dict(), path, timeline=None if timeline is None else timeline.to_dict())
+
+
 def _cmd_plan(args) -> int:
     if args.html:
         require_plotly()  # before the plan (a search takes seconds)
@@ -142,7 +155,7 @@ def _cmd_plan(args) -> int:
         with bar:
             result = search(model, machine, global_batch_size=gbs, progress=advance)
         if args.plot and result.plans:
-            plan_chart(result.plans[0].to_dict(), args.plot)
+            _chart(result.plans[0], args.plot)
         if args.html and result.plans:
             plan_page(result.plans[0].to_dict(), args.html)
         if args.json:
@@ -159,7 +172,7 @@ def _cmd_plan(args) -> int:
     dims = resolve_dims(layout)
     p = plan(model, dims, cluster_for(cluster, dims.world_size), straggler=straggler)
     if args.plot:
-        plan_chart(p.to_dict(), args.plot)
+        _chart(p, args.plot)
     if args.emit:
         write_step_file(p, args.emit)
     if args.html:
@@ -206,6 +219,26 @@ def register(sub) -> None:
     g.add_argument("--recompute", choices=RECOMPUTE)
     g.add_argument("--order", help="rank order, fastest first (default tp-cp-ep-dp-pp)")
     g.add_argument("--bucket-size", type=units.size, help="DDP bucket, e.g. 25MiB")
+    g.add_argument("--etp", type=positive_int, help="expert tensor-parallel size (default: tp; "
+                   "the expert grid etp x ep x expert-dp is folded over tp x cp x dp)")
+    g.add_argument("--cp-comm-type", choices=CP_COMM_TYPES, help="context parallelism: p2p "
+                   "(ring attention, default), all_gather (Llama 3), a2a (Ulysses), a2a+p2p")
+    g.add_argument("--hierarchical-context-parallel-sizes", type=positive_int, nargs=2,
+                   metavar=("A2A", "P2P"), help="a2a+p2p: Ulysses over A2A ranks, a ring over "
+                   "P2P (A2A x P2P = cp)")
+    g.add_argument("--moe-token-dispatcher-type", choices=DISPATCHERS, help="alltoall (one "
+                   "all-to-all over EP, default) or flex (DeepEP: NIC once per node, then "
+                   "NVLink)")
+    g.add_argument("--moe-router-group-topk", type=positive_int, metavar="M", help="each token "
+                   "to experts on at most M nodes (DeepSeek-V3's node-limited routing)")
+    g.add_argument("--capacity-factor", type=float, help="expert capacity over the uniform "
+                   "share, padded (default: dropless)")
+    g.add_argument("--routing-imbalance", type=float, help="measured tokens of the busiest EP "
+                   "rank over the mean (>= 1)")
+    g.add_argument("--routing-skew", type=float, help="Zipf exponent of expert popularity, as "
+                   "ringccl moe --skew (0: uniform)")
+    g.add_argument("--dp-shard", type=positive_int, help="ZeRO/FSDP shard over this many of "
+                   "the dp ranks (x cp), replicate over the rest (HSDP)")
     c = p.add_argument_group("cluster")
     c.add_argument("--cluster", help=f"a preset: {', '.join(CLUSTER_PRESETS)} (default "
                    "dgx-h100)")

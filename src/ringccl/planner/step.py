@@ -292,8 +292,9 @@ def _stage(ctx: StepContext, stage: int) -> StageEstimate:
         if e.per_micro_batch:
             t = e.seconds_per_step / m          # this entry's seconds per micro-batch
             if e.parallelism in hidden:
-                # DualPipe's F&B pairs: one micro-batch's sends under the other's compute
-                x = exposed_seconds(t, fwd + bwd, max(e.chunks, 2))
+                # DualPipe's F&B pairs: one micro-batch's sends run under the other's compute,
+                # "fully hidden" (DeepSeek-V3 §3.2.1) up to that compute's length
+                x = max(0.0, t - (fwd + bwd))
             elif e.overlap == "exposed":
                 x = t
             elif e.overlap == "attention":
