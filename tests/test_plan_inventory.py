@@ -232,7 +232,7 @@ def test_one_plan_lays_out_its_ranks_and_stages_once(monkeypatch):
     """The rank grid and the stage shapes are derived once per plan (in its StepContext) and
     read by the inventory, the step and the memory; every stage's entries are its builders'
     rows, in BUILDERS order."""
-    seen = {"rank_grid": 0, "stage_shape": 0}
+    seen = {"rank_grid": 0, "stage_shapes": 0}
 
     def counted(name, fn):
         def wrapper(*args, **kwargs):
@@ -243,7 +243,7 @@ def test_one_plan_lays_out_its_ranks_and_stages_once(monkeypatch):
         monkeypatch.setattr(context, name, counted(name, getattr(context, name)))
     dims = {"pp": 4, "dp": 2, "tp": 2, "global_batch_size": 16, "order": "pp-tp-cp-ep-dp"}
     p = plan(SMALL, dims, node(2))
-    assert seen == {"rank_grid": 1, "stage_shape": 4}
+    assert seen == {"rank_grid": 1, "stage_shapes": 1}
     ctx = context.step_context(p.model, p.dims, p.cluster)
     for s in p.stages:
         built = [e for build in inventory.BUILDERS for e in build(ctx, ctx.stages[s.stage])]

@@ -2,7 +2,7 @@
 
 :func:`step_context` refuses a layout that cannot run the model on the cluster, then lays the
 ranks out (:func:`~ringccl.planner.groups.rank_grid`) and derives what each PP stage holds
-(:func:`~ringccl.planner.stages.stage_shape`). The inventory, the step and the memory read the
+(:func:`~ringccl.planner.stages.stage_shapes`). The inventory, the step and the memory read the
 :class:`StepContext` instead of deriving them again.
 """
 
@@ -16,7 +16,7 @@ from .groups import RankGrid, rank_grid
 from .model import ModelConfig
 from .parallel_dims import ParallelDims
 from .pipeline import passes_per_step
-from .stages import StageShape, stage_shape
+from .stages import StageShape, stage_shapes
 
 __all__ = ["StepContext", "step_context"]
 
@@ -94,6 +94,6 @@ def step_context(model: ModelConfig, dims: ParallelDims, cluster: Cluster,
                             f"{dims.world_size} ranks")
     grid = rank_grid(dims, cluster.gpus_per_node, cluster.nics_per_node)
     _check_node_limit(model, dims, grid)
-    stages = tuple(stage_shape(model, dims, s) for s in range(dims.pp))
+    stages = stage_shapes(model, dims)
     slow_stage = None if straggler is None else int(grid.coord["pp"][straggler.rank])
     return StepContext(model, dims, cluster, straggler, grid, stages, slow_stage)

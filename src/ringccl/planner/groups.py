@@ -60,7 +60,7 @@ GROUP_KINDS = {"tp": ("tp",), "cp": ("cp",), "cp_a2a": ("cp_a2a",), "cp_p2p": ("
                "embedding": ("pp",), "pp_mirror": ("pp",)}
 #: the ParallelDims fields the grid reads
 GRID_FIELDS = ("dp", "tp", "pp", "cp", "ep", "etp", "order", "cp_comm_type",
-               "hierarchical_context_parallel_sizes", "dp_shard", "zero_stage")
+               "hierarchical_context_parallel_sizes", "dp_shard")
 
 
 @dataclass(frozen=True)
@@ -261,7 +261,10 @@ class RankGrid:
 
 @memoize(maxsize=256)
 def _grid(fields: tuple, gpus_per_node: int, nics_per_node: int | None) -> RankGrid:
-    return RankGrid(ParallelDims(**dict(fields)), gpus_per_node, nics_per_node)
+    values = dict(fields)
+    # the grid does not depend on the ZeRO stage; dp_shard is only accepted with one
+    return RankGrid(ParallelDims(**values, zero_stage=3 if values["dp_shard"] else 0),
+                    gpus_per_node, nics_per_node)
 
 
 def rank_grid(dims: ParallelDims, gpus_per_node: int,

@@ -35,12 +35,14 @@ from typing import Callable
 
 import numpy as np
 
+from ..caches import register
 from .context import StepContext
 from .costing import Entry, costed
 from .entries import recompute_factor, slowest
 from .inventory_cp import context_parallel
 from .inventory_dp import data_parallel, fully_sharded, replicated_shards, zero_sharded
 from .inventory_ep import expert_parallel
+from .groups import GRID_FIELDS
 from .stages import StageShape
 
 __all__ = ["inventory", "BUILDERS", "tensor_parallel", "sequence_parallel", "context_parallel",
@@ -157,6 +159,68 @@ BUILDERS: tuple[Callable[[StepContext, StageShape], list[Entry]], ...] = (
     data_parallel, zero_sharded, fully_sharded, replicated_shards, tied_embedding)
 
 
+#: the layout fields each builder reads besides the rank grid's (:data:`GRID_FIELDS`): with the
+#: model, cluster, straggler, stage shape and passes per step they make its memo key
+BUILDER_FIELDS = {
+    tensor_parallel: ("sp", "recompute", "micro_batch_size"),
+    sequence_parallel: ("sp", "recompute", "micro_batch_size"),
+    context_parallel: ("recompute", "micro_batch_size"),
+    expert_parallel: ("sp", "recompute", "micro_batch_size", "moe_token_dispatcher_type",
+                      "moe_router_group_topk"),
+    pipeline_parallel: ("sp", "schedule", "virtual_stages", "micro_batch_size",
+                        "bucket_bytes"),
+    data_parallel: ("zero_stage", "bucket_bytes"),
+    zero_sharded: ("zero_stage", "bucket_bytes"),
+    fully_sharded: ("zero_stage", "bucket_bytes"),
+    replicated_shards: ("zero_stage", "bucket_bytes"),
+    tied_embedding: (),
+}
+
+#: builder results, shared by the layouts whose key is the same (a search plans thousands)
+_BUILT: dict = {}
+register(_BUILT.clear)
+
+
+class _Key(tuple):
+    """A tuple whose hash is computed once (a plan's part of every builder's key)."""
+
+    def __new__(cls, items):
+        self = super().__new__(cls, items)
+        self._hash = tuple.__hash__(self)
+        return self
+
+    def __hash__(self):
+        return self._hash
+
+
+def _plan_key(ctx: StepContext) -> _Key:
+    """What every builder's result depends on in ``ctx``: the model, cluster, straggler, passes
+    per step, the grid's fields and what the stage shapes depend on (:func:`stage_shape`)."""
+    key = getattr(ctx, "_builder_key", None)
+    if key is None:
+        dims = ctx.dims
+        key = _Key((ctx.model, ctx.cluster, ctx.straggler, ctx.straggler_stage,
+                    ctx.micro_batches,
+                    dims.schedule if dims.schedule in ("dualpipe", "dualpipev") else "",
+                    dims.virtual_stages,
+                    dims.micro_batch_size, dims.capacity_factor, dims.routing_imbalance,
+                    dims.routing_skew) + tuple(getattr(dims, f) for f in GRID_FIELDS))
+        object.__setattr__(ctx, "_builder_key", key)
+    return key
+
+
+def _built(build, ctx: StepContext, st: StageShape) -> list[Entry]:
+    dims = ctx.dims
+    key = (build, _plan_key(ctx), st.stage) + tuple(getattr(dims, f)
+                                                    for f in BUILDER_FIELDS[build])
+    rows = _BUILT.get(key)
+    if rows is None:
+        if len(_BUILT) > 1 << 16:
+            _BUILT.clear()
+        rows = _BUILT[key] = build(ctx, st)
+    return rows
+
+
 def inventory(ctx: StepContext, stage: int) -> list[Entry]:
     """Every collective PP stage ``stage``'s ranks run in one step, costed.
 
@@ -167,4 +231,4 @@ def inventory(ctx: StepContext, stage: int) -> list[Entry]:
         a list of :class:`~ringccl.planner.costing.Entry`, in the step's order.
     """
     st = ctx.stages[stage]
-    return [e for build in BUILDERS for e in build(ctx, st)]
+    return [e for build in BUILDERS for e in _built(build, ctx, st)]

@@ -62,7 +62,7 @@ from ..errors import ArgumentError
 
 __all__ = ["PipelineSchedule", "SCHEDULES", "SCHEDULE_NAMES", "get_schedule", "check_schedule",
            "chunks_per_rank", "passes_per_step", "bubble_seconds", "pipeline_seconds",
-           "pipeline_bubble_fraction", "in_flight_micro_batches"]
+           "pipeline_lower_bound", "pipeline_bubble_fraction", "in_flight_micro_batches"]
 
 
 @dataclass(frozen=True)
@@ -246,6 +246,23 @@ def pipeline_seconds(schedule: str, *, num_micro_batches: int, virtual_stages: i
     slots = xs[0][0]
     bubble = slots / (p - 1) * sum(x for i, (_, x) in enumerate(xs) if i != slow)
     return passes * tau[slow] + bubble, bubble
+
+
+def pipeline_lower_bound(schedule: str, *, num_micro_batches: int, virtual_stages: int,
+                         stages: list[tuple[float, float, float]]) -> float:
+    """A lower bound of :func:`pipeline_seconds` for every stage time at least ``stages``':
+    ``passes · max τ + slots/(p − 1) · (Σ X − max X)``. Each X grows with its stage's times (it
+    is linear in them and >= 0), and a sum less its largest term never shrinks when a term
+    grows, so no longer stage makes the pipeline shorter than this."""
+    name = get_schedule(schedule).name
+    p = len(stages)
+    passes = passes_per_step(name, num_micro_batches)
+    top = max(f + b + w for f, b, w in stages)
+    if p == 1:
+        return passes * top
+    xs = [_unit(name, p, virtual_stages, f, b, w) for f, b, w in stages]
+    rest = sum(x for _, x in xs) - max(x for _, x in xs)
+    return passes * top + xs[0][0] / (p - 1) * rest
 
 
 def pipeline_bubble_fraction(*, schedule: str, pp: int, num_micro_batches: int,

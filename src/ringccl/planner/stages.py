@@ -21,7 +21,7 @@ from .model import ModelConfig
 from .parallel_dims import ParallelDims
 from .routing import expert_load
 
-__all__ = ["StageShape", "stage_shape", "stage_layers"]
+__all__ = ["StageShape", "stage_shape", "stage_shapes", "stage_layers"]
 
 
 def stage_layers(model: ModelConfig, dims: ParallelDims, stage: int) -> list[list[int]]:
@@ -100,16 +100,34 @@ def _shard(count: int, parts: int) -> int:
     return -(-count // parts)
 
 
-def stage_shape(model: ModelConfig, dims: ParallelDims, stage: int) -> StageShape:
-    """The :class:`StageShape` of PP stage ``stage`` (memoized on what it depends on: the
-    model, tp, ep, etp, pp, v, the schedule's placement, the micro-batch and cp)."""
-    load = expert_load(num_experts=model.num_local_experts, top_k=model.num_experts_per_tok,
+def stage_shapes(model: ModelConfig, dims: ParallelDims) -> tuple[StageShape, ...]:
+    """Every PP stage's :class:`StageShape`, memoized as a whole (a layout search asks for the
+    same stages for every ZeRO stage, recompute and schedule)."""
+    load = _load(model, dims)
+    return _stage_shapes(model, dims.tp, dims.ep, dims.pp, dims.virtual_stages,
+                         dims.micro_batch_size, dims.cp, dims.expert_tp,
+                         _placement(dims.schedule), load)
+
+
+@memoize(maxsize=4096)
+def _stage_shapes(model, tp, ep, pp, v, mbs, cp, etp, placement, load) -> tuple:
+    return tuple(_stage_shape(model, tp, ep, pp, v, mbs, cp, s, etp, placement, load)
+                 for s in range(pp))
+
+
+def _load(model: ModelConfig, dims: ParallelDims) -> float:
+    return expert_load(num_experts=model.num_local_experts, top_k=model.num_experts_per_tok,
                        ep=dims.ep, capacity_factor=dims.capacity_factor,
                        routing_imbalance=dims.routing_imbalance,
                        routing_skew=dims.routing_skew) if model.moe else 1.0
+
+
+def stage_shape(model: ModelConfig, dims: ParallelDims, stage: int) -> StageShape:
+    """The :class:`StageShape` of PP stage ``stage`` (memoized on what it depends on: the
+    model, tp, ep, etp, pp, v, the schedule's placement, the micro-batch and cp)."""
     return _stage_shape(model, dims.tp, dims.ep, dims.pp, dims.virtual_stages,
                         dims.micro_batch_size, dims.cp, stage, dims.expert_tp,
-                        _placement(dims.schedule), load)
+                        _placement(dims.schedule), _load(model, dims))
 
 
 @memoize(maxsize=4096)

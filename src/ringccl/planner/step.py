@@ -29,11 +29,12 @@ all-reduce. ``step = T_pipe + max_s(per-step exposed_s)``;
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field, replace
-from fractions import Fraction
 
 from .. import units
+from ..caches import memoize
 from ..errors import ArgumentError
 from . import memory
 from .cluster import Cluster, Straggler
@@ -47,7 +48,9 @@ from .pipeline import (get_schedule, in_flight_micro_batches, pipeline_bubble_fr
 from .stages import StageShape
 from .timeline import Timeline, simulate
 
-__all__ = ["StageEstimate", "StepEstimate", "estimate_step", "exposed_seconds", "stage_memory"]
+__all__ = ["StageEstimate", "StepEstimate", "estimate_step", "exposed_seconds", "stage_memory",
+           "stage_memory_parts", "in_flight_activations", "stage_compute", "step_seconds",
+           "peak_memory", "stage_estimates", "model_states"]
 
 
 def exposed_seconds(seconds: float, window: float, chunks: int = 1) -> float:
@@ -76,6 +79,8 @@ class StageEstimate:
     exposed_per_step: dict
     memory: memory.MemoryBreakdown | None = None
     weight_gradient_per_micro_batch: float = 0.0
+    #: (memory without activations, activations of one pass): :func:`stage_memory_parts`
+    memory_parts: tuple | None = field(default=None, repr=False, compare=False)
 
     @property
     def micro_batch_seconds(self) -> float:
@@ -205,9 +210,17 @@ class StepEstimate:
                         times=[s.passes() for s in self.stages])
 
 
+#: the memory formulas memoized (pure functions of counts; a layout search asks again and again)
+model_states = memoize(maxsize=1 << 16)(memory.model_state_bytes)
+_activations = memoize(maxsize=1 << 16)(memory.activation_bytes)
+_buffers = memoize(maxsize=1 << 16)(memory.communication_buffer_bytes)
+
+
 def stage_memory(ctx: StepContext, st: StageShape,
                  entries: list[Entry]) -> memory.MemoryBreakdown:
-    """The memory of one rank of stage ``st``, bytes, from :mod:`ringccl.planner.memory`.
+    """The memory of one rank of stage ``st``, bytes, from :mod:`ringccl.planner.memory`:
+    :func:`stage_memory_parts` with the activations of the micro-batches in flight
+    (:func:`in_flight_activations`).
 
     - model states (:func:`~ringccl.planner.memory.model_state_bytes`): the dense weights
       sharded by ZeRO over the ``dp · cp`` ranks that hold them, the routed experts over
@@ -225,25 +238,49 @@ def stage_memory(ctx: StepContext, st: StageShape,
     Returns:
         A :class:`~ringccl.planner.memory.MemoryBreakdown` (it sums its own ``total``).
     """
+    base, per_micro_batch = stage_memory_parts(ctx, st, entries)
+    return replace(base, activations=in_flight_activations(ctx.dims, st.stage,
+                                                           per_micro_batch))
+
+
+def in_flight_activations(dims: ParallelDims, stage: int, per_micro_batch: int) -> int:
+    """Bytes of the activations PP stage ``stage`` holds at its peak: ``per_micro_batch`` ×
+    :func:`~ringccl.planner.pipeline.in_flight_micro_batches`, rounded up. The in-flight count is
+    a whole number, or chunk-activations / v (/ 2 for DualPipe): exact as a fraction of that
+    denominator."""
+    return -(-per_micro_batch * _in_flight(dims)[stage] // (2 * dims.virtual_stages))
+
+
+def _in_flight(dims: ParallelDims) -> tuple[int, ...]:
+    """Per stage, the in-flight count times 2·v: a whole number for every schedule."""
+    return _in_flight_scaled(dims.schedule if dims.pp > 1 else "1f1b", dims.pp,
+                             dims.num_micro_batches, dims.virtual_stages)
+
+
+@memoize(maxsize=4096)
+def _in_flight_scaled(schedule: str, pp: int, m: int, v: int) -> tuple[int, ...]:
+    return tuple(round(2 * v * in_flight_micro_batches(schedule=schedule, pp=pp, stage=r,
+                                                       num_micro_batches=m, virtual_stages=v))
+                 for r in range(pp))
+
+
+def stage_memory_parts(ctx: StepContext, st: StageShape,
+                       entries: list[Entry]) -> tuple[memory.MemoryBreakdown, int]:
+    """(the memory of stage ``st`` without its activations, the activations of one pass
+    through its layers), bytes: what every stage alike in layers, role and placement shares
+    (the in-flight count depends on the stage's index and the batch, the rest does not)."""
     model, dims = ctx.model, ctx.dims
     data_parallel = dims.dp * dims.cp
-    dense = memory.model_state_bytes(st.dense_parameters,
+    dense = model_states(st.dense_parameters,
                                      dp=dims.shard_size if dims.zero_stage else data_parallel,
                                      zero_stage=dims.zero_stage)
-    expert = memory.model_state_bytes(st.expert_parameters, dp=dims.expert_dp,
+    expert = model_states(st.expert_parameters, dp=dims.expert_dp,
                                       zero_stage=dims.zero_stage)
-    per_micro_batch = memory.activation_bytes(
+    per_micro_batch = _activations(
         seq_length=model.seq_length, micro_batch_size=dims.micro_batch_size,
         hidden_size=model.hidden_size, num_attention_heads=model.num_attention_heads,
         num_layers=st.layers, tp=dims.tp, sp=dims.sp, cp=dims.cp,
         recompute=dims.recompute, dtype_bytes=model.dtype_bytes)
-    in_flight = in_flight_micro_batches(
-        schedule=dims.schedule if dims.pp > 1 else "1f1b", pp=dims.pp, stage=st.stage,
-        num_micro_batches=dims.num_micro_batches, virtual_stages=dims.virtual_stages)
-    # in_flight is a whole number, or chunk-activations / v (/ 2 for DualPipe): exact as a
-    # fraction of that denominator
-    activations = math.ceil(per_micro_batch * Fraction(in_flight).limit_denominator(
-        2 * dims.virtual_stages))
     gradient_bytes = dense["gradients"] + expert["gradients"]
     moe_tokens = 0
     if st.moe_layers and dims.ep > 1:
@@ -251,7 +288,7 @@ def stage_memory(ctx: StepContext, st: StageShape,
         # over tp, as Megatron-Core's token dispatcher does)
         moe_tokens = (dims.micro_batch_size * model.seq_length
                       // (dims.cp * (dims.tp if dims.sp else 1)))
-    buffers = memory.communication_buffer_bytes(
+    buffers = _buffers(
         ddp_gradient_bytes=gradient_bytes if dims.zero_stage == 0 and data_parallel > 1
         else 0,
         zero3_layer_parameters=st.largest_layer_parameters if dims.zero_stage == 3 else 0,
@@ -270,7 +307,19 @@ def stage_memory(ctx: StepContext, st: StageShape,
     return memory.MemoryBreakdown(
         weights=dense["weights"] + expert["weights"],
         gradients=gradient_bytes, optimizer=dense["optimizer"] + expert["optimizer"],
-        activations=activations, communication=communication)
+        activations=0, communication=communication), per_micro_batch
+
+
+def stage_compute(cluster: Cluster, recompute: str, st: StageShape
+                  ) -> tuple[float, float, float]:
+    """(forward, backward, weight-gradient backward) seconds of one pass through stage ``st``:
+    its forward FLOPs at ``peak × compute_efficiency``, the backward twice that plus the
+    recomputed forward (full) or attention core (selective), of which the weight gradients are
+    the forward's matmuls again (Qi et al. 2024's W)."""
+    rate = cluster.peak_flops * cluster.compute_efficiency
+    fwd = st.forward_flops / rate
+    extra = {"none": 0.0, "selective": st.attention_core_flops / rate, "full": fwd}[recompute]
+    return fwd, 2 * fwd + extra, (st.forward_flops - st.attention_core_flops) / rate
 
 
 def _stage(ctx: StepContext, stage: int) -> StageEstimate:
@@ -278,10 +327,7 @@ def _stage(ctx: StepContext, stage: int) -> StageEstimate:
     entries = inventory(ctx, stage)
     cluster = ctx.cluster
     rate = cluster.peak_flops * cluster.compute_efficiency
-    fwd = st.forward_flops / rate
-    extra = {"none": 0.0, "selective": st.attention_core_flops / rate, "full": fwd}[
-        ctx.dims.recompute]
-    bwd = 2 * fwd + extra
+    fwd, bwd, wgrad = stage_compute(cluster, ctx.dims.recompute, st)
     m = ctx.micro_batches
     per_mb: dict = {}
     per_step: dict = {}
@@ -319,19 +365,23 @@ def _stage(ctx: StepContext, stage: int) -> StageEstimate:
                 x = t
             per_step[e.parallelism] = per_step.get(e.parallelism, 0.0) + x
     est = StageEstimate(stage, st, entries, fwd + bwd, fwd, bwd, per_mb, per_step,
-                        weight_gradient_per_micro_batch=(st.forward_flops
-                                                         - st.attention_core_flops) / rate)
-    est.memory = stage_memory(ctx, st, entries)
+                        weight_gradient_per_micro_batch=wgrad)
+    base, per_pass = stage_memory_parts(ctx, st, entries)
+    est.memory_parts = (base, per_pass)
+    est.memory = replace(base, activations=in_flight_activations(ctx.dims, st.stage, per_pass))
     return est
 
 
 def _shifted(entry: Entry, offset: int) -> Entry:
     """A copy of ``entry`` for the stage whose ranks are its stage's plus ``offset``."""
-    shape = replace(entry.shape, example=tuple(r + offset for r in entry.shape.example))
-    return replace(entry, shape=shape, params=dict(entry.params))
+    shape = copy.copy(entry.shape)
+    object.__setattr__(shape, "example", tuple(r + offset for r in entry.shape.example))
+    out = copy.copy(entry)
+    out.shape, out.params = shape, dict(entry.params)
+    return out
 
 
-def _stages_shared(ctx: StepContext) -> list[StageEstimate]:
+def _stages_shared(ctx: StepContext, shift: bool = True) -> list[StageEstimate]:
     """Every stage's :class:`StageEstimate`, each distinct stage estimated once.
 
     Two stages are alike when they hold as many layers (and MoE layers), play the same role
@@ -340,7 +390,8 @@ def _stages_shared(ctx: StepContext) -> list[StageEstimate]:
     moved to other nodes, with the same placement, NIC sharing, algorithm and time. Only the
     group's example ranks (shifted) and the memory (the in-flight micro-batches depend on the
     stage's index) differ. The straggler's stage is always estimated on its own. The result
-    equals ``[_stage(ctx, s) for s in range(pp)]``.
+    equals ``[_stage(ctx, s) for s in range(pp)]``; with ``shift=False`` alike stages keep their
+    representative's entries (example ranks not shifted: the numbers are the same).
     """
     planned: dict[tuple, tuple[StageEstimate, int]] = {}
     stages = []
@@ -354,15 +405,50 @@ def _stages_shared(ctx: StepContext) -> list[StageEstimate]:
             stages.append(planned[key][0])
             continue
         rep, rep_offset = planned[key]
-        shift = offset - rep_offset
-        entries = [_shifted(e, shift) for e in rep.entries]
+        entries = ([_shifted(e, offset - rep_offset) for e in rep.entries] if shift
+                   else rep.entries)
         est = StageEstimate(s, st, entries, rep.compute_per_micro_batch,
                             rep.forward_per_micro_batch, rep.backward_per_micro_batch,
                             dict(rep.exposed_per_micro_batch), dict(rep.exposed_per_step),
                             weight_gradient_per_micro_batch=rep.weight_gradient_per_micro_batch)
-        est.memory = stage_memory(ctx, st, entries)
+        # alike stages hold the same states and buffers; only the in-flight count differs
+        est.memory_parts = rep.memory_parts
+        if shift:
+            est.memory = replace(rep.memory_parts[0], activations=in_flight_activations(
+                ctx.dims, s, rep.memory_parts[1]))
         stages.append(est)
     return stages
+
+
+def stage_estimates(ctx: StepContext) -> list[StageEstimate]:
+    """Every stage's estimate, alike stages estimated once and their entries not shifted: the
+    numbers :func:`step_seconds` and :func:`peak_memory` read, for the layout search."""
+    return _stages_shared(ctx, shift=False)
+
+
+def step_seconds(dims: ParallelDims, stages: list[StageEstimate]) -> tuple[float, float, float]:
+    """(pipeline, bubble, once-per-step exposed) seconds of ``stages`` run with ``dims``' schedule
+    and batch (:func:`~ringccl.planner.pipeline.pipeline_seconds`): what
+    :func:`estimate_step` adds up, and what the layout search prices for every schedule and
+    batch of one set of stages (a stage's estimate depends on neither)."""
+    pipeline, bubble = pipeline_seconds(dims.schedule if dims.pp > 1 else "1f1b",
+                                        num_micro_batches=dims.num_micro_batches,
+                                        virtual_stages=dims.virtual_stages,
+                                        stages=[s.passes() for s in stages])
+    return pipeline, bubble, max(sum(s.exposed_per_step.values()) for s in stages)
+
+
+def peak_memory(dims: ParallelDims, stages: list[StageEstimate]) -> int:
+    """The largest stage's memory, bytes, with ``dims``' schedule and batch in flight (alike
+    stages share their parts: each group's peak is at its most in-flight stage)."""
+    counts = _in_flight(dims)
+    most: dict = {}
+    for s in stages:
+        key = id(s.memory_parts)
+        most[key] = (s.memory_parts, max(counts[s.stage], most.get(key, (None, 0))[1]))
+    den = 2 * dims.virtual_stages
+    return max(base.total + -(-per_pass * count // den) for (base, per_pass), count in
+               most.values())
 
 
 def estimate_step(model: ModelConfig, dims: ParallelDims, cluster: Cluster,
@@ -383,16 +469,13 @@ def estimate_step(model: ModelConfig, dims: ParallelDims, cluster: Cluster,
         stages = _stages_shared(ctx)
     else:
         stages = [_stage(ctx, s) for s in range(dims.pp)]
-    m, v, p = ctx.micro_batches, dims.virtual_stages, dims.pp
-    schedule = dims.schedule if p > 1 else "1f1b"
-    pipeline, bubble = pipeline_seconds(schedule, num_micro_batches=dims.num_micro_batches,
-                                        virtual_stages=v, stages=[s.passes() for s in stages])
+    m, p = ctx.micro_batches, dims.pp
+    pipeline, bubble, per_step = step_seconds(dims, stages)
     f, b, w = max(stages, key=lambda s: s.micro_batch_seconds).passes()
-    fraction = pipeline_bubble_fraction(schedule=schedule, pp=p,
+    fraction = pipeline_bubble_fraction(schedule=dims.schedule if p > 1 else "1f1b", pp=p,
                                         num_micro_batches=dims.num_micro_batches,
-                                        virtual_stages=v, forward=f, backward_input=b,
-                                        backward_weight=w)
-    per_step = max(sum(s.exposed_per_step.values()) for s in stages)
+                                        virtual_stages=dims.virtual_stages, forward=f,
+                                        backward_input=b, backward_weight=w)
     step = pipeline + per_step
     slowest = max(stages, key=lambda s: s.micro_batch_seconds)
     last = max(stages, key=lambda s: sum(s.exposed_per_step.values()))
