@@ -162,12 +162,18 @@ def _cmd_plan(args) -> int:
             emit_json(result.to_dict())
             return 0
         table(f"ringccl plan --search: {model.name} on {machine.describe()}; {result.tried} "
-              f"layouts, {len(result.plans)} within memory, {result.refused_memory} too big",
+              f"layouts: {result.priced} priced ({len(result.plans)} shown within memory, "
+              f"{result.refused_memory} too big), {result.pruned_memory} pruned as too big and "
+              f"{result.pruned_slower} as dominated before pricing",
               ["#", "layout", "step", "MFU", "tokens/s", "memory/GPU", "why slower than #1"],
               [[i + 1, p.dims.describe(), units.format_duration(p.step_seconds),
                 f"{100 * p.mfu:.2f}%", f"{p.tokens_per_second:,.0f}",
                 units.format_size(p.peak_memory), why]
                for i, (p, why) in enumerate(result.top(10))])
+        table("Pareto front: no priced layout is both faster and smaller",
+              ["step", "memory/GPU", "layout"],
+              [[units.format_duration(p.step_seconds), units.format_size(p.peak_memory),
+                p.dims.describe()] for p in result.pareto])
         return 0
     dims = resolve_dims(layout)
     p = plan(model, dims, cluster_for(cluster, dims.world_size), straggler=straggler)
