@@ -6,8 +6,10 @@ picks on that placement, predicted time, overlapped or exposed — and the step 
 compute, exposed communication per parallelism, the pipeline bubble, step time, tokens/s, MFU
 and memory per rank. :func:`search` ranks the valid layouts of a model on N GPUs.
 
-Modules: :mod:`.model` (shapes, parameters, FLOPs, presets), :mod:`.layout` (the layout and its
-refusals), :mod:`.cluster` (the machine), :mod:`.groups` (rank grid → groups → nodes),
+Modules: :mod:`.model` (shapes, parameters, FLOPs, presets), :mod:`.hf_config` and
+:mod:`.hf_families` (Hugging Face config.json files of every family), :mod:`.layout` (the
+layout and its refusals), :mod:`.cluster` (the machine), :mod:`.groups` (rank grid → groups →
+nodes),
 :mod:`.inventory` (the collectives), :mod:`.step` (the step), :mod:`.memory` (bytes per rank),
 :mod:`.search` (the layout search). Formulas and sources: docs/planner.md.
 """
@@ -17,7 +19,8 @@ from __future__ import annotations
 from .cluster import CLUSTER_PRESETS, Cluster, cluster_preset, load_profile, resolve_cluster
 from .inventory import Entry, Straggler
 from .layout import Layout, layout_from_dict
-from .model import PRESETS, ModelConfig, load_config, resolve_model
+from .hf_config import load_config, resolve_model
+from .model import PRESETS, ModelConfig
 from .search import SearchResult, search
 from .step import StepPlan, plan_step
 
