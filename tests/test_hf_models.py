@@ -10,6 +10,7 @@ one more case here: it is read within 0.1% or fails by name.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -187,6 +188,13 @@ def test_moe_layer_placement():
     deepseek = from_dict(config_dict("deepseek_v3"))
     assert deepseek.moe_layers is None and deepseek.first_k_dense_replace == 3
     assert deepseek.num_moe_layers == deepseek.num_hidden_layers - 3
+
+
+def test_to_dict_is_json():
+    model = from_dict(config_dict("llama4_text", interleave_moe_layer_step=2, moe_layers=None))
+    data = json.loads(json.dumps(model.to_dict()))
+    assert data["moe_layers"] == list(range(1, 48, 2)) and data["head_dim"] == 128
+    assert data["num_parameters"] == model.num_parameters
 
 
 def test_wrapper_reads_its_language_model():

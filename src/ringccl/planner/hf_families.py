@@ -249,7 +249,9 @@ FAMILIES: dict[str, Family] = {
     "glm4": Family(norms=4, biases={"qkv_bias": "attention_bias"}),
     "glm": Family(biases={"qkv_bias": "attention_bias"}),
     "kolibri1": Family(norms=4, qk_norm="head"),
-    "qwen3": Family(qk_norm="head"), "qwen3_moe": Family(qk_norm="head"),
+    **{t: Family(qk_norm="head") for t in (
+        "qwen3", "qwen3_moe", "exaone4", "exaone_moe", "mellum", "hy_v3", "minimax_m3_vl_text",
+        "flint", "dots1")},
     "olmoe": Family(qk_norm="all_heads"), "minimax_m2": Family(qk_norm="all_heads"),
     "phimoe": Family(norm="layernorm"),
     # q/k/v biases without an output bias (Qwen2)
@@ -266,7 +268,8 @@ FAMILIES: dict[str, Family] = {
                                                      "attention_out_bias": "use_bias"}),
     # Llama-4: dense layers intermediate_size_mlp wide; experts and the shared expert
     # intermediate_size
-    "llama4_text": Family(qk_norm=("use_qk_norm", "head"), shared_experts=1, aliases={
+    # (its use_qk_norm is an L2 norm without weights)
+    "llama4_text": Family(shared_experts=1, aliases={
         "intermediate_size": ("intermediate_size_mlp",),
         "moe_intermediate_size": ("intermediate_size",)}),
     "hunyuan_v1_dense": Family(qk_norm="head"),
