@@ -75,10 +75,10 @@ KNOWN_FOLDER_CYCLES = {
 
 #: the planner's modules in the one direction their imports point: each imports only modules
 #: before it (a new module takes its place in this list)
-PLANNER_ORDER = ("model", "pipeline", "timeline", "routing", "parallel_dims", "cluster",
-                 "config", "groups", "stages", "costing", "context", "entries", "inventory_cp",
-                 "inventory_ep", "inventory_dp", "inventory", "memory", "step", "search",
-                 "emit", "replay", "__init__")
+PLANNER_ORDER = ("model", "hf_families", "hf_config", "pipeline", "timeline", "routing",
+                 "parallel_dims", "cluster", "config", "groups", "stages", "costing", "context",
+                 "entries", "inventory_cp", "inventory_ep", "inventory_dp", "inventory",
+                 "memory", "step", "search", "emit", "replay", "__init__")
 
 
 def module_name(path: pathlib.Path, root: pathlib.Path) -> str:

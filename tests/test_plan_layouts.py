@@ -13,7 +13,7 @@ import pytest
 
 from ringccl.errors import ArgumentError
 from ringccl.planner import Cluster, ModelConfig, ParallelDims, cluster_preset, plan
-from ringccl.planner.model import resolve_model
+from ringccl.planner import resolve_model
 from ringccl.planner.routing import (ep_rank_imbalance, expert_inclusion, gpus_per_copy,
                                      nodes_per_token)
 

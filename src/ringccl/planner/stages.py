@@ -173,6 +173,6 @@ def _stage_shape(model: ModelConfig, tp: int, ep: int, pp: int, virtual_stages: 
     forward = (2.0 * active * tokens / tp) + attn
     # what a layer's dispatch and combine can hide behind: the routed experts and the shared
     # experts, which run while the tokens travel (Megatron-Core's moe_shared_expert_overlap)
-    expert_fwd = 2.0 * (routed + model.n_shared_experts * model.expert_parameters) * tokens / tp
+    expert_fwd = 2.0 * (routed + model.shared_expert_parameters) * tokens / tp
     return StageShape(stage, len(layers), moe, first, last, dense, experts, largest,
                       forward, attn, expert_fwd if moe else 0.0, load)
