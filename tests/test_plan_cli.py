@@ -68,3 +68,26 @@ def test_plan_plot_writes_a_png(tmp_path, capsys):
                  "8", "--global-batch-size", "16", "--json", "--plot", str(best)]) == 0
     capsys.readouterr()
     assert best.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plan_new_layout_flags(tmp_path, capsys):
+    # the CP design, HSDP, node-limited two-hop dispatch and a schedule, each from its flag
+    assert main(["plan", "--model", "llama3-8b", "--cp", "4", "--cp-comm-type", "a2a+p2p",
+                 "--hierarchical-context-parallel-sizes", "2", "2", "--dp", "4", "--zero", "3",
+                 "--dp-shard", "2", "--seq-length", "8192", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    groups = {c["group"] for c in out["stages"][0]["collectives"]}
+    assert {"cp_a2a", "cp_p2p", "dp_shard", "dp_replicate"} <= groups
+    png = tmp_path / "step.png"
+    assert main(["plan", "--model", "deepseek-v3", "--pp", "16", "--dp", "128", "--ep", "64",
+                 "--schedule", "dualpipe", "--global-batch-size", "4096", "--zero", "1",
+                 "--moe-router-group-topk", "4", "--moe-token-dispatcher-type", "flex",
+                 "--cluster", "h800", "--plot", str(png), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["layout"]["moe_router_group_topk"] == 4 and png.stat().st_size > 10_000
+    assert {"ep_inter", "ep_intra", "pp_mirror"} <= {c["group"] for s in out["stages"]
+                                                    for c in s["collectives"]}
+    # DeepSeek-V3's report writes dp 2 (the expert replicas): refused with the layout to write
+    assert main(["plan", "--model", "deepseek-v3", "--pp", "16", "--dp", "2", "--ep", "64",
+                 "--cluster", "h800", "--nodes", "256"]) == 2
+    assert "write dp=128 ep=64" in capsys.readouterr().err

@@ -354,3 +354,20 @@ def test_sharding_refusals():
         ParallelDims(dp=8, dp_shard=4)
     with pytest.raises(ArgumentError, match=r"dp_shard=3 must divide dp=8"):
         ParallelDims(dp=8, dp_shard=3, zero_stage=3)
+
+
+def test_more_field_refusals():
+    with pytest.raises(ArgumentError, match=r"cp_comm_type='a2a\+p2p' needs "
+                       r"hierarchical_context_parallel_sizes=\(a2a size, p2p size\)"):
+        ParallelDims(cp=4, cp_comm_type="a2a+p2p")
+    with pytest.raises(ArgumentError, match=r"routing_imbalance=0.5 must be a number >= 1"):
+        ParallelDims(routing_imbalance=0.5)
+    with pytest.raises(ArgumentError, match=r"routing_skew=-1 must be a number >= 0"):
+        ParallelDims(routing_skew=-1)
+    with pytest.raises(ArgumentError, match=r"etp=0"):
+        ParallelDims(etp=0)
+    # a rank order with pp inside tp: the dense and the expert grid would cut stages apart
+    with pytest.raises(ArgumentError, match=r"order='tp-pp-cp-ep-dp' puts pp at stride 2 among "
+                       r"the dense ranks .* and 1 among the expert ranks"):
+        plan(MOE, {"tp": 2, "sp": True, "dp": 2, "pp": 2, "ep": 2, "etp": 1,
+                   "order": "tp-pp-cp-ep-dp", "global_batch_size": 8}, node())
