@@ -8,6 +8,16 @@ their real devices, the NIC bandwidth divided among the concurrent groups that s
 the hierarchical all-reduce wins where it pays and a ring is paced by its slowest link. A
 point-to-point send is a broadcast between the two ranks. An :class:`Entry` is one row of the
 step's inventory; :func:`costed` fills its algorithm, times and bytes.
+
+How a collective is priced is one choice, ``Cluster.collectives`` (:data:`PRICERS`): one
+function per model, each taking the entry and the cluster and returning the same tuple.
+
+A list-based ``torch.distributed.all_gather`` / ``reduce_scatter`` (one tensor per rank, as
+DeepSpeed v0.3's ZeRO-3 calls them) costs, besides the collective, one copy kernel per rank:
+PyTorch's ``ProcessGroupNCCL`` flattens the input list / unflattens the output list
+(``outputTensors[i][j].copy_(outputFlattened[i][j], true)``), so each call launches
+world-size copies, :data:`KERNEL_LAUNCH_SECONDS` each (NVIDIA Technical Blog, "Getting
+Started with CUDA Graphs", 2019: about 4 µs per back-to-back launch of a short kernel).
 """
 
 from __future__ import annotations
@@ -23,10 +33,13 @@ from ..errors import ArgumentError
 from .cluster import Cluster, Straggler
 from .groups import GroupShape
 
-__all__ = ["Entry", "OVERLAPS", "costed"]
+__all__ = ["Entry", "OVERLAPS", "PRICERS", "KERNEL_LAUNCH_SECONDS", "costed"]
 
 #: how the row's time can hide behind compute
 OVERLAPS = ("exposed", "forward", "backward", "expert compute", "attention")
+
+#: seconds of one kernel launch (module doc)
+KERNEL_LAUNCH_SECONDS = 4e-6
 
 
 class _SlowLink(TwoLevel):
@@ -100,6 +113,7 @@ class Entry:
         bytes_sent_per_call: bytes the busiest rank sends per call (the schedule's count).
         inter_node_bytes_per_call: bytes on the busiest NIC out per call (walk).
         per_micro_batch: True when it repeats per micro-batch (on the pipeline's path).
+        list_collective: called with one tensor per rank (module doc: a copy per rank).
     """
 
     parallelism: str
@@ -120,6 +134,7 @@ class Entry:
     ring_seconds_per_call: float | None = None
     bytes_sent_per_call: float = 0.0
     inter_node_bytes_per_call: float = 0.0
+    list_collective: bool = False
 
     @property
     def seconds_per_step(self) -> float:
@@ -168,12 +183,10 @@ def _choice(collective: str, placement: tuple, local: int, intra: tuple, inter: 
             float(result.max_link_bytes.get("nic out", 0.0)))
 
 
-def costed(entry: Entry, cluster: Cluster, straggler: Straggler | None = None,
-           straggler_index: int | None = None) -> Entry:
-    """Fill ``entry``'s algorithm, times and bytes from the tuner on its group's placement.
-
-    ``straggler_index``: position of the straggler in ``entry.shape.placement`` (None: none).
-    """
+def _ringccl(entry: Entry, cluster: Cluster, straggler: Straggler | None,
+             straggler_index: int | None) -> tuple:
+    """ringccl's tuner: the fastest registered schedule on the group's placement, priced by
+    the α-β-γ walk (:func:`_choice`)."""
     shape = entry.shape
     collective = "broadcast" if entry.collective == "send_recv" else entry.collective
     # other groups' traffic on a shared NIC leaves this group 1/nic_sharing of it
@@ -182,10 +195,28 @@ def costed(entry: Entry, cluster: Cluster, straggler: Straggler | None = None,
     slow = None
     if straggler is not None and straggler_index is not None:
         slow = (shape.placement[straggler_index], straggler.fraction, straggler.link)
+    return _choice(collective, shape.placement, cluster.gpus_per_node, cluster.intra, inter,
+                   cluster.nics_per_node, cluster.oversubscription, cluster.gamma, local_size,
+                   slow, float(entry.nbytes))
+
+
+#: ``Cluster.collectives`` -> the function pricing one call: (entry, cluster, straggler,
+#: straggler index) -> (algorithm, params, seconds, ring seconds or None, bytes the busiest
+#: rank sends, bytes on the busiest NIC out)
+PRICERS = {"ringccl": _ringccl}
+
+
+def costed(entry: Entry, cluster: Cluster, straggler: Straggler | None = None,
+           straggler_index: int | None = None) -> Entry:
+    """Fill ``entry``'s algorithm, times and bytes with ``cluster.collectives``' pricing
+    (:data:`PRICERS`), plus a list-based call's copies (module doc).
+
+    ``straggler_index``: position of the straggler in ``entry.shape.placement`` (None: none).
+    """
     (entry.algorithm, params, entry.seconds_per_call, entry.ring_seconds_per_call,
-     entry.bytes_sent_per_call, entry.inter_node_bytes_per_call) = _choice(
-        collective, shape.placement, cluster.gpus_per_node, cluster.intra, inter,
-        cluster.nics_per_node, cluster.oversubscription, cluster.gamma, local_size, slow,
-        float(entry.nbytes))
+     entry.bytes_sent_per_call, entry.inter_node_bytes_per_call) = PRICERS[
+        cluster.collectives](entry, cluster, straggler, straggler_index)
+    if entry.list_collective:
+        entry.seconds_per_call += entry.shape.size * KERNEL_LAUNCH_SECONDS
     entry.params = dict(params)
     return entry
