@@ -46,17 +46,29 @@ DATA = json.loads((HERE / "published_runs.json").read_text())
 LAYOUT_FIELDS = ("tp", "pp", "dp", "cp", "ep", "virtual_stages", "schedule", "micro_batch_size",
                  "global_batch_size", "sp", "recompute", "zero_stage")
 
+#: rule values computed from the row's published layout
+WHOLE_MODEL = "whole model"       # one bucket: the contiguous gradient buffer in one call
+MCORE_BUCKET = "mcore bucket"     # max(40M, 1M · dp · cp) parameters, 2 bytes each
+
+
+def _bucket(rule: str, lay: dict) -> int:
+    if rule == WHOLE_MODEL:
+        return 1 << 50
+    return 2 * max(40_000_000, 1_000_000 * lay["dp"] * lay["cp"])
+
+
 #: one rule per framework family (matched by the start of the row's ``framework`` text): the
 #: ParallelDims knobs that code base ran with, and why. The row's own flags (dp_overlap,
 #: tp_comm_overlap, distributed_optimizer, precision) override them where published.
 FRAMEWORK_RULES = (
     ("Megatron-LM (2021)", dict(attention="unfused", overlap_grad_reduce=False,
-                                overlap_param_gather=False),
+                                overlap_param_gather=False, bucket_bytes=WHOLE_MODEL),
      "Megatron-LM as of SC21 (April 2021): no FlashAttention (2022), the fused scale-mask-"
-     "softmax core attention; gradient all-reduce after the backward (SC21 §5.1 says nothing of "
-     "overlap; Korthikanti §6.3 states it is not overlapped)"),
+     "softmax core attention; one all-reduce of the contiguous gradient buffer after the "
+     "backward (SC21 §5.1 says nothing of overlap; Korthikanti §6.3 states it is not "
+     "overlapped)"),
     ("Megatron-LM (2022)", dict(attention="unfused", overlap_grad_reduce=False,
-                                overlap_param_gather=False),
+                                overlap_param_gather=False, bucket_bytes=WHOLE_MODEL),
      "Korthikanti et al. 2022 code: the same core attention (its Table 4 times it); §6.3: "
      "gradient all-reduce not overlapped"),
     ("Megatron-LM + DeepSpeed ZeRO-3", dict(attention="unfused", zero3_gather="parameter",
@@ -64,17 +76,26 @@ FRAMEWORK_RULES = (
      "DeepSpeed v0.3.15 (April 2021), deepspeed/runtime/zero/partition_parameters.py: one "
      "list-based all_gather per parameter after a torch.cuda.synchronize(), a list-based "
      "reduce_scatter per gradient; stage3.py fetch_sub_module blocks on it (no overlap)"),
-    ("Megatron-LM commit 285068c8", dict(attention="unfused"),
-     "Megatron-LM in 2023 (MegaScale's baseline): FlashAttention optional and not stated"),
-    ("Megatron-DeepSpeed", dict(attention="unfused", overlap_grad_reduce=False),
+    ("Megatron-LM commit 285068c8", dict(attention="unfused", overlap_grad_reduce=False,
+                                         overlap_param_gather=False, bucket_bytes=WHOLE_MODEL),
+     "Megatron-LM in 2023 (MegaScale's baseline): FlashAttention optional and not stated; "
+     "--overlap-grad-reduce/--overlap-param-gather came later in 2023, and MegaScale §3.3 "
+     "presents overlapping the data-parallel collectives as its own change"),
+    ("Megatron-DeepSpeed", dict(attention="unfused", overlap_grad_reduce=False,
+                                pp_scatter_gather=False),
      "Megatron-DeepSpeed 2021-2022 (MT-NLG, BLOOM): core attention without FlashAttention; the "
-     "pipeline engine reduces gradients after the last micro-batch"),
-    ("Meta internal", dict(attention="flash"),
-     "Llama 3 (2024): FlashAttention-class kernels; FSDP overlaps its reduce-scatter"),
-    ("Megatron-Core r0.8.0", dict(attention="flash"),
-     "Megatron-Core r0.8: TransformerEngine attention (cuDNN FlashAttention)"),
-    ("NeMo 24.07", dict(attention="flash"),
-     "NeMo 24.07 on Megatron-Core: TransformerEngine attention"),
+     "pipeline engine reduces gradients after the last micro-batch and sends each stage's "
+     "whole output from every TP rank (DeepSpeed v0.5 runtime/pipe/engine.py "
+     "_exec_send_activations, p2p.send = a broadcast in a 2-rank group)"),
+    ("Meta internal", dict(attention="flash", zero_stage=1),
+     "Llama 3 (2024) §3.3.2 as transcribed: FlashAttention-class kernels; FSDP shards "
+     "gradients and optimizer states but reduce-scatters the gradients once per step (after "
+     "the last micro-batch), which is ZeRO-1's communication"),
+    ("Megatron-Core r0.8.0", dict(attention="flash", bucket_bytes=MCORE_BUCKET),
+     "Megatron-Core r0.8: TransformerEngine attention (cuDNN FlashAttention); DDP buckets of "
+     "max(40M, 1M x dp*cp) parameters (megatron/training/training.py resolve_ddp_bucket_size)"),
+    ("NeMo 24.07", dict(attention="flash", bucket_bytes=MCORE_BUCKET),
+     "NeMo 24.07 on Megatron-Core: TransformerEngine attention, Megatron-Core's buckets"),
     ("torchtitan", dict(attention="flash"), "torchtitan: SDPA (flash/cuDNN backends)"),
     ("llm-foundry", dict(attention="flash"),
      "llm-foundry MPT benchmarks: attn_impl triton/flash (the table's notes)"),
@@ -135,6 +156,10 @@ def planner_inputs(row: dict):
     lay = row["layout"]
     values = {k: lay[k] for k in LAYOUT_FIELDS}
     knobs, _ = framework_rule(row)
+    if "zero_stage" in knobs:
+        values["zero_stage"] = knobs.pop("zero_stage")
+    if "bucket_bytes" in knobs:
+        values["bucket_bytes"] = _bucket(knobs.pop("bucket_bytes"), lay)
     for flag, names in ROW_FLAGS.items():
         if flag in lay:
             knobs.update({n: bool(lay[flag]) for n in names})

@@ -10,7 +10,7 @@ import sys
 from .. import units
 from ..errors import ArgumentError
 from ..planner import plan, search
-from ..planner.cluster import CLUSTER_PRESETS
+from ..planner.cluster import CLUSTER_PRESETS, COLLECTIVE_MODELS
 from ..planner.config import PlanConfig, cluster_for, plan_config
 from ..planner.emit import write_step_file
 from ..planner.model import PRESETS
@@ -34,7 +34,8 @@ _CLUSTER = {"cluster": "preset", "nodes": "nodes", "gpus_per_node": "gpus_per_no
             "intra_alpha": "intra_alpha", "inter_alpha": "inter_alpha",
             "nics_per_node": "nics_per_node", "peak_flops": "peak_flops",
             "compute_efficiency": "compute_efficiency", "gpu_memory": "gpu_memory",
-            "profile": "profile", "profile_level": "profile_level"}
+            "profile": "profile", "profile_level": "profile_level",
+            "collectives": "collectives"}
 
 
 def _inputs(args) -> PlanConfig:
@@ -219,7 +220,11 @@ def register(sub) -> None:
     c.add_argument("--peak-flops", type=float, help="GPU peak FLOP/s, e.g. 989e12")
     c.add_argument("--compute-efficiency", type=float, help="fraction of peak (0, 1]")
     c.add_argument("--gpu-memory", help="e.g. 80GB")
-    c.add_argument("--profile", help="a `ringccl fit --json` file: alpha, beta, gamma")
+    c.add_argument("--profile", action="append", help="a profile (repeatable): a network "
+                   "profile (`ringccl fit` on nccl-tests logs), a compute profile (`ringccl "
+                   "calibrate`), or a `ringccl fit --json` alpha-beta fit")
+    c.add_argument("--collectives", choices=COLLECTIVE_MODELS, help="price collectives as "
+                   "NCCL runs them (default) or as ringccl's own schedules would (what-if)")
     c.add_argument("--profile-level", choices=("inter", "intra"), help="which link the fit "
                    "measured (default inter)")
     p.add_argument("--straggler", help="RANK:FRACTION: that rank's NIC at a fraction of its "

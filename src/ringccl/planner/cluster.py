@@ -43,11 +43,12 @@ from ..errors import ArgumentError, ArgumentTypeError
 from .gpus import GPU, resolve_gpu
 
 __all__ = ["COLLECTIVE_MODELS", "Cluster", "Straggler", "CLUSTER_PRESETS", "cluster_preset",
-           "load_profile", "resolve_cluster"]
+           "load_profile", "profile_kind", "resolve_cluster"]
 
 
-#: how the planner prices a collective (ringccl.planner.costing.PRICERS)
-COLLECTIVE_MODELS = ("ringccl",)
+#: how the planner prices a collective (ringccl.planner.costing.PRICERS): as NCCL runs it, or
+#: ringccl's own schedules (the what-if)
+COLLECTIVE_MODELS = ("nccl", "ringccl")
 
 
 def _rate(value, what: str) -> float:
@@ -85,12 +86,18 @@ class Cluster:
         compute_efficiency: the fraction of the peak a large GEMM sustains, (0, 1] (default
             the preset's fitted value); each GEMM's own efficiency follows from its shape
             (:mod:`ringccl.planner.kernels`).
+        memory_efficiency: the fraction of HBM bandwidth a streaming kernel sustains, (0, 1]
+            (default the preset's fitted value).
         hbm_bandwidth: bytes/s of the GPU's memory (default the preset's).
         gpu_memory: bytes per GPU ("80GB"; default the preset's).
         gamma: seconds per byte reduced (or a rate such as "500GB/s"); 0 ignores reductions.
         oversubscription: of the inter-node fabric (1 = non-blocking).
-        collectives: how collectives are priced (:data:`COLLECTIVE_MODELS`): "ringccl", the
-            tuner's pick among ringccl's own schedules.
+        collectives: how collectives are priced (:data:`COLLECTIVE_MODELS`): "nccl" (as NCCL
+            runs them) or "ringccl" (the tuner's pick among ringccl's own schedules).
+        network_profile: a network profile (``ringccl fit`` on nccl-tests logs): the machine
+            NCCL's pricing runs on.
+        compute_profile: a compute profile (``ringccl calibrate``): GEMM, attention and copy
+            timings replacing the GPU preset's model.
         name, source: what it is and where its figures come from.
     Raises:
         ArgumentError: a count < 1, a rate or time that does not parse or is not > 0,
@@ -108,11 +115,14 @@ class Cluster:
     peak_flops: float | str | None = None
     fp8_peak_flops: float | str | None = None
     compute_efficiency: float | None = None
+    memory_efficiency: float | None = None
     hbm_bandwidth: float | str | None = None
     gpu_memory: float | str | None = None
     gamma: float | str = 0.0
     oversubscription: float = 1.0
-    collectives: str = "ringccl"
+    collectives: str = "nccl"
+    network_profile: str | None = None
+    compute_profile: str | None = None
     name: str = "custom"
     source: str = ""
 
@@ -137,6 +147,7 @@ class Cluster:
         peak = base.bf16_flops if self.peak_flops is None else _flops(self.peak_flops,
                                                                       "peak_flops")
         fp8 = (base.fp8_flops * peak / base.bf16_flops if self.fp8_peak_flops is None
+               else 0.0 if self.fp8_peak_flops == 0  # a GPU without FP8 tensor cores
                else _flops(self.fp8_peak_flops, "fp8_peak_flops"))
         hbm = base.hbm_bandwidth if self.hbm_bandwidth is None else _rate(self.hbm_bandwidth,
                                                                            "hbm_bandwidth")
@@ -144,17 +155,22 @@ class Cluster:
         if isinstance(memory, str):
             memory = float(units.size(memory))
         e = base.gemm_efficiency if self.compute_efficiency is None else self.compute_efficiency
-        if isinstance(e, bool) or not isinstance(e, (int, float)) or not 0 < e <= 1:
-            raise ArgumentError(f"compute_efficiency={e!r} must be in (0, 1]")
+        me = (base.memory_efficiency if self.memory_efficiency is None
+              else self.memory_efficiency)
+        for name, v in (("compute_efficiency", e), ("memory_efficiency", me)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+                raise ArgumentError(f"{name}={v!r} must be in (0, 1]")
         set_("peak_flops", peak)
         set_("fp8_peak_flops", fp8)
         set_("hbm_bandwidth", hbm)
         set_("gpu_memory", _positive(memory, "gpu_memory"))
         set_("compute_efficiency", float(e))
+        set_("memory_efficiency", float(me))
         set_("gpu", base.name)
         object.__setattr__(self, "_gpu", resolve_gpu(
             base, bf16_flops=peak, fp8_flops=fp8, hbm_bandwidth=hbm, hbm_bytes=self.gpu_memory,
-            gemm_efficiency=float(e)))
+            gemm_efficiency=float(e), memory_efficiency=float(me),
+            compute_profile=str(self.compute_profile or "")))
         set_("gamma", parse_gamma(self.gamma))
         if self.collectives not in COLLECTIVE_MODELS:
             raise ArgumentError(f"collectives={self.collectives!r} must be one of "
@@ -301,9 +317,46 @@ def load_profile(path, level: str = "inter") -> dict:
             "gamma": max(float(gamma), 0.0)}
 
 
+def profile_kind(path) -> str:
+    """What a profile file holds: "network" (``ringccl fit`` on nccl-tests logs), "compute"
+    (``ringccl calibrate``) or "alpha-beta" (``ringccl fit --json`` of ringccl's own runs).
+
+    Raises:
+        ArgumentError: unreadable or not JSON.
+    """
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ArgumentError(f"profile={str(path)!r}: cannot read it ({exc})") from None
+    for item in data if isinstance(data, list) else [data]:
+        if isinstance(item, dict) and isinstance(item.get("profile"), dict):
+            item = item["profile"]
+        fmt = item.get("format") if isinstance(item, dict) else None
+        if fmt == "ringccl-network-profile":
+            return "network"
+        if fmt == "ringccl-compute-profile":
+            return "compute"
+    return "alpha-beta"
+
+
+def _profiles(values: dict, profile, level: str) -> None:
+    """Each profile path (one or a list) into ``values``: a network profile's path, a compute
+    profile's path, or an α-β fit's fields (:func:`load_profile`)."""
+    for path in [profile] if isinstance(profile, (str, Path)) else list(profile):
+        kind = profile_kind(path)
+        if kind == "network":
+            values["network_profile"] = str(path)
+        elif kind == "compute":
+            values["compute_profile"] = str(path)
+        else:
+            values.update(load_profile(path, level))
+            values.setdefault("collectives", "ringccl")  # an α-β fit prices ringccl's walk
+
+
 def resolve_cluster(cluster) -> Cluster:
     """A :class:`Cluster` from a cluster, a preset name or a dictionary of its fields (with an
-    optional ``preset`` key and ``profile`` / ``profile_level``).
+    optional ``preset`` key and ``profile`` (one path or a list: network, compute or α-β
+    profiles, :func:`profile_kind`) / ``profile_level``).
 
     Raises:
         ArgumentError: unknown preset or field, bad values.
@@ -323,7 +376,7 @@ def resolve_cluster(cluster) -> Cluster:
         raise ArgumentError(f"unknown cluster field(s) {', '.join(unknown)}; expected "
                             f"{', '.join(sorted(known))}")
     if profile is not None:
-        values.update(load_profile(profile, level))
+        _profiles(values, profile, level)
     if base is not None:
         return cluster_preset(base, **values)
     return Cluster(**{k: v for k, v in values.items() if v is not None})

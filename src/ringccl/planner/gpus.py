@@ -50,7 +50,7 @@ SOURCES: dict[str, dict[str, str]] = {
 }
 
 #: the fitted constants (module doc): architecture -> (gemm_efficiency, memory_efficiency)
-FITTED = {"ampere": (0.80, 0.80), "hopper": (0.74, 0.80), "blackwell": (0.74, 0.80),
+FITTED = {"ampere": (0.70, 0.90), "hopper": (0.577, 0.90), "blackwell": (0.577, 0.90),
           "source": "benchmarks/fit_planner.py on the validation rows of "
                     "benchmarks/published_runs.json (Blackwell: Hopper's, no published run)"}
 
@@ -67,6 +67,8 @@ class GPU:
         nvlink_bandwidth: bytes/s per direction per GPU.
         gemm_efficiency: the fraction of the peak a large GEMM sustains (fitted, module doc).
         memory_efficiency: the fraction of ``hbm_bandwidth`` a streaming kernel sustains.
+        compute_profile: a ``ringccl calibrate`` profile whose measured timings replace the
+            model's (:mod:`ringccl.planner.kernels`); "" for none.
     """
 
     name: str
@@ -79,6 +81,7 @@ class GPU:
     nvlink_bandwidth: float
     gemm_efficiency: float
     memory_efficiency: float
+    compute_profile: str = ""
 
     def peak(self, fp8: bool = False) -> float:
         """The dense tensor peak, FLOP/s, of BF16 (or FP8) GEMMs.
@@ -145,7 +148,7 @@ def resolve_gpu(gpu, **overrides) -> GPU:
     if unknown:
         raise ArgumentError(f"unknown GPU field(s) {', '.join(unknown)}")
     for k, v in changes.items():
-        if k not in ("name", "architecture") and (isinstance(v, bool) or
+        if k not in ("name", "architecture", "compute_profile") and (isinstance(v, bool) or
                                                    not isinstance(v, (int, float)) or v < 0):
             raise ArgumentError(f"{k}={v!r} must be a number >= 0")
     return replace(base, **changes) if changes else base

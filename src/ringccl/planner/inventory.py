@@ -175,7 +175,8 @@ def pipeline_parallel(ctx: StepContext, st: StageShape) -> list[Entry]:
     v = dims.virtual_stages
     sends = v - (1 if st.last else 0)    # the last chunk of the last stage ends the model
     recvs = v - (1 if st.first else 0)
-    p2p = act / dims.tp                  # scatter/gather optimisation (§4.1), or SP's shard
+    # scatter/gather optimisation (§4.1), or SP's shard; else the whole output from every rank
+    p2p = act / dims.tp if dims.pp_scatter_gather or dims.sp else act
     calls = (sends + recvs) * m
     rank = int(grid.ranks_of_stage(st.stage)[0])
     peers = grid.group("pp", rank)
@@ -186,7 +187,7 @@ def pipeline_parallel(ctx: StepContext, st: StageShape) -> list[Entry]:
                      shape=pair, nbytes=p2p, calls_per_step=calls), ctx.cluster)
     e.calls_per_micro_batch = calls // m
     rows = [e]
-    if dims.tp > 1 and not dims.sp:
+    if dims.tp > 1 and not dims.sp and dims.pp_scatter_gather:
         rows += _slowest(ctx, st.stage, "tp", parallelism="pp", collective="all_gather",
                          phase="forward", what="received activation shards (scatter/gather)",
                          nbytes=act, calls_per_step=calls)

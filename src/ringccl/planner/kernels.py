@@ -10,9 +10,13 @@
   Learning Performance documentation, sections "Tile quantization" and "Wave quantization": a
   partial tile costs a whole tile, a partial wave a whole wave; e.g. on A100's 108 SMs a
   1792 × 1792 output in 256 × 128 tiles is 7 × 14 = 98 tiles, one wave 91% full). A wave of
-  ``tm × tn`` tiles takes ``2·tm·tn·k / (peak × gemm_efficiency / SMs)``; the library picks the
-  tile (of :data:`TILES`, the large tiles the guide lists for cuBLAS) with the fewest seconds.
-  ``gemm_efficiency`` is what a large GEMM sustains (:mod:`ringccl.planner.gpus`).
+  ``tm × tn`` tiles takes its main loop, ``2·tm·tn·k / (peak × gemm_efficiency / SMs)``, then
+  its epilogue, the ``tm·tn`` output tile stored at the SM's share of HBM bandwidth (CUTLASS,
+  "Efficient GEMM in CUDA": the epilogue runs after the main loop has accumulated the tile), so
+  short-K GEMMs and FP8 GEMMs (twice the main-loop rate, the same BF16 output) lose more to it.
+  The library picks the tile (of :data:`TILES`, the large tiles the guide lists for cuBLAS) with
+  the fewest seconds. ``gemm_efficiency`` is what the main loop of a large GEMM sustains
+  (:mod:`ringccl.planner.gpus`).
 
 **FlashAttention** (Dao et al. 2022, arXiv:2205.14135; Dao 2023, FlashAttention-2,
 arXiv:2307.08691): the forward computes ``S = QKᵀ`` and ``O = PV`` block by block, 4·d FLOPs per
@@ -27,14 +31,25 @@ thread blocks over the SMs.
 **Memory-bound kernels** (norms, activations, softmax, dropout, rotary, casts, the optimizer
 step): ``bytes / (HBM bandwidth × memory_efficiency)``.
 
+**A compute profile** (``ringccl calibrate``, :mod:`ringccl.costmodel.compute_profile`) on the
+GPU replaces the model with what was measured on the user's device: each GEMM's time is the
+profile's (its measured shape, else the roofline with the efficiency of the measured shape
+nearest in FLOPs; FP8 at the preset's FP8-over-BF16 ratio), memory-bound kernels run at the
+measured copy bandwidth, attention at the efficiency of the measured attention nearest in
+sequence length (the backward at the preset's backward-over-forward ratio).
+
 All functions take numpy arrays or scalars (broadcast) and are pure; the planner caches them per
 shape.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from ..caches import memoize
+from ..costmodel.compute_profile import ComputeProfile, load_compute_profile
 from .gpus import GPU
 
 __all__ = ["TILES", "FLASH_EFFICIENCY", "FLASH_BLOCK", "gemm_seconds", "gemm_efficiency",
@@ -75,17 +90,45 @@ def wave_utilisation(num_tiles, sm_count: int):
     return num_tiles / (_ceil_div(num_tiles, sm_count) * sm_count)
 
 
+@memoize(maxsize=16)
+def _profile(path: str) -> ComputeProfile:
+    return load_compute_profile(path)
+
+
+def _profile_dtype(profile: ComputeProfile) -> str:
+    """The profile's 16-bit dtype if it timed one, else its first (a CPU's float32)."""
+    peaks = profile.data["peak_flops"]
+    return next((d for d in ("bfloat16", "float16") if d in peaks), next(iter(peaks)))
+
+
 def memory_seconds(nbytes, gpu: GPU):
-    """Seconds of a kernel that streams ``nbytes`` through HBM."""
+    """Seconds of a kernel that streams ``nbytes`` through HBM (or at a profile's measured copy
+    bandwidth)."""
+    if gpu.compute_profile:
+        return np.asarray(nbytes, dtype=float) / _profile(gpu.compute_profile).memory_bandwidth
     return np.asarray(nbytes, dtype=float) / (gpu.hbm_bandwidth * gpu.memory_efficiency)
 
 
-def _compute_seconds(m, n, k, gpu: GPU, fp8: bool, batch):
+def _profiled_gemm(m, n, k, gpu: GPU, fp8: bool, batch):
+    prof = _profile(gpu.compute_profile)
+    dtype = _profile_dtype(prof)
+    scale = (gpu.bf16_flops / gpu.fp8_flops) if fp8 and gpu.fp8_flops else 1.0
+
+    def one(m, n, k, b):
+        if min(m, n, k) <= 0:
+            return 0.0
+        return b * scale * prof.gemm_seconds(math.ceil(m), math.ceil(n), math.ceil(k), dtype)
+    return np.vectorize(one, otypes=[float])(m, n, k, batch)
+
+
+def _compute_seconds(m, n, k, gpu: GPU, fp8: bool, batch, out_bytes: float):
     per_sm = gpu.peak(fp8) * gpu.gemm_efficiency / gpu.sm_count
+    store = gpu.hbm_bandwidth * gpu.memory_efficiency / gpu.sm_count
     best = None
     for tm, tn in TILES:
         waves = _ceil_div(tiles(m, n, (tm, tn), batch), gpu.sm_count)
-        t = waves * (2.0 * tm * tn * np.asarray(k, dtype=float)) / per_sm
+        t = waves * ((2.0 * tm * tn * np.asarray(k, dtype=float)) / per_sm
+                     + tm * tn * out_bytes / store)
         best = t if best is None else np.minimum(best, t)
     return best
 
@@ -102,9 +145,12 @@ def gemm_seconds(m, n, k, gpu: GPU, *, fp8: bool = False, batch=1, in_bytes: flo
         batch: GEMMs of the same shape in one launch (batched or grouped GEMM).
         in_bytes, out_bytes: bytes per element of A and B, of C.
     """
+    if gpu.compute_profile:
+        return _profiled_gemm(m, n, k, gpu, fp8, batch)
     m, n, k = (np.asarray(x, dtype=float) for x in (m, n, k))
     nbytes = np.asarray(batch) * ((m * k + k * n) * in_bytes + m * n * out_bytes)
-    t = np.maximum(_compute_seconds(m, n, k, gpu, fp8, batch), memory_seconds(nbytes, gpu))
+    t = np.maximum(_compute_seconds(m, n, k, gpu, fp8, batch, out_bytes),
+                   memory_seconds(nbytes, gpu))
     return np.where((m > 0) & (n > 0) & (k > 0), t, 0.0)
 
 
@@ -144,7 +190,21 @@ def flash_attention_seconds(batch_heads: int, s_q: int, s_k: int, head_dim_qk: i
     if backward:
         flops *= 2.5
     fwd_eff, bwd_eff = FLASH_EFFICIENCY[gpu.architecture]
+    if gpu.compute_profile:
+        return flops / _profiled_attention_rate(gpu, s_q, bwd_eff / fwd_eff if backward else 1.0)
     blocks = batch_heads * int(-(-s_q // FLASH_BLOCK[0]))
     rate = gpu.peak(fp8) * (bwd_eff if backward else fwd_eff) * float(
         wave_utilisation(blocks, gpu.sm_count))
     return flops / rate
+
+
+def _profiled_attention_rate(gpu: GPU, seq: int, ratio: float) -> float:
+    """FLOP/s of the profile's attention nearest in sequence length (else its GEMM peak at
+    the preset's FlashAttention fraction), times ``ratio``."""
+    prof = _profile(gpu.compute_profile)
+    dtype = _profile_dtype(prof)
+    rows = [a for a in prof.data["attention"] if a["dtype"] == dtype and a.get("flops_per_s")]
+    if not rows:
+        return prof.peak_flops(dtype) * FLASH_EFFICIENCY[gpu.architecture][0] * ratio
+    near = min(rows, key=lambda a: abs(math.log(a["seq"] / max(seq, 1))))
+    return float(near["flops_per_s"]) * ratio

@@ -24,7 +24,8 @@ zero (ZeRO-3)    the layers' forward /         ``zero3_gather="layer"`` (FSDP): 
                                                per-parameter gather, reduce-scatter on the
                                                compute stream).
 tp, sp           the GEMMs they feed           ``tp_comm_overlap`` (Megatron's userbuffers,
-                                               torchtitan's async TP), in tp chunks. Else
+                                               torchtitan's async TP): each call split in tp
+                                               chunks, one of which stays exposed. Else
                                                exposed (Megatron-LM 2019 §3).
 pp               the micro-batch's compute     ``overlap_p2p`` (Megatron-Core's
                                                --overlap-p2p-communication). Else exposed.
@@ -120,7 +121,7 @@ def exposure(entries: list[Entry], dims: ParallelDims, c: StageCompute,
         key = (e.parallelism, e.overlap, phase, e.per_micro_batch)
         acc = shared.setdefault(key, [0.0, 1])
         acc[0] += t
-        acc[1] = max(acc[1], e.chunks)
+        acc[1] = max(acc[1], dims.tp if e.parallelism in ("tp", "sp") else e.chunks)
     for (p, kind, phase, per_micro), (t, chunks) in shared.items():
         out = per_mb if per_micro else per_step
         out[p] = out.get(p, 0.0) + exposed_seconds(t, _window(kind, phase, c), chunks)

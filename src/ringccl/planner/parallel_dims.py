@@ -23,7 +23,7 @@ The knobs of how a framework runs the step (set by the framework presets; defaul
 plain behaviour: overlapped gradient reduce and parameter gather, nothing else overlapped):
 ``precision`` (:data:`ringccl.planner.precision.PRECISIONS`), ``attention`` (FlashAttention or
 Megatron's unfused core attention), ``overlap_grad_reduce``, ``overlap_param_gather``,
-``tp_comm_overlap``, ``overlap_p2p``, ``zero3_gather`` ("layer": one all-gather per layer as
+``tp_comm_overlap``, ``overlap_p2p``, ``pp_scatter_gather``, ``zero3_gather`` ("layer": one all-gather per layer as
 FSDP; "parameter": one per parameter tensor as DeepSpeed's ZeRO-3), ``zero3_prefetch_bucket``
 (DeepSpeed's ``stage3_prefetch_bucket_size``, elements) and ``fsdp_prefetch`` (layers gathered
 ahead); :mod:`ringccl.planner.overlap` says what each one hides.
@@ -88,6 +88,9 @@ class ParallelDims:
             --tp-comm-overlap, torchtitan's async TP); else exposed.
         overlap_p2p: PP sends and receives overlap compute (Megatron-Core's
             --overlap-p2p-communication); else exposed per micro-batch.
+        pp_scatter_gather: each TP rank sends 1/tp of a stage's output and the next stage
+            all-gathers it (Megatron-LM 2021 §4.1); else every TP rank sends the whole output
+            (DeepSpeed's pipeline engine).
         zero3_gather: "layer" or "parameter" (module doc).
         zero3_prefetch_bucket: elements DeepSpeed gathers ahead (0: every gather blocks).
         fsdp_prefetch: layers FSDP gathers ahead (0: none; FSDP2's default 1).
@@ -115,6 +118,7 @@ class ParallelDims:
     overlap_param_gather: bool = True
     tp_comm_overlap: bool = False
     overlap_p2p: bool = False
+    pp_scatter_gather: bool = True
     zero3_gather: str = "layer"
     zero3_prefetch_bucket: int = ZERO3_PREFETCH_BUCKET
     fsdp_prefetch: int = 1
@@ -174,7 +178,7 @@ class ParallelDims:
 
     def _check_knobs(self) -> None:
         for f in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
-                  "overlap_p2p"):
+                  "overlap_p2p", "pp_scatter_gather"):
             if not isinstance(getattr(self, f), bool):
                 raise ArgumentTypeError(f"{f}={getattr(self, f)!r} must be true or false")
         for f, allowed in (("precision", tuple(PRECISIONS)), ("attention", ATTENTION),

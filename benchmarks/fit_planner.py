@@ -1,0 +1,101 @@
+"""Fit the planner's per-architecture constants on the validation rows of the published runs.
+
+The constants (``ringccl.planner.gpus.FITTED``): per GPU architecture, the fraction of the tensor
+peak a large GEMM's main loop sustains (``gemm_efficiency``), and one fraction of HBM bandwidth
+a streaming kernel sustains (``memory_efficiency``), shared by all. Everything else is a cited
+figure. Only ``split == "validation"`` rows the planner can plan (``validate_planner.unmodelled``
+is None) enter the fit; held-out rows are never read. The objective is the mean absolute
+log-ratio of planned to measured step time over the rows of that architecture (every
+architecture has its own GEMM constant; the memory constant is shared): for each memory
+fraction on a grid, a bounded scalar search per architecture, then the best memory fraction.
+
+    python benchmarks/fit_planner.py          # prints the constants and the fit's errors
+    python benchmarks/fit_planner.py --json
+
+Deterministic: the same data gives the same constants (no random starts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from scipy.optimize import minimize_scalar
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import validate_planner as vp  # noqa: E402
+
+from ringccl.planner import estimate_step  # noqa: E402
+from ringccl.planner.gpus import gpu_preset  # noqa: E402
+
+#: the grid of the shared memory fraction
+MEMORY_GRID = tuple(round(0.60 + 0.05 * i, 2) for i in range(8))      # 0.60 … 0.95
+
+
+def _rows() -> dict:
+    """architecture -> [(row id, model, dims, cluster, measured step s)]: validation rows the
+    planner can plan."""
+    out: dict = {}
+    for row in vp.DATA["runs"]:
+        if row["split"] != "validation" or vp.unmodelled(row):
+            continue
+        model, dims, cluster = vp.planner_inputs(row)
+        arch = gpu_preset(row["hardware"]["gpu"]).architecture
+        out.setdefault(arch, []).append((row["id"], model, dims, cluster,
+                                         vp.measured_step_seconds(row)))
+    return out
+
+
+def _errors(rows, gemm: float, memory: float) -> list[float]:
+    out = []
+    for _, model, dims, cluster, measured in rows:
+        c = cluster.replace(compute_efficiency=gemm, memory_efficiency=memory)
+        out.append(math.log(estimate_step(model, dims, c).step_seconds / measured))
+    return out
+
+
+def fit() -> dict:
+    rows = _rows()
+    best = None
+    for memory in MEMORY_GRID:
+        gemms, loss = {}, 0.0
+        for arch, part in rows.items():
+            r = minimize_scalar(lambda g: statistics.fmean(abs(e) for e in
+                                                           _errors(part, g, memory)),
+                                bounds=(0.4, 0.99), method="bounded",
+                                options={"xatol": 1e-3})
+            gemms[arch], loss = round(float(r.x), 3), loss + r.fun * len(part)
+        loss /= sum(len(p) for p in rows.values())
+        if best is None or loss < best["loss"]:
+            best = {"memory_efficiency": memory, "gemm_efficiency": gemms, "loss": loss}
+    errs = {arch: _errors(part, best["gemm_efficiency"][arch], best["memory_efficiency"])
+            for arch, part in rows.items()}
+    flat = [abs(math.exp(e) - 1) for v in errs.values() for e in v]
+    best.update(rows={a: len(p) for a, p in rows.items()},
+                median_abs_error=statistics.median(flat), worst_abs_error=max(flat))
+    return best
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    result = fit()
+    if args.json:
+        print(json.dumps(result, indent=1))
+        return 0
+    print(f"memory_efficiency {result['memory_efficiency']}")
+    for arch, g in result["gemm_efficiency"].items():
+        print(f"gemm_efficiency[{arch}] {g}  ({result['rows'][arch]} rows)")
+    print(f"mean |log error| {result['loss']:.4f}; median |error| "
+          f"{100 * result['median_abs_error']:.1f}%, worst {100 * result['worst_abs_error']:.1f}%")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
