@@ -91,11 +91,14 @@ FRAMEWORK_RULES = (
      "Llama 3 (2024) §3.3.2 as transcribed: FlashAttention-class kernels; FSDP shards "
      "gradients and optimizer states but reduce-scatters the gradients once per step (after "
      "the last micro-batch), which is ZeRO-1's communication"),
-    ("Megatron-Core r0.8.0", dict(attention="flash", bucket_bytes=MCORE_BUCKET),
+    ("Megatron-Core r0.8.0", dict(attention="flash", bucket_bytes=MCORE_BUCKET,
+                                  overlap_p2p=True),
      "Megatron-Core r0.8: TransformerEngine attention (cuDNN FlashAttention); DDP buckets of "
-     "max(40M, 1M x dp*cp) parameters (megatron/training/training.py resolve_ddp_bucket_size)"),
-    ("NeMo 24.07", dict(attention="flash", bucket_bytes=MCORE_BUCKET),
-     "NeMo 24.07 on Megatron-Core: TransformerEngine attention, Megatron-Core's buckets"),
+     "max(40M, 1M x dp*cp) parameters (megatron/training/training.py resolve_ddp_bucket_size); "
+     "P2P overlapped (the README's 'PP overlap'; the CLI's --overlap-p2p-communication default)"),
+    ("NeMo 24.07", dict(attention="flash", bucket_bytes=MCORE_BUCKET, overlap_p2p=True),
+     "NeMo 24.07 on Megatron-Core: TransformerEngine attention, Megatron-Core's buckets and "
+     "P2P overlap"),
     ("torchtitan", dict(attention="flash"), "torchtitan: SDPA (flash/cuDNN backends)"),
     ("llm-foundry", dict(attention="flash"),
      "llm-foundry MPT benchmarks: attn_impl triton/flash (the table's notes)"),
@@ -261,24 +264,145 @@ def _print(title: str, results: list[dict]) -> None:
               f"({s['worst_row']})")
 
 
+def acceptance(results: list[dict]) -> dict:
+    """The issue's checks on all rows (validation and held-out): Korthikanti et al.'s eight
+    Table 5 rows (mean |error|, against Calculon's 3.65%), SC21 Table 2's ZeRO-3 175B per-GPU
+    throughput from 384 to 1,536 GPUs (planned and measured fall), SC21 Table 1's errors by
+    model size (the sign should not flip from small to large models)."""
+    by_id = {r["id"]: r for r in results}
+    out = {}
+    k = [r for r in results if r["group"] == "korthikanti-table5" and r["error"] is not None]
+    if k:
+        out["korthikanti_mean_abs_error"] = statistics.fmean(abs(r["error"]) for r in k)
+        out["korthikanti_rows"] = len(k)
+    ids = ("sc21-t2-zero3-175b-384", "sc21-t2-zero3-175b-1536")
+    if all(i in by_id and by_id[i]["planned_s"] for i in ids):
+        rows = {r["id"]: r for r in DATA["runs"]}
+        def per_gpu(i, key):
+            row = rows[i]
+            gpus = row["hardware"]["gpu_count"]
+            return row["layout"]["global_batch_size"] / (by_id[i][key] * gpus)
+        out["zero3_fall_planned"] = per_gpu(ids[0], "planned_s") / per_gpu(ids[1], "planned_s")
+        out["zero3_fall_measured"] = (per_gpu(ids[0], "measured_s")
+                                      / per_gpu(ids[1], "measured_s"))
+    t1 = [r for r in results if r["group"] == "sc21-table1" and r["error"] is not None]
+    if t1:
+        out["sc21_table1_errors"] = {r["id"]: r["error"] for r in t1}
+    return out
+
+
+def _print_acceptance(a: dict) -> None:
+    print("\nacceptance checks (all rows)")
+    if "korthikanti_mean_abs_error" in a:
+        print(f"Korthikanti Table 5 ({a['korthikanti_rows']} rows): mean |error| "
+              f"{100 * a['korthikanti_mean_abs_error']:.2f}% (Calculon: 3.65%)")
+    if "zero3_fall_planned" in a:
+        print(f"SC21 Table 2 ZeRO-3 175B, per-GPU throughput 384 -> 1536 GPUs: planned falls "
+              f"{a['zero3_fall_planned']:.2f}x, measured {a['zero3_fall_measured']:.2f}x")
+    if "sc21_table1_errors" in a:
+        print("SC21 Table 1 by model size: " + ", ".join(
+            f"{i.split('-')[-1]} {100 * e:+.1f}%" for i, e in a["sc21_table1_errors"].items()))
+
+
+def write_markdown(path: str, val: list[dict], held: list[dict]) -> None:
+    """The tables (validation, held-out) as Markdown."""
+    lines = []
+    for title, rows in (("validation", val), ("held-out", held)):
+        if not rows:
+            continue
+        s = summary(rows)
+        lines += [f"**{title} rows**: {s['rows']} planned, median |error| "
+                  f"{100 * s['median_abs_error']:.1f}%, mean {100 * s['mean_abs_error']:.1f}%, "
+                  f"worst {100 * s['worst_abs_error']:.1f}% ({s['worst_row']})", "",
+                  "| row | source | measured s | planned s | error | not modelled |",
+                  "|---|---|---|---|---|---|"]
+        for r in rows:
+            planned = "-" if r["planned_s"] is None else f"{r['planned_s']:.4g}"
+            err = "-" if r["error"] is None else f"{100 * r['error']:+.1f}%"
+            lines.append(f"| {r['id']} | {r['source']} | {r['measured_s']:.4g} | {planned} | "
+                         f"{err} | {r['reason'] or ''} |")
+        lines.append("")
+    Path(path).write_text("\n".join(lines))
+
+
+def plot(path: str, val: list[dict], held: list[dict]) -> None:
+    """Planned against measured step time (log-log), ±5% and ±15% bands; validation rows
+    filled, held-out rows open, rows not modelled as grey crosses (planned with the preset
+    anyway)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(14, 6.5))
+    groups = sorted({r["group"] for r in val + held if r["error"] is not None
+                     and not r["reason"]})
+    colors = {g: plt.cm.tab20(i % 20) for i, g in enumerate(groups)}
+    for rows, filled in ((val, True), (held, False)):
+        for r in rows:
+            if r["planned_s"] is None:
+                continue
+            if r["reason"]:
+                ax.plot(r["measured_s"], r["planned_s"], "x", color="0.6")
+                continue
+            c = colors[r["group"]]
+            ax.plot(r["measured_s"], r["planned_s"], "o", mfc=c if filled else "none", mec=c)
+    lo, hi = 0.3, 400
+    xs = [lo, hi]
+    ax.plot(xs, xs, "k-", lw=0.8)
+    for f, style in ((0.05, "--"), (0.15, ":")):
+        ax.plot(xs, [x * (1 + f) for x in xs], "k" + style, lw=0.6)
+        ax.plot(xs, [x * (1 - f) for x in xs], "k" + style, lw=0.6)
+    ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi),
+           xlabel="measured step time (s)", ylabel="planned step time (s)",
+           title="planned vs measured (filled: validation, open: held-out, x: not modelled)")
+    for g in groups:
+        ax.plot([], [], "o", color=colors[g], label=g)
+    ax.plot([], [], "x", color="0.6", label="not modelled (reason in the table)")
+    ax.legend(fontsize=7, loc="upper left")
+    rows = [r for r in val + held if r["error"] is not None and not r["reason"]]
+    for i, g in enumerate(groups):
+        for r in rows:
+            if r["group"] == g:
+                bx.plot(100 * r["error"], i, "o", color=colors[g],
+                        mfc=colors[g] if r["split"] == "validation" else "none")
+    bx.axvline(0, color="k", lw=0.8)
+    for f in (5, 15):
+        bx.axvspan(-f, f, color="0.5", alpha=0.08)
+    bx.set(yticks=range(len(groups)), yticklabels=groups, xlabel="planned / measured - 1 (%)",
+           title="error per row, by source (shaded: ±5%, ±15%)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--acceptance", action="store_true",
-                   help="also plan the held-out rows (printed apart)")
+                   help="also plan the held-out rows (printed apart) and the issue's checks")
     p.add_argument("--json", action="store_true")
     p.add_argument("--group", help="only this group")
+    p.add_argument("--plot", metavar="PNG", help="draw planned against measured")
+    p.add_argument("--markdown", metavar="MD", help="write the tables as Markdown")
     args = p.parse_args(argv)
+    t0 = time.perf_counter()
     rows = [r for r in DATA["runs"] if args.group in (None, r["group"])]
     val = [evaluate(r) for r in rows if r["split"] == "validation"]
     held = [evaluate(r) for r in rows if r["split"] == "held_out"] if args.acceptance else []
+    checks = acceptance(val + held) if args.acceptance else {}
+    if args.plot:
+        plot(args.plot, val, held)
+    if args.markdown:
+        write_markdown(args.markdown, val, held)
     if args.json:
-        json.dump({"validation": val, "held_out": held, "summary": {
-            "validation": summary(val), "held_out": summary(held)}}, sys.stdout, indent=1)
+        json.dump({"validation": val, "held_out": held, "acceptance": checks,
+                   "summary": {"validation": summary(val), "held_out": summary(held)}},
+                  sys.stdout, indent=1)
         print()
         return 0
     _print("validation rows", val)
     if held:
         _print("held-out rows", held)
+        _print_acceptance(checks)
+    print(f"\n{len(val) + len(held)} rows in {time.perf_counter() - t0:.1f} s")
     return 0
 
 

@@ -7,10 +7,13 @@ number's source is in :data:`SOURCES`; the same figures, with what was read to c
 in the repository's ``benchmarks/gpu_specs.json`` (a test checks that the two agree).
 
 Two constants per architecture are not datasheet figures (:class:`GPU`'s ``gemm_efficiency``
-and ``memory_efficiency``): the fraction of the tensor peak a large, well-shaped GEMM sustains
-and the fraction of HBM bandwidth a streaming kernel sustains. They are fitted once, on the
-validation split of the published runs, by ``benchmarks/fit_planner.py``; the values it printed
-are written here, one pair per architecture, with the fit's date in :data:`FITTED`.
+and ``memory_efficiency``). ``gemm_efficiency``, the fraction of the tensor peak the main loop
+of a large GEMM sustains, is fitted once on the validation split of the published runs by
+``benchmarks/fit_planner.py`` (one value per architecture; Blackwell, with no published run,
+takes Hopper's). ``memory_efficiency``, the fraction of HBM bandwidth a large streaming kernel
+sustains, is cited: 0.90 for transfers of 100 MB and more in Calculon's A100 and H100 system
+files (Isaev et al., SC23; calculon ``systems/a100_80g.json``, ``h100_80g_nvl8.json``).
+:data:`FITTED` holds both.
 """
 
 from __future__ import annotations
@@ -49,8 +52,8 @@ SOURCES: dict[str, dict[str, str]] = {
                  "nvlink": _B200_DS + " (NVLink 5, 1.8 TB/s per GPU)"},
 }
 
-#: the fitted constants (module doc): architecture -> (gemm_efficiency, memory_efficiency)
-FITTED = {"ampere": (0.70, 0.90), "hopper": (0.577, 0.90), "blackwell": (0.577, 0.90),
+#: architecture -> (gemm_efficiency fitted, memory_efficiency cited) (module doc)
+FITTED = {"ampere": (0.70, 0.90), "hopper": (0.549, 0.90), "blackwell": (0.549, 0.90),
           "source": "benchmarks/fit_planner.py on the validation rows of "
                     "benchmarks/published_runs.json (Blackwell: Hopper's, no published run)"}
 

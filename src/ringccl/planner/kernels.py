@@ -16,7 +16,9 @@
   short-K GEMMs and FP8 GEMMs (twice the main-loop rate, the same BF16 output) lose more to it.
   The library picks the tile (of :data:`TILES`, the large tiles the guide lists for cuBLAS) with
   the fewest seconds. ``gemm_efficiency`` is what the main loop of a large GEMM sustains
-  (:mod:`ringccl.planner.gpus`).
+  (:mod:`ringccl.planner.gpus`). Not modelled: the GEMV and split-K kernels a library picks
+  when m (or n) is far below a tile (decoding, an expert with a few tokens); those shapes are
+  charged a padded tile.
 
 **FlashAttention** (Dao et al. 2022, arXiv:2205.14135; Dao 2023, FlashAttention-2,
 arXiv:2307.08691): the forward computes ``S = QKᵀ`` and ``O = PV`` block by block, 4·d FLOPs per

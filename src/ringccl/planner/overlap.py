@@ -28,7 +28,8 @@ tp, sp           the GEMMs they feed           ``tp_comm_overlap`` (Megatron's u
                                                chunks, one of which stays exposed. Else
                                                exposed (Megatron-LM 2019 §3).
 pp               the micro-batch's compute     ``overlap_p2p`` (Megatron-Core's
-                                               --overlap-p2p-communication). Else exposed.
+                                               --overlap-p2p-communication): each send behind
+                                               the next micro-batch's compute. Else exposed.
 cp               attention                     always: ring attention overlaps each K/V block's
                                                transfer with the previous block's attention
                                                (Liu et al. 2023).
@@ -87,6 +88,17 @@ def decide(entry: Entry, dims: ParallelDims) -> str:
     return "exposed"
 
 
+def _chunks(e: Entry, dims: ParallelDims) -> int:
+    """Pieces an overlapped collective is cut into: tp per TP/SP call (userbuffers' ring
+    exchange), each PP send on its own (the next micro-batch's compute hides it), else the
+    entry's own (DDP buckets, layers)."""
+    if e.parallelism in ("tp", "sp"):
+        return dims.tp
+    if e.parallelism == "pp":
+        return max(1, e.calls_per_step)
+    return e.chunks
+
+
 def _window(kind: str, phase: str, c: StageCompute) -> float:
     if kind == "attention":
         return c.attention_forward * (2 if phase == "backward" else 1)
@@ -121,7 +133,7 @@ def exposure(entries: list[Entry], dims: ParallelDims, c: StageCompute,
         key = (e.parallelism, e.overlap, phase, e.per_micro_batch)
         acc = shared.setdefault(key, [0.0, 1])
         acc[0] += t
-        acc[1] = max(acc[1], dims.tp if e.parallelism in ("tp", "sp") else e.chunks)
+        acc[1] = max(acc[1], _chunks(e, dims))
     for (p, kind, phase, per_micro), (t, chunks) in shared.items():
         out = per_mb if per_micro else per_step
         out[p] = out.get(p, 0.0) + exposed_seconds(t, _window(kind, phase, c), chunks)

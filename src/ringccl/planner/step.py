@@ -29,7 +29,7 @@ from .. import units
 from ..errors import ArgumentError
 from . import memory
 from .cluster import Cluster, Straggler
-from .compute import StageCompute, stage_compute
+from .compute import StageCompute, compute_precision, stage_compute
 from .context import StepContext, step_context
 from .costing import Entry
 from .inventory import inventory
@@ -325,8 +325,12 @@ def estimate_step(model: ModelConfig, dims: ParallelDims, cluster: Cluster,
 
     Raises:
         ArgumentError: the layout refused (:meth:`ParallelDims.check`), a straggler rank outside
-            the world.
+            the world, an FP8 recipe on a GPU without FP8 tensor cores.
     """
+    recipe = compute_precision(model, dims)
+    if recipe != "bf16" and not cluster.gpu_spec.fp8_flops:
+        raise ArgumentError(f"precision={recipe!r} runs GEMMs in FP8; the cluster's GPU "
+                            f"{cluster.gpu!r} has no FP8 tensor cores (use precision 'bf16')")
     ctx = step_context(model, dims, cluster, straggler)
     if share_stages:
         stages = _stages_shared(ctx)
