@@ -13,8 +13,10 @@ from ..planner import plan, search
 from ..planner.cluster import CLUSTER_PRESETS, COLLECTIVE_MODELS
 from ..planner.config import PlanConfig, cluster_for, plan_config
 from ..planner.emit import write_step_file
+from ..planner.gpus import GPU_PRESETS
 from ..planner.model import PRESETS
-from ..planner.parallel_dims import RECOMPUTE, SCHEDULES, resolve_dims
+from ..planner.parallel_dims import ATTENTION, RECOMPUTE, SCHEDULES, resolve_dims
+from ..planner.precision import PRECISIONS
 from ..views.explore import require_plotly
 from ..views.explore_plan import plan_page
 from ..views.plan_plot import plan_chart
@@ -27,9 +29,11 @@ _LAYOUT = {"dp": "dp", "tp": "tp", "sp": "sp", "cp": "cp", "pp": "pp", "ep": "ep
            "zero": "zero_stage", "micro_batch_size": "micro_batch_size",
            "num_micro_batches": "num_micro_batches", "global_batch_size": "global_batch_size",
            "schedule": "schedule", "virtual_stages": "virtual_stages",
-           "recompute": "recompute", "order": "order", "bucket_size": "bucket_bytes"}
+           "recompute": "recompute", "order": "order", "bucket_size": "bucket_bytes",
+           "precision": "precision", "attention": "attention"}
 #: command-line dest -> Cluster field
-_CLUSTER = {"cluster": "preset", "nodes": "nodes", "gpus_per_node": "gpus_per_node",
+_CLUSTER = {"cluster": "preset", "gpu": "gpu", "nodes": "nodes",
+            "gpus_per_node": "gpus_per_node",
             "intra_bandwidth": "intra_bandwidth", "inter_bandwidth": "inter_bandwidth",
             "intra_alpha": "intra_alpha", "inter_alpha": "inter_alpha",
             "nics_per_node": "nics_per_node", "peak_flops": "peak_flops",
@@ -183,8 +187,9 @@ def register(sub) -> None:
     p = sub.add_parser(
         "plan", help="the collectives, bytes, algorithms and time of a whole training step",
         description="Every collective of one training step for a model, a DP/TP/SP/CP/PP/EP/"
-        "ZeRO layout and a two-level cluster: the algorithm the tuner picks on each group's "
-        "placement, predicted time, overlap, the bubble, step time, MFU, memory; or --search "
+        "ZeRO layout and a cluster: each kernel of the compute timed from its shape, the "
+        "algorithm NCCL picks for each collective on its group's placement, what the "
+        "framework overlaps, the bubble, step time, MFU, memory; or --search "
         "--gpus N for the best layouts. Every option can come from --config (JSON or TOML).")
     p.add_argument("--config", help="a JSON or TOML file with the options (the command line "
                    "wins): model, seq_length, dtype, straggler, gpus, search, [layout], "
@@ -207,9 +212,15 @@ def register(sub) -> None:
     g.add_argument("--recompute", choices=RECOMPUTE)
     g.add_argument("--order", help="rank order, fastest first (default tp-cp-ep-dp-pp)")
     g.add_argument("--bucket-size", type=units.size, help="DDP bucket, e.g. 25MiB")
+    g.add_argument("--precision", choices=tuple(PRECISIONS), help="precision recipe (default "
+                   "bf16; fp8-* run the linear layers' GEMMs at the FP8 peak)")
+    g.add_argument("--attention", choices=ATTENTION, help="FlashAttention (default) or "
+                   "Megatron's unfused core attention")
     c = p.add_argument_group("cluster")
     c.add_argument("--cluster", help=f"a preset: {', '.join(CLUSTER_PRESETS)} (default "
                    "dgx-h100)")
+    c.add_argument("--gpu", help=f"GPU preset ({', '.join(GPU_PRESETS)}; default the "
+                   "cluster preset's)")
     c.add_argument("--nodes", type=positive_int, help="default: the GPUs / gpus per node")
     c.add_argument("--gpus-per-node", type=positive_int)
     c.add_argument("--intra-bandwidth", help="per GPU per direction, e.g. 450GB/s")

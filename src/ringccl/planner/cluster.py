@@ -38,7 +38,9 @@ from pathlib import Path
 
 from .. import units
 from ..args import check_int
+from ..costmodel.compute_profile import load_compute_profile
 from ..costmodel.model import parse_gamma
+from ..costmodel.nccl_fit import load_network_profile
 from ..errors import ArgumentError, ArgumentTypeError
 from .gpus import GPU, resolve_gpu
 
@@ -278,7 +280,10 @@ def cluster_preset(name: str, **changes) -> Cluster:
     except (KeyError, AttributeError):
         raise ArgumentError(f"cluster={name!r} is not a preset; expected one of "
                             f"{', '.join(CLUSTER_PRESETS)}") from None
-    values.update({k: v for k, v in changes.items() if v is not None})
+    changes = {k: v for k, v in changes.items() if v is not None}
+    if "gpu" in changes and "gpu_memory" not in changes:
+        values.pop("gpu_memory", None)   # another GPU: its own memory
+    values.update(changes)
     return Cluster(**values)
 
 
@@ -319,23 +324,19 @@ def load_profile(path, level: str = "inter") -> dict:
 
 def profile_kind(path) -> str:
     """What a profile file holds: "network" (``ringccl fit`` on nccl-tests logs), "compute"
-    (``ringccl calibrate``) or "alpha-beta" (``ringccl fit --json`` of ringccl's own runs).
+    (``ringccl calibrate``) or "alpha-beta" (``ringccl fit --json`` of ringccl's own runs),
+    whichever loader reads it.
 
     Raises:
         ArgumentError: unreadable or not JSON.
     """
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ArgumentError(f"profile={str(path)!r}: cannot read it ({exc})") from None
-    for item in data if isinstance(data, list) else [data]:
-        if isinstance(item, dict) and isinstance(item.get("profile"), dict):
-            item = item["profile"]
-        fmt = item.get("format") if isinstance(item, dict) else None
-        if fmt == "ringccl-network-profile":
-            return "network"
-        if fmt == "ringccl-compute-profile":
-            return "compute"
+    for kind, load in (("network", load_network_profile), ("compute", load_compute_profile)):
+        try:
+            load(path)
+            return kind
+        except ArgumentError as exc:
+            if "cannot read" in str(exc):
+                raise
     return "alpha-beta"
 
 
