@@ -75,9 +75,10 @@ KNOWN_FOLDER_CYCLES = {
 
 #: the planner's modules in the one direction their imports point: each imports only modules
 #: before it (a new module takes its place in this list)
-PLANNER_ORDER = ("model", "gpus", "precision", "parallel_dims", "cluster", "kernels", "compute",
-                 "tensors", "config", "groups", "stages", "costing", "overlap", "context",
-                 "inventory", "memory", "step", "search", "emit", "replay", "__init__")
+PLANNER_ORDER = ("model", "hf_families", "hf_config", "gpus", "precision", "parallel_dims",
+                 "cluster", "kernels", "compute", "tensors", "config", "groups", "stages",
+                 "costing", "overlap", "context", "inventory", "memory", "step", "search",
+                 "emit", "replay", "__init__")
 
 
 def module_name(path: pathlib.Path, root: pathlib.Path) -> str:

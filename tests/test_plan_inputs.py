@@ -12,7 +12,7 @@ from ringccl.planner import Cluster, ModelConfig, ParallelDims, PRESETS, plan, s
 from ringccl.planner.cluster import cluster_preset, load_profile, resolve_cluster
 from ringccl.planner.config import cluster_for, load_plan_config, plan_config
 from ringccl.planner.groups import RankGrid
-from ringccl.planner.model import load_config
+from ringccl.planner.hf_config import load_config
 
 TINY = ModelConfig(num_hidden_layers=4, hidden_size=4096, num_attention_heads=32,
                    num_key_value_heads=8, intermediate_size=11008, vocab_size=32000,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ringccl.planner.parallel_dims import SCHEDULES, ParallelDims
-from ringccl.planner.model import resolve_model
+from ringccl.planner.hf_config import resolve_model
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 DATA = json.loads((BENCH / "published_runs.json").read_text())

@@ -7,7 +7,8 @@ compute, exposed communication per parallelism, the pipeline bubble, step time, 
 and memory per rank. :func:`search` ranks the valid layouts of a model on N GPUs.
 
 Modules, each importing only those before it: :mod:`.model` (shapes, parameters, FLOPs,
-presets), :mod:`.parallel_dims` (:class:`ParallelDims`: the layout's degrees and its refusals),
+presets), :mod:`.hf_families` and :mod:`.hf_config` (Hugging Face config.json files of every
+family), :mod:`.parallel_dims` (:class:`ParallelDims`: the layout's degrees and its refusals),
 :mod:`.cluster` (the machine, a straggler), :mod:`.config` (the ``--config`` file merged with
 the command line), :mod:`.groups` (rank grid → groups → nodes), :mod:`.stages` (what each PP
 stage holds), :mod:`.costing` (one collective priced on its group's placement),
@@ -22,7 +23,8 @@ from __future__ import annotations
 from .cluster import (CLUSTER_PRESETS, Cluster, Straggler, cluster_preset, load_profile,
                       resolve_cluster)
 from .costing import Entry
-from .model import PRESETS, ModelConfig, load_config, resolve_model
+from .hf_config import load_config, resolve_model
+from .model import PRESETS, ModelConfig
 from .parallel_dims import ParallelDims, resolve_dims
 from .search import SearchResult, search
 from .step import StageEstimate, StepEstimate, estimate_step

@@ -233,7 +233,7 @@ def _moe(b: _Builder, model: ModelConfig, tp: int, ep: int, routed_tokens: float
          expert=True)
     b.memory("unpermute", 2 * moved, 2 * moved)
     if model.n_shared_experts:
-        _mlp(b, model, model.n_shared_experts * model.expert_intermediate_size / tp,
+        _mlp(b, model, model.n_shared_experts * model.shared_intermediate_size / tp,
              "shared_expert")
 
 

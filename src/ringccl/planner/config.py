@@ -28,7 +28,8 @@ from pathlib import Path
 
 from ..errors import ArgumentError
 from .cluster import Cluster, resolve_cluster
-from .model import PRESETS, ModelConfig, resolve_model
+from .hf_config import resolve_model
+from .model import PRESETS, ModelConfig
 
 __all__ = ["CONFIG_KEYS", "PlanConfig", "load_plan_config", "plan_config", "parse_straggler",
            "cluster_for"]
