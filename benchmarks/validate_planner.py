@@ -105,6 +105,13 @@ FRAMEWORK_RULES = (
     ("HAI-LLM", dict(attention="flash"), "DeepSeek's HAI-LLM"),
 )
 
+#: GPT-style models (a plain 2-matrix MLP) as Megatron-LM, Megatron-Core, Megatron-DeepSpeed
+#: and NeMo build them: a bias on every linear layer and LayerNorm (Megatron's add_bias_linear
+#: and normalization defaults; GPT-3, Brown et al. 2020, follows GPT-2's layers)
+MEGATRON_GPT = {"qkv_bias": True, "attention_out_bias": True, "mlp_bias": True,
+                "norm_type": "layernorm"}
+MEGATRON_FAMILIES = ("Megatron", "NeMo")
+
 #: published flags -> ParallelDims knobs
 ROW_FLAGS = {"dp_overlap": ("overlap_grad_reduce", "overlap_param_gather"),
              "tp_comm_overlap": ("tp_comm_overlap",)}
@@ -151,11 +158,21 @@ def _knobs_known(values: dict) -> dict:
     return {k: v for k, v in values.items() if k in known}
 
 
+def row_model(row: dict):
+    """The row's model as published; a GPT-style one trained with a Megatron-family code base
+    gets Megatron's biases and LayerNorm (:data:`MEGATRON_GPT`)."""
+    fields_ = {k: v for k, v in row["model"].items()
+               if k not in ("shape_source", "notes", "activation")}
+    framework = row["layout"].get("framework") or ""
+    if not fields_.get("gated_mlp", True) and framework.startswith(MEGATRON_FAMILIES):
+        fields_ = {**MEGATRON_GPT, **fields_}
+    return resolve_model(fields_)
+
+
 def planner_inputs(row: dict):
     """(model, dims, cluster) of a row: its model and layout as published, its GPU preset, its
     nodes and NICs, and its framework rule."""
-    model = resolve_model({k: v for k, v in row["model"].items()
-                           if k not in ("shape_source", "notes", "activation")})
+    model = row_model(row)
     lay = row["layout"]
     values = {k: lay[k] for k in LAYOUT_FIELDS}
     knobs, _ = framework_rule(row)
@@ -203,8 +220,7 @@ def measured_step_seconds(row: dict) -> float:
         elif conv == "mcore-r0.8":            # 72·B·s·L·h²(1 + s/6h + V/12Lh)
             flops = _megatron(m, gbs, 3, 12)
         elif conv == "palm-mfu":              # tokens · (6·N_matmul + 12·L·h·s)
-            model = resolve_model({k: v for k, v in m.items()
-                                   if k not in ("shape_source", "notes", "activation")})
+            model = row_model(row)
             per_token = (6 * model.matmul_parameters_per_token
                          + 12 * m["num_hidden_layers"] * m["hidden_size"] * m["seq_length"])
             flops = gbs * m["seq_length"] * per_token

@@ -10,10 +10,13 @@ from ringccl.planner import Cluster, ModelConfig, plan
 from ringccl.planner.costing import KERNEL_LAUNCH_SECONDS, nccl_machine_of
 from ringccl.planner.overlap import decide, exposed_seconds
 
-# GPT-3 175B as Megatron-LM trains it (SC21 §5.1: V = 51,200, s = 2048, 4h MLP)
+# GPT-3 175B as Megatron-LM trains it (SC21 §5.1: V = 51,200, s = 2048, 4h MLP; Megatron's
+# linear layers with biases, LayerNorm)
 GPT175 = ModelConfig(num_hidden_layers=96, hidden_size=12288, num_attention_heads=96,
                      intermediate_size=49152, vocab_size=51200, seq_length=2048,
-                     gated_mlp=False, tie_word_embeddings=True, name="gpt-175b")
+                     gated_mlp=False, tie_word_embeddings=True, qkv_bias=True,
+                     attention_out_bias=True, mlp_bias=True, norm_type="layernorm",
+                     name="gpt-175b")
 SMALL = ModelConfig(num_hidden_layers=4, hidden_size=4096, num_attention_heads=32,
                     num_key_value_heads=8, intermediate_size=11008, vocab_size=32000,
                     seq_length=4096, name="small")
