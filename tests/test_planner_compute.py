@@ -196,3 +196,19 @@ def test_a_profile_given_twice_kinds_are_told_apart(cpu_profile, tmp_path):
                                 "profile": [str(cpu_profile), str(bad)]})
     c = Cluster(gpus_per_node=2, compute_profile=str(cpu_profile))
     assert c.gpu_spec.compute_profile == str(cpu_profile)
+
+
+@pytest.mark.parametrize("field,value", [("compute_efficiency", 1.5), ("memory_efficiency", 0),
+                                         ("memory_efficiency", True)])
+def test_bad_cluster_efficiencies_are_refused(field, value):
+    with pytest.raises(ArgumentError, match=f"{field}={value!r} must be in"):
+        Cluster(**{field: value})
+
+
+def test_cluster_overrides_reach_the_gpu():
+    c = Cluster(gpu="a100", peak_flops="300TFLOPS", compute_efficiency=0.5,
+                memory_efficiency=0.8, hbm_bandwidth="1TB/s")
+    g = c.gpu_spec
+    assert (g.name, g.bf16_flops, g.gemm_efficiency, g.memory_efficiency, g.hbm_bandwidth) == (
+        "a100-sxm4-80gb", 300e12, 0.5, 0.8, 1e12)
+    assert g.fp8_flops == 0 and c.gpu_memory == 80e9

@@ -178,3 +178,22 @@ def test_a_small_all_reduce_over_1024_ranks_costs_what_nccls_ring_and_tree_do():
 def test_unknown_collectives_model_is_refused():
     with pytest.raises(ArgumentError, match="collectives='mpi' must be one of nccl, ringccl"):
         Cluster(collectives="mpi")
+
+
+def test_fp8_blockwise_dispatches_in_fp8_and_combines_in_bf16():
+    moe = ModelConfig(num_hidden_layers=4, hidden_size=4096, num_attention_heads=32,
+                      num_key_value_heads=8, intermediate_size=14336, vocab_size=32000,
+                      num_local_experts=8, num_experts_per_tok=2, seq_length=4096, name="moe")
+    layout = {"dp": 8, "ep": 8, "global_batch_size": 8}
+    cluster = {"preset": "dgx-h100", "nodes": 1}
+    bf16 = [e for e in plan(moe, layout, cluster).stages[0].entries if e.parallelism == "ep"]
+    fp8 = [e for e in plan(moe, {**layout, "precision": "fp8-blockwise"},
+                           cluster).stages[0].entries if e.parallelism == "ep"]
+    calls = lambda es: sum(e.calls_per_step for e in es)  # noqa: E731
+    assert calls(fp8) == calls(bf16)
+    sizes = sorted({e.nbytes for e in fp8})
+    assert sizes == [pytest.approx(bf16[0].nbytes / 2 * (1 + 4 / 128)), bf16[0].nbytes]
+    # Transformer Engine's recipe keeps the all-to-all in BF16
+    te = [e for e in plan(moe, {**layout, "precision": "fp8-delayed"},
+                          cluster).stages[0].entries if e.parallelism == "ep"]
+    assert {e.nbytes for e in te} == {bf16[0].nbytes}

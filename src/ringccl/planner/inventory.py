@@ -36,8 +36,10 @@ from typing import Callable
 
 import numpy as np
 
+from .compute import compute_precision
 from .context import StepContext
 from .costing import Entry, costed
+from .precision import precision_recipe
 from .stages import StageShape, stage_layers
 from .tensors import layer_tensors
 
@@ -146,20 +148,26 @@ def context_parallel(ctx: StepContext, st: StageShape) -> list[Entry]:
 def expert_parallel(ctx: StepContext, st: StageShape) -> list[Entry]:
     """The MoE all-to-alls (dispatch, combine) of the routed tokens in the EP group, cut into
     micro-chunks against the expert GEMMs; a buffer of capacity_factor × the uniform routing
-    (GShard §2.2)."""
+    (GShard §2.2). A recipe with FP8 dispatch (DeepSeek-V3 §3.3.3) sends the forward dispatch
+    and the backward's gradient dispatch in FP8 (1 byte and an fp32 scale per 128 values), the
+    combines in BF16."""
     dims, model = ctx.dims, ctx.model
     if not (model.moe and dims.ep > 1 and st.moe_layers):
         return []
-    a2a = (dims.micro_batch_size * model.seq_length / (dims.cp * dims.tp)
-           * model.num_experts_per_tok * model.hidden_size * model.dtype_bytes
-           * dims.capacity_factor)
+    values = (dims.micro_batch_size * model.seq_length / (dims.cp * dims.tp)
+              * model.num_experts_per_tok * model.hidden_size * dims.capacity_factor)
+    a2a = values * model.dtype_bytes
+    fp8 = precision_recipe(compute_precision(model, dims)).fp8_dispatch
+    kinds = ((("dispatch (FP8)", values * (1 + 4 / 128)), ("combine", a2a)) if fp8
+             else (("dispatch, combine", a2a),))
     rows: list[Entry] = []
     for phase, calls in (("forward", 2 * st.moe_layers),
                          ("backward", 2 * st.moe_layers * _recompute_factor(ctx))):
-        rows += _slowest(ctx, st.stage, "ep", parallelism="ep", collective="all_to_all",
-                         phase=phase, what="routed tokens (dispatch, combine)", nbytes=a2a,
-                         calls_per_step=calls * ctx.micro_batches, overlap="expert compute",
-                         chunks=4)
+        for what, nbytes in kinds:
+            rows += _slowest(ctx, st.stage, "ep", parallelism="ep", collective="all_to_all",
+                             phase=phase, what=f"routed tokens ({what})", nbytes=nbytes,
+                             calls_per_step=calls // len(kinds) * ctx.micro_batches,
+                             overlap="expert compute", chunks=4)
     return rows
 
 
