@@ -25,7 +25,6 @@ import json
 import math
 import statistics
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 from scipy.optimize import minimize_scalar
