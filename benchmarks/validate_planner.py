@@ -280,7 +280,7 @@ def _print(title: str, results: list[dict]) -> None:
 
 
 def acceptance(results: list[dict]) -> dict:
-    """The issue's checks on all rows (validation and held-out): Korthikanti et al.'s eight
+    """The acceptance checks on all rows (validation and held-out): Korthikanti et al.'s eight
     Table 5 rows (mean |error|, against Calculon's 3.65%), SC21 Table 2's ZeRO-3 175B per-GPU
     throughput from 384 to 1,536 GPUs (planned and measured fall), SC21 Table 1's errors by
     model size (the sign should not flip from small to large models)."""
@@ -392,7 +392,7 @@ def plot(path: str, val: list[dict], held: list[dict]) -> None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--acceptance", action="store_true",
-                   help="also plan the held-out rows (printed apart) and the issue's checks")
+                   help="also plan the held-out rows (printed apart) and the acceptance checks")
     p.add_argument("--json", action="store_true")
     p.add_argument("--group", help="only this group")
     p.add_argument("--plot", metavar="PNG", help="draw planned against measured")
