@@ -5,6 +5,11 @@ in the same run, interleaved). Figures, not asserts: run it and read them.
     PYTHONPATH=src python benchmarks/bench_plan.py              # everything (minutes)
     PYTHONPATH=src python benchmarks/bench_plan.py --only rate  # the pricing rate only
     PYTHONPATH=src python benchmarks/bench_plan.py --profile    # cProfile of the priced search
+    PYTHONPATH=src python benchmarks/bench_plan.py --collectives ringccl   # ringccl's schedules
+
+Collectives are priced as NCCL runs them (the planner's default) or, with ``--collectives
+ringccl``, by ringccl's own schedules on each group's placement (the α-β walk; slow on groups of
+thousands of ranks).
 
 Cold times start from empty caches (``ringccl.clear_caches()``): every group's collective is
 priced afresh. The rate is measured warm (the collectives' prices cached, as within one search
@@ -38,6 +43,14 @@ def timed(label, fn):
     return out
 
 
+#: how collectives are priced (``Cluster.collectives``), set from the command line
+COLLECTIVES = {"collectives": "nccl"}
+
+
+def machine(preset: str, nodes: int):
+    return cluster_preset(preset, nodes=nodes, **COLLECTIVES)
+
+
 def searched(label, model, cluster, gbs):
     r = timed(label, lambda: search(model, cluster, global_batch_size=gbs))
     print(f"    {r.tried} layouts: {r.priced} priced, {r.pruned_memory} pruned (memory), "
@@ -47,7 +60,7 @@ def searched(label, model, cluster, gbs):
 
 
 def rate(rounds: int = 3) -> None:
-    model, cluster = PRESETS["llama3-70b"], cluster_preset("dgx-h100", nodes=128)
+    model, cluster = PRESETS["llama3-70b"], machine("dgx-h100", 128)
     layouts = list(candidates(model, 1024, 8, global_batch_size=1024))
     search(model, cluster, global_batch_size=1024)          # warm the collectives' prices
     sample = layouts[::25]
@@ -72,7 +85,7 @@ def rate(rounds: int = 3) -> None:
 def gpt3_sc21() -> None:
     row = next(r for r in json.loads(RUNS.read_text())["runs"]
                if r["id"] == "sc21-t2-ptdp-175b-1536")
-    model, cluster = resolve_model(row["model"]), cluster_preset("dgx-a100", nodes=192)
+    model, cluster = resolve_model(row["model"]), machine("dgx-a100", 192)
     lay = {k: row["layout"][k] for k in ("tp", "pp", "dp", "schedule", "virtual_stages",
                                          "global_batch_size", "micro_batch_size", "recompute",
                                          "zero_stage", "sp")}
@@ -87,9 +100,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", choices=("plan", "search", "rate", "gpt3"))
     ap.add_argument("--profile", action="store_true", help="cProfile the 1,024-GPU search")
+    ap.add_argument("--collectives", choices=("nccl", "ringccl"), default="nccl",
+                    help="price collectives as NCCL runs them (default) or by ringccl's "
+                    "schedules")
     args = ap.parse_args()
+    COLLECTIVES["collectives"] = args.collectives
+    print(f"-- collectives priced by {args.collectives}")
     if args.profile:
-        model, cluster = PRESETS["llama3-70b"], cluster_preset("dgx-h100", nodes=128)
+        model, cluster = PRESETS["llama3-70b"], machine("dgx-h100", 128)
         prof = cProfile.Profile()
         prof.runcall(search, model, cluster, global_batch_size=1024)
         pstats.Stats(prof).sort_stats("tottime").print_stats(20)
@@ -97,7 +115,7 @@ def main() -> None:
     if args.only in (None, "plan"):
         p = timed("plan llama3-70b tp8 pp4 dp32 on 128 x dgx-a100", lambda: ringccl.plan(
             "llama3-70b", {"tp": 8, "pp": 4, "dp": 32, "global_batch_size": 1024,
-                           "recompute": "selective"}, {"preset": "dgx-a100", "nodes": 128}))
+                           "recompute": "selective"}, {"preset": "dgx-a100", "nodes": 128, **COLLECTIVES}))
         print("   ", p.describe())
         q = timed("plan deepseek-v3 pp16 dualpipe dp128 ep64 (4 nodes/token, two hops) on 256 "
                   "x h800", lambda: ringccl.plan(
@@ -105,13 +123,13 @@ def main() -> None:
                                       "global_batch_size": 15360, "zero_stage": 1,
                                       "moe_router_group_topk": 4,
                                       "moe_token_dispatcher_type": "flex"},
-                      {"preset": "h800", "nodes": 256}))
+                      {"preset": "h800", "nodes": 256, **COLLECTIVES}))
         print("   ", q.describe())
     if args.only in (None, "search"):
         searched("search llama3-70b on 1,024 GPUs (dgx-h100)", PRESETS["llama3-70b"],
-                 cluster_preset("dgx-h100", nodes=128), 1024)
+                 machine("dgx-h100", 128), 1024)
         searched("search llama3-405b on 16,384 GPUs (dgx-h100)", PRESETS["llama3-405b"],
-                 cluster_preset("dgx-h100", nodes=2048), 2048)
+                 machine("dgx-h100", 2048), 2048)
     if args.only in (None, "gpt3"):
         gpt3_sc21()
     if args.only in (None, "rate"):

@@ -75,8 +75,9 @@ KNOWN_FOLDER_CYCLES = {
 
 #: the planner's modules in the one direction their imports point: each imports only modules
 #: before it (a new module takes its place in this list)
-PLANNER_ORDER = ("model", "hf_families", "hf_config", "pipeline", "timeline", "routing",
-                 "parallel_dims", "cluster", "config", "groups", "stages", "costing", "context",
+PLANNER_ORDER = ("model", "hf_families", "hf_config", "gpus", "precision", "pipeline",
+                 "timeline", "routing", "parallel_dims", "cluster", "kernels", "compute",
+                 "tensors", "config", "groups", "stages", "costing", "overlap", "context",
                  "entries", "inventory_cp", "inventory_ep", "inventory_dp", "inventory",
                  "memory", "step", "search", "emit", "replay", "__init__")
 

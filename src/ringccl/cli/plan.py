@@ -10,12 +10,14 @@ import sys
 from .. import units
 from ..errors import ArgumentError
 from ..planner import plan, search
-from ..planner.cluster import CLUSTER_PRESETS
+from ..planner.cluster import CLUSTER_PRESETS, COLLECTIVE_MODELS
 from ..planner.config import PlanConfig, cluster_for, plan_config
 from ..planner.emit import write_step_file
+from ..planner.gpus import GPU_PRESETS
 from ..planner.model import PRESETS
-from ..planner.parallel_dims import (CP_COMM_TYPES, DISPATCHERS, RECOMPUTE, SCHEDULES,
-                                     resolve_dims)
+from ..planner.parallel_dims import (ATTENTION, CP_COMM_TYPES, DISPATCHERS, RECOMPUTE,
+                                     SCHEDULES, resolve_dims)
+from ..planner.precision import PRECISIONS
 from ..views.explore import require_plotly
 from ..views.explore_plan import plan_page
 from ..views.plan_plot import plan_chart
@@ -34,14 +36,17 @@ _LAYOUT = {"dp": "dp", "tp": "tp", "sp": "sp", "cp": "cp", "pp": "pp", "ep": "ep
            "moe_token_dispatcher_type": "moe_token_dispatcher_type",
            "moe_router_group_topk": "moe_router_group_topk",
            "capacity_factor": "capacity_factor", "routing_imbalance": "routing_imbalance",
-           "routing_skew": "routing_skew", "dp_shard": "dp_shard"}
+           "routing_skew": "routing_skew", "dp_shard": "dp_shard",
+           "precision": "precision", "attention": "attention"}
 #: command-line dest -> Cluster field
-_CLUSTER = {"cluster": "preset", "nodes": "nodes", "gpus_per_node": "gpus_per_node",
+_CLUSTER = {"cluster": "preset", "gpu": "gpu", "nodes": "nodes",
+            "gpus_per_node": "gpus_per_node",
             "intra_bandwidth": "intra_bandwidth", "inter_bandwidth": "inter_bandwidth",
             "intra_alpha": "intra_alpha", "inter_alpha": "inter_alpha",
             "nics_per_node": "nics_per_node", "peak_flops": "peak_flops",
             "compute_efficiency": "compute_efficiency", "gpu_memory": "gpu_memory",
-            "profile": "profile", "profile_level": "profile_level"}
+            "profile": "profile", "profile_level": "profile_level",
+            "collectives": "collectives"}
 
 
 def _inputs(args) -> PlanConfig:
@@ -201,8 +206,9 @@ def register(sub) -> None:
     p = sub.add_parser(
         "plan", help="the collectives, bytes, algorithms and time of a whole training step",
         description="Every collective of one training step for a model, a DP/TP/SP/CP/PP/EP/"
-        "ZeRO layout and a two-level cluster: the algorithm the tuner picks on each group's "
-        "placement, predicted time, overlap, the bubble, step time, MFU, memory; or --search "
+        "ZeRO layout and a cluster: each kernel of the compute timed from its shape, the "
+        "algorithm NCCL picks for each collective on its group's placement, what the "
+        "framework overlaps, the bubble, step time, MFU, memory; or --search "
         "--gpus N for the best layouts. Every option can come from --config (JSON or TOML).")
     p.add_argument("--config", help="a JSON or TOML file with the options (the command line "
                    "wins): model, seq_length, dtype, straggler, gpus, search, [layout], "
@@ -245,9 +251,15 @@ def register(sub) -> None:
                    "ringccl moe --skew (0: uniform)")
     g.add_argument("--dp-shard", type=positive_int, help="ZeRO/FSDP shard over this many of "
                    "the dp ranks (x cp), replicate over the rest (HSDP)")
+    g.add_argument("--precision", choices=tuple(PRECISIONS), help="precision recipe (default "
+                   "bf16; fp8-* run the linear layers' GEMMs at the FP8 peak)")
+    g.add_argument("--attention", choices=ATTENTION, help="FlashAttention (default) or "
+                   "Megatron's unfused core attention")
     c = p.add_argument_group("cluster")
     c.add_argument("--cluster", help=f"a preset: {', '.join(CLUSTER_PRESETS)} (default "
                    "dgx-h100)")
+    c.add_argument("--gpu", help=f"GPU preset ({', '.join(GPU_PRESETS)}; default the "
+                   "cluster preset's)")
     c.add_argument("--nodes", type=positive_int, help="default: the GPUs / gpus per node")
     c.add_argument("--gpus-per-node", type=positive_int)
     c.add_argument("--intra-bandwidth", help="per GPU per direction, e.g. 450GB/s")
@@ -258,7 +270,11 @@ def register(sub) -> None:
     c.add_argument("--peak-flops", type=float, help="GPU peak FLOP/s, e.g. 989e12")
     c.add_argument("--compute-efficiency", type=float, help="fraction of peak (0, 1]")
     c.add_argument("--gpu-memory", help="e.g. 80GB")
-    c.add_argument("--profile", help="a `ringccl fit --json` file: alpha, beta, gamma")
+    c.add_argument("--profile", action="append", help="a profile (repeatable): a network "
+                   "profile (`ringccl fit` on nccl-tests logs), a compute profile (`ringccl "
+                   "calibrate`), or a `ringccl fit --json` alpha-beta fit")
+    c.add_argument("--collectives", choices=COLLECTIVE_MODELS, help="price collectives as "
+                   "NCCL runs them (default) or as ringccl's own schedules would (what-if)")
     c.add_argument("--profile-level", choices=("inter", "intra"), help="which link the fit "
                    "measured (default inter)")
     p.add_argument("--straggler", help="RANK:FRACTION: that rank's NIC at a fraction of its "

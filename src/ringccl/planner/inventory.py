@@ -31,6 +31,7 @@ order of :data:`BUILDERS`. A new parallelism is a new builder in that tuple.
 
 from __future__ import annotations
 
+import copy
 from typing import Callable
 
 import numpy as np
@@ -39,10 +40,10 @@ from ..caches import register
 from .context import StepContext
 from .costing import Entry, costed
 from .entries import recompute_factor, slowest
+from .groups import GRID_FIELDS
 from .inventory_cp import context_parallel
 from .inventory_dp import data_parallel, fully_sharded, replicated_shards, zero_sharded
 from .inventory_ep import expert_parallel
-from .groups import GRID_FIELDS
 from .stages import StageShape
 
 __all__ = ["inventory", "BUILDERS", "tensor_parallel", "sequence_parallel", "context_parallel",
@@ -106,7 +107,8 @@ def pipeline_parallel(ctx: StepContext, st: StageShape) -> list[Entry]:
     v = 2 if dims.schedule in ("dualpipe", "dualpipev") else dims.virtual_stages
     sends = v - (1 if st.last else 0)    # the last chunk of the last stage ends the model
     recvs = v - (1 if st.first else 0)
-    p2p = act / dims.tp                  # scatter/gather optimisation (§4.1), or SP's shard
+    # scatter/gather optimisation (§4.1), or SP's shard; else the whole output from every rank
+    p2p = act / dims.tp if dims.pp_scatter_gather or dims.sp else act
     calls = (sends + recvs) * m
     rank = int(grid.ranks_of_stage(st.stage)[0])
     peers = grid.group("pp", rank)
@@ -117,7 +119,7 @@ def pipeline_parallel(ctx: StepContext, st: StageShape) -> list[Entry]:
                      shape=pair, nbytes=p2p, calls_per_step=calls), ctx.cluster)
     e.calls_per_micro_batch = calls // m
     rows = [e]
-    if dims.tp > 1 and not dims.sp:
+    if dims.tp > 1 and not dims.sp and dims.pp_scatter_gather:
         rows += slowest(ctx, st.stage, "tp", parallelism="pp", collective="all_gather",
                         phase="forward", what="received activation shards (scatter/gather)",
                         nbytes=act, calls_per_step=calls)
@@ -166,12 +168,12 @@ BUILDER_FIELDS = {
     sequence_parallel: ("sp", "recompute", "micro_batch_size"),
     context_parallel: ("recompute", "micro_batch_size"),
     expert_parallel: ("sp", "recompute", "micro_batch_size", "moe_token_dispatcher_type",
-                      "moe_router_group_topk"),
+                      "moe_router_group_topk", "precision"),
     pipeline_parallel: ("sp", "schedule", "virtual_stages", "micro_batch_size",
-                        "bucket_bytes"),
+                        "bucket_bytes", "pp_scatter_gather"),
     data_parallel: ("zero_stage", "bucket_bytes"),
     zero_sharded: ("zero_stage", "bucket_bytes"),
-    fully_sharded: ("zero_stage", "bucket_bytes"),
+    fully_sharded: ("zero_stage", "bucket_bytes", "zero3_gather", "recompute"),
     replicated_shards: ("zero_stage", "bucket_bytes"),
     tied_embedding: (),
 }
@@ -231,4 +233,5 @@ def inventory(ctx: StepContext, stage: int) -> list[Entry]:
         a list of :class:`~ringccl.planner.costing.Entry`, in the step's order.
     """
     st = ctx.stages[stage]
-    return [e for build in BUILDERS for e in _built(build, ctx, st)]
+    # copies: the step sets each entry's overlap from the layout's knobs
+    return [copy.copy(e) for build in BUILDERS for e in _built(build, ctx, st)]

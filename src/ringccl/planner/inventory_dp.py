@@ -15,13 +15,15 @@ optimizer instances). Routed experts' gradients belong to the expert-data-parall
   updated parameters, overlapping the next forward (``--overlap-param-gather``).
 * ZeRO-3 / FSDP (§7.2; FSDP2 as torchtitan applies it per block, 2-D with TP and with CP on the
   ``dp_shard_cp`` mesh): all-gather of each layer's weights before its forward and again before
-  its backward, reduce-scatter of its gradients, prefetched behind compute.
+  its backward, reduce-scatter of its gradients, prefetched behind compute; with
+  ``zero3_gather="parameter"`` DeepSpeed's one list-based call per parameter tensor.
 * HSDP (Zhao et al. 2023, PyTorch FSDP §3.3; torchtitan): after the reduce-scatter inside the
   shard group, an all-reduce of the gradient shard across the replicas, once per step.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,7 +31,8 @@ import numpy as np
 from .context import StepContext
 from .costing import Entry
 from .entries import slowest
-from .stages import StageShape
+from .stages import StageShape, stage_layers
+from .tensors import layer_tensors
 
 __all__ = ["data_parallel", "zero_sharded", "fully_sharded", "replicated_shards",
            "gradient_groups"]
@@ -107,9 +110,12 @@ def zero_sharded(ctx: StepContext, st: StageShape) -> list[Entry]:
 
 def fully_sharded(ctx: StepContext, st: StageShape) -> list[Entry]:
     """ZeRO-3 / FSDP (§7.2): all-gather of each layer's weights before its forward and again
-    before its backward, reduce-scatter of its gradients, prefetched behind compute."""
+    before its backward, reduce-scatter of its gradients, prefetched behind compute; with
+    ``zero3_gather="parameter"`` one call per parameter tensor (:func:`_per_parameter`)."""
     if ctx.dims.zero_stage != 3:
         return []
+    if ctx.dims.zero3_gather == "parameter":
+        return _per_parameter(ctx, st)
     m = ctx.micro_batches
     layers = max(st.layers, 1)
     rows: list[Entry] = []
@@ -125,6 +131,51 @@ def fully_sharded(ctx: StepContext, st: StageShape) -> list[Entry]:
                         phase="backward", what=f"{g.label} gradients of each layer",
                         nbytes=per_layer, calls_per_step=layers * m, overlap="backward",
                         chunks=layers)
+    return rows
+
+
+def _stage_tensors(ctx: StepContext, st: StageShape) -> tuple[Counter, Counter]:
+    """Element count -> tensors of that size on the stage (dense, routed experts), each
+    divided by its shards (tp; experts ep·etp), embedding and LM head included."""
+    dims, model = ctx.dims, ctx.model
+    dense, experts = Counter(), Counter()
+    for chunk in stage_layers(model, dims, st.stage):
+        for i in chunk:
+            d, e = layer_tensors(model, i)
+            dense.update({-(-size // dims.tp): n for size, n in d.items()})
+            experts.update({-(-size // (dims.expert_tp * dims.ep)): n for size, n in e.items()})
+    vocab = -(-model.vocab_size // dims.tp) * model.hidden_size
+    if st.first:
+        dense[vocab] += 1
+    if st.last:
+        dense[model.hidden_size] += 1
+        if not (model.tie_word_embeddings and st.first):
+            dense[vocab] += 1
+    return dense, experts
+
+
+def _per_parameter(ctx: StepContext, st: StageShape) -> list[Entry]:
+    """DeepSpeed's ZeRO-3 (v0.3, ``partition_parameters.py``): a list-based all-gather of
+    each parameter tensor before its forward, again before the recompute's forward (full
+    recompute: the forward hook fires again) and before its backward; a list-based
+    reduce-scatter of each gradient."""
+    dims, m, B = ctx.dims, ctx.micro_batches, ctx.model.dtype_bytes
+    again = 2 if dims.recompute == "full" else 1
+    rows: list[Entry] = []
+    dense, experts = _stage_tensors(ctx, st)
+    for group, counts, label, ranks in (("dp_shard", dense, "dense", dims.shard_size),
+                                        ("edp", experts, "expert", dims.expert_dp)):
+        if not counts or ranks < 2:
+            continue
+        for size, n in sorted(counts.items()):
+            what = f"{label} parameter of {size:,} elements"
+            for collective, phase, calls in (("all_gather", "forward", n * m),
+                                             ("all_gather", "backward", again * n * m),
+                                             ("reduce_scatter", "backward", n * m)):
+                rows += slowest(ctx, st.stage, group, parallelism="zero",
+                                collective=collective, phase=phase, what=f"{what} ({phase})",
+                                nbytes=size * B, calls_per_step=calls, overlap=phase,
+                                chunks=max(st.layers, 1), list_collective=True)
     return rows
 
 

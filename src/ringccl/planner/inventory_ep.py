@@ -20,17 +20,23 @@ Zipf skew).
   all-gathered over its etp group before the expert GEMMs and reduce-scattered after them
   (etp·T·k·h·B·λ), each again in the backward.
 
-Overlap: each all-to-all hides behind its layer's expert compute (routed at the load λ, and the
-shared experts, which run while the tokens travel), cut into micro-chunks; with DualPipe the
-dispatch and combine of one micro-batch hide behind the other micro-batch's chunk
+A recipe with FP8 dispatch (DeepSeek-V3 §3.3.3; ``precision`` "fp8-blockwise") sends the
+forward dispatch and the backward's gradient dispatch in FP8 (1 byte and an fp32 scale per 128
+values), the combines in BF16.
+
+Overlap (:mod:`ringccl.planner.overlap`): each all-to-all hides behind its layer's routed
+experts' compute (at the load λ), cut into micro-chunks; with DualPipe the dispatch and combine
+of one micro-batch hide behind the other micro-batch's chunk
 (:data:`ringccl.planner.pipeline.SCHEDULES`' ``hidden_sends``).
 """
 
 from __future__ import annotations
 
+from .compute import compute_precision
 from .context import StepContext
 from .costing import Entry
 from .entries import recompute_factor, slowest
+from .precision import precision_recipe
 from .routing import gpus_per_copy, nodes_per_token
 from .stages import StageShape
 
@@ -56,13 +62,20 @@ def dispatch_copies(ctx: StepContext) -> tuple[float, float]:
 
 
 def _a2a(ctx: StepContext, st: StageShape, group: str, nbytes: float, what: str) -> list[Entry]:
+    """The dispatch and combine on ``group``, ``nbytes`` each in the model's dtype, per MoE
+    layer forward and backward; an FP8 dispatch as its own row (module doc)."""
+    values = nbytes / ctx.model.dtype_bytes
+    fp8 = precision_recipe(compute_precision(ctx.model, ctx.dims)).fp8_dispatch
+    kinds = ((("dispatch (FP8)", values * (1 + 4 / 128)), ("combine", nbytes)) if fp8
+             else (("dispatch, combine", nbytes),))
     calls = 2 * st.moe_layers
     rows: list[Entry] = []
     for phase, n in (("forward", calls), ("backward", calls * recompute_factor(ctx))):
-        rows += slowest(ctx, st.stage, group, parallelism="ep", collective="all_to_all",
-                        phase=phase, what=what, nbytes=nbytes,
-                        calls_per_step=n * ctx.micro_batches, overlap="expert compute",
-                        chunks=CHUNKS)
+        for kind, size in kinds:
+            rows += slowest(ctx, st.stage, group, parallelism="ep", collective="all_to_all",
+                            phase=phase, what=f"{what} ({kind})", nbytes=size,
+                            calls_per_step=n // len(kinds) * ctx.micro_batches,
+                            overlap="expert compute", chunks=CHUNKS)
     return rows
 
 
@@ -79,14 +92,11 @@ def expert_parallel(ctx: StepContext, st: StageShape) -> list[Entry]:
         if two_hops:
             d, u = dispatch_copies(ctx)
             rows += _a2a(ctx, st, "ep_inter", row * d,
-                         f"tokens to {d:.2f} nodes over the NIC, one copy per node (dispatch, "
-                         "combine)")
+                         f"tokens to {d:.2f} nodes over the NIC, one copy per node")
             rows += _a2a(ctx, st, "ep_intra", row * d * u,
-                         f"tokens on to {u:.2f} GPUs of each node over NVLink (dispatch, "
-                         "combine)")
+                         f"tokens on to {u:.2f} GPUs of each node over NVLink")
         else:
-            rows += _a2a(ctx, st, "ep", row * k, "routed tokens, one copy per expert "
-                         "(dispatch, combine)")
+            rows += _a2a(ctx, st, "ep", row * k, "routed tokens, one copy per expert")
     if dims.expert_tp > 1:
         gathered = row * k * dims.expert_tp
         for phase, n in (("forward", st.moe_layers),

@@ -32,6 +32,15 @@ Megatron-LM's conventions (Narayanan et al. 2021; Megatron-Core's ``parallel_sta
   ``dp / dp_shard`` (torchtitan's ``dp_shard`` / ``dp_replicate``, HSDP);
 * ZeRO stage 0 (DDP), 1 (optimizer states sharded), 2 (+ gradients), 3 (+ weights, = FSDP);
 * recompute ``"none"``, ``"selective"`` (attention core, Korthikanti et al. 2022 §5), ``"full"``.
+
+The knobs of how a framework runs the step (set by the framework presets; defaults keep the
+plain behaviour: overlapped gradient reduce and parameter gather, nothing else overlapped):
+``precision`` (:data:`ringccl.planner.precision.PRECISIONS`), ``attention`` (FlashAttention or
+Megatron's unfused core attention), ``overlap_grad_reduce``, ``overlap_param_gather``,
+``tp_comm_overlap``, ``overlap_p2p``, ``pp_scatter_gather``, ``zero3_gather`` ("layer": one all-gather per layer as
+FSDP; "parameter": one per parameter tensor as DeepSpeed's ZeRO-3), ``zero3_prefetch_bucket``
+(DeepSpeed's ``stage3_prefetch_bucket_size``, elements) and ``fsdp_prefetch`` (layers gathered
+ahead); :mod:`ringccl.planner.overlap` says what each one hides.
 """
 
 from __future__ import annotations
@@ -43,9 +52,10 @@ from ..args import check_int
 from ..errors import ArgumentError, ArgumentTypeError
 from .model import ModelConfig
 from .pipeline import SCHEDULE_NAMES, check_schedule, chunks_per_rank
+from .precision import PRECISIONS
 
-__all__ = ["ParallelDims", "DIMENSIONS", "DEFAULT_ORDER", "SCHEDULES", "RECOMPUTE",
-           "CP_COMM_TYPES", "DISPATCHERS", "resolve_dims"]
+__all__ = ["ParallelDims", "DIMENSIONS", "DEFAULT_ORDER", "SCHEDULES", "RECOMPUTE", "ATTENTION",
+           "ZERO3_GATHERS", "CP_COMM_TYPES", "DISPATCHERS", "resolve_dims"]
 
 #: the dimensions of the rank grid
 DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
@@ -57,6 +67,12 @@ RECOMPUTE = ("none", "selective", "full")
 CP_COMM_TYPES = ("p2p", "all_gather", "a2a", "a2a+p2p")
 #: Megatron-Core's ``--moe-token-dispatcher-type`` values modelled here
 DISPATCHERS = ("alltoall", "flex")
+#: how attention runs: FlashAttention, or Megatron's unfused core attention (2021-2022)
+ATTENTION = ("flash", "unfused")
+#: ZeRO-3's all-gather unit: a layer (FSDP's unit) or each parameter tensor (DeepSpeed)
+ZERO3_GATHERS = ("layer", "parameter")
+#: DeepSpeed's default stage3_prefetch_bucket_size, elements (deepspeed/runtime/zero/config.py)
+ZERO3_PREFETCH_BUCKET = 50_000_000
 
 #: PyTorch DDP's default bucket_cap_mb (25 MiB)
 DDP_BUCKET_BYTES = 25 * 2**20
@@ -91,6 +107,23 @@ class ParallelDims:
         routing_skew: Zipf exponent of expert popularity (0: uniform), as ``ringccl moe``.
         dp_shard: ranks of the dp dimension a ZeRO / FSDP shard spans (None: all dp; HSDP when
             smaller: the shards are replicated over dp / dp_shard).
+        precision: the precision recipe ("bf16", "fp8-delayed", "fp8-tensorwise",
+            "fp8-rowwise", "fp8-blockwise").
+        attention: "flash" (FlashAttention) or "unfused" (Megatron's core attention).
+        overlap_grad_reduce: gradient reduction overlaps the backward (DDP's buckets,
+            Megatron's --overlap-grad-reduce); else it runs after it.
+        overlap_param_gather: the distributed optimizer's parameter all-gather overlaps the
+            next forward (Megatron's --overlap-param-gather); else it runs before it.
+        tp_comm_overlap: TP/SP collectives overlap the GEMMs they feed (Megatron's
+            --tp-comm-overlap, torchtitan's async TP); else exposed.
+        overlap_p2p: PP sends and receives overlap compute (Megatron-Core's
+            --overlap-p2p-communication); else exposed per micro-batch.
+        pp_scatter_gather: each TP rank sends 1/tp of a stage's output and the next stage
+            all-gathers it (Megatron-LM 2021 §4.1); else every TP rank sends the whole output
+            (DeepSpeed's pipeline engine).
+        zero3_gather: "layer" or "parameter" (module doc).
+        zero3_prefetch_bucket: elements DeepSpeed gathers ahead (0: every gather blocks).
+        fsdp_prefetch: layers FSDP gathers ahead (0: none; FSDP2's default 1).
     """
 
     dp: int = 1
@@ -117,6 +150,16 @@ class ParallelDims:
     routing_imbalance: float | None = None
     routing_skew: float = 0.0
     dp_shard: int | None = None
+    precision: str = "bf16"
+    attention: str = "flash"
+    overlap_grad_reduce: bool = True
+    overlap_param_gather: bool = True
+    tp_comm_overlap: bool = False
+    overlap_p2p: bool = False
+    pp_scatter_gather: bool = True
+    zero3_gather: str = "layer"
+    zero3_prefetch_bucket: int = ZERO3_PREFETCH_BUCKET
+    fsdp_prefetch: int = 1
 
     def __post_init__(self):
         for f in ("dp", "tp", "pp", "cp", "ep", "micro_batch_size", "virtual_stages"):
@@ -145,6 +188,7 @@ class ParallelDims:
                 or not 1 <= self.capacity_factor < float("inf")):
             raise ArgumentError(f"capacity_factor={self.capacity_factor!r} must be None "
                                 "(dropless) or a number >= 1")
+        self._check_knobs()
         dims = self.order.split("-") if isinstance(self.order, str) else None
         if dims is None or sorted(dims) != sorted(DIMENSIONS):
             raise ArgumentError(f"order={self.order!r} must name each of "
@@ -285,6 +329,19 @@ class ParallelDims:
         """Ranks a ZeRO / FSDP shard of the dense states spans: dp_shard · cp (all dp · cp by
         default)."""
         return (self.dp_shard or self.dp) * self.cp
+
+    def _check_knobs(self) -> None:
+        for f in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
+                  "overlap_p2p", "pp_scatter_gather"):
+            if not isinstance(getattr(self, f), bool):
+                raise ArgumentTypeError(f"{f}={getattr(self, f)!r} must be true or false")
+        for f, allowed in (("precision", tuple(PRECISIONS)), ("attention", ATTENTION),
+                           ("zero3_gather", ZERO3_GATHERS)):
+            if getattr(self, f) not in allowed:
+                raise ArgumentError(f"{f}={getattr(self, f)!r} must be one of "
+                                    f"{', '.join(allowed)}")
+        check_int(self.zero3_prefetch_bucket, "zero3_prefetch_bucket", minimum=0)
+        check_int(self.fsdp_prefetch, "fsdp_prefetch", minimum=0)
 
     @property
     def world_size(self) -> int:
@@ -432,6 +489,8 @@ class ParallelDims:
         parts.append(f"mbs={self.micro_batch_size}x{self.num_micro_batches}")
         if self.recompute != "none":
             parts.append(f"recompute={self.recompute}")
+        if self.precision != "bf16":
+            parts.append(self.precision)
         return " ".join(parts)
 
     def to_dict(self) -> dict:

@@ -28,7 +28,7 @@ compares them).
 * *cannot fit*: the model states alone (weights, gradients, optimizer after ZeRO, from the stage
   shapes) of some stage exceed the GPU's memory;
 * *cannot win*: the pipeline time of the compute alone (no communication, every stage's F, B, W
-  at ``peak × efficiency``, through the same schedule formula, which only grows with each
+  as the step computes them, through the same schedule formula, which only grows with each
   stage's times) is a lower bound of the step; a layout whose bound is no faster than a priced
   layout that also needs no more memory than its states (the Pareto front) is dominated.
 
@@ -49,8 +49,8 @@ from .model import ModelConfig
 from .parallel_dims import ParallelDims
 from .pipeline import pipeline_lower_bound
 from .stages import stage_shapes
-from .step import (StepEstimate, estimate_step, model_states, peak_memory, stage_compute,
-                   stage_estimates)
+from .step import (StepEstimate, compute_of, estimate_step, model_states, passes_of,
+                   peak_memory, stage_estimates)
 from .step import step_seconds as _step_seconds
 
 __all__ = ["search", "SearchResult", "SearchSpace", "Priced", "candidates", "price",
@@ -272,10 +272,7 @@ def _class_bounds(model: ModelConfig, dims: ParallelDims, cluster: Cluster
     """(each stage's compute-only (F, B, W), the largest stage's model states in bytes) of the
     layouts of ``dims``' class."""
     stages = stage_shapes(model, dims)
-    passes = []
-    for st in stages:
-        f, b, w = stage_compute(cluster, dims.recompute, st)
-        passes.append((f, b - w, w))
+    passes = [passes_of(compute_of(model, dims, cluster, st), st) for st in stages]
     states = 0
     shard = dims.shard_size if dims.zero_stage else dims.dp * dims.cp
     for dense, experts in {(x.dense_parameters, x.expert_parameters) for x in stages}:

@@ -74,8 +74,8 @@ class StageShape:
             (dense + routed experts, an ``int``): what a ZeRO-3 gather brings to full size.
         forward_flops: one micro-batch's forward FLOPs on this rank.
         attention_core_flops: of those, the attention scores and weighted sum.
-        expert_forward_flops_per_layer: the routed and shared experts' forward FLOPs of one MoE
-            layer (the routed ones at the busiest EP rank's load).
+        expert_forward_flops_per_layer: the routed experts' forward FLOPs of one MoE layer, at
+            the busiest EP rank's load.
         expert_load: the busiest EP rank's tokens over the uniform share
             (:func:`~ringccl.planner.routing.expert_load`).
     """
@@ -171,8 +171,6 @@ def _stage_shape(model: ModelConfig, tp: int, ep: int, pp: int, virtual_stages: 
     per_layer_attn = model.attention_flops_per_token() / model.num_hidden_layers
     attn = tokens * per_layer_attn * len(layers) / tp
     forward = (2.0 * active * tokens / tp) + attn
-    # what a layer's dispatch and combine can hide behind: the routed experts and the shared
-    # experts, which run while the tokens travel (Megatron-Core's moe_shared_expert_overlap)
-    expert_fwd = 2.0 * (routed + model.shared_expert_parameters) * tokens / tp
+    expert_fwd = 2.0 * routed * tokens / tp
     return StageShape(stage, len(layers), moe, first, last, dense, experts, largest,
                       forward, attn, expert_fwd if moe else 0.0, load)

@@ -1,28 +1,26 @@
 """One training step: compute, exposed communication, the pipeline bubble, step time and MFU.
 
 Per PP stage and micro-batch, the stage's time is its compute plus the communication on its
-critical path: ``τ_s = compute_s + exposed_s``. Compute is the stage's forward FLOPs × 3
-(backward = 2 × forward), plus one more forward with full recompute or the attention core's
-with selective recompute (Korthikanti et al. 2022 §5), at ``peak × compute_efficiency``.
-
-A collective that hides behind compute (DDP buckets in the backward, ZeRO-3 prefetch, MoE
-all-to-all micro-chunks against the expert GEMMs, CP's K/V ring against attention) exposes
-``max(0, T - W) + min(T, W) / chunks``: what exceeds its compute window ``W``, plus one of its
-``chunks`` pieces that cannot start before the compute it waits for (the last DDP bucket, the
-first prefetched layer). TP and SP (no overlap in Megatron's default) and PP's sends are exposed.
+critical path: ``τ_s = compute_s + exposed_s``. Compute is every kernel of the stage's layers
+timed from its shape (:mod:`ringccl.planner.compute`: GEMMs with tile and wave quantisation,
+FlashAttention, memory-bound passes), with what recompute re-runs in the backward
+(Korthikanti et al. 2022 §5). What of each collective stays exposed follows the framework's
+knobs (:mod:`ringccl.planner.overlap`); under DualPipe the PP sends and the MoE all-to-alls of
+one micro-batch hide behind the other micro-batch's chunk (DeepSeek-V3 §3.2.1).
 
 The pipeline (:mod:`ringccl.planner.pipeline`): the slowest stage paces the passes and the
 schedule's fill and drain go through the others,
 ``T_pipe = passes · max_s τ_s + slots/(p − 1) · Σ_{s ≠ slowest} X_s`` with each stage's τ split
-into F (forward), B (backward for the inputs) and W (backward for the weights: the forward's
-matmul FLOPs again), its exposed communication spread over them in proportion: for 1F1B
+into F (forward), B (backward for the inputs) and W (backward for the weights: half of each
+GEMM's backward), its exposed communication spread over them in proportion: for 1F1B
 ``(Σ_s τ_s − max τ)/v``, Narayanan et al.'s ``(p − 1)/m`` (``(p − 1)/(v·m)`` interleaved) of
 the ideal time for equal stages; ZB-H1 ``(p − 1)(F + B − W)``, ZB-H2
 ``(p − 1)·max(0, F + B − 2W)`` (Qi et al. 2024); DualPipe and DualPipeV per DeepSeek-V3
 Table 2, whose F&B pairs also hide the PP sends and the MoE all-to-alls of one micro-batch
 behind the other's compute. Once per step come the gradient reductions not hidden in the
 last backward, ZeRO's parameter gathers not hidden in the next forward and the tied-embedding
-all-reduce. ``step = T_pipe + max_s(per-step exposed_s)``;
+all-reduce, and the optimizer step (:func:`~ringccl.planner.compute.optimizer_seconds`).
+``step = T_pipe + max_s(per-step exposed_s + optimizer_s)``;
 ``MFU = model FLOPs per step / (step · GPUs · peak)``, model FLOPs without recompute
 (Megatron-LM 2021 §5.1; Chowdhery et al. 2022, PaLM, Appendix B).
 """
@@ -39,9 +37,11 @@ from ..errors import ArgumentError
 from . import memory
 from .cluster import Cluster, Straggler
 from .context import StepContext, step_context
+from .compute import StageCompute, compute_precision, stage_compute
 from .costing import Entry
 from .inventory import inventory
 from .model import ModelConfig
+from .overlap import exposed_seconds, exposure
 from .parallel_dims import ParallelDims
 from .pipeline import (get_schedule, in_flight_micro_batches, pipeline_bubble_fraction,
                        pipeline_seconds)
@@ -49,16 +49,8 @@ from .stages import StageShape
 from .timeline import Timeline, simulate
 
 __all__ = ["StageEstimate", "StepEstimate", "estimate_step", "exposed_seconds", "stage_memory",
-           "stage_memory_parts", "in_flight_activations", "stage_compute", "step_seconds",
-           "peak_memory", "stage_estimates", "model_states"]
-
-
-def exposed_seconds(seconds: float, window: float, chunks: int = 1) -> float:
-    """Communication of ``seconds`` overlapped with ``window`` seconds of compute, cut into
-    ``chunks`` pieces: what stays on the critical path."""
-    if window <= 0:
-        return seconds
-    return max(0.0, seconds - window) + min(seconds, window) / max(chunks, 1)
+           "stage_memory_parts", "in_flight_activations", "compute_of", "passes_of",
+           "step_seconds", "peak_memory", "stage_estimates", "model_states"]
 
 
 @dataclass
@@ -78,6 +70,7 @@ class StageEstimate:
     exposed_per_micro_batch: dict
     exposed_per_step: dict
     memory: memory.MemoryBreakdown | None = None
+    compute: StageCompute | None = None
     weight_gradient_per_micro_batch: float = 0.0
     #: (memory without activations, activations of one pass): :func:`stage_memory_parts`
     memory_parts: tuple | None = field(default=None, repr=False, compare=False)
@@ -95,6 +88,16 @@ class StageEstimate:
         return (self.forward_per_micro_batch * scale,
                 (self.backward_per_micro_batch - w) * scale, w * scale)
 
+    @property
+    def per_step_compute(self) -> float:
+        """Seconds once per step: the optimizer step (and cached FP8 weight casts)."""
+        return 0.0 if self.compute is None else self.compute.per_step
+
+    @property
+    def per_step_seconds(self) -> float:
+        """What this stage adds once per step: exposed per-step communication + optimizer."""
+        return sum(self.exposed_per_step.values()) + self.per_step_compute
+
     def to_dict(self) -> dict:
         mem = self.memory
         return {"stage": self.stage, "layers": self.shape.layers,
@@ -108,6 +111,8 @@ class StageEstimate:
                 "micro_batch_s": self.micro_batch_seconds,
                 "exposed_per_micro_batch_s": dict(self.exposed_per_micro_batch),
                 "exposed_per_step_s": dict(self.exposed_per_step),
+                "optimizer_s": self.per_step_compute,
+                "compute": None if self.compute is None else self.compute.to_dict(),
                 "memory": None if mem is None else mem.to_dict(),
                 "collectives": [e.to_dict() for e in self.entries]}
 
@@ -181,7 +186,9 @@ class StepEstimate:
                 "bubble_s": self.bubble_seconds, "bubble_fraction": self.bubble_fraction,
                 "tokens_per_s": self.tokens_per_second, "mfu": self.mfu,
                 "model_flops_per_step": self.model_flops_per_step,
-                "exposed_s": dict(self.exposed), "peak_memory_bytes": self.peak_memory,
+                "exposed_s": dict(self.exposed),
+                "optimizer_s": max(s.per_step_compute for s in self.stages),
+                "peak_memory_bytes": self.peak_memory,
                 "fits_memory": self.fits_memory,
                 "bytes_per_step_by_parallelism": self.bytes_by_parallelism(),
                 "seconds_per_step_by_parallelism": self.seconds_by_parallelism()}
@@ -310,62 +317,66 @@ def stage_memory_parts(ctx: StepContext, st: StageShape,
         activations=0, communication=communication), per_micro_batch
 
 
-def stage_compute(cluster: Cluster, recompute: str, st: StageShape
-                  ) -> tuple[float, float, float]:
-    """(forward, backward, weight-gradient backward) seconds of one pass through stage ``st``:
-    its forward FLOPs at ``peak × compute_efficiency``, the backward twice that plus the
-    recomputed forward (full) or attention core (selective), of which the weight gradients are
-    the forward's matmuls again (Qi et al. 2024's W)."""
-    rate = cluster.peak_flops * cluster.compute_efficiency
-    fwd = st.forward_flops / rate
-    extra = {"none": 0.0, "selective": st.attention_core_flops / rate, "full": fwd}[recompute]
-    return fwd, 2 * fwd + extra, (st.forward_flops - st.attention_core_flops) / rate
+def compute_of(model: ModelConfig, dims: ParallelDims, cluster: Cluster,
+               st: StageShape) -> StageCompute:
+    """The stage's :class:`~ringccl.planner.compute.StageCompute`: its layers on the
+    cluster's GPU, its optimizer over the states ZeRO leaves it (dense states sharded over the
+    ZeRO shard group, routed experts over the expert-data-parallel ranks)."""
+    dense_shard, expert_shard = dims.shard_size, dims.expert_dp
+    if dims.zero_stage == 0:
+        dense_shard = expert_shard = 1
+    held = st.dense_parameters + st.expert_parameters
+    if dims.zero_stage == 3:
+        held = st.dense_parameters / dense_shard + st.expert_parameters / expert_shard
+    sharded = st.dense_parameters / dense_shard + st.expert_parameters / expert_shard
+    c = stage_compute(model, dims, cluster.gpu_spec, layers=st.layers,
+                      moe_layers=st.moe_layers, first=st.first, last=st.last,
+                      parameters=held, sharded_parameters=sharded)
+    return _loaded(c, st)
+
+
+def _loaded(c: StageCompute, st: StageShape) -> StageCompute:
+    """``c`` with the routed experts' GEMMs of the busiest EP rank: ``st.expert_load`` times
+    the uniform share (:func:`~ringccl.planner.routing.expert_load`)."""
+    moe = c.layers.get("moe")
+    if moe is None or st.expert_load == 1:
+        return c
+    extra = st.expert_load - 1
+    fwd = sum(o.forward_s for o in moe.ops if o.expert) * extra * st.moe_layers
+    bwd = sum(o.backward_s for o in moe.ops if o.expert) * extra * st.moe_layers
+    return replace(c, forward=c.forward + fwd, backward=c.backward + bwd,
+                   expert_forward=c.expert_forward * st.expert_load)
+
+
+def passes_of(c: StageCompute, st: StageShape) -> tuple[float, float, float]:
+    """(F, B, W) of one pass through stage ``st`` from its compute: W, the backward for the
+    weights, is half of each GEMM's backward (its weight-gradient GEMM, as many FLOPs as the
+    forward's); B the rest of the backward (Qi et al. 2024's split)."""
+    counts = {"dense": st.layers - st.moe_layers, "moe": st.moe_layers,
+              "embedding": int(st.first), "head": int(st.last)}
+    w = sum(counts[k] * sum(o.backward_s for o in part.ops if o.kind == "gemm") / 2
+            for k, part in c.layers.items())
+    return c.forward, c.backward - w, w
 
 
 def _stage(ctx: StepContext, stage: int) -> StageEstimate:
     st = ctx.stages[stage]
     entries = inventory(ctx, stage)
-    cluster = ctx.cluster
-    rate = cluster.peak_flops * cluster.compute_efficiency
-    fwd, bwd, wgrad = stage_compute(cluster, ctx.dims.recompute, st)
-    m = ctx.micro_batches
-    per_mb: dict = {}
-    per_step: dict = {}
-    attn_window = st.attention_core_flops / rate
-    expert_window = st.expert_forward_flops_per_layer / rate
+    c = compute_of(ctx.model, ctx.dims, ctx.cluster, st)
     hidden = get_schedule(ctx.dims.schedule).hidden_sends if ctx.dims.pp > 1 else ()
-    for e in entries:
-        if e.per_micro_batch:
-            t = e.seconds_per_step / m          # this entry's seconds per micro-batch
-            if e.parallelism in hidden:
-                # DualPipe's F&B pairs: one micro-batch's sends run under the other's compute,
-                # "fully hidden" (DeepSeek-V3 §3.2.1) up to that compute's length
-                x = max(0.0, t - (fwd + bwd))
-            elif e.overlap == "exposed":
-                x = t
-            elif e.overlap == "attention":
-                x = exposed_seconds(t, attn_window * (2 if e.phase == "backward" else 1),
-                                    e.chunks)
-            elif e.overlap == "expert compute":
-                # each all-to-all against its layer's expert GEMMs (backward: 2x the forward)
-                per_call = e.seconds_per_call
-                window = expert_window * (2 if e.phase == "backward" else 1) / 2
-                x = exposed_seconds(per_call, window, e.chunks) * e.calls_per_micro_batch
-            else:
-                window = fwd if e.overlap == "forward" else bwd
-                x = exposed_seconds(t, window, e.chunks)
-            per_mb[e.parallelism] = per_mb.get(e.parallelism, 0.0) + x
-        else:
-            t = e.seconds_per_step
-            if e.overlap == "backward":       # hidden in the last micro-batch's backward
-                x = exposed_seconds(t, bwd, e.chunks)
-            elif e.overlap == "forward":      # hidden in the next step's first forward
-                x = exposed_seconds(t, fwd, e.chunks)
-            else:
-                x = t
-            per_step[e.parallelism] = per_step.get(e.parallelism, 0.0) + x
-    est = StageEstimate(stage, st, entries, fwd + bwd, fwd, bwd, per_mb, per_step,
-                        weight_gradient_per_micro_batch=wgrad)
+    # DualPipe's F&B pairs: one micro-batch's PP sends and all-to-alls run under the other's
+    # compute, "fully hidden" (DeepSeek-V3 §3.2.1) up to that compute's length
+    paired = [e for e in entries if e.per_micro_batch and e.parallelism in hidden]
+    per_mb, per_step = exposure([e for e in entries if e not in paired], ctx.dims, c,
+                                ctx.micro_batches)
+    for e in paired:
+        e.overlap = "other micro-batch"
+        t = e.seconds_per_step / ctx.micro_batches
+        per_mb[e.parallelism] = per_mb.get(e.parallelism, 0.0) + max(
+            0.0, t - (c.forward + c.backward))
+    est = StageEstimate(stage, st, entries, c.forward + c.backward, c.forward, c.backward,
+                        per_mb, per_step, compute=c,
+                        weight_gradient_per_micro_batch=passes_of(c, st)[2])
     base, per_pass = stage_memory_parts(ctx, st, entries)
     est.memory_parts = (base, per_pass)
     est.memory = replace(base, activations=in_flight_activations(ctx.dims, st.stage, per_pass))
@@ -410,6 +421,7 @@ def _stages_shared(ctx: StepContext, shift: bool = True) -> list[StageEstimate]:
         est = StageEstimate(s, st, entries, rep.compute_per_micro_batch,
                             rep.forward_per_micro_batch, rep.backward_per_micro_batch,
                             dict(rep.exposed_per_micro_batch), dict(rep.exposed_per_step),
+                            compute=rep.compute,
                             weight_gradient_per_micro_batch=rep.weight_gradient_per_micro_batch)
         # alike stages hold the same states and buffers; only the in-flight count differs
         est.memory_parts = rep.memory_parts
@@ -422,8 +434,20 @@ def _stages_shared(ctx: StepContext, shift: bool = True) -> list[StageEstimate]:
 
 def stage_estimates(ctx: StepContext) -> list[StageEstimate]:
     """Every stage's estimate, alike stages estimated once and their entries not shifted: the
-    numbers :func:`step_seconds` and :func:`peak_memory` read, for the layout search."""
+    numbers :func:`step_seconds` and :func:`peak_memory` read, for the layout search.
+
+    Raises:
+        ArgumentError: an FP8 recipe on a GPU without FP8 tensor cores.
+    """
+    _check_precision(ctx.model, ctx.dims, ctx.cluster)
     return _stages_shared(ctx, shift=False)
+
+
+def _check_precision(model: ModelConfig, dims: ParallelDims, cluster: Cluster) -> None:
+    recipe = compute_precision(model, dims)
+    if recipe != "bf16" and not cluster.gpu_spec.fp8_flops:
+        raise ArgumentError(f"precision={recipe!r} runs GEMMs in FP8; the cluster's GPU "
+                            f"{cluster.gpu!r} has no FP8 tensor cores (use precision 'bf16')")
 
 
 def step_seconds(dims: ParallelDims, stages: list[StageEstimate]) -> tuple[float, float, float]:
@@ -435,7 +459,7 @@ def step_seconds(dims: ParallelDims, stages: list[StageEstimate]) -> tuple[float
                                         num_micro_batches=dims.num_micro_batches,
                                         virtual_stages=dims.virtual_stages,
                                         stages=[s.passes() for s in stages])
-    return pipeline, bubble, max(sum(s.exposed_per_step.values()) for s in stages)
+    return pipeline, bubble, max(s.per_step_seconds for s in stages)
 
 
 def peak_memory(dims: ParallelDims, stages: list[StageEstimate]) -> int:
@@ -462,8 +486,9 @@ def estimate_step(model: ModelConfig, dims: ParallelDims, cluster: Cluster,
 
     Raises:
         ArgumentError: the layout refused (:meth:`ParallelDims.check`), a straggler rank outside
-            the world.
+            the world, an FP8 recipe on a GPU without FP8 tensor cores.
     """
+    _check_precision(model, dims, cluster)
     ctx = step_context(model, dims, cluster, straggler)
     if share_stages:
         stages = _stages_shared(ctx)
@@ -478,7 +503,7 @@ def estimate_step(model: ModelConfig, dims: ParallelDims, cluster: Cluster,
                                         backward_input=b, backward_weight=w)
     step = pipeline + per_step
     slowest = max(stages, key=lambda s: s.micro_batch_seconds)
-    last = max(stages, key=lambda s: sum(s.exposed_per_step.values()))
+    last = max(stages, key=lambda s: s.per_step_seconds)
     exposed = {k: m * t for k, t in slowest.exposed_per_micro_batch.items()}
     for k, t in last.exposed_per_step.items():
         exposed[k] = exposed.get(k, 0.0) + t
