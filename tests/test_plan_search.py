@@ -109,3 +109,24 @@ def test_search_finds_a_layout_no_slower_than_megatron_sc21_table_2():
                         hsdp=False)
     best = search(model, cluster, global_batch_size=1536, space=space, top=1).plans[0]
     assert best.step_seconds <= published.step_seconds
+
+
+def test_memoized_builders_match_fresh_plans_and_plans_keep_their_own_entries():
+    """Builder results are shared by the layouts whose fields a builder reads are the same
+    (inventory.BUILDER_FIELDS): every plan equals the one planned from empty caches, and
+    planning another layout (other overlap knobs) leaves an earlier plan's entries as they
+    were."""
+    import ringccl
+    cluster = cluster_preset("dgx-h100", nodes=4)
+    base = {"pp": 2, "tp": 2, "sp": True, "dp": 8, "global_batch_size": 64}
+    layouts = [base, {**base, "overlap_p2p": True}, {**base, "zero_stage": 1},
+               {**base, "recompute": "full"}, {**base, "schedule": "zb-h2"},
+               {**base, "schedule": "dualpipe", "zero_stage": 2, "pp_scatter_gather": False},
+               {**base, "tp_comm_overlap": True, "micro_batch_size": 2}]
+    first = plan(SMALL, base, cluster)
+    warm = [json.dumps(plan(SMALL, lay, cluster).to_dict(), sort_keys=True) for lay in layouts]
+    # read after the others were planned over the same memoized builder results
+    assert json.dumps(first.to_dict(), sort_keys=True) == warm[0]
+    for lay, text in zip(layouts, warm):
+        ringccl.clear_caches()
+        assert json.dumps(plan(SMALL, lay, cluster).to_dict(), sort_keys=True) == text

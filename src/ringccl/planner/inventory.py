@@ -195,26 +195,27 @@ class _Key(tuple):
         return self._hash
 
 
-def _plan_key(ctx: StepContext) -> _Key:
-    """What every builder's result depends on in ``ctx``: the model, cluster, straggler, passes
-    per step, the grid's fields and what the stage shapes depend on (:func:`stage_shape`)."""
-    key = getattr(ctx, "_builder_key", None)
-    if key is None:
+def _builder_keys(ctx: StepContext) -> dict:
+    """Per builder, what its result depends on in ``ctx`` (the model, cluster, straggler,
+    passes per step, the grid's fields, what the stage shapes depend on, and the builder's own
+    fields, :data:`BUILDER_FIELDS`), built once per plan."""
+    keys = getattr(ctx, "_builder_keys", None)
+    if keys is None:
         dims = ctx.dims
-        key = _Key((ctx.model, ctx.cluster, ctx.straggler, ctx.straggler_stage,
-                    ctx.micro_batches,
-                    dims.schedule if dims.schedule in ("dualpipe", "dualpipev") else "",
-                    dims.virtual_stages,
-                    dims.micro_batch_size, dims.capacity_factor, dims.routing_imbalance,
-                    dims.routing_skew) + tuple(getattr(dims, f) for f in GRID_FIELDS))
-        object.__setattr__(ctx, "_builder_key", key)
-    return key
+        common = (ctx.model, ctx.cluster, ctx.straggler, ctx.straggler_stage,
+                  ctx.micro_batches,
+                  dims.schedule if dims.schedule in ("dualpipe", "dualpipev") else "",
+                  dims.virtual_stages, dims.micro_batch_size, dims.capacity_factor,
+                  dims.routing_imbalance, dims.routing_skew) + tuple(
+            getattr(dims, f) for f in GRID_FIELDS)
+        keys = {build: _Key((build,) + common + tuple(getattr(dims, f) for f in fields))
+                for build, fields in BUILDER_FIELDS.items()}
+        object.__setattr__(ctx, "_builder_keys", keys)
+    return keys
 
 
 def _built(build, ctx: StepContext, st: StageShape) -> list[Entry]:
-    dims = ctx.dims
-    key = (build, _plan_key(ctx), st.stage) + tuple(getattr(dims, f)
-                                                    for f in BUILDER_FIELDS[build])
+    key = (_builder_keys(ctx)[build], st.stage)
     rows = _BUILT.get(key)
     if rows is None:
         if len(_BUILT) > 1 << 16:
@@ -223,15 +224,18 @@ def _built(build, ctx: StepContext, st: StageShape) -> list[Entry]:
     return rows
 
 
-def inventory(ctx: StepContext, stage: int) -> list[Entry]:
+def inventory(ctx: StepContext, stage: int, copies: bool = True) -> list[Entry]:
     """Every collective PP stage ``stage``'s ranks run in one step, costed.
 
     Args:
         ctx: the plan (:func:`~ringccl.planner.context.step_context`).
         stage: 0 … pp-1.
+        copies: each entry a copy of the memoized one (False: the memoized entries themselves).
     Returns:
         a list of :class:`~ringccl.planner.costing.Entry`, in the step's order.
     """
     st = ctx.stages[stage]
-    # copies: the step sets each entry's overlap from the layout's knobs
-    return [copy.copy(e) for build in BUILDERS for e in _built(build, ctx, st)]
+    rows = [e for build in BUILDERS for e in _built(build, ctx, st)]
+    # the step sets each entry's overlap from the layout's knobs: a plan keeps its own copies
+    # (``copies=False``: the layout search, which reads only the numbers)
+    return [copy.copy(e) for e in rows] if copies else rows

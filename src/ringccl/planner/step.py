@@ -32,7 +32,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from .. import units
-from ..caches import memoize
+from ..caches import memoize, register
 from ..errors import ArgumentError
 from . import memory
 from .cluster import Cluster, Straggler
@@ -321,7 +321,8 @@ def compute_of(model: ModelConfig, dims: ParallelDims, cluster: Cluster,
                st: StageShape) -> StageCompute:
     """The stage's :class:`~ringccl.planner.compute.StageCompute`: its layers on the
     cluster's GPU, its optimizer over the states ZeRO leaves it (dense states sharded over the
-    ZeRO shard group, routed experts over the expert-data-parallel ranks)."""
+    ZeRO shard group, routed experts over the expert-data-parallel ranks); memoized on what it
+    reads."""
     dense_shard, expert_shard = dims.shard_size, dims.expert_dp
     if dims.zero_stage == 0:
         dense_shard = expert_shard = 1
@@ -329,10 +330,22 @@ def compute_of(model: ModelConfig, dims: ParallelDims, cluster: Cluster,
     if dims.zero_stage == 3:
         held = st.dense_parameters / dense_shard + st.expert_parameters / expert_shard
     sharded = st.dense_parameters / dense_shard + st.expert_parameters / expert_shard
-    c = stage_compute(model, dims, cluster.gpu_spec, layers=st.layers,
-                      moe_layers=st.moe_layers, first=st.first, last=st.last,
-                      parameters=held, sharded_parameters=sharded)
-    return _loaded(c, st)
+    key = (model, cluster.gpu_spec, st.layers, st.moe_layers, st.first, st.last,
+           st.expert_load, held, sharded, dims.tp, dims.sp, dims.cp, dims.ep,
+           dims.micro_batch_size, dims.attention, dims.precision, dims.recompute)
+    c = _COMPUTED.get(key)
+    if c is None:
+        if len(_COMPUTED) > 1 << 16:
+            _COMPUTED.clear()
+        c = _COMPUTED[key] = _loaded(stage_compute(
+            model, dims, cluster.gpu_spec, layers=st.layers, moe_layers=st.moe_layers,
+            first=st.first, last=st.last, parameters=held, sharded_parameters=sharded), st)
+    return c
+
+
+#: :func:`compute_of`'s results (a layout search asks for the same stages again and again)
+_COMPUTED: dict = {}
+register(_COMPUTED.clear)
 
 
 def _loaded(c: StageCompute, st: StageShape) -> StageCompute:
@@ -359,9 +372,9 @@ def passes_of(c: StageCompute, st: StageShape) -> tuple[float, float, float]:
     return c.forward, c.backward - w, w
 
 
-def _stage(ctx: StepContext, stage: int) -> StageEstimate:
+def _stage(ctx: StepContext, stage: int, copies: bool = True) -> StageEstimate:
     st = ctx.stages[stage]
-    entries = inventory(ctx, stage)
+    entries = inventory(ctx, stage, copies)
     c = compute_of(ctx.model, ctx.dims, ctx.cluster, st)
     hidden = get_schedule(ctx.dims.schedule).hidden_sends if ctx.dims.pp > 1 else ()
     # DualPipe's F&B pairs: one micro-batch's PP sends and all-to-alls run under the other's
@@ -412,12 +425,16 @@ def _stages_shared(ctx: StepContext, shift: bool = True) -> list[StageEstimate]:
         if offset is None or s == ctx.straggler_stage:
             key += (s,)
         if key not in planned:
-            planned[key] = (_stage(ctx, s), offset)
+            planned[key] = (_stage(ctx, s, shift), offset)
             stages.append(planned[key][0])
             continue
         rep, rep_offset = planned[key]
-        entries = ([_shifted(e, offset - rep_offset) for e in rep.entries] if shift
-                   else rep.entries)
+        if not shift:      # the search: the representative's numbers under this stage's index
+            est = copy.copy(rep)
+            est.stage, est.shape, est.memory = s, st, None
+            stages.append(est)
+            continue
+        entries = [_shifted(e, offset - rep_offset) for e in rep.entries]
         est = StageEstimate(s, st, entries, rep.compute_per_micro_batch,
                             rep.forward_per_micro_batch, rep.backward_per_micro_batch,
                             dict(rep.exposed_per_micro_batch), dict(rep.exposed_per_step),
@@ -425,9 +442,8 @@ def _stages_shared(ctx: StepContext, shift: bool = True) -> list[StageEstimate]:
                             weight_gradient_per_micro_batch=rep.weight_gradient_per_micro_batch)
         # alike stages hold the same states and buffers; only the in-flight count differs
         est.memory_parts = rep.memory_parts
-        if shift:
-            est.memory = replace(rep.memory_parts[0], activations=in_flight_activations(
-                ctx.dims, s, rep.memory_parts[1]))
+        est.memory = replace(rep.memory_parts[0], activations=in_flight_activations(
+            ctx.dims, s, rep.memory_parts[1]))
         stages.append(est)
     return stages
 
