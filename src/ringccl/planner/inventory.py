@@ -202,10 +202,15 @@ class _Gradients:
     label: str
     nbytes: float
     buckets: int
+    gather_nbytes: float = 0.0          # the same parameters all-gathered (working dtype)
 
     @property
     def bucket(self) -> float:
         return self.nbytes / self.buckets
+
+    @property
+    def gather_bucket(self) -> float:
+        return self.gather_nbytes / self.buckets
 
 
 def _gradients(ctx: StepContext, st: StageShape) -> list[_Gradients]:
@@ -219,9 +224,10 @@ def _gradients(ctx: StepContext, st: StageShape) -> list[_Gradients]:
     for group, params, label in parts:
         if dims.dp * dims.cp // (dims.ep if group == "edp" else 1) < 2:
             continue
-        grads = params * ctx.model.dtype_bytes
+        grads = params * ctx.gradient_bytes          # the framework's reduce dtype
         out.append(_Gradients(group, label, grads,
-                              max(1, int(np.ceil(grads / dims.bucket_bytes)))))
+                              max(1, int(np.ceil(grads / dims.bucket_bytes))),
+                              params * ctx.gather_bytes))
     return out
 
 
@@ -254,7 +260,8 @@ def zero_sharded(ctx: StepContext, st: StageShape) -> list[Entry]:
                          calls_per_step=g.buckets * per, overlap="backward", chunks=g.buckets,
                          per_micro_batch=z == 2)
         rows += _slowest(ctx, st.stage, g.group, parallelism="zero", collective="all_gather",
-                         phase="step", what=f"updated {g.label} parameters", nbytes=g.bucket,
+                         phase="step", what=f"updated {g.label} parameters",
+                         nbytes=g.gather_bucket,
                          calls_per_step=g.buckets, overlap="forward", chunks=g.buckets,
                          per_micro_batch=False)
     return rows
@@ -265,21 +272,24 @@ def fully_sharded(ctx: StepContext, st: StageShape) -> list[Entry]:
     before its backward, reduce-scatter of its gradients, prefetched behind compute."""
     if ctx.dims.zero_stage != 3:
         return []
-    m = ctx.micro_batches
+    # once per step when the weights stay gathered through the pipeline's micro-batches
+    once = ctx.gathers_once
+    m = 1 if once else ctx.micro_batches
     layers = max(st.layers, 1)
+    phases = [("forward", "weights before each layer's forward")]
+    if ctx.dims.reshard_after_forward is not False:
+        phases.append(("backward", "weights again for each layer's backward"))
     rows: list[Entry] = []
     for g in _gradients(ctx, st):
-        per_layer = g.nbytes / layers
-        for phase, what in (("forward", "weights before each layer's forward"),
-                            ("backward", "weights again for each layer's backward")):
+        for phase, what in phases:
             rows += _slowest(ctx, st.stage, g.group, parallelism="zero",
                              collective="all_gather", phase=phase, what=f"{g.label} {what}",
-                             nbytes=per_layer, calls_per_step=layers * m, overlap=phase,
-                             chunks=layers)
+                             nbytes=g.gather_nbytes / layers, calls_per_step=layers * m,
+                             overlap=phase, chunks=layers, per_micro_batch=not once)
         rows += _slowest(ctx, st.stage, g.group, parallelism="zero", collective="reduce_scatter",
                          phase="backward", what=f"{g.label} gradients of each layer",
-                         nbytes=per_layer, calls_per_step=layers * m, overlap="backward",
-                         chunks=layers)
+                         nbytes=g.nbytes / layers, calls_per_step=layers * m, overlap="backward",
+                         chunks=layers, per_micro_batch=not once)
     return rows
 
 

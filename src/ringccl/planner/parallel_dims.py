@@ -18,18 +18,27 @@ Megatron-LM's conventions (Narayanan et al. 2021; Megatron-Core's ``parallel_sta
   multiple of pp), ``"gpipe"`` (Huang et al. 2019);
 * ZeRO stage 0 (DDP), 1 (optimizer states sharded), 2 (+ gradients), 3 (+ weights, = FSDP);
 * recompute ``"none"``, ``"selective"`` (attention core, Korthikanti et al. 2022 §5), ``"full"``.
+
+The framework (``framework``, :mod:`.frameworks`) fills what is left out: sequence parallelism,
+the ZeRO stage, recompute, FlashAttention, FSDP's resharding, the gradients' reduce dtype and
+bucket; :meth:`ParallelDims.for_model` adds what needs the model (the reduce dtype, the bucket,
+and the global batch of :func:`default_num_micro_batches` when neither it nor the number of
+micro-batches is given). ``from_preset`` names every value filled in so.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import math
+from dataclasses import asdict, dataclass, field
 
 from .. import units
 from ..args import check_int
 from ..errors import ArgumentError, ArgumentTypeError
+from . import frameworks
 from .model import ModelConfig
 
-__all__ = ["ParallelDims", "DIMENSIONS", "DEFAULT_ORDER", "SCHEDULES", "RECOMPUTE", "resolve_dims"]
+__all__ = ["ParallelDims", "DIMENSIONS", "DEFAULT_ORDER", "SCHEDULES", "RECOMPUTE", "resolve_dims",
+           "check_field", "TOKENS_PER_STEP", "default_num_micro_batches", "BATCH_RULE"]
 
 #: the dimensions of the rank grid
 DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
@@ -41,25 +50,142 @@ RECOMPUTE = ("none", "selective", "full")
 #: PyTorch DDP's default bucket_cap_mb (25 MiB)
 DDP_BUCKET_BYTES = 25 * 2**20
 
+#: tokens per step when no global batch is given: 4M (2^22), as Llama 2 (every size; Touvron
+#: et al. 2023, Table 1) and Llama 3 405B's first stage (Dubey et al. 2024, §3.4.1) trained;
+#: GPT-3 175B used 3.2M (Brown et al. 2020, Table 2.1)
+TOKENS_PER_STEP = 2**22
+#: the rule, as the plan prints it
+BATCH_RULE = ("about 4M tokens per step (Llama 2, Llama 3 405B's first stage; GPT-3 175B: 3.2M), "
+              "rounded to a multiple of dp x micro_batch_size, at least 4 x pp micro-batches "
+              "with PP (a 1F1B bubble (pp-1)/m under 25%), a multiple of pp when interleaved")
+
+_INT1 = ("dp", "tp", "pp", "cp", "ep", "micro_batch_size", "virtual_stages")
+_BOOLS = ("sp", "flash_attention", "reshard_after_forward",
+          "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
+
+
+def _allowed(name: str) -> str | None:
+    """What field ``name`` allows, in words (None: no rule here)."""
+    if name in _INT1 or name in ("num_micro_batches", "global_batch_size"):
+        return "an integer >= 1"
+    if name in _BOOLS:
+        return "true or false"
+    return {"zero_stage": "0, 1, 2 or 3 (FSDP = 3)",
+            "schedule": "one of " + ", ".join(SCHEDULES),
+            "recompute": "one of " + ", ".join(RECOMPUTE),
+            "framework": "one of " + ", ".join(frameworks.FRAMEWORKS),
+            "reduce_dtype": "one of " + ", ".join(frameworks.REDUCE_DTYPES),
+            "bucket_bytes": "a size > 0 (bytes, or a string such as '25MiB')",
+            "capacity_factor": "a number >= 1",
+            "order": f"each of {', '.join(DIMENSIONS)} once, joined by '-'"}.get(name)
+
+
+def check_field(name: str, value, show=repr):
+    """``value`` if it is of the kind layout field ``name`` takes (None is refused: callers
+    skip the fields they leave out); ``show`` renders the value in messages (``repr`` for
+    Python, the file's syntax for a ``--config`` file).
+
+    Raises:
+        ArgumentTypeError: a wrong type (bool where a number belongs, a string for an int...).
+        ArgumentError: a value out of range or not among the choices.
+    """
+    allowed = _allowed(name)
+    if allowed is None:
+        return value
+    kind = type(value).__name__
+    if name in _INT1 or name in ("num_micro_batches", "global_batch_size"):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ArgumentTypeError(f"{name}={show(value)} must be {allowed}, got {kind}")
+        if value < 1:
+            raise ArgumentError(f"{name}={show(value)} must be {allowed}")
+    elif name in _BOOLS:
+        if not isinstance(value, bool):
+            raise ArgumentTypeError(f"{name}={show(value)} must be {allowed}, got {kind}")
+    elif name == "zero_stage":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ArgumentTypeError(f"zero_stage={show(value)} must be {allowed}, got {kind}")
+        if value not in (0, 1, 2, 3):
+            raise ArgumentError(f"zero_stage={show(value)} must be {allowed}")
+    elif name == "capacity_factor":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ArgumentTypeError(f"capacity_factor={show(value)} must be {allowed}, got "
+                                    f"{kind}")
+        if not value >= 1:
+            raise ArgumentError(f"capacity_factor={show(value)} must be {allowed}")
+    elif name == "bucket_bytes":
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise ArgumentTypeError(f"bucket_bytes={show(value)} must be {allowed}, got {kind}")
+        size = units.size(value) if isinstance(value, str) else value
+        if size < 1:
+            raise ArgumentError(f"bucket_bytes={show(value)} must be {allowed}")
+        return size
+    elif name == "order":
+        dims = value.split("-") if isinstance(value, str) else None
+        if dims is None or sorted(dims) != sorted(DIMENSIONS):
+            raise ArgumentError(f"order={show(value)} must name {allowed} (Megatron's "
+                                f"default {DEFAULT_ORDER!r})")
+    else:
+        choices = {"schedule": SCHEDULES, "recompute": RECOMPUTE,
+                   "framework": frameworks.FRAMEWORKS,
+                   "reduce_dtype": tuple(frameworks.REDUCE_DTYPES)}[name]
+        if not isinstance(value, str):
+            raise ArgumentTypeError(f"{name}={show(value)} must be {allowed}, got {kind}")
+        if value.lower() not in choices:
+            raise ArgumentError(f"{name}={show(value)} must be {allowed}")
+        return value.lower()
+    return value
+
+
+def default_num_micro_batches(*, seq_length: int, dp: int, micro_batch_size: int, pp: int,
+                              schedule: str) -> int:
+    """Micro-batches per step when no global batch is given (:data:`BATCH_RULE`):
+    ``round(TOKENS_PER_STEP / (seq_length · dp · micro_batch_size))``, at least 1, at least
+    4·pp with pipeline parallelism (the 1F1B bubble (p − 1)/m of Narayanan et al. 2021 §2.2.1
+    stays under 25 %), rounded up to a multiple of pp for the interleaved schedule (its
+    requirement, §2.2.2)."""
+    per_step = seq_length * dp * micro_batch_size
+    m = max(1, math.floor(TOKENS_PER_STEP / per_step + 0.5))
+    if pp > 1:
+        m = max(m, 4 * pp)
+        if schedule == "interleaved":
+            m = -(-m // pp) * pp
+    return m
+
 
 @dataclass(frozen=True)
 class ParallelDims:
     """One training step's parallel layout: the degrees of each dimension, the batch, the
-    pipeline schedule, ZeRO and recompute.
+    pipeline schedule, ZeRO and recompute, and the framework that runs it.
+
+    A field left None takes its framework's value (:data:`frameworks.PRESETS`); a field given
+    wins over the preset. ``from_preset`` names the fields filled so (and
+    ``global_batch_size`` when the batch came from :data:`BATCH_RULE`).
 
     Attributes:
         dp, tp, cp, pp, ep: group sizes (>= 1); ``ep`` divides ``dp``.
-        sp: Megatron sequence parallelism inside the TP group.
-        zero_stage: 0, 1, 2 or 3 (FSDP = 3).
+        sp: Megatron sequence parallelism inside the TP group (preset).
+        zero_stage: 0, 1, 2 or 3 (FSDP = 3; Megatron's distributed optimizer = 1) (preset).
         micro_batch_size: sequences per micro-batch per data-parallel rank.
-        num_micro_batches: micro-batches per step (default: from global_batch_size, else 1).
+        num_micro_batches: micro-batches per step (default: from global_batch_size, else the
+            rule, once the model is known: :meth:`for_model`).
         global_batch_size: sequences per step (default dp · micro_batch_size · m).
         schedule: "1f1b", "interleaved" (with virtual_stages > 1) or "gpipe".
         virtual_stages: model chunks per PP rank (interleaved only).
-        recompute: "none", "selective" or "full".
+        recompute: "none", "selective" or "full" (preset).
         order: the rank order, e.g. "tp-cp-ep-dp-pp" (fastest-varying first).
-        bucket_bytes: DDP / ZeRO gradient bucket size in bytes (PyTorch's 25 MiB).
+        bucket_bytes: gradient bucket size in bytes (preset, :meth:`for_model`).
         capacity_factor: MoE all-to-all buffer over the uniform-routing size (>= 1).
+        framework: "megatron", "deepspeed", "fsdp2" or "torchtitan" (default
+            :data:`frameworks.DEFAULT_FRAMEWORK`).
+        flash_attention: attention keeps no s x s scores (FlashAttention) (preset).
+        reduce_dtype: "float32", "bfloat16" or "float16": the gradients' reduction (preset,
+            :meth:`for_model`).
+        reshard_after_forward: ZeRO-3/FSDP frees each layer's gathered weights after its
+            forward (preset).
+        account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split:
+            Megatron-Core's: the embedding / the loss counts as one layer of the pipeline's
+            split, so the first / last stage holds one layer fewer (Llama 3's balance).
+        from_preset: the fields filled by the framework's preset or the batch rule.
     """
 
     dp: int = 1
@@ -67,53 +193,80 @@ class ParallelDims:
     pp: int = 1
     cp: int = 1
     ep: int = 1
-    sp: bool = False
-    zero_stage: int = 0
+    sp: bool | None = None
+    zero_stage: int | None = None
     micro_batch_size: int = 1
     num_micro_batches: int | None = None
     global_batch_size: int | None = None
     schedule: str = "1f1b"
     virtual_stages: int = 1
-    recompute: str = "none"
+    recompute: str | None = None
     order: str = DEFAULT_ORDER
-    bucket_bytes: int = DDP_BUCKET_BYTES
+    bucket_bytes: int | str | None = None
     capacity_factor: float = 1.0
+    # -- the framework and what its preset fills in
+    framework: str | None = None
+    flash_attention: bool | None = None
+    reduce_dtype: str | None = None
+    reshard_after_forward: bool | None = None
+    account_for_embedding_in_pipeline_split: bool = False
+    account_for_loss_in_pipeline_split: bool = False
+    from_preset: tuple = field(default=(), compare=False)
 
     def __post_init__(self):
-        for f in ("dp", "tp", "pp", "cp", "ep", "micro_batch_size", "virtual_stages"):
-            check_int(getattr(self, f), f, minimum=1)
-        if not isinstance(self.sp, bool):
-            raise ArgumentTypeError(f"sp={self.sp!r} must be true or false")
-        if self.zero_stage not in (0, 1, 2, 3):
-            raise ArgumentError(f"zero_stage={self.zero_stage!r} must be 0, 1, 2 or 3 (FSDP = 3)")
-        if self.schedule not in SCHEDULES:
-            raise ArgumentError(f"schedule={self.schedule!r} must be one of "
-                                f"{', '.join(SCHEDULES)}")
-        if self.recompute not in RECOMPUTE:
-            raise ArgumentError(f"recompute={self.recompute!r} must be one of "
-                                f"{', '.join(RECOMPUTE)}")
+        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 - frozen dataclass
+        for f in (*_INT1, "schedule", "order", "capacity_factor",
+                  "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"):
+            set_(f, check_field(f, getattr(self, f)))
+        filled = list(self.from_preset)
+        if self.framework is None:
+            filled.append("framework")
+        set_("framework", frameworks.check_framework(self.framework or
+                                                     frameworks.DEFAULT_FRAMEWORK))
+        layout = {"tp": self.tp, "pp": self.pp, "dp": self.dp, "cp": self.cp}
+        for name in frameworks.LAYOUT_SETTINGS:
+            if getattr(self, name) is None:
+                value = frameworks.preset_values(self.framework, (name,), layout).get(name)
+                if value is not None:
+                    set_(name, value)
+                    filled.append(name)
+            elif name not in filled:
+                set_(name, check_field(name, getattr(self, name)))
+        for name in ("reduce_dtype", "bucket_bytes"):
+            if getattr(self, name) is not None:
+                set_(name, check_field(name, getattr(self, name)))
+        set_("from_preset", tuple(dict.fromkeys(filled)))
         if self.virtual_stages > 1 and self.schedule != "interleaved":
             raise ArgumentError(f"virtual_stages={self.virtual_stages} needs "
                                 f"schedule='interleaved' (got {self.schedule!r})")
-        if isinstance(self.bucket_bytes, str):
-            object.__setattr__(self, "bucket_bytes", units.size(self.bucket_bytes))
-        check_int(self.bucket_bytes, "bucket_bytes", minimum=1)
-        if not isinstance(self.capacity_factor, (int, float)) or not self.capacity_factor >= 1:
-            raise ArgumentError(f"capacity_factor={self.capacity_factor!r} must be a number >= 1")
-        dims = self.order.split("-") if isinstance(self.order, str) else None
-        if dims is None or sorted(dims) != sorted(DIMENSIONS):
-            raise ArgumentError(f"order={self.order!r} must name each of "
-                                f"{', '.join(DIMENSIONS)} once, joined by '-' (Megatron's "
-                                f"default {DEFAULT_ORDER!r})")
+        self._check_framework()
         if self.dp % self.ep:
             raise ArgumentError(f"ep={self.ep} must divide dp={self.dp} (expert-parallel groups "
                                 "are carved out of the data-parallel ranks, as in Megatron-Core)")
+        self._check_batch()
+
+    def _check_framework(self) -> None:
+        """Refuse what the framework cannot run."""
+        if self.framework in ("fsdp2", "torchtitan") and self.zero_stage in (1, 2):
+            raise ArgumentError(
+                f"zero_stage={self.zero_stage} is not how {self.framework} shards: it runs 0 "
+                "(replicated, DDP) or 3 (fully_shard); reshard_after_forward=false keeps the "
+                "gathered weights to the backward (FSDP's SHARD_GRAD_OP)")
+        if self.framework == "deepspeed" and self.pp > 1 and self.zero_stage >= 2:
+            raise ArgumentError(
+                f"zero_stage={self.zero_stage} with pp={self.pp}: DeepSpeed's pipeline engine "
+                "refuses ZeRO-2 and ZeRO-3 (deepspeed/runtime/pipe/engine.py, PipelineEngine: "
+                "zero_optimization_stage() < 2); use zero_stage 0 or 1 with PP, or pp=1")
+
+    def _check_batch(self) -> None:
+        """The batch's consistency; m stays None until :meth:`for_model` when neither it nor
+        the global batch is given."""
         per_step = self.dp * self.micro_batch_size
         m = self.num_micro_batches
         if m is not None:
-            check_int(m, "num_micro_batches", minimum=1)
+            check_field("num_micro_batches", m)
         if self.global_batch_size is not None:
-            check_int(self.global_batch_size, "global_batch_size", minimum=1)
+            check_field("global_batch_size", self.global_batch_size)
             if self.global_batch_size % per_step:
                 raise ArgumentError(
                     f"global_batch_size={self.global_batch_size} does not split into "
@@ -124,12 +277,37 @@ class ParallelDims:
                     f"global_batch_size={self.global_batch_size} != dp x micro_batch_size x "
                     f"num_micro_batches = {self.dp} x {self.micro_batch_size} x {m}")
             m = self.global_batch_size // per_step
-        m = 1 if m is None else m
+        if m is None:
+            return
         object.__setattr__(self, "num_micro_batches", m)
         object.__setattr__(self, "global_batch_size", m * per_step)
         if self.schedule == "interleaved" and self.pp > 1 and m % self.pp:
             raise ArgumentError(f"num_micro_batches={m} must be a multiple of pp={self.pp} for "
                                 "the interleaved schedule (Megatron-LM 2021 §2.2.2)")
+
+    def for_model(self, model: ModelConfig) -> "ParallelDims":
+        """This layout with what needs the model filled in: the gradients' reduce dtype and
+        bucket from the framework's preset (they depend on the training dtype), and the
+        global batch of :func:`default_num_micro_batches` when neither the global batch nor
+        the number of micro-batches was given."""
+        values = asdict(self)
+        filled = list(self.from_preset)
+        layout = {"tp": self.tp, "pp": self.pp, "dp": self.dp, "cp": self.cp,
+                  "dtype": model.dtype}
+        for name in frameworks.MODEL_SETTINGS:
+            if values[name] is None:
+                layout["reduce_dtype"] = values["reduce_dtype"]
+                values[name] = frameworks.preset_values(self.framework, (name,), layout)[name]
+                filled.append(name)
+        if self.num_micro_batches is None:
+            values["num_micro_batches"] = default_num_micro_batches(
+                seq_length=model.seq_length, dp=self.dp, micro_batch_size=self.micro_batch_size,
+                pp=self.pp, schedule=self.schedule)
+            filled.append("global_batch_size")
+        if len(filled) == len(self.from_preset):
+            return self
+        values["from_preset"] = tuple(filled)
+        return ParallelDims(**values)
 
     @property
     def world_size(self) -> int:
@@ -178,7 +356,9 @@ class ParallelDims:
             raise ArgumentError(f"sp must be on with tp={self.tp} on an MoE model "
                                 "(Megatron-Core requires sequence parallelism with experts)")
         chunks = self.pp * self.virtual_stages
-        if chunks > model.num_hidden_layers:
+        slots = (model.num_hidden_layers + self.account_for_embedding_in_pipeline_split
+                 + self.account_for_loss_in_pipeline_split)
+        if chunks > slots:
             raise ArgumentError(f"pp={self.pp} x virtual_stages={self.virtual_stages} = {chunks} "
                                 f"stages is deeper than the model's num_hidden_layers="
                                 f"{model.num_hidden_layers}")
@@ -188,8 +368,17 @@ class ParallelDims:
         return self
 
     def replace(self, **changes) -> "ParallelDims":
-        """A copy with ``changes``; the batch is kept (num_micro_batches recomputed)."""
+        """A copy with ``changes``; the batch is kept (num_micro_batches recomputed), and the
+        values that came from the preset or the batch rule are derived again."""
         values = asdict(self)
+        for name in self.from_preset:
+            if name == "framework" and "framework" not in changes:
+                values["framework"] = None
+            elif name == "global_batch_size":
+                values["global_batch_size"] = values["num_micro_batches"] = None
+            elif name not in changes:
+                values[name] = None
+        values["from_preset"] = ()
         if "global_batch_size" not in changes and ("dp" in changes or
                                                     "micro_batch_size" in changes):
             values["num_micro_batches"] = None
@@ -210,7 +399,8 @@ class ParallelDims:
         if self.pp > 1:
             parts.append(self.schedule + (f"(v={self.virtual_stages})"
                                           if self.virtual_stages > 1 else ""))
-        parts.append(f"mbs={self.micro_batch_size}x{self.num_micro_batches}")
+        parts.append(f"mbs={self.micro_batch_size}"
+                     + (f"x{self.num_micro_batches}" if self.num_micro_batches else ""))
         if self.recompute != "none":
             parts.append(f"recompute={self.recompute}")
         return " ".join(parts)
@@ -229,7 +419,7 @@ def resolve_dims(layout) -> ParallelDims:
     if isinstance(layout, ParallelDims):
         return layout
     values = dict(layout or {})
-    known = set(ParallelDims.__dataclass_fields__)
+    known = set(ParallelDims.__dataclass_fields__) - {"from_preset"}
     unknown = sorted(set(values) - known)
     if unknown:
         raise ArgumentError(f"unknown layout field(s) {', '.join(unknown)}; expected "

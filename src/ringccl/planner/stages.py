@@ -1,7 +1,10 @@
 """What each PP stage holds, per rank: its layers, parameters and forward FLOPs.
 
 The L layers split as evenly as possible into pp·v model chunks, stage s holding chunks
-s, s + pp, s + 2·pp, ... (Megatron-LM 2021 §2.2.2); each weight matrix is sharded over tp (and
+s, s + pp, s + 2·pp, ... (Megatron-LM 2021 §2.2.2); Megatron-Core's
+``account_for_embedding_in_pipeline_split`` / ``account_for_loss_in_pipeline_split`` count the
+embedding / the loss as one more layer of the split, so the first / last chunk holds one layer
+fewer (the Llama 3 report's balanced first and last stages, Dubey et al. 2024 §3.3.2); each weight matrix is sharded over tp (and
 the routed experts over ep · tp), the vocabulary-parallel embedding and LM head sit on the first
 and the last stage. FLOPs per token are :meth:`ModelConfig.flops_per_token`'s, split by layer.
 """
@@ -21,16 +24,29 @@ __all__ = ["StageShape", "stage_shape", "stage_layers"]
 
 def stage_layers(model: ModelConfig, dims: ParallelDims, stage: int) -> list[list[int]]:
     """The layers of PP stage ``stage``, one list per model chunk (``virtual_stages`` of them):
-    the L layers split as evenly as possible into pp·v chunks (the first chunks take one more),
+    the L layers (and the embedding and the loss, each as one more, when the layout accounts
+    for them) split as evenly as possible into pp·v chunks (the first chunks take one more),
     stage s holding chunks s, s + pp, s + 2·pp, ... (Megatron-LM 2021 §2.2.2)."""
-    return [list(chunk) for chunk in _layer_chunks(model.num_hidden_layers, dims.pp,
-                                                    dims.virtual_stages, stage)]
+    return [list(chunk) for chunk in _layer_chunks(
+        model.num_hidden_layers, dims.pp, dims.virtual_stages, stage,
+        _extras(dims))]
+
+
+def _extras(dims: ParallelDims) -> tuple[int, int]:
+    """(1 if the embedding counts as a layer of the split, 1 if the loss does)."""
+    return (int(bool(dims.account_for_embedding_in_pipeline_split)),
+            int(bool(dims.account_for_loss_in_pipeline_split)))
 
 
 @memoize(maxsize=4096)
-def _layer_chunks(num_layers: int, pp: int, virtual_stages: int, stage: int) -> tuple:
-    bounds = np.array_split(np.arange(num_layers), pp * virtual_stages)
-    return tuple(tuple(map(int, bounds[stage + k * pp])) for k in range(virtual_stages))
+def _layer_chunks(num_layers: int, pp: int, virtual_stages: int, stage: int,
+                  extras: tuple[int, int] = (0, 0)) -> tuple:
+    first, last = extras
+    # slot -1 is the embedding, slot num_layers the loss; they take a layer's place
+    slots = np.arange(-first, num_layers + last)
+    bounds = np.array_split(slots, pp * virtual_stages)
+    return tuple(tuple(int(i) for i in bounds[stage + k * pp] if 0 <= i < num_layers)
+                 for k in range(virtual_stages))
 
 
 @dataclass(frozen=True)
@@ -71,15 +87,17 @@ def _shard(count: int, parts: int) -> int:
 
 def stage_shape(model: ModelConfig, dims: ParallelDims, stage: int) -> StageShape:
     """The :class:`StageShape` of PP stage ``stage`` (memoized on what it depends on: the
-    model, tp, ep, pp, v, the micro-batch and cp)."""
+    model, tp, ep, pp, v, the micro-batch, cp and the split's embedding and loss slots)."""
     return _stage_shape(model, dims.tp, dims.ep, dims.pp, dims.virtual_stages,
-                        dims.micro_batch_size, dims.cp, stage)
+                        dims.micro_batch_size, dims.cp, stage, _extras(dims))
 
 
 @memoize(maxsize=4096)
 def _stage_shape(model: ModelConfig, tp: int, ep: int, pp: int, virtual_stages: int,
-                 micro_batch_size: int, cp: int, stage: int) -> StageShape:
-    layers = [i for chunk in _layer_chunks(model.num_hidden_layers, pp, virtual_stages, stage)
+                 micro_batch_size: int, cp: int, stage: int,
+                 extras: tuple[int, int] = (0, 0)) -> StageShape:
+    layers = [i for chunk in _layer_chunks(model.num_hidden_layers, pp, virtual_stages, stage,
+                                           extras)
               for i in chunk]
     first, last = stage == 0, stage == pp - 1
     # parameter counts are integers: each TP (and EP) shard of a weight matrix rounded up;

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from fractions import Fraction
 
 from .. import units
 from ..errors import ArgumentError
@@ -37,6 +36,7 @@ from .costing import Entry
 from .inventory import inventory
 from .model import ModelConfig
 from .parallel_dims import ParallelDims
+from .stage_memory import stage_memory
 from .stages import StageShape
 
 __all__ = ["StageEstimate", "StepEstimate", "estimate_step", "exposed_seconds", "stage_memory"]
@@ -99,6 +99,7 @@ class StepEstimate:
         tokens_per_second, mfu, model_flops_per_step.
         exposed: parallelism -> exposed seconds per step on the slowest path.
         fits_memory: every stage's memory within the GPU's; peak_memory: the largest total.
+        warnings: :class:`~ringccl.planner.advice.PlanWarning` (``ringccl.plan`` fills them).
     """
 
     model: ModelConfig
@@ -115,6 +116,7 @@ class StepEstimate:
     peak_memory: float
     fits_memory: bool
     notes: list = field(default_factory=list)
+    warnings: list = field(default_factory=list)
 
     @property
     def tokens_per_step(self) -> int:
@@ -169,75 +171,12 @@ class StepEstimate:
                 "straggler": None if self.straggler is None else vars(self.straggler),
                 "world_size": self.dims.world_size, "describe": self.describe(),
                 "summary": self.summary(),
-                "stages": [s.to_dict() for s in self.stages], "notes": list(self.notes)}
+                "stages": [s.to_dict() for s in self.stages], "notes": list(self.notes),
+                "warnings": [w.to_dict() for w in self.warnings]}
 
     def describe(self) -> str:
         return (f"{self.model.name} on {self.dims.world_size} GPUs, {self.dims.describe()}: "
                 f"step {units.format_duration(self.step_seconds)}, MFU {100 * self.mfu:.1f}%")
-
-
-def stage_memory(ctx: StepContext, st: StageShape,
-                 entries: list[Entry]) -> memory.MemoryBreakdown:
-    """The memory of one rank of stage ``st``, bytes, from :mod:`ringccl.planner.memory`.
-
-    - model states (:func:`~ringccl.planner.memory.model_state_bytes`): the dense weights
-      sharded by ZeRO over the ``dp · cp`` ranks that hold them, the routed experts over
-      ``dp · cp / ep``;
-    - activations: :func:`~ringccl.planner.memory.activation_bytes` of one micro-batch through
-      all the stage's layers (every model chunk) × the micro-batches in flight
-      (:func:`~ringccl.planner.memory.in_flight_micro_batches`, in those same units: for the
-      interleaved schedule its chunk-activations divided by v), rounded up;
-    - communication buffers (:func:`~ringccl.planner.memory.communication_buffer_bytes`):
-      DDP's bucket copy of the gradients (PyTorch's default ``gradient_as_bucket_view=False``),
-      ZeRO-3's live gathered layers, the all-to-all's send and receive buffers; ZeRO-1/2 add
-      their largest in-flight bucket twice (the gradients being reduce-scattered and the
-      parameters being gathered).
-
-    Returns:
-        A :class:`~ringccl.planner.memory.MemoryBreakdown` (it sums its own ``total``).
-    """
-    model, dims = ctx.model, ctx.dims
-    data_parallel = dims.dp * dims.cp
-    dense = memory.model_state_bytes(st.dense_parameters, dp=data_parallel,
-                                     zero_stage=dims.zero_stage)
-    expert = memory.model_state_bytes(st.expert_parameters,
-                                      dp=max(1, data_parallel // dims.ep),
-                                      zero_stage=dims.zero_stage)
-    per_micro_batch = memory.activation_bytes(
-        seq_length=model.seq_length, micro_batch_size=dims.micro_batch_size,
-        hidden_size=model.hidden_size, num_attention_heads=model.num_attention_heads,
-        num_layers=st.layers, tp=dims.tp, sp=dims.sp, cp=dims.cp,
-        recompute=dims.recompute, dtype_bytes=model.dtype_bytes)
-    in_flight = memory.in_flight_micro_batches(
-        schedule=dims.schedule if dims.pp > 1 else "1f1b", pp=dims.pp, stage=st.stage,
-        num_micro_batches=dims.num_micro_batches, virtual_stages=dims.virtual_stages)
-    # in_flight is a whole number, or chunk-activations / v for the interleaved schedule:
-    # exact as a fraction of denominator v
-    activations = math.ceil(per_micro_batch * Fraction(in_flight).limit_denominator(
-        dims.virtual_stages))
-    gradient_bytes = dense["gradients"] + expert["gradients"]
-    moe_tokens = 0
-    if st.moe_layers and dims.ep > 1:
-        # tokens a rank routes per MoE layer and micro-batch: its sequence shard (SP splits it
-        # over tp, as Megatron-Core's token dispatcher does)
-        moe_tokens = (dims.micro_batch_size * model.seq_length
-                      // (dims.cp * (dims.tp if dims.sp else 1)))
-    buffers = memory.communication_buffer_bytes(
-        ddp_gradient_bytes=gradient_bytes if dims.zero_stage == 0 and data_parallel > 1
-        else 0,
-        zero3_layer_parameters=st.largest_layer_parameters if dims.zero_stage == 3 else 0,
-        param_bytes=model.dtype_bytes, grad_bytes=model.dtype_bytes, moe_tokens=moe_tokens,
-        moe_top_k=max(1, model.num_experts_per_tok),
-        moe_capacity_factor=dims.capacity_factor, moe_hidden_size=model.hidden_size,
-        dtype_bytes=model.dtype_bytes)
-    communication = sum(buffers.values())
-    if dims.zero_stage in (1, 2):
-        communication += 2 * max((math.ceil(e.nbytes) for e in entries
-                                  if e.parallelism == "zero"), default=0)
-    return memory.MemoryBreakdown(
-        weights=dense["weights"] + expert["weights"],
-        gradients=gradient_bytes, optimizer=dense["optimizer"] + expert["optimizer"],
-        activations=activations, communication=communication)
 
 
 def _stage(ctx: StepContext, stage: int) -> StageEstimate:
@@ -338,6 +277,7 @@ def estimate_step(model: ModelConfig, dims: ParallelDims, cluster: Cluster,
             the world.
     """
     ctx = step_context(model, dims, cluster, straggler)
+    dims = ctx.dims                     # completed for the model (batch, reduce dtype, bucket)
     if share_stages:
         stages = _stages_shared(ctx)
     else:
