@@ -36,6 +36,9 @@ SMALL_MOE = ModelConfig(num_hidden_layers=4, hidden_size=4096, num_attention_hea
 
 
 def node(nodes=1, **kw):
+    # these tests state the lecture's identities about ringccl's own schedules (ring,
+    # hierarchical): price the what-if, not NCCL's choice
+    kw.setdefault("collectives", "ringccl")
     return Cluster(nodes=nodes, gpus_per_node=8, intra_bandwidth="450GB/s",
                    inter_bandwidth="400Gbps", **kw)
 
@@ -108,7 +111,7 @@ def test_all_reduce_bytes_per_rank_are_2_n_minus_1_over_n_of_the_buffer(layout):
 
 
 def test_question_9_3_hierarchical_inter_node_bytes_are_the_flat_rings_over_local_size():
-    cluster = ringccl.planner.cluster_preset("seed-9.3")
+    cluster = ringccl.planner.cluster_preset("seed-9.3", collectives="ringccl")
     model = ringccl.planner.PRESETS["llama3-8b"]
     # one bucket of all 16 GB of gradients: the question's big buffer
     p0 = plan(model, {"dp": 1024, "global_batch_size": 1024, "bucket_bytes": "16GB"}, cluster)

@@ -80,9 +80,9 @@ def test_sharded_bytes_per_parameter(fw, reduce, zero, dp, expected):
 def test_presets_fill_what_is_left_out_and_explicit_fields_win():
     d = ParallelDims(tp=8, dp=4)
     assert d.framework == frameworks.DEFAULT_FRAMEWORK == "megatron"
-    assert (d.sp, d.zero_stage, d.recompute, d.flash_attention) == (True, 1, "none", True)
-    assert set(d.from_preset) == {"framework", "sp", "zero_stage", "recompute",
-                                  "flash_attention"}
+    assert (d.sp, d.zero_stage, d.recompute, d.attention) == (True, 1, "none", "flash")
+    assert {"framework", "sp", "zero_stage", "recompute", "attention",
+            "overlap_grad_reduce"} <= set(d.from_preset)
     mine = ParallelDims(tp=8, dp=4, sp=False, zero_stage=0, framework="megatron")
     assert (mine.sp, mine.zero_stage) == (False, 0)
     assert "sp" not in mine.from_preset and "framework" not in mine.from_preset
@@ -126,7 +126,8 @@ def test_plan_json_says_which_values_came_from_the_preset():
      r"zero_stage=3 with pp=2: DeepSpeed's pipeline engine refuses ZeRO-2 and ZeRO-3"),
     ({"reduce_dtype": "float8"}, r"reduce_dtype='float8' must be one of float32, bfloat16, "
      r"float16"),
-    ({"flash_attention": "yes"}, r"flash_attention='yes' must be true or false, got str"),
+    ({"attention": "eager"}, r"attention='eager' must be one of flash, unfused"),
+    ({"overlap_p2p": "yes"}, r"overlap_p2p='yes' must be true or false, got str"),
     ({"dp": None}, r"dp=None must be an integer >= 1, got NoneType"),
     ({"tp": -2}, r"tp=-2 must be an integer >= 1"),
     ({"micro_batch_size": 1.5}, r"micro_batch_size=1.5 must be an integer >= 1, got float"),
@@ -205,7 +206,7 @@ def _korthikanti(name, present: bool):
                                          "micro_batch_size", "global_batch_size")}
     # 2022's Megatron-LM: no FlashAttention; baseline = TP alone, present work = SP + selective
     lay.update(dict(sp=True, recompute="selective") if present else
-               dict(sp=False, recompute="none", flash_attention=False))
+               dict(sp=False, recompute="none", attention="unfused"))
     return plan(resolve_model(row["model"]), {**lay, "framework": "megatron"},
                 {"preset": "dgx-a100", "nodes": row["hardware"]["nodes"]})
 
@@ -300,7 +301,7 @@ def test_flash_attention_by_default_keeps_no_scores():
     kept (they alone would be 5·a·s/h = 320 times s·b·h per layer)."""
     lay = {"tp": 8, "pp": 16, "dp": 1, "global_batch_size": 16, "recompute": "none"}
     flash = plan("llama3-405b", lay, {"preset": "dgx-h100", "nodes": 16}, seq_length=8192)
-    eager = plan("llama3-405b", {**lay, "flash_attention": False},
+    eager = plan("llama3-405b", {**lay, "attention": "unfused"},
                  {"preset": "dgx-h100", "nodes": 16}, seq_length=8192)
     a, b = flash.stages[0].memory.activations, eager.stages[0].memory.activations
     s, h, heads, t = 8192, 16384, 128, 8

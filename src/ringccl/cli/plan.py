@@ -11,12 +11,14 @@ import sys
 from .. import units
 from ..errors import ArgumentError
 from ..planner import plan, search
-from ..planner.cluster import CLUSTER_PRESETS
+from ..planner.cluster import CLUSTER_PRESETS, COLLECTIVE_MODELS
 from ..planner.config import PlanConfig, cluster_for, layout_for_gpus, plan_config
 from ..planner.emit import write_step_file
 from ..planner.frameworks import DEFAULT_FRAMEWORK, DEFAULT_WHY, FRAMEWORKS, REDUCE_DTYPES
+from ..planner.gpus import GPU_PRESETS
 from ..planner.model import PRESETS
-from ..planner.parallel_dims import BATCH_RULE, RECOMPUTE, SCHEDULES, resolve_dims
+from ..planner.parallel_dims import ATTENTION, BATCH_RULE, RECOMPUTE, SCHEDULES, resolve_dims
+from ..planner.precision import PRECISIONS
 from ..views.explore import require_plotly
 from ..views.explore_plan import plan_page
 from ..views.plan_plot import plan_chart
@@ -30,17 +32,20 @@ _LAYOUT = {"dp": "dp", "tp": "tp", "sp": "sp", "cp": "cp", "pp": "pp", "ep": "ep
            "num_micro_batches": "num_micro_batches", "global_batch_size": "global_batch_size",
            "schedule": "schedule", "virtual_stages": "virtual_stages",
            "recompute": "recompute", "order": "order", "bucket_size": "bucket_bytes",
-           "framework": "framework", "flash_attention": "flash_attention",
-           "reduce_dtype": "reduce_dtype", "reshard_after_forward": "reshard_after_forward",
+           "precision": "precision", "attention": "attention",
+           "framework": "framework", "reduce_dtype": "reduce_dtype",
+           "reshard_after_forward": "reshard_after_forward",
            "account_for_embedding_in_pipeline_split": "account_for_embedding_in_pipeline_split",
            "account_for_loss_in_pipeline_split": "account_for_loss_in_pipeline_split"}
 #: command-line dest -> Cluster field
-_CLUSTER = {"cluster": "preset", "nodes": "nodes", "gpus_per_node": "gpus_per_node",
+_CLUSTER = {"cluster": "preset", "gpu": "gpu", "nodes": "nodes",
+            "gpus_per_node": "gpus_per_node",
             "intra_bandwidth": "intra_bandwidth", "inter_bandwidth": "inter_bandwidth",
             "intra_alpha": "intra_alpha", "inter_alpha": "inter_alpha",
             "nics_per_node": "nics_per_node", "peak_flops": "peak_flops",
             "compute_efficiency": "compute_efficiency", "gpu_memory": "gpu_memory",
-            "profile": "profile", "profile_level": "profile_level"}
+            "profile": "profile", "profile_level": "profile_level",
+            "collectives": "collectives"}
 
 
 def _inputs(args) -> PlanConfig:
@@ -221,8 +226,9 @@ def register(sub) -> None:
     p = sub.add_parser(
         "plan", help="the collectives, bytes, algorithms and time of a whole training step",
         description="Every collective of one training step for a model, a DP/TP/SP/CP/PP/EP/"
-        "ZeRO layout and a two-level cluster: the algorithm the tuner picks on each group's "
-        "placement, predicted time, overlap, the bubble, step time, MFU, memory; or --search "
+        "ZeRO layout and a cluster: each kernel of the compute timed from its shape, the "
+        "algorithm NCCL picks for each collective on its group's placement, what the "
+        "framework overlaps, the bubble, step time, MFU, memory; or --search "
         "--gpus N for the best layouts. Every option can come from --config (JSON or TOML).")
     p.add_argument("--config", help="a JSON or TOML file with the options (the command line "
                    "wins): model, seq_length, dtype, straggler, gpus, search, [layout], "
@@ -248,8 +254,6 @@ def register(sub) -> None:
     g.add_argument("--virtual-stages", type=positive_int, help="model chunks per PP rank "
                    "(interleaved)")
     g.add_argument("--recompute", choices=RECOMPUTE, help="default: the framework's")
-    g.add_argument("--flash-attention", action=argparse.BooleanOptionalAction, default=None,
-                   help="attention keeps no s x s scores (default: the framework's, on)")
     g.add_argument("--reduce-dtype", choices=tuple(REDUCE_DTYPES), help="dtype the gradients "
                    "are reduced in (default: the framework's; Megatron with bf16: float32)")
     g.add_argument("--reshard-after-forward", action=argparse.BooleanOptionalAction,
@@ -262,9 +266,16 @@ def register(sub) -> None:
     g.add_argument("--order", help="rank order, fastest first (default tp-cp-ep-dp-pp)")
     g.add_argument("--bucket-size", type=size_arg, help="gradient bucket, e.g. 25MiB (default: "
                    "the framework's)")
+    g.add_argument("--precision", choices=tuple(PRECISIONS), help="precision recipe (default "
+                   "bf16; fp8-* run the linear layers' GEMMs at the FP8 peak)")
+    g.add_argument("--attention", choices=ATTENTION, help="flash: FlashAttention, no s x s "
+                   "scores kept (every framework's default); unfused: Megatron's core "
+                   "attention")
     c = p.add_argument_group("cluster")
     c.add_argument("--cluster", help=f"a preset: {', '.join(CLUSTER_PRESETS)} (default "
                    "dgx-h100)")
+    c.add_argument("--gpu", help=f"GPU preset ({', '.join(GPU_PRESETS)}; default the "
+                   "cluster preset's)")
     c.add_argument("--nodes", type=positive_int, help="default: the GPUs / gpus per node")
     c.add_argument("--gpus-per-node", type=positive_int)
     c.add_argument("--intra-bandwidth", help="per GPU per direction, e.g. 450GB/s")
@@ -277,7 +288,11 @@ def register(sub) -> None:
     c.add_argument("--compute-efficiency", type=_number(0, 1, "a fraction of peak"),
                    help="fraction of peak (0, 1]")
     c.add_argument("--gpu-memory", help="e.g. 80GB")
-    c.add_argument("--profile", help="a `ringccl fit --json` file: alpha, beta, gamma")
+    c.add_argument("--profile", action="append", help="a profile (repeatable): a network "
+                   "profile (`ringccl fit` on nccl-tests logs), a compute profile (`ringccl "
+                   "calibrate`), or a `ringccl fit --json` alpha-beta fit")
+    c.add_argument("--collectives", choices=COLLECTIVE_MODELS, help="price collectives as "
+                   "NCCL runs them (default) or as ringccl's own schedules would (what-if)")
     c.add_argument("--profile-level", choices=("inter", "intra"), help="which link the fit "
                    "measured (default inter)")
     p.add_argument("--straggler", help="RANK:FRACTION: that rank's NIC at a fraction of its "

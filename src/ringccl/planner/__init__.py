@@ -56,7 +56,7 @@ def plan(model, layout, cluster, *, straggler=None, seq_length: int | None = Non
         layout: the parallel layout, a :class:`ParallelDims` or a dict of its fields (dp, tp,
             sp, cp, pp, ep, zero_stage, micro_batch_size, num_micro_batches /
             global_batch_size, schedule, virtual_stages, recompute, order, framework,
-            flash_attention, ...); what is left out comes from the framework's preset and
+            attention, ...); what is left out comes from the framework's preset and
             the default global batch rule.
         cluster: a :class:`Cluster`, a preset name or a dict (``preset``, ``nodes``, rates in
             human units such as ``"400Gbps"``, ``profile``: a ``ringccl fit --json`` file).

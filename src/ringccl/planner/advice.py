@@ -66,8 +66,8 @@ def _bubble(p: StepEstimate) -> PlanWarning | None:
 def _activation_change(dims: ParallelDims) -> str:
     if dims.tp > 1 and not dims.sp:
         return f"--sp (sequence parallelism divides every activation by tp={dims.tp})"
-    if not dims.flash_attention:
-        return "--flash-attention (no s x s attention scores kept)"
+    if dims.attention != "flash":
+        return "--attention flash (no s x s attention scores kept)"
     if dims.recompute != "full":
         return "--recompute full (keeps only each layer's input)"
     if dims.micro_batch_size > 1:

@@ -8,6 +8,24 @@ their real devices, the NIC bandwidth divided among the concurrent groups that s
 the hierarchical all-reduce wins where it pays and a ring is paced by its slowest link. A
 point-to-point send is a broadcast between the two ranks. An :class:`Entry` is one row of the
 step's inventory; :func:`costed` fills its algorithm, times and bytes.
+
+How a collective is priced is one choice, ``Cluster.collectives`` (:data:`PRICERS`): one
+function per model, each taking the entry and the cluster and returning the same tuple.
+
+* ``"nccl"`` (the default): as NCCL runs it (:func:`ringccl.costmodel.nccl.price`: its
+  algorithms, protocols, channels over the rails, per-message costs), on the group's placement
+  (ranks per node × nodes, the rails its ranks use) over the cluster's machine as NCCL sees it
+  (:func:`nccl_machine_of`: NVLink links × NCCL's per-link bandwidth, each NIC at NCCL's speed
+  step, NCCL's hop latencies; or a network profile fitted by ``ringccl fit`` to nccl-tests
+  logs). The choice is printed as ``algorithm/protocol``.
+* ``"ringccl"``: the what-if of ringccl's own schedules, the tuner's pick on a two-level machine.
+
+A list-based ``torch.distributed.all_gather`` / ``reduce_scatter`` (one tensor per rank, as
+DeepSpeed v0.3's ZeRO-3 calls them) costs, besides the collective, one copy kernel per rank:
+PyTorch's ``ProcessGroupNCCL`` flattens the input list / unflattens the output list
+(``outputTensors[i][j].copy_(outputFlattened[i][j], true)``), so each call launches
+world-size copies, :data:`KERNEL_LAUNCH_SECONDS` each (NVIDIA Technical Blog, "Getting
+Started with CUDA Graphs", 2019: about 4 µs per back-to-back launch of a short kernel).
 """
 
 from __future__ import annotations
@@ -17,16 +35,23 @@ from dataclasses import dataclass, field
 from ..algorithms import build_schedule
 from ..caches import memoize
 from ..collectives import get_collective
+from ..costmodel.nccl import NcclMachine, price
+from ..costmodel.nccl_fit import load_network_profile
+from ..costmodel.nccl_tables import NCCL_MACHINES, NVLINK_BW_PER_LINK, channel_speed
 from ..costmodel.topology import TwoLevel
 from ..costmodel.tuning import predictors
 from ..errors import ArgumentError
 from .cluster import Cluster, Straggler
 from .groups import GroupShape
 
-__all__ = ["Entry", "OVERLAPS", "costed"]
+__all__ = ["Entry", "OVERLAPS", "PRICERS", "KERNEL_LAUNCH_SECONDS", "costed",
+           "nccl_machine_of"]
 
 #: how the row's time can hide behind compute
 OVERLAPS = ("exposed", "forward", "backward", "expert compute", "attention")
+
+#: seconds of one kernel launch (module doc)
+KERNEL_LAUNCH_SECONDS = 4e-6
 
 
 class _SlowLink(TwoLevel):
@@ -100,6 +125,7 @@ class Entry:
         bytes_sent_per_call: bytes the busiest rank sends per call (the schedule's count).
         inter_node_bytes_per_call: bytes on the busiest NIC out per call (walk).
         per_micro_batch: True when it repeats per micro-batch (on the pipeline's path).
+        list_collective: called with one tensor per rank (module doc: a copy per rank).
     """
 
     parallelism: str
@@ -120,6 +146,7 @@ class Entry:
     ring_seconds_per_call: float | None = None
     bytes_sent_per_call: float = 0.0
     inter_node_bytes_per_call: float = 0.0
+    list_collective: bool = False
 
     @property
     def seconds_per_step(self) -> float:
@@ -168,12 +195,10 @@ def _choice(collective: str, placement: tuple, local: int, intra: tuple, inter: 
             float(result.max_link_bytes.get("nic out", 0.0)))
 
 
-def costed(entry: Entry, cluster: Cluster, straggler: Straggler | None = None,
-           straggler_index: int | None = None) -> Entry:
-    """Fill ``entry``'s algorithm, times and bytes from the tuner on its group's placement.
-
-    ``straggler_index``: position of the straggler in ``entry.shape.placement`` (None: none).
-    """
+def _ringccl(entry: Entry, cluster: Cluster, straggler: Straggler | None,
+             straggler_index: int | None) -> tuple:
+    """ringccl's tuner: the fastest registered schedule on the group's placement, priced by
+    the α-β-γ walk (:func:`_choice`)."""
     shape = entry.shape
     collective = "broadcast" if entry.collective == "send_recv" else entry.collective
     # other groups' traffic on a shared NIC leaves this group 1/nic_sharing of it
@@ -182,10 +207,94 @@ def costed(entry: Entry, cluster: Cluster, straggler: Straggler | None = None,
     slow = None
     if straggler is not None and straggler_index is not None:
         slow = (shape.placement[straggler_index], straggler.fraction, straggler.link)
+    return _choice(collective, shape.placement, cluster.gpus_per_node, cluster.intra, inter,
+                   cluster.nics_per_node, cluster.oversubscription, cluster.gamma, local_size,
+                   slow, float(entry.nbytes))
+
+
+#: NVLink's datasheet bandwidth per link and direction (NVLink 3 and 4: 25 GB/s; NVLink 5: 50)
+_NVLINK_LINK = {"ampere": 25e9, "hopper": 25e9, "blackwell": 50e9}
+#: NCCL's channels on each GPU generation's 8-GPU node (ringccl.costmodel.nccl_tables)
+_CHANNELS = {"ampere": NCCL_MACHINES["dgx-a100"]["channels"],
+             "hopper": NCCL_MACHINES["dgx-h100"]["channels"],
+             "blackwell": NCCL_MACHINES["dgx-b200"]["channels"]}
+
+
+@memoize(maxsize=64)
+def _network_profile(path: str) -> NcclMachine:
+    return load_network_profile(path)
+
+
+def nccl_machine_of(cluster: Cluster) -> NcclMachine:
+    """The cluster as NCCL's tuning sees it: its network profile (``ringccl fit`` on nccl-tests
+    logs) when it has one; else its GPU generation, NVLink as links × NCCL's per-link bandwidth
+    (``topo.h``; the cluster's per-direction NVLink bandwidth over the datasheet's per link),
+    each NIC at NCCL's speed step below its line rate (``search.cc``), NVLink SHARP on Hopper and
+    later, NCCL's own hop latencies."""
+    if cluster.network_profile:
+        return _network_profile(cluster.network_profile)
+    arch = cluster.gpu_spec.architecture
+    links = cluster.intra_bandwidth / _NVLINK_LINK[arch]
+    return NcclMachine(gpu=arch, gpus_per_node=cluster.gpus_per_node,
+                       intra_bandwidth=links * NVLINK_BW_PER_LINK[arch] * 1e9,
+                       nics_per_node=cluster.nics_per_node,
+                       inter_bandwidth=channel_speed(cluster.inter_bandwidth, arch),
+                       channels=_CHANNELS[arch], nvls=arch != "ampere" and
+                       cluster.gpus_per_node > 1, name=cluster.name)
+
+
+@memoize(maxsize=16384)
+def _nccl_choice(collective: str, nbytes: float, ppn: int, nodes: int, rails: int,
+                 machine: NcclMachine) -> tuple:
+    cost = price(collective, nbytes, ppn, nodes, machine, rails=rails)
+    ring = [t for a, _, t in cost.candidates if a == "ring"]
+    per_gpu = cost.link_bytes["intra"] + cost.link_bytes["inter"] * rails / ppn
+    return (f"{cost.algorithm}/{cost.protocol}", {}, cost.seconds, min(ring) if ring else None,
+            per_gpu, cost.link_bytes["inter"])
+
+
+def _nccl(entry: Entry, cluster: Cluster, straggler: Straggler | None,
+          straggler_index: int | None) -> tuple:
+    """NCCL's choice and time (module doc) for one call of ``entry`` on its group's
+    placement: ranks per node × the nodes they need, the rails its ranks use; NICs shared with
+    other groups (``nic_sharing``), the fabric's oversubscription and a straggler's slow link
+    divide that level's bandwidth."""
+    shape = entry.shape
+    machine = nccl_machine_of(cluster)
+    ppn = min(shape.ranks_per_node, machine.gpus_per_node)
+    nodes = -(-shape.size // ppn)
+    rails = max(1, machine.nics_per_node * ppn // machine.gpus_per_node)
+    inter = machine.inter_bandwidth / shape.nic_sharing
+    if nodes > 1:
+        inter /= cluster.oversubscription
+    intra = machine.intra_bandwidth
+    if straggler is not None and straggler_index is not None:
+        if straggler.link == "nic":
+            inter *= straggler.fraction
+        else:
+            intra *= straggler.fraction
+    if (inter, intra) != (machine.inter_bandwidth, machine.intra_bandwidth):
+        machine = machine.replace(inter_bandwidth=inter, intra_bandwidth=intra)
+    return _nccl_choice(entry.collective, float(entry.nbytes), ppn, nodes, rails, machine)
+
+
+#: ``Cluster.collectives`` -> the function pricing one call: (entry, cluster, straggler,
+#: straggler index) -> (algorithm, params, seconds, ring seconds or None, bytes the busiest
+#: rank sends, bytes on the busiest NIC out)
+PRICERS = {"nccl": _nccl, "ringccl": _ringccl}
+
+
+def costed(entry: Entry, cluster: Cluster, straggler: Straggler | None = None,
+           straggler_index: int | None = None) -> Entry:
+    """Fill ``entry``'s algorithm, times and bytes with ``cluster.collectives``' pricing
+    (:data:`PRICERS`), plus a list-based call's copies (module doc).
+
+    ``straggler_index``: position of the straggler in ``entry.shape.placement`` (None: none).
+    """
     (entry.algorithm, params, entry.seconds_per_call, entry.ring_seconds_per_call,
-     entry.bytes_sent_per_call, entry.inter_node_bytes_per_call) = _choice(
-        collective, shape.placement, cluster.gpus_per_node, cluster.intra, inter,
-        cluster.nics_per_node, cluster.oversubscription, cluster.gamma, local_size, slow,
-        float(entry.nbytes))
+     entry.bytes_sent_per_call, entry.inter_node_bytes_per_call) = PRICERS[
+        cluster.collectives](entry, cluster, straggler, straggler_index)
+    if entry.list_collective:
+        entry.seconds_per_call += entry.shape.size * KERNEL_LAUNCH_SECONDS
     entry.params = dict(params)
     return entry

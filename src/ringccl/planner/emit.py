@@ -51,16 +51,34 @@ _FIELDS = {"order": int, "stage": int, "parallelism": str, "collective": str, "g
            "predicted_seconds_per_call": (int, float)}
 
 
+#: NCCL's algorithm -> the ringccl schedule a replay runs for it (NCCL's double binary tree is
+#: ringccl's; NVLS, PAT and CollNet have no ringccl schedule: the ring moves the same bytes)
+_REPLAY = {"ring": "ring", "tree": "double_binary_tree", "p2p": "direct"}
+
+
+def _replayed(collective: str, algorithm: str, params: dict) -> tuple[str, dict]:
+    """The ringccl schedule (and parameters) a replay runs for the plan's pick: itself when
+    it is ringccl's, else the one standing for NCCL's ``algorithm/protocol``."""
+    if "/" not in algorithm:
+        return algorithm, dict(params)
+    coll = "broadcast" if collective == "send_recv" else collective
+    name = _REPLAY.get(algorithm.split("/")[0], "ring")
+    if (coll, name) not in REGISTRY:
+        name = "ring" if (coll, "ring") in REGISTRY else "direct"
+    return name, ({"root": 0} if coll == "broadcast" else {})
+
+
 def step_file(plan: StepEstimate) -> dict:
     """The step file of ``plan`` (see the module doc), JSON-ready."""
     collectives = []
     for order, (stage, e) in enumerate(plan.entries()):
+        algorithm, params = _replayed(e.collective, e.algorithm, e.params)
         collectives.append({
             "order": order, "stage": stage, "parallelism": e.parallelism,
             "collective": e.collective, "what": e.what, "phase": e.phase, "group": e.group,
             "group_size": e.shape.size, "group_ranks": list(e.shape.example),
             "nbytes": float(e.nbytes), "calls_per_step": int(e.calls_per_step),
-            "algorithm": e.algorithm, "params": dict(e.params),
+            "algorithm": algorithm, "params": params, "priced_as": e.algorithm,
             "predicted_seconds_per_call": float(e.seconds_per_call),
             "bytes_sent_per_call": float(e.bytes_sent_per_call), "overlap": e.overlap,
             "chunks": int(e.chunks)})

@@ -126,13 +126,28 @@ def _not_pp(layout: dict) -> bool:
     return layout["pp"] == 1
 
 
-#: the ParallelDims fields a preset fills from the layout alone, and those that need the model
-LAYOUT_SETTINGS = ("sp", "zero_stage", "recompute", "flash_attention", "reshard_after_forward")
+def _interleaved(layout: dict) -> bool:
+    return layout["schedule"] == "interleaved"
+
+
+def _zero3(layout: dict) -> bool:
+    return layout["zero_stage"] == 3
+
+
+#: the ParallelDims fields a preset fills from the layout alone (in this order: a rule reads
+#: the fields before it), and those that need the model
+LAYOUT_SETTINGS = ("sp", "zero_stage", "recompute", "attention", "reshard_after_forward",
+                   "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
+                   "overlap_p2p", "pp_scatter_gather", "zero3_gather", "zero3_prefetch_bucket",
+                   "fsdp_prefetch")
 MODEL_SETTINGS = ("reduce_dtype", "bucket_bytes")
 
-#: each framework's settings. Keys in LAYOUT_SETTINGS + MODEL_SETTINGS are ParallelDims fields;
-#: the others are what the framework does that the step model reads elsewhere (overlap,
-#: prefetch, the schedule), named for the fields that carry them.
+#: DeepSpeed's stage3_prefetch_bucket_size (deepspeed/runtime/zero/config.py), elements; the
+#: value where a framework has no such setting (it is read only with zero3_gather="parameter")
+_PREFETCH = 50_000_000
+
+#: each framework's settings: the ParallelDims fields of LAYOUT_SETTINGS and MODEL_SETTINGS,
+#: and what the framework does that no field carries (the schedule, the batch convention).
 PRESETS: dict[str, dict[str, Setting]] = {
     "megatron": {
         "sp": Setting("on with tp > 1", f"{_MEGATRON} docs/user-guide/parallelism-guide.md "
@@ -150,9 +165,9 @@ PRESETS: dict[str, dict[str, Setting]] = {
                               "use_distributed_optimizer = False): --zero 0 for 18 B/param"),
         "recompute": Setting("none", f"{_MEGATRON} megatron/core/transformer/"
                              "transformer_config.py recompute_granularity = None"),
-        "flash_attention": Setting(True, f"{_MEGATRON} transformer_config.py attention_backend"
-                                   " = AttnBackend.auto (Transformer Engine picks its flash or "
-                                   "fused cuDNN kernel; no s x s scores kept)"),
+        "attention": Setting("flash", f"{_MEGATRON} transformer_config.py attention_backend = "
+                             "AttnBackend.auto (Transformer Engine picks its flash or fused "
+                             "cuDNN kernel; no s x s scores kept)"),
         "reshard_after_forward": Setting(None, "not an option of Megatron's distributed "
                                          "optimizer (parameters are gathered once per step)"),
         "reduce_dtype": Setting("float32 with bf16 or fp32, float16 with fp16",
@@ -172,12 +187,24 @@ PRESETS: dict[str, dict[str, Setting]] = {
         "overlap_param_gather": Setting(True, f"{_MEGATRON} --overlap-param-gather (needs the "
                                         "distributed optimizer), parallelism-guide.md",
                                         note="argument default off"),
-        "align_param_gather": Setting(True, f"{_MEGATRON} arguments.py --no-align-param-gather"
-                                      " (store_false): every PP stage launches its parameter "
-                                      "all-gathers together"),
         "tp_comm_overlap": Setting(False, f"{_MEGATRON} model_parallel_config.py "
                                    "tp_comm_overlap = False (needs Transformer Engine "
                                    "userbuffers and SP)"),
+        "overlap_p2p": Setting("on with the interleaved schedule", f"{_MEGATRON} "
+                               "megatron/training/arguments.py --no-overlap-p2p-communication "
+                               "(store_false: on), turned off for non-interleaved schedules",
+                               _interleaved, "ModelParallelConfig.overlap_p2p_comm = False"),
+        "pp_scatter_gather": Setting(True, f"{_MEGATRON} arguments.py "
+                                     "--no-scatter-gather-tensors-in-pipeline (store_false: "
+                                     "on; Megatron-LM 2021 §4.1)"),
+        "zero3_gather": Setting("layer", "Megatron-FSDP (--use-megatron-fsdp) gathers per "
+                                "module, as FSDP"),
+        "zero3_prefetch_bucket": Setting(_PREFETCH, "not a Megatron setting (read only with "
+                                         "zero3_gather=\"parameter\")"),
+        "fsdp_prefetch": Setting(1, "one module ahead, as FSDP"),
+        "align_param_gather": Setting(True, f"{_MEGATRON} arguments.py --no-align-param-gather"
+                                      " (store_false): every PP stage launches its parameter "
+                                      "all-gathers together"),
         "schedule": Setting("1f1b; interleaved with --num-layers-per-virtual-pipeline-stage",
                             f"{_MEGATRON} megatron/core/pipeline_parallel/schedules.py "
                             "get_forward_backward_func"),
@@ -194,10 +221,10 @@ PRESETS: dict[str, dict[str, Setting]] = {
                              "activation_checkpointing: applied by the model's code only "
                              "(partition_activations false); transformers' TrainingArguments "
                              "gradient_checkpointing off"),
-        "flash_attention": Setting(True, "the model's code; with transformers 5.24.0, "
-                                   "modeling_utils.py get_correct_attn_implementation: "
-                                   "attn_implementation None -> \"sdpa\" (torch's flash or "
-                                   "memory-efficient kernel)"),
+        "attention": Setting("flash", "the model's code; with transformers 5.24.0, "
+                             "modeling_utils.py get_correct_attn_implementation: "
+                             "attn_implementation None -> \"sdpa\" (torch's flash or "
+                             "memory-efficient kernel)"),
         "reshard_after_forward": Setting(True, f"{_DEEPSPEED} ZeRO-3 releases a layer's "
                                          "gathered parameters after use (zero/config.py "
                                          "stage3_max_live_parameters 1e9, "
@@ -208,12 +235,27 @@ PRESETS: dict[str, dict[str, Setting]] = {
         "bucket_bytes": Setting("reduce_bucket_size 5e8 elements", f"{_DEEPSPEED} "
                                 "deepspeed/runtime/zero/config.py reduce_bucket_size = 5e8",
                                 _deepspeed_bucket, "allgather_bucket_size 5e8 too"),
-        "overlap_grad_reduce": Setting("ZeRO-3 only", f"{_DEEPSPEED} zero/config.py "
+        "overlap_grad_reduce": Setting("with ZeRO-3 only", f"{_DEEPSPEED} zero/config.py "
                                        "overlap_comm = None -> True for stage 3, else False "
-                                       "(validator overlap_comm_valid)"),
-        "zero3_prefetch_bucket": Setting("5e7 elements", f"{_DEEPSPEED} zero/config.py "
+                                       "(validator overlap_comm_valid)", _zero3,
+                                       "the configuration docs say false; the code wins"),
+        "overlap_param_gather": Setting(False, f"{_DEEPSPEED} deepspeed/runtime/zero/"
+                                        "stage_1_and_2.py step(): the updated parameters are "
+                                        "all-gathered after the optimizer step"),
+        "tp_comm_overlap": Setting(False, f"{_DEEPSPEED} docs tensor_parallel.tp_overlap_comm "
+                                   "false"),
+        "overlap_p2p": Setting(False, f"{_DEEPSPEED} deepspeed/runtime/pipe/engine.py: "
+                               "blocking sends and receives between the schedule's steps"),
+        "pp_scatter_gather": Setting(False, f"{_DEEPSPEED} pipe/engine.py: every TP rank "
+                                     "sends the whole stage output"),
+        "zero3_gather": Setting("parameter", f"{_DEEPSPEED} deepspeed/runtime/zero/"
+                                "partitioned_param_coordinator.py fetch_sub_module: one "
+                                "all-gather per parameter tensor"),
+        "zero3_prefetch_bucket": Setting(_PREFETCH, f"{_DEEPSPEED} zero/config.py "
                                          "stage3_prefetch_bucket_size = 5e7",
                                          note="the configuration docs say 5e8; the code wins"),
+        "fsdp_prefetch": Setting(1, "not a DeepSpeed setting (stage3_prefetch_bucket_size "
+                                 "is)"),
         "zero3_param_persistence_threshold": Setting("1e5 elements", f"{_DEEPSPEED} "
                                                      "zero/config.py stage3_param_persistence"
                                                      "_threshold (smaller ones replicated)"),
@@ -230,8 +272,8 @@ PRESETS: dict[str, dict[str, Setting]] = {
                               "gradients and optimizer states sharded"),
         "recompute": Setting("none", f"{_TORCH}: activation checkpointing is the model "
                              "code's (torch.utils.checkpoint)"),
-        "flash_attention": Setting(True, f"{_TORCH} scaled_dot_product_attention (flash or "
-                                   "memory-efficient backend where available)"),
+        "attention": Setting("flash", f"{_TORCH} scaled_dot_product_attention (flash or "
+                             "memory-efficient backend where available)"),
         "reshard_after_forward": Setting(True, f"{_TORCH} torch/distributed/fsdp/"
                                          "_fully_shard/_fully_shard.py reshard_after_forward "
                                          "= None: True for every module but the root"),
@@ -241,9 +283,22 @@ PRESETS: dict[str, dict[str, Setting]] = {
         "bucket_bytes": Setting(25 * 2**20, f"{_TORCH} torch/nn/parallel/distributed.py "
                                 "bucket_cap_mb = 25 MiB (DDP, with --zero 0; fully_shard "
                                 "reduces one group per call)"),
-        "fsdp_prefetch": Setting("1 group forward, 1 backward", f"{_TORCH} _fsdp_param_group.py"
-                                 " (implicit forward prefetch on the all-gather stream; "
-                                 "_backward_prefetch)"),
+        "overlap_grad_reduce": Setting(True, f"{_TORCH} _fully_shard.py: each group's "
+                                       "reduce-scatter in its post-backward on a separate "
+                                       "stream"),
+        "overlap_param_gather": Setting(True, f"{_TORCH} _fsdp_param_group.py: the next "
+                                        "group's all-gather on the all-gather stream"),
+        "tp_comm_overlap": Setting(False, f"{_TORCH}: no async TP without torch.compile"),
+        "overlap_p2p": Setting(False, f"{_TORCH} torch/distributed/pipelining/schedules.py: "
+                               "the schedule waits on each step's sends and receives"),
+        "pp_scatter_gather": Setting(True, "sends a stage's output as its TP ranks hold it "
+                                     "(sequence shards with SP); no TP in fully_shard alone"),
+        "zero3_gather": Setting("layer", f"{_TORCH} _fully_shard.py: one all-gather per "
+                                "fully_shard group (a transformer block)"),
+        "zero3_prefetch_bucket": Setting(_PREFETCH, "not an FSDP setting"),
+        "fsdp_prefetch": Setting(1, f"{_TORCH} _fsdp_param_group.py (implicit forward "
+                                 "prefetch of one group on the all-gather stream; "
+                                 "_backward_prefetch one group)"),
         "schedule": Setting("1f1b", f"{_TORCH} torch/distributed/pipelining/schedules.py "
                             "Schedule1F1B"),
     },
@@ -259,8 +314,8 @@ PRESETS: dict[str, dict[str, Setting]] = {
                              note="per-op selective checkpointing keeps more than Korthikanti's "
                              "selective recompute (every second matmul is recomputed); counted "
                              "as selective; v0.2.2: full checkpointing of every second block"),
-        "flash_attention": Setting(True, f"{_TITAN} torchtitan/models/llama3/__init__.py "
-                                   "attn_backend = \"flex\" (v0.2.2: sdpa)"),
+        "attention": Setting("flash", f"{_TITAN} torchtitan/models/llama3/__init__.py "
+                             "attn_backend = \"flex\" (v0.2.2: sdpa)"),
         "reshard_after_forward": Setting("off with pp > 1, else on", f"{_TITAN} "
                                          "torchtitan/distributed/fsdp.py "
                                          "get_fsdp_reshard_after_forward_policy (\"default\": "
@@ -273,11 +328,19 @@ PRESETS: dict[str, dict[str, Setting]] = {
         "bucket_bytes": Setting(100 * 2**20, f"{_TITAN} v0.2.2 models/llama3/infra/"
                                 "parallelize.py replicate(bucket_cap_mb=100) (data parallelism "
                                 "without sharding, --zero 0)"),
-        "fsdp_prefetch": Setting("1 block forward, 1 backward", f"{_TITAN} "
-                                 "torchtitan/distributed/fsdp.py: torch's implicit prefetch "
-                                 "(explicit one-block lists only with EP)"),
+        "overlap_grad_reduce": Setting(True, f"{_TORCH} fully_shard (as fsdp2)"),
+        "overlap_param_gather": Setting(True, f"{_TORCH} fully_shard (as fsdp2)"),
         "tp_comm_overlap": Setting(False, f"{_TITAN} configs.py "
                                    "compile.enable_async_tensor_parallel = False"),
+        "overlap_p2p": Setting(False, f"{_TORCH} torch.distributed.pipelining (as fsdp2)"),
+        "pp_scatter_gather": Setting(True, "sends a stage's output as its TP ranks hold it "
+                                     "(sequence shards with SP, on by default)"),
+        "zero3_gather": Setting("layer", f"{_TITAN} torchtitan/distributed/fsdp.py "
+                                "apply_fsdp_to_decoder: one fully_shard group per block"),
+        "zero3_prefetch_bucket": Setting(_PREFETCH, "not an FSDP setting"),
+        "fsdp_prefetch": Setting(1, f"{_TITAN} torchtitan/distributed/fsdp.py: torch's "
+                                 "implicit one-block prefetch (explicit one-block lists only "
+                                 "with EP)"),
         "schedule": Setting("1f1b", f"{_TITAN} configs.py "
                             "parallelism.pipeline_parallel_schedule = \"1F1B\""),
         "num_micro_batches": Setting("1", f"{_TITAN} configs.py "

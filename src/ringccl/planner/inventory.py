@@ -30,14 +30,18 @@ order of :data:`BUILDERS`. A new parallelism is a new builder in that tuple.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
+from .compute import compute_precision
 from .context import StepContext
 from .costing import Entry, costed
-from .stages import StageShape
+from .precision import precision_recipe
+from .stages import StageShape, stage_layers
+from .tensors import layer_tensors
 
 __all__ = ["inventory", "BUILDERS", "tensor_parallel", "sequence_parallel", "context_parallel",
            "expert_parallel", "pipeline_parallel", "data_parallel", "zero_sharded",
@@ -144,20 +148,26 @@ def context_parallel(ctx: StepContext, st: StageShape) -> list[Entry]:
 def expert_parallel(ctx: StepContext, st: StageShape) -> list[Entry]:
     """The MoE all-to-alls (dispatch, combine) of the routed tokens in the EP group, cut into
     micro-chunks against the expert GEMMs; a buffer of capacity_factor × the uniform routing
-    (GShard §2.2)."""
+    (GShard §2.2). A recipe with FP8 dispatch (DeepSeek-V3 §3.3.3) sends the forward dispatch
+    and the backward's gradient dispatch in FP8 (1 byte and an fp32 scale per 128 values), the
+    combines in BF16."""
     dims, model = ctx.dims, ctx.model
     if not (model.moe and dims.ep > 1 and st.moe_layers):
         return []
-    a2a = (dims.micro_batch_size * model.seq_length / (dims.cp * dims.tp)
-           * model.num_experts_per_tok * model.hidden_size * model.dtype_bytes
-           * dims.capacity_factor)
+    values = (dims.micro_batch_size * model.seq_length / (dims.cp * dims.tp)
+              * model.num_experts_per_tok * model.hidden_size * dims.capacity_factor)
+    a2a = values * model.dtype_bytes
+    fp8 = precision_recipe(compute_precision(model, dims)).fp8_dispatch
+    kinds = ((("dispatch (FP8)", values * (1 + 4 / 128)), ("combine", a2a)) if fp8
+             else (("dispatch, combine", a2a),))
     rows: list[Entry] = []
     for phase, calls in (("forward", 2 * st.moe_layers),
                          ("backward", 2 * st.moe_layers * _recompute_factor(ctx))):
-        rows += _slowest(ctx, st.stage, "ep", parallelism="ep", collective="all_to_all",
-                         phase=phase, what="routed tokens (dispatch, combine)", nbytes=a2a,
-                         calls_per_step=calls * ctx.micro_batches, overlap="expert compute",
-                         chunks=4)
+        for what, nbytes in kinds:
+            rows += _slowest(ctx, st.stage, "ep", parallelism="ep", collective="all_to_all",
+                             phase=phase, what=f"routed tokens ({what})", nbytes=nbytes,
+                             calls_per_step=calls // len(kinds) * ctx.micro_batches,
+                             overlap="expert compute", chunks=4)
     return rows
 
 
@@ -173,7 +183,8 @@ def pipeline_parallel(ctx: StepContext, st: StageShape) -> list[Entry]:
     v = dims.virtual_stages
     sends = v - (1 if st.last else 0)    # the last chunk of the last stage ends the model
     recvs = v - (1 if st.first else 0)
-    p2p = act / dims.tp                  # scatter/gather optimisation (§4.1), or SP's shard
+    # scatter/gather optimisation (§4.1), or SP's shard; else the whole output from every rank
+    p2p = act / dims.tp if dims.pp_scatter_gather or dims.sp else act
     calls = (sends + recvs) * m
     rank = int(grid.ranks_of_stage(st.stage)[0])
     peers = grid.group("pp", rank)
@@ -184,7 +195,7 @@ def pipeline_parallel(ctx: StepContext, st: StageShape) -> list[Entry]:
                      shape=pair, nbytes=p2p, calls_per_step=calls), ctx.cluster)
     e.calls_per_micro_batch = calls // m
     rows = [e]
-    if dims.tp > 1 and not dims.sp:
+    if dims.tp > 1 and not dims.sp and dims.pp_scatter_gather:
         rows += _slowest(ctx, st.stage, "tp", parallelism="pp", collective="all_gather",
                          phase="forward", what="received activation shards (scatter/gather)",
                          nbytes=act, calls_per_step=calls)
@@ -269,9 +280,12 @@ def zero_sharded(ctx: StepContext, st: StageShape) -> list[Entry]:
 
 def fully_sharded(ctx: StepContext, st: StageShape) -> list[Entry]:
     """ZeRO-3 / FSDP (§7.2): all-gather of each layer's weights before its forward and again
-    before its backward, reduce-scatter of its gradients, prefetched behind compute."""
+    before its backward, reduce-scatter of its gradients, prefetched behind compute; with
+    ``zero3_gather="parameter"`` one call per parameter tensor (:func:`_per_parameter`)."""
     if ctx.dims.zero_stage != 3:
         return []
+    if ctx.dims.zero3_gather == "parameter":
+        return _per_parameter(ctx, st)
     # once per step when the weights stay gathered through the pipeline's micro-batches
     once = ctx.gathers_once
     m = 1 if once else ctx.micro_batches
@@ -290,6 +304,54 @@ def fully_sharded(ctx: StepContext, st: StageShape) -> list[Entry]:
                          phase="backward", what=f"{g.label} gradients of each layer",
                          nbytes=g.nbytes / layers, calls_per_step=layers * m, overlap="backward",
                          chunks=layers, per_micro_batch=not once)
+    return rows
+
+
+def _stage_tensors(ctx: StepContext, st: StageShape) -> tuple[Counter, Counter]:
+    """Element count -> tensors of that size on the stage (dense, routed experts), each
+    divided by its shards (tp; experts ep·tp), embedding and LM head included."""
+    dims, model = ctx.dims, ctx.model
+    dense, experts = Counter(), Counter()
+    for chunk in stage_layers(model, dims, st.stage):
+        for i in chunk:
+            d, e = layer_tensors(model, i)
+            dense.update({-(-size // dims.tp): n for size, n in d.items()})
+            experts.update({-(-size // (dims.tp * dims.ep)): n for size, n in e.items()})
+    vocab = -(-model.vocab_size // dims.tp) * model.hidden_size
+    if st.first:
+        dense[vocab] += 1
+    if st.last:
+        dense[model.hidden_size] += 1
+        if not model.tie_word_embeddings or dims.pp > 1:
+            dense[vocab] += 1
+    return dense, experts
+
+
+def _per_parameter(ctx: StepContext, st: StageShape) -> list[Entry]:
+    """DeepSpeed's ZeRO-3 (v0.3, ``partition_parameters.py``): a list-based all-gather of
+    each parameter tensor before its forward, again before the recompute's forward (full
+    recompute: the forward hook fires again) and before its backward; a list-based
+    reduce-scatter of each gradient."""
+    dims, m = ctx.dims, ctx.micro_batches
+    # weights gathered in the working dtype, gradients reduced in the framework's reduce dtype
+    per_element = {"all_gather": ctx.gather_bytes, "reduce_scatter": ctx.gradient_bytes}
+    again = 2 if dims.recompute == "full" else 1
+    rows: list[Entry] = []
+    dense, experts = _stage_tensors(ctx, st)
+    for group, counts, label in (("dp", dense, "dense"), ("edp", experts, "expert")):
+        if not counts or dims.dp * dims.cp // (dims.ep if group == "edp" else 1) < 2:
+            continue
+        for size, n in sorted(counts.items()):
+            what = f"{label} parameter of {size:,} elements"
+            for collective, phase, calls in (("all_gather", "forward", n * m),
+                                             ("all_gather", "backward", again * n * m),
+                                             ("reduce_scatter", "backward", n * m)):
+                rows += _slowest(ctx, st.stage, group, parallelism="zero",
+                                 collective=collective, phase=phase,
+                                 what=f"{what} ({phase})",
+                                 nbytes=size * per_element[collective],
+                                 calls_per_step=calls, overlap=phase,
+                                 chunks=max(st.layers, 1), list_collective=True)
     return rows
 
 

@@ -20,10 +20,16 @@ Megatron-LM's conventions (Narayanan et al. 2021; Megatron-Core's ``parallel_sta
 * recompute ``"none"``, ``"selective"`` (attention core, Korthikanti et al. 2022 §5), ``"full"``.
 
 The framework (``framework``, :mod:`.frameworks`) fills what is left out: sequence parallelism,
-the ZeRO stage, recompute, FlashAttention, FSDP's resharding, the gradients' reduce dtype and
-bucket; :meth:`ParallelDims.for_model` adds what needs the model (the reduce dtype, the bucket,
-and the global batch of :func:`default_num_micro_batches` when neither it nor the number of
-micro-batches is given). ``from_preset`` names every value filled in so.
+the ZeRO stage, recompute, the attention kernel, FSDP's resharding, and the knobs of how it
+runs the step: ``overlap_grad_reduce``, ``overlap_param_gather``, ``tp_comm_overlap``,
+``overlap_p2p``, ``pp_scatter_gather``, ``zero3_gather`` ("layer": one all-gather per layer as
+FSDP; "parameter": one per parameter tensor as DeepSpeed's ZeRO-3), ``zero3_prefetch_bucket``
+(DeepSpeed's ``stage3_prefetch_bucket_size``, elements) and ``fsdp_prefetch`` (layers gathered
+ahead; :mod:`ringccl.planner.overlap` says what each one hides). :meth:`ParallelDims.for_model`
+adds what needs the model (the gradients' reduce dtype and bucket, and the global batch of
+:func:`default_num_micro_batches` when neither it nor the number of micro-batches is given).
+``from_preset`` names every value filled in so. ``precision`` is the recipe
+(:data:`ringccl.planner.precision.PRECISIONS`, default bf16).
 """
 
 from __future__ import annotations
@@ -36,9 +42,11 @@ from ..args import check_int
 from ..errors import ArgumentError, ArgumentTypeError
 from . import frameworks
 from .model import ModelConfig
+from .precision import PRECISIONS
 
-__all__ = ["ParallelDims", "DIMENSIONS", "DEFAULT_ORDER", "SCHEDULES", "RECOMPUTE", "resolve_dims",
-           "check_field", "TOKENS_PER_STEP", "default_num_micro_batches", "BATCH_RULE"]
+__all__ = ["ParallelDims", "DIMENSIONS", "DEFAULT_ORDER", "SCHEDULES", "RECOMPUTE", "ATTENTION",
+           "ZERO3_GATHERS", "resolve_dims", "check_field", "TOKENS_PER_STEP",
+           "default_num_micro_batches", "BATCH_RULE"]
 
 #: the dimensions of the rank grid
 DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
@@ -46,6 +54,12 @@ DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
 DEFAULT_ORDER = "tp-cp-ep-dp-pp"
 SCHEDULES = ("1f1b", "interleaved", "gpipe")
 RECOMPUTE = ("none", "selective", "full")
+#: how attention runs: FlashAttention, or Megatron's unfused core attention (2021-2022)
+ATTENTION = ("flash", "unfused")
+#: ZeRO-3's all-gather unit: a layer (FSDP's unit) or each parameter tensor (DeepSpeed)
+ZERO3_GATHERS = ("layer", "parameter")
+#: DeepSpeed's default stage3_prefetch_bucket_size, elements (deepspeed/runtime/zero/config.py)
+ZERO3_PREFETCH_BUCKET = 50_000_000
 
 #: PyTorch DDP's default bucket_cap_mb (25 MiB)
 DDP_BUCKET_BYTES = 25 * 2**20
@@ -60,21 +74,27 @@ BATCH_RULE = ("about 4M tokens per step (Llama 2, Llama 3 405B's first stage; GP
               "with PP (a 1F1B bubble (pp-1)/m under 25%), a multiple of pp when interleaved")
 
 _INT1 = ("dp", "tp", "pp", "cp", "ep", "micro_batch_size", "virtual_stages")
-_BOOLS = ("sp", "flash_attention", "reshard_after_forward",
-          "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
+_INT0 = ("zero3_prefetch_bucket", "fsdp_prefetch")
+_BOOLS = ("sp", "reshard_after_forward", "account_for_embedding_in_pipeline_split",
+          "account_for_loss_in_pipeline_split", "overlap_grad_reduce", "overlap_param_gather",
+          "tp_comm_overlap", "overlap_p2p", "pp_scatter_gather")
+#: the fields chosen from a list, and the list
+_CHOICES = {"schedule": SCHEDULES, "recompute": RECOMPUTE, "attention": ATTENTION,
+            "zero3_gather": ZERO3_GATHERS, "precision": tuple(PRECISIONS),
+            "framework": frameworks.FRAMEWORKS, "reduce_dtype": tuple(frameworks.REDUCE_DTYPES)}
 
 
 def _allowed(name: str) -> str | None:
     """What field ``name`` allows, in words (None: no rule here)."""
     if name in _INT1 or name in ("num_micro_batches", "global_batch_size"):
         return "an integer >= 1"
+    if name in _INT0:
+        return "an integer >= 0"
     if name in _BOOLS:
         return "true or false"
+    if name in _CHOICES:
+        return "one of " + ", ".join(_CHOICES[name])
     return {"zero_stage": "0, 1, 2 or 3 (FSDP = 3)",
-            "schedule": "one of " + ", ".join(SCHEDULES),
-            "recompute": "one of " + ", ".join(RECOMPUTE),
-            "framework": "one of " + ", ".join(frameworks.FRAMEWORKS),
-            "reduce_dtype": "one of " + ", ".join(frameworks.REDUCE_DTYPES),
             "bucket_bytes": "a size > 0 (bytes, or a string such as '25MiB')",
             "capacity_factor": "a number >= 1",
             "order": f"each of {', '.join(DIMENSIONS)} once, joined by '-'"}.get(name)
@@ -93,10 +113,10 @@ def check_field(name: str, value, show=repr):
     if allowed is None:
         return value
     kind = type(value).__name__
-    if name in _INT1 or name in ("num_micro_batches", "global_batch_size"):
+    if name in _INT1 or name in _INT0 or name in ("num_micro_batches", "global_batch_size"):
         if isinstance(value, bool) or not isinstance(value, int):
             raise ArgumentTypeError(f"{name}={show(value)} must be {allowed}, got {kind}")
-        if value < 1:
+        if value < (0 if name in _INT0 else 1):
             raise ArgumentError(f"{name}={show(value)} must be {allowed}")
     elif name in _BOOLS:
         if not isinstance(value, bool):
@@ -125,9 +145,7 @@ def check_field(name: str, value, show=repr):
             raise ArgumentError(f"order={show(value)} must name {allowed} (Megatron's "
                                 f"default {DEFAULT_ORDER!r})")
     else:
-        choices = {"schedule": SCHEDULES, "recompute": RECOMPUTE,
-                   "framework": frameworks.FRAMEWORKS,
-                   "reduce_dtype": tuple(frameworks.REDUCE_DTYPES)}[name]
+        choices = _CHOICES[name]
         if not isinstance(value, str):
             raise ArgumentTypeError(f"{name}={show(value)} must be {allowed}, got {kind}")
         if value.lower() not in choices:
@@ -177,7 +195,25 @@ class ParallelDims:
         capacity_factor: MoE all-to-all buffer over the uniform-routing size (>= 1).
         framework: "megatron", "deepspeed", "fsdp2" or "torchtitan" (default
             :data:`frameworks.DEFAULT_FRAMEWORK`).
-        flash_attention: attention keeps no s x s scores (FlashAttention) (preset).
+        precision: the precision recipe ("bf16", "fp8-delayed", "fp8-tensorwise",
+            "fp8-rowwise", "fp8-blockwise").
+        attention: "flash" (FlashAttention: no s x s scores kept) or "unfused" (Megatron's
+            core attention) (preset).
+        overlap_grad_reduce: gradient reduction overlaps the backward (DDP's buckets,
+            Megatron's --overlap-grad-reduce); else it runs after it (preset).
+        overlap_param_gather: the distributed optimizer's parameter all-gather overlaps the
+            next forward (Megatron's --overlap-param-gather); else it runs before it (preset).
+        tp_comm_overlap: TP/SP collectives overlap the GEMMs they feed (Megatron's
+            --tp-comm-overlap, torchtitan's async TP); else exposed (preset).
+        overlap_p2p: PP sends and receives overlap compute (Megatron-Core's
+            --overlap-p2p-communication); else exposed per micro-batch (preset).
+        pp_scatter_gather: each TP rank sends 1/tp of a stage's output and the next stage
+            all-gathers it (Megatron-LM 2021 §4.1); else every TP rank sends the whole output
+            (DeepSpeed's pipeline engine) (preset).
+        zero3_gather: "layer" or "parameter" (module doc) (preset).
+        zero3_prefetch_bucket: elements DeepSpeed gathers ahead (0: every gather blocks)
+            (preset).
+        fsdp_prefetch: layers FSDP gathers ahead (0: none; FSDP2's default 1) (preset).
         reduce_dtype: "float32", "bfloat16" or "float16": the gradients' reduction (preset,
             :meth:`for_model`).
         reshard_after_forward: ZeRO-3/FSDP frees each layer's gathered weights after its
@@ -204,9 +240,18 @@ class ParallelDims:
     order: str = DEFAULT_ORDER
     bucket_bytes: int | str | None = None
     capacity_factor: float = 1.0
+    precision: str = "bf16"
+    attention: str | None = None
+    overlap_grad_reduce: bool | None = None
+    overlap_param_gather: bool | None = None
+    tp_comm_overlap: bool | None = None
+    overlap_p2p: bool | None = None
+    pp_scatter_gather: bool | None = None
+    zero3_gather: str | None = None
+    zero3_prefetch_bucket: int | None = None
+    fsdp_prefetch: int | None = None
     # -- the framework and what its preset fills in
     framework: str | None = None
-    flash_attention: bool | None = None
     reduce_dtype: str | None = None
     reshard_after_forward: bool | None = None
     account_for_embedding_in_pipeline_split: bool = False
@@ -215,7 +260,7 @@ class ParallelDims:
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 - frozen dataclass
-        for f in (*_INT1, "schedule", "order", "capacity_factor",
+        for f in (*_INT1, "schedule", "order", "capacity_factor", "precision",
                   "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"):
             set_(f, check_field(f, getattr(self, f)))
         filled = list(self.from_preset)
@@ -223,8 +268,9 @@ class ParallelDims:
             filled.append("framework")
         set_("framework", frameworks.check_framework(self.framework or
                                                      frameworks.DEFAULT_FRAMEWORK))
-        layout = {"tp": self.tp, "pp": self.pp, "dp": self.dp, "cp": self.cp}
-        for name in frameworks.LAYOUT_SETTINGS:
+        layout = {"tp": self.tp, "pp": self.pp, "dp": self.dp, "cp": self.cp,
+                  "schedule": self.schedule}
+        for name in frameworks.LAYOUT_SETTINGS:     # in order: a rule may read those before
             if getattr(self, name) is None:
                 value = frameworks.preset_values(self.framework, (name,), layout).get(name)
                 if value is not None:
@@ -232,6 +278,7 @@ class ParallelDims:
                     filled.append(name)
             elif name not in filled:
                 set_(name, check_field(name, getattr(self, name)))
+            layout[name] = getattr(self, name)
         for name in ("reduce_dtype", "bucket_bytes"):
             if getattr(self, name) is not None:
                 set_(name, check_field(name, getattr(self, name)))
@@ -403,6 +450,8 @@ class ParallelDims:
                      + (f"x{self.num_micro_batches}" if self.num_micro_batches else ""))
         if self.recompute != "none":
             parts.append(f"recompute={self.recompute}")
+        if self.precision != "bf16":
+            parts.append(self.precision)
         return " ".join(parts)
 
     def to_dict(self) -> dict:

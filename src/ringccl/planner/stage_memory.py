@@ -75,7 +75,7 @@ def stage_memory(ctx: StepContext, st: StageShape,
         hidden_size=model.hidden_size, num_attention_heads=model.num_attention_heads,
         num_layers=st.layers, tp=dims.tp, sp=dims.sp, cp=dims.cp,
         recompute=dims.recompute, dtype_bytes=model.dtype_bytes,
-        flash_attention=dims.flash_attention)
+        flash_attention=dims.attention == "flash")
     in_flight = memory.in_flight_micro_batches(
         schedule=dims.schedule if dims.pp > 1 else "1f1b", pp=dims.pp, stage=st.stage,
         num_micro_batches=dims.num_micro_batches, virtual_stages=dims.virtual_stages)

@@ -1,15 +1,11 @@
 """One training step: compute, exposed communication, the pipeline bubble, step time and MFU.
 
 Per PP stage and micro-batch, the stage's time is its compute plus the communication on its
-critical path: ``τ_s = compute_s + exposed_s``. Compute is the stage's forward FLOPs × 3
-(backward = 2 × forward), plus one more forward with full recompute or the attention core's
-with selective recompute (Korthikanti et al. 2022 §5), at ``peak × compute_efficiency``.
-
-A collective that hides behind compute (DDP buckets in the backward, ZeRO-3 prefetch, MoE
-all-to-all micro-chunks against the expert GEMMs, CP's K/V ring against attention) exposes
-``max(0, T - W) + min(T, W) / chunks``: what exceeds its compute window ``W``, plus one of its
-``chunks`` pieces that cannot start before the compute it waits for (the last DDP bucket, the
-first prefetched layer). TP and SP (no overlap in Megatron's default) and PP's sends are exposed.
+critical path: ``τ_s = compute_s + exposed_s``. Compute is every kernel of the stage's layers
+timed from its shape (:mod:`ringccl.planner.compute`: GEMMs with tile and wave quantisation,
+FlashAttention, memory-bound passes), with what recompute re-runs in the backward
+(Korthikanti et al. 2022 §5). What of each collective stays exposed follows the framework's
+knobs (:mod:`ringccl.planner.overlap`).
 
 The pipeline (Megatron-LM 2021 §2.2): with ``v`` model chunks per stage, the m·v chunk-steps
 of the slowest stage and the fill/drain through every stage give
@@ -17,7 +13,8 @@ of the slowest stage and the fill/drain through every stage give
 ``(m + (p − 1)/v)·τ``, a bubble of ``(p − 1)/m`` (1F1B, GPipe) or ``(p − 1)/(v·m)``
 (interleaved) of the ideal time. Once per step come the gradient reductions not hidden in the
 last backward, ZeRO's parameter gathers not hidden in the next forward and the tied-embedding
-all-reduce. ``step = T_pipe + max_s(per-step exposed_s)``;
+all-reduce, and the optimizer step (:func:`~ringccl.planner.compute.optimizer_seconds`).
+``step = T_pipe + max_s(per-step exposed_s + optimizer_s)``;
 ``MFU = model FLOPs per step / (step · GPUs · peak)``, model FLOPs without recompute
 (Megatron-LM 2021 §5.1; Chowdhery et al. 2022, PaLM, Appendix B).
 """
@@ -31,23 +28,17 @@ from .. import units
 from ..errors import ArgumentError
 from . import memory
 from .cluster import Cluster, Straggler
+from .compute import StageCompute, compute_precision, stage_compute
 from .context import StepContext, step_context
 from .costing import Entry
 from .inventory import inventory
 from .model import ModelConfig
+from .overlap import exposed_seconds, exposure
 from .parallel_dims import ParallelDims
 from .stage_memory import stage_memory
 from .stages import StageShape
 
 __all__ = ["StageEstimate", "StepEstimate", "estimate_step", "exposed_seconds", "stage_memory"]
-
-
-def exposed_seconds(seconds: float, window: float, chunks: int = 1) -> float:
-    """Communication of ``seconds`` overlapped with ``window`` seconds of compute, cut into
-    ``chunks`` pieces: what stays on the critical path."""
-    if window <= 0:
-        return seconds
-    return max(0.0, seconds - window) + min(seconds, window) / max(chunks, 1)
 
 
 @dataclass
@@ -67,10 +58,21 @@ class StageEstimate:
     exposed_per_micro_batch: dict
     exposed_per_step: dict
     memory: memory.MemoryBreakdown | None = None
+    compute: StageCompute | None = None
 
     @property
     def micro_batch_seconds(self) -> float:
         return self.compute_per_micro_batch + sum(self.exposed_per_micro_batch.values())
+
+    @property
+    def per_step_compute(self) -> float:
+        """Seconds once per step: the optimizer step (and cached FP8 weight casts)."""
+        return 0.0 if self.compute is None else self.compute.per_step
+
+    @property
+    def per_step_seconds(self) -> float:
+        """What this stage adds once per step: exposed per-step communication + optimizer."""
+        return sum(self.exposed_per_step.values()) + self.per_step_compute
 
     def to_dict(self) -> dict:
         mem = self.memory
@@ -84,6 +86,8 @@ class StageEstimate:
                 "micro_batch_s": self.micro_batch_seconds,
                 "exposed_per_micro_batch_s": dict(self.exposed_per_micro_batch),
                 "exposed_per_step_s": dict(self.exposed_per_step),
+                "optimizer_s": self.per_step_compute,
+                "compute": None if self.compute is None else self.compute.to_dict(),
                 "memory": None if mem is None else mem.to_dict(),
                 "collectives": [e.to_dict() for e in self.entries]}
 
@@ -159,7 +163,9 @@ class StepEstimate:
                 "bubble_s": self.bubble_seconds, "bubble_fraction": self.bubble_fraction,
                 "tokens_per_s": self.tokens_per_second, "mfu": self.mfu,
                 "model_flops_per_step": self.model_flops_per_step,
-                "exposed_s": dict(self.exposed), "peak_memory_bytes": self.peak_memory,
+                "exposed_s": dict(self.exposed),
+                "optimizer_s": max(s.per_step_compute for s in self.stages),
+                "peak_memory_bytes": self.peak_memory,
                 "fits_memory": self.fits_memory,
                 "bytes_per_step_by_parallelism": self.bytes_by_parallelism(),
                 "seconds_per_step_by_parallelism": self.seconds_by_parallelism()}
@@ -179,47 +185,30 @@ class StepEstimate:
                 f"step {units.format_duration(self.step_seconds)}, MFU {100 * self.mfu:.1f}%")
 
 
+def _compute(ctx: StepContext, st: StageShape) -> StageCompute:
+    """The stage's :class:`~ringccl.planner.compute.StageCompute`: its layers on the
+    cluster's GPU, its optimizer over the states ZeRO leaves it."""
+    dims = ctx.dims
+    data_parallel = dims.dp * dims.cp
+    dense_shard, expert_shard = data_parallel, max(1, data_parallel // dims.ep)
+    if dims.zero_stage == 0:
+        dense_shard = expert_shard = 1
+    held = st.dense_parameters + st.expert_parameters
+    if dims.zero_stage == 3:
+        held = st.dense_parameters / dense_shard + st.expert_parameters / expert_shard
+    sharded = st.dense_parameters / dense_shard + st.expert_parameters / expert_shard
+    return stage_compute(ctx.model, dims, ctx.cluster.gpu_spec, layers=st.layers,
+                         moe_layers=st.moe_layers, first=st.first, last=st.last,
+                         parameters=held, sharded_parameters=sharded)
+
+
 def _stage(ctx: StepContext, stage: int) -> StageEstimate:
     st = ctx.stages[stage]
     entries = inventory(ctx, stage)
-    cluster = ctx.cluster
-    rate = cluster.peak_flops * cluster.compute_efficiency
-    fwd = st.forward_flops / rate
-    extra = {"none": 0.0, "selective": st.attention_core_flops / rate, "full": fwd}[
-        ctx.dims.recompute]
-    bwd = 2 * fwd + extra
-    m = ctx.micro_batches
-    per_mb: dict = {}
-    per_step: dict = {}
-    attn_window = st.attention_core_flops / rate
-    expert_window = st.expert_forward_flops_per_layer / rate
-    for e in entries:
-        if e.per_micro_batch:
-            t = e.seconds_per_step / m          # this entry's seconds per micro-batch
-            if e.overlap == "exposed":
-                x = t
-            elif e.overlap == "attention":
-                x = exposed_seconds(t, attn_window * (2 if e.phase == "backward" else 1),
-                                    e.chunks)
-            elif e.overlap == "expert compute":
-                # each all-to-all against its layer's expert GEMMs (backward: 2x the forward)
-                per_call = e.seconds_per_call
-                window = expert_window * (2 if e.phase == "backward" else 1) / 2
-                x = exposed_seconds(per_call, window, e.chunks) * e.calls_per_micro_batch
-            else:
-                window = fwd if e.overlap == "forward" else bwd
-                x = exposed_seconds(t, window, e.chunks)
-            per_mb[e.parallelism] = per_mb.get(e.parallelism, 0.0) + x
-        else:
-            t = e.seconds_per_step
-            if e.overlap == "backward":       # hidden in the last micro-batch's backward
-                x = exposed_seconds(t, bwd, e.chunks)
-            elif e.overlap == "forward":      # hidden in the next step's first forward
-                x = exposed_seconds(t, fwd, e.chunks)
-            else:
-                x = t
-            per_step[e.parallelism] = per_step.get(e.parallelism, 0.0) + x
-    est = StageEstimate(stage, st, entries, fwd + bwd, fwd, bwd, per_mb, per_step)
+    c = _compute(ctx, st)
+    per_mb, per_step = exposure(entries, ctx.dims, c, ctx.micro_batches)
+    est = StageEstimate(stage, st, entries, c.forward + c.backward, c.forward, c.backward,
+                        per_mb, per_step, compute=c)
     est.memory = stage_memory(ctx, st, entries)
     return est
 
@@ -257,7 +246,8 @@ def _stages_shared(ctx: StepContext) -> list[StageEstimate]:
         entries = [_shifted(e, shift) for e in rep.entries]
         est = StageEstimate(s, st, entries, rep.compute_per_micro_batch,
                             rep.forward_per_micro_batch, rep.backward_per_micro_batch,
-                            dict(rep.exposed_per_micro_batch), dict(rep.exposed_per_step))
+                            dict(rep.exposed_per_micro_batch), dict(rep.exposed_per_step),
+                            compute=rep.compute)
         est.memory = stage_memory(ctx, st, entries)
         stages.append(est)
     return stages
@@ -274,8 +264,12 @@ def estimate_step(model: ModelConfig, dims: ParallelDims, cluster: Cluster,
 
     Raises:
         ArgumentError: the layout refused (:meth:`ParallelDims.check`), a straggler rank outside
-            the world.
+            the world, an FP8 recipe on a GPU without FP8 tensor cores.
     """
+    recipe = compute_precision(model, dims)
+    if recipe != "bf16" and not cluster.gpu_spec.fp8_flops:
+        raise ArgumentError(f"precision={recipe!r} runs GEMMs in FP8; the cluster's GPU "
+                            f"{cluster.gpu!r} has no FP8 tensor cores (use precision 'bf16')")
     ctx = step_context(model, dims, cluster, straggler)
     dims = ctx.dims                     # completed for the model (batch, reduce dtype, bucket)
     if share_stages:
@@ -287,10 +281,10 @@ def estimate_step(model: ModelConfig, dims: ParallelDims, cluster: Cluster,
     pipeline = (m * v - 1) * max(tau) / v + sum(tau) / v
     bubble = pipeline - m * max(tau)
     fraction = (p - 1) / (v * m)
-    per_step = max(sum(s.exposed_per_step.values()) for s in stages)
+    per_step = max(s.per_step_seconds for s in stages)
     step = pipeline + per_step
     slowest = max(stages, key=lambda s: s.micro_batch_seconds)
-    last = max(stages, key=lambda s: sum(s.exposed_per_step.values()))
+    last = max(stages, key=lambda s: s.per_step_seconds)
     exposed = {k: m * t for k, t in slowest.exposed_per_micro_batch.items()}
     for k, t in last.exposed_per_step.items():
         exposed[k] = exposed.get(k, 0.0) + t
