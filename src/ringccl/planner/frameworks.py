@@ -146,6 +146,17 @@ MODEL_SETTINGS = ("reduce_dtype", "bucket_bytes")
 #: value where a framework has no such setting (it is read only with zero3_gather="parameter")
 _PREFETCH = 50_000_000
 
+#: what torch's fully_shard and pipelining overlap, for fsdp2 and torchtitan alike
+_FULLY_SHARD = {
+    "overlap_grad_reduce": Setting(True, f"{_TORCH} _fully_shard.py: each group's "
+                                   "reduce-scatter in its post-backward on a separate stream"),
+    "overlap_param_gather": Setting(True, f"{_TORCH} _fsdp_param_group.py: the next group's "
+                                    "all-gather on the all-gather stream"),
+    "overlap_p2p": Setting(False, f"{_TORCH} torch/distributed/pipelining/schedules.py: the "
+                           "schedule waits on each step's sends and receives"),
+    "zero3_prefetch_bucket": Setting(_PREFETCH, "not an FSDP setting"),
+}
+
 #: each framework's settings: the ParallelDims fields of LAYOUT_SETTINGS and MODEL_SETTINGS,
 #: and what the framework does that no field carries (the schedule, the batch convention).
 PRESETS: dict[str, dict[str, Setting]] = {
@@ -283,19 +294,12 @@ PRESETS: dict[str, dict[str, Setting]] = {
         "bucket_bytes": Setting(25 * 2**20, f"{_TORCH} torch/nn/parallel/distributed.py "
                                 "bucket_cap_mb = 25 MiB (DDP, with --zero 0; fully_shard "
                                 "reduces one group per call)"),
-        "overlap_grad_reduce": Setting(True, f"{_TORCH} _fully_shard.py: each group's "
-                                       "reduce-scatter in its post-backward on a separate "
-                                       "stream"),
-        "overlap_param_gather": Setting(True, f"{_TORCH} _fsdp_param_group.py: the next "
-                                        "group's all-gather on the all-gather stream"),
+        **_FULLY_SHARD,
         "tp_comm_overlap": Setting(False, f"{_TORCH}: no async TP without torch.compile"),
-        "overlap_p2p": Setting(False, f"{_TORCH} torch/distributed/pipelining/schedules.py: "
-                               "the schedule waits on each step's sends and receives"),
         "pp_scatter_gather": Setting(True, "sends a stage's output as its TP ranks hold it "
                                      "(sequence shards with SP); no TP in fully_shard alone"),
         "zero3_gather": Setting("layer", f"{_TORCH} _fully_shard.py: one all-gather per "
                                 "fully_shard group (a transformer block)"),
-        "zero3_prefetch_bucket": Setting(_PREFETCH, "not an FSDP setting"),
         "fsdp_prefetch": Setting(1, f"{_TORCH} _fsdp_param_group.py (implicit forward "
                                  "prefetch of one group on the all-gather stream; "
                                  "_backward_prefetch one group)"),
@@ -328,16 +332,13 @@ PRESETS: dict[str, dict[str, Setting]] = {
         "bucket_bytes": Setting(100 * 2**20, f"{_TITAN} v0.2.2 models/llama3/infra/"
                                 "parallelize.py replicate(bucket_cap_mb=100) (data parallelism "
                                 "without sharding, --zero 0)"),
-        "overlap_grad_reduce": Setting(True, f"{_TORCH} fully_shard (as fsdp2)"),
-        "overlap_param_gather": Setting(True, f"{_TORCH} fully_shard (as fsdp2)"),
+        **_FULLY_SHARD,
         "tp_comm_overlap": Setting(False, f"{_TITAN} configs.py "
                                    "compile.enable_async_tensor_parallel = False"),
-        "overlap_p2p": Setting(False, f"{_TORCH} torch.distributed.pipelining (as fsdp2)"),
         "pp_scatter_gather": Setting(True, "sends a stage's output as its TP ranks hold it "
                                      "(sequence shards with SP, on by default)"),
         "zero3_gather": Setting("layer", f"{_TITAN} torchtitan/distributed/fsdp.py "
                                 "apply_fsdp_to_decoder: one fully_shard group per block"),
-        "zero3_prefetch_bucket": Setting(_PREFETCH, "not an FSDP setting"),
         "fsdp_prefetch": Setting(1, f"{_TITAN} torchtitan/distributed/fsdp.py: torch's "
                                  "implicit one-block prefetch (explicit one-block lists only "
                                  "with EP)"),
