@@ -152,6 +152,16 @@ def unmodelled(row: dict) -> str | None:
     return None
 
 
+#: the values every row was planned and fitted with before the framework presets
+#: (ringccl.planner.frameworks) filled them in: 2-byte gradients on the wire, PyTorch DDP's
+#: 25 MiB bucket, ZeRO-3 resharded after forward, and the knobs' plain values; a framework
+#: rule or a row's flag overrides them as before
+PLAIN_KNOBS = dict(reduce_dtype="bfloat16", bucket_bytes=25 * 2**20, reshard_after_forward=True,
+                   overlap_grad_reduce=True, overlap_param_gather=True, tp_comm_overlap=False,
+                   overlap_p2p=False, pp_scatter_gather=True, zero3_gather="layer",
+                   zero3_prefetch_bucket=50_000_000, fsdp_prefetch=1)
+
+
 def _knobs_known(values: dict) -> dict:
     known = {f.name for f in fields(ParallelDims)}
     return {k: v for k, v in values.items() if k in known}
@@ -175,10 +185,12 @@ def planner_inputs(row: dict):
     lay = row["layout"]
     values = {k: lay[k] for k in LAYOUT_FIELDS}
     knobs, _ = framework_rule(row)
+    knobs = {**PLAIN_KNOBS, **knobs}
+    values["bucket_bytes"] = knobs.pop("bucket_bytes")
     if "zero_stage" in knobs:
         values["zero_stage"] = knobs.pop("zero_stage")
-    if "bucket_bytes" in knobs:
-        values["bucket_bytes"] = _bucket(knobs.pop("bucket_bytes"), lay)
+    if isinstance(values["bucket_bytes"], str):
+        values["bucket_bytes"] = _bucket(values["bucket_bytes"], lay)
     for flag, names in ROW_FLAGS.items():
         if flag in lay:
             knobs.update({n: bool(lay[flag]) for n in names})

@@ -111,7 +111,7 @@ def test_rank_grid_megatron_order():
      r"tp=8 must divide num_key_value_heads=4"),
     (MOE, {"dp": 16, "ep": 16}, 16, r"ep=16 must divide the experts num_local_experts=8"),
     (TINY, {"dp": 8, "ep": 2}, 8, r"ep=2 needs a mixture-of-experts model"),
-    (MOE, {"tp": 2, "dp": 4}, 8, r"sp must be on with tp=2 on an MoE model"),
+    (MOE, {"tp": 2, "dp": 4, "sp": False}, 8, r"sp must be on with tp=2 on an MoE model"),
     (TINY, {"pp": 8}, 8, r"pp=8 x virtual_stages=1 = 8 stages is deeper than the model's "
      r"num_hidden_layers=4"),
     (TINY, {"pp": 4, "dp": 2, "schedule": "interleaved", "virtual_stages": 2,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ringccl.errors import ArgumentError
-from ringccl.planner import Cluster, ModelConfig, ParallelDims, cluster_preset, plan
+from ringccl.planner import Cluster, ModelConfig, ParallelDims, cluster_preset, frameworks, plan
 from ringccl.planner import resolve_model
 from ringccl.planner.routing import (ep_rank_imbalance, expert_inclusion, gpus_per_copy,
                                      nodes_per_token)
@@ -173,7 +173,8 @@ def test_parallel_folding_lets_ep_exceed_dp():
                        num_local_experts=128, num_experts_per_tok=8, moe_intermediate_size=1536,
                        seq_length=4096, name="qwen3-235b-a22b")
     p = plan(qwen, {"tp": 2, "sp": True, "pp": 8, "dp": 16, "ep": 32, "etp": 1,
-                    "global_batch_size": 1024}, cluster_preset("dgx-h100", nodes=32))
+                    "global_batch_size": 1024, "zero_stage": 0},
+             cluster_preset("dgx-h100", nodes=32))
     ep = rows(p, "ep", stage=1)
     assert ep and {(e.group, e.shape.size, e.shape.nodes_spanned) for e in ep} == {
         ("ep", 32, 4)}
@@ -319,8 +320,9 @@ def test_hsdp_shards_inside_a_group_and_all_reduces_across_replicas():
         ("dp_shard", 8, 1)}
     rep, = rows(hsdp, "zero", collective="all_reduce")
     assert (rep.group, rep.shape.size, rep.shape.nodes_spanned) == ("dp_replicate", 2, 2)
-    # each replica all-reduces its 1/8 shard of the gradients (2 bytes each)
-    shard = hsdp.stages[0].shape.dense_parameters * 2 / 8
+    # each replica all-reduces its 1/8 shard of the gradients (in the framework's reduce dtype)
+    per_element = frameworks.REDUCE_DTYPES[hsdp.dims.reduce_dtype]
+    shard = hsdp.stages[0].shape.dense_parameters * per_element / 8
     assert rep.nbytes * rep.calls_per_step == pytest.approx(shard)
     # the optimizer states are sharded 8 ways, not 16
     assert hsdp.stages[0].memory.optimizer == pytest.approx(
@@ -333,7 +335,7 @@ def test_fsdp_with_tp_and_cp_shards_over_the_right_ranks():
     two_d = plan(GQA, {"tp": 8, "dp": 4, "zero_stage": 3, "sp": True}, node(4))
     g = rows(two_d, "zero", collective="all_gather")[0]
     assert (g.group, g.shape.size, g.shape.ranks_per_node, g.shape.nodes_spanned) == (
-        "dp_shard", 4, 1, 4)
+        "dp", 4, 1, 4)
     with_cp = plan(GQA, {"tp": 4, "cp": 2, "dp": 4, "zero_stage": 3, "sp": True}, node(4))
     g = rows(with_cp, "zero", collective="all_gather")[0]
     assert g.shape.size == 8                                 # cp x dp
@@ -345,13 +347,13 @@ def test_zero1_distributed_optimizer_gather_overlaps_the_next_forward():
     rs, = rows(p, "zero", collective="reduce_scatter")
     ag, = rows(p, "zero", collective="all_gather")
     assert (rs.overlap, ag.overlap) == ("backward", "forward")
-    assert rs.group == ag.group == "dp_shard" and rs.shape.size == 16
+    assert rs.group == ag.group == "dp" and rs.shape.size == 16
 
 
 def test_sharding_refusals():
     with pytest.raises(ArgumentError, match=r"dp_shard=4 shards ZeRO / FSDP states: it needs "
                        r"zero_stage 1, 2 or 3"):
-        ParallelDims(dp=8, dp_shard=4)
+        ParallelDims(dp=8, dp_shard=4, zero_stage=0)
     with pytest.raises(ArgumentError, match=r"dp_shard=3 must divide dp=8"):
         ParallelDims(dp=8, dp_shard=3, zero_stage=3)
 

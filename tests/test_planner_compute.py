@@ -63,7 +63,8 @@ def test_recompute_adds_what_it_reruns():
     core = sum(o.forward_s for o in lc.ops if o.name in (
         "attention_scores", "softmax", "attention_dropout", "attention_values"))
     assert lc.recompute("selective") == pytest.approx(core)
-    p = {r: plan(GPT22B, {"tp": 8, "micro_batch_size": 4, "recompute": r,
+    # sp as the layer_compute above (the Megatron preset would turn it on with TP)
+    p = {r: plan(GPT22B, {"tp": 8, "sp": False, "micro_batch_size": 4, "recompute": r,
                           "attention": "unfused"}, {"preset": "dgx-a100", "nodes": 1})
          for r in ("none", "selective", "full")}
     bwd = {r: p[r].stages[0].backward_per_micro_batch for r in p}

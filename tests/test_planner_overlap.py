@@ -6,7 +6,8 @@ import pytest
 
 from ringccl.costmodel.nccl import price
 from ringccl.errors import ArgumentError
-from ringccl.planner import Cluster, ModelConfig, plan
+from ringccl.planner import Cluster, ModelConfig
+from ringccl.planner import plan as _plan
 from ringccl.planner.costing import KERNEL_LAUNCH_SECONDS, nccl_machine_of
 from ringccl.planner.overlap import decide, exposed_seconds
 
@@ -24,6 +25,15 @@ SMALL = ModelConfig(num_hidden_layers=4, hidden_size=4096, num_attention_heads=3
 
 def a100(nodes):
     return {"preset": "dgx-a100", "nodes": nodes}
+
+
+#: these tests are about DDP's buckets and plain TP: these fields unless a test gives its own,
+#: instead of the Megatron preset's distributed optimizer and sequence parallelism
+PLAIN = {"sp": False, "zero_stage": 0}
+
+
+def plan(model, layout, cluster, **kw):
+    return _plan(model, {**PLAIN, **layout}, cluster, **kw)
 
 
 def test_exposed_seconds_formula():

@@ -16,7 +16,8 @@ from ringccl.planner.replay import (CALIBRATION_MIN_BYTES, calibration_sweeps, r
                                     simulated_bytes)
 
 CLUSTER = {"preset": "dgx-h100", "nodes": 1, "gpus_per_node": 4}
-DENSE = ("llama3-8b", {"dp": 2, "tp": 2})
+# DDP's all-reduce and plain TP (the Megatron preset would run its distributed optimizer and SP)
+DENSE = ("llama3-8b", {"dp": 2, "tp": 2, "sp": False, "zero_stage": 0})
 MOE = ("mixtral-8x7b", {"dp": 4, "ep": 4})
 
 

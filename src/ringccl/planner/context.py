@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ArgumentError
+from . import frameworks
 from .cluster import Cluster, Straggler
 from .groups import RankGrid, rank_grid
 from .model import ModelConfig
@@ -26,8 +27,9 @@ class StepContext:
     """What one plan reads.
 
     Attributes:
-        model, dims, cluster, straggler: the inputs (``dims`` checked against the model and
-            the cluster; ``straggler`` None or a rank inside the world).
+        model, dims, cluster, straggler: the inputs (``dims`` completed for the model and
+            checked against it and the cluster; ``straggler`` None or a rank inside the
+            world).
         grid: the ranks on the cluster's nodes.
         stages: one :class:`~ringccl.planner.stages.StageShape` per PP stage.
         straggler_stage: the PP stage of the straggler's rank (None without one).
@@ -52,6 +54,27 @@ class StepContext:
     def tokens(self) -> float:
         """Tokens of one micro-batch on one rank of a CP group: mbs · s / cp."""
         return self.dims.micro_batch_size * self.model.seq_length / self.dims.cp
+
+    @property
+    def gradient_bytes(self) -> float:
+        """Bytes per gradient element on the wire: the framework's reduce dtype."""
+        return frameworks.REDUCE_DTYPES[self.dims.reduce_dtype]
+
+    @property
+    def gather_bytes(self) -> float:
+        """Bytes per weight element a ZeRO / FSDP all-gather moves: the working dtype."""
+        return frameworks.state_bytes(self.dims.framework, self.model.dtype_bytes,
+                                      self.dims.reduce_dtype).gather
+
+    @property
+    def gathers_once(self) -> bool:
+        """ZeRO-3 / FSDP gathers each layer's weights once per step and reduce-scatters its
+        gradients once: the gathered weights stay to the backward (``reshard_after_forward``
+        off) and the pipeline defers the reduce-scatter to the last micro-batch
+        (:func:`~ringccl.planner.frameworks.defers_gradient_sync`)."""
+        dims = self.dims
+        return (dims.pp > 1 and frameworks.defers_gradient_sync(dims.framework)
+                and dims.reshard_after_forward is False)
 
     @property
     def activation_bytes(self) -> float:
@@ -84,10 +107,14 @@ def step_context(model: ModelConfig, dims: ParallelDims, cluster: Cluster,
                  straggler: Straggler | None = None) -> StepContext:
     """The :class:`StepContext` of one plan.
 
+    ``dims`` is completed with what needs the model first (:meth:`ParallelDims.for_model`:
+    the gradients' reduce dtype and bucket, the default global batch).
+
     Raises:
         ArgumentError: the layout refused (:meth:`ParallelDims.check`), a node limit the EP
             group cannot use, a straggler rank outside the world.
     """
+    dims = dims.for_model(model)
     dims.check(model, cluster.world_size)
     if straggler is not None and not 0 <= straggler.rank < dims.world_size:
         raise ArgumentError(f"straggler rank={straggler.rank} is outside the world of "

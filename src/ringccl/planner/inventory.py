@@ -132,7 +132,7 @@ def _mirror(ctx: StepContext, st: StageShape) -> list[Entry]:
     (DeepSeek-V3 §3.2.1: "two copies of the model parameters")."""
     if ctx.dims.schedule != "dualpipe":
         return []
-    grads = (st.dense_parameters + st.expert_parameters) * ctx.model.dtype_bytes
+    grads = (st.dense_parameters + st.expert_parameters) * ctx.gradient_bytes
     buckets = max(1, int(np.ceil(grads / ctx.dims.bucket_bytes)))
     return slowest(ctx, st.stage, "pp_mirror", parallelism="pp", collective="all_reduce",
                    phase="step", what="gradients of the two stages the mirror rank also holds",
@@ -170,11 +170,12 @@ BUILDER_FIELDS = {
     expert_parallel: ("sp", "recompute", "micro_batch_size", "moe_token_dispatcher_type",
                       "moe_router_group_topk", "precision"),
     pipeline_parallel: ("sp", "schedule", "virtual_stages", "micro_batch_size",
-                        "bucket_bytes", "pp_scatter_gather"),
-    data_parallel: ("zero_stage", "bucket_bytes"),
-    zero_sharded: ("zero_stage", "bucket_bytes"),
-    fully_sharded: ("zero_stage", "bucket_bytes", "zero3_gather", "recompute"),
-    replicated_shards: ("zero_stage", "bucket_bytes"),
+                        "bucket_bytes", "pp_scatter_gather", "reduce_dtype"),
+    data_parallel: ("zero_stage", "bucket_bytes", "reduce_dtype", "framework"),
+    zero_sharded: ("zero_stage", "bucket_bytes", "reduce_dtype", "framework"),
+    fully_sharded: ("zero_stage", "bucket_bytes", "zero3_gather", "recompute", "reduce_dtype",
+                    "framework", "reshard_after_forward"),
+    replicated_shards: ("zero_stage", "bucket_bytes", "reduce_dtype", "framework"),
     tied_embedding: (),
 }
 

@@ -2,8 +2,8 @@
 their hybrid-sharded forms, each on its group of the rank grid.
 
 Dense gradients belong to the dp·cp ranks that hold the same weights (group ``dp``); ZeRO and
-FSDP shard them over ``dp_shard``·cp of those (group ``dp_shard``; all dp·cp unless
-``dp_shard`` is given) and, with HSDP, all-reduce each shard across the ``dp / dp_shard``
+FSDP shard them over all of those, or with HSDP over ``dp_shard``·cp of them (group
+``dp_shard``) and all-reduce each shard across the ``dp / dp_shard``
 replicas (group ``dp_replicate``: torchtitan's ``dp_replicate``, Megatron-Core's distributed
 optimizer instances). Routed experts' gradients belong to the expert-data-parallel ranks (group
 ``edp``, tp·cp·dp/(etp·ep) of them), sharded over all of them.
@@ -48,10 +48,21 @@ class _Gradients:
     nbytes: float
     buckets: int
     shard: int
+    gather_nbytes: float = 0.0          # the same parameters all-gathered (working dtype)
 
     @property
     def bucket(self) -> float:
         return self.nbytes / self.buckets
+
+    @property
+    def gather_bucket(self) -> float:
+        return self.gather_nbytes / self.buckets
+
+
+def _shard_group(ctx: StepContext) -> str:
+    """The group ZeRO shards the dense states over: ``dp`` (all dp·cp ranks), or ``dp_shard``
+    with HSDP."""
+    return "dp_shard" if ctx.dims.dp_replicate > 1 else "dp"
 
 
 def gradient_groups(ctx: StepContext, st: StageShape) -> list[_Gradients]:
@@ -59,7 +70,7 @@ def gradient_groups(ctx: StepContext, st: StageShape) -> list[_Gradients]:
     or more."""
     dims = ctx.dims
     sharded = dims.zero_stage > 0
-    parts = [("dp_shard" if sharded else "dp", st.dense_parameters, "dense",
+    parts = [(_shard_group(ctx) if sharded else "dp", st.dense_parameters, "dense",
               dims.shard_size if sharded else dims.dp * dims.cp)]
     if st.expert_parameters:
         parts.append(("edp", st.expert_parameters, "expert", dims.expert_dp))
@@ -67,9 +78,10 @@ def gradient_groups(ctx: StepContext, st: StageShape) -> list[_Gradients]:
     for group, params, label, ranks in parts:
         if ranks < 2:
             continue
-        grads = params * ctx.model.dtype_bytes
+        grads = params * ctx.gradient_bytes          # the framework's reduce dtype
         out.append(_Gradients(group, label, grads,
-                              max(1, int(np.ceil(grads / dims.bucket_bytes))), ranks))
+                              max(1, int(np.ceil(grads / dims.bucket_bytes))), ranks,
+                              params * ctx.gather_bytes))
     return out
 
 
@@ -102,9 +114,9 @@ def zero_sharded(ctx: StepContext, st: StageShape) -> list[Entry]:
                         calls_per_step=g.buckets * per, overlap="backward", chunks=g.buckets,
                         per_micro_batch=z == 2)
         rows += slowest(ctx, st.stage, g.group, parallelism="zero", collective="all_gather",
-                        phase="step", what=f"updated {g.label} parameters", nbytes=g.bucket,
-                        calls_per_step=g.buckets, overlap="forward", chunks=g.buckets,
-                        per_micro_batch=False)
+                        phase="step", what=f"updated {g.label} parameters",
+                        nbytes=g.gather_bucket, calls_per_step=g.buckets, overlap="forward",
+                        chunks=g.buckets, per_micro_batch=False)
     return rows
 
 
@@ -116,21 +128,24 @@ def fully_sharded(ctx: StepContext, st: StageShape) -> list[Entry]:
         return []
     if ctx.dims.zero3_gather == "parameter":
         return _per_parameter(ctx, st)
-    m = ctx.micro_batches
+    # once per step when the weights stay gathered through the pipeline's micro-batches
+    once = ctx.gathers_once
+    m = 1 if once else ctx.micro_batches
     layers = max(st.layers, 1)
+    phases = [("forward", "weights before each layer's forward")]
+    if ctx.dims.reshard_after_forward is not False:
+        phases.append(("backward", "weights again for each layer's backward"))
     rows: list[Entry] = []
     for g in gradient_groups(ctx, st):
-        per_layer = g.nbytes / layers
-        for phase, what in (("forward", "weights before each layer's forward"),
-                            ("backward", "weights again for each layer's backward")):
+        for phase, what in phases:
             rows += slowest(ctx, st.stage, g.group, parallelism="zero",
                             collective="all_gather", phase=phase, what=f"{g.label} {what}",
-                            nbytes=per_layer, calls_per_step=layers * m, overlap=phase,
-                            chunks=layers)
+                            nbytes=g.gather_nbytes / layers, calls_per_step=layers * m,
+                            overlap=phase, chunks=layers, per_micro_batch=not once)
         rows += slowest(ctx, st.stage, g.group, parallelism="zero", collective="reduce_scatter",
                         phase="backward", what=f"{g.label} gradients of each layer",
-                        nbytes=per_layer, calls_per_step=layers * m, overlap="backward",
-                        chunks=layers)
+                        nbytes=g.nbytes / layers, calls_per_step=layers * m, overlap="backward",
+                        chunks=layers, per_micro_batch=not once)
     return rows
 
 
@@ -159,11 +174,13 @@ def _per_parameter(ctx: StepContext, st: StageShape) -> list[Entry]:
     each parameter tensor before its forward, again before the recompute's forward (full
     recompute: the forward hook fires again) and before its backward; a list-based
     reduce-scatter of each gradient."""
-    dims, m, B = ctx.dims, ctx.micro_batches, ctx.model.dtype_bytes
+    dims, m = ctx.dims, ctx.micro_batches
+    # weights gathered in the working dtype, gradients reduced in the framework's reduce dtype
+    per_element = {"all_gather": ctx.gather_bytes, "reduce_scatter": ctx.gradient_bytes}
     again = 2 if dims.recompute == "full" else 1
     rows: list[Entry] = []
     dense, experts = _stage_tensors(ctx, st)
-    for group, counts, label, ranks in (("dp_shard", dense, "dense", dims.shard_size),
+    for group, counts, label, ranks in ((_shard_group(ctx), dense, "dense", dims.shard_size),
                                         ("edp", experts, "expert", dims.expert_dp)):
         if not counts or ranks < 2:
             continue
@@ -174,8 +191,9 @@ def _per_parameter(ctx: StepContext, st: StageShape) -> list[Entry]:
                                              ("reduce_scatter", "backward", n * m)):
                 rows += slowest(ctx, st.stage, group, parallelism="zero",
                                 collective=collective, phase=phase, what=f"{what} ({phase})",
-                                nbytes=size * B, calls_per_step=calls, overlap=phase,
-                                chunks=max(st.layers, 1), list_collective=True)
+                                nbytes=size * per_element[collective], calls_per_step=calls,
+                                overlap=phase, chunks=max(st.layers, 1),
+                                list_collective=True)
     return rows
 
 
@@ -188,7 +206,7 @@ def replicated_shards(ctx: StepContext, st: StageShape) -> list[Entry]:
         return []
     rows: list[Entry] = []
     for g in gradient_groups(ctx, st):
-        if g.group != "dp_shard":
+        if g.label != "dense":
             continue
         rows += slowest(ctx, st.stage, "dp_replicate", parallelism="zero",
                         collective="all_reduce", phase="step",

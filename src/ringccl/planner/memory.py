@@ -157,7 +157,8 @@ def model_state_bytes(num_parameters: int, *, dp: int, zero_stage: int, param_by
 
 def activation_bytes(*, seq_length: int, micro_batch_size: int, hidden_size: int,
                      num_attention_heads: int, num_layers: int, tp: int = 1, sp: bool = False,
-                     cp: int = 1, recompute: str = "none", dtype_bytes=2) -> int:
+                     cp: int = 1, recompute: str = "none", dtype_bytes=2,
+                     flash_attention: bool = False) -> int:
     """Activations that ``num_layers`` transformer layers keep for the backward pass of one
     micro-batch, on one rank (Korthikanti et al. 2022, §4 and Table 2).
 
@@ -185,7 +186,12 @@ def activation_bytes(*, seq_length: int, micro_batch_size: int, hidden_size: int
     including the score term a·(s/cp)²·b: a rank keeps one (s/cp × s/cp) block of scores per
     head, as blockwise (ring) attention computes them. With a fused attention kernel
     (FlashAttention, which Megatron's context parallelism requires) the scores are never
-    stored: use ``recompute="selective"`` for that case.
+    stored: ``flash_attention=True``.
+
+    **flash_attention.** FlashAttention (Dao et al. 2022, §3.1 and Algorithm 2) keeps no s x s
+    score, softmax or dropout tensors: its backward recomputes them from Q, K, V, the output
+    and the softmax statistics (s·b·a values, dropped like Korthikanti's s·b terms). The 5·a·s/h
+    term goes, as with selective recompute (the count is then that row's).
 
     **Ignored** (as in the paper's per-layer count): the embedding layer's dropout output and
     mask, the final layer norm, the output layer's logits and the cross-entropy's fp32 copy
@@ -206,6 +212,7 @@ def activation_bytes(*, seq_length: int, micro_batch_size: int, hidden_size: int
         cp: context-parallel size (>= 1).
         recompute: "none", "selective" or "full".
         dtype_bytes: bytes per element of a stored activation (real > 0; 2 for fp16/bf16).
+        flash_attention: the attention kernel keeps no scores (FlashAttention).
 
     Returns:
         Bytes (``int``, rounded up) for one micro-batch through ``num_layers`` layers.
@@ -225,6 +232,7 @@ def activation_bytes(*, seq_length: int, micro_batch_size: int, hidden_size: int
     cp = check_int(cp, "cp", 1)
     recompute = _check_choice(recompute, "recompute", RECOMPUTE_MODES)
     dtype_bytes = Fraction(_check_real(dtype_bytes, "dtype_bytes", positive=True))
+    flash_attention = _check_bool(flash_attention, "flash_attention")
     if a % t:
         raise ArgumentError(f"num_attention_heads={a} is not divisible by tp={t}")
     if s % cp:
@@ -245,7 +253,7 @@ def activation_bytes(*, seq_length: int, micro_batch_size: int, hidden_size: int
         else:
             # layer-norm inputs, QKV and MLP inputs and the two dropout masks are replicated
             tensors, masks = 4 * sbh + 12 * sbh / t, 2 * sbh
-        if recompute == "none":
+        if recompute == "none" and not flash_attention:
             # softmax output and dropout output (2-byte), attention-dropout mask (1-byte)
             tensors += 2 * asb / t
             masks += asb / t
@@ -259,6 +267,7 @@ def activation_bytes(*, seq_length: int, micro_batch_size: int, hidden_size: int
 def communication_buffer_bytes(*, ddp_gradient_bytes: int = 0,
                                gradient_as_bucket_view: bool = False,
                                zero3_layer_parameters: int = 0, zero3_live_layers: int = 2,
+                               zero3_gradient_parameters: int | None = None,
                                param_bytes=2, grad_bytes=2, moe_tokens: int = 0,
                                moe_top_k: int = 1, moe_capacity_factor=1.0,
                                moe_hidden_size: int = 0, dtype_bytes=2) -> dict:
@@ -279,7 +288,9 @@ def communication_buffer_bytes(*, ddp_gradient_bytes: int = 0,
       computing one and the prefetched one; torch's FSDP documentation), DeepSpeed bounds them with ``stage3_max_live_parameters``. In backward each
       layer's full-size gradient exists until its reduce-scatter. So
       ``zero3_live_layers · zero3_layer_parameters · param_bytes +
-      zero3_layer_parameters · grad_bytes``.
+      zero3_gradient_parameters · grad_bytes`` (the gradient of one layer unless more stay
+      unsharded: a pipeline that defers FSDP's reduce-scatter to the last micro-batch keeps
+      the stage's).
     - **MoE all-to-all** (``moe_all_to_all``): the dispatch sends each of the rank's T =
       ``moe_tokens`` tokens to its k = ``moe_top_k`` experts; with capacity factor c each of E
       experts takes at most c·T·k/E tokens (GShard §2.2, Switch Transformer §2.1), so the send
@@ -293,6 +304,8 @@ def communication_buffer_bytes(*, ddp_gradient_bytes: int = 0,
         zero3_layer_parameters: parameters of the largest layer ZeRO-3 gathers (before
             sharding; >= 0; 0 when ZeRO-3 is off).
         zero3_live_layers: full-size layers alive at once (>= 1; 2 = current + prefetched).
+        zero3_gradient_parameters: parameters whose full-size gradients are alive at once
+            (>= 0; default ``zero3_layer_parameters``).
         param_bytes, grad_bytes: bytes per gathered weight and per unsharded gradient.
         moe_tokens: tokens this rank routes per MoE layer and micro-batch (>= 0; 0 when there
             is no MoE).
@@ -312,6 +325,9 @@ def communication_buffer_bytes(*, ddp_gradient_bytes: int = 0,
     gradient_as_bucket_view = _check_bool(gradient_as_bucket_view, "gradient_as_bucket_view")
     zero3_layer_parameters = check_int(zero3_layer_parameters, "zero3_layer_parameters", 0)
     zero3_live_layers = check_int(zero3_live_layers, "zero3_live_layers", 1)
+    zero3_gradient_parameters = (zero3_layer_parameters if zero3_gradient_parameters is None
+                                 else check_int(zero3_gradient_parameters,
+                                                "zero3_gradient_parameters", 0))
     param_bytes = _check_real(param_bytes, "param_bytes")
     grad_bytes = _check_real(grad_bytes, "grad_bytes")
     moe_tokens = check_int(moe_tokens, "moe_tokens", 0)
@@ -323,7 +339,7 @@ def communication_buffer_bytes(*, ddp_gradient_bytes: int = 0,
     return {
         "ddp_buckets": 0 if gradient_as_bucket_view else ddp_gradient_bytes,
         "zero3_gather": (_bytes(zero3_live_layers * zero3_layer_parameters, param_bytes)
-                         + _bytes(zero3_layer_parameters, grad_bytes)),
+                         + _bytes(zero3_gradient_parameters, grad_bytes)),
         "moe_all_to_all": 2 * _bytes(rows * moe_hidden_size, dtype_bytes),
     }
 
@@ -375,7 +391,8 @@ def breakdown(*, num_parameters: int, dp: int = 1, zero_stage: int = 0, seq_leng
               tp: int = 1, sp: bool = False, cp: int = 1, recompute: str = "none",
               schedule: str = "1f1b", pp: int = 1, stage: int = 0, num_micro_batches: int = 1,
               virtual_stages: int = 1, param_bytes=2, grad_bytes=2, optimizer_bytes=12,
-              dtype_bytes=2, communication: int | Mapping[str, int] = 0) -> MemoryBreakdown:
+              dtype_bytes=2, communication: int | Mapping[str, int] = 0,
+              flash_attention: bool = False) -> MemoryBreakdown:
     """One rank's memory: :func:`model_state_bytes` + :func:`activation_bytes` ×
     :func:`in_flight_micro_batches` + the communication buffers.
 
@@ -400,7 +417,7 @@ def breakdown(*, num_parameters: int, dp: int = 1, zero_stage: int = 0, seq_leng
     per_micro_batch = activation_bytes(
         seq_length=seq_length, micro_batch_size=micro_batch_size, hidden_size=hidden_size,
         num_attention_heads=num_attention_heads, num_layers=num_layers, tp=tp, sp=sp, cp=cp,
-        recompute=recompute, dtype_bytes=dtype_bytes)
+        recompute=recompute, dtype_bytes=dtype_bytes, flash_attention=flash_attention)
     in_flight = in_flight_micro_batches(schedule=schedule, pp=pp, stage=stage,
                                         num_micro_batches=num_micro_batches,
                                         virtual_stages=virtual_stages)

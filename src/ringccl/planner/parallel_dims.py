@@ -33,29 +33,37 @@ Megatron-LM's conventions (Narayanan et al. 2021; Megatron-Core's ``parallel_sta
 * ZeRO stage 0 (DDP), 1 (optimizer states sharded), 2 (+ gradients), 3 (+ weights, = FSDP);
 * recompute ``"none"``, ``"selective"`` (attention core, Korthikanti et al. 2022 §5), ``"full"``.
 
-The knobs of how a framework runs the step (set by the framework presets; defaults keep the
-plain behaviour: overlapped gradient reduce and parameter gather, nothing else overlapped):
-``precision`` (:data:`ringccl.planner.precision.PRECISIONS`), ``attention`` (FlashAttention or
-Megatron's unfused core attention), ``overlap_grad_reduce``, ``overlap_param_gather``,
-``tp_comm_overlap``, ``overlap_p2p``, ``pp_scatter_gather``, ``zero3_gather`` ("layer": one all-gather per layer as
+The framework (``framework``, :mod:`.frameworks`) fills what is left out: sequence parallelism,
+the ZeRO stage, recompute, the attention kernel, FSDP's resharding, and the knobs of how it
+runs the step: ``overlap_grad_reduce``, ``overlap_param_gather``, ``tp_comm_overlap``,
+``overlap_p2p``, ``pp_scatter_gather``, ``zero3_gather`` ("layer": one all-gather per layer as
 FSDP; "parameter": one per parameter tensor as DeepSpeed's ZeRO-3), ``zero3_prefetch_bucket``
 (DeepSpeed's ``stage3_prefetch_bucket_size``, elements) and ``fsdp_prefetch`` (layers gathered
-ahead); :mod:`ringccl.planner.overlap` says what each one hides.
+ahead; :mod:`ringccl.planner.overlap` says what each one hides). :meth:`ParallelDims.for_model`
+adds what needs the model (the gradients' reduce dtype and bucket, and the global batch of
+:func:`default_num_micro_batches` when neither it nor the number of micro-batches is given).
+``from_preset`` names every value filled in so. ``precision`` is the recipe
+(:data:`ringccl.planner.precision.PRECISIONS`, default bf16).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import math
+from dataclasses import asdict, dataclass, field
 
 from .. import units
 from ..args import check_int
 from ..errors import ArgumentError, ArgumentTypeError
+from . import frameworks
+from .layout_checks import (check_context, check_experts, check_model_context,
+                            check_model_experts, check_shards)
 from .model import ModelConfig
 from .pipeline import SCHEDULE_NAMES, check_schedule, chunks_per_rank
 from .precision import PRECISIONS
 
 __all__ = ["ParallelDims", "DIMENSIONS", "DEFAULT_ORDER", "SCHEDULES", "RECOMPUTE", "ATTENTION",
-           "ZERO3_GATHERS", "CP_COMM_TYPES", "DISPATCHERS", "resolve_dims"]
+           "ZERO3_GATHERS", "CP_COMM_TYPES", "DISPATCHERS", "resolve_dims", "check_field",
+           "TOKENS_PER_STEP", "default_num_micro_batches", "BATCH_RULE"]
 
 #: the dimensions of the rank grid
 DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
@@ -77,24 +85,135 @@ ZERO3_PREFETCH_BUCKET = 50_000_000
 #: PyTorch DDP's default bucket_cap_mb (25 MiB)
 DDP_BUCKET_BYTES = 25 * 2**20
 
+#: tokens per step when no global batch is given: 4M (2^22), as Llama 2 (every size; Touvron
+#: et al. 2023, Table 1) and Llama 3 405B's first stage (Dubey et al. 2024, §3.4.1) trained;
+#: GPT-3 175B used 3.2M (Brown et al. 2020, Table 2.1)
+TOKENS_PER_STEP = 2**22
+#: the rule, as the plan prints it
+BATCH_RULE = ("about 4M tokens per step (Llama 2, Llama 3 405B's first stage; GPT-3 175B: 3.2M), "
+              "rounded to a multiple of dp x micro_batch_size, at least 4 x pp micro-batches "
+              "with PP (a 1F1B bubble (pp-1)/m under 25%), a multiple of pp when interleaved")
+
+_INT1 = ("dp", "tp", "pp", "cp", "ep", "micro_batch_size", "virtual_stages")
+_INT0 = ("zero3_prefetch_bucket", "fsdp_prefetch")
+_BOOLS = ("sp", "reshard_after_forward", "account_for_embedding_in_pipeline_split",
+          "account_for_loss_in_pipeline_split", "overlap_grad_reduce", "overlap_param_gather",
+          "tp_comm_overlap", "overlap_p2p", "pp_scatter_gather")
+#: the fields chosen from a list, and the list
+_CHOICES = {"schedule": SCHEDULES, "recompute": RECOMPUTE, "attention": ATTENTION,
+            "zero3_gather": ZERO3_GATHERS, "precision": tuple(PRECISIONS),
+            "framework": frameworks.FRAMEWORKS, "reduce_dtype": tuple(frameworks.REDUCE_DTYPES),
+            "cp_comm_type": CP_COMM_TYPES, "moe_token_dispatcher_type": DISPATCHERS}
+
+
+def _allowed(name: str) -> str | None:
+    """What field ``name`` allows, in words (None: no rule here)."""
+    if name in _INT1 or name in ("num_micro_batches", "global_batch_size"):
+        return "an integer >= 1"
+    if name in _INT0:
+        return "an integer >= 0"
+    if name in _BOOLS:
+        return "true or false"
+    if name in _CHOICES:
+        return "one of " + ", ".join(_CHOICES[name])
+    return {"zero_stage": "0, 1, 2 or 3 (FSDP = 3)",
+            "bucket_bytes": "a size > 0 (bytes, or a string such as '25MiB')",
+            "capacity_factor": "None (dropless) or a number >= 1",
+            "order": f"each of {', '.join(DIMENSIONS)} once, joined by '-'"}.get(name)
+
+
+def check_field(name: str, value, show=repr):
+    """``value`` if it is of the kind layout field ``name`` takes (None is refused: callers
+    skip the fields they leave out); ``show`` renders the value in messages (``repr`` for
+    Python, the file's syntax for a ``--config`` file).
+
+    Raises:
+        ArgumentTypeError: a wrong type (bool where a number belongs, a string for an int...).
+        ArgumentError: a value out of range or not among the choices.
+    """
+    allowed = _allowed(name)
+    if allowed is None:
+        return value
+    kind = type(value).__name__
+    if name in _INT1 or name in _INT0 or name in ("num_micro_batches", "global_batch_size"):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ArgumentTypeError(f"{name}={show(value)} must be {allowed}, got {kind}")
+        if value < (0 if name in _INT0 else 1):
+            raise ArgumentError(f"{name}={show(value)} must be {allowed}")
+    elif name in _BOOLS:
+        if not isinstance(value, bool):
+            raise ArgumentTypeError(f"{name}={show(value)} must be {allowed}, got {kind}")
+    elif name == "zero_stage":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ArgumentTypeError(f"zero_stage={show(value)} must be {allowed}, got {kind}")
+        if value not in (0, 1, 2, 3):
+            raise ArgumentError(f"zero_stage={show(value)} must be {allowed}")
+    elif name == "capacity_factor":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ArgumentTypeError(f"capacity_factor={show(value)} must be {allowed}, got "
+                                    f"{kind}")
+        if not 1 <= value < math.inf:
+            raise ArgumentError(f"capacity_factor={show(value)} must be {allowed}")
+    elif name == "bucket_bytes":
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise ArgumentTypeError(f"bucket_bytes={show(value)} must be {allowed}, got {kind}")
+        size = units.size(value) if isinstance(value, str) else value
+        if size < 1:
+            raise ArgumentError(f"bucket_bytes={show(value)} must be {allowed}")
+        return size
+    elif name == "order":
+        dims = value.split("-") if isinstance(value, str) else None
+        if dims is None or sorted(dims) != sorted(DIMENSIONS):
+            raise ArgumentError(f"order={show(value)} must name {allowed} (Megatron's "
+                                f"default {DEFAULT_ORDER!r})")
+    else:
+        choices = _CHOICES[name]
+        if not isinstance(value, str):
+            raise ArgumentTypeError(f"{name}={show(value)} must be {allowed}, got {kind}")
+        if value.lower() not in choices:
+            raise ArgumentError(f"{name}={show(value)} must be {allowed}")
+        return value.lower()
+    return value
+
+
+def default_num_micro_batches(*, seq_length: int, dp: int, micro_batch_size: int, pp: int,
+                              schedule: str) -> int:
+    """Micro-batches per step when no global batch is given (:data:`BATCH_RULE`):
+    ``round(TOKENS_PER_STEP / (seq_length · dp · micro_batch_size))``, at least 1, at least
+    4·pp with pipeline parallelism (the 1F1B bubble (p − 1)/m of Narayanan et al. 2021 §2.2.1
+    stays under 25 %), rounded up to a multiple of pp for the interleaved schedule (its
+    requirement, §2.2.2)."""
+    per_step = seq_length * dp * micro_batch_size
+    m = max(1, math.floor(TOKENS_PER_STEP / per_step + 0.5))
+    if pp > 1:
+        m = max(m, 4 * pp)
+        if schedule == "interleaved":
+            m = -(-m // pp) * pp
+    return m
+
 
 @dataclass(frozen=True)
 class ParallelDims:
     """One training step's parallel layout: the degrees of each dimension, the batch, the
-    pipeline schedule, ZeRO, recompute, and how context and expert parallelism communicate.
+    pipeline schedule, ZeRO and recompute, and the framework that runs it.
+
+    A field left None takes its framework's value (:data:`frameworks.PRESETS`); a field given
+    wins over the preset. ``from_preset`` names the fields filled so (and
+    ``global_batch_size`` when the batch came from :data:`BATCH_RULE`).
 
     Attributes:
         dp, tp, cp, pp, ep: group sizes (>= 1); ``etp · ep`` divides ``tp · cp · dp``.
-        sp: Megatron sequence parallelism inside the TP group.
-        zero_stage: 0, 1, 2 or 3 (FSDP = 3).
+        sp: Megatron sequence parallelism inside the TP group (preset).
+        zero_stage: 0, 1, 2 or 3 (FSDP = 3; Megatron's distributed optimizer = 1) (preset).
         micro_batch_size: sequences per micro-batch per data-parallel rank.
-        num_micro_batches: micro-batches per step (default: from global_batch_size, else 1).
+        num_micro_batches: micro-batches per step (default: from global_batch_size, else the
+            rule, once the model is known: :meth:`for_model`).
         global_batch_size: sequences per step (default dp · micro_batch_size · m).
         schedule: one of :data:`SCHEDULES` (:mod:`ringccl.planner.pipeline`).
         virtual_stages: model chunks per PP rank (interleaved; dualpipev's 2 is set for you).
-        recompute: "none", "selective" or "full".
+        recompute: "none", "selective" or "full" (preset).
         order: the rank order, e.g. "tp-cp-ep-dp-pp" (fastest-varying first).
-        bucket_bytes: DDP / ZeRO gradient bucket size in bytes (PyTorch's 25 MiB).
+        bucket_bytes: gradient bucket size in bytes (preset, :meth:`for_model`).
         capacity_factor: None (dropless, Megatron-Core's default) or c >= 1: each expert takes
             at most c × its uniform share, buffers padded to it (GShard §2.2).
         etp: expert tensor-parallel size (None: tp, Megatron-Core's default).
@@ -107,23 +226,35 @@ class ParallelDims:
         routing_skew: Zipf exponent of expert popularity (0: uniform), as ``ringccl moe``.
         dp_shard: ranks of the dp dimension a ZeRO / FSDP shard spans (None: all dp; HSDP when
             smaller: the shards are replicated over dp / dp_shard).
+        framework: "megatron", "deepspeed", "fsdp2" or "torchtitan" (default
+            :data:`frameworks.DEFAULT_FRAMEWORK`).
         precision: the precision recipe ("bf16", "fp8-delayed", "fp8-tensorwise",
             "fp8-rowwise", "fp8-blockwise").
-        attention: "flash" (FlashAttention) or "unfused" (Megatron's core attention).
+        attention: "flash" (FlashAttention: no s x s scores kept) or "unfused" (Megatron's
+            core attention) (preset).
         overlap_grad_reduce: gradient reduction overlaps the backward (DDP's buckets,
-            Megatron's --overlap-grad-reduce); else it runs after it.
+            Megatron's --overlap-grad-reduce); else it runs after it (preset).
         overlap_param_gather: the distributed optimizer's parameter all-gather overlaps the
-            next forward (Megatron's --overlap-param-gather); else it runs before it.
+            next forward (Megatron's --overlap-param-gather); else it runs before it (preset).
         tp_comm_overlap: TP/SP collectives overlap the GEMMs they feed (Megatron's
-            --tp-comm-overlap, torchtitan's async TP); else exposed.
+            --tp-comm-overlap, torchtitan's async TP); else exposed (preset).
         overlap_p2p: PP sends and receives overlap compute (Megatron-Core's
-            --overlap-p2p-communication); else exposed per micro-batch.
+            --overlap-p2p-communication); else exposed per micro-batch (preset).
         pp_scatter_gather: each TP rank sends 1/tp of a stage's output and the next stage
             all-gathers it (Megatron-LM 2021 §4.1); else every TP rank sends the whole output
-            (DeepSpeed's pipeline engine).
-        zero3_gather: "layer" or "parameter" (module doc).
-        zero3_prefetch_bucket: elements DeepSpeed gathers ahead (0: every gather blocks).
-        fsdp_prefetch: layers FSDP gathers ahead (0: none; FSDP2's default 1).
+            (DeepSpeed's pipeline engine) (preset).
+        zero3_gather: "layer" or "parameter" (module doc) (preset).
+        zero3_prefetch_bucket: elements DeepSpeed gathers ahead (0: every gather blocks)
+            (preset).
+        fsdp_prefetch: layers FSDP gathers ahead (0: none; FSDP2's default 1) (preset).
+        reduce_dtype: "float32", "bfloat16" or "float16": the gradients' reduction (preset,
+            :meth:`for_model`).
+        reshard_after_forward: ZeRO-3/FSDP frees each layer's gathered weights after its
+            forward (preset).
+        account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split:
+            Megatron-Core's: the embedding / the loss counts as one layer of the pipeline's
+            split, so the first / last stage holds one layer fewer (Llama 3's balance).
+        from_preset: the fields filled by the framework's preset or the batch rule.
     """
 
     dp: int = 1
@@ -131,16 +262,16 @@ class ParallelDims:
     pp: int = 1
     cp: int = 1
     ep: int = 1
-    sp: bool = False
-    zero_stage: int = 0
+    sp: bool | None = None
+    zero_stage: int | None = None
     micro_batch_size: int = 1
     num_micro_batches: int | None = None
     global_batch_size: int | None = None
     schedule: str = "1f1b"
     virtual_stages: int = 1
-    recompute: str = "none"
+    recompute: str | None = None
     order: str = DEFAULT_ORDER
-    bucket_bytes: int = DDP_BUCKET_BYTES
+    bucket_bytes: int | str | None = None
     capacity_factor: float | None = None
     etp: int | None = None
     cp_comm_type: str = "p2p"
@@ -151,123 +282,84 @@ class ParallelDims:
     routing_skew: float = 0.0
     dp_shard: int | None = None
     precision: str = "bf16"
-    attention: str = "flash"
-    overlap_grad_reduce: bool = True
-    overlap_param_gather: bool = True
-    tp_comm_overlap: bool = False
-    overlap_p2p: bool = False
-    pp_scatter_gather: bool = True
-    zero3_gather: str = "layer"
-    zero3_prefetch_bucket: int = ZERO3_PREFETCH_BUCKET
-    fsdp_prefetch: int = 1
+    attention: str | None = None
+    overlap_grad_reduce: bool | None = None
+    overlap_param_gather: bool | None = None
+    tp_comm_overlap: bool | None = None
+    overlap_p2p: bool | None = None
+    pp_scatter_gather: bool | None = None
+    zero3_gather: str | None = None
+    zero3_prefetch_bucket: int | None = None
+    fsdp_prefetch: int | None = None
+    # -- the framework and what its preset fills in
+    framework: str | None = None
+    reduce_dtype: str | None = None
+    reshard_after_forward: bool | None = None
+    account_for_embedding_in_pipeline_split: bool = False
+    account_for_loss_in_pipeline_split: bool = False
+    from_preset: tuple = field(default=(), compare=False)
 
     def __post_init__(self):
-        for f in ("dp", "tp", "pp", "cp", "ep", "micro_batch_size", "virtual_stages"):
-            check_int(getattr(self, f), f, minimum=1)
-        if not isinstance(self.sp, bool):
-            raise ArgumentTypeError(f"sp={self.sp!r} must be true or false")
-        if self.zero_stage not in (0, 1, 2, 3):
-            raise ArgumentError(f"zero_stage={self.zero_stage!r} must be 0, 1, 2 or 3 (FSDP = 3)")
-        if self.schedule not in SCHEDULES:
-            raise ArgumentError(f"schedule={self.schedule!r} must be one of "
-                                f"{', '.join(SCHEDULES)}")
-        if self.recompute not in RECOMPUTE:
-            raise ArgumentError(f"recompute={self.recompute!r} must be one of "
-                                f"{', '.join(RECOMPUTE)}")
+        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 - frozen dataclass
+        for f in (*_INT1, "schedule", "order", "precision", "cp_comm_type",
+                  "moe_token_dispatcher_type", "account_for_embedding_in_pipeline_split",
+                  "account_for_loss_in_pipeline_split"):
+            set_(f, check_field(f, getattr(self, f)))
+        if self.capacity_factor is not None:
+            set_("capacity_factor", check_field("capacity_factor", self.capacity_factor))
         if self.schedule == "dualpipev" and self.virtual_stages == 1:
-            object.__setattr__(self, "virtual_stages", 2)     # its V: two chunks per rank
+            set_("virtual_stages", 2)       # its V: two chunks per rank
+        filled = list(self.from_preset)
+        if self.framework is None:
+            filled.append("framework")
+        set_("framework", frameworks.check_framework(self.framework or
+                                                     frameworks.DEFAULT_FRAMEWORK))
+        layout = {"tp": self.tp, "pp": self.pp, "dp": self.dp, "cp": self.cp,
+                  "schedule": self.schedule}
+        for name in frameworks.LAYOUT_SETTINGS:     # in order: a rule may read those before
+            if getattr(self, name) is None:
+                value = frameworks.preset_values(self.framework, (name,), layout).get(name)
+                if value is not None:
+                    set_(name, value)
+                    filled.append(name)
+            elif name not in filled:
+                set_(name, check_field(name, getattr(self, name)))
+            layout[name] = getattr(self, name)
+        for name in ("reduce_dtype", "bucket_bytes"):
+            if getattr(self, name) is not None:
+                set_(name, check_field(name, getattr(self, name)))
+        set_("from_preset", tuple(dict.fromkeys(filled)))
         if self.virtual_stages > 1 and self.schedule not in ("interleaved", "dualpipev"):
             raise ArgumentError(f"virtual_stages={self.virtual_stages} needs "
                                 f"schedule='interleaved' (got {self.schedule!r})")
-        if isinstance(self.bucket_bytes, str):
-            object.__setattr__(self, "bucket_bytes", units.size(self.bucket_bytes))
-        check_int(self.bucket_bytes, "bucket_bytes", minimum=1)
-        if self.capacity_factor is not None and (
-                isinstance(self.capacity_factor, bool)
-                or not isinstance(self.capacity_factor, (int, float))
-                or not 1 <= self.capacity_factor < float("inf")):
-            raise ArgumentError(f"capacity_factor={self.capacity_factor!r} must be None "
-                                "(dropless) or a number >= 1")
-        self._check_knobs()
-        dims = self.order.split("-") if isinstance(self.order, str) else None
-        if dims is None or sorted(dims) != sorted(DIMENSIONS):
-            raise ArgumentError(f"order={self.order!r} must name each of "
-                                f"{', '.join(DIMENSIONS)} once, joined by '-' (Megatron's "
-                                f"default {DEFAULT_ORDER!r})")
-        self._check_experts()
-        self._check_context()
-        if self.dp_shard is not None:
-            check_int(self.dp_shard, "dp_shard", minimum=1)
-            if self.dp % self.dp_shard:
-                raise ArgumentError(f"dp_shard={self.dp_shard} must divide dp={self.dp} (HSDP "
-                                    f"shards over dp_shard and replicates over dp / dp_shard)")
-            if self.zero_stage == 0:
-                raise ArgumentError(f"dp_shard={self.dp_shard} shards ZeRO / FSDP states: it "
-                                    "needs zero_stage 1, 2 or 3 (zero_stage=0 replicates all)")
-        self._set_batch()
+        self._check_framework()
+        check_experts(self)
+        check_context(self)
+        check_shards(self)
+        self._check_batch()
 
-    def _check_experts(self) -> None:
-        """Refuse expert fields that do not fit (MoE parallel folding, DeepSeek-V3 routing)."""
-        if self.etp is not None:
-            check_int(self.etp, "etp", minimum=1)
-        dense = self.tp * self.cp * self.dp
-        if dense % (self.expert_tp * self.ep):
+    def _check_framework(self) -> None:
+        """Refuse what the framework cannot run."""
+        if self.framework in ("fsdp2", "torchtitan") and self.zero_stage in (1, 2):
             raise ArgumentError(
-                f"etp x ep = {self.expert_tp} x {self.ep} = {self.expert_tp * self.ep} must "
-                f"divide tp x cp x dp = {self.tp} x {self.cp} x {self.dp} = {dense}: the expert "
-                "grid (etp x ep x expert-dp) is laid over the same ranks of each pipeline stage "
-                "as tp x cp x dp (Megatron-Core's MoE parallel folding), so ep does not multiply "
-                f"the world size. {self._expert_hint()}")
-        if self.moe_token_dispatcher_type not in DISPATCHERS:
-            raise ArgumentError(f"moe_token_dispatcher_type={self.moe_token_dispatcher_type!r} "
-                                f"must be one of {', '.join(DISPATCHERS)}")
-        if self.moe_router_group_topk is not None:
-            check_int(self.moe_router_group_topk, "moe_router_group_topk", minimum=1)
-            if self.ep == 1:
-                raise ArgumentError(f"moe_router_group_topk={self.moe_router_group_topk} limits "
-                                    "the nodes a token's experts sit on: it needs ep > 1")
-        if self.routing_imbalance is not None:
-            if isinstance(self.routing_imbalance, bool) or not isinstance(
-                    self.routing_imbalance, (int, float)) or not (
-                    1 <= self.routing_imbalance < float("inf")):
-                raise ArgumentError(f"routing_imbalance={self.routing_imbalance!r} must be a "
-                                    "number >= 1 (tokens of the busiest EP rank over the mean)")
-            if self.routing_skew:
-                raise ArgumentError("give routing_imbalance (measured) or routing_skew (Zipf), "
-                                    f"not both (got {self.routing_imbalance!r} and "
-                                    f"{self.routing_skew!r})")
-        if isinstance(self.routing_skew, bool) or not isinstance(
-                self.routing_skew, (int, float)) or not 0 <= self.routing_skew < float("inf"):
-            raise ArgumentError(f"routing_skew={self.routing_skew!r} must be a number >= 0 "
-                                "(0: uniform; 1: Zipf)")
+                f"zero_stage={self.zero_stage} is not how {self.framework} shards: it runs 0 "
+                "(replicated, DDP) or 3 (fully_shard); reshard_after_forward=false keeps the "
+                "gathered weights to the backward (FSDP's SHARD_GRAD_OP)")
+        if self.framework == "deepspeed" and self.pp > 1 and self.zero_stage >= 2:
+            raise ArgumentError(
+                f"zero_stage={self.zero_stage} with pp={self.pp}: DeepSpeed's pipeline engine "
+                "refuses ZeRO-2 and ZeRO-3 (deepspeed/runtime/pipe/engine.py, PipelineEngine: "
+                "zero_optimization_stage() < 2); use zero_stage 0 or 1 with PP, or pp=1")
 
-    def _check_context(self) -> None:
-        """Refuse context-parallel fields that do not fit."""
-        if self.cp_comm_type not in CP_COMM_TYPES:
-            raise ArgumentError(f"cp_comm_type={self.cp_comm_type!r} must be one of "
-                                f"{', '.join(CP_COMM_TYPES)} (Megatron-Core's names)")
-        sizes = self.hierarchical_context_parallel_sizes
-        if self.cp_comm_type == "a2a+p2p":
-            if sizes is None or len(tuple(sizes)) != 2:
-                raise ArgumentError("cp_comm_type='a2a+p2p' needs "
-                                    "hierarchical_context_parallel_sizes=(a2a size, p2p size)")
-            sizes = tuple(check_int(x, "hierarchical_context_parallel_sizes", minimum=1)
-                          for x in sizes)
-            object.__setattr__(self, "hierarchical_context_parallel_sizes", sizes)
-            if sizes[0] * sizes[1] != self.cp:
-                raise ArgumentError(f"hierarchical_context_parallel_sizes={sizes}: a2a x p2p = "
-                                    f"{sizes[0]} x {sizes[1]} must equal cp={self.cp}")
-        elif sizes is not None:
-            raise ArgumentError(f"hierarchical_context_parallel_sizes={sizes!r} applies to "
-                                f"cp_comm_type='a2a+p2p' only (got {self.cp_comm_type!r})")
-
-    def _set_batch(self) -> None:
+    def _check_batch(self) -> None:
+        """The batch's consistency; m stays None until :meth:`for_model` when neither it nor
+        the global batch is given."""
         per_step = self.dp * self.micro_batch_size
         m = self.num_micro_batches
         if m is not None:
-            check_int(m, "num_micro_batches", minimum=1)
+            check_field("num_micro_batches", m)
         if self.global_batch_size is not None:
-            check_int(self.global_batch_size, "global_batch_size", minimum=1)
+            check_field("global_batch_size", self.global_batch_size)
             if self.global_batch_size % per_step:
                 raise ArgumentError(
                     f"global_batch_size={self.global_batch_size} does not split into "
@@ -278,27 +370,13 @@ class ParallelDims:
                     f"global_batch_size={self.global_batch_size} != dp x micro_batch_size x "
                     f"num_micro_batches = {self.dp} x {self.micro_batch_size} x {m}")
             m = self.global_batch_size // per_step
-        m = 1 if m is None else m
+        if m is None:
+            return
         object.__setattr__(self, "num_micro_batches", m)
         object.__setattr__(self, "global_batch_size", m * per_step)
         if self.pp > 1 or self.schedule != "1f1b":
             check_schedule(self.schedule, pp=self.pp, num_micro_batches=m,
                            virtual_stages=self.virtual_stages)
-
-    def _expert_hint(self) -> str:
-        """The layout to write when dp was given as the expert replicas (DeepSeek-V3's report
-        writes "EP64" and 2 replicas of each expert on 2,048 GPUs at pp = 16)."""
-        ranks = self.dp * self.expert_tp * self.ep
-        if ranks % (self.tp * self.cp):
-            return (f"Choose dp so that tp x cp x dp is a multiple of etp x ep = "
-                    f"{self.expert_tp * self.ep}.")
-        dp = ranks // (self.tp * self.cp)
-        return (f"If dp={self.dp} meant {self.dp} replicas of each expert, write dp={dp} "
-                f"ep={self.ep}: dp = replicas x etp x ep / (tp x cp) = {self.dp} x "
-                f"{self.expert_tp} x {self.ep} / ({self.tp} x {self.cp}) = {dp}, and the world is "
-                f"tp x cp x dp x pp = {self.tp} x {self.cp} x {dp} x {self.pp} = "
-                f"{self.tp * self.cp * dp * self.pp}.")
-
     @property
     def expert_tp(self) -> int:
         """Expert tensor-parallel size: ``etp``, or tp when not given (Megatron-Core)."""
@@ -342,6 +420,30 @@ class ParallelDims:
                                     f"{', '.join(allowed)}")
         check_int(self.zero3_prefetch_bucket, "zero3_prefetch_bucket", minimum=0)
         check_int(self.fsdp_prefetch, "fsdp_prefetch", minimum=0)
+
+    def for_model(self, model: ModelConfig) -> "ParallelDims":
+        """This layout with what needs the model filled in: the gradients' reduce dtype and
+        bucket from the framework's preset (they depend on the training dtype), and the
+        global batch of :func:`default_num_micro_batches` when neither the global batch nor
+        the number of micro-batches was given."""
+        values = asdict(self)
+        filled = list(self.from_preset)
+        layout = {"tp": self.tp, "pp": self.pp, "dp": self.dp, "cp": self.cp,
+                  "dtype": model.dtype}
+        for name in frameworks.MODEL_SETTINGS:
+            if values[name] is None:
+                layout["reduce_dtype"] = values["reduce_dtype"]
+                values[name] = frameworks.preset_values(self.framework, (name,), layout)[name]
+                filled.append(name)
+        if self.num_micro_batches is None:
+            values["num_micro_batches"] = default_num_micro_batches(
+                seq_length=model.seq_length, dp=self.dp, micro_batch_size=self.micro_batch_size,
+                pp=self.pp, schedule=self.schedule)
+            filled.append("global_batch_size")
+        if len(filled) == len(self.from_preset):
+            return self
+        values["from_preset"] = tuple(filled)
+        return ParallelDims(**values)
 
     @property
     def world_size(self) -> int:
@@ -390,70 +492,33 @@ class ParallelDims:
         if not model.mla and model.num_key_value_heads % self.tp:
             raise ArgumentError(f"tp={self.tp} must divide num_key_value_heads="
                                 f"{model.num_key_value_heads} (Megatron shards whole KV heads)")
-        self._check_model_experts(model)
+        check_model_experts(self, model)
         stages = self.pp * (1 if self.schedule == "dualpipe" else
                             chunks_per_rank(self.schedule, self.virtual_stages))
-        if stages > model.num_hidden_layers:
+        slots = (model.num_hidden_layers + self.account_for_embedding_in_pipeline_split
+                 + self.account_for_loss_in_pipeline_split)
+        if stages > slots:
             raise ArgumentError(f"pp={self.pp} x virtual_stages={self.virtual_stages} = {stages} "
                                 f"stages is deeper than the model's num_hidden_layers="
                                 f"{model.num_hidden_layers}")
         if model.seq_length % (self.cp * (self.tp if self.sp else 1)):
             raise ArgumentError(f"cp={self.cp} (x tp={self.tp} with sp) must divide seq_length="
                                 f"{model.seq_length}")
-        self._check_model_context(model)
+        check_model_context(self, model)
         return self
 
-    def _check_model_experts(self, model: ModelConfig) -> None:
-        if self.ep > 1 and not model.moe:
-            raise ArgumentError(f"ep={self.ep} needs a mixture-of-experts model; {model.name} "
-                                "is dense")
-        if model.moe and model.num_local_experts % self.ep:
-            raise ArgumentError(f"ep={self.ep} must divide the experts num_local_experts="
-                                f"{model.num_local_experts}")
-        if model.moe and self.tp > 1 and not self.sp:
-            raise ArgumentError(f"sp must be on with tp={self.tp} on an MoE model "
-                                "(Megatron-Core requires sequence parallelism with experts)")
-        if model.moe and model.expert_intermediate_size % self.expert_tp:
-            raise ArgumentError(f"etp={self.expert_tp} must divide the experts' width "
-                                f"moe_intermediate_size={model.expert_intermediate_size}")
-        if not model.moe and (self.moe_router_group_topk is not None or self.routing_skew
-                              or self.routing_imbalance is not None):
-            raise ArgumentError(f"moe_router_group_topk, routing_imbalance and routing_skew "
-                                f"apply to mixture-of-experts models; {model.name} is dense")
-
-    def _check_model_context(self, model: ModelConfig) -> None:
-        if self.cp == 1:
-            return
-        ring = self.cp // self.cp_a2a_size
-        if self.cp_comm_type != "a2a" and model.seq_length % (2 * ring * self.cp_a2a_size):
-            raise ArgumentError(
-                f"seq_length={model.seq_length} must be a multiple of 2 x cp = {2 * self.cp} "
-                f"for cp_comm_type={self.cp_comm_type!r}: each rank takes two of the 2·cp "
-                "chunks (i and 2·cp − 1 − i) to balance the causal mask (Megatron-Core; Llama 3 "
-                "§3.3.2)")
-        u = self.cp_a2a_size
-        if u == 1:
-            return
-        heads = model.num_attention_heads // self.tp
-        kv = heads if model.mla else model.num_key_value_heads // self.tp
-        if heads % u:
-            raise ArgumentError(
-                f"the Ulysses degree {u} (cp_comm_type={self.cp_comm_type!r}) must divide the "
-                f"attention heads a TP rank holds, num_attention_heads / tp = "
-                f"{model.num_attention_heads} / {self.tp} = {heads} (DeepSpeed-Ulysses shards "
-                "heads after its all-to-all); use p2p or all_gather, or a2a+p2p with a smaller "
-                "a2a size")
-        if kv % u:
-            raise ArgumentError(
-                f"the Ulysses degree {u} (cp_comm_type={self.cp_comm_type!r}) must divide the "
-                f"KV heads a TP rank holds, num_key_value_heads / tp = "
-                f"{model.num_key_value_heads} / {self.tp} = {kv} (grouped-query attention: "
-                "whole KV heads per rank); use p2p or all_gather, or a2a+p2p with an a2a size "
-                f"dividing {kv}")
-
     def replace(self, **changes) -> "ParallelDims":
-        """A copy with ``changes``; the batch is kept (num_micro_batches recomputed)."""
+        """A copy with ``changes``; the batch is kept (num_micro_batches recomputed), and the
+        values that came from the preset or the batch rule are derived again."""
         values = asdict(self)
+        for name in self.from_preset:
+            if name == "framework" and "framework" not in changes:
+                values["framework"] = None
+            elif name == "global_batch_size":
+                values["global_batch_size"] = values["num_micro_batches"] = None
+            elif name not in changes:
+                values[name] = None
+        values["from_preset"] = ()
         if "global_batch_size" not in changes and ("dp" in changes or
                                                     "micro_batch_size" in changes):
             values["num_micro_batches"] = None
@@ -486,7 +551,8 @@ class ParallelDims:
             parts.append(self.schedule + (f"(v={self.virtual_stages})"
                                           if self.schedule == "interleaved"
                                           and self.virtual_stages > 1 else ""))
-        parts.append(f"mbs={self.micro_batch_size}x{self.num_micro_batches}")
+        parts.append(f"mbs={self.micro_batch_size}"
+                     + (f"x{self.num_micro_batches}" if self.num_micro_batches else ""))
         if self.recompute != "none":
             parts.append(f"recompute={self.recompute}")
         if self.precision != "bf16":
@@ -507,7 +573,7 @@ def resolve_dims(layout) -> ParallelDims:
     if isinstance(layout, ParallelDims):
         return layout
     values = dict(layout or {})
-    known = set(ParallelDims.__dataclass_fields__)
+    known = set(ParallelDims.__dataclass_fields__) - {"from_preset"}
     unknown = sorted(set(values) - known)
     if unknown:
         raise ArgumentError(f"unknown layout field(s) {', '.join(unknown)}; expected "

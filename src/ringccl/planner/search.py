@@ -49,8 +49,9 @@ from .model import ModelConfig
 from .parallel_dims import ParallelDims
 from .pipeline import pipeline_lower_bound
 from .stages import stage_shapes
-from .step import (StepEstimate, compute_of, estimate_step, model_states, passes_of,
-                   peak_memory, stage_estimates)
+from .stage_memory import stage_states
+from .step import (StepEstimate, compute_of, estimate_step, passes_of, peak_memory,
+                   stage_estimates)
 from .step import step_seconds as _step_seconds
 
 __all__ = ["search", "SearchResult", "SearchSpace", "Priced", "candidates", "price",
@@ -256,6 +257,7 @@ def price(model: ModelConfig, dims: ParallelDims, cluster: Cluster,
     Raises:
         ArgumentError: the layout refused.
     """
+    dims = dims.for_model(model)
     key = _class_key(dims)
     stages = None if cache is None else cache.get(key)
     if stages is None:
@@ -273,13 +275,8 @@ def _class_bounds(model: ModelConfig, dims: ParallelDims, cluster: Cluster
     layouts of ``dims``' class."""
     stages = stage_shapes(model, dims)
     passes = [passes_of(compute_of(model, dims, cluster, st), st) for st in stages]
-    states = 0
-    shard = dims.shard_size if dims.zero_stage else dims.dp * dims.cp
-    for dense, experts in {(x.dense_parameters, x.expert_parameters) for x in stages}:
-        total = sum(model_states(dense, dp=shard, zero_stage=dims.zero_stage).values())
-        total += sum(model_states(experts, dp=dims.expert_dp,
-                                  zero_stage=dims.zero_stage).values())
-        states = max(states, total)
+    states = max(sum(dense.values()) + sum(experts.values())
+                 for dense, experts in (stage_states(model, dims, st) for st in stages))
     return passes, states
 
 
@@ -288,6 +285,7 @@ def lower_bounds(model: ModelConfig, dims: ParallelDims, cluster: Cluster,
     """(step seconds, bytes) no more than the layout's price: the pipeline of compute alone
     (:func:`~ringccl.planner.pipeline.pipeline_lower_bound`), and the largest stage's model
     states (see the module docstring). ``bounds``: :func:`_class_bounds` of its class."""
+    dims = dims.for_model(model)
     passes, states = bounds or _class_bounds(model, dims, cluster)
     time = pipeline_lower_bound(dims.schedule if dims.pp > 1 else "1f1b",
                                 num_micro_batches=dims.num_micro_batches,
@@ -408,7 +406,7 @@ def _price_all(model, cluster, layouts, progress, prune) -> tuple[list[Priced], 
     for _, group in itertools.groupby(layouts, key=_class_key):
         group = list(group)
         keep = [] if prune else group
-        shared = _class_bounds(model, group[0], cluster) if prune else None
+        shared = _class_bounds(model, group[0].for_model(model), cluster) if prune else None
         for dims in (group if prune else ()):
             time, states = lower_bounds(model, dims, cluster, shared)
             if states > cluster.gpu_memory:

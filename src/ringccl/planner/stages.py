@@ -3,7 +3,10 @@
 The L layers split as evenly as possible into model chunks: pp·v of them, stage s holding
 chunks s, s + pp, s + 2·pp, ... (Megatron-LM 2021 §2.2.2); for DualPipe pp, rank s holding
 stages s and pp − 1 − s (DeepSeek-V3 §3.2.1: the two directions); for DualPipeV 2·pp, rank s
-holding s and 2·pp − 1 − s (the V). Each weight matrix is sharded over tp (the routed experts
+holding s and 2·pp − 1 − s (the V). Megatron-Core's ``account_for_embedding_in_pipeline_split``
+/ ``account_for_loss_in_pipeline_split`` count the embedding / the loss as one more layer of the
+split, so the first / last chunk holds one layer fewer (the Llama 3 report's balanced first and
+last stages, Dubey et al. 2024 §3.3.2). Each weight matrix is sharded over tp (the routed experts
 over ep · etp), the vocabulary-parallel embedding sits with chunk 0 and the LM head with the
 last chunk. FLOPs per token are :meth:`ModelConfig.flops_per_token`'s, split by layer; a stage's
 forward is one pass through all of its chunks (for DualPipe: one micro-batch of each direction,
@@ -29,26 +32,35 @@ def stage_layers(model: ModelConfig, dims: ParallelDims, stage: int) -> list[lis
     of the split take one more layer; see the module docstring for which chunks)."""
     return [list(chunk) for chunk in _layer_chunks(model.num_hidden_layers, dims.pp,
                                                     dims.virtual_stages, stage,
-                                                    _placement(dims.schedule))]
+                                                    _placement(dims.schedule), _extras(dims))]
 
 
 def _placement(schedule: str) -> str:
     return schedule if schedule in ("dualpipe", "dualpipev") else "loop"
 
 
+def _extras(dims: ParallelDims) -> tuple[int, int]:
+    """(1 if the embedding counts as a layer of the split, 1 if the loss does)."""
+    return (int(bool(dims.account_for_embedding_in_pipeline_split)),
+            int(bool(dims.account_for_loss_in_pipeline_split)))
+
+
 @memoize(maxsize=4096)
 def _layer_chunks(num_layers: int, pp: int, virtual_stages: int, stage: int,
-                  placement: str = "loop") -> tuple:
+                  placement: str = "loop", extras: tuple[int, int] = (0, 0)) -> tuple:
+    first, last = extras
+    # slot -1 is the embedding, slot num_layers the loss; they take a layer's place
+    slots = np.arange(-first, num_layers + last)
     if placement == "dualpipe":
-        bounds = np.array_split(np.arange(num_layers), pp)
+        bounds = np.array_split(slots, pp)
         held = (stage, pp - 1 - stage)
     elif placement == "dualpipev":
-        bounds = np.array_split(np.arange(num_layers), 2 * pp)
+        bounds = np.array_split(slots, 2 * pp)
         held = (stage, 2 * pp - 1 - stage)
     else:
-        bounds = np.array_split(np.arange(num_layers), pp * virtual_stages)
+        bounds = np.array_split(slots, pp * virtual_stages)
         held = tuple(stage + k * pp for k in range(virtual_stages))
-    return tuple(tuple(map(int, bounds[i])) for i in held)
+    return tuple(tuple(int(i) for i in bounds[c] if 0 <= i < num_layers) for c in held)
 
 
 def _held(pp: int, virtual_stages: int, stage: int, placement: str) -> tuple:
@@ -106,12 +118,12 @@ def stage_shapes(model: ModelConfig, dims: ParallelDims) -> tuple[StageShape, ..
     load = _load(model, dims)
     return _stage_shapes(model, dims.tp, dims.ep, dims.pp, dims.virtual_stages,
                          dims.micro_batch_size, dims.cp, dims.expert_tp,
-                         _placement(dims.schedule), load)
+                         _placement(dims.schedule), load, _extras(dims))
 
 
 @memoize(maxsize=4096)
-def _stage_shapes(model, tp, ep, pp, v, mbs, cp, etp, placement, load) -> tuple:
-    return tuple(_stage_shape(model, tp, ep, pp, v, mbs, cp, s, etp, placement, load)
+def _stage_shapes(model, tp, ep, pp, v, mbs, cp, etp, placement, load, extras) -> tuple:
+    return tuple(_stage_shape(model, tp, ep, pp, v, mbs, cp, s, etp, placement, load, extras)
                  for s in range(pp))
 
 
@@ -124,18 +136,19 @@ def _load(model: ModelConfig, dims: ParallelDims) -> float:
 
 def stage_shape(model: ModelConfig, dims: ParallelDims, stage: int) -> StageShape:
     """The :class:`StageShape` of PP stage ``stage`` (memoized on what it depends on: the
-    model, tp, ep, etp, pp, v, the schedule's placement, the micro-batch and cp)."""
+    model, tp, ep, etp, pp, v, the schedule's placement, the micro-batch, cp and the split's
+    embedding and loss slots)."""
     return _stage_shape(model, dims.tp, dims.ep, dims.pp, dims.virtual_stages,
                         dims.micro_batch_size, dims.cp, stage, dims.expert_tp,
-                        _placement(dims.schedule), _load(model, dims))
+                        _placement(dims.schedule), _load(model, dims), _extras(dims))
 
 
 @memoize(maxsize=4096)
 def _stage_shape(model: ModelConfig, tp: int, ep: int, pp: int, virtual_stages: int,
                  micro_batch_size: int, cp: int, stage: int, etp: int,
-                 placement: str, load: float) -> StageShape:
+                 placement: str, load: float, extras: tuple[int, int] = (0, 0)) -> StageShape:
     layers = [i for chunk in _layer_chunks(model.num_hidden_layers, pp, virtual_stages, stage,
-                                           placement) for i in chunk]
+                                           placement, extras) for i in chunk]
     first, last = _held(pp, virtual_stages, stage, placement)
     # parameter counts are integers: each TP (and EP) shard of a weight matrix rounded up;
     # the norm weights are replicated on every TP rank

@@ -32,7 +32,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from .. import units
-from ..caches import memoize, register
+from ..caches import register
 from ..errors import ArgumentError
 from . import memory
 from .cluster import Cluster, Straggler
@@ -43,14 +43,14 @@ from .inventory import inventory
 from .model import ModelConfig
 from .overlap import exposed_seconds, exposure
 from .parallel_dims import ParallelDims
-from .pipeline import (get_schedule, in_flight_micro_batches, pipeline_bubble_fraction,
-                       pipeline_seconds)
+from .pipeline import get_schedule, pipeline_bubble_fraction, pipeline_seconds
+from .stage_memory import (in_flight_activations, in_flight_counts, stage_memory,
+                           stage_memory_parts)
 from .stages import StageShape
 from .timeline import Timeline, simulate
 
 __all__ = ["StageEstimate", "StepEstimate", "estimate_step", "exposed_seconds", "stage_memory",
-           "stage_memory_parts", "in_flight_activations", "compute_of", "passes_of",
-           "step_seconds", "peak_memory", "stage_estimates", "model_states"]
+           "compute_of", "passes_of", "step_seconds", "peak_memory", "stage_estimates"]
 
 
 @dataclass
@@ -128,6 +128,7 @@ class StepEstimate:
         tokens_per_second, mfu, model_flops_per_step.
         exposed: parallelism -> exposed seconds per step on the slowest path.
         fits_memory: every stage's memory within the GPU's; peak_memory: the largest total.
+        warnings: :class:`~ringccl.planner.advice.PlanWarning` (``ringccl.plan`` fills them).
     """
 
     model: ModelConfig
@@ -144,6 +145,7 @@ class StepEstimate:
     peak_memory: float
     fits_memory: bool
     notes: list = field(default_factory=list)
+    warnings: list = field(default_factory=list)
 
     @property
     def tokens_per_step(self) -> int:
@@ -200,7 +202,8 @@ class StepEstimate:
                 "straggler": None if self.straggler is None else vars(self.straggler),
                 "world_size": self.dims.world_size, "describe": self.describe(),
                 "summary": self.summary(),
-                "stages": [s.to_dict() for s in self.stages], "notes": list(self.notes)}
+                "stages": [s.to_dict() for s in self.stages], "notes": list(self.notes),
+                "warnings": [w.to_dict() for w in self.warnings]}
 
     def describe(self) -> str:
         return (f"{self.model.name} on {self.dims.world_size} GPUs, {self.dims.describe()}: "
@@ -215,106 +218,6 @@ class StepEstimate:
         return simulate(d.schedule, pp=d.pp, num_micro_batches=d.num_micro_batches,
                         virtual_stages=d.virtual_stages,
                         times=[s.passes() for s in self.stages])
-
-
-#: the memory formulas memoized (pure functions of counts; a layout search asks again and again)
-model_states = memoize(maxsize=1 << 16)(memory.model_state_bytes)
-_activations = memoize(maxsize=1 << 16)(memory.activation_bytes)
-_buffers = memoize(maxsize=1 << 16)(memory.communication_buffer_bytes)
-
-
-def stage_memory(ctx: StepContext, st: StageShape,
-                 entries: list[Entry]) -> memory.MemoryBreakdown:
-    """The memory of one rank of stage ``st``, bytes, from :mod:`ringccl.planner.memory`:
-    :func:`stage_memory_parts` with the activations of the micro-batches in flight
-    (:func:`in_flight_activations`).
-
-    - model states (:func:`~ringccl.planner.memory.model_state_bytes`): the dense weights
-      sharded by ZeRO over the ``dp · cp`` ranks that hold them, the routed experts over
-      ``dp · cp / ep``;
-    - activations: :func:`~ringccl.planner.memory.activation_bytes` of one micro-batch through
-      all the stage's layers (every model chunk) × the micro-batches in flight
-      (:func:`~ringccl.planner.memory.in_flight_micro_batches`, in those same units: for the
-      interleaved schedule its chunk-activations divided by v), rounded up;
-    - communication buffers (:func:`~ringccl.planner.memory.communication_buffer_bytes`):
-      DDP's bucket copy of the gradients (PyTorch's default ``gradient_as_bucket_view=False``),
-      ZeRO-3's live gathered layers, the all-to-all's send and receive buffers; ZeRO-1/2 add
-      their largest in-flight bucket twice (the gradients being reduce-scattered and the
-      parameters being gathered).
-
-    Returns:
-        A :class:`~ringccl.planner.memory.MemoryBreakdown` (it sums its own ``total``).
-    """
-    base, per_micro_batch = stage_memory_parts(ctx, st, entries)
-    return replace(base, activations=in_flight_activations(ctx.dims, st.stage,
-                                                           per_micro_batch))
-
-
-def in_flight_activations(dims: ParallelDims, stage: int, per_micro_batch: int) -> int:
-    """Bytes of the activations PP stage ``stage`` holds at its peak: ``per_micro_batch`` ×
-    :func:`~ringccl.planner.pipeline.in_flight_micro_batches`, rounded up. The in-flight count is
-    a whole number, or chunk-activations / v (/ 2 for DualPipe): exact as a fraction of that
-    denominator."""
-    return -(-per_micro_batch * _in_flight(dims)[stage] // (2 * dims.virtual_stages))
-
-
-def _in_flight(dims: ParallelDims) -> tuple[int, ...]:
-    """Per stage, the in-flight count times 2·v: a whole number for every schedule."""
-    return _in_flight_scaled(dims.schedule if dims.pp > 1 else "1f1b", dims.pp,
-                             dims.num_micro_batches, dims.virtual_stages)
-
-
-@memoize(maxsize=4096)
-def _in_flight_scaled(schedule: str, pp: int, m: int, v: int) -> tuple[int, ...]:
-    return tuple(round(2 * v * in_flight_micro_batches(schedule=schedule, pp=pp, stage=r,
-                                                       num_micro_batches=m, virtual_stages=v))
-                 for r in range(pp))
-
-
-def stage_memory_parts(ctx: StepContext, st: StageShape,
-                       entries: list[Entry]) -> tuple[memory.MemoryBreakdown, int]:
-    """(the memory of stage ``st`` without its activations, the activations of one pass
-    through its layers), bytes: what every stage alike in layers, role and placement shares
-    (the in-flight count depends on the stage's index and the batch, the rest does not)."""
-    model, dims = ctx.model, ctx.dims
-    data_parallel = dims.dp * dims.cp
-    dense = model_states(st.dense_parameters,
-                                     dp=dims.shard_size if dims.zero_stage else data_parallel,
-                                     zero_stage=dims.zero_stage)
-    expert = model_states(st.expert_parameters, dp=dims.expert_dp,
-                                      zero_stage=dims.zero_stage)
-    per_micro_batch = _activations(
-        seq_length=model.seq_length, micro_batch_size=dims.micro_batch_size,
-        hidden_size=model.hidden_size, num_attention_heads=model.num_attention_heads,
-        num_layers=st.layers, tp=dims.tp, sp=dims.sp, cp=dims.cp,
-        recompute=dims.recompute, dtype_bytes=model.dtype_bytes)
-    gradient_bytes = dense["gradients"] + expert["gradients"]
-    moe_tokens = 0
-    if st.moe_layers and dims.ep > 1:
-        # tokens a rank routes per MoE layer and micro-batch: its sequence shard (SP splits it
-        # over tp, as Megatron-Core's token dispatcher does)
-        moe_tokens = (dims.micro_batch_size * model.seq_length
-                      // (dims.cp * (dims.tp if dims.sp else 1)))
-    buffers = _buffers(
-        ddp_gradient_bytes=gradient_bytes if dims.zero_stage == 0 and data_parallel > 1
-        else 0,
-        zero3_layer_parameters=st.largest_layer_parameters if dims.zero_stage == 3 else 0,
-        param_bytes=model.dtype_bytes, grad_bytes=model.dtype_bytes, moe_tokens=moe_tokens,
-        moe_top_k=max(1, model.num_experts_per_tok),
-        moe_capacity_factor=st.expert_load, moe_hidden_size=model.hidden_size,
-        dtype_bytes=model.dtype_bytes)
-    communication = sum(buffers.values())
-    if dims.zero_stage in (1, 2):
-        communication += 2 * max((math.ceil(e.nbytes) for e in entries
-                                  if e.parallelism == "zero"), default=0)
-    # context parallelism's largest live buffer: the gathered K/V of a layer, a ring's block
-    # being received, or an all-to-all's send and receive buffers
-    communication += max((math.ceil(e.nbytes) for e in entries if e.parallelism == "cp"),
-                         default=0)
-    return memory.MemoryBreakdown(
-        weights=dense["weights"] + expert["weights"],
-        gradients=gradient_bytes, optimizer=dense["optimizer"] + expert["optimizer"],
-        activations=0, communication=communication), per_micro_batch
 
 
 def compute_of(model: ModelConfig, dims: ParallelDims, cluster: Cluster,
@@ -481,7 +384,7 @@ def step_seconds(dims: ParallelDims, stages: list[StageEstimate]) -> tuple[float
 def peak_memory(dims: ParallelDims, stages: list[StageEstimate]) -> int:
     """The largest stage's memory, bytes, with ``dims``' schedule and batch in flight (alike
     stages share their parts: each group's peak is at its most in-flight stage)."""
-    counts = _in_flight(dims)
+    counts = in_flight_counts(dims)
     most: dict = {}
     for s in stages:
         key = id(s.memory_parts)
@@ -506,6 +409,7 @@ def estimate_step(model: ModelConfig, dims: ParallelDims, cluster: Cluster,
     """
     _check_precision(model, dims, cluster)
     ctx = step_context(model, dims, cluster, straggler)
+    dims = ctx.dims                     # completed for the model (batch, reduce dtype, bucket)
     if share_stages:
         stages = _stages_shared(ctx)
     else:
