@@ -58,7 +58,7 @@ __all__ = ["FRAMEWORKS", "DEFAULT_FRAMEWORK", "DEFAULT_WHY", "Setting", "PRESETS
 FRAMEWORKS = ("megatron", "deepspeed", "fsdp2", "torchtitan")
 DEFAULT_FRAMEWORK = "megatron"
 DEFAULT_WHY = ("the layout's terms are Megatron-Core's: the tp-cp-ep-dp-pp rank order, the "
-               "interleaved schedule's virtual stages, ep carved out of dp, sequence "
+               "interleaved schedule's virtual stages, ep folded over tp x cp x dp, sequence "
                "parallelism, the distributed optimizer as ZeRO-1; and 54 of the 104 published "
                "runs in benchmarks/published_runs.json ran Megatron-LM or Megatron-Core")
 

@@ -426,6 +426,9 @@ class ParallelDims:
         bucket from the framework's preset (they depend on the training dtype), and the
         global batch of :func:`default_num_micro_batches` when neither the global batch nor
         the number of micro-batches was given."""
+        if self.num_micro_batches is not None and all(
+                getattr(self, name) is not None for name in frameworks.MODEL_SETTINGS):
+            return self                 # nothing left to fill (asdict below is not cheap)
         values = asdict(self)
         filled = list(self.from_preset)
         layout = {"tp": self.tp, "pp": self.pp, "dp": self.dp, "cp": self.cp,

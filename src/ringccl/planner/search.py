@@ -42,6 +42,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
+from ..caches import memoize
 from ..errors import ArgumentError, RingcclError
 from .cluster import Cluster
 from .context import step_context
@@ -229,6 +230,12 @@ _CLASS_FIELDS = tuple(f for f in ParallelDims.__dataclass_fields__
 _PLAIN = ("1f1b", "zb-h1", "zb-h2", "gpipe")
 
 
+@memoize(maxsize=1 << 16)
+def _for_model(dims: ParallelDims, model: ModelConfig) -> ParallelDims:
+    """:meth:`ParallelDims.for_model`, memoized: a layout is bounded, then priced."""
+    return dims.for_model(model)
+
+
 def _class_key(dims: ParallelDims) -> tuple:
     """What a stage's estimate depends on: every field but the batch, and the schedule only as
     far as it places the layers or hides sends."""
@@ -257,7 +264,7 @@ def price(model: ModelConfig, dims: ParallelDims, cluster: Cluster,
     Raises:
         ArgumentError: the layout refused.
     """
-    dims = dims.for_model(model)
+    dims = _for_model(dims, model)
     key = _class_key(dims)
     stages = None if cache is None else cache.get(key)
     if stages is None:
@@ -285,7 +292,7 @@ def lower_bounds(model: ModelConfig, dims: ParallelDims, cluster: Cluster,
     """(step seconds, bytes) no more than the layout's price: the pipeline of compute alone
     (:func:`~ringccl.planner.pipeline.pipeline_lower_bound`), and the largest stage's model
     states (see the module docstring). ``bounds``: :func:`_class_bounds` of its class."""
-    dims = dims.for_model(model)
+    dims = _for_model(dims, model)
     passes, states = bounds or _class_bounds(model, dims, cluster)
     time = pipeline_lower_bound(dims.schedule if dims.pp > 1 else "1f1b",
                                 num_micro_batches=dims.num_micro_batches,
@@ -406,7 +413,8 @@ def _price_all(model, cluster, layouts, progress, prune) -> tuple[list[Priced], 
     for _, group in itertools.groupby(layouts, key=_class_key):
         group = list(group)
         keep = [] if prune else group
-        shared = _class_bounds(model, group[0].for_model(model), cluster) if prune else None
+        shared = (_class_bounds(model, _for_model(group[0], model), cluster) if prune
+                  else None)
         for dims in (group if prune else ()):
             time, states = lower_bounds(model, dims, cluster, shared)
             if states > cluster.gpu_memory:
