@@ -22,7 +22,10 @@ Megatron-LM's conventions (Narayanan et al. 2021; Megatron-Core's ``parallel_sta
 The framework (``framework``, :mod:`.frameworks`) fills what is left out: sequence parallelism,
 the ZeRO stage, recompute, the attention kernel, FSDP's resharding, and the knobs of how it
 runs the step: ``overlap_grad_reduce``, ``overlap_param_gather``, ``tp_comm_overlap``,
-``overlap_p2p``, ``pp_scatter_gather``, ``zero3_gather`` ("layer": one all-gather per layer as
+``overlap_p2p``, ``pp_scatter_gather``, ``overlap_dgrad_reduce`` (the column-parallel layers'
+input-gradient reduction behind their weight-gradient GEMM), ``gradient_accumulation_fusion``
+(weight gradients accumulated inside the GEMM), ``pp_sequential_p2p`` (one blocking send or
+receive at a time), ``zero3_gather`` ("layer": one all-gather per layer as
 FSDP; "parameter": one per parameter tensor as DeepSpeed's ZeRO-3), ``zero3_prefetch_bucket``
 (DeepSpeed's ``stage3_prefetch_bucket_size``, elements) and ``fsdp_prefetch`` (layers gathered
 ahead; :mod:`ringccl.planner.overlap` says what each one hides). :meth:`ParallelDims.for_model`
@@ -55,7 +58,7 @@ DEFAULT_ORDER = "tp-cp-ep-dp-pp"
 SCHEDULES = ("1f1b", "interleaved", "gpipe")
 RECOMPUTE = ("none", "selective", "full")
 #: how attention runs: FlashAttention, or Megatron's unfused core attention (2021-2022)
-ATTENTION = ("flash", "unfused")
+ATTENTION = ("flash", "flash2", "unfused")
 #: ZeRO-3's all-gather unit: a layer (FSDP's unit) or each parameter tensor (DeepSpeed)
 ZERO3_GATHERS = ("layer", "parameter")
 #: DeepSpeed's default stage3_prefetch_bucket_size, elements (deepspeed/runtime/zero/config.py)
@@ -77,7 +80,8 @@ _INT1 = ("dp", "tp", "pp", "cp", "ep", "micro_batch_size", "virtual_stages")
 _INT0 = ("zero3_prefetch_bucket", "fsdp_prefetch")
 _BOOLS = ("sp", "reshard_after_forward", "account_for_embedding_in_pipeline_split",
           "account_for_loss_in_pipeline_split", "overlap_grad_reduce", "overlap_param_gather",
-          "tp_comm_overlap", "overlap_p2p", "pp_scatter_gather")
+          "tp_comm_overlap", "overlap_p2p", "pp_scatter_gather", "overlap_dgrad_reduce",
+          "gradient_accumulation_fusion", "pp_sequential_p2p")
 #: the fields chosen from a list, and the list
 _CHOICES = {"schedule": SCHEDULES, "recompute": RECOMPUTE, "attention": ATTENTION,
             "zero3_gather": ZERO3_GATHERS, "precision": tuple(PRECISIONS),
@@ -193,12 +197,14 @@ class ParallelDims:
         order: the rank order, e.g. "tp-cp-ep-dp-pp" (fastest-varying first).
         bucket_bytes: gradient bucket size in bytes (preset, :meth:`for_model`).
         capacity_factor: MoE all-to-all buffer over the uniform-routing size (>= 1).
-        framework: "megatron", "deepspeed", "fsdp2" or "torchtitan" (default
-            :data:`frameworks.DEFAULT_FRAMEWORK`).
+        framework: one of :data:`frameworks.FRAMEWORKS` ("megatron", "deepspeed", "fsdp2",
+            "torchtitan", or a dated one: "megatron-2021", "megatron-2022",
+            "megatron-deepspeed", "composer"; default :data:`frameworks.DEFAULT_FRAMEWORK`).
         precision: the precision recipe ("bf16", "fp8-delayed", "fp8-tensorwise",
             "fp8-rowwise", "fp8-blockwise").
-        attention: "flash" (FlashAttention: no s x s scores kept) or "unfused" (Megatron's
-            core attention) (preset).
+        attention: "flash" (FlashAttention, the architecture's newest kernel: no s x s scores
+            kept), "flash2" (FlashAttention-2's kernel, as 2023's stacks ran it) or "unfused"
+            (Megatron's core attention) (preset).
         overlap_grad_reduce: gradient reduction overlaps the backward (DDP's buckets,
             Megatron's --overlap-grad-reduce); else it runs after it (preset).
         overlap_param_gather: the distributed optimizer's parameter all-gather overlaps the
@@ -210,6 +216,16 @@ class ParallelDims:
         pp_scatter_gather: each TP rank sends 1/tp of a stage's output and the next stage
             all-gathers it (Megatron-LM 2021 §4.1); else every TP rank sends the whole output
             (DeepSpeed's pipeline engine) (preset).
+        overlap_dgrad_reduce: the column-parallel layers' input-gradient all-reduce (with SP:
+            reduce-scatter) runs asynchronously behind their weight-gradient GEMM, and with SP
+            the input's re-gather behind the input-gradient GEMM (Megatron-LM since 2022,
+            ``LinearWithGradAccumulationAndAsyncCommunication``); else exposed (preset).
+        gradient_accumulation_fusion: the weight-gradient GEMM accumulates into the main
+            gradient (Megatron's ``--gradient-accumulation-fusion``); else each micro-batch's
+            weight gradients are written, then added to the accumulated ones (preset).
+        pp_sequential_p2p: each PP send and receive is its own blocking call, one after the
+            other (DeepSpeed's pipeline engine); else a send and a receive go together
+            (Megatron's ``batch_isend_irecv``) (preset).
         zero3_gather: "layer" or "parameter" (module doc) (preset).
         zero3_prefetch_bucket: elements DeepSpeed gathers ahead (0: every gather blocks)
             (preset).
@@ -247,6 +263,9 @@ class ParallelDims:
     tp_comm_overlap: bool | None = None
     overlap_p2p: bool | None = None
     pp_scatter_gather: bool | None = None
+    overlap_dgrad_reduce: bool | None = None
+    gradient_accumulation_fusion: bool | None = None
+    pp_sequential_p2p: bool | None = None
     zero3_gather: str | None = None
     zero3_prefetch_bucket: int | None = None
     fsdp_prefetch: int | None = None
@@ -294,12 +313,13 @@ class ParallelDims:
 
     def _check_framework(self) -> None:
         """Refuse what the framework cannot run."""
-        if self.framework in ("fsdp2", "torchtitan") and self.zero_stage in (1, 2):
+        kind = frameworks.family(self.framework)
+        if kind in ("fsdp2", "torchtitan") and self.zero_stage in (1, 2):
             raise ArgumentError(
                 f"zero_stage={self.zero_stage} is not how {self.framework} shards: it runs 0 "
                 "(replicated, DDP) or 3 (fully_shard); reshard_after_forward=false keeps the "
                 "gathered weights to the backward (FSDP's SHARD_GRAD_OP)")
-        if self.framework == "deepspeed" and self.pp > 1 and self.zero_stage >= 2:
+        if kind == "deepspeed" and self.pp > 1 and self.zero_stage >= 2:
             raise ArgumentError(
                 f"zero_stage={self.zero_stage} with pp={self.pp}: DeepSpeed's pipeline engine "
                 "refuses ZeRO-2 and ZeRO-3 (deepspeed/runtime/pipe/engine.py, PipelineEngine: "

@@ -75,7 +75,7 @@ def stage_memory(ctx: StepContext, st: StageShape,
         hidden_size=model.hidden_size, num_attention_heads=model.num_attention_heads,
         num_layers=st.layers, tp=dims.tp, sp=dims.sp, cp=dims.cp,
         recompute=dims.recompute, dtype_bytes=model.dtype_bytes,
-        flash_attention=dims.attention == "flash")
+        flash_attention=dims.attention != "unfused")
     in_flight = memory.in_flight_micro_batches(
         schedule=dims.schedule if dims.pp > 1 else "1f1b", pp=dims.pp, stage=st.stage,
         num_micro_batches=dims.num_micro_batches, virtual_stages=dims.virtual_stages)
@@ -90,7 +90,7 @@ def stage_memory(ctx: StepContext, st: StageShape,
         # over tp, as Megatron-Core's token dispatcher does)
         moe_tokens = (dims.micro_batch_size * model.seq_length
                       // (dims.cp * (dims.tp if dims.sp else 1)))
-    torch_ddp = dims.framework in ("fsdp2", "torchtitan")
+    torch_ddp = frameworks.family(dims.framework) in ("fsdp2", "torchtitan")
     zero3 = _zero3_buffers(ctx, st, sb) if dims.zero_stage == 3 else dict(
         param_bytes=sb.gather, grad_bytes=sb.reduce)
     buffers = memory.communication_buffer_bytes(
@@ -104,7 +104,7 @@ def stage_memory(ctx: StepContext, st: StageShape,
                for p in ("zero", "dp")}
     if dims.zero_stage in (1, 2):
         communication += 2 * largest["zero"]
-    elif dims.zero_stage == 0 and dims.framework == "deepspeed":
+    elif dims.zero_stage == 0 and frameworks.family(dims.framework) == "deepspeed":
         communication += largest["dp"]
     return memory.MemoryBreakdown(
         weights=dense["weights"] + expert["weights"],

@@ -30,7 +30,7 @@ from . import memory
 from .cluster import Cluster, Straggler
 from .compute import StageCompute, compute_precision, stage_compute
 from .context import StepContext, step_context
-from .costing import Entry
+from .costing import Entry, sm_contention
 from .inventory import inventory
 from .model import ModelConfig
 from .overlap import exposed_seconds, exposure
@@ -206,7 +206,8 @@ def _stage(ctx: StepContext, stage: int) -> StageEstimate:
     st = ctx.stages[stage]
     entries = inventory(ctx, stage)
     c = _compute(ctx, st)
-    per_mb, per_step = exposure(entries, ctx.dims, c, ctx.micro_batches)
+    per_mb, per_step = exposure(entries, ctx.dims, c, ctx.micro_batches,
+                                sm_contention(ctx.cluster))
     est = StageEstimate(stage, st, entries, c.forward + c.backward, c.forward, c.backward,
                         per_mb, per_step, compute=c)
     est.memory = stage_memory(ctx, st, entries)
