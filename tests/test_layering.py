@@ -76,10 +76,10 @@ KNOWN_FOLDER_CYCLES = {
 #: the planner's modules in the one direction their imports point: each imports only modules
 #: before it (a new module takes its place in this list)
 PLANNER_ORDER = ("model", "hf_families", "hf_config", "gpus", "precision", "framework_eras",
-                 "frameworks",
-                 "parallel_dims", "cluster", "kernels", "compute", "tensors", "config",
-                 "groups", "stages", "costing", "overlap", "context", "inventory", "memory",
-                 "stage_memory", "step", "advice", "search", "emit", "replay", "__init__")
+                 "frameworks", "parallel_dims", "cluster", "kernels", "compute", "tensors",
+                 "config", "groups", "stages", "costing", "overlap", "context", "inventory",
+                 "memory", "stage_memory", "step", "advice", "search", "emit", "replay",
+                 "__init__")
 
 
 def module_name(path: pathlib.Path, root: pathlib.Path) -> str:

@@ -179,10 +179,11 @@ _MEGATRON_DEEPSPEED = {
                             "partition_parameters.py _allgather_param: one list-based "
                             "all_gather per parameter tensor"),
     "zero3_prefetch_bucket": Setting(0, f"{_DS03} partition_parameters.py _allgather_param: "
-                                     "torch.cuda.synchronize() before each gather, so none "
-                                     "runs ahead of the compute",
-                                     note="stage3_prefetch_bucket_size = 5e7 is read, but the "
-                                     "synchronisation serialises every gather"),
+                                     "torch.cuda.synchronize() before each gather, so the "
+                                     "device drains before every gather is issued",
+                                     note="stage3_prefetch_bucket_size = 5e7 is read; "
+                                     "stage3.py's prefetch (from the second step) goes "
+                                     "through the same synchronised gather"),
     "pp_sequential_p2p": Setting(True, f"{_DS05} deepspeed/runtime/pipe/engine.py: "
                                  "SendActivation, RecvActivation, SendGrad and RecvGrad are "
                                  "separate instructions; p2p.py: each a blocking send or recv"),

@@ -54,9 +54,9 @@ from ..caches import memoize
 from ..costmodel.compute_profile import ComputeProfile, load_compute_profile
 from .gpus import GPU
 
-__all__ = ["TILES", "FLASH_EFFICIENCY", "FLASH2_EFFICIENCY", "FLASH_BLOCK", "gemm_seconds", "gemm_efficiency",
-           "wave_utilisation", "tiles", "flash_attention_flops", "flash_attention_seconds",
-           "memory_seconds"]
+__all__ = ["TILES", "FLASH_EFFICIENCY", "FLASH2_EFFICIENCY", "FLASH_BLOCK", "gemm_seconds",
+           "gemm_efficiency", "wave_utilisation", "tiles", "flash_attention_flops",
+           "flash_attention_seconds", "memory_seconds"]
 
 #: thread-block tiles (rows, columns) the library chooses from (NVIDIA's "Matrix
 #: Multiplication Background User's Guide", "Tile quantization": 256×128 and 128×256 the most
