@@ -124,8 +124,9 @@ def test_warnings_in_text_and_json(capsys):
     assert framework["message"].startswith("the framework is megatron by default (the "
                                            "layout's terms are Megatron-Core's:")
     assert "its preset decided sp=True, zero_stage=1" in framework["message"]
-    assert framework["first_change"] == ("--framework deepspeed|fsdp2|torchtitan if your job "
-                                         "runs another")
+    assert framework["first_change"] == ("--framework deepspeed|fsdp2|torchtitan|megatron-2021|"
+                                         "megatron-2022|megatron-deepspeed|composer if your "
+                                         "job runs another")
     assert batch["message"].startswith("the global batch (2048 sequences = 4,194,304 tokens, "
                                        "1024 micro-batches) is the default rule's: about 4M")
     assert batch["first_change"] == "--global-batch-size of your job (sequences per step)"

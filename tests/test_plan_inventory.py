@@ -70,9 +70,11 @@ def test_megatron_tp_two_all_reduces_per_layer_each_way():
 
 
 def test_sp_replaces_each_all_reduce_with_all_gather_plus_reduce_scatter_of_equal_bytes():
-    # one micro-batch: calls per step are calls per micro-batch
-    tp = plan(SMALL, {"tp": 8, "num_micro_batches": 1}, node())
-    sp = plan(SMALL, {"tp": 8, "sp": True, "num_micro_batches": 1}, node())
+    # one micro-batch: calls per step are calls per micro-batch; Korthikanti et al. 2022
+    # §4.2.2's identity, without Megatron's re-gather of the column-parallel input
+    layout = {"tp": 8, "num_micro_batches": 1, "overlap_dgrad_reduce": False}
+    tp = plan(SMALL, layout, node())
+    sp = plan(SMALL, {**layout, "sp": True}, node())
     assert not rows(sp, "tp")
     for phase in ("forward", "backward"):
         ag, rs = (calls(sp, "sp", c, phase) for c in ("all_gather", "reduce_scatter"))
@@ -83,6 +85,13 @@ def test_sp_replaces_each_all_reduce_with_all_gather_plus_reduce_scatter_of_equa
     assert sp_bytes == pytest.approx(ar_bytes, rel=1e-12)
     ar = rows(tp, "tp", phase="backward")[0]
     assert ar.calls_per_step == calls(sp, "sp", "all_gather", "backward")
+    # Megatron's implementation keeps only the input's sequence shard and gathers it again
+    # for the weight gradients: one more all-gather per column-parallel layer, behind the
+    # input-gradient GEMM (megatron/core/tensor_parallel/layers.py)
+    megatron = plan(SMALL, {**layout, "sp": True, "overlap_dgrad_reduce": True}, node())
+    again = [e for e in rows(megatron, "sp", "all_gather", "backward")
+             if e.overlap == "input gradients"]
+    assert len(again) == 1 and again[0].calls_per_step == ar.calls_per_step
 
 
 def test_zero3_moves_one_and_a_half_times_ddp_bytes():

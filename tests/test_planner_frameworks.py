@@ -133,7 +133,7 @@ def test_plan_json_says_which_values_came_from_the_preset():
      r"zero_stage=3 with pp=2: DeepSpeed's pipeline engine refuses ZeRO-2 and ZeRO-3"),
     ({"reduce_dtype": "float8"}, r"reduce_dtype='float8' must be one of float32, bfloat16, "
      r"float16"),
-    ({"attention": "eager"}, r"attention='eager' must be one of flash, unfused"),
+    ({"attention": "eager"}, r"attention='eager' must be one of flash, flash2, unfused"),
     ({"overlap_p2p": "yes"}, r"overlap_p2p='yes' must be true or false, got str"),
     ({"dp": None}, r"dp=None must be an integer >= 1, got NoneType"),
     ({"tp": -2}, r"tp=-2 must be an integer >= 1"),

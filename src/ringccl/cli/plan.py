@@ -308,8 +308,8 @@ def register(sub) -> None:
     g.add_argument("--precision", choices=tuple(PRECISIONS), help="precision recipe (default "
                    "bf16; fp8-* run the linear layers' GEMMs at the FP8 peak)")
     g.add_argument("--attention", choices=ATTENTION, help="flash: FlashAttention, no s x s "
-                   "scores kept (every framework's default); unfused: Megatron's core "
-                   "attention")
+                   "scores kept (the current frameworks' default); flash2: FlashAttention-2's "
+                   "kernel (2023); unfused: Megatron's core attention (2021-2022)")
     c = p.add_argument_group("cluster")
     c.add_argument("--cluster", help=f"a preset: {', '.join(CLUSTER_PRESETS)} (default "
                    "dgx-h100)")

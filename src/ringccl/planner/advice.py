@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from .. import units
-from .frameworks import DEFAULT_WHY, FRAMEWORKS
+from .frameworks import DEFAULT_WHY, FRAMEWORKS, family
 from .parallel_dims import BATCH_RULE, ParallelDims
 from .step import StageEstimate, StepEstimate
 
@@ -66,7 +66,7 @@ def _bubble(p: StepEstimate) -> PlanWarning | None:
 def _activation_change(dims: ParallelDims) -> str:
     if dims.tp > 1 and not dims.sp:
         return f"--sp (sequence parallelism divides every activation by tp={dims.tp})"
-    if dims.attention != "flash":
+    if dims.attention == "unfused":
         return "--attention flash (no s x s attention scores kept)"
     if dims.recompute != "full":
         return "--recompute full (keeps only each layer's input)"
@@ -77,7 +77,7 @@ def _activation_change(dims: ParallelDims) -> str:
 
 def _state_change(dims: ParallelDims) -> str:
     if dims.zero_stage == 0 and dims.dp * dims.cp > 1:
-        what = ("Megatron's distributed optimizer" if dims.framework == "megatron"
+        what = ("Megatron's distributed optimizer" if family(dims.framework) == "megatron"
                 else "ZeRO-1")
         return f"--zero 1 ({what}: the optimizer state sharded over dp)"
     if dims.zero_stage in (0, 1, 2) and dims.pp == 1 and dims.dp * dims.cp > 1:

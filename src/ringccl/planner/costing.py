@@ -45,10 +45,11 @@ from .cluster import Cluster, Straggler
 from .groups import GroupShape
 
 __all__ = ["Entry", "OVERLAPS", "PRICERS", "KERNEL_LAUNCH_SECONDS", "costed",
-           "nccl_machine_of"]
+           "nccl_machine_of", "sm_contention"]
 
 #: how the row's time can hide behind compute
-OVERLAPS = ("exposed", "forward", "backward", "expert compute", "attention")
+OVERLAPS = ("exposed", "forward", "backward", "expert compute", "attention",
+            "weight gradients", "input gradients")
 
 #: seconds of one kernel launch (module doc)
 KERNEL_LAUNCH_SECONDS = 4e-6
@@ -223,6 +224,13 @@ _CHANNELS = {"ampere": NCCL_MACHINES["dgx-a100"]["channels"],
 @memoize(maxsize=64)
 def _network_profile(path: str) -> NcclMachine:
     return load_network_profile(path)
+
+
+def sm_contention(cluster: Cluster) -> float:
+    """The fraction of a GPU's SMs a collective running beside compute occupies: NCCL's
+    channels on the cluster's machine (one thread block, on one SM, per channel;
+    :func:`nccl_machine_of`) over the GPU's SMs: e.g. 16 / 132 on a DGX H100."""
+    return min(1.0, nccl_machine_of(cluster).channels / cluster.gpu_spec.sm_count)
 
 
 def nccl_machine_of(cluster: Cluster) -> NcclMachine:

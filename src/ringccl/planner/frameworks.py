@@ -47,23 +47,22 @@ Bytes per parameter held (:func:`state_bytes`), the training dtype being the mod
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
 from ..errors import ArgumentError
+from .framework_eras import (ERA_FAMILY, ERA_PRESETS, REDUCE_DTYPES, Setting,
+                             deepspeed_bucket, megatron_reduce as _megatron_reduce,
+                             model_dtype_reduce as _model_dtype_reduce)
 
 __all__ = ["FRAMEWORKS", "DEFAULT_FRAMEWORK", "DEFAULT_WHY", "Setting", "PRESETS",
            "LAYOUT_SETTINGS", "MODEL_SETTINGS", "REDUCE_DTYPES", "StateBytes", "state_bytes",
-           "preset_values", "check_framework", "defers_gradient_sync"]
+           "preset_values", "check_framework", "defers_gradient_sync", "family"]
 
-FRAMEWORKS = ("megatron", "deepspeed", "fsdp2", "torchtitan")
+FRAMEWORKS = ("megatron", "deepspeed", "fsdp2", "torchtitan", *ERA_PRESETS)
 DEFAULT_FRAMEWORK = "megatron"
 DEFAULT_WHY = ("the layout's terms are Megatron-Core's: the tp-cp-ep-dp-pp rank order, the "
                "interleaved schedule's virtual stages, ep folded over tp x cp x dp, sequence "
                "parallelism, the distributed optimizer as ZeRO-1; and 54 of the 104 published "
                "runs in benchmarks/published_runs.json ran Megatron-LM or Megatron-Core")
-
-#: the dtypes gradients may be reduced in, and their bytes per element
-REDUCE_DTYPES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 _MEGATRON = "Megatron-LM d98e8a64"
 _DEEPSPEED = "DeepSpeed edaa7221"
@@ -71,55 +70,14 @@ _TORCH = "PyTorch 2.13.0"
 _TITAN = "torchtitan b5bcd76c"
 
 
-@dataclass(frozen=True)
-class Setting:
-    """One preset value and where the framework defines it.
-
-    Attributes:
-        value: the value, or (with ``rule``) how it follows from the layout, in words.
-        source: the framework's file and argument (or document) at the version read.
-        rule: the value from the layout: called with a dict of the layout's resolved fields
-            (``tp``, ``pp``, ``dp``, ``cp``) and, for :data:`MODEL_SETTINGS`, ``dtype`` (the
-            model's training dtype) and ``reduce_dtype``.
-        note: where the framework's bare argument default differs, and other caveats.
-    """
-
-    value: object
-    source: str
-    rule: Callable[[dict], object] | None = None
-    note: str = ""
-
-    def resolve(self, layout: dict):
-        return self.value if self.rule is None else self.rule(layout)
-
-
 def _sp_with_tp(layout: dict) -> bool:
     return layout["tp"] > 1
-
-
-def _megatron_reduce(layout: dict) -> str:
-    # --bf16 forces fp32 main gradients; fp16 keeps fp16 ones; fp32 training reduces in fp32
-    return "float16" if layout["dtype"] in ("float16", "fp16") else "float32"
-
-
-#: a model dtype's name -> the dtype its gradients have (8-bit training keeps 16-bit weights)
-_GRAD_DTYPE = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16",
-               "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
-               "float8": "bfloat16", "fp8": "bfloat16"}
-
-
-def _model_dtype_reduce(layout: dict) -> str:
-    return _GRAD_DTYPE[layout["dtype"]]
 
 
 def _megatron_bucket(layout: dict) -> int:
     # max(40M, 1M x dp.cp) parameters (elements) per bucket, of reduce-dtype gradients
     elements = max(40_000_000, 1_000_000 * layout["dp"] * layout["cp"])
     return elements * REDUCE_DTYPES[layout["reduce_dtype"]]
-
-
-def _deepspeed_bucket(layout: dict) -> int:
-    return 500_000_000 * REDUCE_DTYPES[layout["reduce_dtype"]]
 
 
 def _not_pp(layout: dict) -> bool:
@@ -139,7 +97,8 @@ def _zero3(layout: dict) -> bool:
 LAYOUT_SETTINGS = ("sp", "zero_stage", "recompute", "attention", "reshard_after_forward",
                    "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
                    "overlap_p2p", "pp_scatter_gather", "zero3_gather", "zero3_prefetch_bucket",
-                   "fsdp_prefetch")
+                   "fsdp_prefetch", "overlap_dgrad_reduce", "gradient_accumulation_fusion",
+                   "pp_sequential_p2p")
 MODEL_SETTINGS = ("reduce_dtype", "bucket_bytes")
 
 #: DeepSpeed's stage3_prefetch_bucket_size (deepspeed/runtime/zero/config.py), elements; the
@@ -155,6 +114,15 @@ _FULLY_SHARD = {
     "overlap_p2p": Setting(False, f"{_TORCH} torch/distributed/pipelining/schedules.py: the "
                            "schedule waits on each step's sends and receives"),
     "zero3_prefetch_bucket": Setting(_PREFETCH, "not an FSDP setting"),
+    "overlap_dgrad_reduce": Setting(False, f"{_TORCH} torch/distributed/tensor/parallel: "
+                                    "DTensor's TP reduces the input gradient in the autograd "
+                                    "graph, not behind the weight gradient"),
+    "gradient_accumulation_fusion": Setting(False, f"{_TORCH}: autograd writes each weight "
+                                            "gradient, FSDP accumulates it "
+                                            "(_fsdp_param.py to_accumulated_grad_if_needed)"),
+    "pp_sequential_p2p": Setting(False, f"{_TORCH} torch/distributed/pipelining/schedules.py "
+                                 "_batch_p2p: a step's sends and receives in one "
+                                 "batch_isend_irecv"),
 }
 
 #: each framework's settings: the ParallelDims fields of LAYOUT_SETTINGS and MODEL_SETTINGS,
@@ -213,6 +181,20 @@ PRESETS: dict[str, dict[str, Setting]] = {
         "zero3_prefetch_bucket": Setting(_PREFETCH, "not a Megatron setting (read only with "
                                          "zero3_gather=\"parameter\")"),
         "fsdp_prefetch": Setting(1, "one module ahead, as FSDP"),
+        "overlap_dgrad_reduce": Setting(True, f"{_MEGATRON} megatron/core/tensor_parallel/"
+                                        "layers.py LinearWithGradAccumulationAndAsync"
+                                        "Communication.backward: the input-gradient all-reduce "
+                                        "(SP: reduce-scatter) with async_op=True behind the "
+                                        "weight-gradient GEMM, SP's input re-gather behind the "
+                                        "input-gradient GEMM (Transformer Engine's Linear "
+                                        "likewise)"),
+        "gradient_accumulation_fusion": Setting(True, f"{_MEGATRON} megatron/training/"
+                                                "arguments.py --no-gradient-accumulation-"
+                                                "fusion (store_false: on; "
+                                                "wgrad_gemm_accum_fp32 into main_grad)"),
+        "pp_sequential_p2p": Setting(False, f"{_MEGATRON} megatron/core/"
+                                     "model_parallel_config.py batch_p2p_comm = True: a send "
+                                     "and a receive in one batch_isend_irecv"),
         "align_param_gather": Setting(True, f"{_MEGATRON} arguments.py --no-align-param-gather"
                                       " (store_false): every PP stage launches its parameter "
                                       "all-gathers together"),
@@ -245,7 +227,7 @@ PRESETS: dict[str, dict[str, Setting]] = {
                                 "= the model's dtype", _model_dtype_reduce),
         "bucket_bytes": Setting("reduce_bucket_size 5e8 elements", f"{_DEEPSPEED} "
                                 "deepspeed/runtime/zero/config.py reduce_bucket_size = 5e8",
-                                _deepspeed_bucket, "allgather_bucket_size 5e8 too"),
+                                deepspeed_bucket, "allgather_bucket_size 5e8 too"),
         "overlap_grad_reduce": Setting("with ZeRO-3 only", f"{_DEEPSPEED} zero/config.py "
                                        "overlap_comm = None -> True for stage 3, else False "
                                        "(validator overlap_comm_valid)", _zero3,
@@ -267,6 +249,15 @@ PRESETS: dict[str, dict[str, Setting]] = {
                                          note="the configuration docs say 5e8; the code wins"),
         "fsdp_prefetch": Setting(1, "not a DeepSpeed setting (stage3_prefetch_bucket_size "
                                  "is)"),
+        "overlap_dgrad_reduce": Setting(False, f"{_DEEPSPEED}: tensor parallelism is the "
+                                        "model code's (no asynchronous input-gradient "
+                                        "reduction of its own)"),
+        "gradient_accumulation_fusion": Setting(False, f"{_DEEPSPEED} deepspeed/runtime/"
+                                                "engine.py backward: autograd accumulates "
+                                                "each micro-batch's weight gradient"),
+        "pp_sequential_p2p": Setting(True, f"{_DEEPSPEED} deepspeed/runtime/pipe/p2p.py send "
+                                     "and recv: async_op must be False, one call each "
+                                     "(v0.3.15 to 2025)"),
         "zero3_param_persistence_threshold": Setting("1e5 elements", f"{_DEEPSPEED} "
                                                      "zero/config.py stage3_param_persistence"
                                                      "_threshold (smaller ones replicated)"),
@@ -349,6 +340,13 @@ PRESETS: dict[str, dict[str, Setting]] = {
                                      note="v0.2.2: local batch 8 / micro-batch 1 = 8"),
     },
 }
+PRESETS.update(ERA_PRESETS)
+
+
+def family(framework: str) -> str:
+    """The current framework ``framework`` holds state and refuses layouts like: itself, or
+    for a dated preset (:mod:`.framework_eras`) the one it became."""
+    return ERA_FAMILY.get(framework, framework)
 
 
 def check_framework(framework) -> str:
@@ -404,7 +402,7 @@ def state_bytes(framework: str, dtype_bytes: int, reduce_dtype: str) -> StateByt
     Raises:
         ArgumentError: an unknown framework or reduce dtype.
     """
-    framework = check_framework(framework)
+    framework = family(check_framework(framework))
     if reduce_dtype not in REDUCE_DTYPES:
         raise ArgumentError(f"reduce_dtype={reduce_dtype!r} must be one of "
                             f"{', '.join(REDUCE_DTYPES)}")

@@ -39,7 +39,7 @@ import numpy as np
 from ..caches import register
 from .context import StepContext
 from .costing import Entry, costed
-from .entries import recompute_factor, slowest
+from .entries import slowest
 from .groups import GRID_FIELDS
 from .inventory_cp import context_parallel
 from .inventory_dp import data_parallel, fully_sharded, replicated_shards, zero_sharded
@@ -53,45 +53,72 @@ __all__ = ["inventory", "BUILDERS", "tensor_parallel", "sequence_parallel", "con
 
 # -- tensor and sequence parallelism: 2 per layer forward, 2 backward (+2 with full recompute)
 
-def _tp_calls(ctx: StepContext, st: StageShape) -> tuple[int, int]:
-    """(forward, backward) TP collectives of one micro-batch on the stage."""
-    fwd, bwd = 2 * st.layers, 2 * st.layers * recompute_factor(ctx)
+def _tp_calls(ctx: StepContext, st: StageShape) -> tuple[int, int, int]:
+    """(forward, backward, recompute) TP collectives of one micro-batch on the stage: the
+    backward's are the column-parallel layers' input gradients, the recompute's the forward's
+    again (full recompute)."""
+    fwd, bwd = 2 * st.layers, 2 * st.layers
     if st.first:
         fwd += 1  # the vocab-parallel embedding's output
     if st.last and ctx.dims.sp:
         fwd += 1  # the LM head's input gathered from the sequence shards
-    return fwd, bwd
+    again = 2 * st.layers if ctx.dims.recompute == "full" else 0
+    return fwd, bwd, again
 
 
 def tensor_parallel(ctx: StepContext, st: StageShape) -> list[Entry]:
-    """Megatron TP without SP: all-reduces of the activations (Megatron-LM 2019 §3)."""
+    """Megatron TP without SP: all-reduces of the activations (Megatron-LM 2019 §3); the
+    backward's, of the column-parallel layers' input gradients, behind their weight-gradient
+    GEMMs where the framework issues them asynchronously (``overlap_dgrad_reduce``)."""
     if ctx.dims.tp < 2 or ctx.dims.sp:
         return []
-    fwd, bwd = _tp_calls(ctx, st)
+    fwd, bwd, again = _tp_calls(ctx, st)
     act, m = ctx.activation_bytes, ctx.micro_batches
-    return (slowest(ctx, st.stage, "tp", parallelism="tp", collective="all_reduce",
-                     phase="forward", what="attention and MLP outputs", nbytes=act,
-                     calls_per_step=fwd * m)
+    rows = (slowest(ctx, st.stage, "tp", parallelism="tp", collective="all_reduce",
+                    phase="forward", what="attention and MLP outputs", nbytes=act,
+                    calls_per_step=fwd * m)
             + slowest(ctx, st.stage, "tp", parallelism="tp", collective="all_reduce",
-                       phase="backward", what="input gradients of the column-parallel matmuls",
-                       nbytes=act, calls_per_step=bwd * m))
+                      phase="backward", what="input gradients of the column-parallel matmuls",
+                      nbytes=act, calls_per_step=bwd * m, overlap="weight gradients"))
+    if again:
+        rows += slowest(ctx, st.stage, "tp", parallelism="tp", collective="all_reduce",
+                        phase="backward", what="attention and MLP outputs again (recompute)",
+                        nbytes=act, calls_per_step=again * m)
+    return rows
 
 
 def sequence_parallel(ctx: StepContext, st: StageShape) -> list[Entry]:
     """Megatron SP: each all-reduce becomes an all-gather + a reduce-scatter of the same
-    buffer (Korthikanti et al. 2022 §4.2.2)."""
-    if ctx.dims.tp < 2 or not ctx.dims.sp:
+    buffer (Korthikanti et al. 2022 §4.2.2). Backward: the row-parallel layers' output
+    gradients gathered, the column-parallel layers' input gradients reduce-scattered; with
+    ``overlap_dgrad_reduce`` (Megatron's implementation) the column-parallel input is also
+    re-gathered (only its shard was kept), behind the input-gradient GEMM, and the
+    reduce-scatter runs behind the weight-gradient GEMM."""
+    dims = ctx.dims
+    if dims.tp < 2 or not dims.sp:
         return []
-    fwd, bwd = _tp_calls(ctx, st)
+    fwd, bwd, again = _tp_calls(ctx, st)
     act, m = ctx.activation_bytes, ctx.micro_batches
+    calls = [("forward", "all_gather", fwd, "activations (sequence shards -> full)", ""),
+             ("forward", "reduce_scatter", fwd, "partial activations (full -> sequence shards)",
+              ""),
+             ("backward", "all_gather", bwd, "output gradients of the row-parallel matmuls",
+              ""),
+             ("backward", "reduce_scatter", bwd,
+              "input gradients of the column-parallel matmuls", "weight gradients")]
+    if dims.overlap_dgrad_reduce:
+        calls.append(("backward", "all_gather", bwd,
+                      "column-parallel inputs again (for the weight gradients)",
+                      "input gradients"))
+    if again:
+        calls += [("backward", "all_gather", again, "activations again (recompute)", ""),
+                  ("backward", "reduce_scatter", again, "partial activations again (recompute)",
+                   "")]
     rows: list[Entry] = []
-    for phase, calls in (("forward", fwd), ("backward", bwd)):
-        rows += slowest(ctx, st.stage, "tp", parallelism="sp", collective="all_gather",
-                         phase=phase, what="activations (sequence shards -> full)", nbytes=act,
-                         calls_per_step=calls * m)
-        rows += slowest(ctx, st.stage, "tp", parallelism="sp", collective="reduce_scatter",
-                         phase=phase, what="partial activations (full -> sequence shards)",
-                         nbytes=act, calls_per_step=calls * m)
+    for phase, collective, n, what, window in calls:
+        extra = {"overlap": window} if window else {}
+        rows += slowest(ctx, st.stage, "tp", parallelism="sp", collective=collective,
+                        phase=phase, what=what, nbytes=act, calls_per_step=n * m, **extra)
     return rows
 
 
@@ -99,7 +126,10 @@ def sequence_parallel(ctx: StepContext, st: StageShape) -> list[Entry]:
 
 def pipeline_parallel(ctx: StepContext, st: StageShape) -> list[Entry]:
     """Point-to-point activations and gradients between adjacent stages, and with TP (no SP)
-    the all-gather of the received shards (Megatron-LM 2021 §3.2, §4.1)."""
+    the all-gather of the received shards (Megatron-LM 2021 §3.2, §4.1); with
+    ``pp_sequential_p2p`` every send and receive its own transfer (DeepSpeed's pipeline engine,
+    ``deepspeed/runtime/pipe/engine.py``: SendActivation, RecvGrad, SendGrad, RecvActivation
+    one after another)."""
     dims, grid = ctx.dims, ctx.grid
     if dims.pp < 2:
         return []
@@ -109,7 +139,9 @@ def pipeline_parallel(ctx: StepContext, st: StageShape) -> list[Entry]:
     recvs = v - (1 if st.first else 0)
     # scatter/gather optimisation (§4.1), or SP's shard; else the whole output from every rank
     p2p = act / dims.tp if dims.pp_scatter_gather or dims.sp else act
-    calls = (sends + recvs) * m
+    # a send (activation forward) goes with a receive (gradient back) in one batched call,
+    # or, one blocking call at a time (DeepSpeed's pipeline engine), each is its own transfer
+    calls = (sends + recvs) * m * (2 if dims.pp_sequential_p2p else 1)
     rank = int(grid.ranks_of_stage(st.stage)[0])
     peers = grid.group("pp", rank)
     nxt = peers[(peers.index(rank) + 1) % len(peers)] if sends else peers[peers.index(rank) - 1]
@@ -165,12 +197,13 @@ BUILDERS: tuple[Callable[[StepContext, StageShape], list[Entry]], ...] = (
 #: model, cluster, straggler, stage shape and passes per step they make its memo key
 BUILDER_FIELDS = {
     tensor_parallel: ("sp", "recompute", "micro_batch_size"),
-    sequence_parallel: ("sp", "recompute", "micro_batch_size"),
+    sequence_parallel: ("sp", "recompute", "micro_batch_size", "overlap_dgrad_reduce"),
     context_parallel: ("recompute", "micro_batch_size"),
     expert_parallel: ("sp", "recompute", "micro_batch_size", "moe_token_dispatcher_type",
                       "moe_router_group_topk", "precision"),
     pipeline_parallel: ("sp", "schedule", "virtual_stages", "micro_batch_size",
-                        "bucket_bytes", "pp_scatter_gather", "reduce_dtype"),
+                        "bucket_bytes", "pp_scatter_gather", "reduce_dtype",
+                        "pp_sequential_p2p"),
     data_parallel: ("zero_stage", "bucket_bytes", "reduce_dtype", "framework"),
     zero_sharded: ("zero_stage", "bucket_bytes", "reduce_dtype", "framework"),
     fully_sharded: ("zero_stage", "bucket_bytes", "zero3_gather", "recompute", "reduce_dtype",

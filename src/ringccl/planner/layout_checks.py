@@ -1,6 +1,7 @@
 """The refusals of the layout fields that say how context and expert parallelism communicate
 and how ZeRO shards (:class:`~ringccl.planner.parallel_dims.ParallelDims` calls them): MoE
-parallel folding, node-limited routing, the expert load, the CP designs, HSDP. Each raises
+parallel folding, node-limited routing, the expert load, the CP designs, HSDP, the ZeRO stages
+a framework cannot run. Each raises
 :class:`~ringccl.errors.ArgumentError` naming the field, its value and what is allowed.
 
 Sources: Megatron-Core (MoE parallel folding, Liu et al. 2025, arXiv:2504.14960;
@@ -13,10 +14,27 @@ from __future__ import annotations
 
 from ..args import check_int
 from ..errors import ArgumentError
+from .frameworks import family
 from .model import ModelConfig
 
-__all__ = ["check_experts", "check_context", "check_shards", "expert_hint",
-           "check_model_experts", "check_model_context"]
+__all__ = ["check_experts", "check_context", "check_shards", "check_framework_shards",
+           "expert_hint", "check_model_experts", "check_model_context"]
+
+
+def check_framework_shards(dims) -> None:
+    """Refuse a ZeRO stage the framework (or the current one a dated preset became,
+    :func:`~ringccl.planner.frameworks.family`) cannot run."""
+    kind = family(dims.framework)
+    if kind in ("fsdp2", "torchtitan") and dims.zero_stage in (1, 2):
+        raise ArgumentError(
+            f"zero_stage={dims.zero_stage} is not how {dims.framework} shards: it runs 0 "
+            "(replicated, DDP) or 3 (fully_shard); reshard_after_forward=false keeps the "
+            "gathered weights to the backward (FSDP's SHARD_GRAD_OP)")
+    if kind == "deepspeed" and dims.pp > 1 and dims.zero_stage >= 2:
+        raise ArgumentError(
+            f"zero_stage={dims.zero_stage} with pp={dims.pp}: DeepSpeed's pipeline engine "
+            "refuses ZeRO-2 and ZeRO-3 (deepspeed/runtime/pipe/engine.py, PipelineEngine: "
+            "zero_optimization_stage() < 2); use zero_stage 0 or 1 with PP, or pp=1")
 
 
 def check_shards(dims) -> None:

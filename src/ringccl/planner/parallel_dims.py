@@ -36,7 +36,10 @@ Megatron-LM's conventions (Narayanan et al. 2021; Megatron-Core's ``parallel_sta
 The framework (``framework``, :mod:`.frameworks`) fills what is left out: sequence parallelism,
 the ZeRO stage, recompute, the attention kernel, FSDP's resharding, and the knobs of how it
 runs the step: ``overlap_grad_reduce``, ``overlap_param_gather``, ``tp_comm_overlap``,
-``overlap_p2p``, ``pp_scatter_gather``, ``zero3_gather`` ("layer": one all-gather per layer as
+``overlap_p2p``, ``pp_scatter_gather``, ``overlap_dgrad_reduce`` (the column-parallel layers'
+input-gradient reduction behind their weight-gradient GEMM), ``gradient_accumulation_fusion``
+(weight gradients accumulated inside the GEMM), ``pp_sequential_p2p`` (one blocking send or
+receive at a time), ``zero3_gather`` ("layer": one all-gather per layer as
 FSDP; "parameter": one per parameter tensor as DeepSpeed's ZeRO-3), ``zero3_prefetch_bucket``
 (DeepSpeed's ``stage3_prefetch_bucket_size``, elements) and ``fsdp_prefetch`` (layers gathered
 ahead; :mod:`ringccl.planner.overlap` says what each one hides). :meth:`ParallelDims.for_model`
@@ -55,8 +58,8 @@ from .. import units
 from ..args import check_int
 from ..errors import ArgumentError, ArgumentTypeError
 from . import frameworks
-from .layout_checks import (check_context, check_experts, check_model_context,
-                            check_model_experts, check_shards)
+from .layout_checks import (check_context, check_experts, check_framework_shards,
+                            check_model_context, check_model_experts, check_shards)
 from .model import ModelConfig
 from .pipeline import SCHEDULE_NAMES, check_schedule, chunks_per_rank
 from .precision import PRECISIONS
@@ -75,8 +78,9 @@ RECOMPUTE = ("none", "selective", "full")
 CP_COMM_TYPES = ("p2p", "all_gather", "a2a", "a2a+p2p")
 #: Megatron-Core's ``--moe-token-dispatcher-type`` values modelled here
 DISPATCHERS = ("alltoall", "flex")
-#: how attention runs: FlashAttention, or Megatron's unfused core attention (2021-2022)
-ATTENTION = ("flash", "unfused")
+#: how attention runs: FlashAttention (the newest kernel, or FlashAttention-2), or Megatron's
+#: unfused core attention (2021-2022)
+ATTENTION = ("flash", "flash2", "unfused")
 #: ZeRO-3's all-gather unit: a layer (FSDP's unit) or each parameter tensor (DeepSpeed)
 ZERO3_GATHERS = ("layer", "parameter")
 #: DeepSpeed's default stage3_prefetch_bucket_size, elements (deepspeed/runtime/zero/config.py)
@@ -98,7 +102,8 @@ _INT1 = ("dp", "tp", "pp", "cp", "ep", "micro_batch_size", "virtual_stages")
 _INT0 = ("zero3_prefetch_bucket", "fsdp_prefetch")
 _BOOLS = ("sp", "reshard_after_forward", "account_for_embedding_in_pipeline_split",
           "account_for_loss_in_pipeline_split", "overlap_grad_reduce", "overlap_param_gather",
-          "tp_comm_overlap", "overlap_p2p", "pp_scatter_gather")
+          "tp_comm_overlap", "overlap_p2p", "pp_scatter_gather", "overlap_dgrad_reduce",
+          "gradient_accumulation_fusion", "pp_sequential_p2p")
 #: the fields chosen from a list, and the list
 _CHOICES = {"schedule": SCHEDULES, "recompute": RECOMPUTE, "attention": ATTENTION,
             "zero3_gather": ZERO3_GATHERS, "precision": tuple(PRECISIONS),
@@ -226,12 +231,14 @@ class ParallelDims:
         routing_skew: Zipf exponent of expert popularity (0: uniform), as ``ringccl moe``.
         dp_shard: ranks of the dp dimension a ZeRO / FSDP shard spans (None: all dp; HSDP when
             smaller: the shards are replicated over dp / dp_shard).
-        framework: "megatron", "deepspeed", "fsdp2" or "torchtitan" (default
-            :data:`frameworks.DEFAULT_FRAMEWORK`).
+        framework: one of :data:`frameworks.FRAMEWORKS` ("megatron", "deepspeed", "fsdp2",
+            "torchtitan", or a dated one: "megatron-2021", "megatron-2022",
+            "megatron-deepspeed", "composer"; default :data:`frameworks.DEFAULT_FRAMEWORK`).
         precision: the precision recipe ("bf16", "fp8-delayed", "fp8-tensorwise",
             "fp8-rowwise", "fp8-blockwise").
-        attention: "flash" (FlashAttention: no s x s scores kept) or "unfused" (Megatron's
-            core attention) (preset).
+        attention: "flash" (FlashAttention, the architecture's newest kernel: no s x s scores
+            kept), "flash2" (FlashAttention-2's kernel, as 2023's stacks ran it) or "unfused"
+            (Megatron's core attention) (preset).
         overlap_grad_reduce: gradient reduction overlaps the backward (DDP's buckets,
             Megatron's --overlap-grad-reduce); else it runs after it (preset).
         overlap_param_gather: the distributed optimizer's parameter all-gather overlaps the
@@ -243,6 +250,16 @@ class ParallelDims:
         pp_scatter_gather: each TP rank sends 1/tp of a stage's output and the next stage
             all-gathers it (Megatron-LM 2021 §4.1); else every TP rank sends the whole output
             (DeepSpeed's pipeline engine) (preset).
+        overlap_dgrad_reduce: the column-parallel layers' input-gradient all-reduce (with SP:
+            reduce-scatter) runs asynchronously behind their weight-gradient GEMM, and with SP
+            the input's re-gather behind the input-gradient GEMM (Megatron-LM since 2022,
+            ``LinearWithGradAccumulationAndAsyncCommunication``); else exposed (preset).
+        gradient_accumulation_fusion: the weight-gradient GEMM accumulates into the main
+            gradient (Megatron's ``--gradient-accumulation-fusion``); else each micro-batch's
+            weight gradients are written, then added to the accumulated ones (preset).
+        pp_sequential_p2p: each PP send and receive is its own blocking call, one after the
+            other (DeepSpeed's pipeline engine); else a send and a receive go together
+            (Megatron's ``batch_isend_irecv``) (preset).
         zero3_gather: "layer" or "parameter" (module doc) (preset).
         zero3_prefetch_bucket: elements DeepSpeed gathers ahead (0: every gather blocks)
             (preset).
@@ -288,6 +305,9 @@ class ParallelDims:
     tp_comm_overlap: bool | None = None
     overlap_p2p: bool | None = None
     pp_scatter_gather: bool | None = None
+    overlap_dgrad_reduce: bool | None = None
+    gradient_accumulation_fusion: bool | None = None
+    pp_sequential_p2p: bool | None = None
     zero3_gather: str | None = None
     zero3_prefetch_bucket: int | None = None
     fsdp_prefetch: int | None = None
@@ -332,24 +352,11 @@ class ParallelDims:
         if self.virtual_stages > 1 and self.schedule not in ("interleaved", "dualpipev"):
             raise ArgumentError(f"virtual_stages={self.virtual_stages} needs "
                                 f"schedule='interleaved' (got {self.schedule!r})")
-        self._check_framework()
+        check_framework_shards(self)
         check_experts(self)
         check_context(self)
         check_shards(self)
         self._check_batch()
-
-    def _check_framework(self) -> None:
-        """Refuse what the framework cannot run."""
-        if self.framework in ("fsdp2", "torchtitan") and self.zero_stage in (1, 2):
-            raise ArgumentError(
-                f"zero_stage={self.zero_stage} is not how {self.framework} shards: it runs 0 "
-                "(replicated, DDP) or 3 (fully_shard); reshard_after_forward=false keeps the "
-                "gathered weights to the backward (FSDP's SHARD_GRAD_OP)")
-        if self.framework == "deepspeed" and self.pp > 1 and self.zero_stage >= 2:
-            raise ArgumentError(
-                f"zero_stage={self.zero_stage} with pp={self.pp}: DeepSpeed's pipeline engine "
-                "refuses ZeRO-2 and ZeRO-3 (deepspeed/runtime/pipe/engine.py, PipelineEngine: "
-                "zero_optimization_stage() < 2); use zero_stage 0 or 1 with PP, or pp=1")
 
     def _check_batch(self) -> None:
         """The batch's consistency; m stays None until :meth:`for_model` when neither it nor

@@ -124,7 +124,7 @@ def stage_memory_parts(ctx: StepContext, st: StageShape, entries: list[Entry]
         hidden_size=model.hidden_size, num_attention_heads=model.num_attention_heads,
         num_layers=st.layers, tp=dims.tp, sp=dims.sp, cp=dims.cp,
         recompute=dims.recompute, dtype_bytes=model.dtype_bytes,
-        flash_attention=dims.attention == "flash")
+        flash_attention=dims.attention != "unfused")
     gradient_bytes = dense["gradients"] + expert["gradients"]
     moe_tokens = 0
     if st.moe_layers and dims.ep > 1:
@@ -132,7 +132,7 @@ def stage_memory_parts(ctx: StepContext, st: StageShape, entries: list[Entry]
         # over tp, as Megatron-Core's token dispatcher does)
         moe_tokens = (dims.micro_batch_size * model.seq_length
                       // (dims.cp * (dims.tp if dims.sp else 1)))
-    torch_ddp = dims.framework in ("fsdp2", "torchtitan")
+    torch_ddp = frameworks.family(dims.framework) in ("fsdp2", "torchtitan")
     zero3 = _zero3_buffers(ctx, st, sb) if dims.zero_stage == 3 else dict(
         param_bytes=sb.gather, grad_bytes=sb.reduce)
     buffers = _buffers(
@@ -146,7 +146,7 @@ def stage_memory_parts(ctx: StepContext, st: StageShape, entries: list[Entry]
                for p in ("zero", "dp")}
     if dims.zero_stage in (1, 2):
         communication += 2 * largest["zero"]
-    elif dims.zero_stage == 0 and dims.framework == "deepspeed":
+    elif dims.zero_stage == 0 and frameworks.family(dims.framework) == "deepspeed":
         communication += largest["dp"]
     communication += max((math.ceil(e.nbytes) for e in entries if e.parallelism == "cp"),
                          default=0)

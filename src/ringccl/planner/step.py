@@ -38,7 +38,7 @@ from . import memory
 from .cluster import Cluster, Straggler
 from .context import StepContext, step_context
 from .compute import StageCompute, compute_precision, stage_compute
-from .costing import Entry
+from .costing import Entry, sm_contention
 from .inventory import inventory
 from .model import ModelConfig
 from .overlap import exposed_seconds, exposure
@@ -235,7 +235,8 @@ def compute_of(model: ModelConfig, dims: ParallelDims, cluster: Cluster,
     sharded = st.dense_parameters / dense_shard + st.expert_parameters / expert_shard
     key = (model, cluster.gpu_spec, st.layers, st.moe_layers, st.first, st.last,
            st.expert_load, held, sharded, dims.tp, dims.sp, dims.cp, dims.ep,
-           dims.micro_batch_size, dims.attention, dims.precision, dims.recompute)
+           dims.micro_batch_size, dims.attention, dims.precision, dims.recompute,
+           dims.gradient_accumulation_fusion, dims.zero_stage, dims.reduce_dtype)
     c = _COMPUTED.get(key)
     if c is None:
         if len(_COMPUTED) > 1 << 16:
@@ -284,7 +285,7 @@ def _stage(ctx: StepContext, stage: int, copies: bool = True) -> StageEstimate:
     # compute, "fully hidden" (DeepSeek-V3 §3.2.1) up to that compute's length
     paired = [e for e in entries if e.per_micro_batch and e.parallelism in hidden]
     per_mb, per_step = exposure([e for e in entries if e not in paired], ctx.dims, c,
-                                ctx.micro_batches)
+                                ctx.micro_batches, sm_contention(ctx.cluster))
     for e in paired:
         e.overlap = "other micro-batch"
         t = e.seconds_per_step / ctx.micro_batches
