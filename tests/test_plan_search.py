@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from ringccl.errors import ArgumentError
-from ringccl.planner import ModelConfig, cluster_preset, estimate_step, plan, resolve_model
+from ringccl.planner import (ModelConfig, ParallelDims, cluster_preset, estimate_step, plan,
+                             resolve_model)
 from ringccl.planner.search import (SearchSpace, candidates, lower_bounds, price, search)
 
 SMALL = ModelConfig(num_hidden_layers=8, hidden_size=2048, num_attention_heads=16,
@@ -113,20 +114,34 @@ def test_search_finds_a_layout_no_slower_than_megatron_sc21_table_2():
 
 def test_memoized_builders_match_fresh_plans_and_plans_keep_their_own_entries():
     """Builder results are shared by the layouts whose fields a builder reads are the same
-    (inventory.BUILDER_FIELDS): every plan equals the one planned from empty caches, and
-    planning another layout (other overlap knobs) leaves an earlier plan's entries as they
-    were."""
+    (inventory.BUILDER_FIELDS), stage compute by those whose compute fields are
+    (step.compute_of): every plan and every search price equals the one from empty caches,
+    and planning or pricing another layout (other overlap knobs, other framework presets)
+    leaves an earlier plan's entries as they were."""
     import ringccl
     cluster = cluster_preset("dgx-h100", nodes=4)
     base = {"pp": 2, "tp": 2, "sp": True, "dp": 8, "global_batch_size": 64}
-    layouts = [base, {**base, "overlap_p2p": True}, {**base, "zero_stage": 1},
-               {**base, "recompute": "full"}, {**base, "schedule": "zb-h2"},
+    layouts = [base, {**base, "tp_comm_overlap": True}, {**base, "overlap_p2p": True},
+               {**base, "zero_stage": 1}, {**base, "recompute": "full"},
+               {**base, "schedule": "zb-h2"},
                {**base, "schedule": "dualpipe", "zero_stage": 2, "pp_scatter_gather": False},
-               {**base, "tp_comm_overlap": True, "micro_batch_size": 2}]
+               {**base, "tp_comm_overlap": True, "micro_batch_size": 2},
+               {**base, "overlap_dgrad_reduce": False},
+               {**base, "sp": False}, {**base, "sp": False, "overlap_dgrad_reduce": False},
+               {**base, "gradient_accumulation_fusion": False},
+               {**base, "pp_sequential_p2p": True}, {**base, "attention": "flash2"},
+               {**base, "sp": False, "framework": "megatron-2021"},
+               {**base, "framework": "megatron-deepspeed", "zero_stage": 1}]
     first = plan(SMALL, base, cluster)
-    warm = [json.dumps(plan(SMALL, lay, cluster).to_dict(), sort_keys=True) for lay in layouts]
+    warm = []
+    for lay in layouts:
+        # the search's pricing reads (and marks) the memoized entries themselves
+        priced = price(SMALL, ParallelDims(**lay), cluster, {}).step_seconds
+        warm.append((json.dumps(plan(SMALL, lay, cluster).to_dict(), sort_keys=True), priced))
     # read after the others were planned over the same memoized builder results
-    assert json.dumps(first.to_dict(), sort_keys=True) == warm[0]
-    for lay, text in zip(layouts, warm):
+    assert json.dumps(first.to_dict(), sort_keys=True) == warm[0][0]
+    for lay, (text, priced) in zip(layouts, warm):
         ringccl.clear_caches()
-        assert json.dumps(plan(SMALL, lay, cluster).to_dict(), sort_keys=True) == text
+        assert json.dumps(plan(SMALL, lay, cluster).to_dict(), sort_keys=True) == text, lay
+        ringccl.clear_caches()
+        assert price(SMALL, ParallelDims(**lay), cluster, {}).step_seconds == priced, lay

@@ -121,6 +121,10 @@ class Entry:
         calls_per_micro_batch / calls_per_step: how often it runs.
         overlap: "exposed" or the compute it hides behind; chunks: pieces it is cut into
             (DDP buckets, prefetched layers, MoE micro-chunks): one piece stays exposed.
+        window: the compute its builder says it can hide behind (its ``overlap`` when built);
+            the layout's knobs decide whether it does and set ``overlap``
+            (:func:`~ringccl.planner.overlap.decide`), never ``window``: a builder's memoized
+            entries serve layouts with other knobs.
         algorithm, params: the tuner's pick and its builder parameters.
         seconds_per_call, ring_seconds_per_call: predicted (the pick, and the plain ring).
         bytes_sent_per_call: bytes the busiest rank sends per call (the schedule's count).
@@ -148,6 +152,11 @@ class Entry:
     bytes_sent_per_call: float = 0.0
     inter_node_bytes_per_call: float = 0.0
     list_collective: bool = False
+    window: str = ""
+
+    def __post_init__(self):
+        if not self.window:
+            self.window = self.overlap
 
     @property
     def seconds_per_step(self) -> float:

@@ -86,13 +86,15 @@ def contended(seconds: float, window: float, chunks: int, contention: float) -> 
 
 def decide(entry: Entry, dims: ParallelDims) -> str:
     """The window ``entry`` hides behind under ``dims``' knobs (module doc): "exposed",
-    "forward", "backward", "attention" or "expert compute"."""
+    "forward", "backward", "attention", "expert compute", "weight gradients" or "input
+    gradients"; from the entry's builder-given ``window``, not its ``overlap`` (which this
+    sets: memoized entries are decided again for every layout)."""
     p, c = entry.parallelism, entry.collective
     if p in ("tp", "sp"):
         if dims.tp_comm_overlap:
             return entry.phase
-        if dims.overlap_dgrad_reduce and entry.overlap in _TP_BACKWARD:
-            return entry.overlap
+        if dims.overlap_dgrad_reduce and entry.window in _TP_BACKWARD:
+            return entry.window
         return "exposed"
     if p == "pp":
         return "forward" if dims.overlap_p2p else "exposed"
@@ -109,7 +111,7 @@ def decide(entry: Entry, dims: ParallelDims) -> str:
             return "backward"
         return entry.phase if dims.fsdp_prefetch > 0 else "exposed"
     if p in ("cp", "ep"):
-        return entry.overlap
+        return entry.window
     return "exposed"
 
 
