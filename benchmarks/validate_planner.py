@@ -38,6 +38,7 @@ from pathlib import Path
 
 from ringccl.planner import Cluster, ParallelDims, estimate_step, resolve_model
 from ringccl.planner.gpus import gpu_preset
+from ringccl.planner.parallel_dims import SCHEDULES
 
 HERE = Path(__file__).resolve().parent
 DATA = json.loads((HERE / "published_runs.json").read_text())
@@ -65,8 +66,8 @@ FRAMEWORK_PRESETS = (
     ("NeMo 24.07", "megatron", "NeMo 24.07 runs Megatron-Core"),
     ("torchtitan", "torchtitan", "torchtitan"),
     ("llm-foundry", "composer", "llm-foundry trains with Composer's FSDP"),
-    ("HAI-LLM", "megatron", "DeepSeek's HAI-LLM (internal): no preset; not plannable anyway "
-     "(DualPipe)"),
+    ("HAI-LLM", "megatron", "DeepSeek's HAI-LLM (internal): no preset; its row is a whole-run "
+     "average, not modelled anyway"),
 )
 
 #: published flags -> ParallelDims knobs
@@ -115,7 +116,7 @@ def unmodelled(row: dict) -> str | None:
     """Why the planner cannot plan this row as published (None: it can)."""
     if row["kind"] != "step":
         return f"{row['kind']}: a whole-run average (batch ramp, restarts), not one step"
-    if row["layout"]["schedule"] not in ("1f1b", "interleaved", "gpipe"):
+    if row["layout"]["schedule"] not in SCHEDULES:
         return f"schedule {row['layout']['schedule']!r} is not modelled"
     if row["hardware"].get("gpu_overrides"):
         return ("GPU of unpublished peak (" + row["hardware"]["gpu_overrides"].get("note", "")
