@@ -19,7 +19,9 @@ from ringccl.torch.launch import launch  # noqa: E402
 
 from . import train_workers  # noqa: E402
 
-pytestmark = [pytest.mark.distributed, pytest.mark.timeout(900)]
+from .. import bounds  # noqa: E402
+
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(bounds.job(900))]
 
 NPROC = 4
 EXACT = 1e-12  # float64, summation order only
@@ -27,7 +29,7 @@ EXACT = 1e-12  # float64, summation order only
 
 @pytest.fixture(scope="module")
 def runs():
-    return launch(train_workers.everything, NPROC, timeout=800)
+    return launch(train_workers.everything, NPROC, timeout=bounds.job(800))
 
 
 def _max_diff(a, b):
