@@ -91,7 +91,7 @@ from .. import engine, frontend, shm, units
 from ..args import check_rank
 from ..consistency import debug_level
 from ..errors import ArgumentError
-from ..frontend import debug
+from ..frontend import aliasing, debug
 from ..ops import ReduceOp
 from ..shm.hierarchical import host_layout
 from . import executor, hybrid
@@ -763,6 +763,8 @@ class RingcclProcessGroup(dist.ProcessGroup):
             if len(out) != g.size:
                 raise RuntimeError(f"ringccl all_gather: output list has {len(out)} tensors, "
                                    f"the group has {g.size} ranks")
+            aliasing.check_blocks(_F, "all_gather", inp, "input_tensor", out,
+                                  "output_tensor_list", g.rank, False)
             plan.append((out, inp, _algorithm(g, "all_gather", _nbytes(inp) * g.size)))
 
         def job():
@@ -818,6 +820,8 @@ class RingcclProcessGroup(dist.ProcessGroup):
             if len(inp) != g.size:
                 raise RuntimeError(f"ringccl reduce_scatter: input list has {len(inp)} tensors, "
                                    f"the group has {g.size} ranks")
+            aliasing.check_blocks(_F, "reduce_scatter", out, "output", inp, "input_list",
+                                  g.rank, True)
             plan.append((out, inp, op, _algorithm(g, "reduce_scatter", _nbytes(out) * g.size)))
 
         def job():

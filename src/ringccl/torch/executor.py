@@ -564,7 +564,8 @@ def _execute_shm(schedule: Schedule, buffer, op: ReduceOp, group, bounds,
                 targets = engine.Pieces(described.drain_runs,
                                         [_numpy(t) for t in described.targets])
                 drain_runs = described.drain_runs
-                direct = not described.restore
+                # aliased targets are written only after the last read of the sources
+                direct = not described.restore and not described.aliased
             # seeded reduces read the caller's bytes; a range no single array holds is
             # copied in as any other (Pieces.view: None)
             seeded = {}
