@@ -405,12 +405,12 @@ def _one_host(group) -> bool:
     exchanged once per group through the group and cached)."""
     pg = dist.group.WORLD if group is None else group
     hit = _hosts.get(id(pg))
-    if hit is not None and hit[0] is pg:
+    if hit is not None and hit[0]() is pg:
         return hit[1]
     everyone: list = [None] * dist.get_world_size(group)
     dist.all_gather_object(everyone, shm.host_id(), group=group)
     same = len(set(everyone)) == 1
-    _hosts[id(pg)] = (pg, same)
+    _hosts[id(pg)] = (weakref.ref(pg), same)   # never keeps the group alive
     return same
 
 
