@@ -229,6 +229,13 @@ class P2PTransport:
         else:
             work.wait(self.timeout)
 
+    def settle(self, work, seconds: float) -> None:
+        """Wait at most ``seconds`` for ``work``, ignoring its failure (engine.dataflow)."""
+        try:
+            work.wait(datetime.timedelta(seconds=max(seconds, 1e-3)))
+        except RuntimeError:
+            pass
+
     def is_timeout(self, exc: BaseException) -> bool:
         text = str(exc).lower()
         return "timed out" in text or "timeout" in text
