@@ -172,22 +172,31 @@ IN_PLACE_ALGORITHMS = ("direct", "ring")
 def in_place_worker(rank, world_size, sizes, iters, algorithms=IN_PLACE_ALGORITHMS,
                     transports=("shm", "p2p")):
     """reduce_scatter per transport, size and algorithm: out of place, in place (the output the
-    input's own block), in place with the input as the working buffer (how it ran before: the
-    front end's execute on the whole input, the rest of it left with partial sums), and
-    gloo's in place; interleaved round by round, every rank alike."""
+    input's own block), in place as it ran before (the same call with the layout saying that
+    the input may be the working buffer, ``Layout.writes_only_output``: the rest of it is left
+    with partial sums), and gloo's in place; interleaved round by round, every rank alike."""
     import torch
     import torch.distributed as dist
 
     import ringccl.torch as rt
     from ringccl import frontend
-    from ringccl.algorithms import build_schedule
-    from ringccl.layout import layout
-    from ringccl.ops import ReduceOp
-    from ringccl.torch.collectives import _T
 
     n, rows = world_size, []
     load = os.getloadavg()
-    group = dist.group.WORLD
+    plan = frontend._plan
+
+    def as_before(*args, **kwargs):   # the flow before: the input is the working buffer
+        return plan(*args, **kwargs)._replace(writes_only_output=True)
+
+    def before_call(fn):
+        def call():
+            frontend._plan = as_before
+            try:
+                fn()
+            finally:
+                frontend._plan = plan
+        return call
+
     for transport, nbytes, algorithm in [(t, s, a) for t in transports for s in sizes
                                      for a in algorithms]:
         k = max(1, nbytes // 4 // n)
@@ -195,17 +204,12 @@ def in_place_worker(rank, world_size, sizes, iters, algorithms=IN_PLACE_ALGORITH
         kw = dict(algorithm=algorithm, transport=transport)
         inp, inp_before, inp_gloo = x.clone(), x.clone(), x.clone()
         out = torch.empty(k)
-        lay = layout(build_schedule("reduce_scatter", algorithm, n), rank, n * k)
-        opts = frontend.options(_T, None, None, None, None, transport)
-
-        def before():   # the input as the working buffer, as the flow did before
-            frontend._execute(_T, lay.schedule, inp_before, ReduceOp.SUM, group,
-                              lay.offsets, opts, True)
         calls = {
             "out_of_place": lambda: rt.reduce_scatter_tensor(out, x, **kw),
             "in_place": lambda: rt.reduce_scatter_tensor(inp[rank * k:(rank + 1) * k],
                                                          inp, **kw),
-            "in_place_before": before,
+            "in_place_before": before_call(lambda: rt.reduce_scatter_tensor(
+                inp_before[rank * k:(rank + 1) * k], inp_before, **kw)),
             "gloo_in_place": lambda: dist.reduce_scatter_tensor(
                 inp_gloo[rank * k:(rank + 1) * k], inp_gloo)}
         for fn in calls.values():
