@@ -10,6 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("hypothesis")
 
+from ringccl.errors import ArgumentError  # noqa: E402
 from ringccl.torch.launch import launch  # noqa: E402
 
 from . import backend_workers  # noqa: E402
@@ -127,9 +128,21 @@ def test_inline_threshold_from_the_environment(monkeypatch):
     assert backend.inline_bytes() == 0
     for bad in ("lots", "-5", "1.5"):
         monkeypatch.setenv("RINGCCL_BACKEND_INLINE_BYTES", bad)
-        with pytest.raises(ValueError, match="RINGCCL_BACKEND_INLINE_BYTES=") as info:
+        with pytest.raises(ArgumentError, match="RINGCCL_BACKEND_INLINE_BYTES=") as info:
             backend.inline_bytes()
         assert repr(bad) in str(info.value)
+
+
+def test_environment_errors_name_the_variable_and_value(monkeypatch):
+    from ringccl.torch import backend
+    monkeypatch.setenv("RINGCCL_BACKEND_THREAD", "yes")
+    with pytest.raises(ArgumentError, match="RINGCCL_BACKEND_THREAD='yes' must be '1'"):
+        backend.backend_thread()
+    monkeypatch.setenv("RINGCCL_TRANSPORT", "tcp")
+    with pytest.raises(ArgumentError, match="RINGCCL_TRANSPORT='tcp' must be one of"):
+        backend._transport(["a", "a"], 2)
+    with pytest.raises(ArgumentError, match="pg_options="):
+        backend.create_process_group(None, pg_options=object())
 
 
 def test_two_hosts_run_hybrid_with_the_cost_models_two_level_choice():
@@ -148,6 +161,6 @@ def test_two_hosts_run_hybrid_with_the_cost_models_two_level_choice():
 def test_ranks_that_disagree_on_the_transport_are_refused_at_creation():
     runs = launch(backend_workers.transport_mismatch, 2, backend="ringccl", timeout=bounds.job(120))
     for outcome in runs:
-        assert outcome is not None and outcome.startswith("ValueError: RINGCCL_TRANSPORT "
+        assert outcome is not None and outcome.startswith("ArgumentError: RINGCCL_TRANSPORT "
                                                           "differs"), outcome
         assert "rank 0: 'auto'" in outcome and "rank 1: 'p2p'" in outcome, outcome
