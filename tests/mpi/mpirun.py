@@ -37,13 +37,16 @@ def run(nproc: int, argv: list[str], *, seconds: float, env: dict | None = None,
     with ``-x`` besides PYTHONPATH, RINGCCL_TEST_SLACK and those named in ``pass_env``)."""
     backing = tempfile.mkdtemp(prefix="ringccl-test-ompi.",
                                dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    folder = tempfile.mkdtemp(prefix="ringccl-test-mpirun.")   # the scripts' (end_job.py)
     full = dict(os.environ, **(env or {}))
+    full["RINGCCL_TEST_DIR"] = folder
     full["PYTHONPATH"] = os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH")) if p)
     full["RINGCCL_TEST_SLACK"] = f"{bounds.slack():.1f}"
     full["OMPI_MCA_btl_vader_backing_directory"] = backing
     cmd = mpirun_command(nproc, argv)
     if "--oversubscribe" in cmd:   # Open MPI: pass the variables on explicitly
-        names = ("PYTHONPATH", "RINGCCL_TEST_SLACK", "OMPI_MCA_btl_vader_backing_directory",
+        names = ("PYTHONPATH", "RINGCCL_TEST_SLACK", "RINGCCL_TEST_DIR",
+                 "OMPI_MCA_btl_vader_backing_directory",
                  *(env or {}), *pass_env)
         cmd[1:1] = [flag for name in dict.fromkeys(names) for flag in ("-x", name)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -60,6 +63,7 @@ def run(nproc: int, argv: list[str], *, seconds: float, env: dict | None = None,
         raise
     finally:
         shutil.rmtree(backing, ignore_errors=True)
+        shutil.rmtree(folder, ignore_errors=True)
     return subprocess.CompletedProcess(cmd, code, out, err)
 
 
