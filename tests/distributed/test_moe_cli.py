@@ -10,7 +10,9 @@ pytest.importorskip("torch")
 
 from ringccl.cli.app import main  # noqa: E402
 
-pytestmark = [pytest.mark.distributed, pytest.mark.timeout(600)]
+from .. import bounds  # noqa: E402
+
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(bounds.job(600))]
 
 
 def test_moe_prints_experiment4_and_the_run_at_scale(capsys, tmp_path):

@@ -44,7 +44,10 @@ class Staged(NamedTuple):
     ``fill``: the element ranges ``fill_runs`` of the buffer hold the 1-D arrays ``sources``,
     concatenated, before the call; ``drain``: after it, the ranges ``drain_runs`` go to the 1-D
     arrays ``targets``, concatenated. ``restore``: the targets must not change unless the call
-    succeeds (True: everything is drained after the call's last wait)."""
+    succeeds (True: everything is drained after the call's last wait). ``aliased``: the
+    targets share memory with the sources, each element at the same place of the working
+    buffer (an in-place reduce_scatter's output, its input's own block): nothing lands in a
+    target before the call's last read of the sources (no final receive lands directly)."""
 
     like: Any
     numel: int
@@ -53,6 +56,7 @@ class Staged(NamedTuple):
     drain_runs: tuple
     targets: Sequence[Any]
     restore: bool
+    aliased: bool = False
 
 
 class Pieces:
@@ -370,8 +374,9 @@ def run_call(schedule, rank: int, plan: Plan, transport, workspace: Workspace, g
 def entry_error(schedule, rank: int, exc: BaseException, timeout: float,
                 when: str = "entering the call", peer_name: Callable[[int], str] = str,
                 where: str = "") -> PeerError:
-    """The PeerError/RingcclTimeout of a shared-memory call whose entry failed (before step 0)
-    or whose end failed after a lazy entry (``when``: "leaving the call"; its last step),
+    """The PeerError/RingcclTimeout of a shared-memory call whose entry failed (before step 0;
+    ``when`` also "setting up the group's shared memory": the group's first call) or whose end
+    failed after a lazy entry (``when``: "leaving the call"; its last step),
     naming the peer (``exc.peer``, by ``peer_name``) and the collective; ``where``: appended to
     ``when`` in the message (e.g. " over shared memory")."""
     peer = getattr(exc, "peer", None)
@@ -379,7 +384,7 @@ def entry_error(schedule, rank: int, exc: BaseException, timeout: float,
     how = f"timed out after {timeout:g} s" if timed_out else "failed"
     who = "" if peer is None else f" waiting for rank {peer_name(peer)}"
     cls = RingcclTimeout if timed_out else PeerError
-    step = 0 if when == "entering the call" else max(schedule.num_steps - 1, 0)
+    step = max(schedule.num_steps - 1, 0) if when == "leaving the call" else 0
     return cls(f"{schedule.algorithm} {schedule.collective} {how} on rank {rank} at step {step} "
                f"of {schedule.num_steps} ({when}{where}){who}: {exc}",
                collective=schedule.collective, algorithm=schedule.algorithm, step=step,

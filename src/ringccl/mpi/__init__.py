@@ -148,6 +148,7 @@ class _Numpy:
 
     name = "ringccl.mpi"
     size_word = "size"
+    buffer_name = "buffer"
     #: mirrors ringccl.mpi.executor.PIPELINING (not imported here: that imports mpi4py);
     #: None: the executor's measured default
     pipelining = None
@@ -365,6 +366,26 @@ class _Numpy:
     shares_memory = staticmethod(np.shares_memory)
 
     @staticmethod
+    def span(a) -> tuple[int, int]:
+        """The byte addresses ``[lo, hi)`` that ``a``'s elements lie in ((0, 0): none)."""
+        if not a.size:
+            return 0, 0
+        lo = hi = 0
+        for n, s in zip(a.shape, a.strides):
+            if s < 0:
+                lo += (n - 1) * s
+            else:
+                hi += (n - 1) * s
+        start = a.__array_interface__["data"][0]
+        return start + lo, start + hi + a.itemsize
+
+    @staticmethod
+    def same(a, b) -> bool:
+        """Whether ``a`` and ``b`` are the same elements in the same layout (one view)."""
+        return (a.dtype == b.dtype and a.shape == b.shape and a.strides == b.strides
+                and a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
+
+    @staticmethod
     def is_block(a, buffer, index: int) -> bool:
         """True if ``a`` is exactly block ``index`` (of a.size elements) of the 1-D ``buffer``."""
         if not a.flags.c_contiguous or not np.may_share_memory(a, buffer):
@@ -477,9 +498,10 @@ def reduce_scatter(output: np.ndarray, input: np.ndarray, op: Any = ReduceOp.SUM
     Args:
         output: ``input.size // world_size`` elements, same dtype as ``input``; C-contiguous.
         input: world_size · output.size elements, any layout; not modified. ``output`` may be
-            the view
-            ``input[rank * output.size:(rank + 1) * output.size]`` (in place, as nccl-tests
-            does); ``input`` is then modified.
+            the view ``input[rank * output.size:(rank + 1) * output.size]`` of a C-contiguous
+            ``input`` (in place, NCCL's in-place form, as nccl-tests does): ``input`` then
+            changes in that block only. Any other overlap of the two is refused
+            (:mod:`ringccl.frontend.aliasing`).
         op, comm, algorithm, segment_bytes, accumulate_dtype, params: as :func:`all_reduce`
             (``ringccl.algorithms("reduce_scatter")``).
 

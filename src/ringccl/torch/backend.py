@@ -75,7 +75,9 @@ NCCL_ALGO / NCCL_DEBUG (NCCL's environment variables), which RINGCCL_ALGO / RING
 
 from __future__ import annotations
 
+import atexit
 import datetime
+import logging
 import os
 import pickle
 import queue
@@ -91,7 +93,7 @@ from .. import engine, frontend, shm, units
 from ..args import check_rank
 from ..consistency import debug_level
 from ..errors import ArgumentError
-from ..frontend import debug
+from ..frontend import aliasing, debug
 from ..ops import ReduceOp
 from ..shm.hierarchical import host_layout
 from . import executor, hybrid
@@ -208,7 +210,7 @@ class _Group:
                  global_ranks: Sequence[int], name: str):
         self.rank, self.size, self.name, self.timeout = rank, size, name, timeout
         # parsed first: a bad value fails the group before any rendezvous
-        self.threaded = os.environ.get("RINGCCL_BACKEND_THREAD", "1") != "0"
+        self.threaded = backend_thread()
         self.inline_bytes = inline_bytes()
         self.global_ranks = list(global_ranks)
         # its own key space in the group's store: torch's wrapper groups and our exchange of
@@ -221,8 +223,9 @@ class _Group:
         self.transport = _transport(self.hosts, size)
         # the segment's set-up exchange goes over the inner gloo group: it runs on the worker
         # thread, inside this group's first collective, where our own collectives cannot
+        # with a store of its own: a peer that leaves the set-up is named
         setup = executor.ShmSetup(rank, size, self.global_ranks, self.all_gather_object,
-                                  timeout.total_seconds())
+                                  timeout.total_seconds(), dist.PrefixStore("ringccl/shm", store))
         self.shm_setup = setup if self.transport == "shm" else None
         self.hybrid_setup = (hybrid.HybridSetup(setup, self.hosts, _GlooTransport(
             self.inner, self.global_ranks, None)) if self.transport == "hybrid" else None)
@@ -331,7 +334,30 @@ class _Group:
                 thread.join(self.timeout.total_seconds() + 5)
         executor.release_shm_state(self)   # unmaps the segment (its name is gone already)
         hybrid.release_hybrid_state(self)
-        self.inner = None
+        # the last references to the inner gloo group: freed now, its threads joined
+        self.inner = self.shm_setup = self.hybrid_setup = None
+
+
+_live: "weakref.WeakSet[_Group]" = weakref.WeakSet()   # every group not collected yet
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    """At the interpreter's exit, before finalization: close the groups nobody destroyed
+    (their worker threads joined, their inner gloo groups freed), saying so once, as torch
+    asks every program to call ``destroy_process_group`` (its ProcessGroupNCCL warns "process
+    group has NOT been destroyed"). A worker thread left running into finalization would
+    take the GIL from torch's C++ code after finalization began and abort the process
+    ("terminate called without an active exception")."""
+    left = [g for g in list(_live) if not g.closed]
+    if left:
+        logging.getLogger("ringccl").warning(
+            "ringccl: %d process group(s) were not destroyed before exit (%s); call "
+            "torch.distributed.destroy_process_group() at the end of the program so that "
+            "pending collectives finish and the group's threads end first. Closing them now.",
+            len(left), ", ".join(repr(g.name) for g in left))
+    for g in left:
+        g.close()
 
 
 def _run(job: Callable[[], Any]) -> tuple[bool, Any]:
@@ -366,7 +392,7 @@ def inline_bytes() -> int:
     ``256KiB``; ``0`` hands every non-empty call to the worker) or :data:`INLINE_BYTES`.
 
     Raises:
-        ValueError: a value that is not a non-negative size.
+        ArgumentError (a ValueError): a value that is not a non-negative size.
     """
     text = os.environ.get("RINGCCL_BACKEND_INLINE_BYTES")
     if text is None or text == "":
@@ -374,9 +400,24 @@ def inline_bytes() -> int:
     try:
         return units.size(text)
     except ArgumentError as exc:
-        raise ValueError(f"RINGCCL_BACKEND_INLINE_BYTES={text!r} is not a size in bytes "
+        raise ArgumentError(f"RINGCCL_BACKEND_INLINE_BYTES={text!r} is not a size in bytes "
                          f"(allowed: a non-negative size such as 0, 65536, 256KiB): "
                          f"{exc}") from None
+
+
+def backend_thread() -> bool:
+    """``RINGCCL_BACKEND_THREAD``: "1" (or unset) hands long calls to the group's worker
+    thread, "0" runs every collective inline.
+
+    Raises:
+        ArgumentError: another value (named, with the allowed ones).
+    """
+    text = os.environ.get("RINGCCL_BACKEND_THREAD", "")
+    if text not in ("", "0", "1"):
+        raise ArgumentError(f"RINGCCL_BACKEND_THREAD={text!r} must be '1' (long collectives on "
+                            "the group's worker thread, the default) or '0' (every collective "
+                            "inline)")
+    return text != "0"
 
 
 def host_id() -> str:
@@ -398,19 +439,19 @@ def _transport(hosts: Sequence[str], size: int) -> str:
     moves nothing: "p2p".
 
     Raises:
-        ValueError: a ``RINGCCL_TRANSPORT`` outside auto/shm/p2p/hybrid, or "shm" for ranks on
-            several hosts. BackendError: "shm" or "hybrid" on a machine that is not x86-64.
+        ArgumentError (a ValueError): a ``RINGCCL_TRANSPORT`` outside auto/shm/p2p/hybrid, or
+            "shm" for ranks on several hosts. BackendError: "shm" or "hybrid" on a machine that is not x86-64.
     """
     value = os.environ.get("RINGCCL_TRANSPORT") or "auto"
     if value not in _TRANSPORT_VALUES:
-        raise ValueError(f"RINGCCL_TRANSPORT={value!r} must be one of "
+        raise ArgumentError(f"RINGCCL_TRANSPORT={value!r} must be one of "
                          f"{', '.join(map(repr, _TRANSPORT_VALUES))}")
     one_host = len(set(hosts)) == 1
     if value == "p2p" or size == 1:
         return "p2p"
     if value == "shm":
         if not one_host:
-            raise ValueError(f"RINGCCL_TRANSPORT='shm': the group's {size} ranks are on "
+            raise ArgumentError(f"RINGCCL_TRANSPORT='shm': the group's {size} ranks are on "
                              f"{len(set(hosts))} hosts ({sorted(set(hosts))}); shared memory "
                              "needs every rank on one host (use 'auto', 'hybrid' or 'p2p')")
         shm.check_platform()
@@ -433,8 +474,8 @@ def _exchange_hosts(store, rank: int, size: int, timeout: datetime.timedelta) ->
     a transport they never use.
 
     Raises:
-        ValueError: the ranks' ``RINGCCL_TRANSPORT`` differ (on every rank, naming each
-            rank's value).
+        ArgumentError (a ValueError): the ranks' ``RINGCCL_TRANSPORT`` differ (on every rank,
+            naming each rank's value).
     """
     store.set(str(rank), f"{host_id()}\0{os.environ.get('RINGCCL_TRANSPORT') or 'auto'}")
     keys = [str(r) for r in range(size)]
@@ -442,7 +483,7 @@ def _exchange_hosts(store, rank: int, size: int, timeout: datetime.timedelta) ->
     got = [store.get(k).decode().rpartition("\0") for k in keys]
     values = [v for _, _, v in got]
     if len(set(values)) > 1:
-        raise ValueError("RINGCCL_TRANSPORT differs across the group's ranks ("
+        raise ArgumentError("RINGCCL_TRANSPORT differs across the group's ranks ("
                          + ", ".join(f"rank {r}: {v!r}" for r, v in enumerate(values))
                          + "); set it alike on every rank (or not at all: 'auto')")
     return [h for h, _, _ in got]
@@ -649,8 +690,10 @@ class RingcclProcessGroup(dist.ProcessGroup):
         self._name = name
         self._group = _Group(store, rank, size, timeout,
                              range(size) if global_ranks is None else global_ranks, name)
-        # the group is freed with the object if torch (< 2.5) never calls shutdown
+        # the group is freed with the object if torch (< 2.5) never calls shutdown, and at the
+        # interpreter's exit if nobody destroyed it (:func:`_close_at_exit`)
         self._finalizer = weakref.finalize(self, self._group.close)
+        _live.add(self._group)
 
     # -- identity -------------------------------------------------------------------------------
     def getBackendName(self) -> str:
@@ -763,6 +806,8 @@ class RingcclProcessGroup(dist.ProcessGroup):
             if len(out) != g.size:
                 raise RuntimeError(f"ringccl all_gather: output list has {len(out)} tensors, "
                                    f"the group has {g.size} ranks")
+            aliasing.check_blocks(_F, "all_gather", inp, "input_tensor", out,
+                                  "output_tensor_list", g.rank, False)
             plan.append((out, inp, _algorithm(g, "all_gather", _nbytes(inp) * g.size)))
 
         def job():
@@ -818,6 +863,8 @@ class RingcclProcessGroup(dist.ProcessGroup):
             if len(inp) != g.size:
                 raise RuntimeError(f"ringccl reduce_scatter: input list has {len(inp)} tensors, "
                                    f"the group has {g.size} ranks")
+            aliasing.check_blocks(_F, "reduce_scatter", out, "output", inp, "input_list",
+                                  g.rank, True)
             plan.append((out, inp, op, _algorithm(g, "reduce_scatter", _nbytes(out) * g.size)))
 
         def job():
@@ -970,11 +1017,11 @@ def create_process_group(backend_opts, pg_options=None) -> RingcclProcessGroup:
     group_rank, group_size, timeout, group_id, global_ranks_in_group).
 
     Raises:
-        ValueError: ``pg_options`` given (ringccl takes its settings from the environment:
+        ArgumentError (a ValueError): ``pg_options`` given (ringccl takes its settings from the environment:
             RINGCCL_ALGO, RINGCCL_DEBUG, RINGCCL_TIMEOUT).
     """
     if pg_options is not None:
-        raise ValueError(f"pg_options={pg_options!r}: the ringccl backend takes no options "
+        raise ArgumentError(f"pg_options={pg_options!r}: the ringccl backend takes no options "
                          "object; set RINGCCL_ALGO / RINGCCL_DEBUG / RINGCCL_TIMEOUT instead")
     ranks = list(getattr(backend_opts, "global_ranks_in_group", None) or [])
     size = backend_opts.group_size

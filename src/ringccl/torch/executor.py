@@ -23,7 +23,9 @@ across calls, per thread (:mod:`ringccl.engine.workspace`).
 from __future__ import annotations
 
 import datetime
+import os
 import threading
+import weakref
 from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
@@ -208,7 +210,12 @@ class P2PTransport:
     :class:`ringccl.engine.Transport`); applying them is the engine's workspace."""
 
     def __init__(self, group, peers: Sequence[int], timeout: datetime.timedelta | None):
-        self.group, self.peers, self.timeout = group, peers, timeout
+        self._group = weak_group(group)   # kept with a group's state: never keeps it alive
+        self.peers, self.timeout = peers, timeout
+
+    @property
+    def group(self):
+        return self._group()
 
     def isend(self, s, data):
         return dist.isend(data, self.peers[s.peer], self.group)
@@ -221,6 +228,13 @@ class P2PTransport:
             work.wait()       # gloo bounds it by the group's timeout
         else:
             work.wait(self.timeout)
+
+    def settle(self, work, seconds: float) -> None:
+        """Wait at most ``seconds`` for ``work``, ignoring its failure (engine.dataflow)."""
+        try:
+            work.wait(datetime.timedelta(seconds=max(seconds, 1e-3)))
+        except RuntimeError:
+            pass
 
     def is_timeout(self, exc: BaseException) -> bool:
         text = str(exc).lower()
@@ -324,7 +338,7 @@ def shm_algorithm(collective: str, world_size: int, nbytes: int) -> str:
 #: the peer's releases before the slot is written, remain): they keep the full agreement.
 SHM_LAZY_ENTRY_MIN_WORLD = 3
 
-_shm: dict = {}          # id(group object) -> (group object, ShmGroup, ShmTransport)
+_shm: dict = {}          # id(group object) -> (weakref to it, ShmGroup, ShmTransport)
 _shm_lock = threading.Lock()
 # the same for group-like objects set up through a ShmSetup (the ringccl backend's groups):
 # their owner frees them (release_shm_state); the sweep of destroyed torch groups never does
@@ -348,6 +362,41 @@ def _group_object(group):
     return dist.group.WORLD if group is None else group
 
 
+def weak_group(group) -> Callable[[], Any]:
+    """``group`` (None: the default group, looked up at each call) as a callable returning it,
+    holding only a weak reference: state ringccl keeps for a group (its shared memory, host
+    layout, transports) must not keep the group alive past ``destroy_process_group``. A group
+    kept alive keeps gloo's worker threads running into the interpreter's exit, where one that
+    releases a finished operation's tensors after finalization began takes the GIL and aborts
+    the process ("terminate called without an active exception"; torch pull request 179291).
+
+    Raises (when called): BackendError: the group was destroyed."""
+    if group is None:
+        return lambda: None
+    ref = weakref.ref(group)
+
+    def deref():
+        g = ref()
+        if g is None:
+            raise BackendError("the process group was destroyed (destroy_process_group); "
+                               "ringccl's state for it is gone with it")
+        return g
+    return deref
+
+
+def _forget_group(table: dict, key: int, lock) -> None:
+    """The finalizer of a group object: drop and close the state ``table`` kept for it."""
+    with lock:
+        hit = table.get(key)
+        if hit is None or hit[0]() is not None:   # gone already, or the id is another's now
+            return
+        del table[key]
+    for part in reversed(hit[1:]):   # the transport before the segment it reads
+        close = getattr(part, "close", None)
+        if close is not None:
+            close()
+
+
 def _group_timeout_s(group) -> float | None:
     """The timeout ``group`` was created with, in seconds (None where torch hides it)."""
     try:
@@ -367,6 +416,7 @@ class ShmSetup(NamedTuple):
     global_ranks: Sequence[int]        # by group rank, for messages
     exchange: Callable[[Any], list]    # every rank's small object, in rank order (collective)
     timeout_s: float                   # the group's timeout: the waits' default, seconds
+    store: Any = None                  # the group's store (names a peer that left the set-up)
 
 
 def shm_state(group, timeout: float | None = None, setup: ShmSetup | None = None):
@@ -388,19 +438,20 @@ def shm_state(group, timeout: float | None = None, setup: ShmSetup | None = None
         return _owned_shm_state(group, timeout, setup)
     pg = _group_object(group)
     hit = _shm.get(id(pg))
-    if hit is not None and hit[0] is pg:
+    if hit is not None and hit[0]() is pg:
         return hit[1], hit[2]
     shm.check_platform()
     rank, world_size = dist.get_rank(group), dist.get_world_size(group)
     peers = _peers(group, world_size)
     seconds = timeout or _group_timeout_s(group) or SHM_DEFAULT_TIMEOUT_S
+    the_group = weak_group(group)
 
     def exchange(obj):
         everyone: list = [None] * world_size
-        dist.all_gather_object(everyone, obj, group=group)
+        dist.all_gather_object(everyone, obj, group=the_group())
         return everyone
 
-    state = shm.ShmGroup(rank, world_size, exchange, seconds)
+    state = _set_up(_group_store(pg), rank, world_size, exchange, seconds)
     name = lambda p: str(p) if peers[p] == p else f"{p} (global rank {peers[p]})"  # noqa: E731
     transport = shm.ShmTransport(state, name)
     with _shm_lock:
@@ -408,8 +459,58 @@ def shm_state(group, timeout: float | None = None, setup: ShmSetup | None = None
         live = {id(g) for g in getattr(dist.distributed_c10d._world, "pg_map", {})}
         for key in [k for k in _shm if k not in live]:
             _shm.pop(key)[1].close()
-        _shm[id(pg)] = (pg, state, transport)
+        _shm[id(pg)] = (weakref.ref(pg), state, transport)
+    # the group's end (destroy_process_group dropping the last reference) frees it at once
+    weakref.finalize(pg, _forget_group, _shm, id(pg), _shm_lock)
     return state, transport
+
+
+_PID_KEY = "ringccl/shm-set-up-pid/{}"
+
+
+def _group_store(pg):
+    """The store torch made ``pg`` with (None where this torch does not say)."""
+    try:
+        return dist.distributed_c10d._world.pg_map[pg][1]
+    except (AttributeError, KeyError, IndexError, TypeError):
+        return None
+
+
+def _set_up(store, rank: int, world_size: int, exchange, seconds: float):
+    """A group's :class:`ringccl.shm.ShmGroup`. ``store``: the group's (None: not known): this
+    rank says there that it reached the set-up, and if the set-up's first exchange fails
+    (before the ranks' pids are known to each other) the store names the peer that left:
+    :func:`_absent_peer`.
+
+    Raises: as ShmGroup (PeerDied, TimeoutError: ``.peer`` the peer that left, or None)."""
+    if store is not None:
+        try:
+            store.set(_PID_KEY.format(rank), str(os.getpid()))
+        except (RuntimeError, ValueError):   # a store that does not answer: not named then
+            store = None
+    try:
+        return shm.ShmGroup(rank, world_size, exchange, seconds)
+    except (TimeoutError, ConnectionError) as exc:
+        if getattr(exc, "peer", None) is None:
+            exc.peer = _absent_peer(store, rank, world_size)
+        raise
+
+
+def _absent_peer(store, rank: int, world_size: int) -> int | None:
+    """Who left the set-up's first exchange, when the store still answers: the first peer that
+    never reached the set-up (no pid in the store), else the first whose process is gone;
+    else None."""
+    if store is None:
+        return None
+    try:
+        keys = {r: _PID_KEY.format(r) for r in range(world_size) if r != rank}
+        missing = [r for r, key in keys.items() if not store.check([key])]
+        if missing:
+            return missing[0]
+        return next((r for r, key in keys.items()
+                     if not shm.process_alive(int(store.get(key)))), None)
+    except (RuntimeError, ValueError):   # the store's host is gone too
+        return None
 
 
 def _owned_shm_state(key, timeout: float | None, setup: ShmSetup):
@@ -418,8 +519,8 @@ def _owned_shm_state(key, timeout: float | None, setup: ShmSetup):
     if hit is not None and hit[0] is key:
         return hit[1], hit[2]
     shm.check_platform()
-    state = shm.ShmGroup(setup.rank, setup.world_size, setup.exchange,
-                         timeout or setup.timeout_s)
+    state = _set_up(setup.store, setup.rank, setup.world_size, setup.exchange,
+                    timeout or setup.timeout_s)
     peers = list(setup.global_ranks)
     name = lambda p: str(p) if peers[p] == p else f"{p} (global rank {peers[p]})"  # noqa: E731
     transport = shm.ShmTransport(state, name)
@@ -492,6 +593,29 @@ def _entry_error(schedule: Schedule, rank: int, transport, exc: BaseException, t
     return staged.entry_error(schedule, rank, exc, timeout, when, transport.peer_name)
 
 
+def setup_error(schedule: Schedule, group, setup, exc: BaseException,
+                timeout_s: float | None, peers_of=None):
+    """The PeerError/RingcclTimeout of a group's first shared-memory call whose set-up failed
+    (a peer died or stalled in its exchange: gloo's own error, the cause), naming the call,
+    step 0 and the peer found dead, as a failure inside a call does. ``setup``: the group's
+    :class:`ShmSetup` (None: a torch group); ``peers_of``: maps the failed group's ranks
+    to the schedule's (hybrid: a host's ranks)."""
+    if setup is None:
+        rank, n = dist.get_rank(group), dist.get_world_size(group)
+        peers, seconds = _peers(group, n), timeout_s or _group_timeout_s(group)
+    else:
+        rank, peers = setup.rank, list(setup.global_ranks)
+        seconds = timeout_s or setup.timeout_s
+    peer = getattr(exc, "peer", None)
+    if peer is not None and peers_of is not None:
+        exc.peer = peers_of(peer)
+
+    def name(p):
+        return str(p) if peers[p] == p else f"{p} (global rank {peers[p]})"
+    return staged.entry_error(schedule, rank, exc, seconds or SHM_DEFAULT_TIMEOUT_S,
+                              "setting up the group's shared memory", name)
+
+
 def _execute_shm(schedule: Schedule, buffer, op: ReduceOp, group, bounds,
                  segment_elems_of, timeout_s: float | None, restore: bool,
                  setup: ShmSetup | None = None) -> torch.Tensor:
@@ -511,7 +635,10 @@ def _execute_shm(schedule: Schedule, buffer, op: ReduceOp, group, bounds,
     numel = like.numel() if described is None else described.numel
     if like.device.type != "cpu":
         raise BackendError(f"transport='shm' needs CPU tensors, got one on {like.device}")
-    state, transport = shm_state(group, timeout_s, setup)
+    try:
+        state, transport = shm_state(group, timeout_s, setup)
+    except (TimeoutError, ConnectionError) as exc:   # a peer died or stalled in the set-up
+        raise setup_error(schedule, group, setup, exc, timeout_s) from exc
     rank = state.rank
     itemsize = like.element_size()
     # zero copy: the buffer lies in this rank's slot of one of the group's segments (shm_empty)
@@ -564,7 +691,8 @@ def _execute_shm(schedule: Schedule, buffer, op: ReduceOp, group, bounds,
                 targets = engine.Pieces(described.drain_runs,
                                         [_numpy(t) for t in described.targets])
                 drain_runs = described.drain_runs
-                direct = not described.restore
+                # aliased targets are written only after the last read of the sources
+                direct = not described.restore and not described.aliased
             # seeded reduces read the caller's bytes; a range no single array holds is
             # copied in as any other (Pieces.view: None)
             seeded = {}

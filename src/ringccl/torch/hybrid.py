@@ -18,6 +18,7 @@ consecutive ranks (:func:`auto_algorithm`), else the collective's default.
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Any, NamedTuple, Sequence
 
 import torch
@@ -34,8 +35,10 @@ from . import executor
 __all__ = ["hybrid_state", "layout_of", "auto_algorithm", "execute_hybrid", "release_hybrid",
            "HybridSetup", "release_hybrid_state"]
 
-_states: dict = {}     # id(group object) -> (group object, layout, ShmGroup, HybridTransport)
-_layouts: dict = {}    # id(group object) -> (group object, HostLayout)
+# state kept per group holds only weak references to it (executor.weak_group): a group kept
+# alive past destroy_process_group keeps gloo's threads running into the interpreter's exit
+_states: dict = {}     # id(group object) -> (weakref to it, layout, ShmGroup, HybridTransport)
+_layouts: dict = {}    # id(group object) -> (weakref to it, HostLayout)
 _lock = threading.Lock()
 
 
@@ -61,12 +64,12 @@ def layout_of(group) -> HostLayout:
     the group and cached: a collective call on first use)."""
     pg = _pg(group)
     hit = _layouts.get(id(pg))
-    if hit is not None and hit[0] is pg:
+    if hit is not None and hit[0]() is pg:
         return hit[1]
     everyone: list = [None] * dist.get_world_size(group)
     dist.all_gather_object(everyone, shm.host_id(), group=group)
     layout = host_layout(everyone, dist.get_rank(group))
-    _layouts[id(pg)] = (pg, layout)
+    _layouts[id(pg)] = (weakref.ref(pg), layout)
     return layout
 
 
@@ -109,7 +112,7 @@ def hybrid_state(group, timeout: float | None = None, setup: HybridSetup | None 
     """
     pg = _pg(group) if setup is None else group
     hit = _states.get(id(pg))
-    if hit is not None and hit[0] is pg and not hit[2].closed:
+    if hit is not None and hit[0]() is pg and not hit[2].closed:
         return hit[1], hit[2], hit[3]
     shm.check_platform()
     if setup is None:
@@ -117,10 +120,11 @@ def hybrid_state(group, timeout: float | None = None, setup: HybridSetup | None 
         world_size = dist.get_world_size(group)
         peers = executor._peers(group, world_size)
         seconds = timeout or executor._group_timeout_s(group) or executor.SHM_DEFAULT_TIMEOUT_S
+        the_group = executor.weak_group(group)
 
         def gather(obj):
             everyone: list = [None] * world_size
-            dist.all_gather_object(everyone, obj, group=group)
+            dist.all_gather_object(everyone, obj, group=the_group())
             return everyone
         p2p = executor.P2PTransport(group, peers, None)
     else:
@@ -142,7 +146,9 @@ def hybrid_state(group, timeout: float | None = None, setup: HybridSetup | None 
     # gloo's Work.is_completed turns true only inside wait: the waits run on a helper thread
     transport = HybridTransport(local, p2p, layout, None, name, seconds)
     with _lock:
-        _states[id(pg)] = (pg, layout, state, transport)
+        _states[id(pg)] = (weakref.ref(pg), layout, state, transport)
+    if setup is None:   # a torch group's end frees it (a ShmSetup's owner releases its own)
+        weakref.finalize(pg, executor._forget_group, _states, id(pg), _lock)
     return layout, state, transport
 
 
@@ -151,7 +157,7 @@ def release_hybrid_state(key) -> None:
     rank, if any (its owner's teardown: ``destroy_process_group`` of a ringccl-backend group)."""
     with _lock:
         hit = _states.pop(id(key), None)
-    if hit is not None and hit[0] is key:
+    if hit is not None and hit[0]() is key:
         hit[3].close()
         hit[2].close()
 
@@ -166,7 +172,13 @@ def execute_hybrid(schedule: Schedule, buffer: torch.Tensor, op: ReduceOp, group
     ``group`` (:func:`hybrid_state`)."""
     if buffer.device.type != "cpu":
         raise BackendError(f"transport='hybrid' needs CPU tensors, got one on {buffer.device}")
-    layout, state, transport = hybrid_state(group, timeout_s, setup)
+    try:
+        layout, state, transport = hybrid_state(group, timeout_s, setup)
+    except (TimeoutError, ConnectionError) as exc:   # a peer died or stalled in the set-up
+        local = layout_of(group).local_ranks if setup is None else \
+            host_layout(setup.hosts, setup.shm.rank).local_ranks
+        raise executor.setup_error(schedule, group, None if setup is None else setup.shm, exc,
+                                   timeout_s, lambda p: local[p]) from exc
     rank = dist.get_rank(group) if setup is None else setup.shm.rank
     itemsize = buffer.element_size()
     plan = engine.plan(schedule, rank, bounds, segment_elems_of(itemsize))
