@@ -8,7 +8,7 @@ page's JavaScript (:mod:`.explore_page`) only draws it:
   step's transfers as arrows labelled with their chunk (blue: copy, orange: reduce);
 * every rank's buffer as chunks coloured by whose contributions they hold, from the symbolic
   checker (:class:`ringccl.check.SymbolicState`), see :func:`owner_colors`;
-* the step table of :func:`ringccl.views.show.step_rows` (the ring walk-through's table) with
+* the step table of :func:`ringccl.views.show.step_rows` (one row per step, one column per rank) with
   the current row highlighted;
 * the α-β-γ cost of every step as a bar coloured by the kind of link that pays (``step_costs``,
   computed by the caller: the cost model sits above the views).
@@ -52,7 +52,7 @@ MAX_CELLS = 65536
 #: at most this many transfers on one page (a 256-rank ring all-reduce has 130,560: a page of
 #: about 11 MB); beyond it the page would be too heavy to stay usable
 MAX_TRANSFERS = 300_000
-#: rank columns of the step table (the seed's table has one column per rank)
+#: rank columns of the step table (one column per rank, the first this many)
 TABLE_RANKS = 8
 #: colour of a slot holding nothing, and of one holding every rank's contribution once
 EMPTY_COLOR = "#f0f0f0"
