@@ -220,24 +220,31 @@ def activation_bytes(*, seq_length: int, micro_batch_size: int, hidden_size: int
     if sp and s % t:
         raise ArgumentError(f"seq_length={s * cp} / cp={cp} = {s} tokens is not divisible by "
                             f"tp={t}, as sequence parallelism needs")
-    sbh = Fraction(s * b * h)
-    asb = Fraction(a * s * s * b)              # one attention-score matrix per head, all heads
-    if recompute == "full":
-        # only the layer input is kept: 2·s·b·h bytes at 2-byte activations
-        tensors, masks = (sbh / t if sp else sbh), Fraction(0)
-    else:
-        if sp:
-            # SP shards the layer norms and dropouts too: everything divides by t
-            tensors, masks = 16 * sbh / t, 2 * sbh / t
-        else:
-            # layer-norm inputs, QKV and MLP inputs and the two dropout masks are replicated
-            tensors, masks = 4 * sbh + 12 * sbh / t, 2 * sbh
-        if recompute == "none" and not flash_attention:
-            # softmax output and dropout output (2-byte), attention-dropout mask (1-byte)
-            tensors += 2 * asb / t
-            masks += asb / t
+    tensors, masks = _layer_elements(Fraction(s * b * h), Fraction(a * s * s * b), t, sp,
+                                     recompute, flash_attention)
     per_layer = dtype_bytes * tensors + MASK_BYTES * masks
     return math.ceil(num_layers * per_layer)
+
+
+def _layer_elements(sbh: Fraction, asb: Fraction, t: int, sp: bool, recompute: str,
+                    flash_attention: bool) -> tuple:
+    """Elements one layer keeps on one rank: (stored tensors, 1-byte dropout masks), from
+    s·b·h (``sbh``) and a·s²·b (``asb``: one attention-score matrix per head, all heads);
+    Korthikanti et al. 2022, §4.1 and §5."""
+    if recompute == "full":
+        # only the layer input is kept: 2·s·b·h bytes at 2-byte activations
+        return (sbh / t if sp else sbh), Fraction(0)
+    if sp:
+        # SP shards the layer norms and dropouts too: everything divides by t
+        tensors, masks = 16 * sbh / t, 2 * sbh / t
+    else:
+        # layer-norm inputs, QKV and MLP inputs and the two dropout masks are replicated
+        tensors, masks = 4 * sbh + 12 * sbh / t, 2 * sbh
+    if recompute == "none" and not flash_attention:
+        # softmax output and dropout output (2-byte), attention-dropout mask (1-byte)
+        tensors += 2 * asb / t
+        masks += asb / t
+    return tensors, masks
 
 
 # --------------------------------------------------------------------------- buffers
