@@ -20,7 +20,7 @@ from ..planner.model import PRESETS
 from ..planner.parallel_dims import (ATTENTION, BATCH_RULE, CP_COMM_TYPES, DISPATCHERS,
                                      RECOMPUTE, SCHEDULES, resolve_dims)
 from ..planner.precision import PRECISIONS
-from ..views.explore import require_plotly
+from ..views.explore_html import require_plotly
 from ..views.explore_plan import plan_page
 from ..views.plan_plot import plan_chart
 from .common import emit_json, positive_int, size_arg, table

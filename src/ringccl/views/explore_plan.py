@@ -12,7 +12,7 @@ from __future__ import annotations
 import html
 from typing import Mapping
 
-from .explore import _plotly
+from .explore_html import _plotly
 from .plan_plot import (_COLORS, _ORDER, _lanes, _seconds_label, _size_label, picked_stages,
                         stage_spans, stage_window)
 
