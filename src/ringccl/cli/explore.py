@@ -4,8 +4,8 @@
 :mod:`ringccl.views.explore` and :mod:`ringccl.views.explore_html`); ``-a ring,double_binary_tree``
 puts two side by side and adds the cost model's crossover chart of the two; ``--model`` writes
 only the crossover chart (every registered algorithm unless ``-a`` names some). The machine is
-flat (``--alpha``, ``--bandwidth``) or two-level (``--topology NODESxLOCAL`` with ``--intra``, ``--inter``); a
-two-level machine also lays the ranks out by node.
+flat (``--alpha``, ``--bandwidth``) or two-level (``--topology NODESxLOCAL`` with ``--intra``,
+``--inter``); a two-level machine also lays the ranks out by node.
 """
 
 from __future__ import annotations
