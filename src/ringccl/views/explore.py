@@ -281,6 +281,47 @@ def _shown_ranks(n: int, c: int) -> list[int]:
 
 # -- one explorer's data --------------------------------------------------------------------------
 
+def _buffer_states(schedule: Schedule, shown: list[int]) -> dict:
+    """The shown ranks' buffers before the first step and what each step writes into them:
+    ``colors`` and ``owners`` palettes, ``init_color``/``init_owner``/``init_chunk`` per shown
+    cell, ``w_ptr``/``w_cell``/``w_color``/``w_owner``/``w_chunk`` per step (chunk lists None
+    when every slot holds its own chunk), from the symbolic checker.
+
+    Raises:
+        VerificationError: a step of the schedule is faulty.
+    """
+    n, c = schedule.world_size, schedule.num_chunks
+    # flat slot id (rank * C + chunk) -> position among the drawn cells (-1: not drawn)
+    cell_of = np.full(n * c, -1, dtype=np.int64)
+    shown_slots = (np.asarray(shown, dtype=np.int64)[:, None] * c + np.arange(c)).ravel()
+    cell_of[shown_slots] = np.arange(shown_slots.size)
+    colors, owners = _Palette(), _Palette()
+    state = SymbolicState(schedule)
+    init_color, init_owner, init_chunk = _cells(state, shown_slots, colors, owners)
+    w_ptr, w_cell, w_color, w_owner, w_chunk = [0], [], [], [], []
+    dst_slot = schedule.dst.astype(np.int64) * c + schedule.dst_chunk
+    for index in range(schedule.num_steps):
+        state.apply(index)
+        lo, hi = int(schedule.step_ptr[index]), int(schedule.step_ptr[index + 1])
+        written = np.unique(dst_slot[lo:hi])
+        written = written[cell_of[written] >= 0]
+        if written.size:
+            col, own, cid = _cells(state, written, colors, owners)
+            w_cell += cell_of[written].tolist()
+            w_color += col
+            w_owner += own
+            w_chunk += cid
+        w_ptr.append(len(w_cell))
+    # a slot's logical chunk is usually its own index (all_reduce): then say so once
+    slot_chunk = shown_slots % c
+    if (np.asarray(init_chunk) == slot_chunk).all() and (
+            np.asarray(w_chunk, dtype=np.int64) == shown_slots[w_cell] % c).all():
+        init_chunk = w_chunk = None
+    return {"colors": colors.items, "owners": owners.items, "init_color": init_color,
+            "init_owner": init_owner, "init_chunk": init_chunk, "w_ptr": w_ptr,
+            "w_cell": w_cell, "w_color": w_color, "w_owner": w_owner, "w_chunk": w_chunk}
+
+
 def explorer_data(schedule: Schedule, step_costs: Sequence[Mapping] | None = None, *,
                   node_of: Sequence[int] | None = None, machine: str = "",
                   nbytes: float | None = None) -> dict:
@@ -316,32 +357,7 @@ def explorer_data(schedule: Schedule, step_costs: Sequence[Mapping] | None = Non
         raise ValueError(f"step_costs has {len(step_costs)} entries for "
                          f"{schedule.num_steps} steps")
     shown = _shown_ranks(n, c)
-    # flat slot id (rank * C + chunk) -> position among the drawn cells (-1: not drawn)
-    cell_of = np.full(n * c, -1, dtype=np.int64)
-    shown_slots = (np.asarray(shown, dtype=np.int64)[:, None] * c + np.arange(c)).ravel()
-    cell_of[shown_slots] = np.arange(shown_slots.size)
-    colors, owners = _Palette(), _Palette()
-    state = SymbolicState(schedule)
-    init_color, init_owner, init_chunk = _cells(state, shown_slots, colors, owners)
-    w_ptr, w_cell, w_color, w_owner, w_chunk = [0], [], [], [], []
-    dst_slot = schedule.dst.astype(np.int64) * c + schedule.dst_chunk
-    for index in range(schedule.num_steps):
-        state.apply(index)
-        lo, hi = int(schedule.step_ptr[index]), int(schedule.step_ptr[index + 1])
-        written = np.unique(dst_slot[lo:hi])
-        written = written[cell_of[written] >= 0]
-        if written.size:
-            col, own, cid = _cells(state, written, colors, owners)
-            w_cell += cell_of[written].tolist()
-            w_color += col
-            w_owner += own
-            w_chunk += cid
-        w_ptr.append(len(w_cell))
-    # a slot's logical chunk is usually its own index (all_reduce): then say so once
-    slot_chunk = shown_slots % c
-    if (np.asarray(init_chunk) == slot_chunk).all() and (
-            np.asarray(w_chunk, dtype=np.int64) == shown_slots[w_cell] % c).all():
-        init_chunk = w_chunk = None
+    states = _buffer_states(schedule, shown)
     table_ranks = shown[:TABLE_RANKS] if len(shown) > TABLE_RANKS else shown
     return {
         "collective": schedule.collective, "algorithm": schedule.algorithm,
@@ -353,10 +369,7 @@ def explorer_data(schedule: Schedule, step_costs: Sequence[Mapping] | None = Non
         "src_chunk": schedule.src_chunk.tolist(), "dst_chunk": schedule.dst_chunk.tolist(),
         "reduce": schedule.reduce.astype(int).tolist(), "step_ptr": schedule.step_ptr.tolist(),
         "layout": rank_layout(schedule, node_of),
-        "shown_ranks": shown, "colors": colors.items, "owners": owners.items,
-        "init_color": init_color, "init_owner": init_owner, "init_chunk": init_chunk,
-        "w_ptr": w_ptr, "w_cell": w_cell, "w_color": w_color, "w_owner": w_owner,
-        "w_chunk": w_chunk,
+        "shown_ranks": shown, **states,
         "table": {"ranks": table_ranks, "rows": step_rows(schedule, schedule.num_steps,
                                                            table_ranks)},
         "costs": None if step_costs is None else [dict(s) for s in step_costs],
