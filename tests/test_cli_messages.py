@@ -315,15 +315,16 @@ def test_model_world_size_1_has_nothing_to_communicate(capsys, monkeypatch):
 
 
 def test_help_and_output_name_the_sources(capsys):
-    assert main(["model", "--preset", "seed"]) == 0
+    assert main(["model", "--preset", "worked-examples"]) == 0
     out = capsys.readouterr().out
-    assert "seed 0" not in out and "lecture 001" not in out
-    assert "the ring all-reduce walk-through" in out and "collective-communication lecture" in out
+    assert "seed" not in out.lower() and "lecture" not in out.lower()
+    assert "Patarasuk & Yuan" in out and "arXiv:1807.11205" in out
     for command in ("model", "show"):
         with pytest.raises(SystemExit):
             main([command, "--help"])
         text = capsys.readouterr().out
         assert "seed 0" not in text and "the seed's" not in text and "seeds'" not in text
+        assert "lecture" not in text.lower()
 
 
 # -- one meaning per short flag -------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""`ringccl model` and `ringccl tune`: tables, --json, --plot, --preset seed, errors."""
+"""`ringccl model` and `ringccl tune`: tables, --json, --plot, --preset worked-examples, errors."""
 
 import json
 
@@ -73,8 +73,8 @@ def test_model_plot_writes_a_png(tmp_path, capsys):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 20_000
 
 
-def test_model_preset_seed_prints_the_seeds_figures(capsys):
-    assert main(["model", "--preset", "seed"]) == 0
+def test_model_preset_worked_examples_prints_their_figures(capsys):
+    assert main(["model", "--preset", "worked-examples"]) == 0
     out = capsys.readouterr().out
     for figure in ("1.750 K", "0.250 x", "0.875 x", "1.992 K", "0.996 x",   # per-rank bytes
                    "0.094", "10.26", "10.23", "99.7%", "17.38", "7.15",     # latency table
@@ -83,8 +83,8 @@ def test_model_preset_seed_prints_the_seeds_figures(capsys):
         assert figure in out, figure
 
 
-def test_model_preset_seed_json(capsys):
-    assert main(["model", "--preset", "seed", "--json"]) == 0
+def test_model_preset_worked_examples_json(capsys):
+    assert main(["model", "--preset", "worked-examples", "--json"]) == 0
     fig = json.loads(capsys.readouterr().out)
     assert set(fig) == {"per_rank_bytes", "ring_latency", "experiment3", "hierarchical"}
     assert round(fig["experiment3"][-1]["lecture"]["master"] * 1e3, 2) == 4301.00

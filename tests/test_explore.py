@@ -24,6 +24,7 @@ from ringccl.views.show import _ranges
 pytest.importorskip("plotly")
 
 from ringccl.views import explore as ex  # noqa: E402  (needs plotly only when drawing)
+from ringccl.views import explore_html  # noqa: E402
 from ringccl.views import explore_plan  # noqa: E402
 from ringccl.views.plan_plot import stage_spans, stage_window  # noqa: E402
 
@@ -165,7 +166,7 @@ def _scripts(text: str) -> list[str]:
 def test_page_is_self_contained(tmp_path):
     s = ringccl.schedule("all_reduce", "ring", world_size=4)
     path = tmp_path / "p.html"
-    size = ex.write_page(str(path), [ex.explorer_data(s)])
+    size = explore_html.write_page(str(path), [ex.explorer_data(s)])
     text = path.read_text()
     assert size == path.stat().st_size and size > 3_000_000  # plotly.js inlined
     assert not any("src=" in tag for tag in _scripts(text))
@@ -179,7 +180,7 @@ def test_page_is_self_contained(tmp_path):
                                 r"</script>", text, re.S).group(1))
     assert data[0]["world_size"] == 4 and len(data[0]["pair"]) == s.num_transfers
     with pytest.raises(ValueError, match="at least one explorer"):
-        ex.write_page(str(path), [])
+        explore_html.write_page(str(path), [])
 
 
 def test_cli_writes_the_page_and_reports_it(tmp_path, capsys):

@@ -119,8 +119,8 @@ def test_all_reduce_bytes_per_rank_are_2_n_minus_1_over_n_of_the_buffer(layout):
         assert e.bytes_sent_per_call == pytest.approx(2 * (n - 1) / n * e.nbytes, rel=1e-12)
 
 
-def test_question_9_3_hierarchical_inter_node_bytes_are_the_flat_rings_over_local_size():
-    cluster = ringccl.planner.cluster_preset("seed-9.3", collectives="ringccl")
+def test_hierarchical_inter_node_bytes_on_128x8_are_the_flat_rings_over_local_size():
+    cluster = ringccl.planner.cluster_preset("two-level-128x8", collectives="ringccl")
     model = ringccl.planner.PRESETS["llama3-8b"]
     # one bucket of all 16 GB of gradients: the question's big buffer
     p0 = plan(model, {"dp": 1024, "global_batch_size": 1024, "bucket_bytes": "16GB"}, cluster)

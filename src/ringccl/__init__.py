@@ -8,7 +8,7 @@ Quick tour::
 
     import ringccl
     s = ringccl.schedule("all_reduce", "ring", world_size=4)
-    print(ringccl.table(s))               # the seed's N=4 step table
+    print(ringccl.table(s))               # N=4: one row per step, one column per rank
     ringccl.verify(s)                     # symbolic proof; raises VerificationError if wrong
     r = ringccl.simulate("all_reduce", x) # x: (world_size, count) numpy array
     r.outputs, r.stats.bytes_sent, r.matches_reference

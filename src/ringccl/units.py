@@ -1,6 +1,6 @@
 """Human units in and out; everything inside ringccl is SI (bytes, seconds, bytes/second).
 
-Parsing rules (bits versus bytes kept straight, as the lecture's section 1.1 insists):
+Parsing rules (bits versus bytes kept straight: 400 Gb/s is 50 GB/s):
 
 * counts (elements): ``1000``, ``1K`` = 10^3, ``1M`` = 10^6, ``1G`` = 10^9, ``1Ki`` = 2^10,
   ``1Mi`` = 2^20, ``16Mi``, ``1e6``; the result must be a whole number.

@@ -35,20 +35,21 @@ is the bandwidth-lean choice above the one-shot (``direct``) crossover (vLLM's a
 custom all-reduce use one-shot for small, two-shot for large buffers; the reduce-scatter +
 all-gather composition is Thakur et al.'s).
 
-``master`` all-reduce is the centralized scheme of the lecture (seed 001, section 2.2): the root
-receives every other rank's buffer one rank per step and adds it in (N-1 steps), then sends the
-sum to one rank per step (N-1 steps), as its Python loop does. 2(N-1) steps; the root sends and
-receives (N-1)·M each, 2(N-1)·M through one rank; T = 2(N-1)·(α + M·β) + (N-1)·M·γ, the seed's
-T_naive = 2(P-1)(α + βM) plus the reduction term. (Receiving all at once would be ``direct``
-reduce followed by ``direct`` broadcast: 2 steps, the same bytes.) All other ranks send and
-receive M once.
+``master`` all-reduce is the centralized (master-worker) scheme, a parameter server with one
+server (Li et al., OSDI 2014): the root receives every other rank's buffer one rank per step and
+adds it in (N-1 steps), then sends the sum to one rank per step (N-1 steps). 2(N-1) steps; the
+root sends and receives (N-1)·M each, 2(N-1)·M through one rank; T = 2(N-1)·(α + M·β) +
+(N-1)·M·γ: 2(N-1) messages of M in sequence, plus the reduction term. (Receiving all at once
+would be ``direct`` reduce followed by ``direct`` broadcast: 2 steps, the same bytes.) All other
+ranks send and receive M once.
 
 World size 1: no steps.
 
 References:
     Thakur, Rabenseifner & Gropp, "Optimization of Collective Communication Operations in
     MPICH", IJHPCA 19(1), 2005 (direct sends; the naive scheme as baseline);
-    seed 001, section 2.2 (master-worker all-reduce).
+    Li et al., "Scaling Distributed Machine Learning with the Parameter Server", OSDI 2014
+    (the master-worker pattern).
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ __all__ = ["all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcas
 _THAKUR = "Thakur, Rabenseifner & Gropp, IJHPCA 19(1) 2005"
 _TWO_SHOT = ("Thakur, Rabenseifner & Gropp, IJHPCA 19(1) 2005 (reduce-scatter + all-gather); "
              "vLLM / TensorRT-LLM custom all-reduce (two-shot)")
-_SEED = "the collective-communication lecture, section 2.2 (master-worker)"
+_MASTER = "Li et al., OSDI 2014 (parameter server: master-worker); Thakur et al. 2005 (naive baseline)"
 
 
 def _pairs(n: int):
@@ -152,7 +153,7 @@ def master_all_reduce(world_size: int, root: int = 0) -> Schedule:
     root + 1, around the ring) sends its buffer to the root, which adds it in ("reduce" phase);
     steps N-1 … 2N-3: the root sends the sum to the k-th other rank ("broadcast" phase).
     Cost: 2(N-1) steps; the root sends (N-1)·M and receives (N-1)·M;
-    T = 2(N-1)·(α + M·β) + (N-1)·M·γ (seed 001, section 2.2).
+    T = 2(N-1)·(α + M·β) + (N-1)·M·γ (2(N-1) messages of M in sequence).
     """
     n = world_size
     root = _root(root, n)
@@ -208,7 +209,7 @@ _part = lambda n, m: (n - 1) / n * m      # noqa: E731
 
 
 def _master_time(n: int, nbytes: float, alpha: float, beta: float, gamma: float) -> float:
-    """2(N-1)·(α + M·β) + (N-1)·M·γ (seed 001, section 2.2)."""
+    """2(N-1)·(α + M·β) + (N-1)·M·γ (2(N-1) messages of M in sequence)."""
     return 2 * (n - 1) * (alpha + nbytes * beta) + (n - 1) * nbytes * gamma
 
 
@@ -231,7 +232,7 @@ for _collective, _builder, _bytes, _formula, _t in _DIRECT:
 register(Algorithm(collective="all_reduce", name="master", builder=master_all_reduce,
                    num_steps=lambda n: 2 * (n - 1), bytes_sent=lambda n, m: (n - 1) * m,
                    steps_formula="2(N-1)", bytes_formula="(N-1)·M (root; 2(N-1)·M through it)",
-                   reference=_SEED, time=_master_time))
+                   reference=_MASTER, time=_master_time))
 
 register(Algorithm(collective="all_reduce", name="two_shot", builder=two_shot_all_reduce,
                    num_steps=lambda n: 2 if n > 1 else 0,

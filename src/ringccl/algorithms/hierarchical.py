@@ -1,7 +1,7 @@
 """Two-level (hierarchical) all-reduce, reduce-scatter and all-gather for ``nodes × local_size``
 ranks.
 
-The lecture's question 4 (seed 001, section 9.3): 128 servers × 8 GPUs, NVLink inside a server,
+The machine it is for: servers of several GPUs (e.g. 128 servers × 8), NVLink inside a server,
 InfiniBand between servers. Consecutive ranks share a node: rank r is local rank r % L of node
 r // L (L = ``local_size``, P = N / L nodes). Every phase is a ring, either inside a node
 (next_rank = the next local rank of the same node) or across nodes (next_rank = the rank of
@@ -16,8 +16,8 @@ all_reduce, three phases:
    chunks; local rank l ends owning group l reduced over its node (torch's order: l keeps
    group l);
 2. inter-node all-reduce (2(P-1) steps; the only steps that cross nodes): the P ranks with
-   local rank l all-reduce group l over a ring of the nodes (seed order: reduce-scatter, then
-   all-gather);
+   local rank l all-reduce group l over a ring of the nodes (the ring all-reduce's order:
+   reduce-scatter, then all-gather);
 3. intra-node all-gather (L-1 steps) of the groups.
 
 reduce_scatter (rank r ends with block r = chunk r reduced over all ranks), two phases:
@@ -42,7 +42,7 @@ of all_gather's, mirrored) is what keeps the inter-node volume that small: gathe
 nodes first would send L times more over the NICs.
 
 ``local_size`` default: the largest divisor of N that is at most 8 (an 8-GPU server; N = 1024
-gives 128 × 8, the lecture's machine). An explicit ``local_size`` must divide N. With L = 1 or
+gives 128 × 8). An explicit ``local_size`` must divide N. With L = 1 or
 L = N each schedule degenerates to the single flat ring of its collective (with the steps of
 the empty phase absent).
 
@@ -121,7 +121,7 @@ def all_reduce(world_size: int, local_size: int | None = None) -> Schedule:
               reduce=True)
         phases.append("intra-node reduce-scatter")
     nxt_node = ((node + 1) % nodes) * loc + lr
-    for s in range(nodes - 1):  # ring over nodes on group l, seed order
+    for s in range(nodes - 1):  # ring over nodes on group l, ring all-reduce order
         t.add(len(phases), r, nxt_node, lr * nodes + (node - s) % nodes, reduce=True)
         phases.append("inter-node reduce-scatter")
     for s in range(nodes - 1):
@@ -152,7 +152,7 @@ def time(world_size: int, nbytes: float, alpha: float, beta: float, gamma: float
 register(Algorithm(collective="all_reduce", name="hierarchical", builder=all_reduce,
                    num_steps=num_steps, bytes_sent=lambda n, b: 2 * (n - 1) / n * b,
                    steps_formula="2(L-1) + 2(N/L-1)", bytes_formula="2(N-1)/N·M",
-                   reference="Jia et al. arXiv:1807.11205 2018; the collective-communication lecture, §9.3 (hierarchical question)",
+                   reference="Jia et al. arXiv:1807.11205 2018 (hierarchical all-reduce)",
                    time=time))
 
 

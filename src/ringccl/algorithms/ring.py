@@ -3,7 +3,8 @@
 The ranks form a ring; at every step each rank sends one chunk to its ``next_rank = (r + 1) % N``
 and receives one from ``prev_rank = (r - 1) % N``. The buffer is split into N chunks.
 
-All-reduce follows the seed's walk-through (seed 000, section 2, and its pseudo-code):
+All-reduce is the bandwidth-optimal ring of Patarasuk & Yuan (JPDC 69(2), 2009), in this chunk
+order:
 
 * reduce-scatter phase, step s = 0 … N-2: rank r sends chunk (r - s) mod N to r + 1, which adds
   it into its own chunk (r - s) mod N = ((r+1) - 1 - s) mod N. Afterwards rank r owns the complete
@@ -73,7 +74,7 @@ def _ring_phases(collective: str, world_size: int,
 
 
 def all_reduce(world_size: int) -> Schedule:
-    """Ring all-reduce in the seed's chunk order: ring reduce-scatter, then ring all-gather.
+    """Ring all-reduce in the chunk order above: ring reduce-scatter, then ring all-gather.
 
     Pre:  rank r holds its buffer, split into N = world_size chunks.
     Post: every rank holds the elementwise reduction of all N buffers; after the reduce-scatter

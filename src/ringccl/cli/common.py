@@ -57,8 +57,8 @@ def table(title: str, headers: Sequence[str], rows: Sequence[Sequence[object]],
     ``fmt``: "plain" (aligned fixed-width text: first column left-aligned, the others right,
     a title line, a rule under the header), "rich" (boxes, when rich is installed; as wide as
     the rows need, whatever the terminal), or "auto": rich on a terminal at least as wide as
-    the table, else plain (output that is piped, captured or read by a program: issue 14's
-    ``5929…`` came from rich squeezing columns into 80).
+    the table, else plain (output that is piped, captured or read by a program: rich would
+    squeeze the columns into 80 and cut numbers, e.g. ``5929…``).
     """
     cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]

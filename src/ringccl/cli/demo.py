@@ -1,4 +1,4 @@
-"""``ringccl demo``: the guided tour, the seed's step table, a simulation checked against
+"""``ringccl demo``: the guided tour, the N=4 ring all-reduce step table, a simulation checked against
 numpy, and the same schedule on real processes next to gloo's own."""
 
 from __future__ import annotations
@@ -22,8 +22,7 @@ def _cmd_demo(args) -> int:
     out: dict = {}
     schedule = verify(build_schedule("all_reduce", "ring", 4))
     if not args.json:
-        print("1) Ring all-reduce on N=4 ranks, as the ring all-reduce walk-through (section 2) "
-              "draws it: at reduce-scatter"
+        print("1) Ring all-reduce on N=4 ranks, one row per step: at reduce-scatter"
               " step s rank r sends chunk (r-s) mod N\n   to rank r+1, which adds it in; then the"
               " complete chunks travel once more around the ring.\n")
         print(step_table(schedule))
@@ -71,7 +70,7 @@ def _cmd_demo(args) -> int:
 
 def register(sub) -> None:
     """``ringccl demo``."""
-    p = sub.add_parser("demo", help="guided tour: the ring walk-through's N=4 table, a simulation, real "
+    p = sub.add_parser("demo", help="guided tour: the ring all-reduce's N=4 step table, a simulation, real "
                        "processes")
     add_collective_args(p, collective=False)
     p.add_argument("--nproc", type=positive_int, default=4, help="local processes (default 4)")

@@ -1,11 +1,11 @@
 """``ringccl explore``: a schedule explorer page (one self-contained HTML file, works offline).
 
 ``ringccl explore all_reduce -a ring -N 8 -o ring.html`` plays one schedule step by step (see
-:mod:`ringccl.views.explore`); ``-a ring,double_binary_tree`` puts two side by side and adds the
-cost model's crossover chart of the two; ``--model`` writes only the crossover chart (every
-registered algorithm unless ``-a`` names some). The machine is flat (``--alpha``,
-``--bandwidth``) or two-level (``--topology NODESxLOCAL`` with ``--intra``, ``--inter``); a
-two-level machine also lays the ranks out by node.
+:mod:`ringccl.views.explore` and :mod:`ringccl.views.explore_html`); ``-a ring,double_binary_tree``
+puts two side by side and adds the cost model's crossover chart of the two; ``--model`` writes
+only the crossover chart (every registered algorithm unless ``-a`` names some). The machine is
+flat (``--alpha``, ``--bandwidth``) or two-level (``--topology NODESxLOCAL`` with ``--intra``,
+``--inter``); a two-level machine also lays the ranks out by node.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from ..costmodel.topology import TwoLevel, flat, two_level
 from ..costmodel.tuning import predict_table, tune
 from ..errors import ArgumentError
 from ..ops import SUPPORTED_DTYPES, check_dtype
-from ..views.explore import explorer_data, model_figure, require_plotly, write_page
+from ..views.explore import explorer_data
+from ..views.explore_html import model_figure, require_plotly, write_page
 from .common import (add_collective_args, add_flat_link_args, check_root_arg, count_arg,
                      emit_json, positive_int, schedule_params, size_list)
 

@@ -29,7 +29,7 @@ __all__ = ["register_model", "register_tune", "register_fit"]
 
 
 def _ms(seconds: float) -> str:
-    """Milliseconds as the walk-through and the lecture print them: 2 decimals, 3 below 1 ms."""
+    """Milliseconds as the worked examples print them: 2 decimals, 3 below 1 ms."""
     ms = seconds * 1e3
     return f"{ms:.2f}" if abs(ms) >= 1 else f"{ms:.3f}"
 
@@ -119,21 +119,20 @@ def _plot_model(report: dict, path: str) -> None:
                 f"{report['tables'][0]['machine'].split(', ', 1)[-1]})")
 
 
-#: where the --preset seed figures come from, in words a user can look up
-WALKTHROUGH = ("the ring all-reduce walk-through (\"Ring AllReduce core flow: how gradients "
-               "are aggregated\")")
-LECTURE = ("the collective-communication lecture (\"Lecture 09: network communication basics "
-           "and collective primitives\")")
+#: the public sources of the --preset worked-examples formulas
+RING_SOURCE = "Patarasuk & Yuan, JPDC 69(2) 2009 (bandwidth-optimal ring all-reduce)"
+HIERARCHICAL_SOURCE = "Jia et al., arXiv:1807.11205 2018 (hierarchical all-reduce)"
 
 
-def _print_seed(fig: dict) -> None:
-    print(f"figures of {WALKTHROUGH} and of {LECTURE}, recomputed by ringccl\n")
-    table("ring walk-through §5: ring all_reduce bytes sent per rank (K = one rank's buffer)",
+def _print_examples(fig: dict) -> None:
+    print(f"worked examples of the alpha-beta model, recomputed by ringccl; ring: {RING_SOURCE}; "
+          f"two-level: {HIERARCHICAL_SOURCE}\n")
+    table("ring all_reduce bytes sent per rank (K = one rank's buffer)",
            ["N", "bytes per rank", "vs naive (N-1)K", "vs lower bound 2K"],
            [[r["world_size"], f"{r['bytes_per_rank_K']:.3f} K", f"{r['vs_direct']:.3f} x",
              f"{r['vs_lower_bound']:.3f} x"] for r in fig["per_rank_bytes"]])
     print()
-    table("ring walk-through §5: ring all_reduce, alpha = 5 us, 300 GB/s, float32",
+    table("ring all_reduce, alpha = 5 us, 300 GB/s, float32: latency and bandwidth terms",
            ["ranks", "elements", "size", "total (ms)", "latency (ms)", "latency share",
             "bandwidth (ms)"],
            [[r["world_size"], units.format_count(r["count"]), units.format_size(r["nbytes"]),
@@ -142,8 +141,8 @@ def _print_seed(fig: dict) -> None:
     print()
     rows = fig["experiment3"]
     walked = list(rows[0]["ringccl"])
-    table("lecture 09 §7.3 experiment 3: all_reduce of 100 MiB, 50 GB/s, 5 us (ms); "
-          "the lecture's formulas | ringccl's walked schedules",
+    table("all_reduce of 100 MiB, 50 GB/s, 5 us (ms); closed forms master 2(P-1)(a+M/B), "
+          "ring 2(P-1)a+2(P-1)/P*M/B, tree 2log2(P)a+2M/B | ringccl's walked schedules",
            ["P", "master", "ring", "tree", "|"] + [f"ringccl {a}" for a in walked],
            [[r["world_size"]] + [_ms(r["lecture"][a]) for a in ("master", "ring", "tree")]
             + ["|"] + ["-" if r["ringccl"][a] is None else _ms(r["ringccl"][a]) for a in walked]
@@ -154,7 +153,7 @@ def _print_seed(fig: dict) -> None:
     print()
     h = fig["hierarchical"]
     hw = h["hierarchical_walked"]
-    table(f"lecture 09 §9.3 question 4: all_reduce of {units.format_size(h['nbytes'])} on "
+    table(f"flat ring vs hierarchical all_reduce of {units.format_size(h['nbytes'])} on "
           f"{h['nodes']} nodes x "
           f"{h['local']} GPUs, NVLink {units.format_bandwidth(h['nvlink_bandwidth'])}, "
           f"{units.format_bandwidth(h['nic_bandwidth'])} per NIC, alpha 5 us",
@@ -172,13 +171,13 @@ def _print_seed(fig: dict) -> None:
 
 
 def _cmd_model(args) -> int:
-    if args.preset == "seed":
-        with status("recomputing the walk-through's and the lecture's figures …"):
+    if args.preset == "worked-examples":
+        with status("recomputing the worked examples …"):
             fig = seed_figures()
         if args.json:
             emit_json(fig)
         else:
-            _print_seed(fig)
+            _print_examples(fig)
         return 0
     report = _model_report(args)
     if args.plot:
@@ -408,10 +407,12 @@ def register_model(sub) -> None:
                    help="element type for the count column")
     _add_machine_args(p)
     p.add_argument("--plot", metavar="PNG", help="write a chart: time and busbw vs size")
-    p.add_argument("--preset", choices=["seed"],
-                   help="seed: recompute the figures of the ring all-reduce walk-through "
-                   "(bytes per rank, latency table) and of the collective-communication lecture "
-                   "(experiment 3, the hierarchical all-reduce question)")
+    p.add_argument("--preset", choices=["worked-examples"],
+                   help="worked-examples: recompute four alpha-beta examples: ring all_reduce "
+                   "bytes per rank (N = 8, 64, 256), a ring latency table (5 us, 300 GB/s), "
+                   "all_reduce of 100 MiB at 50 GB/s for P = 4 ... 1024 (closed forms for "
+                   "master, ring, tree next to the walked schedules), and flat ring vs "
+                   "hierarchical all_reduce of 1 GiB on 128 nodes x 8 GPUs")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_model)
 

@@ -20,7 +20,7 @@ from ..planner.model import PRESETS
 from ..planner.parallel_dims import (ATTENTION, BATCH_RULE, CP_COMM_TYPES, DISPATCHERS,
                                      RECOMPUTE, SCHEDULES, resolve_dims)
 from ..planner.precision import PRECISIONS
-from ..views.explore import require_plotly
+from ..views.explore_html import require_plotly
 from ..views.explore_plan import plan_page
 from ..views.plan_plot import plan_chart
 from .common import emit_json, positive_int, size_arg, table
@@ -257,6 +257,28 @@ def register(sub) -> None:
     p.add_argument("--seq-length", type=positive_int, help="tokens per sequence")
     p.add_argument("--dtype", help="training dtype (default bfloat16)")
     g = p.add_argument_group("layout")
+    _add_layout_args(g)
+    _add_sharding_args(g)
+    _add_cluster_args(p.add_argument_group("cluster"))
+    p.add_argument("--straggler", help="RANK:FRACTION: that rank's NIC at a fraction of its "
+                   "bandwidth")
+    p.add_argument("--search", action="store_true", default=None, help="rank every valid "
+                   "layout on --gpus N by step time")
+    p.add_argument("--gpus", type=positive_int, help="GPUs for --search; with a layout, its "
+                   "dp x tp x cp x pp (dp left out: set to GPUs / (tp x cp x pp))")
+    p.add_argument("--json", action="store_true", help="strict JSON on stdout")
+    p.add_argument("--plot", metavar="PNG", help="draw the step (with --search: the fastest "
+                   "layout's) as a timeline per PP stage and bars per parallelism (matplotlib)")
+    p.add_argument("--emit", metavar="STEP.json", help="write the step's inventory (every "
+                   "collective: group, bytes, calls, order) for ringccl replay")
+    p.add_argument("--html", metavar="PAGE.html", help="write the step (with --search: the "
+                   "fastest layout's) as an interactive timeline page: hover, zoom; "
+                   "self-contained HTML, works offline (plotly)")
+    p.set_defaults(func=_cmd_plan)
+
+
+def _add_layout_args(g) -> None:
+    """The layout group's parallel sizes, batch, schedule, recompute and gradient options."""
     g.add_argument("--framework", choices=FRAMEWORKS, help="what holds the model states and "
                    "runs the step; its preset fills every layout option left out (default "
                    f"{DEFAULT_FRAMEWORK}: {DEFAULT_WHY})")
@@ -285,6 +307,10 @@ def register(sub) -> None:
     g.add_argument("--order", help="rank order, fastest first (default tp-cp-ep-dp-pp)")
     g.add_argument("--bucket-size", type=size_arg, help="gradient bucket, e.g. 25MiB (default: "
                    "the framework's)")
+
+
+def _add_sharding_args(g) -> None:
+    """The layout group's expert, context-parallel, sharding and precision options."""
     g.add_argument("--etp", type=positive_int, help="expert tensor-parallel size (default: tp; "
                    "the expert grid etp x ep x expert-dp is folded over tp x cp x dp)")
     g.add_argument("--cp-comm-type", choices=CP_COMM_TYPES, help="context parallelism: p2p "
@@ -310,7 +336,10 @@ def register(sub) -> None:
     g.add_argument("--attention", choices=ATTENTION, help="flash: FlashAttention, no s x s "
                    "scores kept (the current frameworks' default); flash2: FlashAttention-2's "
                    "kernel (2023); unfused: Megatron's core attention (2021-2022)")
-    c = p.add_argument_group("cluster")
+
+
+def _add_cluster_args(c) -> None:
+    """The cluster group: preset, GPU, links, profiles, pricing."""
     c.add_argument("--cluster", help=f"a preset: {', '.join(CLUSTER_PRESETS)} (default "
                    "dgx-h100)")
     c.add_argument("--gpu", help=f"GPU preset ({', '.join(GPU_PRESETS)}; default the "
@@ -334,18 +363,3 @@ def register(sub) -> None:
                    "NCCL runs them (default) or as ringccl's own schedules would (what-if)")
     c.add_argument("--profile-level", choices=("inter", "intra"), help="which link the fit "
                    "measured (default inter)")
-    p.add_argument("--straggler", help="RANK:FRACTION: that rank's NIC at a fraction of its "
-                   "bandwidth")
-    p.add_argument("--search", action="store_true", default=None, help="rank every valid "
-                   "layout on --gpus N by step time")
-    p.add_argument("--gpus", type=positive_int, help="GPUs for --search; with a layout, its "
-                   "dp x tp x cp x pp (dp left out: set to GPUs / (tp x cp x pp))")
-    p.add_argument("--json", action="store_true", help="strict JSON on stdout")
-    p.add_argument("--plot", metavar="PNG", help="draw the step (with --search: the fastest "
-                   "layout's) as a timeline per PP stage and bars per parallelism (matplotlib)")
-    p.add_argument("--emit", metavar="STEP.json", help="write the step's inventory (every "
-                   "collective: group, bytes, calls, order) for ringccl replay")
-    p.add_argument("--html", metavar="PAGE.html", help="write the step (with --search: the "
-                   "fastest layout's) as an interactive timeline page: hover, zoom; "
-                   "self-contained HTML, works offline (plotly)")
-    p.set_defaults(func=_cmd_plan)

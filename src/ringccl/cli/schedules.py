@@ -53,7 +53,7 @@ def _cmd_show(args) -> int:
     return 0
 
 
-#: ``show`` never cuts a table narrower than this by default: the seed's N=4 table (89 columns)
+#: ``show`` never cuts a table narrower than this by default: the N=4 ring all-reduce table (89 columns)
 #: and up to 8 ranks stay whole on an 80-column terminal (it wraps them, as before); only wide
 #: tables (``-N 1000``: 15,000-character lines) are cut to the ranks that fit
 _MIN_WIDTH = 160
@@ -192,7 +192,7 @@ def register_show(sub) -> None:
     p = sub.add_parser("show", help="print a schedule's step table")
     add_collective_args(p)
     p.add_argument("--world-size", "-N", type=positive_int, default=4,
-                   help="ranks N (default 4, the table of the ring all-reduce walk-through)")
+                   help="ranks N (default 4: one column per rank fits a terminal)")
     p.add_argument("--max-steps", type=positive_int, default=200,
                    help="print at most this many steps (default 200)")
     p.add_argument("--ranks", metavar="LIST",

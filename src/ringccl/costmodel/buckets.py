@@ -1,6 +1,6 @@
 """Gradient bucketing: many small all-reduces fused into few large ones, overlapped with backward.
 
-Seed 000, section 4: DDP puts gradients into buckets (25 MB by default) as backward produces them
+PyTorch DDP (Li et al., VLDB 13(12), 2020, §3.2) puts gradients into buckets (25 MB by default) as backward produces them
 and starts a bucket's all_reduce as soon as it is full, while earlier layers still compute. A
 small tensor alone pays the collective's whole latency (2(N-1) alpha for a ring); fused, the
 latency is paid once per bucket. Too large a bucket, though, waits for more of backward before its

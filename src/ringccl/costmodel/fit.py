@@ -323,26 +323,49 @@ def fit_rows(rows: Sequence[dict], backend: str = "", placement: str | None = "i
     t, known = (np.array([f(r) for r in rows], dtype=float) for f in (row_seconds, offset))
     Xw, tw = X / t[:, None], 1 - known / t  # relative errors: divide each equation by t
     present = [j for j in range(len(_COLUMNS)) if np.any(X[:, j] != 0)]
+    best = _best_subset(Xw, tw, present)
+    if best is None:
+        raise ArgumentError(f"{len(rows)} usable rows cannot determine alpha, beta, gamma")
+    rss, free, theta = best
+    params = np.zeros(len(_COLUMNS))
+    params[list(free)] = theta
+    notes = _held_at_zero(Xw, present, free)
+    stderr, ci = _intervals(Xw[:, free], free, theta, rss)
+    predicted = X @ params + known
+    ok = predicted > 0
+    logt, logp = np.log(t[ok]), np.log(predicted[ok])
+    r2_log = 1 - np.sum((logp - logt) ** 2) / max(np.sum((logt - logt.mean()) ** 2), 1e-300)
+    r2 = 1 - np.sum((predicted - t) ** 2) / max(np.sum((t - t.mean()) ** 2), 1e-300)
+    transports = {r.get("transport") for r in rows if r.get("kind") != LOCAL_REDUCE}
+    return Fit(backend, params[:4], stderr[:4], ci[:4], tuple(_COLUMNS[j] for j in free),
+               float(r2_log), float(r2), rows, predicted, notes,
+               transports.pop() if len(transports) == 1 else None, float(params[4]),
+               float(stderr[4]), (float(ci[4, 0]), float(ci[4, 1])))
+
+
+def _best_subset(Xw: np.ndarray, tw: np.ndarray, present: list) -> tuple | None:
+    """Exact non-negative least squares of ``Xw @ theta = tw``: (rss, free columns, theta) of
+    the best feasible subset of the ``present`` columns, or None when no subset is feasible."""
+    n = Xw.shape[0]
     best = None
-    notes = []
-    # exact non-negative least squares: the best feasible subset of free parameters
     for k in range(len(present), 0, -1):
         for subset in itertools.combinations(present, k):
             A = Xw[:, subset]
-            if len(rows) < k or np.linalg.matrix_rank(A, tol=1e-9 * np.abs(A).max()) < k:
+            if n < k or np.linalg.matrix_rank(A, tol=1e-9 * np.abs(A).max()) < k:
                 continue
             theta, *_ = np.linalg.lstsq(A, tw, rcond=None)
             if np.any(theta < 0):
                 continue
             rss = float(np.sum((A @ theta - tw) ** 2))
             # ties (collinear columns fit equally well): keep the larger, earlier subset
-            if best is None or rss < best[0] - 1e-10 * len(rows):
+            if best is None or rss < best[0] - 1e-10 * n:
                 best = (rss, subset, theta)
-    if best is None:
-        raise ArgumentError(f"{len(rows)} usable rows cannot determine alpha, beta, gamma")
-    rss, free, theta = best
-    params = np.zeros(len(_COLUMNS))
-    params[list(free)] = theta
+    return best
+
+
+def _held_at_zero(Xw: np.ndarray, present: list, free: tuple) -> list[str]:
+    """A note for each parameter the fit held at 0, saying why."""
+    notes = []
     rank = np.linalg.matrix_rank(Xw[:, present], tol=1e-9 * np.abs(Xw).max())
     for j in present:
         if j in free:
@@ -357,27 +380,23 @@ def fit_rows(rows: Sequence[dict], backend: str = "", placement: str | None = "i
     if 2 not in present:
         notes.append("gamma held at 0: no reduction in these rows (add local-reduce rows or a "
                      "reducing collective)")
+    return notes
+
+
+def _intervals(A: np.ndarray, free: tuple, theta: np.ndarray, rss: float) -> tuple:
+    """Standard errors and 95% t intervals of the free parameters (``A``: their weighted
+    columns); NaN for the parameters held at 0, and for all when no degree of freedom is left."""
     stderr = np.full(len(_COLUMNS), math.nan)
     ci = np.full((len(_COLUMNS), 2), math.nan)
-    dof = len(rows) - len(free)
+    dof = A.shape[0] - len(free)
     if dof > 0:
-        A = Xw[:, free]
         cov = rss / dof * np.linalg.pinv(A.T @ A)
         se = np.sqrt(np.clip(np.diag(cov), 0, None))
         q = _t_quantile(dof)
         stderr[list(free)] = se
         ci[list(free), 0] = theta - q * se
         ci[list(free), 1] = theta + q * se
-    predicted = X @ params + known
-    ok = predicted > 0
-    logt, logp = np.log(t[ok]), np.log(predicted[ok])
-    r2_log = 1 - np.sum((logp - logt) ** 2) / max(np.sum((logt - logt.mean()) ** 2), 1e-300)
-    r2 = 1 - np.sum((predicted - t) ** 2) / max(np.sum((t - t.mean()) ** 2), 1e-300)
-    transports = {r.get("transport") for r in rows if r.get("kind") != LOCAL_REDUCE}
-    return Fit(backend, params[:4], stderr[:4], ci[:4], tuple(_COLUMNS[j] for j in free),
-               float(r2_log), float(r2), rows, predicted, notes,
-               transports.pop() if len(transports) == 1 else None, float(params[4]),
-               float(stderr[4]), (float(ci[4, 0]), float(ci[4, 1])))
+    return stderr, ci
 
 
 def _alpha_beta_problem(rows: Sequence[dict]) -> str | None:
@@ -473,34 +492,8 @@ def held_out(rows: Sequence[dict], train: str | None = None, backend: str = "",
     if not sweeps:
         raise ArgumentError("no sweep of a registered algorithm to fit on")
     if train == "sizes":
-        # every sweep at once, on every other size: α, β, γ (and ε) from all algorithms, the
-        # sizes in between predicted (the check for a link class: its crossovers lie there)
-        sizes = sorted({r["size"] for v in sweeps.values() for r in v})
-        if len(sizes) < 3:
-            raise ArgumentError(f"train='sizes' needs at least 3 sizes, these rows have "
-                                f"{len(sizes)}")
-        even = set(sizes[::2])
-        fit = fit_rows([r for v in sweeps.values() for r in v if r["size"] in even] + calib,
-                       backend, placement)
-        tests = {sweep_label(k) + " (odd sizes)": [r for r in v if r["size"] not in even]
-                 for k, v in sweeps.items()}
-        label = "every sweep's even sizes"
-        out = {}
-        for name, test_rows in tests.items():
-            out[name] = [(r["size"], r["time_s"], row_time(fit, r),
-                          row_time(fit, r) / r["time_s"] - 1)
-                         for r in sorted(test_rows, key=lambda r: r["size"])]
-        return HeldOut(label, fit, out, "sizes")
-    if train is None:
-        key = max(sweeps, key=lambda k: len(sweeps[k]))
-    else:
-        parts = train.split(":")
-        matches = [k for k in sweeps if k[0] == parts[0] and (len(parts) < 2 or k[1] == parts[1])
-                   and (len(parts) < 3 or str(k[2]) == parts[2])]
-        if not matches:
-            raise ArgumentError(f"train={train!r} matches no sweep; sweeps: "
-                                f"{', '.join(f'{k[0]}:{k[1]}:{k[2]}' for k in sweeps)}")
-        key = matches[0]
+        return _held_out_sizes(sweeps, calib, backend, placement)
+    key = _train_key(sweeps, train)
     problem = _alpha_beta_problem(sweeps[key])
     if len(sweeps) > 1 and problem:
         # the other sweeps may separate α from β: fit on every row, hold nothing out, say why
@@ -524,6 +517,42 @@ def held_out(rows: Sequence[dict], train: str | None = None, backend: str = "",
         fit = fit_rows(ordered[::2] + calib, backend, placement)
         tests = {sweep_label(key) + " (odd sizes)": ordered[1::2]}
         method, label = "interleaved", sweep_label(key) + " (even sizes)"
+    return HeldOut(label, fit, _predictions(fit, tests), method)
+
+
+def _held_out_sizes(sweeps: dict, calib: list, backend: str, placement: str | None) -> HeldOut:
+    """``held_out(train="sizes")``: every sweep at once, on every other size: α, β, γ (and ε)
+    from all algorithms, the sizes in between predicted (the check for a link class: its
+    crossovers lie there)."""
+    sizes = sorted({r["size"] for v in sweeps.values() for r in v})
+    if len(sizes) < 3:
+        raise ArgumentError(f"train='sizes' needs at least 3 sizes, these rows have "
+                            f"{len(sizes)}")
+    even = set(sizes[::2])
+    fit = fit_rows([r for v in sweeps.values() for r in v if r["size"] in even] + calib,
+                   backend, placement)
+    tests = {sweep_label(k) + " (odd sizes)": [r for r in v if r["size"] not in even]
+             for k, v in sweeps.items()}
+    return HeldOut("every sweep's even sizes", fit, _predictions(fit, tests), "sizes")
+
+
+def _train_key(sweeps: dict, train: str | None) -> tuple:
+    """The sweep ``train`` names (``collective[:algorithm[:world_size]]``, first match), or the
+    one with the most rows when it is None."""
+    if train is None:
+        return max(sweeps, key=lambda k: len(sweeps[k]))
+    parts = train.split(":")
+    matches = [k for k in sweeps if k[0] == parts[0] and (len(parts) < 2 or k[1] == parts[1])
+               and (len(parts) < 3 or str(k[2]) == parts[2])]
+    if not matches:
+        raise ArgumentError(f"train={train!r} matches no sweep; sweeps: "
+                            f"{', '.join(f'{k[0]}:{k[1]}:{k[2]}' for k in sweeps)}")
+    return matches[0]
+
+
+def _predictions(fit: Fit, tests: dict) -> dict:
+    """{label: [(size, measured_s, predicted_s, relative_error), ...]} of the ``tests`` rows
+    (keys: labels or sweep keys), in size order."""
     out = {}
     for k, test_rows in tests.items():
         name = k if isinstance(k, str) else sweep_label(k)
@@ -531,7 +560,7 @@ def held_out(rows: Sequence[dict], train: str | None = None, backend: str = "",
         for r in sorted(test_rows, key=lambda r: r["size"]):
             p = row_time(fit, r)
             out[name].append((r["size"], r["time_s"], p, p / r["time_s"] - 1))
-    return HeldOut(label, fit, out, method)
+    return out
 
 
 def by_backend(rows: Sequence[dict]) -> dict[str, list[dict]]:

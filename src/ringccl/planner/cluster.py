@@ -1,7 +1,7 @@
 """The machine a step runs on: nodes of GPUs, their links, their FLOP/s and memory.
 
 Every rate is given in human units and parsed by :mod:`ringccl.units`: ``"400Gbps"`` is a NIC's
-rate in bits, 50 GB/s in bytes — the unit trap of the lecture's section 1.1. A bandwidth is per
+rate in bits, 50 GB/s in bytes (a factor of 8 apart). A bandwidth is per
 direction of one GPU's port (NVLink) or of one NIC (the cost model's two-level machine,
 :func:`ringccl.costmodel.topology.two_level`).
 
@@ -23,8 +23,10 @@ Presets (per-direction bandwidths; α are assumptions of this module, not datash
   ConnectX-7 (NVIDIA DGX B200 datasheet).
 * ``h800``: DeepSeek-V3's cluster, 8 × H800 per node, NVLink 160 GB/s and InfiniBand 50 GB/s
   per GPU as achieved (DeepSeek-V3 Technical Report, arXiv:2412.19437, §3.2.2).
-* ``seed-9.3``: the lecture's question 9.3, 128 nodes × 8 GPUs, NVLink 900 GB/s, IB 50 GB/s
-  (A100-class compute, as its incident's 8-card A100 servers).
+* ``two-level-128x8``: an illustrative two-level machine in round figures (no one product's
+  datasheet): 128 nodes × 8 A100-class GPUs, NVLink 900 GB/s, InfiniBand 50 GB/s per GPU
+  (400 Gb/s ÷ 8): the machine on which docs/cost-model.md compares a flat ring with the
+  hierarchical all-reduce.
 
 A fitted profile (``ringccl fit --json`` output) can replace the α, β (and γ) of one level:
 :func:`load_profile`.
@@ -320,11 +322,11 @@ CLUSTER_PRESETS: dict[str, dict] = {
                  gpu_memory="80GiB", gpu="h800-sxm5-80gb", name="h800",
                  source="DeepSeek-V3 Technical Report (arXiv:2412.19437) §3.2.2: NVLink 160 GB/s"
                  ", InfiniBand 50 GB/s per GPU (achieved)"),
-    "seed-9.3": dict(gpus_per_node=8, nodes=128, intra_bandwidth="900GB/s",
-                     inter_bandwidth="50GB/s", gpu_memory="80GiB", gpu="a100-sxm4-80gb",
-                     name="seed-9.3",
-                     source="the lecture (seed 001), question 9.3: 128 x 8 "
-                     "GPUs, NVLink 900 GB/s, InfiniBand 50 GB/s; A100 servers of its 0.2"),
+    "two-level-128x8": dict(gpus_per_node=8, nodes=128, intra_bandwidth="900GB/s",
+                            inter_bandwidth="50GB/s", gpu_memory="80GiB", gpu="a100-sxm4-80gb",
+                            name="two-level-128x8",
+                            source="illustrative two-level machine in round figures: 128 x 8 "
+                            "A100-class GPUs, NVLink 900 GB/s, InfiniBand 50 GB/s per GPU"),
 }
 
 

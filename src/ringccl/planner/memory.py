@@ -173,32 +173,11 @@ def activation_bytes(*, seq_length: int, micro_batch_size: int, hidden_size: int
         full recompute                 2·s·b·h (only the layer's input; /t with sequence
                                        parallelism, whose layer input is the sequence shard)
 
-    **dtype_bytes.** The constants include bytes: every stored tensor is 2 bytes per element
-    except the two dropout masks of a layer (s·b·h each) and the attention-dropout mask
-    (a·s²·b), 1 byte per element (§4.1). This function keeps that split and scales only the
-    tensors: per layer (no parallelism) it counts dtype_bytes·(16·s·b·h + 2·a·s²·b) +
-    1·(2·s·b·h + a·s²·b), which is the paper's 34·s·b·h + 5·a·s²·b at dtype_bytes = 2; with
-    tensor parallelism the replicated part is dtype_bytes·4·s·b·h + 2·s·b·h (two layer-norm
-    inputs, the inputs of the QKV and first MLP GEMMs; both dropout masks) and the split part
-    dtype_bytes·(12·s·b·h + 2·a·s²·b)/t + a·s²·b/t. Full recompute keeps dtype_bytes·s·b·h.
-
-    **cp.** Context parallelism gives each rank s/cp tokens, so s becomes s/cp everywhere,
-    including the score term a·(s/cp)²·b: a rank keeps one (s/cp × s/cp) block of scores per
-    head, as blockwise (ring) attention computes them. With a fused attention kernel
-    (FlashAttention, which Megatron's context parallelism requires) the scores are never
-    stored: ``flash_attention=True``.
-
-    **flash_attention.** FlashAttention (Dao et al. 2022, §3.1 and Algorithm 2) keeps no s x s
-    score, softmax or dropout tensors: its backward recomputes them from Q, K, V, the output
-    and the softmax statistics (s·b·a values, dropped like Korthikanti's s·b terms). The 5·a·s/h
-    term goes, as with selective recompute (the count is then that row's).
-
-    **Ignored** (as in the paper's per-layer count): the embedding layer's dropout output and
-    mask, the final layer norm, the output layer's logits and the cross-entropy's fp32 copy
-    (all on the first or last pipeline stage only), optimizer and allocator workspace, and any
-    difference of modern blocks: the formula is the GPT block (4h MLP with GeLU, multi-head
-    attention, dropout); grouped-query attention, SwiGLU MLPs and MoE layers are counted as
-    that block.
+    ``dtype_bytes`` scales the stored tensors only; dropout masks stay 1 byte per element
+    (§4.1). Context parallelism makes s the s/cp tokens a rank holds, score term included;
+    FlashAttention (Dao et al. 2022, §3.1) stores no s x s tensor. The derivation, the
+    byte split and what the count leaves out (embedding, logits, workspace; every block
+    counted as the paper's GPT block): docs/planner.md §1.2.
 
     Args:
         seq_length: s, tokens per sequence (>= 1, divisible by ``cp``; s/cp divisible by
@@ -241,24 +220,31 @@ def activation_bytes(*, seq_length: int, micro_batch_size: int, hidden_size: int
     if sp and s % t:
         raise ArgumentError(f"seq_length={s * cp} / cp={cp} = {s} tokens is not divisible by "
                             f"tp={t}, as sequence parallelism needs")
-    sbh = Fraction(s * b * h)
-    asb = Fraction(a * s * s * b)              # one attention-score matrix per head, all heads
-    if recompute == "full":
-        # only the layer input is kept: 2·s·b·h bytes at 2-byte activations
-        tensors, masks = (sbh / t if sp else sbh), Fraction(0)
-    else:
-        if sp:
-            # SP shards the layer norms and dropouts too: everything divides by t
-            tensors, masks = 16 * sbh / t, 2 * sbh / t
-        else:
-            # layer-norm inputs, QKV and MLP inputs and the two dropout masks are replicated
-            tensors, masks = 4 * sbh + 12 * sbh / t, 2 * sbh
-        if recompute == "none" and not flash_attention:
-            # softmax output and dropout output (2-byte), attention-dropout mask (1-byte)
-            tensors += 2 * asb / t
-            masks += asb / t
+    tensors, masks = _layer_elements(Fraction(s * b * h), Fraction(a * s * s * b), t, sp,
+                                     recompute, flash_attention)
     per_layer = dtype_bytes * tensors + MASK_BYTES * masks
     return math.ceil(num_layers * per_layer)
+
+
+def _layer_elements(sbh: Fraction, asb: Fraction, t: int, sp: bool, recompute: str,
+                    flash_attention: bool) -> tuple:
+    """Elements one layer keeps on one rank: (stored tensors, 1-byte dropout masks), from
+    s·b·h (``sbh``) and a·s²·b (``asb``: one attention-score matrix per head, all heads);
+    Korthikanti et al. 2022, §4.1 and §5."""
+    if recompute == "full":
+        # only the layer input is kept: 2·s·b·h bytes at 2-byte activations
+        return (sbh / t if sp else sbh), Fraction(0)
+    if sp:
+        # SP shards the layer norms and dropouts too: everything divides by t
+        tensors, masks = 16 * sbh / t, 2 * sbh / t
+    else:
+        # layer-norm inputs, QKV and MLP inputs and the two dropout masks are replicated
+        tensors, masks = 4 * sbh + 12 * sbh / t, 2 * sbh
+    if recompute == "none" and not flash_attention:
+        # softmax output and dropout output (2-byte), attention-dropout mask (1-byte)
+        tensors += 2 * asb / t
+        masks += asb / t
+    return tensors, masks
 
 
 # --------------------------------------------------------------------------- buffers

@@ -20,7 +20,7 @@ __all__ = ["simulation_bytes", "available_bytes", "check_memory"]
 #: Elements per rank per element of M held besides the inputs (storage, outputs, the check),
 #: per collective, with the check on (``ringccl simulate``'s default). Calibrated to the peak
 #: resident memory (``/usr/bin/time -f %M``) of ``ringccl simulate C -N N -c COUNT``, float32,
-#: default algorithm, minus the interpreter and inputs, per N·M (this machine, one session):
+#: default algorithm, minus the interpreter and inputs, per N·M (one 2-core Linux machine):
 #: all_reduce 1.38 (N=8, 2Mi; ~0.4 of it fixed import overhead) / 1.01 (N=64, 4Mi);
 #: reduce_scatter 1.36 / 1.02 (N=64, 2Mi); all_gather 1.94 (N=8, 256Ki) / 1.12 (N=64, 64Ki);
 #: all_to_all 4.78 / 4.11 (N=64, 1Mi) / 4.10 (N=64, 4Mi); broadcast 2.00; reduce 3.00;

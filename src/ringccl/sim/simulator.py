@@ -4,7 +4,7 @@ loaded, the kernel run, outputs unloaded and compared with the reference) and it
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -166,6 +166,16 @@ def simulate(collective: str, inputs, op: Any = "sum", algorithm: str | None = N
     """
     spec = get_collective(collective)
     splits = input_split_sizes is not None or output_split_sizes is not None
+    rows, dtype, reduce_op, acc = _checked_inputs(spec, collective, inputs, op,
+                                                  accumulate_dtype, splits)
+    params = resolve_root(spec, params, src, dst)
+    schedule = _checked_schedule(spec, collective, algorithm, schedule, len(rows), params)
+    return _simulate(spec, rows, schedule, dtype, reduce_op, acc, out, check, splits,
+                     input_split_sizes, output_split_sizes)
+
+
+def _checked_inputs(spec, collective: str, inputs, op, accumulate_dtype, splits: bool) -> tuple:
+    """(rows, dtype, ReduceOp, accumulate dtype or None) of a :func:`simulate` call, checked."""
     if splits and spec.layout != "all_to_all":
         raise ArgumentError(f"input_split_sizes/output_split_sizes apply to all_to_all only, "
                             f"not {collective}")
@@ -178,20 +188,43 @@ def simulate(collective: str, inputs, op: Any = "sum", algorithm: str | None = N
     if spec.reduces:
         check_op_dtype(reduce_op, dtype)
     acc = check_accumulate_dtype(accumulate_dtype, dtype, collective, spec.reduces)
-    work_dtype = np.dtype(acc) if acc is not None else dtype
-    params = resolve_root(spec, params, src, dst)
+    return rows, dtype, reduce_op, acc
+
+
+def _checked_schedule(spec, collective: str, algorithm: str | None, schedule, n: int,
+                      params: dict) -> Schedule:
+    """The schedule a :func:`simulate` call runs: ``schedule`` checked against the call, or
+    ``algorithm``'s (default :func:`default_algorithm`) built for ``n`` ranks."""
     if spec.root_arg:
         check_root(params["root"], n, spec.root_arg)
     if schedule is None:
-        schedule = build_schedule(collective, algorithm or default_algorithm(collective), n,
-                                  **params)
-    elif not isinstance(schedule, Schedule):
+        return build_schedule(collective, algorithm or default_algorithm(collective), n,
+                              **params)
+    if not isinstance(schedule, Schedule):
         raise ArgumentTypeError(f"schedule must be a ringccl Schedule, got {type(schedule).__name__}")
-    elif schedule.collective != collective or schedule.world_size != n:
+    if schedule.collective != collective or schedule.world_size != n:
         raise ArgumentError(f"schedule is for {schedule.collective} on world_size="
                             f"{schedule.world_size}, but the call is {collective} on {n} ranks")
-    root = spec.root(n, schedule.params)
-    c = schedule.num_chunks
+    return schedule
+
+
+class _Layout(NamedTuple):
+    """How a call's rows map onto the schedule's chunks."""
+
+    count: int | None     # elements per row (None: ragged rows)
+    ins: Any              # all_to_all: input split sizes (N, N); else None
+    sizes: np.ndarray     # (N, C) elements of each chunk
+    m: int                # the largest chunk
+    even: bool            # every chunk of m elements
+    in_lists: Any         # spec.input_chunks
+    out_lists: Any        # spec.output_chunks
+    whole: bool           # the input fills every chunk in order
+
+
+def _layout(spec, rows, schedule: Schedule, splits: bool, input_split_sizes,
+            output_split_sizes) -> _Layout:
+    """The chunk sizes and chunk lists of a call (split sizes and transfer sizes checked)."""
+    n, c = len(rows), schedule.num_chunks
     ragged = not isinstance(rows, np.ndarray)
     count = None if ragged else rows.shape[1]
     ins = None
@@ -211,19 +244,27 @@ def simulate(collective: str, inputs, op: Any = "sum", algorithm: str | None = N
              and in_lists.shape[1] == c and (in_lists.strides[0] == 0 or
                                              (in_lists == in_lists[0]).all())
              and (np.diff(in_lists[0]) == 1).all())  # the input fills every chunk in order
+    return _Layout(count, ins, sizes, m, even, in_lists, out_lists, whole)
 
-    if out is not None:
-        length = c * m if even else int(sizes[0].sum())
-        if (not isinstance(out, np.ndarray) or out.shape != (n, length) or out.dtype != dtype
-                or not out.flags.c_contiguous):
-            got = (f"shape {out.shape}, dtype {out.dtype}, "
-                   f"{'' if out.flags.c_contiguous else 'not '}C-contiguous"
-                   if isinstance(out, np.ndarray) else type(out).__name__)
-            raise ArgumentError(f"out must be a C-contiguous {dtype.name} array of shape "
-                                f"({n}, {length}), got {got}")
-    # in place (out shares memory with inputs as NCCL's in-place forms): the steps run on
-    # storage of their own and only the outputs' elements of out are written
-    in_place = out is not None and _in_place(spec, out, rows)
+
+def _check_out(out, n: int, c: int, lay: _Layout, dtype: np.dtype) -> None:
+    """Refuse an ``out`` that is not a C-contiguous ``dtype`` array of the working buffer's
+    shape."""
+    length = c * lay.m if lay.even else int(lay.sizes[0].sum())
+    if (not isinstance(out, np.ndarray) or out.shape != (n, length) or out.dtype != dtype
+            or not out.flags.c_contiguous):
+        got = (f"shape {out.shape}, dtype {out.dtype}, "
+               f"{'' if out.flags.c_contiguous else 'not '}C-contiguous"
+               if isinstance(out, np.ndarray) else type(out).__name__)
+        raise ArgumentError(f"out must be a C-contiguous {dtype.name} array of shape "
+                            f"({n}, {length}), got {got}")
+
+
+def _storage(rows, out, lay: _Layout, c: int, dtype, work_dtype, reduce_op,
+             in_place: bool) -> tuple:
+    """(storage (N, C, m), lazy): the simulator's working buffer, loaded unless ``lazy`` (the
+    steps then read the inputs until first written: kernel, loading lazily)."""
+    n, m, even, whole = len(rows), lay.m, lay.even, lay.whole
     # the inputs fill the buffer in its own layout: the steps read them until first written
     # instead of a full copy first (kernel: loading lazily); not onto memory they share
     lazy = bool(whole and m and work_dtype == dtype and rows.flags.c_contiguous
@@ -234,7 +275,7 @@ def simulate(collective: str, inputs, op: Any = "sum", algorithm: str | None = N
             np.copyto(out, rows)
         elif not whole:
             storage.fill(identity(reduce_op, dtype))
-            _load(rows, storage, sizes, in_lists, even)
+            _load(rows, storage, lay.sizes, lay.in_lists, even)
     elif lazy:
         storage = np.empty((n, c, m), dtype=dtype)
     elif whole:
@@ -243,26 +284,43 @@ def simulate(collective: str, inputs, op: Any = "sum", algorithm: str | None = N
         storage = rows.reshape(n, c, m).astype(work_dtype, order="C", copy=True)
     else:
         storage = np.full((n, c, m), identity(reduce_op, work_dtype), dtype=work_dtype)
-        _load(rows, storage, sizes, in_lists, even)
+        _load(rows, storage, lay.sizes, lay.in_lists, even)
+    return storage, lazy
+
+
+def _simulate(spec, rows, schedule: Schedule, dtype, reduce_op, acc, out, check: bool,
+              splits: bool, input_split_sizes, output_split_sizes) -> SimResult:
+    """:func:`simulate` once its arguments are checked and its schedule chosen."""
+    n, c = len(rows), schedule.num_chunks
+    work_dtype = np.dtype(acc) if acc is not None else dtype
+    root = spec.root(n, schedule.params)
+    lay = _layout(spec, rows, schedule, splits, input_split_sizes, output_split_sizes)
+    m, even, sizes = lay.m, lay.even, lay.sizes
+    if out is not None:
+        _check_out(out, n, c, lay, dtype)
+    # in place (out shares memory with inputs as NCCL's in-place forms): the steps run on
+    # storage of their own and only the outputs' elements of out are written
+    in_place = out is not None and _in_place(spec, out, rows)
+    storage, lazy = _storage(rows, out, lay, c, dtype, work_dtype, reduce_op, in_place)
     if m:
         with np.errstate(all="ignore"):  # IEEE results (inf, NaN) are intended, not warnings
             plan = _compile(schedule)
             _run(plan, storage.reshape(n * c, m), ufunc(reduce_op),
                  *((rows.reshape(n * c, m), _lazy_load(schedule, plan)) if lazy else ()))
-    outputs = _shape(spec, _unload(storage, sizes, out_lists, even),
+    outputs = _shape(spec, _unload(storage, sizes, lay.out_lists, even),
                      rows if work_dtype == dtype else rows.astype(work_dtype), root, splits)
     if spec.reduces and reduce_op is ReduceOp.AVG:
         outputs = _divide(spec, outputs, n, root, work_dtype)
     if work_dtype != dtype:  # one rounding to the inputs' dtype
         outputs = (tuple(o.astype(dtype) for o in outputs) if isinstance(outputs, tuple)
                    else outputs.astype(dtype))
-    total = spec.buffer_count(n, count or 0)
+    total = spec.buffer_count(n, lay.count or 0)
     stats = SimStats(schedule.num_steps,
                      schedule.bytes_sent(total, work_dtype.itemsize, chunk_sizes=sizes),
                      schedule.bytes_received(total, work_dtype.itemsize, chunk_sizes=sizes))
-    mismatches, max_err = (_check_outputs(spec, rows, outputs, reduce_op, root, ins, acc)
+    mismatches, max_err = (_check_outputs(spec, rows, outputs, reduce_op, root, lay.ins, acc)
                            if check else (0, 0.0))
     if in_place and even and work_dtype == dtype:   # after the reference read the inputs
-        _store_outputs(spec, out, outputs, out_lists, sizes, root)
+        _store_outputs(spec, out, outputs, lay.out_lists, sizes, root)
     return SimResult(outputs, stats, mismatches == 0 if check else None, mismatches, max_err,
                      schedule)

@@ -24,8 +24,8 @@ LEGEND = ("Move the slider (or ← → Home End, space to play) to run the sched
           "reduce). Buffers: each rank's chunks coloured by whose contributions they hold, from "
           "the symbolic checker — every rank has a hue, a chunk takes the mean hue of its "
           "contributors, darker with more of them, black when it holds every rank once, "
-          "light grey when empty (hover a chunk for its ranks). The table is the ring "
-          "walk-through's step table; the bars are the α-β-γ cost model's time per step.")
+          "light grey when empty (hover a chunk for its ranks). The table has one row per "
+          "step and one column per rank; the bars are the α-β-γ cost model's time per step.")
 
 CSS = """
 body { font: 13px/1.35 system-ui, sans-serif; margin: 12px 18px; color: #222; }

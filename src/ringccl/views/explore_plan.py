@@ -12,7 +12,7 @@ from __future__ import annotations
 import html
 from typing import Mapping
 
-from .explore import _plotly
+from .explore_html import _plotly
 from .plan_plot import (_COLORS, _ORDER, _lanes, _seconds_label, _size_label, picked_stages,
                         stage_spans, stage_window)
 
@@ -30,6 +30,11 @@ def plan_figures(plan: Mapping):
         KeyError: ``plan`` is not a ``StepEstimate.to_dict()``.
     """
     go, _ = _plotly()
+    return _timeline_figure(go, plan), _bars_figure(go, plan["summary"])
+
+
+def _timeline_figure(go, plan: Mapping):
+    """One timeline per picked stage: compute, collectives (exposed, hidden), the bubble."""
     from plotly.subplots import make_subplots
 
     summary, layout = plan["summary"], plan["layout"]
@@ -74,6 +79,12 @@ def plan_figures(plan: Mapping):
         barmode="overlay", height=160 + 34 * sum(heights) + 40 * len(picked),
         plot_bgcolor="white", margin=dict(l=90, r=20, t=40, b=60),
         legend=dict(orientation="h", x=0, y=-0.08, yanchor="top"))
+    return timeline
+
+
+def _bars_figure(go, summary: Mapping):
+    """Bytes the busiest rank sends and seconds (all, exposed) per step, per parallelism."""
+    from plotly.subplots import make_subplots
 
     bytes_by = summary["bytes_per_step_by_parallelism"]
     seconds_by = summary["seconds_per_step_by_parallelism"]
@@ -102,7 +113,7 @@ def plan_figures(plan: Mapping):
     bars.update_xaxes(title_text="s", row=1, col=2)
     bars.update_layout(height=140 + 26 * max(len(tkeys), 1), barmode="group",
                        plot_bgcolor="white", margin=dict(l=90, r=20, t=50, b=40))
-    return timeline, bars
+    return bars
 
 
 def plan_page(plan: Mapping, path: str, title: str = "") -> int:

@@ -253,12 +253,29 @@ def plan_chart(plan: Mapping, path: str, title: str = "", timeline: Mapping | No
                         "once-per-step collectives not hidden")
     axes[0].set_xlim(0, summary["step_s"] * 1.01)
 
-    # bars per parallelism: bytes, and seconds (total and exposed)
+    _draw_bars(fig, grid, len(lanes), summary)
+    handles = [Patch(color=_COLORS["forward"], label="forward"),
+               Patch(color=_COLORS["backward"], label="backward"),
+               Patch(color="#777777", label="communication exposed"),
+               Patch(color="#777777", alpha=0.3, label="communication hidden"),
+               Patch(facecolor=_COLORS["pp bubble"], hatch="//", label="pipeline bubble")]
+    fig.legend(handles=handles, loc="lower left", ncol=5, fontsize=8, frameon=False,
+               bbox_to_anchor=(0.08, 0.005))
+    fig.suptitle(title or f"{plan.get('describe', '')}\ntokens/s {summary['tokens_per_s']:,.0f}"
+                 f", pipeline bubble {_seconds_label(summary['bubble_s'])}"
+                 f", peak memory {_size_label(summary['peak_memory_bytes'])}", fontsize=11)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _draw_bars(fig, grid, rows: int, summary: Mapping) -> None:
+    """The right column of :func:`plan_chart`: bytes the busiest rank sends per step, and
+    seconds per step (all and exposed), per parallelism."""
     bytes_by = summary["bytes_per_step_by_parallelism"]
     seconds_by = summary["seconds_per_step_by_parallelism"]
     exposed_by = summary["exposed_s"]
     keys = [k for k in _ORDER if k in bytes_by or k in exposed_by]
-    rows = len(lanes)
     right_top = fig.add_subplot(grid[: max(1, rows // 2), 1])
     right_bottom = fig.add_subplot(grid[max(1, rows // 2):, 1]) if rows > 1 else None
     yb = list(range(len(keys)))[::-1]
@@ -285,17 +302,3 @@ def plan_chart(plan: Mapping, path: str, title: str = "", timeline: Mapping | No
     ax_t.set_xlim(0, max(total + exp + [1e-9]) * 1.6)
     ax_t.set_title("seconds per step: all (grey) and exposed", fontsize=9)
     ax_t.set_xlabel("s", fontsize=8)
-
-    handles = [Patch(color=_COLORS["forward"], label="forward"),
-               Patch(color=_COLORS["backward"], label="backward"),
-               Patch(color="#777777", label="communication exposed"),
-               Patch(color="#777777", alpha=0.3, label="communication hidden"),
-               Patch(facecolor=_COLORS["pp bubble"], hatch="//", label="pipeline bubble")]
-    fig.legend(handles=handles, loc="lower left", ncol=5, fontsize=8, frameon=False,
-               bbox_to_anchor=(0.08, 0.005))
-    fig.suptitle(title or f"{plan.get('describe', '')}\ntokens/s {summary['tokens_per_s']:,.0f}"
-                 f", pipeline bubble {_seconds_label(summary['bubble_s'])}"
-                 f", peak memory {_size_label(summary['peak_memory_bytes'])}", fontsize=11)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path

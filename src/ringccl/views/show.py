@@ -1,4 +1,4 @@
-"""Text views of schedules: the step table of the ring all-reduce walk-through (its section 2)."""
+"""Text views of schedules: the step table, one row per step and one column per rank."""
 
 from __future__ import annotations
 
@@ -86,7 +86,7 @@ def step_table(schedule: Schedule, max_steps: int = 200, ranks: Sequence[int] | 
     (entries like ``c0 → R1``), and after each phase what every rank holds completely, from the
     symbolic checker ("owns c1" for reduced chunks after a reduce-scatter phase). For
     ``ringccl.schedule("all_reduce", "ring", world_size=4)`` this is the N=4 table of the ring
-    all-reduce walk-through (its section 2).
+    all-reduce (Patarasuk & Yuan, JPDC 2009): 6 steps, 4 rank columns.
 
     Args:
         schedule: any schedule (built or loaded).

@@ -1,9 +1,10 @@
-"""The seeds' figures, reproduced through the public API to the digits the seeds print.
+"""The worked examples of ``ringccl model --preset worked-examples``, to the digits printed.
 
-Seed 000: the ring walk-through (per-rank bytes table, latency table). Seed 001: the lecture
-(section 7.3 experiment 3; section 9.3 / appendix question 4, hierarchical all-reduce).
-Comparisons with algorithms other helpers add (master, tree, double_binary_tree, hierarchical)
-run once those are registered and say so when they skip.
+Ring all_reduce (Patarasuk & Yuan, JPDC 2009): the per-rank bytes table and the latency table.
+all_reduce of 100 MiB at 50 GB/s and 5 us under closed forms for master, ring and tree; flat ring
+versus hierarchical all_reduce (Jia et al., arXiv:1807.11205) on 128 nodes x 8 GPUs.
+Comparisons with optional algorithms (master, tree, double_binary_tree, hierarchical) run when
+those are registered and say so when they skip.
 """
 
 import math
@@ -18,20 +19,20 @@ from ringccl.costmodel.topology import two_level
 
 MS = 1e-3
 P_LIST = [4, 8, 16, 64, 256, 1024]
-M100 = 100 * 1024 * 1024  # the lecture's msg_size_mb * 1024 * 1024
+M100 = 100 * 1024 * 1024  # 100 MiB
 
 
 def _need(name):
     if ("all_reduce", name) not in REGISTRY:
-        pytest.skip(f"algorithm {name!r} not registered yet (all_reduce {name} comes with issue 3)")
+        pytest.skip(f"algorithm {name!r} not registered")
 
 
-# -- seed 000 -------------------------------------------------------------------------------------
+# -- ring all_reduce: bytes per rank, latency ------------------------------------------------------
 
 @pytest.mark.parametrize("n,per_rank,digits,vs_direct,vs_2k", [
     (8, 1.75, 2, 0.250, 0.875), (64, 1.97, 2, 0.031, 0.984), (256, 1.992, 3, 0.008, 0.996)])
 def test_per_rank_bytes_table(n, per_rank, digits, vs_direct, vs_2k):
-    """Seed 000 §5: 1.75K / 1.97K / 1.992K; vs naive (N-1)K; vs the 2K lower bound."""
+    """1.75K / 1.97K / 1.992K; vs naive (N-1)K; vs the 2K lower bound."""
     k = 64 * 2**20
     r = ringccl.cost("all_reduce", "ring", n, k, alpha="5us", bandwidth="300GB/s", method="walk")
     sent = r.max_link_bytes["port out"] / k
@@ -46,29 +47,29 @@ def test_preset_per_rank_bytes_matches():
         1.75, 1.969, 1.992]
 
 
-def _ring_seed(n, count):
+def _ring_cost(n, count):
     return ringccl.cost("all_reduce", "ring", n, count * np.dtype("float32").itemsize,
                         alpha="5us", bandwidth="300GB/s")
 
 
 def test_latency_table_8_ranks_1m_elements():
-    """Seed 000 §5: 8 ranks / 1M elements -> 0.094 ms."""
-    assert round(_ring_seed(8, 2**20).seconds / MS, 3) == 0.094
+    """8 ranks / 1M elements -> 0.094 ms."""
+    assert round(_ring_cost(8, 2**20).seconds / MS, 3) == 0.094
 
 
 def test_latency_table_1024_ranks_1m_elements():
     """10.26 ms, of which the latency term is 10.23 ms (99%); the data itself takes 0.03 ms."""
-    r = _ring_seed(1024, 2**20)
+    r = _ring_cost(1024, 2**20)
     assert round(r.seconds / MS, 2) == 10.26
     assert round(r.latency_seconds / MS, 2) == 10.23
     assert math.floor(100 * r.latency_seconds / r.seconds) == 99
-    assert round(r.bandwidth_seconds / MS, 2) == 0.03  # seed 000 §3: "0.03 ms"
+    assert round(r.bandwidth_seconds / MS, 2) == 0.03  # printed as "0.03 ms"
     assert r.num_steps == 2046
 
 
 def test_latency_table_1024_ranks_256m_elements():
     """1024 ranks / 2^28 elements (1.07 GB) -> 17.38 ms, bandwidth term 7.15 ms ("7.2 ms")."""
-    r = _ring_seed(1024, 2**28)
+    r = _ring_cost(1024, 2**28)
     assert round(r.nbytes / 1e9, 2) == 1.07
     assert round(r.seconds / MS, 2) == 17.38
     assert round(r.bandwidth_seconds / MS, 2) == 7.15
@@ -80,13 +81,13 @@ def test_preset_latency_table_matches_cost():
     assert [(r["world_size"], r["count"]) for r in rows] == [(8, 2**20), (1024, 2**20),
                                                              (1024, 2**28)]
     for r in rows:
-        assert r["seconds"] == pytest.approx(_ring_seed(r["world_size"], r["count"]).seconds,
+        assert r["seconds"] == pytest.approx(_ring_cost(r["world_size"], r["count"]).seconds,
                                              rel=1e-14)
 
 
-# -- seed 001, experiment 3 -----------------------------------------------------------------------
+# -- all_reduce of 100 MiB: closed forms and walked schedules --------------------------------------
 
-LECTURE = {
+CLOSED_FORM = {
     "master": [12.61, 29.43, 63.06, 264.87, 1072.10, 4301.00],
     "ring": [3.18, 3.74, 4.08, 4.76, 6.73, 14.42],
     "tree": [4.21, 4.22, 4.23, 4.25, 4.27, 4.29],
@@ -94,14 +95,14 @@ LECTURE = {
 
 
 @pytest.mark.parametrize("algorithm", ["master", "ring", "tree"])
-def test_experiment3_lecture_formulas(algorithm):
+def test_experiment3_closed_forms(algorithm):
     got = [round(presets.lecture_all_reduce_seconds(algorithm, p, M100, 5e-6, 50e9) / MS, 2)
            for p in P_LIST]
-    assert got == LECTURE[algorithm]
+    assert got == CLOSED_FORM[algorithm]
 
 
-def test_experiment3_walked_ring_equals_the_lecture_ring():
-    for p, expected in zip(P_LIST, LECTURE["ring"]):
+def test_experiment3_walked_ring_equals_the_closed_form():
+    for p, expected in zip(P_LIST, CLOSED_FORM["ring"]):
         r = ringccl.cost("all_reduce", "ring", p, M100, alpha="5us", bandwidth="50GB/s")
         assert r.seconds == pytest.approx(
             presets.lecture_all_reduce_seconds("ring", p, M100, 5e-6, 50e9), rel=1e-12)
@@ -113,7 +114,7 @@ def test_experiment3_preset_rows():
     assert [r["world_size"] for r in rows] == P_LIST
     for r in rows:
         for a in presets.LECTURE_ALGORITHMS:
-            assert round(r["lecture"][a] / MS, 2) == LECTURE[a][P_LIST.index(r["world_size"])]
+            assert round(r["lecture"][a] / MS, 2) == CLOSED_FORM[a][P_LIST.index(r["world_size"])]
         for a, seconds in r["ringccl"].items():
             if ("all_reduce", a) in REGISTRY:
                 assert seconds == ringccl.cost("all_reduce", a, r["world_size"], M100,
@@ -130,22 +131,22 @@ def test_experiment3_walked_master():
         r = ringccl.cost("all_reduce", "master", p, M100, alpha="5us", bandwidth="50GB/s")
         assert r.bandwidth_seconds >= (p - 1) * M100 / 50e9 * (1 - 1e-12), p
         times.append(r.seconds)
-    assert times[-1] / times[0] > 100  # O(P M), the lecture's section 2.2 point
+    assert times[-1] / times[0] > 100  # O(P M): the centralized scheme does not scale
 
 
 @pytest.mark.parametrize("name", ["tree", "double_binary_tree"])
-def test_experiment3_walked_trees_versus_the_lecture_tree(name):
-    """The lecture's tree formula 2 log2(P) alpha + 2 M/B counts the pipeline's bandwidth but
+def test_experiment3_walked_trees_versus_the_closed_form_tree(name):
+    """The closed-form tree 2 log2(P) alpha + 2 M/B counts the pipeline's bandwidth but
     not its fill: a walked tree, pipelined or not, is never faster than it."""
     _need(name)
     for p in P_LIST:
         r = ringccl.cost("all_reduce", name, p, M100, alpha="5us", bandwidth="50GB/s")
-        lecture = presets.lecture_all_reduce_seconds("tree", p, M100, 5e-6, 50e9)
-        assert r.seconds >= lecture * (1 - 1e-12), (name, p, r.seconds, lecture)
+        closed = presets.lecture_all_reduce_seconds("tree", p, M100, 5e-6, 50e9)
+        assert r.seconds >= closed * (1 - 1e-12), (name, p, r.seconds, closed)
         assert r.bandwidth_seconds >= M100 / 50e9 * (1 - 1e-12)
 
 
-# -- seed 001, hierarchical all_reduce (section 9.3, appendix question 4) -------------------------
+# -- flat ring versus hierarchical all_reduce on 128 x 8 -------------------------------------------
 
 NODES, LOCAL, GIB = 128, 8, 2**30
 
