@@ -56,7 +56,7 @@ def floor(comm, reps: int, timed, nbytes: int) -> dict:
     once), interleaved round by round."""
     import numpy as np
 
-    from ringccl.mpi import executor
+    from ringccl.backends.mpi import executor
 
     n = comm.Get_size()
     state, _ = executor.shm_state(comm)
@@ -174,7 +174,7 @@ def main() -> None:
     if args.worker:
         worker(sizes, args.iters, args.crossover)
         return
-    from ringccl.mpi.launch import mpirun_command
+    from ringccl.backends.mpi.launch import mpirun_command
     cmd = mpirun_command(args.nproc, [sys.executable, os.path.abspath(__file__), "--worker",
                                       "-b", args.begin, "-e", args.end, "--iters",
                                       str(args.iters)] + (["--crossover"] * args.crossover))

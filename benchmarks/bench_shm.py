@@ -142,7 +142,7 @@ def policy_worker(rank, world_size, sizes, iters):
     import torch.distributed as dist
 
     import ringccl.torch as rt
-    from ringccl.shm import group as shm_group
+    from ringccl.backends.shm import group as shm_group
 
     rows = []
     load = os.getloadavg()

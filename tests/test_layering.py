@@ -25,7 +25,6 @@ OPTIONAL = {"torch", "mpi4py", "matplotlib", "rich", "sklearn", "scipy", "plotly
 LAYER_OF = {
     "errors": "leaf", "args": "leaf", "units": "leaf", "ops": "leaf", "chunking": "leaf",
     "caches": "leaf", "resources": "leaf", "consistency": "leaf", "plugins": "leaf",
-    "shm": "leaf",   # the shared-memory transport: numpy, os and mmap only
     "ir": "schedule", "collectives": "schedule", "check": "schedule", "layout": "schedule",
     "algorithms": "algorithms",
     "views": "views",
@@ -35,8 +34,13 @@ LAYER_OF = {
     "bench": "bench",
     "costmodel": "cost",
     "planner": "planner",
-    "torch": "backend", "mpi": "backend",
-    "torch_autoload": "backend",   # the torch.backends entry point: ringccl.torch on first use
+    # each backend is a component of its own (backends never import each other; shm is shared)
+    "backends": "backend", "backends.shm": "backend", "backends.torch": "backend",
+    "backends.mpi": "backend",
+    "training": "training",
+    # the public packages: re-exports of backends and training under the names users import
+    "torch": "public", "mpi": "public",
+    "torch_autoload": "public",   # the torch.backends entry point: the process group on first use
     "cli": "cli", "__main__": "cli",
     "__init__": "api",
 }
@@ -53,8 +57,11 @@ MAY_IMPORT = {
     "bench": {"leaf", "schedule", "algorithms"},
     "cost": {"leaf", "schedule", "algorithms", "bench"},  # knows no executor
     "planner": {"leaf", "schedule", "algorithms", "sim", "cost", "bench"},
-    # cost: the torch.distributed backend prices its choice per call (issue 17)
+    # cost: the one algorithm chooser (costmodel.choice) prices the calls
     "backend": {"leaf", "schedule", "algorithms", "engine", "frontend", "bench", "cost"},
+    "training": {"leaf", "schedule", "algorithms", "engine", "frontend", "bench", "cost",
+                 "backend"},
+    "public": {"backend", "training"},
     "api": {"leaf", "schedule", "algorithms", "views", "sim", "engine", "bench", "cost",
             "planner"},
     "cli": set(LAYER_OF.values()) - {"cli"},
@@ -107,11 +114,18 @@ def _type_checking_nodes(tree: ast.Module) -> set:
             for n in ast.walk(stmt)}
 
 
+#: folders whose subpackages are components of their own
+SPLIT = {"backends"}
+
+
 def component(module: str) -> str | None:
-    """The top-level ringccl component of ``module`` (None: not ringccl)."""
+    """The ringccl component of ``module``: its top-level module or subpackage, or for a
+    folder of :data:`SPLIT` its subpackage (``backends.torch``); None: not ringccl."""
     parts = module.split(".")
     if parts[0] != "ringccl":
         return None
+    if len(parts) > 2 and parts[1] in SPLIT:
+        return ".".join(parts[1:3])
     return parts[1] if len(parts) > 1 else "__init__"
 
 
@@ -174,9 +188,10 @@ def violations(root: pathlib.Path) -> list[str]:
             if other != layer and other not in MAY_IMPORT[layer]:
                 found.append(f"{where}:{line}: {name} ({layer}) imports {target} ({other}); "
                              f"{layer} may import only {sorted(MAY_IMPORT[layer]) or 'nothing'}")
-            if theirs in ("torch", "mpi") and mine in ("torch", "mpi") and theirs != mine:
+            if mine.startswith("backends.") and theirs.startswith("backends.") and \
+                    theirs != "backends.shm":
                 found.append(f"{where}:{line}: {name} imports {target}: the backends never "
-                             "import each other")
+                             "import each other (only the shared backends.shm)")
     return list(dict.fromkeys(found))  # one line per import statement and rule
 
 
@@ -186,11 +201,12 @@ def test_import_rules_hold():
 
 
 def test_every_component_has_a_layer():
-    for path in SRC.iterdir():
+    for path in [*SRC.iterdir(), *(p for d in SPLIT for p in (SRC / d).iterdir())]:
         if path.name.startswith((".", "_")) and path.name not in ("__init__.py", "__main__.py"):
             continue
         if path.suffix == ".py" or (path.is_dir() and (path / "__init__.py").exists()):
-            assert path.stem in LAYER_OF, f"{path.name} has no layer in tests/test_layering.py"
+            name = component(module_name(path, SRC))
+            assert name in LAYER_OF, f"{path.name} has no layer in tests/test_layering.py"
 
 
 @pytest.mark.parametrize("plant, expected", [
@@ -199,7 +215,11 @@ def test_every_component_has_a_layer():
     # the IR importing one of its views, lazily
     ("ir.py", "def _table(s):\n    from .views.show import step_table\n    return step_table(s)\n"),
     # a backend importing the simulator
-    ("mpi/__init__.py", "from ..sim import simulate\n"),
+    ("backends/mpi/collectives.py", "from ...sim import simulate\n"),
+    # one backend importing another
+    ("backends/mpi/launch.py", "from ..torch import launch\n"),
+    # a backend importing the training library above it
+    ("backends/torch/executor.py", "from ...training import stats\n"),
 ])
 def test_planted_violation_is_caught(tmp_path, plant, expected):
     copy = tmp_path / "ringccl"

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 import ringccl.torch  # noqa: F401  (registers "ringccl")
-from ringccl.torch import executor, hybrid
+from ringccl.backends.torch import executor, hybrid
 
 assert ringccl.torch.backend.BACKEND_NAME == "ringccl"  # the import is the point
 

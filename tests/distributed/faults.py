@@ -112,9 +112,9 @@ def _put(results, message) -> None:
 
 def _install_fault(trial: Trial, results, armed: list) -> None:
     """In the victim: fail at the first operation of step >= trial.step once ``armed[0]``."""
-    from ringccl.torch import executor
+    from ringccl.backends.torch import executor
 
-    from ringccl.shm import ShmTransport
+    from ringccl.backends.shm import ShmTransport
 
     def fail():
         _put(results, ("died", trial.victim, time.time()))
@@ -209,7 +209,7 @@ def run(trial: Trial) -> Outcome:
     """Run one trial; ``Outcome.problems`` lists every violated expectation."""
     from ringccl.torch.launch import free_port
 
-    from ringccl.shm import segment
+    from ringccl.backends.shm import segment
 
     ctx = multiprocessing.get_context("fork")
     results = ctx.Queue()

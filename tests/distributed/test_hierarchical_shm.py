@@ -54,7 +54,7 @@ def _one_way_against_torch(rank, n):
     reduce_scatter; floats within twice the bound (N-1)·eps·Σ|x| of either summation order."""
     import ringccl.torch as rt
     from ringccl.engine import trace
-    from ringccl.torch import hybrid
+    from ringccl.backends.torch import hybrid
 
     failures = []
     for collective in ("reduce_scatter", "all_gather"):
@@ -113,8 +113,8 @@ def _one_way_against_torch(rank, n):
 def two_hosts(rank, world_size, shm_dir):
     import ringccl
     import ringccl.torch as rt
-    from ringccl.torch import hybrid
-    from ringccl.torch.collectives import resolve_transport
+    from ringccl.backends.torch import hybrid
+    from ringccl.backends.torch.collectives import resolve_transport
 
     os.environ["RINGCCL_HOST_ID"] = f"host{rank // 2}"   # ranks 0, 1 | 2, 3
     n, failures, calls = world_size, [], 0
@@ -206,7 +206,7 @@ def test_two_hosts_of_two_ranks_shm_inside_gloo_across(monkeypatch):
 
 def test_host_layout_and_when_auto_uses_hybrid():
     """No processes: the layout every rank derives from the exchanged host identities."""
-    from ringccl.shm.hierarchical import host_layout
+    from ringccl.backends.shm.hierarchical import host_layout
     two_by_two = host_layout(["a", "a", "b", "b"], 2)
     assert two_by_two.local_ranks == (2, 3) and two_by_two.local_rank == 0
     assert two_by_two.local_of == (None, None, 0, 1) and two_by_two.local_size == 2

@@ -26,7 +26,7 @@ def _lockstep(rank, world_size, cases):
     import torch.distributed as dist
 
     from ringccl.ops import parse_op
-    from ringccl.torch import executor
+    from ringccl.backends.torch import executor
     from .calls import collective_calls as _calls
 
     executor.dist = _Nccl(dist)

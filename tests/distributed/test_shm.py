@@ -197,7 +197,7 @@ def features(rank, world_size, shm_dir):
     """Bitwise identity across ranks, growth, zero copy, two groups, p2p, host split."""
     import ringccl
     import ringccl.torch as rt
-    from ringccl.torch import executor
+    from ringccl.backends.torch import executor
 
     failures = []
     # bitwise identical on every rank for a shared result, float data (order matters)
@@ -266,7 +266,7 @@ def features(rank, world_size, shm_dir):
     rt.all_reduce(y, transport="p2p")
     if not torch.equal(y, torch.full((7,), float(world_size))):
         failures.append("p2p: wrong result")
-    from ringccl.torch.collectives import resolve_transport
+    from ringccl.backends.torch.collectives import resolve_transport
     if resolve_transport(None, "auto", y) != "shm":
         failures.append("auto did not pick shm on one host")
     # RINGCCL_HOST_ID split into two "hosts": auto picks p2p on a new group
@@ -307,7 +307,7 @@ def one_rank_grows(rank, world_size):
     """Calls where only some ranks need a larger working area (the others enter lazily and
     join the growth inside a wait or when they leave the call), checked against gloo."""
     import ringccl.torch as rt
-    from ringccl.torch import executor
+    from ringccl.backends.torch import executor
 
     failures = []
     group = dist.new_group(list(range(world_size)))   # a fresh group: a fresh working area
@@ -435,7 +435,7 @@ def killed_in_the_window(rank, world_size):
     """Rank 0 creates a segment and is SIGKILLed before it could unlink it."""
     import signal
 
-    from ringccl.shm import Segment, segment_name
+    from ringccl.backends.shm import Segment, segment_name
     if rank == 0:
         Segment.create(segment_name("deadbeef", 0), 4096)
         os.kill(os.getpid(), signal.SIGKILL)

@@ -26,7 +26,7 @@ import ringccl
 import ringccl.mpi as rm
 from ringccl.algorithms import REGISTRY
 from ringccl.errors import ArgumentError
-from ringccl.mpi import executor
+from ringccl.backends.mpi import executor
 
 comm = MPI.COMM_WORLD
 rank, n = comm.Get_rank(), comm.Get_size()

@@ -19,7 +19,7 @@ if shutil.which("mpirun") is None and shutil.which("mpiexec") is None:
 if importlib.util.find_spec("mpi4py") is None:
     pytest.skip("mpi4py is not installed (pip install 'ringccl[mpi]')", allow_module_level=True)
 
-from ringccl.mpi.launch import mpirun_command  # noqa: E402
+from ringccl.backends.mpi.launch import mpirun_command  # noqa: E402
 
 pytestmark = [pytest.mark.mpi, pytest.mark.timeout(600)]
 SRC = str(Path(__file__).resolve().parents[2] / "src")

@@ -22,7 +22,7 @@ if importlib.util.find_spec("mpi4py") is None:
 
 import ringccl  # noqa: E402
 from ringccl.cli import main  # noqa: E402
-from ringccl.mpi.launch import mpirun_command  # noqa: E402
+from ringccl.backends.mpi.launch import mpirun_command  # noqa: E402
 
 pytestmark = [pytest.mark.mpi, pytest.mark.timeout(600)]
 SRC = str(Path(__file__).resolve().parents[2] / "src")

@@ -21,7 +21,7 @@ if shutil.which("mpirun") is None and shutil.which("mpiexec") is None:
 if importlib.util.find_spec("mpi4py") is None:
     pytest.skip("mpi4py is not installed (pip install 'ringccl[mpi]')", allow_module_level=True)
 
-from ringccl.mpi.launch import mpirun_command  # noqa: E402
+from ringccl.backends.mpi.launch import mpirun_command  # noqa: E402
 
 pytestmark = [pytest.mark.mpi, pytest.mark.timeout(300)]
 SRC = str(Path(__file__).resolve().parents[2] / "src")
@@ -41,7 +41,7 @@ def test_every_collective_over_shm_matches_mpi(nproc, tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count(": OK") == nproc, proc.stdout
-    from ringccl.shm import shm_dir
+    from ringccl.backends.shm import shm_dir
     assert not [f for f in os.listdir(shm_dir()) if f.startswith(f"ringccl-{job}-")]
 
 
@@ -55,6 +55,6 @@ def test_a_stalled_rank_over_shm_is_reported_and_the_output_kept(tmp_path):
         cmd[1:1] = ["-x", "PYTHONPATH", "-x", "RINGCCL_SHM_JOB"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
     assert proc.stdout.count(": OK") == 2, proc.stdout + proc.stderr
-    from ringccl.shm import shm_dir, sweep
+    from ringccl.backends.shm import shm_dir, sweep
     assert not sweep(job), "a segment was left behind"
     assert not [f for f in os.listdir(shm_dir()) if f.startswith(f"ringccl-{job}-")]

@@ -17,6 +17,7 @@ import contextlib
 from ..errors import ArgumentError, Interrupted
 from ..planner.step import exposed_seconds
 from ..views.plot import _pyplot
+from ..backends.torch import launch as torch_launch
 from .common import (add_format_option, add_launch_options, check_nproc, checked, emit_json,
                      interrupted, need_torch, nonnegative, positive_int, seconds_arg,
                      stderr_console, table)
@@ -147,8 +148,7 @@ def _print(report: dict, fmt: str = "auto") -> None:
 
 def _cmd_moe(args) -> int:
     need_torch()
-    from ..torch.launch import launch
-    from ..torch.moe import ScaleConfig, command_worker
+    from ..training.moe import ScaleConfig, command_worker
 
     config = ScaleConfig(tokens=args.tokens, hidden_size=args.hidden_size,
                          ffn_hidden_size=args.ffn_hidden_size, num_experts=args.experts,
@@ -180,8 +180,9 @@ def _cmd_moe(args) -> int:
 
     try:
         with bar:
-            results = launch(command_worker, args.nproc, dict(vars(config)), timeout=args.timeout,
-                             oversubscribe=True, verbose=args.verbose, on_progress=on_progress)
+            results = torch_launch.launch(command_worker, args.nproc, dict(vars(config)),
+                                          timeout=args.timeout, oversubscribe=True,
+                                          verbose=args.verbose, on_progress=on_progress)
     except Interrupted:
         return interrupted(f"ringccl moe stopped after {done['iters']} of {2 * args.iters} "
                            "timed runs; every worker ended")

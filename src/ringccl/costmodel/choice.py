@@ -36,11 +36,10 @@ import os
 from .. import caches
 from ..algorithms import algorithms, default_algorithm
 from ..collectives import COLLECTIVES
-from ..costmodel import predictor
-from ..costmodel.presets import SHARED_MEMORY, SHM_FIT
-from ..costmodel.topology import two_level
+from .model import predictor
+from .presets import SHARED_MEMORY, SHM_FIT
+from .topology import two_level
 from ..errors import ArgumentError
-from .executor import shm_algorithm
 
 __all__ = ["parse_algo_env", "choose_algorithm", "predicted_seconds", "size_class",
            "SIZE_CLASSES", "GLOO_P2P", "SHM_PROVISIONAL", "SHM_FITTED", "LINKS", "CALL_SECONDS",
@@ -74,6 +73,45 @@ LINKS = {"p2p": (GLOO_P2P, False), "shm": (SHM_FITTED, False), "hybrid": (SHM_FI
 #: seconds every call costs whatever it moves, by transport: the fitted ε of shared memory
 #: (the front end, the plan lookup, the entry; over gloo it is inside the fitted α)
 CALL_SECONDS = {"p2p": 0.0, "shm": SHM_FIT["epsilon"], "hybrid": SHM_FIT["epsilon"]}
+
+#: all_reduce over shared memory: one-shot (``direct``: every rank reads and reduces every
+#: peer's whole buffer, one step) below this many bytes, ``two_shot`` (direct reduce-scatter +
+#: direct all-gather: each rank reduces its 1/N block from the peers' buffers, then copies the
+#: others' blocks) from it on, per world_size (:func:`shm_two_shot_bytes`: the entry of the
+#: largest world_size measured that is <= the group's). Measured with ``benchmarks/
+#: bench_shm.py --nproc N --crossover-only --collectives all_reduce --sizes 256KiB,512KiB,1MiB,
+#: 4MiB,16MiB,64MiB --iters 7`` (the algorithms interleaved round by round, median µs, max over
+#: ranks; 2 cores, load average 2-3 from other jobs), direct / two_shot / ring:
+#: 2 processes 256 KiB 164 / 153 / 155, 512 KiB 195 / 186 / 199, 1 MiB 294 / 258 / 253,
+#: 4 MiB 1944 / 1195 / 1037, 16 MiB 7571 / 5954 / 6529, 64 MiB 63692 / 25902 / 25976;
+#: 4 processes 256 KiB 1447 / 1628 / 1816, 512 KiB 1658 / 1604 / 1789, 1 MiB 2875 / 2166 /
+#: 2198, 4 MiB 11266 / 6083 / 6732, 16 MiB 28752 / 12434 / 12233, 64 MiB 399795 / 52133 /
+#: 46224. An earlier run (``-b 4KiB -e 16MiB --iters 5``, load 1-1.9) agrees below the
+#: crossover: direct wins at 4-256 KiB for 2 and 4 processes (4 processes, 256 KiB: 894 /
+#: 1024 / 1106). With 4 processes ring is level with two_shot from 16 MiB (0-12% faster in
+#: these runs, inside the noise): not switched to on this evidence.
+SHM_TWO_SHOT_BYTES_BY_WORLD = {2: 256 << 10, 4: 512 << 10}
+#: the 2-process crossover (the name the first round gave it)
+SHM_TWO_SHOT_BYTES = SHM_TWO_SHOT_BYTES_BY_WORLD[2]
+
+
+def shm_two_shot_bytes(world_size: int) -> int:
+    """all_reduce bytes from which ``two_shot`` beats ``direct`` over shared memory on
+    ``world_size`` ranks (:data:`SHM_TWO_SHOT_BYTES_BY_WORLD`)."""
+    known = [n for n in SHM_TWO_SHOT_BYTES_BY_WORLD if n <= world_size]
+    return SHM_TWO_SHOT_BYTES_BY_WORLD[max(known) if known else min(SHM_TWO_SHOT_BYTES_BY_WORLD)]
+
+
+def shm_algorithm(collective: str, world_size: int, nbytes: int) -> str:
+    """The algorithm ``algorithm="auto"`` runs over shared memory for ``nbytes`` of the
+    collective's buffer on ``world_size`` ranks: ``direct`` everywhere (one step: with reads
+    in place a ring's N-1 dependent steps are pure synchronisation; measured best or level for
+    reduce_scatter, all_gather, broadcast and all_to_all at 4 KiB-16 MiB, see docs/shm.md),
+    except all_reduce from :func:`shm_two_shot_bytes` on, ``two_shot``."""
+    if collective == "all_reduce" and world_size > 1 and nbytes >= shm_two_shot_bytes(world_size):
+        return "two_shot"
+    return "direct"
+
 
 #: upper bounds (bytes, exclusive) of the size classes of the log lines, NCCL-style powers of 4
 SIZE_CLASSES = tuple(4 ** k for k in range(5, 17))   # 1 KiB ... 4 GiB

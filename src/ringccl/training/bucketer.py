@@ -37,7 +37,7 @@ import torch.distributed as dist
 
 from ..algorithms import get_algorithm
 from ..errors import ArgumentError, ArgumentTypeError, BackendError
-from .collectives import all_reduce
+from ..backends.torch.collectives import all_reduce
 from .background import Communicator
 from .stats import CommStats, bytes_sent
 

@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import ArgumentError, ArgumentTypeError
-from .collectives import all_gather_into_tensor
+from ..backends.torch.collectives import all_gather_into_tensor
 
 __all__ = ["clip_grad_norm_", "clip_coefficient"]
 

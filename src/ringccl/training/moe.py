@@ -40,7 +40,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import ArgumentError, ArgumentTypeError
-from . import collectives as rt
+from ..backends.torch import collectives as rt
 
 __all__ = ["DispatchHandle", "dispatch", "combine", "capacity", "zipf_prior", "zipf_routing",
            "MoELayer", "Expert", "pipelined_moe", "unsplit_moe"]

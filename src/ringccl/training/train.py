@@ -33,7 +33,10 @@ import torch.nn.functional as F
 
 from ..algorithms import get_algorithm
 from ..errors import ArgumentError, RingcclError
-from .bucketer import check_cap_mb
+from .bucketer import GradientBucketer, check_cap_mb
+from .clip import clip_grad_norm_
+from .ddp import comm_hook
+from .zero import ShardedOptimizer, optimizer_state_bytes
 
 __all__ = ["TrainConfig", "MODES", "check_plot_path", "load_digits", "make_mlp", "train_worker", "plot_training"]
 
@@ -174,7 +177,6 @@ class _Mode:
     """The per-mode pieces: what to call forward on, how to sync, the optimizer, the stats."""
 
     def __init__(self, cfg: TrainConfig, model: torch.nn.Module):
-        import ringccl.torch as rt
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         self.cfg, self.model = cfg, model
@@ -183,19 +185,19 @@ class _Mode:
         if cfg.mode in ("ddp", "torch"):
             ddp = DDP(model, bucket_cap_mb=cfg.bucket_cap_mb)
             if cfg.mode == "ddp":
-                self.hook = rt.comm_hook(cfg.algorithm, compression=cfg.compression)
+                self.hook = comm_hook(cfg.algorithm, compression=cfg.compression)
                 ddp.register_comm_hook(None, self.hook)
                 self.stats = self.hook.stats
             self.forward, self.sync = ddp, ddp
             self.optimizer = torch.optim.AdamW(model.parameters(), **adamw)
         elif cfg.mode == "bucketer":
-            self.bucketer = rt.GradientBucketer(model, cfg.bucket_cap_mb, cfg.first_bucket_mb,
-                                                algorithm=cfg.algorithm)
+            self.bucketer = GradientBucketer(model, cfg.bucket_cap_mb, cfg.first_bucket_mb,
+                                             algorithm=cfg.algorithm)
             self.sync, self.stats = self.bucketer, self.bucketer.stats
             self.optimizer = torch.optim.AdamW(model.parameters(), **adamw)
         else:
-            self.optimizer = rt.ShardedOptimizer(model.parameters(), torch.optim.AdamW,
-                                                 algorithm=cfg.algorithm, **adamw)
+            self.optimizer = ShardedOptimizer(model.parameters(), torch.optim.AdamW,
+                                              algorithm=cfg.algorithm, **adamw)
             self.sync, self.stats = self.optimizer, self.optimizer.stats
 
     def backward_done(self) -> None:
@@ -203,14 +205,12 @@ class _Mode:
             self.bucketer.finish()
 
     def clip(self, max_norm: float) -> None:
-        import ringccl.torch as rt
         if self.cfg.mode == "zero":
             self.optimizer.clip_grad_norm_(max_norm)
         else:  # gradients are replicated after the all-reduce: counted once
-            rt.clip_grad_norm_(self.model.parameters(), max_norm, algorithm=self.cfg.algorithm)
+            clip_grad_norm_(self.model.parameters(), max_norm, algorithm=self.cfg.algorithm)
 
     def state_bytes(self) -> int:
-        from .zero import optimizer_state_bytes
         if self.cfg.mode == "zero":
             return self.optimizer.state_bytes()
         return optimizer_state_bytes(self.optimizer)

@@ -30,7 +30,7 @@ import torch.distributed as dist
 
 from ..algorithms import get_algorithm
 from ..errors import ArgumentError, ArgumentTypeError
-from .collectives import all_gather_into_tensor, reduce_scatter_tensor
+from ..backends.torch.collectives import all_gather_into_tensor, reduce_scatter_tensor
 from .stats import CommStats, bytes_sent
 
 __all__ = ["ShardedOptimizer", "optimizer_state_bytes"]

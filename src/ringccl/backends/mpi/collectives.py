@@ -70,12 +70,13 @@ from typing import Any
 
 import numpy as np
 
-from .. import engine, frontend, shm
-from ..algorithms import default_algorithm
-from ..collectives import check_root
-from ..errors import ArgumentError, ArgumentTypeError, RingcclTimeout
-from ..layout import rooted
-from ..ops import (SUPPORTED_DTYPES, ReduceOp, check_accumulate_dtype, check_dtype,
+from ... import engine, frontend
+from .. import shm
+from ...algorithms import default_algorithm
+from ...collectives import check_root
+from ...errors import ArgumentError, ArgumentTypeError, RingcclTimeout
+from ...layout import rooted
+from ...ops import (SUPPORTED_DTYPES, ReduceOp, check_accumulate_dtype, check_dtype,
                    check_op_dtype, parse_op)
 
 __all__ = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "scatter",

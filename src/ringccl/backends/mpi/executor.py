@@ -34,12 +34,13 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from .. import caches, engine, shm
-from ..engine import trace
-from ..args import check_int
-from ..errors import ArgumentTypeError, BackendError, RingcclTimeout
-from ..ir import Schedule
-from ..ops import SUPPORTED_DTYPES, ReduceOp, ufunc
+from ... import caches, engine
+from .. import shm
+from ...engine import trace
+from ...args import check_int
+from ...errors import ArgumentTypeError, BackendError, RingcclTimeout
+from ...ir import Schedule
+from ...ops import SUPPORTED_DTYPES, ReduceOp, ufunc
 
 __all__ = ["execute", "release_buffers", "PIPELINING", "OPS", "PIPELINE_THRESHOLD_BYTES",
            "DEFAULT_SEGMENT_BYTES", "SHM_PIPELINING", "SHM_TWO_SHOT_BYTES",

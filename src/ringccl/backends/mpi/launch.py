@@ -23,10 +23,10 @@ import threading
 from pathlib import Path
 from typing import Callable
 
-from ..args import check_int
-from ..engine import timeout_seconds
-from ..errors import BackendError, Interrupted, WorkerError
-from ..resources import WORKER_BYTES, check_processes, die_with_parent
+from ...args import check_int
+from ...engine import timeout_seconds
+from ...errors import BackendError, Interrupted, WorkerError
+from ...resources import WORKER_BYTES, check_processes, die_with_parent
 
 __all__ = ["mpi_launcher", "mpirun_command", "check_launch", "launch_bench", "under_mpirun",
            "ROW_PREFIX"]
@@ -178,7 +178,7 @@ def launch_bench(spec, nproc: int, on_row: Callable[[dict], None] | None = None,
 _LAUNCHER_PID = "RINGCCL_LAUNCHER_PID"
 
 #: each rank's entry point: end with mpirun and with the launcher, then run the sweep
-_RANK_MAIN = "from ringccl.mpi.launch import _rank_main; _rank_main()"
+_RANK_MAIN = "from ringccl.backends.mpi.launch import _rank_main; _rank_main()"
 
 
 def _rank_main() -> None:

@@ -20,15 +20,15 @@ import sys
 import numpy as np
 from mpi4py import MPI
 
-from .. import mpi as rm
-from ..bench.inputs import Case
-from ..bench.spec import BUILTIN, BenchSpec
-from ..bench.sweep import Prepared, run_sweep
-from ..collectives import get_collective
-from ..engine import trace
-from ..errors import BackendError
-from ..ops import ReduceOp, parse_op, ufunc
-from ..plugins import import_user_modules
+from . import collectives as rm
+from ...bench.inputs import Case
+from ...bench.spec import BUILTIN, BenchSpec
+from ...bench.sweep import Prepared, run_sweep
+from ...collectives import get_collective
+from ...engine import trace
+from ...errors import BackendError
+from ...ops import ReduceOp, parse_op, ufunc
+from ...plugins import import_user_modules
 from .launch import ROW_PREFIX
 
 __all__ = ["MpiBackend", "sweep", "main", "ROW_PREFIX"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import socket
 
-from ..errors import ArgumentError
+from ...errors import ArgumentError
 from .group import ShmGroup, check_platform, supported_platform
 from .segment import SHM_DIR, Segment, ShmSpaceError, segment_name, shm_dir, sweep
 from .transport import EAGER_AREA_BYTES, EAGER_SEND_BYTES, ShmTransport

@@ -39,7 +39,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import BackendError
+from ...errors import BackendError
 from .segment import Segment, ShmSpaceError, segment_name
 
 __all__ = ["ShmGroup", "check_platform", "supported_platform", "RING", "SPIN_POLLS",

@@ -21,7 +21,7 @@ import mmap
 import os
 import re
 
-from ..errors import BackendError
+from ...errors import BackendError
 
 __all__ = ["SHM_DIR", "ShmSpaceError", "Segment", "shm_dir", "segment_name", "job_prefix",
            "sweep"]

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..errors import BackendError
+from ...errors import BackendError
 from .group import RING, ShmGroup
 
 __all__ = ["ShmTransport", "EAGER_COPY_BYTES", "EAGER_SEND_BYTES", "EAGER_AREA_BYTES"]

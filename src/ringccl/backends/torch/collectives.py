@@ -53,12 +53,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .. import caches, engine, frontend, shm
-from ..algorithms import default_algorithm
-from ..args import check_int, check_rank
-from ..errors import ArgumentError, ArgumentTypeError, BackendError, PeerError
-from ..layout import check_own_block, rooted
-from ..ops import ReduceOp, check_accumulate_dtype, check_op_dtype, parse_op
+from ... import caches, engine, frontend
+from .. import shm
+from ...algorithms import default_algorithm
+from ...args import check_int, check_rank
+from ...errors import ArgumentError, ArgumentTypeError, BackendError, PeerError
+from ...layout import check_own_block, rooted
+from ...ops import ReduceOp, check_accumulate_dtype, check_op_dtype, parse_op
 from . import executor
 
 _debug_log = logging.getLogger("ringccl")

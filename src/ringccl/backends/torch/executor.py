@@ -30,13 +30,16 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from .. import caches, engine, shm
-from ..engine import staged
-from ..engine import trace
-from ..args import check_int
-from ..errors import ArgumentTypeError, BackendError
-from ..ir import Schedule
-from ..ops import ReduceOp
+from ... import caches, engine
+from .. import shm
+from ...engine import staged
+from ...engine import trace
+from ...args import check_int
+from ...errors import ArgumentTypeError, BackendError
+from ...ir import Schedule
+from ...costmodel.choice import (SHM_TWO_SHOT_BYTES, SHM_TWO_SHOT_BYTES_BY_WORLD,
+                                  shm_algorithm, shm_two_shot_bytes)
+from ...ops import ReduceOp
 
 __all__ = ["execute", "combine_fn", "combine_into_fn", "release_buffers", "PIPELINING", "OPS",
            "PIPELINE_THRESHOLD_BYTES", "DEFAULT_SEGMENT_BYTES", "SHM_PIPELINING", "shm_state",
@@ -273,45 +276,6 @@ def call_pipelining(collective: str, pipelining: engine.Pipelining | None,
 #: seconds a shared-memory wait may take when neither ``timeout=``, RINGCCL_TIMEOUT nor the
 #: group's own timeout is known (torch's default group timeout is 30 minutes)
 SHM_DEFAULT_TIMEOUT_S = 1800.0
-
-#: all_reduce over shared memory: one-shot (``direct``: every rank reads and reduces every
-#: peer's whole buffer, one step) below this many bytes, ``two_shot`` (direct reduce-scatter +
-#: direct all-gather: each rank reduces its 1/N block from the peers' buffers, then copies the
-#: others' blocks) from it on, per world_size (:func:`shm_two_shot_bytes`: the entry of the
-#: largest world_size measured that is <= the group's). Measured with ``benchmarks/
-#: bench_shm.py --nproc N --crossover-only --collectives all_reduce --sizes 256KiB,512KiB,1MiB,
-#: 4MiB,16MiB,64MiB --iters 7`` (the algorithms interleaved round by round, median µs, max over
-#: ranks; 2 cores, load average 2-3 from other jobs), direct / two_shot / ring:
-#: 2 processes 256 KiB 164 / 153 / 155, 512 KiB 195 / 186 / 199, 1 MiB 294 / 258 / 253,
-#: 4 MiB 1944 / 1195 / 1037, 16 MiB 7571 / 5954 / 6529, 64 MiB 63692 / 25902 / 25976;
-#: 4 processes 256 KiB 1447 / 1628 / 1816, 512 KiB 1658 / 1604 / 1789, 1 MiB 2875 / 2166 /
-#: 2198, 4 MiB 11266 / 6083 / 6732, 16 MiB 28752 / 12434 / 12233, 64 MiB 399795 / 52133 /
-#: 46224. An earlier run (``-b 4KiB -e 16MiB --iters 5``, load 1-1.9) agrees below the
-#: crossover: direct wins at 4-256 KiB for 2 and 4 processes (4 processes, 256 KiB: 894 /
-#: 1024 / 1106). With 4 processes ring is level with two_shot from 16 MiB (0-12% faster in
-#: these runs, inside the noise): not switched to on this evidence.
-SHM_TWO_SHOT_BYTES_BY_WORLD = {2: 256 << 10, 4: 512 << 10}
-#: the 2-process crossover (the name the first round gave it)
-SHM_TWO_SHOT_BYTES = SHM_TWO_SHOT_BYTES_BY_WORLD[2]
-
-
-def shm_two_shot_bytes(world_size: int) -> int:
-    """all_reduce bytes from which ``two_shot`` beats ``direct`` over shared memory on
-    ``world_size`` ranks (:data:`SHM_TWO_SHOT_BYTES_BY_WORLD`)."""
-    known = [n for n in SHM_TWO_SHOT_BYTES_BY_WORLD if n <= world_size]
-    return SHM_TWO_SHOT_BYTES_BY_WORLD[max(known) if known else min(SHM_TWO_SHOT_BYTES_BY_WORLD)]
-
-
-def shm_algorithm(collective: str, world_size: int, nbytes: int) -> str:
-    """The algorithm ``algorithm="auto"`` runs over shared memory for ``nbytes`` of the
-    collective's buffer on ``world_size`` ranks: ``direct`` everywhere (one step: with reads
-    in place a ring's N-1 dependent steps are pure synchronisation; measured best or level for
-    reduce_scatter, all_gather, broadcast and all_to_all at 4 KiB-16 MiB, see docs/shm.md),
-    except all_reduce from :func:`shm_two_shot_bytes` on, ``two_shot``."""
-    if collective == "all_reduce" and world_size > 1 and nbytes >= shm_two_shot_bytes(world_size):
-        return "two_shot"
-    return "direct"
-
 
 #: groups of at least this many ranks enter a call lazily (ShmGroup.enter(lazy=True)); smaller
 #: ones agree at every entry. Measured back to back (200 calls per sample, the two ways

@@ -23,11 +23,12 @@ from typing import Any, NamedTuple, Sequence
 import torch
 import torch.distributed as dist
 
-from .. import caches, engine, shm
-from ..engine import trace
-from ..errors import BackendError
-from ..ir import Schedule
-from ..ops import ReduceOp
+from ... import caches, engine
+from .. import shm
+from ...engine import trace
+from ...errors import BackendError
+from ...ir import Schedule
+from ...ops import ReduceOp
 from ..shm.hierarchical import HostLayout, HybridTransport, host_layout
 from . import executor
 

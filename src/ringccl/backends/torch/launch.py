@@ -32,11 +32,11 @@ import traceback
 from multiprocessing.reduction import ForkingPickler
 from typing import Any, Callable
 
-from ..args import check_int
-from ..engine import timeout_seconds
-from ..errors import BackendError, Interrupted, WorkerError
-from ..plugins import import_user_modules
-from ..resources import WORKER_BYTES, check_processes, tied_call, usable_cores
+from ...args import check_int
+from ...engine import timeout_seconds
+from ...errors import BackendError, Interrupted, WorkerError
+from ...plugins import import_user_modules
+from ...resources import WORKER_BYTES, check_processes, tied_call, usable_cores
 from ..shm import sweep
 
 _jobs = iter(range(1, 1 << 62))

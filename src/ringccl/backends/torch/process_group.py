@@ -87,15 +87,16 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.distributed as dist
 
-from .. import engine, frontend, shm, units
-from ..args import check_rank
-from ..consistency import debug_level
-from ..errors import ArgumentError
-from ..frontend import debug
-from ..ops import ReduceOp
+from ... import engine, frontend, units
+from .. import shm
+from ...args import check_rank
+from ...consistency import debug_level
+from ...errors import ArgumentError
+from ...frontend import debug
+from ...ops import ReduceOp
 from ..shm.hierarchical import host_layout
 from . import executor, hybrid
-from .backend_choice import LINKS, SIZE_CLASSES, choose_algorithm, predicted_seconds, size_class
+from ...costmodel.choice import LINKS, SIZE_CLASSES, choose_algorithm, predicted_seconds, size_class
 from .collectives import _SUPPORTED, _Torch
 
 __all__ = ["BACKEND_NAME", "RingcclProcessGroup", "register", "create_process_group",

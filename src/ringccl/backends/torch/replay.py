@@ -14,8 +14,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from ..bench.spec import BenchSpec
-from ..bench.sweep import run_sweep
+from ...bench.spec import BenchSpec
+from ...bench.sweep import run_sweep
 from .runner import TorchBackend
 
 __all__ = ["replay_worker", "placement_of"]

@@ -18,13 +18,14 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..bench.inputs import Case
-from ..bench.spec import BUILTIN, BenchSpec
-from ..bench.sweep import Prepared, run_sweep
-from ..collectives import get_collective
-from ..engine import trace
-from ..errors import BackendError
-from ..ops import parse_op
+from ...bench.inputs import Case
+from ...bench.spec import BUILTIN, BenchSpec
+from ...bench.sweep import Prepared, run_sweep
+from ...collectives import get_collective
+from ...engine import trace
+from ...errors import BackendError
+from ...ops import parse_op
+from .launch import launch
 from .executor import combine_fn
 
 __all__ = ["TorchBackend", "sweep", "launch_sweep"]
@@ -80,7 +81,7 @@ class TorchBackend:
             kw: dict = {"group": self.group}
             op_arg = getattr(dist.ReduceOp, _TORCH_OPS[op.value])
         else:
-            from .. import torch as ns  # ringccl.torch
+            from . import collectives as ns  # ringccl.torch's functions
             kw = {"group": self.group, "algorithm": algorithm, **spec.params}
             if segment_bytes is not None:
                 kw["segment_bytes"] = segment_bytes
@@ -263,8 +264,6 @@ def launch_sweep(spec: BenchSpec, nproc: int, on_row: Callable[[dict], None] | N
         BackendError: a worker died or timed out.
         Interrupted: Ctrl-C or SIGTERM; its ``partial`` holds the rows done before it.
     """
-    from .launch import launch
-
     return launch(sweep, nproc, spec.to_dict(), backend=spec.backend, timeout=timeout,
                   oversubscribe=oversubscribe, worker_bytes=worker_bytes, verbose=verbose,
                   on_progress=on_row or (lambda row: None))[0]
