@@ -1,22 +1,35 @@
-"""The ringccl backend's algorithm per call: ``RINGCCL_ALGO``, else the transport's choice; its
-predicted time.
+"""The one algorithm chooser: which algorithm a call runs when none is named ("auto").
 
-``RINGCCL_ALGO`` names an algorithm per collective, as NCCL_ALGO does::
+Every executor asks it (ringccl.torch's and ringccl.mpi's functions with ``algorithm=None`` or
+"auto", the torch.distributed backend per call, the hybrid transport's two-level choice), so the
+same call on the same transport gets the same algorithm wherever it is issued. Like NCCL's
+tuning (a table of (collective, algorithm) costs and its argmin, NCCL's ``src/graph/tuning.cc``),
+it is data and one rule per transport:
 
-    RINGCCL_ALGO=all_reduce:ring,all_gather:direct,broadcast:binomial_tree
+* ``"shm"`` (every rank on one host, reads in place): ``direct`` for every collective (one
+  step: with reads in place a ring's N-1 dependent steps are pure synchronisation; measured
+  best or level for reduce_scatter, all_gather, broadcast and all_to_all at 4 KiB-16 MiB,
+  docs/shm.md), except all_reduce from the measured crossover of :data:`TWO_SHOT_BYTES` (per
+  backend: its array dialect's copies and reductions differ) on: ``two_shot``;
+* ``"p2p"`` (torch.distributed or MPI point-to-point): the registry's
+  :data:`ringccl.algorithms.DEFAULTS` (ring where the bandwidth-optimal ring exists);
+* ``"hybrid"`` (shared memory inside each host, point-to-point across): the argmin of the
+  α-β-γ model (:func:`predicted_seconds` on :func:`two_level_machine`) over the registry's
+  default and the two-level ``hierarchical`` schedule with ``local_size`` = ranks per host,
+  where one is registered and the hosts hold equal blocks of consecutive ranks.
 
-Collectives not named keep the transport's choice ("auto"). An entry that is not
+``RINGCCL_ALGO`` (the torch.distributed backend's override, as NCCL_ALGO is NCCL's; the
+library functions take ``algorithm=`` instead) names an algorithm per collective::
+
+    RINGCCL_ALGO=all_reduce:ring,all_gather:direct,broadcast:tree
+
+Collectives not named keep the transport's choice. An entry that is not
 ``collective:algorithm`` with a registered pair is refused at the first collective, naming the
-entry and the allowed names.
+entry and the allowed names (:func:`parse_algo_env`, the one parser; memoized per value).
 
-"auto" is what ``ringccl.torch``'s functions choose for the same transport: over shared memory
-the measured :func:`ringccl.torch.executor.shm_algorithm` (one-shot ``direct``, ``two_shot``
-all_reduce from ``SHM_TWO_SHOT_BYTES``), over gloo point-to-point the registry's
-:data:`ringccl.algorithms.DEFAULTS`.
-
-The predicted time (logged with ``RINGCCL_DEBUG=INFO``) is the α-β-γ model
-(:mod:`ringccl.costmodel`) of the chosen schedule on a flat machine with the link class of the
-transport in use (:data:`LINKS`):
+The predicted time (the hybrid choice; the backend's ``RINGCCL_DEBUG=INFO`` line) is the α-β-γ
+model (:mod:`ringccl.costmodel`) of the schedule with the link class of the transport in use
+(:data:`LINKS`):
 
 * gloo point-to-point over TCP loopback, fitted by ``ringccl fit`` on this project's 2-process
   ring all_reduce rows (docs/benchmarks.md, "The fitted model"): α = 1.51 ms per step,
@@ -24,30 +37,35 @@ transport in use (:data:`LINKS`):
 * shared memory: the cost model's fitted link class
   (:data:`ringccl.costmodel.presets.SHARED_MEMORY`, ``ringccl fit`` on this transport's own
   rows; its comment has the run and the held-out error, 33%) plus its per-call ε (87 µs,
-  the call's fixed cost, the same for every algorithm) — :data:`SHM_FITTED`. Until the
-  integration run of issue 16 it was :data:`SHM_PROVISIONAL`, two points of a loaded run,
-  kept for comparison.
+  the call's fixed cost, the same for every algorithm) — :data:`SHM_FITTED`
+  (:data:`SHM_PROVISIONAL`: the two points of a loaded run it replaced, kept for comparison).
 """
 
 from __future__ import annotations
 
 import os
+from typing import NamedTuple
 
 from .. import caches
 from ..algorithms import algorithms, default_algorithm
 from ..collectives import COLLECTIVES
+from ..errors import ArgumentError
 from .model import predictor
 from .presets import SHARED_MEMORY, SHM_FIT
 from .topology import two_level
-from ..errors import ArgumentError
 
-__all__ = ["parse_algo_env", "choose_algorithm", "predicted_seconds", "size_class",
-           "SIZE_CLASSES", "GLOO_P2P", "SHM_PROVISIONAL", "SHM_FITTED", "LINKS", "CALL_SECONDS",
-           "TRANSPORTS"]
+__all__ = ["choose", "Choice", "TWO_SHOT_BYTES", "two_shot_bytes", "parse_algo_env",
+           "predicted_seconds", "two_level_machine", "TRANSPORTS", "BACKENDS", "GLOO_P2P",
+           "SHM_PROVISIONAL", "SHM_FITTED", "LINKS", "CALL_SECONDS"]
 
-#: the backend's transports: "shm" (every rank of the group on this host), "p2p" (gloo
-#: point-to-point on the inner gloo group), "hybrid" (shm inside each host, gloo across)
+#: the transports a call runs on: "shm" (every rank of the group on this host), "p2p"
+#: (point-to-point: torch.distributed, the backend's inner gloo group, MPI), "hybrid" (shm
+#: inside each host, point-to-point across)
 TRANSPORTS = ("shm", "p2p", "hybrid")
+
+#: the backends, whose shared-memory data paths differ (torch: numpy views with torch's
+#: reductions; MPI: numpy throughout) and so were measured apart
+BACKENDS = ("torch", "mpi")
 
 #: (alpha [s per step], beta [s per byte sent], gamma [s per byte reduced]) of gloo
 #: point-to-point on one host, from docs/benchmarks.md's fit (2 processes, TCP loopback)
@@ -55,7 +73,7 @@ GLOO_P2P = (1.51e-3, 1.019e-9, 0.267e-9)
 
 #: the same for the shared-memory transport, provisional until the cost model's fitted shm
 #: link class exists: two_shot all_reduce on 2 processes costs 2·alpha + nbytes·(beta + gamma/2);
-#: through its measured 815 µs at 1 MiB and 12007 µs at 16 MiB (SHM_TWO_SHOT_BYTES's docstring)
+#: through its measured 815 µs at 1 MiB and 12007 µs at 16 MiB (an earlier two_shot run)
 #: that is alpha = 35 µs and beta + gamma/2 = 0.711 ns/B, split as beta = gamma (a reduce reads
 #: two streams and writes one, a copy reads one and writes one: about the same memory traffic
 #: per byte on this machine).
@@ -77,11 +95,14 @@ CALL_SECONDS = {"p2p": 0.0, "shm": SHM_FIT["epsilon"], "hybrid": SHM_FIT["epsilo
 #: all_reduce over shared memory: one-shot (``direct``: every rank reads and reduces every
 #: peer's whole buffer, one step) below this many bytes, ``two_shot`` (direct reduce-scatter +
 #: direct all-gather: each rank reduces its 1/N block from the peers' buffers, then copies the
-#: others' blocks) from it on, per world_size (:func:`shm_two_shot_bytes`: the entry of the
-#: largest world_size measured that is <= the group's). Measured with ``benchmarks/
-#: bench_shm.py --nproc N --crossover-only --collectives all_reduce --sizes 256KiB,512KiB,1MiB,
-#: 4MiB,16MiB,64MiB --iters 7`` (the algorithms interleaved round by round, median µs, max over
-#: ranks; 2 cores, load average 2-3 from other jobs), direct / two_shot / ring:
+#: others' blocks) from it on, per (backend, transport) and world_size
+#: (:func:`two_shot_bytes`: the entry of the largest world_size measured that is <= the
+#: group's; below the smallest, the smallest's).
+#:
+#: ("torch", "shm"): measured with ``benchmarks/bench_shm.py --nproc N --crossover-only
+#: --collectives all_reduce --sizes 256KiB,512KiB,1MiB,4MiB,16MiB,64MiB --iters 7`` (the
+#: algorithms interleaved round by round, median µs, max over ranks; 2 cores, load average 2-3
+#: from other jobs), direct / two_shot / ring:
 #: 2 processes 256 KiB 164 / 153 / 155, 512 KiB 195 / 186 / 199, 1 MiB 294 / 258 / 253,
 #: 4 MiB 1944 / 1195 / 1037, 16 MiB 7571 / 5954 / 6529, 64 MiB 63692 / 25902 / 25976;
 #: 4 processes 256 KiB 1447 / 1628 / 1816, 512 KiB 1658 / 1604 / 1789, 1 MiB 2875 / 2166 /
@@ -90,48 +111,102 @@ CALL_SECONDS = {"p2p": 0.0, "shm": SHM_FIT["epsilon"], "hybrid": SHM_FIT["epsilo
 #: crossover: direct wins at 4-256 KiB for 2 and 4 processes (4 processes, 256 KiB: 894 /
 #: 1024 / 1106). With 4 processes ring is level with two_shot from 16 MiB (0-12% faster in
 #: these runs, inside the noise): not switched to on this evidence.
-SHM_TWO_SHOT_BYTES_BY_WORLD = {2: 256 << 10, 4: 512 << 10}
-#: the 2-process crossover (the name the first round gave it)
-SHM_TWO_SHOT_BYTES = SHM_TWO_SHOT_BYTES_BY_WORLD[2]
+#:
+#: ("mpi", "shm"): numpy's copies and reductions are cheaper per call than torch's on small
+#: buffers, and eager sends (small sends complete at once, docs/shm.md) made one-shot's single
+#: step cheaper still (the crossover moved up from 32 KiB). Measured with ``benchmarks/
+#: bench_mpi_shm.py --nproc 2 --crossover --iters 5`` (2-core machine, load average 2.0-2.1
+#: from other jobs; median µs direct / two_shot, several runs): 16 KiB 29.5 / 33.8, 57.9 /
+#: 53.3; 32 KiB 36.5 / 39.8, 66.8 / 76.4, 33.5 / 37.6; 64 KiB 39.0 / 43.7, 40.0 / 43.3,
+#: 61.1 / 67.4, 92.3 / 88.4; 128 KiB 59.6 / 50.6, 84.9 / 68.8, 66.2 / 52.2; 256 KiB 91.5 /
+#: 68.3, 125.0 / 96.7 (before eager sends: 4 KiB 27.1 / 30.3, 64 KiB 42.4 / 39.7, 256 KiB
+#: 92.9 / 69.2). 4 processes (``--nproc 4 --crossover``, same runs, 4 ranks on 2 cores):
+#: 32 KiB 358.9 / 521.7, 258.2 / 296.4, 233.0 / 250.2; 64 KiB 587.3 / 647.9, 289.0 / 358.5;
+#: 128 KiB 463.1 / 638.6, 331.4 / 340.9, 327.3 / 352.0; 256 KiB 518.0 / 500.4, 601.4 /
+#: 610.2 (even).
+TWO_SHOT_BYTES = {
+    ("torch", "shm"): {2: 256 << 10, 4: 512 << 10},
+    ("mpi", "shm"): {2: 128 << 10, 4: 256 << 10},
+}
 
 
-def shm_two_shot_bytes(world_size: int) -> int:
-    """all_reduce bytes from which ``two_shot`` beats ``direct`` over shared memory on
-    ``world_size`` ranks (:data:`SHM_TWO_SHOT_BYTES_BY_WORLD`)."""
-    known = [n for n in SHM_TWO_SHOT_BYTES_BY_WORLD if n <= world_size]
-    return SHM_TWO_SHOT_BYTES_BY_WORLD[max(known) if known else min(SHM_TWO_SHOT_BYTES_BY_WORLD)]
+class Choice(NamedTuple):
+    """What :func:`choose` picked: the algorithm, its parameters (``local_size`` for a
+    two-level schedule), and whether ``RINGCCL_ALGO`` forced it."""
+
+    algorithm: str
+    params: dict
+    forced: bool = False
 
 
-def shm_algorithm(collective: str, world_size: int, nbytes: int) -> str:
-    """The algorithm ``algorithm="auto"`` runs over shared memory for ``nbytes`` of the
-    collective's buffer on ``world_size`` ranks: ``direct`` everywhere (one step: with reads
-    in place a ring's N-1 dependent steps are pure synchronisation; measured best or level for
-    reduce_scatter, all_gather, broadcast and all_to_all at 4 KiB-16 MiB, see docs/shm.md),
-    except all_reduce from :func:`shm_two_shot_bytes` on, ``two_shot``."""
-    if collective == "all_reduce" and world_size > 1 and nbytes >= shm_two_shot_bytes(world_size):
-        return "two_shot"
-    return "direct"
+def two_shot_bytes(world_size: int, backend: str = "torch") -> int:
+    """all_reduce bytes from which ``two_shot`` runs over shared memory for ``world_size``
+    ranks of ``backend`` (:data:`TWO_SHOT_BYTES`)."""
+    by_world = TWO_SHOT_BYTES[backend, "shm"]
+    known = [n for n in by_world if n <= world_size]
+    return by_world[max(known) if known else min(by_world)]
 
 
-#: upper bounds (bytes, exclusive) of the size classes of the log lines, NCCL-style powers of 4
-SIZE_CLASSES = tuple(4 ** k for k in range(5, 17))   # 1 KiB ... 4 GiB
+def choose(collective: str, world_size: int, nbytes: int, transport: str = "p2p", *,
+           backend: str = "torch", local_size: int | None = None,
+           honour_env: bool = False) -> Choice:
+    """The algorithm of one call with no algorithm named (module docstring).
+
+    Args:
+        collective: a name of :data:`ringccl.collectives.COLLECTIVES`.
+        world_size: ranks of the group.
+        nbytes: bytes of the collective's working buffer (nccl-tests' "size").
+        transport: "shm", "p2p" or "hybrid" (:data:`TRANSPORTS`), the transport the call runs
+            on.
+        backend: "torch" or "mpi" (:data:`BACKENDS`): whose measured crossovers apply.
+        local_size: "hybrid" on hosts of equal blocks of consecutive ranks: the ranks per host
+            (None: not so; the two-level schedules are then not considered).
+        honour_env: apply ``RINGCCL_ALGO`` first (the torch.distributed backend); a forced
+            ``hierarchical`` gets ``local_size`` from the hosts too.
+    Returns:
+        :class:`Choice`. Same arguments, same answer on every rank.
+    Raises:
+        ArgumentError: a malformed ``RINGCCL_ALGO`` (:func:`parse_algo_env`); another
+            ``transport`` or ``backend``.
+    """
+    _check(transport, backend)
+    two_level = transport == "hybrid" and local_size is not None and 1 < local_size < world_size
+    if honour_env:
+        forced = parse_algo_env(os.environ.get("RINGCCL_ALGO", "")).get(collective)
+        if forced is not None:
+            params = {"local_size": local_size} if forced == "hierarchical" and two_level else {}
+            return Choice(forced, params, True)
+    if transport == "shm":
+        if collective == "all_reduce" and world_size > 1 and \
+                nbytes >= two_shot_bytes(world_size, backend):
+            return Choice("two_shot", {})
+        return Choice("direct", {})
+    if two_level and "hierarchical" in algorithms(collective):
+        pick = _two_level_choice(collective, world_size, nbytes, local_size)
+        return Choice(pick.algorithm, dict(pick.params))   # not the memoized dict
+    return Choice(default_algorithm(collective), {})
 
 
-def size_class(nbytes: int) -> str:
-    """The size class of a ``nbytes`` buffer as text: ``"<1KiB"``, ``"4KiB-16KiB"``, …"""
-    lower = 0
-    for upper in SIZE_CLASSES:
-        if nbytes < upper:
-            return f"{_human(lower)}-{_human(upper)}" if lower else f"<{_human(upper)}"
-        lower = upper
-    return f">={_human(lower)}"
+@caches.memoize(maxsize=1024)
+def _two_level_choice(collective: str, world_size: int, nbytes: int, local_size: int) -> Choice:
+    """The cheaper by the model of the registry's default and ``hierarchical``."""
+    flat = default_algorithm(collective)
+    two = {"local_size": local_size}
+    t_flat = predicted_seconds(collective, flat, world_size, nbytes, "hybrid", {}, local_size)
+    t_two = predicted_seconds(collective, "hierarchical", world_size, nbytes, "hybrid", two,
+                              local_size)
+    if t_two is not None and (t_flat is None or t_two < t_flat):
+        return Choice("hierarchical", two)
+    return Choice(flat, {})
 
 
-def _human(nbytes: int) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if nbytes >= scale:
-            return f"{nbytes // scale}{unit}"
-    return f"{nbytes}B"
+def _check(transport: str, backend: str = "torch") -> None:
+    if transport not in TRANSPORTS:
+        raise ArgumentError(f"transport={transport!r} must be one of "
+                            f"{', '.join(map(repr, TRANSPORTS))}")
+    if backend not in BACKENDS:
+        raise ArgumentError(f"backend={backend!r} must be one of "
+                            f"{', '.join(map(repr, BACKENDS))}")
 
 
 @caches.memoize(maxsize=16)
@@ -160,62 +235,6 @@ def parse_algo_env(value: str) -> dict[str, str]:
                                 f"{algorithm!r}; expected one of {', '.join(allowed)}")
         chosen[collective] = algorithm
     return chosen
-
-
-def _check_transport(transport: str) -> None:
-    if transport not in TRANSPORTS:
-        raise ArgumentError(f"transport={transport!r} must be one of "
-                            f"{', '.join(map(repr, TRANSPORTS))}")
-
-
-def choose_algorithm(collective: str, world_size: int, nbytes: int,
-                     transport: str = "p2p", local_size: int | None = None
-                     ) -> tuple[str, dict, bool]:
-    """The algorithm of one call, its parameters, and whether ``RINGCCL_ALGO`` forced it.
-
-    Args:
-        collective: a name of :data:`ringccl.collectives.COLLECTIVES`.
-        world_size: ranks of the group.
-        nbytes: bytes of the collective's working buffer (nccl-tests' "size").
-        transport: "shm", "p2p" or "hybrid" (:data:`TRANSPORTS`), the transport the call runs
-            on.
-        local_size: "hybrid" on hosts of equal blocks of consecutive ranks: the ranks per host
-            (None: not so; the two-level schedules are then not considered).
-    Returns:
-        (algorithm name, parameters, forced). Not forced: over "shm" :func:`ringccl.torch.
-        executor.shm_algorithm`, over "p2p" :data:`ringccl.algorithms.DEFAULTS` (ringccl.torch's
-        "auto" for the same transport), over "hybrid" the faster by the cost model
-        (:func:`predicted_seconds` on :func:`two_level_machine`) of the registry's default and
-        the two-level ``hierarchical`` schedule with ``local_size``, where one is registered.
-        A forced ``hierarchical`` gets ``local_size`` from the hosts too.
-    Raises:
-        ArgumentError: a malformed ``RINGCCL_ALGO`` (:func:`parse_algo_env`); another
-            ``transport``.
-    """
-    _check_transport(transport)
-    forced = parse_algo_env(os.environ.get("RINGCCL_ALGO", "")).get(collective)
-    two_level = transport == "hybrid" and local_size is not None and 1 < local_size < world_size
-    if forced is not None:
-        params = {"local_size": local_size} if forced == "hierarchical" and two_level else {}
-        return forced, params, True
-    if transport == "shm":
-        return shm_algorithm(collective, world_size, nbytes), {}, False
-    if two_level and "hierarchical" in algorithms(collective):
-        algorithm, params = _two_level_choice(collective, world_size, nbytes, local_size)
-        return algorithm, params, False
-    return default_algorithm(collective), {}, False
-
-
-@caches.memoize(maxsize=1024)
-def _two_level_choice(collective: str, world_size: int, nbytes: int, local_size: int):
-    flat = default_algorithm(collective)
-    two = {"local_size": local_size}
-    t_flat = predicted_seconds(collective, flat, world_size, nbytes, "hybrid", {}, local_size)
-    t_two = predicted_seconds(collective, "hierarchical", world_size, nbytes, "hybrid", two,
-                              local_size)
-    if t_two is not None and (t_flat is None or t_two < t_flat):
-        return "hierarchical", two
-    return flat, {}
 
 
 def two_level_machine(world_size: int, local_size: int):
@@ -253,7 +272,7 @@ def predicted_seconds(collective: str, algorithm: str, world_size: int,
     Raises:
         ArgumentError: ``transport`` not in :data:`TRANSPORTS`.
     """
-    _check_transport(transport)
+    _check(transport)
     try:
         return CALL_SECONDS[transport] + float(_predictor(
             collective, algorithm, world_size, transport, tuple(sorted((params or {}).items())),

@@ -28,7 +28,7 @@ Example (``mpirun -np 4 python script.py``)::
 
 Roots (``src``, ``dst``, default 0) are ranks of ``comm``, as MPI's root. Each function maps the
 collective's contract onto a working buffer with :mod:`ringccl.layout` (the same mapping as
-:mod:`ringccl.torch`) and runs it with :func:`ringccl.mpi.executor.execute`; none knows any
+:mod:`ringccl.torch`) and runs it with :func:`ringccl.backends.mpi.executor.execute`; none knows any
 algorithm. Arrays must be numpy arrays of a dtype in ``ringccl.ops.SUPPORTED_DTYPES``, with the
 same shape and dtype on every rank (as MPI requires; not checked across ranks); the arrays a
 function updates in place (all_reduce's buffer, reduce_scatter's and all_gather's output,
@@ -40,7 +40,7 @@ uncaught exception aborts the whole job.
 
 Every function takes, keyword-only and in this order (as :mod:`ringccl.torch`),
 ``segment_bytes=`` (pipelining; None: the transport's measured policy,
-``ringccl.mpi.executor.PIPELINING``, which never splits; 0: never split), ``timeout=``,
+``ringccl.backends.mpi.executor.PIPELINING``, which never splits; 0: never split), ``timeout=``,
 ``restore=``, ``check=`` and ``transport=``; the flow is :mod:`ringccl.frontend`'s, shared with
 ringccl.torch.
 
@@ -49,14 +49,14 @@ shared memory (:mod:`ringccl.shm`, docs/shm.md) when every rank is on this host
 (``MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)`` spans the communicator, no ``RINGCCL_HOST_ID``
 splits it) on x86-64, else over MPI point-to-point; "shm" and "p2p" force one. Over shared
 memory ``algorithm=None`` (or "auto") is the measured choice
-(:func:`ringccl.mpi.executor.shm_algorithm`: one-shot ``direct``, ``two_shot`` for large
+(:func:`ringccl.costmodel.choice.choose`: one-shot ``direct``, ``two_shot`` for large
 all_reduces); an explicit name still runs that algorithm.
 
 Failures: MPI has no timeouts and aborts the job when a process dies. With ``timeout=`` (seconds)
 or ``RINGCCL_TIMEOUT`` set, every wait (and the first call's duplication of ``comm``) polls
 ``MPI_Test`` until the deadline and raises :class:`ringccl.errors.RingcclTimeout` naming the step
 and the peer, with the caller's buffers restored (``restore=None``: only when a timeout is in
-effect); then end the job with ``comm.Abort()`` (see :func:`ringccl.mpi.executor.execute`).
+effect); then end the job with ``comm.Abort()`` (see :func:`ringccl.backends.mpi.executor.execute`).
 ``check=True`` (or ``RINGCCL_DEBUG=1`` on every rank) first compares a fingerprint of the call
 across ranks through the communicator (:mod:`ringccl.consistency`).
 
@@ -72,8 +72,8 @@ import numpy as np
 
 from ... import engine, frontend
 from .. import shm
-from ...algorithms import default_algorithm
 from ...collectives import check_root
+from ...costmodel import choice
 from ...errors import ArgumentError, ArgumentTypeError, RingcclTimeout
 from ...layout import rooted
 from ...ops import (SUPPORTED_DTYPES, ReduceOp, check_accumulate_dtype, check_dtype,
@@ -85,14 +85,14 @@ __all__ = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", 
 
 
 _mpi: list = []  # the mpi4py.MPI module, imported on first use (importing it starts MPI)
-_executor: list = []   # [executor._execute, executor.shm_algorithm], imported on first use
+_executor: list = []   # [executor._execute], imported on first use
 
 
 def _load_executor() -> None:
     """Import :mod:`ringccl.mpi.executor` (it imports mpi4py) once; a function-level import
     at every call cost a lookup per call."""
-    from .executor import _execute, shm_algorithm
-    _executor[:] = [_execute, shm_algorithm]
+    from .executor import _execute
+    _executor[:] = [_execute]
 
 
 def _MPI():
@@ -113,7 +113,7 @@ def release_buffers() -> None:
 def shm_empty(shape, dtype=np.float32, comm=None) -> np.ndarray:
     """A numpy array of ``shape`` and ``dtype`` in this rank's slot of ``comm``'s shared
     memory: collectives on it over shared memory skip the copy in and out (zero copy;
-    :func:`ringccl.mpi.executor.shm_empty`, which documents it). Collective."""
+    :func:`ringccl.backends.mpi.executor.shm_empty`, which documents it). Collective."""
     from .executor import shm_empty as allocate
     return allocate(shape, dtype, comm)
 
@@ -149,7 +149,7 @@ class _Numpy:
 
     name = "ringccl.mpi"
     size_word = "size"
-    #: mirrors ringccl.mpi.executor.PIPELINING (not imported here: that imports mpi4py);
+    #: mirrors ringccl.backends.mpi.executor.PIPELINING (not imported here: that imports mpi4py);
     #: None: the executor's measured default
     pipelining = None
 
@@ -224,13 +224,10 @@ class _Numpy:
 
     @staticmethod
     def choose(collective: str, world_size: int, count: int, dtype, opts) -> str:
-        """algorithm=None/"auto": over shared memory the measured choice
-        (:func:`ringccl.mpi.executor.shm_algorithm`), over p2p ``ringccl.algorithms.DEFAULTS``."""
-        if opts.transport == "shm":
-            if not _executor:
-                _load_executor()
-            return _executor[1](collective, world_size, count * dtype.itemsize)
-        return default_algorithm(collective)
+        """algorithm=None/"auto": the one chooser's pick for the call's transport with
+        ringccl.mpi's measured crossovers (:func:`ringccl.costmodel.choice.choose`)."""
+        return choice.choose(collective, world_size, count * dtype.itemsize,
+                             opts.transport or "p2p", backend="mpi").algorithm
 
     # -- array dialect --------------------------------------------------------------------------
     @staticmethod
@@ -397,7 +394,7 @@ def resolve_transport(comm, transport: Any) -> str:
 
     "auto" (the default; ``RINGCCL_TRANSPORT`` overrides it): "shm" when the communicator has
     more than one rank, this is an x86-64 machine and every rank shares this host's memory
-    (:func:`ringccl.mpi.executor.shm_possible`: ``MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)``
+    (:func:`ringccl.backends.mpi.executor.shm_possible`: ``MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)``
     spans ``comm`` and no ``RINGCCL_HOST_ID`` splits it; asked once per communicator, a
     collective call), else "p2p" (MPI point-to-point). The same answer on every rank when they
     pass the same ``transport``.
@@ -423,7 +420,7 @@ def run_schedule(schedule, buffer: np.ndarray, op: Any = ReduceOp.SUM, comm=None
                  segment_bytes: int | None = None, *, timeout=None,
                  restore: bool | None = None, pipelining=None) -> np.ndarray:
     """Execute any ``schedule`` in place on this rank's 1-D working ``buffer``
-    (``bounds``: this rank's chunk offsets; see :func:`ringccl.mpi.executor.execute`)."""
+    (``bounds``: this rank's chunk offsets; see :func:`ringccl.backends.mpi.executor.execute`)."""
     return frontend.run_schedule(_B, schedule, buffer, op, comm, bounds, segment_bytes, timeout,
                                  restore, pipelining)
 
@@ -439,10 +436,10 @@ def all_reduce(buffer: np.ndarray, op: Any = ReduceOp.SUM, comm=None, algorithm:
             bool.
         comm: mpi4py communicator (None = ``MPI.COMM_WORLD``).
         algorithm: a name from ``ringccl.algorithms("all_reduce")`` (None or "auto": over
-            shared memory the measured choice, ``ringccl.mpi.executor.shm_algorithm``, else
+            shared memory the measured choice, ``ringccl.costmodel.choice.choose``, else
             the collective's default, ``ringccl.algorithms.DEFAULTS``: ring).
         segment_bytes: pipelining segment size in bytes (None: the transport's measured policy,
-            ``ringccl.mpi.executor.PIPELINING``, decides: never split; 0: never split).
+            ``ringccl.backends.mpi.executor.PIPELINING``, decides: never split; 0: never split).
         transport: "auto" (shared memory when every rank is on this host, else MPI
             point-to-point: :func:`resolve_transport`), "shm" or "p2p"; the same on every
             rank. Every function takes it.

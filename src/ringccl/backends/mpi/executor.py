@@ -43,9 +43,7 @@ from ...ir import Schedule
 from ...ops import SUPPORTED_DTYPES, ReduceOp, ufunc
 
 __all__ = ["execute", "release_buffers", "PIPELINING", "OPS", "PIPELINE_THRESHOLD_BYTES",
-           "DEFAULT_SEGMENT_BYTES", "SHM_PIPELINING", "SHM_TWO_SHOT_BYTES",
-           "SHM_TWO_SHOT_BYTES_BY_WORLD", "SHM_LAZY_ENTRY_MIN_WORLD", "shm_two_shot_bytes",
-           "shm_algorithm",
+           "DEFAULT_SEGMENT_BYTES", "SHM_PIPELINING", "SHM_LAZY_ENTRY_MIN_WORLD",
            "shm_possible", "shm_state", "release_shm", "shm_empty"]
 
 _SUPPORTED = frozenset(np.dtype(d) for d in SUPPORTED_DTYPES)
@@ -196,41 +194,6 @@ SHM_PIPELINING = engine.Pipelining(None, 0)
 #: seconds a shared-memory wait may take when neither ``timeout=`` nor RINGCCL_TIMEOUT is set
 #: (MPI's own waits are unbounded; a dead peer is still noticed at once by its pid)
 SHM_DEFAULT_TIMEOUT_S = 1800.0
-
-#: all_reduce over shared memory with numpy: one-shot (``direct``) below this many bytes,
-#: ``two_shot`` from it on, for 2 ranks (:data:`SHM_TWO_SHOT_BYTES_BY_WORLD` for more). With
-#: eager sends (small sends complete at once, docs/shm.md) one-shot's single step got cheaper
-#: and the crossover moved up from 32 KiB. Measured with ``benchmarks/bench_mpi_shm.py --nproc
-#: 2 --crossover --iters 5`` (2-core machine, load average 2.0-2.1 from other jobs; median µs
-#: direct / two_shot, several runs): 16 KiB 29.5 / 33.8, 57.9 / 53.3; 32 KiB 36.5 / 39.8,
-#: 66.8 / 76.4, 33.5 / 37.6; 64 KiB 39.0 / 43.7, 40.0 / 43.3, 61.1 / 67.4, 92.3 / 88.4;
-#: 128 KiB 59.6 / 50.6, 84.9 / 68.8, 66.2 / 52.2; 256 KiB 91.5 / 68.3, 125.0 / 96.7.
-#: (Before eager sends: 4 KiB 27.1 / 30.3, 64 KiB 42.4 / 39.7, 256 KiB 92.9 / 69.2.)
-SHM_TWO_SHOT_BYTES = 128 << 10
-
-#: the crossover per group size (a group uses the entry of the largest size not above its
-#: own). 4 processes (``--nproc 4 --crossover``, same runs, 4 ranks on 2 cores): 32 KiB
-#: 358.9 / 521.7, 258.2 / 296.4, 233.0 / 250.2; 64 KiB 587.3 / 647.9, 289.0 / 358.5; 128 KiB
-#: 463.1 / 638.6, 331.4 / 340.9, 327.3 / 352.0; 256 KiB 518.0 / 500.4, 601.4 / 610.2 (even).
-SHM_TWO_SHOT_BYTES_BY_WORLD = {2: SHM_TWO_SHOT_BYTES, 4: 256 << 10}
-
-
-def shm_two_shot_bytes(world_size: int) -> int:
-    """Bytes from which all_reduce over shared memory runs ``two_shot`` for ``world_size``
-    ranks (:data:`SHM_TWO_SHOT_BYTES_BY_WORLD`)."""
-    known = [n for n in SHM_TWO_SHOT_BYTES_BY_WORLD if n <= world_size]
-    return SHM_TWO_SHOT_BYTES_BY_WORLD[max(known)] if known else SHM_TWO_SHOT_BYTES
-
-
-def shm_algorithm(collective: str, world_size: int, nbytes: int) -> str:
-    """The algorithm ``algorithm=None``/"auto" runs over shared memory for ``nbytes`` of the
-    collective's buffer: ``direct`` (one step: with reads in place a ring's N - 1 dependent
-    steps are pure synchronisation), except all_reduce from :func:`shm_two_shot_bytes` on,
-    ``two_shot``."""
-    if collective == "all_reduce" and world_size > 1 and nbytes >= shm_two_shot_bytes(world_size):
-        return "two_shot"
-    return "direct"
-
 
 _shm: dict = {}          # py2f(comm) -> (ShmGroup, ShmTransport) of the comm's shared memory
 _one_host: dict = {}     # py2f(comm) -> whether every rank of comm shares this host's memory

@@ -55,8 +55,8 @@ import torch.distributed as dist
 
 from ... import caches, engine, frontend
 from .. import shm
-from ...algorithms import default_algorithm
 from ...args import check_int, check_rank
+from ...costmodel import choice
 from ...errors import ArgumentError, ArgumentTypeError, BackendError, PeerError
 from ...layout import check_own_block, rooted
 from ...ops import ReduceOp, check_accumulate_dtype, check_op_dtype, parse_op
@@ -199,11 +199,11 @@ class _Torch:
 
     @staticmethod
     def choose(collective: str, world_size: int, count: int, dtype, opts) -> str:
-        """algorithm=None/"auto": over shared memory the measured choice
-        (:func:`executor.shm_algorithm`), over p2p ``ringccl.algorithms.DEFAULTS``."""
-        if opts.transport == "shm":
-            return executor.shm_algorithm(collective, world_size, count * dtype.itemsize)
-        return default_algorithm(collective)
+        """algorithm=None/"auto": the one chooser's pick for the call's transport
+        (:func:`ringccl.costmodel.choice.choose`; over "hybrid" without the hosts' layout:
+        the functions that have a two-level schedule ask it with one, :func:`_auto`)."""
+        return choice.choose(collective, world_size, count * dtype.itemsize,
+                             opts.transport or "p2p").algorithm
 
     # -- array dialect --------------------------------------------------------------------------
     @staticmethod
@@ -410,6 +410,25 @@ def _options(group, tensor, segment_bytes, timeout, restore, check, transport):
                             resolve_transport(group, transport, tensor))
 
 
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def _auto(collective: str, group, algorithm: str | None, params: dict, opts,
+          nbytes: int) -> tuple[str | None, dict]:
+    """``(algorithm, params)`` of a collective with a two-level schedule: over the hybrid
+    transport with no algorithm and no parameters named, the one chooser's pick with the
+    hosts' ``local_size`` (:func:`ringccl.costmodel.choice.choose`: the model's cheaper of the
+    collective's default and ``hierarchical``; :func:`~ringccl.backends.torch.hybrid.layout_of`
+    is collective on its first use per group), else as given."""
+    if opts.transport != "hybrid" or algorithm not in (None, "auto") or params:
+        return algorithm, params
+    from .hybrid import layout_of
+    pick = choice.choose(collective, dist.get_world_size(group), nbytes, "hybrid",
+                         local_size=layout_of(group).local_size)
+    return pick.algorithm, dict(pick.params)
+
+
 @_no_grad
 def run_schedule(schedule, buffer: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
                  bounds=None, segment_bytes: int | None = None, *, timeout=None,
@@ -433,10 +452,11 @@ def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
         op: ``ReduceOp``/``torch.distributed.ReduceOp``/name; AVG needs floats, bitwise ops
             integers or bool.
         group: process group (None = default group).
-        algorithm: a name from ``ringccl.algorithms("all_reduce")`` (None or "auto": over shared memory the measured choice,
-            ``ringccl.torch.executor.shm_algorithm``: direct, or two_shot all_reduce from
-            ``shm_two_shot_bytes``; over point-to-point the collective's default,
-            ``ringccl.algorithms.DEFAULTS``: ring).
+        algorithm: a name from ``ringccl.algorithms("all_reduce")`` (None or "auto": the
+            transport's choice, :func:`ringccl.costmodel.choice.choose`: over shared memory
+            direct, or two_shot from its measured crossover; over point-to-point the
+            collective's default, ring; over hybrid the model's cheaper of ring and
+            ``hierarchical``).
         accumulate_dtype: floating tensors only: None, or a floating dtype at least as wide as
             the tensor's (torch.float32, "float32", np.float32). The working buffer (and what
             travels) is then held in it: ``tensor`` is cast in, every step reduces in it, and
@@ -463,9 +483,7 @@ def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
     reduce_op = _T.check_op(op, tensor.dtype)
     acc = _T.accumulate(accumulate_dtype, tensor.dtype, "all_reduce")
     opts = _options(group, tensor, segment_bytes, timeout, restore, check, transport)
-    if opts.transport == "hybrid" and algorithm in (None, "auto") and not params:
-        from .hybrid import auto_algorithm   # the two-level schedule, local_size = per host
-        algorithm, params = auto_algorithm("all_reduce", group)
+    algorithm, params = _auto("all_reduce", group, algorithm, params, opts, _nbytes(tensor))
     frontend.in_place(_T, "all_reduce", tensor, reduce_op, group, algorithm, params, opts,
                       accumulate=acc)
     return tensor
@@ -556,9 +574,7 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = R
     reduce_op = _T.check_op(op, input.dtype)
     acc = _T.accumulate(accumulate_dtype, input.dtype, "reduce_scatter")
     opts = _options(group, input, segment_bytes, timeout, restore, check, transport)
-    if opts.transport == "hybrid" and algorithm in (None, "auto") and not params:
-        from .hybrid import auto_algorithm   # the two-level schedule, local_size = per host
-        algorithm, params = auto_algorithm("reduce_scatter", group)
+    algorithm, params = _auto("reduce_scatter", group, algorithm, params, opts, _nbytes(input))
     frontend.reduce_scatter(_T, output, input, reduce_op, group, algorithm, params, opts, acc,
                             "reduce_scatter_tensor")
     return output
@@ -586,9 +602,7 @@ def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tens
     _check_tensor(input_tensor, "input_tensor")
     _T.check_pair(output_tensor, input_tensor, "output_tensor", "input_tensor")
     opts = _options(group, output_tensor, segment_bytes, timeout, restore, check, transport)
-    if opts.transport == "hybrid" and algorithm in (None, "auto") and not params:
-        from .hybrid import auto_algorithm   # the two-level schedule, local_size = per host
-        algorithm, params = auto_algorithm("all_gather", group)
+    algorithm, params = _auto("all_gather", group, algorithm, params, opts, _nbytes(output_tensor))
     frontend.all_gather(_T, output_tensor, input_tensor, group, algorithm, params, opts,
                         "all_gather_into_tensor", ("output_tensor", "input_tensor"))
     return output_tensor

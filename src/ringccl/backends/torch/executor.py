@@ -37,8 +37,6 @@ from ...engine import trace
 from ...args import check_int
 from ...errors import ArgumentTypeError, BackendError
 from ...ir import Schedule
-from ...costmodel.choice import (SHM_TWO_SHOT_BYTES, SHM_TWO_SHOT_BYTES_BY_WORLD,
-                                  shm_algorithm, shm_two_shot_bytes)
 from ...ops import ReduceOp
 
 __all__ = ["execute", "combine_fn", "combine_into_fn", "release_buffers", "PIPELINING", "OPS",

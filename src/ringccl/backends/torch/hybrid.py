@@ -10,9 +10,10 @@ segment of its own (its ranks only map it).
 
 ``transport="auto"`` picks it (:func:`ringccl.torch.collectives.resolve_transport`) for CPU
 tensors on x86-64 when the group spans several hosts and some host holds two or more of its
-ranks; ``algorithm=None`` on all_reduce, reduce_scatter and all_gather then runs
-``hierarchical`` with ``local_size`` = ranks per host when hosts hold equal blocks of
-consecutive ranks (:func:`auto_algorithm`), else the collective's default.
+ranks; ``algorithm=None`` on all_reduce, reduce_scatter and all_gather then runs what the one
+chooser picks (:func:`ringccl.costmodel.choice.choose`: the model's cheaper of the collective's
+default and ``hierarchical`` with ``local_size`` = ranks per host, when hosts hold equal blocks
+of consecutive ranks), else the collective's default.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from ...ops import ReduceOp
 from ..shm.hierarchical import HostLayout, HybridTransport, host_layout
 from . import executor
 
-__all__ = ["hybrid_state", "layout_of", "auto_algorithm", "execute_hybrid", "release_hybrid",
+__all__ = ["hybrid_state", "layout_of", "execute_hybrid", "release_hybrid",
            "HybridSetup", "release_hybrid_state"]
 
 _states: dict = {}     # id(group object) -> (group object, layout, ShmGroup, HybridTransport)
@@ -69,24 +70,6 @@ def layout_of(group) -> HostLayout:
     layout = host_layout(everyone, dist.get_rank(group))
     _layouts[id(pg)] = (pg, layout)
     return layout
-
-
-#: collectives with a two-level ``hierarchical`` schedule that :func:`auto_algorithm` picks
-TWO_LEVEL = ("all_reduce", "reduce_scatter", "all_gather")
-
-
-def auto_algorithm(collective: str, group) -> tuple[str | None, dict]:
-    """``(algorithm, params)`` for ``algorithm=None`` over the hybrid transport: all_reduce,
-    reduce_scatter and all_gather on hosts of equal blocks of consecutive ranks run
-    ``hierarchical`` with ``local_size`` = ranks per host (only its inter-node phase crosses
-    hosts: the all-reduce, reduce-scatter or all-gather among the ranks of equal local rank);
-    anything else ``(None, {})``, the collective's default. Collective over ``group`` on its
-    first use (:func:`layout_of`)."""
-    layout = layout_of(group)
-    if collective in TWO_LEVEL and layout.local_size and 1 < layout.local_size < len(
-            layout.host_of):
-        return "hierarchical", {"local_size": layout.local_size}
-    return None, {}
 
 
 class HybridSetup(NamedTuple):

@@ -59,8 +59,8 @@ runs every collective inline (no worker).
 
 Each collective is the ringccl front end's flow (:mod:`ringccl.frontend`: contract → working
 buffer → schedule → engine) with ringccl.torch's tensor dialect and this group as its group
-adapter; the algorithm is chosen per call by :func:`choose_algorithm` (``RINGCCL_ALGO``, else the
-transport's choice: ``shm_algorithm`` over shared memory, the registry's defaults over gloo) and
+adapter; the algorithm is chosen per call by the one chooser (:func:`ringccl.costmodel.choice.
+choose`: ``RINGCCL_ALGO``, else the transport's choice, the same as ringccl.torch's) and
 logged once per (collective, size class, group) with ``RINGCCL_DEBUG=INFO``, naming the
 transport and the cost model's predicted time on it.
 
@@ -96,11 +96,11 @@ from ...frontend import debug
 from ...ops import ReduceOp
 from ..shm.hierarchical import host_layout
 from . import executor, hybrid
-from ...costmodel.choice import LINKS, SIZE_CLASSES, choose_algorithm, predicted_seconds, size_class
+from ...costmodel import choice
 from .collectives import _SUPPORTED, _Torch
 
 __all__ = ["BACKEND_NAME", "RingcclProcessGroup", "register", "create_process_group",
-           "COLLECTIVE_TAG", "SIZE_CLASSES", "choose_algorithm", "host_id"]
+           "COLLECTIVE_TAG", "SIZE_CLASSES", "size_class", "host_id"]
 
 #: the name given to ``init_process_group`` / ``new_group(backend=...)``
 BACKEND_NAME = "ringccl"
@@ -563,10 +563,10 @@ def _log_choice(g: _Group, collective: str, algorithm: str, params: dict, nbytes
         return
     g.logged.add(key)
     debug._configure(level)
-    seconds = predicted_seconds(collective, algorithm, g.size, nbytes, g.transport, params,
-                                g.layout.local_size or None)
+    seconds = choice.predicted_seconds(collective, algorithm, g.size, nbytes, g.transport,
+                                       params, g.layout.local_size or None)
     predicted = "n/a" if seconds is None else f"{seconds * 1e6:.1f}"
-    if LINKS[g.transport][1]:   # the cost model has no fitted class for it yet
+    if choice.LINKS[g.transport][1]:   # the cost model has no fitted class for it yet
         predicted += " (provisional link figures)"
     debug.logger.info("%s:%d [rank %d] backend group=%s size=%d %s size_class=%s "
                       "algorithm=%s (%s) transport=%s predicted_us=%s", socket.gethostname(),
@@ -575,17 +575,40 @@ def _log_choice(g: _Group, collective: str, algorithm: str, params: dict, nbytes
                       predicted)
 
 
+#: upper bounds (bytes, exclusive) of the size classes of the log lines, NCCL-style powers of 4
+SIZE_CLASSES = tuple(4 ** k for k in range(5, 17))   # 1 KiB ... 4 GiB
+
+
+def size_class(nbytes: int) -> str:
+    """The size class of a ``nbytes`` buffer as text: ``"<1KiB"``, ``"4KiB-16KiB"``, …"""
+    lower = 0
+    for upper in SIZE_CLASSES:
+        if nbytes < upper:
+            return f"{_human(lower)}-{_human(upper)}" if lower else f"<{_human(upper)}"
+        lower = upper
+    return f">={_human(lower)}"
+
+
+def _human(nbytes: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes // scale}{unit}"
+    return f"{nbytes}B"
+
+
 #: the transports as the INFO lines name them
 _TRANSPORT_NAMES = {"shm": "shm", "p2p": "gloo-p2p", "hybrid": "shm+gloo-p2p"}
 
 
 def _algorithm(g: _Group, collective: str, nbytes: int) -> tuple[str, dict]:
-    """(algorithm, its parameters) of one call (:func:`choose_algorithm`), logged once per
+    """(algorithm, its parameters) of one call (the one chooser,
+    :func:`ringccl.costmodel.choice.choose`, with ``RINGCCL_ALGO`` honoured), logged once per
     (collective, size class) with ``RINGCCL_DEBUG=INFO``."""
-    algorithm, params, forced = choose_algorithm(collective, g.size, nbytes, g.transport,
-                                                 g.layout.local_size or None)
+    algorithm, params, forced = choice.choose(collective, g.size, nbytes, g.transport,
+                                              local_size=g.layout.local_size or None,
+                                              honour_env=True)
     _log_choice(g, collective, algorithm, params, nbytes, forced)
-    return algorithm, params
+    return algorithm, dict(params)
 
 
 def _nbytes(t: torch.Tensor) -> int:
