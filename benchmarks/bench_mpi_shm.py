@@ -58,10 +58,11 @@ def floor(comm, reps: int, timed, nbytes: int) -> dict:
     import numpy as np
 
     from ringccl.backends.mpi import executor
+    from ringccl.backends.shm import call
 
     n = comm.Get_size()
     state, _ = executor.shm_state(comm)
-    lazy = n >= executor.SHM_LAZY_ENTRY_MIN_WORLD   # the call entry ringccl.mpi uses
+    lazy = n >= call.LAZY_ENTRY_MIN_WORLD   # the call entry ringccl.mpi uses
 
     def barrier():
         state.enter(8, lazy=lazy)   # 8 bytes: the working area holds them, no growth

@@ -112,9 +112,8 @@ def _put(results, message) -> None:
 
 def _install_fault(trial: Trial, results, armed: list) -> None:
     """In the victim: fail at the first operation of step >= trial.step once ``armed[0]``."""
-    from ringccl.backends.torch import executor
-
     from ringccl.backends.shm import ShmTransport
+    from ringccl.backends.torch.transport import P2PTransport
 
     def fail():
         _put(results, ("died", trial.victim, time.time()))
@@ -125,7 +124,7 @@ def _install_fault(trial: Trial, results, armed: list) -> None:
             time.sleep(3600)
         os._exit(VICTIM_EXIT)
 
-    cls = ShmTransport if trial.transport == "shm" else executor.P2PTransport
+    cls = ShmTransport if trial.transport == "shm" else P2PTransport
     for name in ("isend", "irecv"):
         original = getattr(cls, name)
 

@@ -116,7 +116,7 @@ def test_dispatch_keeps_issue_order_across_threads():
 
 
 def test_inline_threshold_from_the_environment(monkeypatch):
-    from ringccl.backends.torch import process_group as backend
+    from ringccl.backends.torch import dispatch as backend
     monkeypatch.delenv("RINGCCL_BACKEND_INLINE_BYTES", raising=False)
     assert backend.inline_bytes() == backend.INLINE_BYTES == 256 * 1024
     monkeypatch.setenv("RINGCCL_BACKEND_INLINE_BYTES", "64KiB")

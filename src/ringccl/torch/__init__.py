@@ -30,7 +30,7 @@ from ..backends.torch import launch, process_group as _process_group
 from ..backends.torch.collectives import (ReduceOp, all_gather_into_tensor, all_reduce,
                                           all_to_all, all_to_all_single, broadcast, gather,
                                           reduce, reduce_scatter_tensor, run_schedule, scatter)
-from ..backends.torch.executor import shm_empty
+from ..backends.torch.shm import shm_empty
 from ..training.background import Communicator
 from ..training.bucketer import GradientBucketer
 from ..training.clip import clip_grad_norm_

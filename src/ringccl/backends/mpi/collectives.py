@@ -85,14 +85,14 @@ __all__ = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", 
 
 
 _mpi: list = []  # the mpi4py.MPI module, imported on first use (importing it starts MPI)
-_executor: list = []   # [executor._execute], imported on first use
+_executor: list = []   # [executor.execute_call], imported on first use
 
 
 def _load_executor() -> None:
     """Import :mod:`ringccl.mpi.executor` (it imports mpi4py) once; a function-level import
     at every call cost a lookup per call."""
-    from .executor import _execute
-    _executor[:] = [_execute]
+    from .executor import execute_call
+    _executor[:] = [execute_call]
 
 
 def _MPI():
@@ -184,13 +184,13 @@ class _Numpy:
             return comm.allgather(obj)  # MPI has no timeouts: a rank not in the check hangs
         # bounded: the pickled objects' lengths, then their bytes, each a non-blocking
         # all-gather polled until the deadline (comm.allgather cannot be bounded)
-        from .executor import _wait
+        from .executor import wait_request
         data = np.frombuffer(pickle.dumps(obj), dtype=np.uint8)
         sizes = np.empty(comm.Get_size(), dtype=np.int64)
         try:
-            _wait(comm.Iallgather(np.array([data.size], dtype=np.int64), sizes), timeout)
+            wait_request(comm.Iallgather(np.array([data.size], dtype=np.int64), sizes), timeout)
             everything = np.empty(int(sizes.sum()), dtype=np.uint8)
-            _wait(comm.Iallgatherv(data, [everything, sizes]), timeout)
+            wait_request(comm.Iallgatherv(data, [everything, sizes]), timeout)
         except TimeoutError as exc:
             rank = comm.Get_rank()
             raise RingcclTimeout(

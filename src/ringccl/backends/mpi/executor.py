@@ -13,13 +13,13 @@ nor buffers. Messages go over a private duplicate of the caller's communicator, 
 match the caller's own point-to-point traffic. MPI waits are unbounded; with ``timeout=`` every
 wait polls (``MPI_Test``) until its deadline instead.
 
-``transport="shm"`` (every rank of the communicator on this host) runs the same engine over
-:mod:`ringccl.shm` instead of MPI point-to-point: the working buffer lives in this rank's slot of
-the communicator's shared-memory segment (copied in and out), receives are read in place from
-the peer's slot as numpy views. The segment's set-up exchange is ``allgather`` on the private
-duplicate; :func:`shm_possible` is what ``transport="auto"`` asks
+``transport="shm"`` (every rank of the communicator on this host) runs the one shared-memory
+call (:mod:`ringccl.backends.shm.call`) instead of MPI point-to-point, on numpy arrays: the
+working buffer lives in this rank's slot of the communicator's shared-memory segment (the
+ranges the call reads copied in, its results out), receives are read in place from the peer's
+slot. The segment's set-up exchange is ``allgather`` on the private duplicate; :func:`shm_possible` is what ``transport="auto"`` asks
 (``MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)`` spans the communicator and every rank reports
-the same :func:`ringccl.shm.host_id`).
+the same :func:`ringccl.backends.shm.host_id`).
 
 References:
     MPI 4.0 standard, section 3.5 (non-overtaking order of messages) and 3.7 (non-blocking
@@ -28,7 +28,6 @@ References:
 
 from __future__ import annotations
 
-import threading
 import time
 
 import numpy as np
@@ -36,15 +35,15 @@ from mpi4py import MPI
 
 from ... import caches, engine
 from .. import shm
+from ..shm import call, registry
 from ...engine import trace
-from ...args import check_int
 from ...errors import ArgumentTypeError, BackendError, RingcclTimeout
 from ...ir import Schedule
 from ...ops import SUPPORTED_DTYPES, ReduceOp, ufunc
 
-__all__ = ["execute", "release_buffers", "PIPELINING", "OPS", "PIPELINE_THRESHOLD_BYTES",
-           "DEFAULT_SEGMENT_BYTES", "SHM_PIPELINING", "SHM_LAZY_ENTRY_MIN_WORLD",
-           "shm_possible", "shm_state", "release_shm", "shm_empty"]
+__all__ = ["execute", "execute_call", "wait_request", "release_buffers", "PIPELINING", "OPS",
+           "PIPELINE_THRESHOLD_BYTES", "DEFAULT_SEGMENT_BYTES", "SHM_PIPELINING", "shm_possible",
+           "shm_state", "release_shm", "shm_empty"]
 
 _SUPPORTED = frozenset(np.dtype(d) for d in SUPPORTED_DTYPES)
 
@@ -122,7 +121,7 @@ def _private(comm, schedule: Schedule, timeout: float | None) -> "MPI.Comm":
         else:
             dup, request = comm.Idup()
             try:
-                _wait(request, timeout)
+                wait_request(request, timeout)
             except TimeoutError as exc:
                 raise RingcclTimeout(
                     f"{schedule.algorithm} {schedule.collective} timed out after {timeout:g} s "
@@ -134,7 +133,7 @@ def _private(comm, schedule: Schedule, timeout: float | None) -> "MPI.Comm":
     return dup
 
 
-def _wait(request, timeout: float | None) -> None:
+def wait_request(request, timeout: float | None) -> None:
     """``MPI_Wait``, or with a timeout ``MPI_Test`` polled until it (then TimeoutError)."""
     if timeout is None:
         request.Wait()
@@ -178,7 +177,7 @@ class _Transport:
         return self.comm.Irecv([landing, MPI.BYTE], r.peer, _TAG)
 
     def wait(self, request) -> None:
-        _wait(request, self.timeout)
+        wait_request(request, self.timeout)
 
     def is_timeout(self, exc: BaseException) -> bool:
         return False  # MPI waits never time out; the polling wait raises TimeoutError itself
@@ -191,33 +190,22 @@ class _Transport:
 #: only adds descriptors, waits and releases); an explicit ``segment_bytes=`` still splits
 SHM_PIPELINING = engine.Pipelining(None, 0)
 
-#: seconds a shared-memory wait may take when neither ``timeout=`` nor RINGCCL_TIMEOUT is set
-#: (MPI's own waits are unbounded; a dead peer is still noticed at once by its pid)
-SHM_DEFAULT_TIMEOUT_S = 1800.0
-
-_shm: dict = {}          # py2f(comm) -> (ShmGroup, ShmTransport) of the comm's shared memory
 _one_host: dict = {}     # py2f(comm) -> whether every rank of comm shares this host's memory
-_shm_lock = threading.Lock()
 
 
-@caches.register
 def release_shm() -> None:
-    """Drop every communicator's shared memory on this rank (``ringccl.clear_caches``).
-    Collective in effect: call it on every rank between the same two collectives (the next
-    call over shm sets the segment up again, an ``allgather``)."""
-    with _shm_lock:
-        states = list(_shm.values())
-        _shm.clear()
-    for state, _ in states:
-        state.close()
+    """Drop every communicator's shared memory on this rank (``ringccl.clear_caches`` drops
+    every group's). Collective in effect: call it on every rank between the same two
+    collectives (the next call over shm sets the segment up again, an ``allgather``)."""
+    registry.release_shm("mpi")
 
 
 def shm_possible(comm) -> bool:
     """Whether every rank of ``comm`` can map this rank's shared memory: the shared-memory
     split (``MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)``) has the whole communicator and every
-    rank reports the same :func:`ringccl.shm.host_id` (``RINGCCL_HOST_ID`` splits one machine
-    into several "hosts" for tests). Collective on first use per communicator (cached), the
-    same answer on every rank."""
+    rank reports the same :func:`ringccl.backends.shm.host_id` (``RINGCCL_HOST_ID`` splits one
+    machine into several "hosts" for tests). Collective on first use per communicator (cached),
+    the same answer on every rank."""
     key = MPI.Comm.py2f(comm)
     hit = _one_host.get(key)
     if hit is None:
@@ -233,127 +221,47 @@ def shm_possible(comm) -> bool:
 
 def shm_state(comm, timeout: float | None = None):
     """``(ShmGroup, ShmTransport)`` of ``comm`` on this rank, set up on first use (collective:
-    an ``allgather`` on ringccl's private duplicate of ``comm``). One segment per communicator:
-    two communicators, or two jobs, never share one.
+    an ``allgather`` on ringccl's private duplicate of ``comm``; kept in
+    :mod:`ringccl.backends.shm.registry`). One segment per communicator: two communicators, or
+    two jobs, never share one.
 
     Raises:
         BackendError: not x86-64, or the set-up failed (ShmSpaceError: the shared-memory
             directory is too small: the message names the bytes needed and available).
     """
     key = MPI.Comm.py2f(comm)
-    hit = _shm.get(key)
-    if hit is not None and not hit[0].closed:
+    hit = registry.find("mpi", key)
+    if hit is not None:
         return hit
     shm.check_platform()
     private = _comm_cache.get(key)
     if private is None:
         private = _comm_cache[key] = comm.Dup()
-    state = shm.ShmGroup(comm.Get_rank(), comm.Get_size(), private.allgather,
-                         timeout or SHM_DEFAULT_TIMEOUT_S)
-    hit = (state, shm.ShmTransport(state))
-    with _shm_lock:
-        _shm[key] = hit
+    return registry.setup("mpi", key, None, comm.Get_rank(), comm.Get_size(), private.allgather,
+                          timeout or call.DEFAULT_TIMEOUT_S)
+
+
+def _dialect(dtype: np.dtype) -> call.Dialect:
+    """The shared-memory call's view of ``dtype`` (numpy throughout; made once per dtype)."""
+    hit = _DIALECTS.get(dtype)
+    if hit is None:
+        hit = _DIALECTS[dtype] = call.Dialect(
+            OPS, lambda a: a, lambda a: a.ctypes.data,
+            lambda state, serial: state.array(serial, dtype), np.copy)
     return hit
 
 
-def _entry_error(schedule: Schedule, rank: int, exc: BaseException, timeout: float,
-                 when: str = "entering the call"):
-    """:func:`ringccl.engine.staged.entry_error`, the message saying "over shared memory"."""
-    return engine.staged.entry_error(schedule, rank, exc, timeout, when,
-                                     where=" over shared memory")
+_DIALECTS: dict = {}
 
-
-#: groups of at least this many ranks enter a call lazily (``ShmGroup.enter(lazy=True)``: no
-#: wait for the peers when the working area is large enough; ``leave()`` completes the
-#: agreement); smaller ones agree at every entry. As ringccl.torch's
-#: ``SHM_LAZY_ENTRY_MIN_WORLD``. Measured here at 4 KiB with the variants interleaved batch by
-#: batch in one run (100 calls back to back per batch, 9 rounds, median µs per call, 2 cores,
-#: load average 5): 4 processes no eager sends + agreeing / eager + agreeing / eager + lazy
-#: 256 / 222 / 191; 2 processes 48.0 / 47.0 / 47.7 (lazy for 2 ranks too: 44.0, inside the
-#: noise), so 2 ranks keep the full agreement, as in ringccl.torch.
-SHM_LAZY_ENTRY_MIN_WORLD = 3
 
 def _execute_shm(schedule: Schedule, buffer: np.ndarray, op: ReduceOp, comm, bounds,
                  segment_elems: int, timeout: float | None, restore: bool) -> np.ndarray:
-    """:func:`execute` over the communicator's shared memory (module docstring).
-
-    The slot holds the working buffer (a copy of the chunks the call reads), then this call's
-    eager area (:mod:`ringccl.shm.transport`: small sends are copied there and complete at
-    once, so one-shot all_reduce waits once per call, for the peers' data, not also for them
-    to read its own); the chunks the call writes are copied back after success only, but for
-    the final receives (:mod:`ringccl.engine.staged`), which land in the caller's buffer: all
-    with ``restore=False``, the restorable ones (put back on failure) with ``restore=True``."""
+    """:func:`execute` over the communicator's shared memory: the one shared-memory call
+    (:func:`ringccl.backends.shm.call.execute`) on numpy arrays (module docstring)."""
     state, transport = shm_state(comm, timeout)
-    rank = state.rank
-    dtype = buffer.dtype
-    itemsize = dtype.itemsize
-    plan = engine.plan(schedule, rank, bounds, segment_elems)
-    workspace = None
-    # zero copy: the buffer lies in this rank's slot of one of the group's segments (shm_empty)
-    where = state.locate(buffer.ctypes.data, buffer.nbytes) \
-        if buffer.size else None
-    # the working buffer, 64-aligned, then the eager area: EAGER_AREA_BYTES more asked for
-    # only by small buffers (a large buffer's eager sends are its small chunks, if any, in
-    # what the slot holds beyond it)
-    used = -(-buffer.size * itemsize // 64) * 64
-    need = 0 if where is not None else \
-        used + shm.EAGER_AREA_BYTES if used <= shm.EAGER_AREA_BYTES else used
-    try:
-        # every rank enters every call (also with nothing to move): the call counters stay
-        # equal. lazy: no wait for the peers when the working area holds ``need``; leave()
-        # below completes the agreement (a no-op after a full agreement)
-        try:
-            state.enter(need, timeout, lazy=state.world_size >= SHM_LAZY_ENTRY_MIN_WORLD)
-            if not plan.steps:
-                state.leave(timeout)
-                return buffer
-            serial, offset, eager = state.call_area(used, where)
-            transport.begin(serial, offset, itemsize,
-                            lambda s, off, n: state.array(s, dtype)[off // itemsize:
-                                                                      (off + n) // itemsize],
-                            np.copy, timeout, eager=eager, copy=OPS.copy)
-        except (TimeoutError, ConnectionError) as exc:
-            raise _entry_error(schedule, rank, exc, timeout or state.timeout) from exc
-        landing: dict = {}
-        if where is None:
-            start = offset // itemsize
-            work = state.array(serial, dtype)[start:start + buffer.size]
-            ranges = engine.staged.plan_ranges(plan)
-            writes = ranges.writes
-            for lo, hi in ranges.upfront:   # the lazy sends' segments: when posted
-                work[lo:hi] = buffer[lo:hi]
-            seeded = {r: buffer[r.lo:r.hi] for r in ranges.seeded}   # read the caller's bytes
-            # final receives land in the caller's buffer, one copy less: all of them with
-            # restore=False, with restore=True those whose caller's bytes the slot keeps (put
-            # back on failure)
-            landing = {r: buffer[r.lo:r.hi]
-                       for r in (ranges.restorable if restore else ranges.finals)}
-
-            def fill(lo, hi):
-                work[lo:hi] = buffer[lo:hi]
-            workspace = engine.staged.Landing(OPS, work, op, landing, ranges.lazy, fill, seeded)
-        else:
-            work = buffer
-            workspace = engine.Workspace(OPS, work, op, 0)
-        # zero copy: the rollback saves what it overwrites; else the caller's buffer is written
-        # only after success (unless final receives land there: restore=False)
-        engine.staged.run_call(schedule, rank, plan, transport, workspace, state,
-                               restore=restore and where is not None, timeout=timeout,
-                               itemsize=itemsize, entry_error=lambda exc, when: _entry_error(
-                                   schedule, rank, exc, timeout or state.timeout, when))
-        if where is None:
-            landed = engine.staged.merge((r.lo, r.hi) for r in landing)
-            for lo, hi in writes:
-                for a, b, done in engine.staged.split(lo, hi, landed):
-                    if not done:
-                        buffer[a:b] = work[a:b]
-        return buffer
-    except BaseException:
-        if restore and isinstance(workspace, engine.staged.Landing):
-            workspace.rollback()   # the restorable final receives that landed
-        if not state.closed:
-            state.abort()
-        raise
+    return call.execute(schedule, buffer, op, state.rank, bounds, segment_elems, state,
+                        transport, _dialect(buffer.dtype), itemsize=buffer.dtype.itemsize,
+                        timeout=timeout, restore=restore)
 
 
 def shm_empty(shape, dtype=np.float32, comm=None) -> np.ndarray:
@@ -376,11 +284,7 @@ def shm_empty(shape, dtype=np.float32, comm=None) -> np.ndarray:
         ArgumentError, ArgumentTypeError: bad shape or dtype. BackendError: not x86-64, the
             set-up failed; ShmSpaceError: the shared-memory directory is too small.
     """
-    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
-        shape = (int(shape),)
-    if not isinstance(shape, (tuple, list)):
-        raise ArgumentTypeError(f"shape={shape!r} must be an int or a tuple of ints")
-    shape = tuple(check_int(n, "shape", minimum=0) for n in shape)
+    shape = registry.check_shape(shape)
     try:
         dtype = np.dtype(dtype)
     except TypeError:
@@ -390,10 +294,7 @@ def shm_empty(shape, dtype=np.float32, comm=None) -> np.ndarray:
                                 f"{', '.join(str(np.dtype(d)) for d in SUPPORTED_DTYPES)}")
     count = int(np.prod(shape, dtype=np.int64)) if shape else 1
     state, _ = shm_state(MPI.COMM_WORLD if comm is None else comm)
-    nbytes = -(-count * dtype.itemsize // 64) * 64   # 64-byte aligned allocations
-    serial, offset = state.allocate(nbytes, f"{shape}, {dtype}")
-    # a view of just this allocation (pickling it copies its own bytes only)
-    raw = np.frombuffer(state.segments[serial].map, dtype=np.uint8, count=nbytes, offset=offset)
+    raw = registry.allocate(state, count, dtype.itemsize, f"{shape}, {dtype}")
     return raw.view(dtype)[:count].reshape(shape)
 
 
@@ -438,12 +339,12 @@ def execute(schedule: Schedule, buffer: np.ndarray, op: ReduceOp = ReduceOp.SUM,
         PeerError, RingcclTimeout: an MPI operation failed or a wait timed out (named step and
             peer), after the rollback.
     """
-    return _execute(schedule, buffer, op, MPI.COMM_WORLD if comm is None else comm,
+    return execute_call(schedule, buffer, op, MPI.COMM_WORLD if comm is None else comm,
                     segment_bytes, bounds, engine.timeout_seconds(timeout), restore, pipelining,
                     transport)
 
 
-def _execute(schedule: Schedule, buffer: np.ndarray, op: ReduceOp, comm,
+def execute_call(schedule: Schedule, buffer: np.ndarray, op: ReduceOp, comm,
              segment_bytes: int | None, bounds, wait_timeout: float | None,
              restore: bool | None, pipelining: engine.Pipelining | None,
              transport: str) -> np.ndarray:

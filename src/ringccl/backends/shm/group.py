@@ -202,6 +202,10 @@ class ShmGroup:
         """pid 0, entered 1, need 2/3, ready 4."""
         return (self.rank_line + rank) * LINE + field
 
+    def entered(self, rank: int) -> int:
+        """The last call ``rank`` entered (its count of :meth:`enter`)."""
+        return self.w[self.rank_word(rank, 1)]
+
     def posted_word(self, src: int, dst: int) -> int:
         return (self.pair_line + 2 * (src * self.world_size + dst)) * LINE
 

@@ -130,9 +130,9 @@ class HybridTransport:
         self.mapped: dict = {}   # SegmentRecv (group ranks) -> the shm transport's (local ranks)
         self.helper: ThreadPoolExecutor | None = None   # done=None: runs the blocking waits
 
-    def begin(self, *args, timeout: float | None = None) -> None:
+    def begin(self, *args, timeout: float | None = None, **kwargs) -> None:
         """Set up one call (:meth:`ShmTransport.begin`'s arguments)."""
-        self.shm.begin(*args, timeout)
+        self.shm.begin(*args, timeout, **kwargs)
         if timeout is not None:
             self.timeout = timeout
         self.mapped.clear()

@@ -45,24 +45,20 @@ others waiting, as torch.distributed does.
 from __future__ import annotations
 
 import functools
-import logging
-import math
-import platform
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from ... import caches, engine, frontend
-from .. import shm
+from ... import frontend
 from ...args import check_int, check_rank
 from ...costmodel import choice
 from ...errors import ArgumentError, ArgumentTypeError, BackendError, PeerError
 from ...layout import check_own_block, rooted
-from ...ops import ReduceOp, check_accumulate_dtype, check_op_dtype, parse_op
+from ...ops import ReduceOp
 from . import executor
-
-_debug_log = logging.getLogger("ringccl")
+from .dialect import TorchArrays, check_tensor
+from .transport import layout_of, resolve_transport
 
 
 def _no_grad(fn):
@@ -93,32 +89,13 @@ __all__ = ["all_reduce", "reduce_scatter_tensor", "all_gather_into_tensor", "bro
            "reduce", "scatter", "gather", "all_to_all_single", "all_to_all", "run_schedule",
            "ReduceOp"]
 
-_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-_SUPPORTED = executor.SUPPORTED_DTYPES   # _FLOATS, the integers, bool
-
-
-def _check_tensor(t: Any, argument: str, written: bool = False) -> torch.Tensor:
-    """A tensor of a supported dtype; ``written``: the call writes into it, so no two of its
-    elements may share memory (an ``expand``ed view). Any strides are fine otherwise:
-    non-contiguous tensors are handled through a contiguous copy that is written back."""
-    if not isinstance(t, torch.Tensor):
-        raise ArgumentTypeError(f"{argument} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dtype not in _SUPPORTED:
-        raise ArgumentTypeError(f"{argument}.dtype={t.dtype} is not supported; expected one of "
-                                f"{', '.join(str(d).replace('torch.', '') for d in _SUPPORTED)}")
-    if written and any(st == 0 and n > 1 for st, n in zip(t.stride(), t.shape)):
-        raise ArgumentError(f"{argument} (shape {tuple(t.shape)}, stride {t.stride()}) has "
-                            "elements that share memory (an expanded view) and cannot be written; "
-                            "pass a tensor with its own storage (e.g. .clone())")
-    return t
-
-
-class _Torch:
-    """ringccl.torch's :class:`ringccl.frontend.Backend`: torch tensors, process groups, the
-    torch.distributed point-to-point transport (:mod:`ringccl.torch.executor`)."""
+class _Torch(TorchArrays):
+    """ringccl.torch's :class:`ringccl.frontend.Backend`: the tensor dialect
+    (:class:`~ringccl.backends.torch.dialect.TorchArrays`), torch.distributed process groups
+    (:class:`ringccl.frontend.Group`), the executor of :mod:`.executor` with the call's
+    transport (:class:`ringccl.frontend.Executor`)."""
 
     name = "ringccl.torch"
-    size_word = "numel()"
     pipelining = executor.PIPELINING
 
     # -- group adapter --------------------------------------------------------------------------
@@ -205,205 +182,8 @@ class _Torch:
         return choice.choose(collective, world_size, count * dtype.itemsize,
                              opts.transport or "p2p").algorithm
 
-    # -- array dialect --------------------------------------------------------------------------
-    @staticmethod
-    def check(t, argument: str, written: bool = False, contiguous: bool = False):
-        return _check_tensor(t, argument, written)   # any strides: handled through a copy
-
-    @staticmethod
-    def check_1d(t, argument: str):
-        _check_tensor(t, argument)
-        if t.dim() != 1 or not t.is_contiguous():
-            raise ArgumentError(f"{argument} must be 1-D and contiguous, got shape "
-                                f"{tuple(t.shape)}, stride {t.stride()}")
-        return t
-
-    @staticmethod
-    def check_pair(a, b, name_a: str, name_b: str) -> None:
-        if a.dtype != b.dtype:
-            raise ArgumentTypeError(f"{name_a}.dtype={a.dtype} differs from {name_b}.dtype="
-                                    f"{b.dtype}; they must be the same")
-        if a.device != b.device:
-            raise ArgumentError(f"{name_a}.device={a.device} differs from {name_b}.device="
-                                f"{b.device}; they must be the same")
-
-    @staticmethod
-    def check_op(op, dtype, argument: str = "op") -> ReduceOp:
-        reduce_op = parse_op(op)
-        check_op_dtype(reduce_op, dtype, argument)
-        return reduce_op
-
-    @staticmethod
-    def accumulate(accumulate_dtype, dtype, collective: str):
-        """The torch dtype to reduce in (None: the tensor's own), validated
-        (:func:`ringccl.ops.check_accumulate_dtype`)."""
-        name = check_accumulate_dtype(accumulate_dtype, dtype, collective, True)
-        if name is None:
-            return None
-        acc = getattr(torch, name)
-        return None if acc == dtype else acc
-
-    def check_blocks(self, tensors, argument: str, world_size: int, like, written: bool,
-                     like_name: str = "tensor", same_numel: bool = True) -> list:
-        """A list of world_size tensors with ``like``'s dtype and device (None: the first
-        entry's) and, with ``same_numel``, its numel; ``written``: as :func:`_check_tensor`."""
-        if tensors is None:  # missing, e.g. scatter_list=None on the source rank
-            raise ArgumentError(f"{argument} must be a list of world_size={world_size} tensors, "
-                                "got NoneType")
-        if not isinstance(tensors, (list, tuple)):
-            raise ArgumentTypeError(f"{argument} must be a list of world_size={world_size} "
-                                    f"tensors, got {type(tensors).__name__}")
-        if len(tensors) != world_size:
-            raise ArgumentError(f"{argument} must be a list of world_size={world_size} tensors, "
-                                f"got {type(tensors).__name__} of length {len(tensors)}")
-        for i, t in enumerate(tensors):
-            _check_tensor(t, f"{argument}[{i}]", written)
-            self.check_pair(t, tensors[0] if like is None else like, f"{argument}[{i}]",
-                            like_name)
-            if same_numel and t.numel() != like.numel():
-                raise ArgumentError(f"{argument}[{i}] has {t.numel()} elements; every tensor "
-                                    f"must have tensor.numel()={like.numel()}")
-        return list(tensors)
-
-    @staticmethod
-    def no_blocks(blocks, argument: str, rank: int, root_arg: str, root) -> None:
-        if blocks:
-            which = "source" if root_arg == "src" else "destination"
-            raise ArgumentError(f"{argument} must be None on non-{which} ranks (rank "
-                                f"{dist.get_rank()} is not {root_arg}={root})")
-
-    @staticmethod
-    def overlap_error(inner: str, outer: str, rank: int, k: int) -> ArgumentError:
-        return ArgumentError(
-            f"{inner} shares memory with {outer} but is not {outer}'s block rank {rank} "
-            f"(elements {rank * k}:{(rank + 1) * k} of the flattened {outer.split('_')[0]}); "
-            "pass that exact view for in place, or a separate tensor")
-
-    numel = staticmethod(torch.Tensor.numel)
-
-    @staticmethod
-    def dtype(t):
-        return t.dtype
-
-    @staticmethod
-    def dtype_name(dtype) -> str:
-        return str(dtype).replace("torch.", "")
-
-    contiguous = staticmethod(torch.Tensor.is_contiguous)
-
-    @staticmethod
-    def view1d(t):
-        return t.view(-1)
-
-    @staticmethod
-    def flat(t):
-        return t.reshape(-1)
-
-    @staticmethod
-    def empty(like, n: int, dtype=None):
-        return like.new_empty(n, dtype=dtype or like.dtype)
-
-    @staticmethod
-    def scratch(like, n: int):
-        """A private working buffer kept between calls (contents undefined; per thread, dtype
-        and device; ``ringccl.clear_caches`` frees it), as ringccl.mpi's: a fresh one per
-        call cost page faults on every call (a 64 MiB all_to_all's 128 MiB buffer)."""
-        return engine.kept_buffer(executor.OPS, like, n, "work")
-
-    @staticmethod
-    def cast(flat, dtype):
-        return flat.to(dtype, copy=True)
-
-    @staticmethod
-    def copy(dst, src) -> None:
-        dst.copy_(src)
-
-    @staticmethod
-    def copy_into(dst, flat) -> None:
-        dst.copy_(flat.view(dst.shape))
-
-    @staticmethod
-    def divide(t, n: int) -> None:
-        t.div_(n)
-
-    @staticmethod
-    def cat(flats: list):
-        return torch.cat(flats)
-
-    @staticmethod
-    def shares_memory(a, b) -> bool:
-        """Whether ``a`` and ``b`` may overlap: exact for contiguous tensors (element ranges
-        of one storage), conservative (same storage) otherwise."""
-        if not a.numel() or not b.numel() or \
-                a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
-            return False
-        if a.is_contiguous() and b.is_contiguous() and a.element_size() == b.element_size():
-            lo_a, lo_b = a.storage_offset(), b.storage_offset()
-            return lo_a < lo_b + b.numel() and lo_b < lo_a + a.numel()
-        return True
-
-    @staticmethod
-    def is_block(a, buffer, index: int) -> bool:
-        k = a.numel()
-        return (a.is_contiguous() and a.untyped_storage().data_ptr()
-                == buffer.untyped_storage().data_ptr()
-                and a.storage_offset() == buffer.storage_offset() + index * k)
-
-    @staticmethod
-    def rows(t) -> tuple[int, int]:
-        return (t.shape[0] if t.dim() else 1), math.prod(t.shape[1:])
-
 
 _T = _Torch()
-
-_TRANSPORTS = ("auto", "shm", "p2p", "hybrid")
-_hosts: dict = {}   # id(group object) -> (group object, every rank on this host)
-caches.register(_hosts.clear)
-
-
-def _one_host(group) -> bool:
-    """Whether every rank of ``group`` runs on this host (:func:`ringccl.shm.host_id`,
-    exchanged once per group through the group and cached)."""
-    pg = dist.group.WORLD if group is None else group
-    hit = _hosts.get(id(pg))
-    if hit is not None and hit[0] is pg:
-        return hit[1]
-    everyone: list = [None] * dist.get_world_size(group)
-    dist.all_gather_object(everyone, shm.host_id(), group=group)
-    same = len(set(everyone)) == 1
-    _hosts[id(pg)] = (pg, same)
-    return same
-
-
-def resolve_transport(group, transport: Any, tensor) -> str:
-    """``transport=`` ("auto", "shm", "p2p", "hybrid") as the transport this call runs on.
-
-    "auto" (the default; ``RINGCCL_TRANSPORT`` overrides it): "shm" for CPU tensors when every
-    rank of ``group`` is on this host and this is an x86-64 machine; "hybrid" (shared memory
-    inside each host, p2p across: :mod:`ringccl.torch.hybrid`) when the group spans several
-    hosts that each hold the same number (two or more) of its ranks; else "p2p" (with
-    ``RINGCCL_DEBUG`` set, one log line says why). Same answer on every rank when they pass
-    the same ``transport`` and tensors on the same kind of device.
-
-    Raises:
-        ArgumentError: another value; BackendError: "shm" on a non-x86-64 machine.
-    """
-    transport = shm.transport_choice(transport, _TRANSPORTS)
-    if transport != "auto":
-        return transport
-    if dist.get_world_size(group) == 1 or tensor.device.type != "cpu":
-        return "p2p"
-    if not shm.supported_platform():
-        if _debug_log.isEnabledFor(logging.INFO) and not _hosts.get("warned"):
-            _hosts["warned"] = True
-            _debug_log.info("transport='auto' uses p2p: shared memory needs x86-64, this is "
-                            "%s", platform.machine())
-        return "p2p"
-    if _one_host(group):
-        return "shm"
-    from .hybrid import layout_of   # several hosts of equal ranks: shm inside, p2p across
-    return "hybrid" if layout_of(group).balanced else "p2p"
-
 
 def _options(group, tensor, segment_bytes, timeout, restore, check, transport):
     return frontend.options(_T, segment_bytes, timeout, restore, check,
@@ -419,11 +199,10 @@ def _auto(collective: str, group, algorithm: str | None, params: dict, opts,
     """``(algorithm, params)`` of a collective with a two-level schedule: over the hybrid
     transport with no algorithm and no parameters named, the one chooser's pick with the
     hosts' ``local_size`` (:func:`ringccl.costmodel.choice.choose`: the model's cheaper of the
-    collective's default and ``hierarchical``; :func:`~ringccl.backends.torch.hybrid.layout_of`
+    collective's default and ``hierarchical``; :func:`~ringccl.backends.torch.transport.layout_of`
     is collective on its first use per group), else as given."""
     if opts.transport != "hybrid" or algorithm not in (None, "auto") or params:
         return algorithm, params
-    from .hybrid import layout_of
     pick = choice.choose(collective, dist.get_world_size(group), nbytes, "hybrid",
                          local_size=layout_of(group).local_size)
     return pick.algorithm, dict(pick.params)
@@ -479,7 +258,7 @@ def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
             functions raise these too (module docstring).
     """
     group = _T.group(group)
-    _check_tensor(tensor, "tensor", written=True)
+    check_tensor(tensor, "tensor", written=True)
     reduce_op = _T.check_op(op, tensor.dtype)
     acc = _T.accumulate(accumulate_dtype, tensor.dtype, "all_reduce")
     opts = _options(group, tensor, segment_bytes, timeout, restore, check, transport)
@@ -508,7 +287,7 @@ def broadcast(tensor: torch.Tensor, src: int, group=None, algorithm: str | None 
         ArgumentError: src not in the group, unknown algorithm; ArgumentTypeError: dtype.
     """
     group = _T.group(group)
-    _check_tensor(tensor, "tensor", written=True)
+    check_tensor(tensor, "tensor", written=True)
     root = _T.root(group, src, "src", dist.get_world_size(group))
     opts = _options(group, tensor, segment_bytes, timeout, restore, check, transport)
     frontend.in_place(_T, "broadcast", tensor, ReduceOp.SUM, group, algorithm,
@@ -539,7 +318,7 @@ def reduce(tensor: torch.Tensor, dst: int, op: Any = ReduceOp.SUM, group=None,
         ArgumentError, ArgumentTypeError: bad argument, before any data moves.
     """
     group = _T.group(group)
-    _check_tensor(tensor, "tensor", written=True)
+    check_tensor(tensor, "tensor", written=True)
     reduce_op = _T.check_op(op, tensor.dtype)
     acc = _T.accumulate(accumulate_dtype, tensor.dtype, "reduce")
     root = _T.root(group, dst, "dst", dist.get_world_size(group))
@@ -568,8 +347,8 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = R
         ArgumentError: sizes that do not match, dtype/device mismatch, bad op.
     """
     group = _T.group(group)
-    _check_tensor(output, "output", written=True)
-    _check_tensor(input, "input")
+    check_tensor(output, "output", written=True)
+    check_tensor(input, "input")
     _T.check_pair(output, input, "output", "input")
     reduce_op = _T.check_op(op, input.dtype)
     acc = _T.accumulate(accumulate_dtype, input.dtype, "reduce_scatter")
@@ -598,8 +377,8 @@ def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tens
         ArgumentError: sizes that do not match, dtype/device mismatch.
     """
     group = _T.group(group)
-    _check_tensor(output_tensor, "output_tensor", written=True)
-    _check_tensor(input_tensor, "input_tensor")
+    check_tensor(output_tensor, "output_tensor", written=True)
+    check_tensor(input_tensor, "input_tensor")
     _T.check_pair(output_tensor, input_tensor, "output_tensor", "input_tensor")
     opts = _options(group, output_tensor, segment_bytes, timeout, restore, check, transport)
     algorithm, params = _auto("all_gather", group, algorithm, params, opts, _nbytes(output_tensor))
@@ -630,7 +409,7 @@ def scatter(tensor: torch.Tensor, scatter_list: list | None = None, src: int = 0
             in the group; ArgumentTypeError: dtype.
     """
     group = _T.group(group)
-    _check_tensor(tensor, "tensor", written=True)
+    check_tensor(tensor, "tensor", written=True)
     opts = _options(group, tensor, segment_bytes, timeout, restore, check, transport)
     frontend.scatter(_T, tensor, scatter_list, src, group, algorithm, params, opts)
     return tensor
@@ -658,7 +437,7 @@ def gather(tensor: torch.Tensor, gather_list: list | None = None, dst: int = 0, 
             the group; ArgumentTypeError: dtype.
     """
     group = _T.group(group)
-    _check_tensor(tensor, "tensor")
+    check_tensor(tensor, "tensor")
     opts = _options(group, tensor, segment_bytes, timeout, restore, check, transport)
     frontend.gather(_T, tensor, gather_list, dst, group, algorithm, params, opts)
     return None
@@ -688,8 +467,8 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
             algorithm, trailing dims that differ; ArgumentTypeError: dtype.
     """
     group = _T.group(group)
-    _check_tensor(output, "output", written=True)
-    _check_tensor(input, "input")
+    check_tensor(output, "output", written=True)
+    check_tensor(input, "input")
     _T.check_pair(output, input, "output", "input")
     opts = _options(group, input, segment_bytes, timeout, restore, check, transport)
     frontend.all_to_all(_T, output, input, output_split_sizes, input_split_sizes, group,

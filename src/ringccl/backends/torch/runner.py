@@ -26,7 +26,8 @@ from ...engine import trace
 from ...errors import BackendError
 from ...ops import parse_op
 from .launch import launch
-from .executor import combine_fn
+from .dialect import combine_fn
+from .transport import resolve_transport
 
 __all__ = ["TorchBackend", "sweep", "launch_sweep"]
 
@@ -46,7 +47,6 @@ class TorchBackend:
         self.device = (torch.device("cuda", torch.cuda.current_device()) if self.name == "nccl"
                        else torch.device("cpu"))
         # what ringccl's rows run on (transport="auto"), written into them
-        from .collectives import resolve_transport
         self.transport = resolve_transport(group, "auto", torch.empty(0, device=self.device))
 
     def _sync(self) -> None:
