@@ -9,7 +9,8 @@ For each size: the median of ``--iters`` (>= 5) interleaved iterations of ringcc
 faster); the same call on a ``ringccl.mpi.shm_empty`` array (zero copy: no copy in or out) and
 MPI / zero-copy; every size's result is checked against MPI's once. Also the 8-byte all_reduce latency
 (µs) of both, the load average before and after, and with ``--crossover`` one-shot vs two-shot
-per size (the measurement behind ``ringccl.costmodel.choice.TWO_SHOT_BYTES``). ``--json`` prints the raw rows.
+per size (the measurement behind ``ringccl.costmodel.choice.TWO_SHOT_BYTES``). ``--json``
+prints the raw rows.
 
 The floor of any Python-level shared-memory collective, timed the same way (single calls
 between barriers, max over ranks), after the rows above: ``shm enter/leave`` is
@@ -23,8 +24,8 @@ is itself a Python call of mpi4py's ``comm.Allreduce``.
     python benchmarks/bench_mpi_shm.py --nproc 2 [-b 4KiB -e 64MiB] [--iters 7] [--crossover]
         [--json]
 
-The script starts itself under mpirun (``ringccl.backends.mpi.launch.mpirun_command``). Figures for the
-note only; never timed asserts.
+The script starts itself under mpirun (``ringccl.backends.mpi.launch.mpirun_command``).
+Figures for the note only; never timed asserts.
 """
 
 from __future__ import annotations

@@ -273,7 +273,8 @@ def main() -> None:
     parser.add_argument("--png", default=None)
     parser.add_argument("--wait-policies", action="store_true",
                         help="all_reduce under each wait policy (POLICIES) and gloo, interleaved: "
-                        "the measurement behind ringccl.backends.shm.group.SPIN_POLLS/YIELD_SECONDS")
+                        "the measurement behind "
+                        "ringccl.backends.shm.group.SPIN_POLLS/YIELD_SECONDS")
     parser.add_argument("--sizes", default=None,
                         help="comma-separated sizes instead of -b..-e by powers of 4")
     args = parser.parse_args()

@@ -5,7 +5,7 @@
 (:mod:`ringccl.planner.emit`). Its groups are mapped onto the local processes (the plan's own
 rank grid when its world is ``--nproc`` ranks), its bytes scaled by one power of two so the
 largest call fits ``--max-bytes`` (the scaling is printed), every collective run on its groups
-through ringccl.torch (:mod:`ringccl.torch.replay`), then calibration sweeps; the fit
+through ringccl.torch (:mod:`ringccl.backends.torch.replay`), then calibration sweeps; the fit
 (``ringccl fit``'s :func:`ringccl.costmodel.fit.fit_rows`) sees the sweeps only, and each step
 collective is predicted from it (:mod:`ringccl.planner.replay`). Printed: predicted vs measured
 per collective and in total, the median error whatever it is; ``--plot`` draws both.

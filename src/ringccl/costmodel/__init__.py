@@ -5,7 +5,7 @@
   :class:`Predictor`).
 - :mod:`.tuning`: the best algorithm per size (:func:`tune`).
 - :mod:`.buckets`: DDP gradient bucket planning (not the runtime bucketer,
-  :mod:`ringccl.torch.bucketer`).
+  :mod:`ringccl.training.bucketer`).
 - :mod:`.fit`: α, β, γ fitted from measured benchmark rows.
 - :mod:`.presets`: the seeds' figures, reproduced from the model.
 

@@ -1,8 +1,8 @@
 """Asynchronous ringccl collectives: a background thread with a process group of its own.
 
-The executor (:mod:`ringccl.torch.executor`) runs a schedule synchronously in the calling thread.
-Overlapping communication with backward needs the collective to run *while* autograd keeps
-computing, so :class:`Communicator` moves it to a worker thread and hands back a
+The executor (:mod:`ringccl.backends.torch.executor`) runs a schedule synchronously in the
+calling thread. Overlapping communication with backward needs the collective to run *while*
+autograd keeps computing, so :class:`Communicator` moves it to a worker thread and hands back a
 ``torch.futures.Future`` (what DDP communication hooks return, and what ``async_op=True`` gives
 in torch.distributed).
 
@@ -14,7 +14,7 @@ Why this cannot deadlock:
    connections per group).
 2. **One worker, first in first out.** Jobs run one at a time in submission order. If every rank
    submits the same collectives in the same order - DDP launches buckets by bucket index, and
-   :class:`~ringccl.torch.bucketer.GradientBucketer` does the same whatever order gradients
+   :class:`~ringccl.training.bucketer.GradientBucketer` does the same whatever order gradients
    become ready in - then the k-th collective of every rank is the same collective, and the
    executor's matched isend/irecv order does the rest.
 3. **The worker never waits for the caller.** A job owns the tensors it was given until its

@@ -16,7 +16,7 @@ Life of one synchronized step::
 
 Buckets are launched strictly in bucket-index order on every rank, whatever order their
 gradients became ready in, so the background communicator's FIFO runs the same collective
-at the same position on every rank (see :mod:`ringccl.torch.background` for why it cannot
+at the same position on every rank (see :mod:`ringccl.training.background` for why it cannot
 deadlock).
 
 References: Li et al., "PyTorch Distributed: Experiences on Accelerating Data Parallel Training",
@@ -141,11 +141,11 @@ class GradientBucketer:
         group: process group (None: the default group).
         overlap: True launches each bucket when full; False launches all of them in
             :meth:`finish` (same buckets, communication after backward: the baseline).
-        communicator: share an existing :class:`~ringccl.torch.background.Communicator`.
+        communicator: share an existing :class:`~ringccl.training.background.Communicator`.
 
     Attributes:
         buckets: number of buckets; ``bucket_sizes()`` gives their bytes.
-        stats: :class:`~ringccl.torch.stats.CommStats`, bytes this rank sent.
+        stats: :class:`~ringccl.training.stats.CommStats`, bytes this rank sent.
         timeline: one :class:`StepTimeline` per synchronized step (the last ``keep_timeline``).
 
     Raises:

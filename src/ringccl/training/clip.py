@@ -46,6 +46,26 @@ def _flags(sharded, n: int) -> list[bool]:
     return flags
 
 
+def _check(parameters, max_norm, norm_type) -> tuple[list, float, float]:
+    """:func:`clip_grad_norm_`'s arguments checked: (the parameters as a list, max_norm,
+    norm_type as a float)."""
+    params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+    for i, p in enumerate(params):
+        if not isinstance(p, torch.Tensor):
+            raise ArgumentTypeError(f"parameters[{i}] must be a torch.Tensor, got "
+                                    f"{type(p).__name__}")
+    if isinstance(max_norm, torch.Tensor) and max_norm.numel() == 1:  # as torch accepts
+        max_norm = max_norm.item()
+    if isinstance(max_norm, bool) or not isinstance(max_norm, numbers.Real) or not max_norm >= 0:
+        raise ArgumentError(f"max_norm={max_norm!r} must be a number >= 0")
+    if isinstance(norm_type, bool) or not isinstance(norm_type, numbers.Real):
+        raise ArgumentError(f"norm_type={norm_type!r} is not supported; expected 2.0 or inf")
+    norm_type = float(norm_type)
+    if norm_type not in (2.0, math.inf):
+        raise ArgumentError(f"norm_type={norm_type!r} is not supported; expected 2.0 or inf")
+    return params, max_norm, norm_type
+
+
 def clip_grad_norm_(parameters: torch.Tensor | Iterable[torch.Tensor], max_norm: float,
                     norm_type: float = 2.0, group=None,
                     sharded: bool | Sequence[bool] = False,
@@ -80,20 +100,7 @@ def clip_grad_norm_(parameters: torch.Tensor | Iterable[torch.Tensor], max_norm:
     Reference: Pascanu, Mikolov & Bengio, "On the difficulty of training recurrent neural
     networks", ICML 2013 (clipping by the global norm); Rajbhandari et al., SC 2020 (ZeRO).
     """
-    params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
-    for i, p in enumerate(params):
-        if not isinstance(p, torch.Tensor):
-            raise ArgumentTypeError(f"parameters[{i}] must be a torch.Tensor, got "
-                                    f"{type(p).__name__}")
-    if isinstance(max_norm, torch.Tensor) and max_norm.numel() == 1:  # as torch accepts
-        max_norm = max_norm.item()
-    if isinstance(max_norm, bool) or not isinstance(max_norm, numbers.Real) or not max_norm >= 0:
-        raise ArgumentError(f"max_norm={max_norm!r} must be a number >= 0")
-    if isinstance(norm_type, bool) or not isinstance(norm_type, numbers.Real):
-        raise ArgumentError(f"norm_type={norm_type!r} is not supported; expected 2.0 or inf")
-    norm_type = float(norm_type)
-    if norm_type not in (2.0, math.inf):
-        raise ArgumentError(f"norm_type={norm_type!r} is not supported; expected 2.0 or inf")
+    params, max_norm, norm_type = _check(parameters, max_norm, norm_type)
     flags = _flags(sharded, len(params))
     pairs = [(p.grad, f) for p, f in zip(params, flags) if p.grad is not None]
 

@@ -5,7 +5,7 @@
 ready, while backward goes on computing earlier layers (seed 000, section 4). The hook returns a
 ``torch.futures.Future``; DDP waits for all of them at the end of backward and copies the results
 back into ``param.grad``. Our hook runs the collective on a background
-:class:`~ringccl.torch.background.Communicator`, so the overlap is kept.
+:class:`~ringccl.training.background.Communicator`, so the overlap is kept.
 
 Example::
 
@@ -60,7 +60,7 @@ def comm_hook(algorithm: str = "ring", compression: str | None = None, group=Non
 
     Returns:
         ``hook(state, bucket) -> torch.futures.Future[torch.Tensor]``, with attributes
-        ``stats`` (:class:`~ringccl.torch.stats.CommStats`, bytes this rank sent) and
+        ``stats`` (:class:`~ringccl.training.stats.CommStats`, bytes this rank sent) and
         ``communicator`` and ``events`` (the last 4096 buckets: dicts with ``bucket`` index,
         ``nbytes`` all-reduced (after compression), ``launched``, ``started``, ``done`` in
         ``time.perf_counter()`` seconds).

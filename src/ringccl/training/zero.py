@@ -73,7 +73,7 @@ class ShardedOptimizer:
         optimizer: the wrapped optimizer over this rank's shard (``param_groups`` for LR
             schedulers are its own).
         shard: this rank's S-element slice of the flat parameters (its ``grad`` after backward).
-        stats: :class:`~ringccl.torch.stats.CommStats`, bytes this rank sent.
+        stats: :class:`~ringccl.training.stats.CommStats`, bytes this rank sent.
 
     Raises:
         ArgumentError: no parameters (or none requiring grad), mixed dtypes or devices, a

@@ -45,7 +45,7 @@ Every function takes, keyword-only and in this order (as :mod:`ringccl.torch`),
 ringccl.torch.
 
 ``transport="auto"`` (the default; :func:`resolve_transport`) runs over the communicator's
-shared memory (:mod:`ringccl.shm`, docs/shm.md) when every rank is on this host
+shared memory (:mod:`ringccl.backends.shm`, docs/shm.md) when every rank is on this host
 (``MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)`` spans the communicator, no ``RINGCCL_HOST_ID``
 splits it) on x86-64, else over MPI point-to-point; "shm" and "p2p" force one. Over shared
 memory ``algorithm=None`` (or "auto") is the measured choice
@@ -70,14 +70,14 @@ from typing import Any
 
 import numpy as np
 
-from ... import engine, frontend
+from ... import frontend
 from .. import shm
 from ...collectives import check_root
 from ...costmodel import choice
-from ...errors import ArgumentError, ArgumentTypeError, RingcclTimeout
+from ...errors import ArgumentTypeError, RingcclTimeout
 from ...layout import rooted
-from ...ops import (SUPPORTED_DTYPES, ReduceOp, check_accumulate_dtype, check_dtype,
-                   check_op_dtype, parse_op)
+from ...ops import ReduceOp
+from .dialect import NumpyArrays, check_array, clear_checked_ops
 
 __all__ = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "scatter",
            "gather", "all_to_all", "run_schedule", "release_buffers", "resolve_transport",
@@ -89,7 +89,7 @@ _executor: list = []   # [executor.execute_call], imported on first use
 
 
 def _load_executor() -> None:
-    """Import :mod:`ringccl.mpi.executor` (it imports mpi4py) once; a function-level import
+    """Import :mod:`ringccl.backends.mpi.executor` (it imports mpi4py) once; a function-level import
     at every call cost a lookup per call."""
     from .executor import execute_call
     _executor[:] = [execute_call]
@@ -107,7 +107,7 @@ def release_buffers() -> None:
     on every rank)."""
     from .executor import release_buffers as release
     release()
-    _checked_ops.clear()
+    clear_checked_ops()
 
 
 def shm_empty(shape, dtype=np.float32, comm=None) -> np.ndarray:
@@ -118,37 +118,13 @@ def shm_empty(shape, dtype=np.float32, comm=None) -> np.ndarray:
     return allocate(shape, dtype, comm)
 
 
-_DTYPES = frozenset(np.dtype(d) for d in SUPPORTED_DTYPES)
-
-
-def _check_array(a: Any, argument: str, writable: bool = True,
-                 contiguous: bool = True) -> np.ndarray:
-    """``a`` if it is a numpy array of a supported dtype (C-contiguous and writable unless
-    told otherwise: arrays only read, or written through a copy, may be neither)."""
-    if (type(a) is np.ndarray and a.dtype in _DTYPES and a.flags.c_contiguous
-            and a.flags.writeable):
-        return a  # the common case, checked cheaply: this runs on every call
-    if not isinstance(a, np.ndarray):
-        raise ArgumentTypeError(f"{argument} must be a numpy.ndarray, got {type(a).__name__}")
-    check_dtype(a.dtype, f"{argument}.dtype")
-    # read-only first: a broadcast (stride-0) view is both, and a copy would not be the output
-    if writable and not a.flags.writeable:
-        raise ArgumentError(f"{argument} (shape {a.shape}) is read-only; it must be writeable")
-    if contiguous and not a.flags.c_contiguous:
-        raise ArgumentError(f"{argument} (shape {a.shape}, strides {a.strides}) must be "
-                            "C-contiguous, as MPI buffers are (use numpy.ascontiguousarray)")
-    return a
-
-
-_checked_ops: dict = {}
-
-
-class _Numpy:
-    """ringccl.mpi's :class:`ringccl.frontend.Backend`: numpy arrays, mpi4py communicators, the
-    MPI point-to-point transport (:mod:`ringccl.mpi.executor`)."""
+class _Numpy(NumpyArrays):
+    """ringccl.mpi's :class:`ringccl.frontend.Backend`: the numpy dialect
+    (:class:`~ringccl.backends.mpi.dialect.NumpyArrays`), mpi4py communicators
+    (:class:`ringccl.frontend.GroupAdapter`), the executor of :mod:`.executor` with the call's
+    transport (:class:`ringccl.frontend.Executor`)."""
 
     name = "ringccl.mpi"
-    size_word = "size"
     #: mirrors ringccl.backends.mpi.executor.PIPELINING (not imported here: that imports mpi4py);
     #: None: the executor's measured default
     pipelining = None
@@ -229,161 +205,7 @@ class _Numpy:
         return choice.choose(collective, world_size, count * dtype.itemsize,
                              opts.transport or "p2p", backend="mpi").algorithm
 
-    # -- array dialect --------------------------------------------------------------------------
-    @staticmethod
-    def check(a, argument: str, written: bool = False, contiguous: bool = False):
-        return _check_array(a, argument, writable=written, contiguous=contiguous)
 
-    @staticmethod
-    def check_1d(a, argument: str):
-        _check_array(a, argument)
-        if a.ndim != 1:
-            raise ArgumentError(f"{argument} must be 1-D, got shape {a.shape}")
-        return a
-
-    @staticmethod
-    def check_pair(a, b, name_a: str, name_b: str) -> None:
-        if a.dtype != b.dtype:
-            raise ArgumentTypeError(f"{name_a}.dtype={a.dtype} differs from {name_b}.dtype="
-                                    f"{b.dtype}")
-
-    @staticmethod
-    def check_op(op, dtype) -> ReduceOp:
-        try:
-            return _checked_ops[op, dtype]
-        except (KeyError, TypeError):  # TypeError: an unhashable op, parsed (and refused) below
-            pass
-        reduce_op = parse_op(op)
-        check_op_dtype(reduce_op, dtype)
-        if isinstance(op, (str, ReduceOp)):
-            _checked_ops[op, dtype] = reduce_op
-        return reduce_op
-
-    @staticmethod
-    def accumulate(accumulate_dtype, dtype, collective: str):
-        """The numpy dtype to reduce in (None: the buffer's own), validated
-        (:func:`ringccl.ops.check_accumulate_dtype`)."""
-        if accumulate_dtype is None:
-            return None
-        name = check_accumulate_dtype(accumulate_dtype, dtype, collective, True)
-        return None if name is None or np.dtype(name) == dtype else np.dtype(name)
-
-    def check_blocks(self, blocks, argument: str, world_size: int, like, written: bool) -> list:
-        """A root's scatter_list/gather_list: world_size arrays of like.size elements each, or
-        one array of world_size·like.size elements (MPI's send/receive buffer, blocks in rank
-        order)."""
-        if isinstance(blocks, np.ndarray):
-            _check_array(blocks, argument, writable=written, contiguous=False)
-            self.check_pair(blocks, like, argument, "buffer")
-            if blocks.size != world_size * like.size:
-                raise ArgumentError(f"{argument} has {blocks.size} elements; one array must "
-                                    f"have world_size * buffer.size = {world_size} * "
-                                    f"{like.size}")
-            return [blocks]
-        if not isinstance(blocks, (list, tuple)) or len(blocks) != world_size:
-            raise ArgumentError(f"{argument} must be a list of world_size={world_size} arrays "
-                                f"(or one array of world_size * buffer.size elements), got "
-                                f"{type(blocks).__name__}"
-                                + (f" of length {len(blocks)}" if hasattr(blocks, "__len__")
-                                   else ""))
-        for i, b in enumerate(blocks):
-            _check_array(b, f"{argument}[{i}]", writable=written, contiguous=False)
-            self.check_pair(b, like, f"{argument}[{i}]", "buffer")
-            if b.size != like.size:
-                raise ArgumentError(f"{argument}[{i}] has {b.size} elements; every array must "
-                                    f"have buffer.size={like.size}")
-        return list(blocks)
-
-    @staticmethod
-    def no_blocks(blocks, argument: str, rank: int, root_arg: str, root) -> None:
-        if blocks is None or (isinstance(blocks, (list, tuple)) and not blocks):
-            return
-        raise ArgumentError(f"{argument} must be None on ranks other than {root_arg}={root} "
-                            f"(this is rank {rank}), as in torch.distributed")
-
-    @staticmethod
-    def overlap_error(inner: str, outer: str, rank: int, k: int) -> ArgumentError:
-        where = " of a C-contiguous input" if outer == "input" else ""
-        return ArgumentError(f"{inner} overlaps {outer} but is not exactly {outer}'s block rank "
-                             f"(elements {rank * k}:{(rank + 1) * k}{where}); pass that view, "
-                             "or arrays that do not overlap")
-
-    @staticmethod
-    def numel(a) -> int:
-        return a.size
-
-    @staticmethod
-    def dtype(a):
-        return a.dtype
-
-    dtype_name = staticmethod(str)
-
-    @staticmethod
-    def contiguous(a) -> bool:
-        return a.flags.c_contiguous
-
-    @staticmethod
-    def view1d(a):
-        return a.reshape(-1)
-
-    @staticmethod
-    def flat(a):
-        return a.reshape(-1)
-
-    @staticmethod
-    def empty(like, n: int, dtype=None):
-        return np.empty(n, dtype=dtype or like.dtype)
-
-    @staticmethod
-    def scratch(like, n: int):
-        """A working array kept between calls (contents undefined): allocating per call costs
-        page faults on every call."""
-        return engine.kept_buffer(_NUMPY_OPS, like, n, "work")
-
-    @staticmethod
-    def cast(flat, dtype):
-        return flat.astype(dtype)
-
-    @staticmethod
-    def copy(dst, src) -> None:
-        dst[...] = src
-
-    @staticmethod
-    def copy_into(dst, flat) -> None:
-        dst[...] = flat.reshape(dst.shape)
-
-    @staticmethod
-    def divide(a, n: int) -> None:
-        np.divide(a, n, out=a)
-
-    @staticmethod
-    def cat(flats: list):
-        return np.concatenate(flats)
-
-    shares_memory = staticmethod(np.shares_memory)
-
-    @staticmethod
-    def is_block(a, buffer, index: int) -> bool:
-        """True if ``a`` is exactly block ``index`` (of a.size elements) of the 1-D ``buffer``."""
-        if not a.flags.c_contiguous or not np.may_share_memory(a, buffer):
-            return False
-        block = buffer[index * a.size:(index + 1) * a.size]
-        return (a.__array_interface__["data"][0] == block.__array_interface__["data"][0]
-                and a.size == block.size)
-
-    @staticmethod
-    def rows(a) -> tuple[int, int]:
-        return (a.shape[0] if a.ndim else 1), int(np.prod(a.shape[1:], dtype=np.int64))
-
-
-class _KeptOps:
-    """Plain numpy arrays for the kept working buffers (no mpi4py needed)."""
-
-    empty = staticmethod(lambda like, n: np.empty(n, dtype=like.dtype))
-    kind = staticmethod(lambda a: a.dtype)
-
-
-_NUMPY_OPS = _KeptOps()
 _B = _Numpy()
 
 _TRANSPORTS = ("auto", "shm", "p2p")
@@ -394,9 +216,10 @@ def resolve_transport(comm, transport: Any) -> str:
 
     "auto" (the default; ``RINGCCL_TRANSPORT`` overrides it): "shm" when the communicator has
     more than one rank, this is an x86-64 machine and every rank shares this host's memory
-    (:func:`ringccl.backends.mpi.executor.shm_possible`: ``MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)``
-    spans ``comm`` and no ``RINGCCL_HOST_ID`` splits it; asked once per communicator, a
-    collective call), else "p2p" (MPI point-to-point). The same answer on every rank when they
+    (:func:`ringccl.backends.mpi.executor.shm_possible`:
+    ``MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)`` spans ``comm`` and no ``RINGCCL_HOST_ID``
+    splits it; asked once per communicator, a collective call), else "p2p" (MPI
+    point-to-point). The same answer on every rank when they
     pass the same ``transport``.
 
     Raises:
@@ -456,7 +279,7 @@ def all_reduce(buffer: np.ndarray, op: Any = ReduceOp.SUM, comm=None, algorithm:
         BackendError: a failed transfer.
     """
     comm = _B.group(comm)
-    _check_array(buffer, "buffer")
+    check_array(buffer, "buffer")
     reduce_op = _B.check_op(op, buffer.dtype)
     acc = _B.accumulate(accumulate_dtype, buffer.dtype, "all_reduce")
     opts = _options(comm, segment_bytes, timeout, restore, check, transport)
@@ -487,8 +310,8 @@ def reduce_scatter(output: np.ndarray, input: np.ndarray, op: Any = ReduceOp.SUM
         ArgumentError: sizes that do not match, dtype mismatch, bad op.
     """
     comm = _B.group(comm)
-    _check_array(output, "output")
-    _check_array(input, "input", writable=False, contiguous=False)
+    check_array(output, "output")
+    check_array(input, "input", writable=False, contiguous=False)
     _B.check_pair(output, input, "output", "input")
     reduce_op = _B.check_op(op, input.dtype)
     acc = _B.accumulate(accumulate_dtype, input.dtype, "reduce_scatter")
@@ -518,8 +341,8 @@ def all_gather(output: np.ndarray, input: np.ndarray, comm=None, algorithm: str 
         ArgumentError: sizes that do not match, dtype mismatch.
     """
     comm = _B.group(comm)
-    _check_array(output, "output")
-    _check_array(input, "input", writable=False, contiguous=False)
+    check_array(output, "output")
+    check_array(input, "input", writable=False, contiguous=False)
     _B.check_pair(output, input, "output", "input")
     opts = _options(comm, segment_bytes, timeout, restore, check, transport)
     frontend.all_gather(_B, output, input, comm, algorithm, params, opts, "all_gather",
@@ -549,7 +372,7 @@ def broadcast(buffer: np.ndarray, src: int = 0, comm=None, algorithm: str | None
         ArgumentError: src out of range, unknown algorithm; ArgumentTypeError: dtype, comm.
     """
     comm = _B.group(comm)
-    _check_array(buffer, "buffer", contiguous=False)
+    check_array(buffer, "buffer", contiguous=False)
     root = check_root(src, comm.Get_size(), "src")
     opts = _options(comm, segment_bytes, timeout, restore, check, transport)
     frontend.in_place(_B, "broadcast", buffer, ReduceOp.SUM, comm, algorithm,
@@ -583,7 +406,7 @@ def reduce(buffer: np.ndarray, dst: int = 0, op: Any = ReduceOp.SUM, comm=None,
         ArgumentError: dst out of range, bad op, unknown algorithm; ArgumentTypeError: dtype.
     """
     comm = _B.group(comm)
-    _check_array(buffer, "buffer", contiguous=False)
+    check_array(buffer, "buffer", contiguous=False)
     reduce_op = _B.check_op(op, buffer.dtype)
     acc = _B.accumulate(accumulate_dtype, buffer.dtype, "reduce")
     root = check_root(dst, comm.Get_size(), "dst")
@@ -623,7 +446,7 @@ def scatter(buffer: np.ndarray, scatter_list: Any = None, src: int = 0, comm=Non
             exception aborts the job.)
     """
     comm = _B.group(comm)
-    _check_array(buffer, "buffer")
+    check_array(buffer, "buffer")
     opts = _options(comm, segment_bytes, timeout, restore, check, transport)
     frontend.scatter(_B, buffer, scatter_list, src, comm, algorithm, params, opts)
     return buffer
@@ -655,7 +478,7 @@ def gather(buffer: np.ndarray, gather_list: Any = None, dst: int = 0, comm=None,
             waiting, as in :func:`scatter`.)
     """
     comm = _B.group(comm)
-    _check_array(buffer, "buffer", writable=False, contiguous=False)
+    check_array(buffer, "buffer", writable=False, contiguous=False)
     opts = _options(comm, segment_bytes, timeout, restore, check, transport)
     is_root = frontend.gather(_B, buffer, gather_list, dst, comm, algorithm, params, opts)
     return gather_list if is_root else None
@@ -690,8 +513,8 @@ def all_to_all(output: np.ndarray, input: np.ndarray, output_split_sizes=None,
             algorithm (on every rank), trailing dims that differ; ArgumentTypeError: dtype.
     """
     comm = _B.group(comm)
-    _check_array(output, "output", contiguous=False)
-    _check_array(input, "input", writable=False, contiguous=False)
+    check_array(output, "output", contiguous=False)
+    check_array(input, "input", writable=False, contiguous=False)
     _B.check_pair(output, input, "output", "input")
     opts = _options(comm, segment_bytes, timeout, restore, check, transport)
     frontend.all_to_all(_B, output, input, output_split_sizes, input_split_sizes, comm,

@@ -17,9 +17,10 @@ wait polls (``MPI_Test``) until its deadline instead.
 call (:mod:`ringccl.backends.shm.call`) instead of MPI point-to-point, on numpy arrays: the
 working buffer lives in this rank's slot of the communicator's shared-memory segment (the
 ranges the call reads copied in, its results out), receives are read in place from the peer's
-slot. The segment's set-up exchange is ``allgather`` on the private duplicate; :func:`shm_possible` is what ``transport="auto"`` asks
-(``MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)`` spans the communicator and every rank reports
-the same :func:`ringccl.backends.shm.host_id`).
+slot. The segment's set-up exchange is ``allgather`` on the private duplicate;
+:func:`shm_possible` is what ``transport="auto"`` asks (``MPI_Comm_split_type(
+MPI_COMM_TYPE_SHARED)`` spans the communicator and every rank reports the same
+:func:`ringccl.backends.shm.host_id`).
 
 References:
     MPI 4.0 standard, section 3.5 (non-overtaking order of messages) and 3.7 (non-blocking

@@ -31,7 +31,7 @@ from ...resources import WORKER_BYTES, check_processes, die_with_parent
 __all__ = ["mpi_launcher", "mpirun_command", "check_launch", "launch_bench", "under_mpirun",
            "ROW_PREFIX"]
 
-#: rank 0 of ``python -m ringccl.mpi.runner`` prefixes each JSON row it prints with this
+#: rank 0 of ``python -m ringccl.backends.mpi.runner`` prefixes each JSON row it prints with this
 ROW_PREFIX = "ROW "
 
 #: environment variables that Open MPI, MPICH (Hydra) and PMIx set in the processes they start
@@ -105,7 +105,7 @@ def check_launch(nproc: int, *, oversubscribe: bool = False, worker_bytes: int =
 #: seconds mpirun gets between SIGTERM and SIGKILL when a launch ends early
 GRACE_S = 3.0
 
-#: the rank lines ``ringccl.mpi.runner`` prints before aborting: "rank R: Type: message"
+#: the rank lines ``ringccl.backends.mpi.runner`` prints before aborting: "rank R: Type: message"
 _RANK_LINE = re.compile(r"^rank (\d+): (.*)$", re.M)
 
 
@@ -177,17 +177,17 @@ def launch_bench(spec, nproc: int, on_row: Callable[[dict], None] | None = None,
 #: environment variable that tells each rank which process launched mpirun
 _LAUNCHER_PID = "RINGCCL_LAUNCHER_PID"
 
-#: each rank's entry point: end with mpirun and with the launcher, then run the sweep
-_RANK_MAIN = "from ringccl.backends.mpi.launch import _rank_main; _rank_main()"
+#: each rank's entry point: end with mpirun and with the launcher (before importing mpi4py,
+#: which starts MPI), then run the sweep (:func:`ringccl.backends.mpi.runner.main`)
+_RANK_MAIN = ("import sys; from ringccl.backends.mpi.launch import _rank_main; _rank_main(); "
+              "from ringccl.backends.mpi.runner import main; sys.exit(main(sys.argv[1:]))")
 
 
 def _rank_main() -> None:
-    """``python -c _RANK_MAIN SPEC_JSON`` under mpirun: :func:`die_with_parent` (parent:
-    mpirun's daemon; watched: the launcher), then ``ringccl.mpi.runner.main``."""
+    """The first act of ``python -c _RANK_MAIN SPEC_JSON`` under mpirun: :func:`die_with_parent`
+    (parent: mpirun's daemon; watched: the launcher)."""
     launcher = os.environ.get(_LAUNCHER_PID)
     die_with_parent(os.getppid(), watch_pid=int(launcher) if launcher else None)
-    from .runner import main
-    sys.exit(main(sys.argv[1:]))
 
 
 def _mpirun_preexec():

@@ -4,9 +4,9 @@
 builtin is MPI's collective (``MPI_Allreduce``, ``MPI_Reduce_scatter_block``, ``MPI_Allgather``,
 ``MPI_Bcast``, ``MPI_Reduce``, ``MPI_Scatter``, ``MPI_Gather``, ``MPI_Alltoall``) with
 ``MPI_IN_PLACE`` for the in-place placement, and ringccl's side is the matching
-:mod:`ringccl.mpi` function with the same aliasing. ``python -m ringccl.mpi.runner SPEC_JSON``
-is what ``ringccl bench --backend mpi --nproc N`` starts under mpirun: rank 0 writes one JSON
-line per finished row to stdout, prefixed with ``ROW``.
+:mod:`ringccl.mpi` function with the same aliasing. :func:`main` (``python -m
+ringccl.backends.mpi.runner SPEC_JSON``) is what ``ringccl bench --backend mpi --nproc N`` runs
+under mpirun: rank 0 writes one JSON line per finished row to stdout, prefixed with ``ROW``.
 
 MPI has no AVG: the builtin AVG is MPI_SUM followed by a division, timed together. Open MPI 4.1
 has no float16 reduction type; such rows raise BackendError naming the datatype.
@@ -306,7 +306,8 @@ def sweep(spec: BenchSpec, comm=None, emit=None) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m ringccl.mpi.runner SPEC_JSON`` under mpirun: rank 0 streams ``ROW`` lines."""
+    """``python -m ringccl.backends.mpi.runner SPEC_JSON`` under mpirun: rank 0 streams
+    ``ROW`` lines."""
     argv = sys.argv[1:] if argv is None else argv
     import_user_modules()  # the algorithms ``--import`` / RINGCCL_IMPORT registered
     spec = BenchSpec.from_dict(json.loads(argv[0]))

@@ -1,11 +1,11 @@
 """Shared-memory transport for the ranks of a group on one host (backend-neutral: numpy, os and
 mmap only; docs/shm.md).
 
-* :mod:`~ringccl.shm.segment`: POSIX shm files, space reserved up front, created/attached/
+* :mod:`~ringccl.backends.shm.segment`: POSIX shm files, space reserved up front, created/attached/
   unlinked so nothing outlives the group; the launcher's sweep for a SIGKILL in the window.
-* :mod:`~ringccl.shm.group`: one group's control block (monotone counters, abort word, call
+* :mod:`~ringccl.backends.shm.group`: one group's control block (monotone counters, abort word, call
   entry, growth) and bounded waits that notice a dead peer.
-* :mod:`~ringccl.shm.transport`: the engine's transport that reads receives in place.
+* :mod:`~ringccl.backends.shm.transport`: the engine's transport that reads receives in place.
 
 A backend supplies only the set-up exchange (an all-gather of small objects), its array
 dialect's views of the segment, and the decision to use it (every rank of the group on this

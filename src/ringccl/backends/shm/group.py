@@ -243,7 +243,7 @@ class ShmGroup:
         ``timeout`` (default the group's), the abort word and ``peer``'s liveness.
         ``progress(after_spin)``, when given, is called while waiting (every 16 polls, and on
         every poll once the tight spin is over): the transport reads what has arrived meanwhile
-        (see :mod:`ringccl.shm.transport`).
+        (see :mod:`ringccl.backends.shm.transport`).
 
         Raises:
             TimeoutError: not within the timeout. PeerDied: ``peer`` is gone. Aborted:
@@ -440,9 +440,9 @@ class ShmGroup:
     def call_area(self, used: int, where: tuple | None) -> tuple:
         """``(serial, byte offset, eager)`` of this call's working buffer (after :meth:`enter`):
         this rank's slot of the working area, its eager area (``(serial, byte offset, bytes)``,
-        :mod:`ringccl.shm.transport`) after the buffer's ``used`` bytes (64-aligned); or, zero
-        copy, where the buffer already lies (``where``: ``(serial, byte offset)``), the whole
-        working slot then free for the eager area (None without a working area)."""
+        :mod:`ringccl.backends.shm.transport`) after the buffer's ``used`` bytes (64-aligned);
+        or, zero copy, where the buffer already lies (``where``: ``(serial, byte offset)``), the
+        whole working slot then free for the eager area (None without a working area)."""
         slot = self.rank * self.work_slot
         if where is None:
             return self.work_serial, slot, (self.work_serial, slot + used, self.work_slot - used)

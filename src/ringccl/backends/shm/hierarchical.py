@@ -2,7 +2,7 @@
 that spans several hosts with several ranks each (backend-neutral; docs/shm.md).
 
 :class:`HybridTransport` routes each peer by where it runs: a peer on this host goes through
-the host's :class:`~ringccl.shm.ShmTransport` (its bytes read in place from its slot of the
+the host's :class:`~ringccl.backends.shm.ShmTransport` (its bytes read in place from its slot of the
 host's segment), a peer on another host through the backend's point-to-point transport (gloo,
 MPI). Any schedule runs on it unchanged; the registered ``hierarchical`` all_reduce (intra-node
 reduce-scatter, inter-node all-reduce of one block per local rank, intra-node all-gather: the
@@ -49,7 +49,7 @@ POLL_SPINS = 64
 
 
 class HostLayout(NamedTuple):
-    """Where the ranks of a group run (from every rank's :func:`ringccl.shm.host_id`).
+    """Where the ranks of a group run (from every rank's :func:`ringccl.backends.shm.host_id`).
 
     Attributes:
         hosts: the distinct host identities in order of first appearance.

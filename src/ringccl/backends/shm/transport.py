@@ -32,11 +32,11 @@ all_reduce reduces into the very chunk it sent) need not wait for the peer to re
 takes one of the two synchronisations per step off the critical path (the other: waiting for
 the peer's data), at the cost of one copy of a small message. Sends of one step reading the
 same elements (one chunk to every peer) share one copy. The area is reused from its start at
-every call: a peer entered this call (:meth:`ringccl.shm.group.ShmGroup.enter`) only after
+every call: a peer entered this call (:meth:`ringccl.backends.shm.group.ShmGroup.enter`) only after
 its previous call ended, so after it released every send of ours (after a lazy entry,
 :meth:`ShmTransport.begin` waits for the releases instead).
 
-Every wait is bounded (:meth:`ringccl.shm.group.ShmGroup.wait_word`).
+Every wait is bounded (:meth:`ringccl.backends.shm.group.ShmGroup.wait_word`).
 """
 
 from __future__ import annotations

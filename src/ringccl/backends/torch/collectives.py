@@ -92,7 +92,7 @@ __all__ = ["all_reduce", "reduce_scatter_tensor", "all_gather_into_tensor", "bro
 class _Torch(TorchArrays):
     """ringccl.torch's :class:`ringccl.frontend.Backend`: the tensor dialect
     (:class:`~ringccl.backends.torch.dialect.TorchArrays`), torch.distributed process groups
-    (:class:`ringccl.frontend.Group`), the executor of :mod:`.executor` with the call's
+    (:class:`ringccl.frontend.GroupAdapter`), the executor of :mod:`.executor` with the call's
     transport (:class:`ringccl.frontend.Executor`)."""
 
     name = "ringccl.torch"

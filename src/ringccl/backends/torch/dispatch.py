@@ -1,25 +1,9 @@
 """One ringccl process group's state (:class:`Group`) and its dispatcher: the group's
 collectives run one at a time in issue order, inline or on its worker thread.
 
-**Dispatch policy** (:meth:`Group.submit`). Handing a call to the worker costs a thread
-hand-off (measured 145-320 us per call for 2 processes, 450-620 us for 4, on the 2-core test
-machine: docs/backend.md), more than a small all_reduce itself costs on shared memory; the
-worker pays only where the caller has something to overlap with a long call (DDP's reducer
-launches its bucket all-reduces from autograd hooks and waits at the end of backward). So a
-call runs *inline*, in the caller's thread, returning an already-completed Work, when
-
-* the worker has nothing queued or running, and
-* the call moves at most ``RINGCCL_BACKEND_INLINE_BYTES`` bytes (default :data:`INLINE_BYTES`
-  = 256 KiB: up to it the inline call costs about 1-3 hand-offs, measured; ``0`` sends every
-  non-empty call to the worker);
-
-everything else goes to the worker. Issue order holds across threads: the decision and the
-count of outstanding worker jobs are taken under one submit lock, and a run lock is held by the
-worker per job and by an inline call before it lets go of the submit lock, so a call issued
-after an inline one (from any thread) runs after it. Failures are the same either way: the
-Work's ``wait()`` / ``get_future()`` raise the collective's failure; only refusals of the
-arguments (dtype, op, root) raise from the call itself, as before. ``RINGCCL_BACKEND_THREAD=0``
-runs every collective inline (no worker).
+It follows the dispatch policy of :mod:`ringccl.backends.torch.process_group` (its module
+docstring): a call runs inline, in the caller's thread, when the worker is idle and the call
+moves at most :func:`inline_bytes`; else on the worker, in issue order either way.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ Type: message"; the traceback with ``verbose=True``); a worker that dies or a ru
 
 Shared memory (issue 16): the workers' segments carry a job id (``RINGCCL_SHM_JOB``, set for
 them unless already set), so that after the workers end the launcher removes any a worker
-SIGKILLed between creating and unlinking one left behind (:func:`ringccl.shm.sweep`; the window
-is the set-up exchange of one segment, milliseconds).
+SIGKILLed between creating and unlinking one left behind (:func:`ringccl.backends.shm.sweep`;
+the window is the set-up exchange of one segment, milliseconds).
 
 Safety rails (issue 14): the process count is checked against the machine's cores and memory
 before anything starts (:mod:`ringccl.resources`); workers die with the launcher, even on
@@ -21,6 +21,7 @@ SIGKILL; Ctrl-C or SIGTERM ends every worker and raises one
 from __future__ import annotations
 
 import contextlib
+import functools
 import datetime
 import os
 import queue as queue_mod
@@ -153,27 +154,11 @@ def launch(fn: Callable[..., Any], nproc: int, *args: Any, backend: str = "gloo"
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     progress = ctx.Queue() if on_progress is not None else None
-    port = free_port()
     threads = threads or max(1, usable_cores() // nproc)
-    # each worker ties itself to this process first, then unpickles its call (importing fn's
-    # module and torch): a launcher killed while the workers still import leaves no orphan
-    procs = [ctx.Process(target=tied_call, args=(os.getpid(), bytes(ForkingPickler.dumps(
-        (_worker, (r, nproc, port, backend, timeout, threads, os.getpid(), fn, args)))),
-        results, progress), daemon=True) for r in range(nproc)]
+    procs = _processes(ctx, (nproc, free_port(), backend, timeout, threads, os.getpid(), fn,
+                             args), results, progress)
     received: list = []
-
-    def drain(wait: float = 0.0) -> None:
-        if progress is None:
-            return
-        while True:
-            try:
-                item = progress.get(timeout=wait) if wait else progress.get_nowait()
-            except (queue_mod.Empty, EOFError, OSError):
-                return
-            received.append(item)
-            on_progress(item)
-            wait = 0.0
-
+    drain = functools.partial(_drain, progress, on_progress, received)
     out: dict[int, Any] = {}
     job = None
     with _interruptible() as interrupted:
@@ -197,6 +182,29 @@ def launch(fn: Callable[..., Any], nproc: int, *args: Any, backend: str = "gloo"
             raise Interrupted(f"launch of {nproc} processes interrupted ({interrupted[0] or 'Ctrl-C'})"
                               "; every worker was ended", partial=received) from None
     return [out[r] for r in range(nproc)]
+
+
+def _processes(ctx, call: tuple, results, progress) -> list:
+    """The workers of a launch (not started): rank r runs ``_worker(r, *call)``. Each ties
+    itself to this process first, then unpickles its call (importing fn's module and torch): a
+    launcher killed while the workers still import leaves no orphan."""
+    return [ctx.Process(target=tied_call, args=(os.getpid(), bytes(ForkingPickler.dumps(
+        (_worker, (r, *call)))), results, progress), daemon=True) for r in range(call[0])]
+
+
+def _drain(progress, on_progress, received: list, wait: float = 0.0) -> None:
+    """Hand every item on the ``progress`` queue to ``on_progress`` (waiting up to ``wait``
+    seconds for the first), keeping them in ``received``; nothing without a queue."""
+    if progress is None:
+        return
+    while True:
+        try:
+            item = progress.get(timeout=wait) if wait else progress.get_nowait()
+        except (queue_mod.Empty, EOFError, OSError):
+            return
+        received.append(item)
+        on_progress(item)
+        wait = 0.0
 
 
 #: seconds workers get between SIGTERM and SIGKILL when a launch ends early

@@ -37,9 +37,27 @@ group itself. Each group owns
 * one worker thread that runs the group's collectives one at a time in issue order (so the
   k-th collective of every rank is the same one), under ``torch.no_grad`` (grad mode is per
   thread), completing each call's ``torch.futures.Future`` with the value gloo's would carry
-  (the output tensors: ``[tensor]`` for all_reduce, what DDP's comm hooks read); while it is
-  idle, a small call runs in the caller's thread instead (the dispatch policy:
-  :mod:`~ringccl.backends.torch.dispatch`).
+  (the output tensors: ``[tensor]`` for all_reduce, what DDP's comm hooks read).
+
+**Dispatch policy** (:meth:`.dispatch.Group.submit`). Handing a call to the worker costs a thread
+hand-off (measured 145-320 us per call for 2 processes, 450-620 us for 4, on the 2-core test
+machine: docs/backend.md), more than a small all_reduce itself costs on shared memory; the
+worker pays only where the caller has something to overlap with a long call (DDP's reducer
+launches its bucket all-reduces from autograd hooks and waits at the end of backward). So a
+call runs *inline*, in the caller's thread, returning an already-completed Work, when
+
+* the worker has nothing queued or running, and
+* the call moves at most ``RINGCCL_BACKEND_INLINE_BYTES`` bytes (default :data:`INLINE_BYTES`
+  = 256 KiB: up to it the inline call costs about 1-3 hand-offs, measured; ``0`` sends every
+  non-empty call to the worker);
+
+everything else goes to the worker. Issue order holds across threads: the decision and the
+count of outstanding worker jobs are taken under one submit lock, and a run lock is held by the
+worker per job and by an inline call before it lets go of the submit lock, so a call issued
+after an inline one (from any thread) runs after it. Failures are the same either way: the
+Work's ``wait()`` / ``get_future()`` raise the collective's failure; only refusals of the
+arguments (dtype, op, root) raise from the call itself, as before. ``RINGCCL_BACKEND_THREAD=0``
+runs every collective inline (no worker).
 
 Each collective is the ringccl front end's flow (:mod:`ringccl.frontend`: contract → working
 buffer → schedule → engine) with ringccl.torch's tensor dialect and this group as its group
@@ -286,8 +304,8 @@ class RingcclProcessGroup(dist.ProcessGroup):
 
         def job():
             for t, op, (algorithm, params) in plan:
-                frontend.in_place(FRONT, "reduce", t, op, g, algorithm, {**params, "root": root}, options,
-                                  copy=g.rank != root)
+                frontend.in_place(FRONT, "reduce", t, op, g, algorithm, {**params, "root": root},
+                                  options, copy=g.rank != root)
             return tensors
         return self._submit(job, sum(nbytes(t) for t in tensors))
 

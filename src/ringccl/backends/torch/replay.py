@@ -3,7 +3,7 @@
 Each call of the replay (:class:`ringccl.planner.emit.ReplayCall`, as a dict) runs on its local
 groups at the same time — every group of a kind communicates at once, as in the SPMD step — as
 one ``ringccl bench`` row (:func:`ringccl.bench.run_sweep` on a
-:class:`~ringccl.torch.runner.TorchBackend` of the group): the same timing loop, the same
+:class:`~ringccl.backends.torch.runner.TorchBackend` of the group): the same timing loop, the same
 inputs, the same ``#wrong`` check. Then the calibration sweeps: each distinct (collective,
 algorithm, group size) over the sizes the fit needs, with ``local-reduce`` rows for the
 reducing collectives, so :func:`ringccl.costmodel.fit.fit_rows` can separate α, β and γ.

@@ -218,8 +218,8 @@ class GlooTransport(P2PTransport):
 
 
 def exchange_hosts(store, rank: int, size: int, timeout: datetime.timedelta) -> list[str]:
-    """Every rank's :func:`ringccl.backends.shm.host_id`, by group rank, through the group's store (bounded by the
-    store's timeout: a rank that never arrives fails the set-up). Every rank's
+    """Every rank's :func:`ringccl.backends.shm.host_id`, by group rank, through the group's
+    store (bounded by the store's timeout: a rank that never arrives fails the set-up). Every rank's
     ``RINGCCL_TRANSPORT`` travels with it: each rank chooses the group's transport from its own
     (:func:`group_transport`), and ranks that chose differently would each wait for the others on
     a transport they never use.
