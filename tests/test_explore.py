@@ -233,8 +233,8 @@ def test_cli_refuses_bad_input_in_one_line(tmp_path, capsys, argv, message):
 
 
 def _plan_dict():
-    from ringccl.planner import plan, resolve_cluster, resolve_layout, resolve_model
-    lay = resolve_layout({"dp": 2, "tp": 2, "pp": 2, "global_batch_size": 8})
+    from ringccl.planner import plan, resolve_cluster, resolve_dims, resolve_model
+    lay = resolve_dims({"dp": 2, "tp": 2, "pp": 2, "global_batch_size": 8})
     cluster = resolve_cluster({"preset": "dgx-h100", "nodes": 1})
     return plan(resolve_model("llama3-8b"), lay, cluster).to_dict()
 

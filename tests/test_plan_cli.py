@@ -68,3 +68,29 @@ def test_plan_plot_writes_a_png(tmp_path, capsys):
                  "8", "--global-batch-size", "16", "--json", "--plot", str(best)]) == 0
     capsys.readouterr()
     assert best.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plan_prints_nccls_choice_and_prices_ringccls_what_if(capsys):
+    base = ["plan", "--model", "llama3-8b", "--tp", "8", "--dp", "2", "--seq-length", "2048",
+            "--json"]
+    assert main(base) == 0
+    nccl = json.loads(capsys.readouterr().out)
+    algos = {c["algorithm"] for c in nccl["stages"][0]["collectives"]}
+    assert all("/" in a for a in algos)            # algorithm/protocol, as NCCL picks them
+    assert nccl["cluster"]["collectives"] == "nccl"
+    assert main(base + ["--collectives", "ringccl"]) == 0
+    what_if = json.loads(capsys.readouterr().out)
+    assert all("/" not in c["algorithm"] for c in what_if["stages"][0]["collectives"])
+
+
+def test_plan_gpu_and_precision_options(capsys):
+    base = ["plan", "--model", "llama3-8b", "--dp", "8", "--seq-length", "2048", "--json"]
+    assert main(base + ["--gpu", "h200"]) == 0
+    bf16 = json.loads(capsys.readouterr().out)
+    assert bf16["cluster"]["gpu"] == "h200-sxm-141gb"
+    assert bf16["cluster"]["gpu_memory"] == 141e9            # the GPU's own memory
+    assert main(base + ["--gpu", "h200", "--precision", "fp8-delayed"]) == 0
+    fp8 = json.loads(capsys.readouterr().out)
+    assert fp8["summary"]["step_s"] < bf16["summary"]["step_s"]
+    assert main(base + ["--cluster", "dgx-a100", "--precision", "fp8-delayed"]) == 2
+    assert "has no FP8 tensor cores" in capsys.readouterr().err

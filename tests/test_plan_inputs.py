@@ -8,10 +8,11 @@ import json
 import pytest
 
 from ringccl.errors import ArgumentError
-from ringccl.planner import Cluster, Layout, ModelConfig, PRESETS, plan, search
+from ringccl.planner import Cluster, ModelConfig, ParallelDims, PRESETS, plan, search
 from ringccl.planner.cluster import cluster_preset, load_profile, resolve_cluster
+from ringccl.planner.config import cluster_for, load_plan_config, plan_config
 from ringccl.planner.groups import RankGrid
-from ringccl.planner.model import load_config
+from ringccl.planner.hf_config import load_config
 
 TINY = ModelConfig(num_hidden_layers=4, hidden_size=4096, num_attention_heads=32,
                    num_key_value_heads=8, intermediate_size=11008, vocab_size=32000,
@@ -85,17 +86,17 @@ def test_fitted_profile_sets_one_level(tmp_path):
 
 
 def test_rank_grid_megatron_order():
-    layout = Layout(tp=8, pp=4, dp=32)
-    grid = RankGrid(layout, 8)
+    dims = ParallelDims(tp=8, pp=4, dp=32)
+    grid = RankGrid(dims, 8)
     assert grid.group("tp", 9) == tuple(range(8, 16))              # one node
     assert grid.group("dp", 0) == tuple(range(0, 256, 8))         # 32 nodes, one rank each
     assert grid.group("pp", 0) == (0, 256, 512, 768)
     shape = grid.shapes("dp")[0]
     assert (shape.size, shape.ranks_per_node, shape.nodes_spanned) == (32, 1, 32)
-    other = RankGrid(Layout(tp=8, pp=4, dp=32, order="dp-tp-cp-ep-pp"), 8)
+    other = RankGrid(ParallelDims(tp=8, pp=4, dp=32, order="dp-tp-cp-ep-pp"), 8)
     assert other.group("tp", 0) == tuple(range(0, 256, 32))        # TP across nodes
     # one NIC per node: the 8 concurrent DP groups of a node share it
-    assert RankGrid(layout, 8, nics_per_node=1).shapes("dp")[0].nic_sharing == 8
+    assert RankGrid(dims, 8, nics_per_node=1).shapes("dp")[0].nic_sharing == 8
 
 
 # every refusal, with its message
@@ -143,12 +144,12 @@ def test_refusals_name_the_field(model, layout, cluster, message):
 ])
 def test_layout_refusals(fields, message):
     with pytest.raises(ArgumentError, match=message):
-        Layout(**fields)
+        ParallelDims(**fields)
 
 
 def test_accumulation_steps_follow_from_the_batch():
-    layout = Layout(dp=4, micro_batch_size=2, global_batch_size=64)
-    assert layout.num_micro_batches == layout.gradient_accumulation_steps == 8
+    dims = ParallelDims(dp=4, micro_batch_size=2, global_batch_size=64)
+    assert dims.num_micro_batches == dims.gradient_accumulation_steps == 8
 
 
 def test_search_ranks_layouts_and_says_why_each_loses():
@@ -162,4 +163,29 @@ def test_search_ranks_layouts_and_says_why_each_loses():
     assert times == sorted(times) and len(result.plans) + result.refused_memory == result.tried
     top = result.top(10)
     assert top[0][1] == "fastest" and all(why for _, why in top[1:])
-    assert all(p.layout.world_size == 16 for p, _ in top)
+    assert all(p.dims.world_size == 16 for p, _ in top)
+
+
+def test_plan_config_merges_the_file_then_the_given_values(tmp_path):
+    """The file gives every key; a given value wins, the layout and cluster tables field by
+    field; a text straggler is parsed; the cluster's nodes follow the GPUs."""
+    path = tmp_path / "step.toml"
+    path.write_text('model = "llama3-8b"\nseq_length = 2048\nstraggler = "3:0.5"\n'
+                    '[layout]\ndp = 4\ntp = 2\n[cluster]\npreset = "dgx-a100"\n'
+                    'inter_alpha = "9us"\n')
+    cfg = plan_config(str(path), layout={"dp": 2, "pp": 2}, cluster={"preset": "h800"},
+                      dtype="fp16")
+    assert cfg.model.seq_length == 2048 and cfg.model.dtype == "fp16"
+    assert cfg.layout == {"dp": 2, "tp": 2, "pp": 2}
+    assert cfg.cluster == {"preset": "h800", "inter_alpha": "9us"}
+    assert cfg.straggler == (3, 0.5) and cfg.search is False and cfg.gpus is None
+    machine = cluster_for(cfg.cluster, 16)
+    assert (machine.name, machine.nodes, machine.inter_alpha) == ("h800", 2, 9e-6)
+    assert cluster_for({}, 8).name == "dgx-h100"
+    with pytest.raises(ArgumentError, match="--model is required"):
+        plan_config(None, layout={"dp": 8})
+    with pytest.raises(ArgumentError, match="must be RANK:FRACTION"):
+        plan_config(None, model="llama3-8b", straggler="17")
+    (tmp_path / "bad.json").write_text('{"modle": "llama3-8b"}')
+    with pytest.raises(ArgumentError, match="unknown key.*modle.*expected cluster"):
+        load_plan_config(str(tmp_path / "bad.json"))

@@ -11,7 +11,8 @@ import pytest
 import ringccl
 from ringccl.collectives import get_collective
 from ringccl.costmodel.topology import two_level
-from ringccl.planner import Cluster, ModelConfig, Straggler, plan
+from ringccl.planner import Cluster, ModelConfig, Straggler, estimate_step, plan
+from ringccl.planner import context, inventory
 
 # a 4-layer model of Llama-2-7B's width: activations of 32 MiB, so the tuner picks
 # bandwidth-optimal algorithms (at a few hundred KiB a one-step direct all-reduce wins, and it
@@ -26,6 +27,9 @@ SMALL_MOE = ModelConfig(num_hidden_layers=4, hidden_size=4096, num_attention_hea
 
 
 def node(nodes=1, **kw):
+    # these tests state the lecture's identities about ringccl's own schedules (ring,
+    # hierarchical): price the what-if, not NCCL's choice
+    kw.setdefault("collectives", "ringccl")
     return Cluster(nodes=nodes, gpus_per_node=8, intra_bandwidth="450GB/s",
                    inter_bandwidth="400Gbps", **kw)
 
@@ -96,7 +100,7 @@ def test_all_reduce_bytes_per_rank_are_2_n_minus_1_over_n_of_the_buffer(layout):
 
 
 def test_question_9_3_hierarchical_inter_node_bytes_are_the_flat_rings_over_local_size():
-    cluster = ringccl.planner.cluster_preset("seed-9.3")
+    cluster = ringccl.planner.cluster_preset("seed-9.3", collectives="ringccl")
     model = ringccl.planner.PRESETS["llama3-8b"]
     # one bucket of all 16 GB of gradients: the question's big buffer
     p0 = plan(model, {"dp": 1024, "global_batch_size": 1024, "bucket_bytes": "16GB"}, cluster)
@@ -121,7 +125,7 @@ def test_pipeline_bubble_and_interleaving():
     one = plan(SMALL, {"pp": 4, "dp": 2, **m}, node())
     inter = plan(SMALL.__class__(**{**SMALL.__dict__, "num_hidden_layers": 8}),
                  {"pp": 4, "dp": 2, "schedule": "interleaved", "virtual_stages": 2, **m}, node())
-    assert one.layout.num_micro_batches == 4
+    assert one.dims.num_micro_batches == 4
     assert one.bubble_fraction == pytest.approx(3 / 4)
     assert inter.bubble_fraction == pytest.approx(3 / 8)
     assert one.bubble_seconds > 0
@@ -217,12 +221,34 @@ DEEP_MOE = ModelConfig(num_hidden_layers=10, hidden_size=1024, num_attention_hea
 def test_stages_planned_once_equal_every_stage_planned(model, layout, nodes, straggler):
     """Stages alike in layers, role and placement are planned once: the plan's every field,
     memory and collective included, is what planning each stage on its own gives."""
-    from ringccl.planner.step import plan_step
-    cfg, lay = ringccl.planner.resolve_model(model), ringccl.planner.resolve_layout(layout)
+    cfg, dims = ringccl.planner.resolve_model(model), ringccl.planner.resolve_dims(layout)
     slow = None if straggler is None else Straggler(*straggler)
-    shared = plan_step(cfg, lay, node(nodes), slow).to_dict()
+    shared = estimate_step(cfg, dims, node(nodes), slow).to_dict()
     ringccl.clear_caches()
-    each = plan_step(cfg, lay, node(nodes), slow, share_stages=False).to_dict()
+    each = estimate_step(cfg, dims, node(nodes), slow, share_stages=False).to_dict()
     assert json.dumps(shared, sort_keys=True) == json.dumps(each, sort_keys=True)
     assert len({json.dumps(s["collectives"]) for s in shared["stages"]}) == len(
         shared["stages"])   # every stage's example ranks are its own
+
+
+def test_one_plan_lays_out_its_ranks_and_stages_once(monkeypatch):
+    """The rank grid and the stage shapes are derived once per plan (in its StepContext) and
+    read by the inventory, the step and the memory; every stage's entries are its builders'
+    rows, in BUILDERS order."""
+    seen = {"rank_grid": 0, "stage_shape": 0}
+
+    def counted(name, fn):
+        def wrapper(*args, **kwargs):
+            seen[name] += 1
+            return fn(*args, **kwargs)
+        return wrapper
+    for name in seen:
+        monkeypatch.setattr(context, name, counted(name, getattr(context, name)))
+    dims = {"pp": 4, "dp": 2, "tp": 2, "global_batch_size": 16, "order": "pp-tp-cp-ep-dp"}
+    p = plan(SMALL, dims, node(2))
+    assert seen == {"rank_grid": 1, "stage_shape": 4}
+    ctx = context.step_context(p.model, p.dims, p.cluster)
+    for s in p.stages:
+        built = [e for build in inventory.BUILDERS for e in build(ctx, ctx.stages[s.stage])]
+        assert [e.to_dict() for e in built] == [e.to_dict() for e in s.entries]
+        assert s.shape == ctx.stages[s.stage]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import ringccl
-from ringccl.algorithms import get_algorithm
+from ringccl.algorithms import REGISTRY, get_algorithm
 from ringccl.errors import ArgumentError
 from ringccl.planner.emit import (STEP_FORMAT, STEP_VERSION, load_step_file, replay_calls,
                                   step_file, write_step_file)
@@ -39,8 +39,12 @@ def test_step_file_lists_every_collective_in_order():
     assert [c["order"] for c in d["collectives"]] == list(range(len(entries)))
     for c, (stage, e) in zip(d["collectives"], entries):
         assert (c["stage"], c["collective"], c["group"], c["nbytes"], c["calls_per_step"],
-                c["algorithm"]) == (stage, e.collective, e.group, e.nbytes, e.calls_per_step,
+                c["priced_as"]) == (stage, e.collective, e.group, e.nbytes, e.calls_per_step,
                                     e.algorithm)
+        # NCCL's choice (priced_as, "ring/Simple") is replayed by the ringccl schedule that
+        # stands for it
+        coll = "broadcast" if c["collective"] == "send_recv" else c["collective"]
+        assert (coll, c["algorithm"]) in REGISTRY
         assert c["group_ranks"] == list(e.shape.example)
     json.dumps(d, allow_nan=False)  # strict JSON
 

@@ -21,7 +21,8 @@ from typing import Sequence
 
 from .. import __version__, plugins
 from ..errors import RingcclError
-from . import demo, explore, model, moe, replay, run, schedules, simulate, train
+from . import (calibrate, demo, explore, model, moe, network, replay, run, schedules, simulate,
+               train)
 from . import plan as plan_cmd
 from .common import Parser
 
@@ -33,7 +34,9 @@ COMMANDS = (("demo", demo.register), ("show", schedules.register_show),
             ("run", run.register_run), ("bench", run.register_bench),
             ("fit", model.register_fit), ("algorithms", schedules.register_algorithms),
             ("train", train.register), ("model", model.register_model),
-            ("tune", model.register_tune), ("plan", plan_cmd.register),
+            ("tune", model.register_tune), ("nccl", network.register_nccl),
+            ("calibrate", calibrate.register),
+            ("plan", plan_cmd.register),
             ("moe", moe.register), ("replay", replay.register),
             ("explore", explore.register))
 

@@ -14,12 +14,14 @@ from ..costmodel.buckets import (DDP_BUCKET_BYTES, DDP_FIRST_BUCKET_BYTES, best_
                                  bucket_plan, gpt2_gradient_sizes)
 from ..costmodel.fit import (PARAMS, by_backend, fit_rows, held_out, load_rows, sweep_key,
                              sweep_label)
+from ..costmodel.nccl_fit import nccl_tests_rows
 from ..costmodel.presets import LINK_CLASSES, link_class, seed_figures
 from ..costmodel.topology import flat, two_level
 from ..costmodel.tuning import predict_table, tune
 from ..errors import ArgumentError
 from ..ops import SUPPORTED_DTYPES
 from ..views.plot import model_chart
+from .network import add_machine_option, nccl_fit_report, print_nccl_fit
 from .common import (add_flat_link_args, emit_json, int_list, name_list, nonnegative, positive_int, size_arg,
                      size_list, status, table)
 
@@ -357,9 +359,17 @@ def _predictions(fit, args, data_rows) -> list[dict]:
 
 
 def _cmd_fit(args) -> int:
-    rows = load_rows(args.files)
+    rows = load_rows(args.files, args.program)
     placement = None if args.placement == "any" else args.placement
     report = []
+    nccl = nccl_tests_rows(rows)
+    if nccl:  # nccl-tests logs: NCCL's own model, fitted per link level (first: the profile)
+        entry = nccl_fit_report(nccl, args)
+        if args.json:
+            report.append({k: v for k, v in entry.items() if not k.startswith("_")})
+        else:
+            print_nccl_fit(entry, args)
+        rows = [r for r in rows if r.get("source") != "nccl-tests"]
     for backend, group in by_backend(rows).items():
         held = held_out(group, args.train, backend, placement)
         fit = fit_rows(group, backend, placement)
@@ -435,11 +445,22 @@ def _predict_sizes(text: str) -> list[int]:
 def register_fit(sub) -> None:
     """``ringccl fit``."""
     p = sub.add_parser(
-        "fit", help="fit alpha, beta, gamma to `ringccl bench --json` rows and predict",
+        "fit", help="fit alpha, beta, gamma to `ringccl bench --json` rows or nccl-tests logs",
         description="Least-squares fit (relative errors, parameters >= 0) of the α-β-γ model "
         "through every algorithm's closed form, per backend, with R², confidence intervals, "
-        "residuals and a held-out check: fit on one sweep, predict the others.")
-    p.add_argument("files", nargs="+", help="JSON files written by `ringccl bench --json`")
+        "residuals and a held-out check: fit on one sweep, predict the others. nccl-tests "
+        "output (all_reduce_perf, all_gather_perf, reduce_scatter_perf, alltoall_perf, "
+        "sendrecv_perf, ... as printed) fits NCCL's own model per link level instead: "
+        "single-node logs the GPU fabric, multi-node logs the NICs; --json writes the network "
+        "profile `ringccl nccl --profile` and the planner read.")
+    p.add_argument("files", nargs="+", help="JSON files written by `ringccl bench --json`, or "
+                   "nccl-tests output")
+    p.add_argument("--program", help="the nccl-tests program of logs that do not name it (no "
+                   "'Collective test starting' line or *_perf in the text or file name), e.g. "
+                   "alltoall_perf")
+    add_machine_option(p)
+    p.add_argument("--plot", metavar="PNG", help="nccl-tests logs: draw measured and fitted "
+                   "busbw per log")
     p.add_argument("--train", help="sweep to fit the held-out check on: collective:algorithm"
                    "[:world_size] (default: the sweep with the most rows), or 'sizes': every "
                    "sweep's even sizes, predicting the odd ones")

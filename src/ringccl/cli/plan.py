@@ -1,23 +1,22 @@
 """``ringccl plan``: the communication of a whole training step (or ``--search`` for the best
 layout), from a model, a layout and a cluster; every option also from ``--config`` (JSON or
-TOML with top-level ``model``, ``seq_length``, ``dtype``, ``straggler``, ``gpus``, ``search``
-and tables ``layout`` and ``cluster``; the command line wins)."""
+TOML, read and merged by :mod:`ringccl.planner.config`; the command line wins)."""
 
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
-import tomllib
-from pathlib import Path
 
 from .. import units
 from ..errors import ArgumentError
-from ..planner import plan, resolve_cluster, resolve_layout, resolve_model, search
-from ..planner.cluster import CLUSTER_PRESETS
+from ..planner import plan, search
+from ..planner.cluster import CLUSTER_PRESETS, COLLECTIVE_MODELS
+from ..planner.config import PlanConfig, cluster_for, plan_config
 from ..planner.emit import write_step_file
-from ..planner.layout import RECOMPUTE, SCHEDULES
+from ..planner.gpus import GPU_PRESETS
 from ..planner.model import PRESETS
+from ..planner.parallel_dims import ATTENTION, RECOMPUTE, SCHEDULES, resolve_dims
+from ..planner.precision import PRECISIONS
 from ..views.explore import require_plotly
 from ..views.explore_plan import plan_page
 from ..views.plan_plot import plan_chart
@@ -25,84 +24,33 @@ from .common import emit_json, positive_int, table
 
 __all__ = ["register"]
 
-#: command-line dest -> Layout field
+#: command-line dest -> ParallelDims field
 _LAYOUT = {"dp": "dp", "tp": "tp", "sp": "sp", "cp": "cp", "pp": "pp", "ep": "ep",
            "zero": "zero_stage", "micro_batch_size": "micro_batch_size",
            "num_micro_batches": "num_micro_batches", "global_batch_size": "global_batch_size",
            "schedule": "schedule", "virtual_stages": "virtual_stages",
-           "recompute": "recompute", "order": "order", "bucket_size": "bucket_bytes"}
+           "recompute": "recompute", "order": "order", "bucket_size": "bucket_bytes",
+           "precision": "precision", "attention": "attention"}
 #: command-line dest -> Cluster field
-_CLUSTER = {"cluster": "preset", "nodes": "nodes", "gpus_per_node": "gpus_per_node",
+_CLUSTER = {"cluster": "preset", "gpu": "gpu", "nodes": "nodes",
+            "gpus_per_node": "gpus_per_node",
             "intra_bandwidth": "intra_bandwidth", "inter_bandwidth": "inter_bandwidth",
             "intra_alpha": "intra_alpha", "inter_alpha": "inter_alpha",
             "nics_per_node": "nics_per_node", "peak_flops": "peak_flops",
             "compute_efficiency": "compute_efficiency", "gpu_memory": "gpu_memory",
-            "profile": "profile", "profile_level": "profile_level"}
+            "profile": "profile", "profile_level": "profile_level",
+            "collectives": "collectives"}
 
 
-def _load_config(path: str) -> dict:
-    p = Path(path)
-    try:
-        text = p.read_bytes()
-        data = tomllib.loads(text.decode()) if p.suffix == ".toml" else json.loads(text)
-    except (OSError, ValueError) as exc:
-        raise ArgumentError(f"--config {path!r}: cannot read it as "
-                            f"{'TOML' if p.suffix == '.toml' else 'JSON'} ({exc})") from None
-    if not isinstance(data, dict):
-        raise ArgumentError(f"--config {path!r} must hold an object/table")
-    known = {"model", "seq_length", "dtype", "layout", "cluster", "straggler", "gpus", "search"}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ArgumentError(f"--config {path!r}: unknown key(s) {', '.join(unknown)}; expected "
-                            f"{', '.join(sorted(known))}")
-    return data
-
-
-def _straggler(text):
-    if text is None or isinstance(text, (list, tuple)):
-        return text
-    try:
-        rank, fraction = str(text).split(":")
-        return (int(rank), float(fraction))
-    except ValueError:
-        raise ArgumentError(f"--straggler {text!r} must be RANK:FRACTION, e.g. 17:0.25") from None
-
-
-def _inputs(args):
-    """(model, layout dict, cluster dict, straggler, search, gpus) merged: config, then CLI."""
-    cfg = _load_config(args.config) if args.config else {}
-    layout = dict(cfg.get("layout", {}))
-    cluster = dict(cfg.get("cluster", {}))
-    for dest, name in _LAYOUT.items():
-        if getattr(args, dest) is not None:
-            layout[name] = getattr(args, dest)
-    for dest, name in _CLUSTER.items():
-        if getattr(args, dest) is not None:
-            cluster[name] = getattr(args, dest)
-    model_name = args.model or cfg.get("model")
-    if model_name is None:
-        raise ArgumentError("--model is required (a preset: " + ", ".join(PRESETS)
-                            + ", or a config.json path)")
-    model = resolve_model(model_name, seq_length=args.seq_length or cfg.get("seq_length"),
-                          dtype=args.dtype or cfg.get("dtype"))
-    straggler = _straggler(args.straggler or cfg.get("straggler"))
-    return (model, layout, cluster, straggler, args.search or bool(cfg.get("search")),
-            args.gpus or cfg.get("gpus"))
-
-
-def _cluster_for(cluster: dict, world_size: int):
-    """The cluster, its node count following the GPUs when not given."""
-    values = dict(cluster)
-    if "preset" not in values and not any(k in values for k in ("intra_bandwidth",
-                                                                 "inter_bandwidth")):
-        values["preset"] = "dgx-h100"
-    if "nodes" not in values:
-        base = resolve_cluster({**values, "nodes": 1})
-        if world_size % base.gpus_per_node:
-            raise ArgumentError(f"{world_size} GPUs do not fill nodes of {base.gpus_per_node}; "
-                                "give --nodes and --gpus-per-node")
-        values["nodes"] = world_size // base.gpus_per_node
-    return resolve_cluster(values)
+def _inputs(args) -> PlanConfig:
+    """The --config file, then the command line's options over it."""
+    return plan_config(
+        args.config, model=args.model, seq_length=args.seq_length, dtype=args.dtype,
+        layout={name: getattr(args, dest) for dest, name in _LAYOUT.items()
+                if getattr(args, dest) is not None},
+        cluster={name: getattr(args, dest) for dest, name in _CLUSTER.items()
+                 if getattr(args, dest) is not None},
+        straggler=args.straggler, search=args.search, gpus=args.gpus)
 
 
 def _ms(seconds: float) -> str:
@@ -114,9 +62,9 @@ def _print_plan(p) -> None:
     table(f"ringccl plan: {p.model.name} ({p.model.num_parameters / 1e9:.2f}B parameters, "
           f"{p.model.active_parameters / 1e9:.2f}B active) on {p.cluster.describe()}",
           ["quantity", "value"],
-          [["layout", p.layout.describe()],
-           ["global batch", f"{p.layout.global_batch_size} sequences x {p.model.seq_length} "
-            f"tokens ({p.layout.num_micro_batches} micro-batches)"],
+          [["layout", p.dims.describe()],
+           ["global batch", f"{p.dims.global_batch_size} sequences x {p.model.seq_length} "
+            f"tokens ({p.dims.num_micro_batches} micro-batches)"],
            ["step time", units.format_duration(p.step_seconds)],
            ["tokens/s", f"{p.tokens_per_second:,.0f}"], ["MFU", f"{100 * p.mfu:.2f}%"],
            ["pipeline bubble", f"{units.format_duration(p.bubble_seconds)} (formula "
@@ -176,7 +124,9 @@ def _progress(total: int):
 def _cmd_plan(args) -> int:
     if args.html:
         require_plotly()  # before the plan (a search takes seconds)
-    model, layout, cluster, straggler, do_search, gpus = _inputs(args)
+    cfg = _inputs(args)
+    model, layout, cluster, straggler = cfg.model, cfg.layout, cfg.cluster, cfg.straggler
+    do_search, gpus = cfg.search, cfg.gpus
     if not do_search and gpus is not None:
         raise ArgumentError(f"--gpus {gpus} applies to --search only; a plan's world size is its "
                             "layout's dp x tp x cp x pp (give those, and --nodes/--gpus-per-node)")
@@ -190,7 +140,7 @@ def _cmd_plan(args) -> int:
             raise ArgumentError(f"--search ranks every layout and does not take fixed layout "
                                 f"options ({', '.join(fixed)}); drop them, or plan that layout "
                                 "without --search")
-        machine = _cluster_for(cluster, gpus)
+        machine = cluster_for(cluster, gpus)
         gbs = layout.get("global_batch_size")
         bar, advance = _progress(0) if sys.stderr.isatty() and not args.json else (
             contextlib.nullcontext(), None)
@@ -206,13 +156,13 @@ def _cmd_plan(args) -> int:
         table(f"ringccl plan --search: {model.name} on {machine.describe()}; {result.tried} "
               f"layouts, {len(result.plans)} within memory, {result.refused_memory} too big",
               ["#", "layout", "step", "MFU", "tokens/s", "memory/GPU", "why slower than #1"],
-              [[i + 1, p.layout.describe(), units.format_duration(p.step_seconds),
+              [[i + 1, p.dims.describe(), units.format_duration(p.step_seconds),
                 f"{100 * p.mfu:.2f}%", f"{p.tokens_per_second:,.0f}",
                 units.format_size(p.peak_memory), why]
                for i, (p, why) in enumerate(result.top(10))])
         return 0
-    lay = resolve_layout(layout)
-    p = plan(model, lay, _cluster_for(cluster, lay.world_size), straggler=straggler)
+    dims = resolve_dims(layout)
+    p = plan(model, dims, cluster_for(cluster, dims.world_size), straggler=straggler)
     if args.plot:
         plan_chart(p.to_dict(), args.plot)
     if args.emit:
@@ -237,8 +187,9 @@ def register(sub) -> None:
     p = sub.add_parser(
         "plan", help="the collectives, bytes, algorithms and time of a whole training step",
         description="Every collective of one training step for a model, a DP/TP/SP/CP/PP/EP/"
-        "ZeRO layout and a two-level cluster: the algorithm the tuner picks on each group's "
-        "placement, predicted time, overlap, the bubble, step time, MFU, memory; or --search "
+        "ZeRO layout and a cluster: each kernel of the compute timed from its shape, the "
+        "algorithm NCCL picks for each collective on its group's placement, what the "
+        "framework overlaps, the bubble, step time, MFU, memory; or --search "
         "--gpus N for the best layouts. Every option can come from --config (JSON or TOML).")
     p.add_argument("--config", help="a JSON or TOML file with the options (the command line "
                    "wins): model, seq_length, dtype, straggler, gpus, search, [layout], "
@@ -261,9 +212,15 @@ def register(sub) -> None:
     g.add_argument("--recompute", choices=RECOMPUTE)
     g.add_argument("--order", help="rank order, fastest first (default tp-cp-ep-dp-pp)")
     g.add_argument("--bucket-size", type=units.size, help="DDP bucket, e.g. 25MiB")
+    g.add_argument("--precision", choices=tuple(PRECISIONS), help="precision recipe (default "
+                   "bf16; fp8-* run the linear layers' GEMMs at the FP8 peak)")
+    g.add_argument("--attention", choices=ATTENTION, help="FlashAttention (default) or "
+                   "Megatron's unfused core attention")
     c = p.add_argument_group("cluster")
     c.add_argument("--cluster", help=f"a preset: {', '.join(CLUSTER_PRESETS)} (default "
                    "dgx-h100)")
+    c.add_argument("--gpu", help=f"GPU preset ({', '.join(GPU_PRESETS)}; default the "
+                   "cluster preset's)")
     c.add_argument("--nodes", type=positive_int, help="default: the GPUs / gpus per node")
     c.add_argument("--gpus-per-node", type=positive_int)
     c.add_argument("--intra-bandwidth", help="per GPU per direction, e.g. 450GB/s")
@@ -274,7 +231,11 @@ def register(sub) -> None:
     c.add_argument("--peak-flops", type=float, help="GPU peak FLOP/s, e.g. 989e12")
     c.add_argument("--compute-efficiency", type=float, help="fraction of peak (0, 1]")
     c.add_argument("--gpu-memory", help="e.g. 80GB")
-    c.add_argument("--profile", help="a `ringccl fit --json` file: alpha, beta, gamma")
+    c.add_argument("--profile", action="append", help="a profile (repeatable): a network "
+                   "profile (`ringccl fit` on nccl-tests logs), a compute profile (`ringccl "
+                   "calibrate`), or a `ringccl fit --json` alpha-beta fit")
+    c.add_argument("--collectives", choices=COLLECTIVE_MODELS, help="price collectives as "
+                   "NCCL runs them (default) or as ringccl's own schedules would (what-if)")
     c.add_argument("--profile-level", choices=("inter", "intra"), help="which link the fit "
                    "measured (default inter)")
     p.add_argument("--straggler", help="RANK:FRACTION: that rank's NIC at a fraction of its "

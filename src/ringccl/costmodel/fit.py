@@ -35,6 +35,12 @@ engine's fixed cost and the call entry, tens of µs in Python, which would other
 α and move the one-shot/two-shot crossover: one-shot has 1 step, two-shot 2). Both are the same
 for every algorithm, so the crossovers are those of the closed forms with the fitted α, β, γ.
 
+nccl-tests output (``all_reduce_perf`` and the others, as printed) is read by the same loader
+(:func:`load_rows`, through :mod:`ringccl.bench.nccl_tests`); NCCL runs its own algorithms,
+so those rows carry their linear terms from NCCL's model instead of a registry closed form
+(``row["nccl_terms"]``: known seconds and the α and β coefficients of one link level, set by
+:mod:`.nccl_fit`, which fits the levels one after the other through :func:`fit_rows`).
+
 One message size (at one world size) cannot separate α from β: steps and bytes then grow
 together, any split of the time between them fits exactly, and the fit would report β = 0.
 :func:`fit_rows` refuses such rows (ArgumentError saying so); a held-out check whose training
@@ -54,12 +60,13 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from ..algorithms import REGISTRY, get_algorithm
+from ..bench.nccl_tests import looks_like_nccl_tests, parse_nccl_tests
 from ..bench.spec import BUILTIN, LOCAL_REDUCE
 from ..errors import ArgumentError
 from ..units import format_size
 
 __all__ = ["Fit", "HeldOut", "load_rows", "sweep_key", "fit_rows", "held_out", "predict",
-           "PARAMS", "SHM_COPIES", "copy_bytes", "per_call", "row_time"]
+           "PARAMS", "SHM_COPIES", "copy_bytes", "per_call", "row_time", "offset"]
 
 PARAMS = ("alpha", "beta", "gamma", "delta")
 _UNITS = ("s/step", "s/byte", "s/byte reduced", "s/call")
@@ -67,22 +74,35 @@ _UNITS = ("s/step", "s/byte", "s/byte reduced", "s/call")
 _COLUMNS = PARAMS + ("epsilon",)
 
 
-def load_rows(paths: Iterable[str | Path]) -> list[dict]:
-    """Rows of ``ringccl bench --json`` files ({"rows": [...]}) or plain JSON lists of rows.
+def load_rows(paths: Iterable[str | Path], program: str | None = None) -> list[dict]:
+    """Rows of ``ringccl bench --json`` files ({"rows": [...]}), plain JSON lists of rows, or
+    nccl-tests output as printed (:func:`ringccl.bench.nccl_tests.parse_nccl_tests`).
 
+    Args:
+        paths: the files.
+        program: the nccl-tests program of logs that do not name it (e.g. "alltoall_perf").
     Raises:
-        ArgumentError: a file that is not such JSON (the message names it).
+        ArgumentError: a file that is neither (the message names it), or an nccl-tests log
+            that cannot be read (as parse_nccl_tests).
     """
     rows: list[dict] = []
     for path in paths:
         try:
-            data = json.loads(Path(path).read_text())
-        except (OSError, json.JSONDecodeError) as exc:
+            text = Path(path).read_text(errors="replace")
+        except OSError as exc:
             raise ArgumentError(f"cannot read benchmark rows from {str(path)!r}: {exc}") from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            if looks_like_nccl_tests(text):
+                rows.extend(parse_nccl_tests(text, str(path), program).rows)
+                continue
+            raise ArgumentError(f"cannot read benchmark rows from {str(path)!r}: neither JSON "
+                                f"({exc}) nor nccl-tests output") from None
         part = data.get("rows") if isinstance(data, dict) else data
         if not isinstance(part, list) or not part or not all(isinstance(r, dict) for r in part):
             raise ArgumentError(f"{str(path)!r} holds no benchmark rows: expected the output of "
-                                "`ringccl bench --json`")
+                                "`ringccl bench --json` or of an nccl-tests program")
         rows.extend(part)
     return rows
 
@@ -102,6 +122,8 @@ def usable(row: dict, placement: str | None = "in-place") -> bool:
     in the row's own dtype (no ``accumulate_dtype``)."""
     if not row.get("time_s") or row["time_s"] <= 0:
         return False
+    if "nccl_terms" in row:  # nccl-tests: NCCL's model, a result nccl-tests found correct
+        return (not row.get("wrong")) and (placement is None or row.get("placement") == placement)
     if row.get("kind") == LOCAL_REDUCE:
         return bool(row.get("reduced_bytes"))
     if row.get("algorithm") == BUILTIN or _closed_form(row) is None:
@@ -123,7 +145,10 @@ def copy_bytes(transport: str | None, nbytes: float) -> float:
 
 
 def features(row: dict) -> np.ndarray:
-    """The row's coefficients of (α, β, γ, δ): t ≈ features · params."""
+    """The row's coefficients of (α, β, γ, δ): t ≈ offset + features · params."""
+    if "nccl_terms" in row:
+        terms = row["nccl_terms"]
+        return np.array([terms["alpha"], terms["beta"], 0.0, 0.0])
     if row.get("kind") == LOCAL_REDUCE:
         return np.array([0.0, 0.0, float(row["reduced_bytes"]), 1.0])
     time = _closed_form(row)
@@ -133,15 +158,29 @@ def features(row: dict) -> np.ndarray:
                      time(n, m, 0.0, 0.0, 1.0), 0.0])
 
 
+def row_seconds(row: dict) -> float:
+    """The row's measured seconds."""
+    return float(row["time_s"])
+
+
+def offset(row: dict) -> float:
+    """Seconds of the row the fitted parameters do not touch (an nccl-tests row's other link
+    level and fixed latencies; 0 for ringccl's rows)."""
+    return float(row["nccl_terms"]["known"]) if "nccl_terms" in row else 0.0
+
+
 def per_call(row: dict) -> float:
-    """The row's coefficient of ε: 1 for a collective row over shared memory, else 0."""
+    """The row's coefficient of ε: 1 for a collective row over shared memory or of
+    nccl-tests (a fixed cost per call the model's latencies leave out), else 0."""
+    if "nccl_terms" in row:
+        return float(row["nccl_terms"].get("epsilon", 1.0))
     return 1.0 if row.get("transport") == "shm" and row.get("kind") != LOCAL_REDUCE else 0.0
 
 
 def row_time(fit: "Fit", row: dict) -> float:
     """The fit's predicted seconds for a measured row: features · params, plus ε for a
     shared-memory row."""
-    return float(features(row) @ fit.params) + fit.epsilon * per_call(row)
+    return float(features(row) @ fit.params) + fit.epsilon * per_call(row) + offset(row)
 
 
 def sweep_key(row: dict) -> tuple:
@@ -281,8 +320,8 @@ def fit_rows(rows: Sequence[dict], backend: str = "", placement: str | None = "i
     if problem:
         raise ArgumentError(problem)
     X = np.column_stack([np.stack([features(r) for r in rows]), [per_call(r) for r in rows]])
-    t = np.array([r["time_s"] for r in rows], dtype=float)
-    Xw, tw = X / t[:, None], np.ones_like(t)  # relative errors: divide each equation by t
+    t, known = (np.array([f(r) for r in rows], dtype=float) for f in (row_seconds, offset))
+    Xw, tw = X / t[:, None], 1 - known / t  # relative errors: divide each equation by t
     present = [j for j in range(len(_COLUMNS)) if np.any(X[:, j] != 0)]
     best = None
     notes = []
@@ -329,7 +368,7 @@ def fit_rows(rows: Sequence[dict], backend: str = "", placement: str | None = "i
         stderr[list(free)] = se
         ci[list(free), 0] = theta - q * se
         ci[list(free), 1] = theta + q * se
-    predicted = X @ params
+    predicted = X @ params + known
     ok = predicted > 0
     logt, logp = np.log(t[ok]), np.log(predicted[ok])
     r2_log = 1 - np.sum((logp - logt) ** 2) / max(np.sum((logt - logt.mean()) ** 2), 1e-300)

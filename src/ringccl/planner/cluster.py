@@ -5,18 +5,26 @@ rate in bits, 50 GB/s in bytes — the unit trap of the lecture's section 1.1. A
 direction of one GPU's port (NVLink) or of one NIC (the cost model's two-level machine,
 :func:`ringccl.costmodel.topology.two_level`).
 
+Each cluster names its GPU (:mod:`ringccl.planner.gpus`: SMs, BF16 and FP8 peaks, HBM bandwidth
+and memory, the fitted GEMM and memory efficiencies); ``peak_flops``, ``fp8_peak_flops``,
+``hbm_bandwidth``, ``gpu_memory`` and ``compute_efficiency`` override the GPU's figures.
+
 Presets (per-direction bandwidths; α are assumptions of this module, not datasheet figures:
 2 µs inside a node, 5 µs across, the order of NCCL's LL/Simple protocol latencies):
 
 * ``dgx-a100``: 8 × A100-SXM4-80GB, NVLink 3 600 GB/s bidirectional = 300 GB/s per direction,
-  8 × 200 Gb/s HDR InfiniBand for compute, 312 TFLOP/s dense BF16 (NVIDIA DGX A100 System
-  Architecture white paper, 2020; A100 datasheet).
+  8 × 200 Gb/s HDR InfiniBand for compute (NVIDIA DGX A100 System Architecture white paper,
+  2020).
 * ``dgx-h100``: 8 × H100-SXM5-80GB, NVLink 4 900 GB/s bidirectional = 450 GB/s per direction,
-  8 × 400 Gb/s ConnectX-7, 989 TFLOP/s dense BF16 (NVIDIA DGX H100 datasheet; H100 datasheet).
+  8 × 400 Gb/s ConnectX-7 (NVIDIA DGX H100 datasheet).
+* ``dgx-h200``: 8 × H200-SXM-141GB, the DGX H100's links (NVIDIA DGX H200 datasheet: NVLink 4,
+  8 × 400 Gb/s ConnectX-7).
+* ``dgx-b200``: 8 × B200, NVLink 5 1.8 TB/s bidirectional = 900 GB/s per direction, 8 × 400 Gb/s
+  ConnectX-7 (NVIDIA DGX B200 datasheet).
 * ``h800``: DeepSeek-V3's cluster, 8 × H800 per node, NVLink 160 GB/s and InfiniBand 50 GB/s
-  per GPU as achieved (DeepSeek-V3 Technical Report, arXiv:2412.19437, §3.2.2), 989 TFLOP/s BF16.
+  per GPU as achieved (DeepSeek-V3 Technical Report, arXiv:2412.19437, §3.2.2).
 * ``seed-9.3``: the lecture's question 9.3, 128 nodes × 8 GPUs, NVLink 900 GB/s, IB 50 GB/s
-  (A100-class compute, 312 TFLOP/s, as its incident's 8-card A100 servers).
+  (A100-class compute, as its incident's 8-card A100 servers).
 
 A fitted profile (``ringccl fit --json`` output) can replace the α, β (and γ) of one level:
 :func:`load_profile`.
@@ -30,14 +38,33 @@ from pathlib import Path
 
 from .. import units
 from ..args import check_int
+from ..costmodel.compute_profile import load_compute_profile
 from ..costmodel.model import parse_gamma
+from ..costmodel.nccl_fit import load_network_profile
 from ..errors import ArgumentError, ArgumentTypeError
+from .gpus import GPU, resolve_gpu
 
-__all__ = ["Cluster", "CLUSTER_PRESETS", "cluster_preset", "load_profile", "resolve_cluster"]
+__all__ = ["COLLECTIVE_MODELS", "Cluster", "Straggler", "CLUSTER_PRESETS", "cluster_preset",
+           "load_profile", "profile_kind", "resolve_cluster"]
+
+
+#: how the planner prices a collective (ringccl.planner.costing.PRICERS): as NCCL runs it, or
+#: ringccl's own schedules (the what-if)
+COLLECTIVE_MODELS = ("nccl", "ringccl")
 
 
 def _rate(value, what: str) -> float:
     return units.bandwidth(value) if isinstance(value, str) else _positive(value, what)
+
+
+def _flops(value, what: str) -> float:
+    if isinstance(value, str):
+        try:
+            value = float(value.upper().replace("TFLOPS", "e12").replace("TFLOP/S", "e12"))
+        except ValueError:
+            raise ArgumentError(f"{what}={value!r} must be FLOP/s, e.g. 989e12 or "
+                                "'989TFLOPS'") from None
+    return _positive(value, what)
 
 
 def _positive(value, what: str) -> float:
@@ -55,11 +82,24 @@ class Cluster:
         intra_bandwidth, intra_alpha: a GPU's NVLink-class port, per direction ("450GB/s").
         inter_bandwidth, inter_alpha: one NIC, per direction ("400Gbps" = 50 GB/s).
         nics_per_node: NICs per node, rail-aligned (default one per GPU).
-        peak_flops: a GPU's dense peak in the training dtype ("989e12" or 989e12).
-        compute_efficiency: fraction of peak the model's matmuls reach (0, 1].
-        gpu_memory: bytes per GPU ("80GB").
+        gpu: the GPU preset (:data:`ringccl.planner.gpus.GPU_PRESETS`; default H100 SXM).
+        peak_flops: the GPU's dense BF16 peak (default the preset's; "989e12" or 989e12).
+        fp8_peak_flops: its dense FP8 peak (default the preset's, scaled with peak_flops).
+        compute_efficiency: the fraction of the peak a large GEMM sustains, (0, 1] (default
+            the preset's fitted value); each GEMM's own efficiency follows from its shape
+            (:mod:`ringccl.planner.kernels`).
+        memory_efficiency: the fraction of HBM bandwidth a streaming kernel sustains, (0, 1]
+            (default the preset's fitted value).
+        hbm_bandwidth: bytes/s of the GPU's memory (default the preset's).
+        gpu_memory: bytes per GPU ("80GB"; default the preset's).
         gamma: seconds per byte reduced (or a rate such as "500GB/s"); 0 ignores reductions.
         oversubscription: of the inter-node fabric (1 = non-blocking).
+        collectives: how collectives are priced (:data:`COLLECTIVE_MODELS`): "nccl" (as NCCL
+            runs them) or "ringccl" (the tuner's pick among ringccl's own schedules).
+        network_profile: a network profile (``ringccl fit`` on nccl-tests logs): the machine
+            NCCL's pricing runs on.
+        compute_profile: a compute profile (``ringccl calibrate``): GEMM, attention and copy
+            timings replacing the GPU preset's model.
         name, source: what it is and where its figures come from.
     Raises:
         ArgumentError: a count < 1, a rate or time that does not parse or is not > 0,
@@ -73,11 +113,18 @@ class Cluster:
     intra_alpha: float | str = "2us"
     inter_alpha: float | str = "5us"
     nics_per_node: int | None = None
-    peak_flops: float | str = 989e12
-    compute_efficiency: float = 0.6
-    gpu_memory: float | str = "80GB"
+    gpu: str = "h100-sxm5-80gb"
+    peak_flops: float | str | None = None
+    fp8_peak_flops: float | str | None = None
+    compute_efficiency: float | None = None
+    memory_efficiency: float | None = None
+    hbm_bandwidth: float | str | None = None
+    gpu_memory: float | str | None = None
     gamma: float | str = 0.0
     oversubscription: float = 1.0
+    collectives: str = "nccl"
+    network_profile: str | None = None
+    compute_profile: str | None = None
     name: str = "custom"
     source: str = ""
 
@@ -98,21 +145,38 @@ class Cluster:
             set_(f, units.duration(v) if isinstance(v, str) else v)
             if not isinstance(getattr(self, f), (int, float)) or getattr(self, f) < 0:
                 raise ArgumentError(f"{f}={v!r} must be a duration >= 0 such as '5us'")
-        peak = self.peak_flops
-        if isinstance(peak, str):
-            try:
-                peak = float(peak.upper().replace("TFLOPS", "e12").replace("TFLOP/S", "e12"))
-            except ValueError:
-                raise ArgumentError(f"peak_flops={self.peak_flops!r} must be FLOP/s, e.g. "
-                                    "989e12 or '989TFLOPS'") from None
-        set_("peak_flops", _positive(peak, "peak_flops"))
-        if isinstance(self.gpu_memory, str):
-            set_("gpu_memory", float(units.size(self.gpu_memory)))
-        _positive(self.gpu_memory, "gpu_memory")
-        e = self.compute_efficiency
-        if isinstance(e, bool) or not isinstance(e, (int, float)) or not 0 < e <= 1:
-            raise ArgumentError(f"compute_efficiency={e!r} must be in (0, 1]")
+        base = resolve_gpu(self.gpu)
+        peak = base.bf16_flops if self.peak_flops is None else _flops(self.peak_flops,
+                                                                      "peak_flops")
+        fp8 = (base.fp8_flops * peak / base.bf16_flops if self.fp8_peak_flops is None
+               else 0.0 if self.fp8_peak_flops == 0  # a GPU without FP8 tensor cores
+               else _flops(self.fp8_peak_flops, "fp8_peak_flops"))
+        hbm = base.hbm_bandwidth if self.hbm_bandwidth is None else _rate(self.hbm_bandwidth,
+                                                                           "hbm_bandwidth")
+        memory = base.hbm_bytes if self.gpu_memory is None else self.gpu_memory
+        if isinstance(memory, str):
+            memory = float(units.size(memory))
+        e = base.gemm_efficiency if self.compute_efficiency is None else self.compute_efficiency
+        me = (base.memory_efficiency if self.memory_efficiency is None
+              else self.memory_efficiency)
+        for name, v in (("compute_efficiency", e), ("memory_efficiency", me)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+                raise ArgumentError(f"{name}={v!r} must be in (0, 1]")
+        set_("peak_flops", peak)
+        set_("fp8_peak_flops", fp8)
+        set_("hbm_bandwidth", hbm)
+        set_("gpu_memory", _positive(memory, "gpu_memory"))
+        set_("compute_efficiency", float(e))
+        set_("memory_efficiency", float(me))
+        set_("gpu", base.name)
+        object.__setattr__(self, "_gpu", resolve_gpu(
+            base, bf16_flops=peak, fp8_flops=fp8, hbm_bandwidth=hbm, hbm_bytes=self.gpu_memory,
+            gemm_efficiency=float(e), memory_efficiency=float(me),
+            compute_profile=str(self.compute_profile or "")))
         set_("gamma", parse_gamma(self.gamma))
+        if self.collectives not in COLLECTIVE_MODELS:
+            raise ArgumentError(f"collectives={self.collectives!r} must be one of "
+                                f"{', '.join(COLLECTIVE_MODELS)}")
         o = self.oversubscription
         if isinstance(o, bool) or not isinstance(o, (int, float)) or not o >= 1:
             raise ArgumentError(f"oversubscription={o!r} must be a number >= 1")
@@ -120,6 +184,11 @@ class Cluster:
     @property
     def world_size(self) -> int:
         return self.nodes * self.gpus_per_node
+
+    @property
+    def gpu_spec(self) -> GPU:
+        """The :class:`~ringccl.planner.gpus.GPU` with this cluster's overrides."""
+        return self._gpu
 
     @property
     def intra(self) -> tuple[float, float]:
@@ -144,31 +213,58 @@ class Cluster:
                 f"({units.format_duration(self.intra_alpha)}), inter "
                 f"{units.format_bandwidth(self.inter_bandwidth)} per NIC "
                 f"({units.format_duration(self.inter_alpha)}), {self.nics_per_node} NICs/node, "
-                f"{self.peak_flops / 1e12:g} TFLOP/s x {self.compute_efficiency:g}, "
-                f"{units.format_size(self.gpu_memory)}")
+                f"{self.gpu} ({self.peak_flops / 1e12:g} TFLOP/s BF16, GEMMs up to "
+                f"{self.compute_efficiency:g} of it), {units.format_size(self.gpu_memory)}")
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class Straggler:
+    """One rank whose link runs at ``fraction`` of its bandwidth (a degraded NIC or NVLink
+    port): the collectives of its groups are costed with that link slowed.
+
+    Attributes:
+        rank: global rank. fraction: in (0, 1]. link: "nic" (its rail's NIC) or "nvlink".
+    """
+
+    rank: int
+    fraction: float
+    link: str = "nic"
+
+    def __post_init__(self):
+        if not isinstance(self.fraction, (int, float)) or not 0 < self.fraction <= 1:
+            raise ArgumentError(f"straggler fraction={self.fraction!r} must be in (0, 1]")
+        if self.link not in ("nic", "nvlink"):
+            raise ArgumentError(f"straggler link={self.link!r} must be 'nic' or 'nvlink'")
+
+
 CLUSTER_PRESETS: dict[str, dict] = {
     "dgx-a100": dict(gpus_per_node=8, intra_bandwidth="300GB/s", inter_bandwidth="200Gbps",
-                     peak_flops=312e12, gpu_memory="80GiB", name="dgx-a100",
+                     gpu_memory="80GiB", gpu="a100-sxm4-80gb", name="dgx-a100",
                      source="NVIDIA DGX A100 System Architecture white paper (2020): NVLink 3 "
-                     "600 GB/s per GPU bidirectional, 8 x 200 Gb/s HDR IB; A100 datasheet: "
-                     "312 TFLOP/s BF16 dense"),
+                     "600 GB/s per GPU bidirectional, 8 x 200 Gb/s HDR IB"),
     "dgx-h100": dict(gpus_per_node=8, intra_bandwidth="450GB/s", inter_bandwidth="400Gbps",
-                     peak_flops=989e12, gpu_memory="80GiB", name="dgx-h100",
+                     gpu_memory="80GiB", gpu="h100-sxm5-80gb", name="dgx-h100",
                      source="NVIDIA DGX H100 datasheet: NVLink 4 900 GB/s per GPU "
-                     "bidirectional, 8 x 400 Gb/s ConnectX-7; H100 SXM datasheet: 989 TFLOP/s "
-                     "BF16 dense"),
+                     "bidirectional, 8 x 400 Gb/s ConnectX-7"),
+    "dgx-h200": dict(gpus_per_node=8, intra_bandwidth="450GB/s", inter_bandwidth="400Gbps",
+                     gpu="h200-sxm-141gb", name="dgx-h200",
+                     source="NVIDIA DGX H200 datasheet: NVLink 4 900 GB/s per GPU "
+                     "bidirectional, 8 x 400 Gb/s ConnectX-7"),
+    "dgx-b200": dict(gpus_per_node=8, intra_bandwidth="900GB/s", inter_bandwidth="400Gbps",
+                     gpu="b200-hgx", name="dgx-b200",
+                     source="NVIDIA DGX B200 datasheet: NVLink 5 1.8 TB/s per GPU "
+                     "bidirectional, 8 x 400 Gb/s ConnectX-7"),
     "h800": dict(gpus_per_node=8, intra_bandwidth="160GB/s", inter_bandwidth="50GB/s",
-                 peak_flops=989e12, gpu_memory="80GiB", name="h800",
+                 gpu_memory="80GiB", gpu="h800-sxm5-80gb", name="h800",
                  source="DeepSeek-V3 Technical Report (arXiv:2412.19437) §3.2.2: NVLink 160 GB/s"
-                 ", InfiniBand 50 GB/s per GPU (achieved), H800 = H100 compute"),
+                 ", InfiniBand 50 GB/s per GPU (achieved)"),
     "seed-9.3": dict(gpus_per_node=8, nodes=128, intra_bandwidth="900GB/s",
-                     inter_bandwidth="50GB/s", peak_flops=312e12, gpu_memory="80GiB",
-                     name="seed-9.3", source="the lecture (seed 001), question 9.3: 128 x 8 "
+                     inter_bandwidth="50GB/s", gpu_memory="80GiB", gpu="a100-sxm4-80gb",
+                     name="seed-9.3",
+                     source="the lecture (seed 001), question 9.3: 128 x 8 "
                      "GPUs, NVLink 900 GB/s, InfiniBand 50 GB/s; A100 servers of its 0.2"),
 }
 
@@ -184,7 +280,10 @@ def cluster_preset(name: str, **changes) -> Cluster:
     except (KeyError, AttributeError):
         raise ArgumentError(f"cluster={name!r} is not a preset; expected one of "
                             f"{', '.join(CLUSTER_PRESETS)}") from None
-    values.update({k: v for k, v in changes.items() if v is not None})
+    changes = {k: v for k, v in changes.items() if v is not None}
+    if "gpu" in changes and "gpu_memory" not in changes:
+        values.pop("gpu_memory", None)   # another GPU: its own memory
+    values.update(changes)
     return Cluster(**values)
 
 
@@ -223,9 +322,42 @@ def load_profile(path, level: str = "inter") -> dict:
             "gamma": max(float(gamma), 0.0)}
 
 
+def profile_kind(path) -> str:
+    """What a profile file holds: "network" (``ringccl fit`` on nccl-tests logs), "compute"
+    (``ringccl calibrate``) or "alpha-beta" (``ringccl fit --json`` of ringccl's own runs),
+    whichever loader reads it.
+
+    Raises:
+        ArgumentError: unreadable or not JSON.
+    """
+    for kind, load in (("network", load_network_profile), ("compute", load_compute_profile)):
+        try:
+            load(path)
+            return kind
+        except ArgumentError as exc:
+            if "cannot read" in str(exc):
+                raise
+    return "alpha-beta"
+
+
+def _profiles(values: dict, profile, level: str) -> None:
+    """Each profile path (one or a list) into ``values``: a network profile's path, a compute
+    profile's path, or an α-β fit's fields (:func:`load_profile`)."""
+    for path in [profile] if isinstance(profile, (str, Path)) else list(profile):
+        kind = profile_kind(path)
+        if kind == "network":
+            values["network_profile"] = str(path)
+        elif kind == "compute":
+            values["compute_profile"] = str(path)
+        else:
+            values.update(load_profile(path, level))
+            values.setdefault("collectives", "ringccl")  # an α-β fit prices ringccl's walk
+
+
 def resolve_cluster(cluster) -> Cluster:
     """A :class:`Cluster` from a cluster, a preset name or a dictionary of its fields (with an
-    optional ``preset`` key and ``profile`` / ``profile_level``).
+    optional ``preset`` key and ``profile`` (one path or a list: network, compute or α-β
+    profiles, :func:`profile_kind`) / ``profile_level``).
 
     Raises:
         ArgumentError: unknown preset or field, bad values.
@@ -245,7 +377,7 @@ def resolve_cluster(cluster) -> Cluster:
         raise ArgumentError(f"unknown cluster field(s) {', '.join(unknown)}; expected "
                             f"{', '.join(sorted(known))}")
     if profile is not None:
-        values.update(load_profile(profile, level))
+        _profiles(values, profile, level)
     if base is not None:
         return cluster_preset(base, **values)
     return Cluster(**{k: v for k, v in values.items() if v is not None})

@@ -3,7 +3,7 @@
 A step file is strict JSON::
 
     {"format": "ringccl-step", "version": 1, "describe": "...", "model": "...",
-     "layout": {...Layout.to_dict()...}, "cluster": {...}, "world_size": N,
+     "layout": {...ParallelDims.to_dict()...}, "cluster": {...}, "world_size": N,
      "collectives": [{"order": 0, "stage": 0, "parallelism": "tp", "collective": "all_reduce",
                       "what": "...", "phase": "forward", "group": "tp", "group_size": 2,
                       "group_ranks": [0, 1], "nbytes": 4194304.0, "calls_per_step": 96,
@@ -35,8 +35,8 @@ from pathlib import Path
 from ..algorithms import REGISTRY
 from ..errors import ArgumentError
 from .groups import rank_grid
-from .layout import layout_from_dict
-from .step import StepPlan
+from .parallel_dims import resolve_dims
+from .step import StepEstimate
 
 __all__ = ["STEP_FORMAT", "STEP_VERSION", "step_file", "write_step_file", "load_step_file",
            "ReplayCall", "replay_calls"]
@@ -51,27 +51,45 @@ _FIELDS = {"order": int, "stage": int, "parallelism": str, "collective": str, "g
            "predicted_seconds_per_call": (int, float)}
 
 
-def step_file(plan: StepPlan) -> dict:
+#: NCCL's algorithm -> the ringccl schedule a replay runs for it (NCCL's double binary tree is
+#: ringccl's; NVLS, PAT and CollNet have no ringccl schedule: the ring moves the same bytes)
+_REPLAY = {"ring": "ring", "tree": "double_binary_tree", "p2p": "direct"}
+
+
+def _replayed(collective: str, algorithm: str, params: dict) -> tuple[str, dict]:
+    """The ringccl schedule (and parameters) a replay runs for the plan's pick: itself when
+    it is ringccl's, else the one standing for NCCL's ``algorithm/protocol``."""
+    if "/" not in algorithm:
+        return algorithm, dict(params)
+    coll = "broadcast" if collective == "send_recv" else collective
+    name = _REPLAY.get(algorithm.split("/")[0], "ring")
+    if (coll, name) not in REGISTRY:
+        name = "ring" if (coll, "ring") in REGISTRY else "direct"
+    return name, ({"root": 0} if coll == "broadcast" else {})
+
+
+def step_file(plan: StepEstimate) -> dict:
     """The step file of ``plan`` (see the module doc), JSON-ready."""
     collectives = []
     for order, (stage, e) in enumerate(plan.entries()):
+        algorithm, params = _replayed(e.collective, e.algorithm, e.params)
         collectives.append({
             "order": order, "stage": stage, "parallelism": e.parallelism,
             "collective": e.collective, "what": e.what, "phase": e.phase, "group": e.group,
             "group_size": e.shape.size, "group_ranks": list(e.shape.example),
             "nbytes": float(e.nbytes), "calls_per_step": int(e.calls_per_step),
-            "algorithm": e.algorithm, "params": dict(e.params),
+            "algorithm": algorithm, "params": params, "priced_as": e.algorithm,
             "predicted_seconds_per_call": float(e.seconds_per_call),
             "bytes_sent_per_call": float(e.bytes_sent_per_call), "overlap": e.overlap,
             "chunks": int(e.chunks)})
     return {"format": STEP_FORMAT, "version": STEP_VERSION, "describe": plan.describe(),
-            "model": plan.model.name, "layout": plan.layout.to_dict(),
-            "cluster": plan.cluster.to_dict(), "world_size": plan.layout.world_size,
+            "model": plan.model.name, "layout": plan.dims.to_dict(),
+            "cluster": plan.cluster.to_dict(), "world_size": plan.dims.world_size,
             "gpus_per_node": plan.cluster.gpus_per_node,
             "predicted_step_seconds": plan.step_seconds, "collectives": collectives}
 
 
-def write_step_file(plan: StepPlan, path: str | Path) -> str:
+def write_step_file(plan: StepEstimate, path: str | Path) -> str:
     """Write :func:`step_file` of ``plan`` to ``path`` (JSON); returns the path."""
     Path(path).write_text(json.dumps(step_file(plan), indent=1, allow_nan=False) + "\n")
     return str(path)
@@ -219,9 +237,9 @@ def replay_calls(step: dict, nproc: int, max_bytes: int, itemsize: int = 4) -> R
     grid = None
     if same_world:
         # the grid depends on the group sizes and the rank order only
-        layout = layout_from_dict({k: step["layout"][k] for k in ("dp", "tp", "pp", "cp", "ep",
-                                                                  "order")})
-        grid = rank_grid(layout, step.get("gpus_per_node") or nproc)
+        dims = resolve_dims({k: step["layout"][k] for k in ("dp", "tp", "pp", "cp", "ep",
+                                                            "order")})
+        grid = rank_grid(dims, step.get("gpus_per_node") or nproc)
     else:
         notes.append(f"the plan's world of {step['world_size']} ranks replayed on {nproc} "
                      "processes: each group of g ranks as blocks of min(g, nproc) consecutive "

@@ -30,7 +30,7 @@ import numpy as np
 
 from ..caches import memoize
 from ..errors import ArgumentError
-from .layout import Layout
+from .parallel_dims import ParallelDims
 
 __all__ = ["RankGrid", "GroupShape", "GROUP_KINDS", "rank_grid"]
 
@@ -79,26 +79,27 @@ class GroupShape:
 
 
 class RankGrid:
-    """The layout's ranks laid out on the cluster's nodes.
+    """The ranks of a :class:`~ringccl.planner.parallel_dims.ParallelDims` laid out on the
+    cluster's nodes.
 
     Args:
-        layout: the :class:`~ringccl.planner.layout.Layout`.
+        dims: the parallel dimensions (only the degrees and the rank order are read).
         gpus_per_node, nics_per_node: the node's shape.
     """
 
-    def __init__(self, layout: Layout, gpus_per_node: int, nics_per_node: int | None = None):
-        self.layout = layout
+    def __init__(self, dims: ParallelDims, gpus_per_node: int, nics_per_node: int | None = None):
+        self.dims = dims
         self.gpus_per_node = gpus_per_node
         self.nics_per_node = nics_per_node or gpus_per_node
-        self.world_size = layout.world_size
-        sizes = {"tp": layout.tp, "cp": layout.cp, "ep": layout.ep, "dp": layout.dp // layout.ep,
-                 "pp": layout.pp}
+        self.world_size = dims.world_size
+        sizes = {"tp": dims.tp, "cp": dims.cp, "ep": dims.ep, "dp": dims.dp // dims.ep,
+                 "pp": dims.pp}
         self.sizes = sizes
         ranks = np.arange(self.world_size, dtype=np.int64)
         self.stride: dict[str, int] = {}
         self.coord: dict[str, np.ndarray] = {}
         stride = 1
-        for dim in layout.dims:
+        for dim in dims.dims:
             self.stride[dim] = stride
             self.coord[dim] = (ranks // stride) % sizes[dim]
             stride *= sizes[dim]
@@ -122,8 +123,8 @@ class RankGrid:
 
     def ranks_of_stage(self, stage: int) -> np.ndarray:
         """Global ranks of PP stage ``stage``."""
-        if not 0 <= stage < self.layout.pp:
-            raise ArgumentError(f"stage={stage} is out of range for pp={self.layout.pp}")
+        if not 0 <= stage < self.dims.pp:
+            raise ArgumentError(f"stage={stage} is out of range for pp={self.dims.pp}")
         return np.nonzero(self.coord["pp"] == stage)[0]
 
     def _group_ids(self, kind: str) -> np.ndarray:
@@ -146,7 +147,7 @@ class RankGrid:
         members = np.nonzero(gid == gid[rank])[0]
         if kind == "embedding":
             pp = self.coord["pp"][members]
-            members = members[(pp == 0) | (pp == self.layout.pp - 1)]
+            members = members[(pp == 0) | (pp == self.dims.pp - 1)]
         return tuple(int(r) for r in members)
 
     def shapes(self, kind: str, ranks: np.ndarray | None = None) -> list[GroupShape]:
@@ -159,7 +160,7 @@ class RankGrid:
             members = np.nonzero(gid == g)[0]
             if kind == "embedding":
                 pp = self.coord["pp"][members]
-                members = members[(pp == 0) | (pp == self.layout.pp - 1)]
+                members = members[(pp == 0) | (pp == self.dims.pp - 1)]
             shape = self.shape_of(members)
             seen.setdefault(shape.placement, shape)
         return sorted(seen.values(), key=lambda s: (-s.nodes_spanned, -s.nic_sharing,
@@ -196,14 +197,15 @@ class RankGrid:
 @memoize(maxsize=256)
 def _grid(dp: int, tp: int, pp: int, cp: int, ep: int, order: str, gpus_per_node: int,
           nics_per_node: int | None) -> RankGrid:
-    return RankGrid(Layout(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, order=order), gpus_per_node,
-                    nics_per_node)
+    return RankGrid(ParallelDims(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, order=order),
+                    gpus_per_node, nics_per_node)
 
 
-def rank_grid(layout: Layout, gpus_per_node: int, nics_per_node: int | None = None) -> RankGrid:
-    """The :class:`RankGrid` of ``layout``'s group sizes and order, memoized: layouts that
+def rank_grid(dims: ParallelDims, gpus_per_node: int,
+              nics_per_node: int | None = None) -> RankGrid:
+    """The :class:`RankGrid` of ``dims``' group sizes and order, memoized: layouts that
     differ only in batch, ZeRO stage, schedule or recompute share one grid and its shapes.
-    Its ``layout`` is a canonical one with those sizes (one micro-batch): take the batch from
-    your own layout."""
-    return _grid(layout.dp, layout.tp, layout.pp, layout.cp, layout.ep, layout.order,
-                 gpus_per_node, nics_per_node)
+    Its ``dims`` are canonical ones with those sizes (one micro-batch): take the batch from
+    your own."""
+    return _grid(dims.dp, dims.tp, dims.pp, dims.cp, dims.ep, dims.order, gpus_per_node,
+                 nics_per_node)

@@ -1,32 +1,42 @@
-"""A transformer's shape, its parameter counts and its training FLOPs per token.
+"""A decoder-only transformer's shape, its parameter counts and its training FLOPs per token.
 
-:class:`ModelConfig` takes Hugging Face ``config.json`` field names as they are
-(``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``, ``num_key_value_heads``,
-``intermediate_size``, ``vocab_size``, ``tie_word_embeddings``; MoE: ``num_local_experts``
-(Mixtral) or ``n_routed_experts`` (DeepSeek), ``num_experts_per_tok``,
-``moe_intermediate_size``, ``n_shared_experts``, ``first_k_dense_replace``; DeepSeek's
-multi-head latent attention: ``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``,
-``qk_rope_head_dim``, ``v_head_dim``), plus the training ``seq_length`` and ``dtype``.
+:class:`ModelConfig` is the planner's one model object. Its fields carry Hugging Face
+``config.json`` names (``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``,
+``num_key_value_heads``, ``head_dim``, ``intermediate_size``, ``vocab_size``,
+``tie_word_embeddings``; MoE: ``num_local_experts``, ``num_experts_per_tok``,
+``moe_intermediate_size``, ``n_shared_experts``, ``shared_expert_intermediate_size``,
+``first_k_dense_replace``; DeepSeek's multi-head latent attention: ``q_lora_rank``,
+``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``) plus what a
+family's code implies rather than writes (gated MLP, biases, norm type, learned positions,
+parallel blocks), the training ``seq_length`` and ``dtype``. :mod:`.hf_config` reads any
+family's config.json into it (aliases, per-family rules, refusals).
 
-Parameter counts (biases are left out: they are < 0.1% of any preset):
+Parameter counts (d = head_dim, n_q / n_kv heads, I a MLP width, m = weights per norm:
+1 for RMSNorm, 2 for LayerNorm with bias, 0 for a parameter-free norm):
 
-* attention, grouped-query (GQA, Ainslie et al. 2023): ``h·(n_q·d) + 2·h·(n_kv·d) + (n_q·d)·h``
-  with ``d = h / n_q``; multi-head latent attention (DeepSeek-V2 §2.1): the down/up projections
-  of q and of the joint k/v latent, and the output projection;
-* MLP: gated (SwiGLU, as Llama and Mixtral use): ``3·h·I``; GPT-3's plain MLP: ``2·h·I``;
-* MoE layer: a router ``h·E``, ``E`` routed experts and ``n_shared`` shared experts of
-  ``3·h·I_moe`` each (Mixtral: ``I_moe = intermediate_size``); the first
-  ``first_k_dense_replace`` layers are dense (DeepSeek-V3);
-* two RMSNorm/LayerNorm weight vectors per layer and a final one;
-* input embedding ``V·h`` and LM head ``V·h`` (one matrix when ``tie_word_embeddings``).
+* attention, grouped-query (GQA, Ainslie et al. 2023): ``h·n_q·d + 2·h·n_kv·d + n_q·d·h``,
+  plus ``(n_q + 2·n_kv)·d`` for q/k/v biases and ``h`` for an output-projection bias;
+  multi-head latent attention (DeepSeek-V2 §2.1): the down/up projections of q and of the
+  joint k/v latent, their norms, and the output projection;
+* MLP: gated (SwiGLU, Shazeer 2020; Llama, Mixtral): ``3·h·I``; plain (GPT-2/3, OPT,
+  BLOOM, Falcon, Starcoder2): ``2·h·I``; biases ``2·I + h`` (gated) or ``I + h`` (plain);
+* MoE layer (Fedus et al. 2022; DeepSeek-V3 §2.1.2): a router ``h·E`` (+ ``E`` with a router
+  bias), ``E`` routed experts of width ``I_moe``, ``n_shared`` shared experts of width
+  ``I_shared`` (+ ``h`` for Qwen2-MoE's sigmoid gate on the shared expert); which layers are
+  MoE: all but the first ``first_k_dense_replace``, or the explicit ``moe_layers``;
+* norms: ``norms_per_layer·m·h`` per layer (2: pre-attention and pre-MLP; 1: one shared norm
+  of a parallel block; 4: Gemma-2's sandwich norms), q/k norms (``2·m·d`` per head-wise
+  pair, ``m·(n_q + n_kv)·d`` across all heads), a final norm and an optional embedding norm;
+* input embedding ``V·h`` plus ``P·h`` for a learned position table of P rows, LM head
+  ``V·h`` (none when ``tie_word_embeddings``; + ``V`` for an output bias).
 
 FLOPs per token of one training step (forward + backward = 3 × forward):
 ``6 · N_matmul + 6 · L · s · n_q · (d_qk + d_v)`` — that is 6 × the matmul parameters a
-token meets (the embedding lookup is not a matmul, the LM head is) plus the attention scores and
-their weighted sum, ``12 · L · s · h`` for standard attention (Megatron-LM 2021 §5.1's
-``72·B·s·L·h²·(1 + s/6h + V/12hL)`` with its factor 4 of the attention term; Kaplan et al. 2020
-Table 1; the Ultra-Scale Playbook's "6N + attention"). Causal masking is not discounted, as in
-Megatron-LM's formula.
+token meets (the embedding lookups are not matmuls, the LM head is) plus the attention scores
+and their weighted sum, ``12 · L · s · h`` for standard attention (Megatron-LM 2021 §5.1's
+``72·B·s·L·h²·(1 + s/6h + V/12hL)`` with its factor 4 of the attention term; Kaplan et al.
+2020 Table 1; the Ultra-Scale Playbook's "6N + attention"). Causal masking is not
+discounted, as in Megatron-LM's formula.
 
 References:
     Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using
@@ -34,22 +44,111 @@ References:
     Kaplan et al., "Scaling Laws for Neural Language Models", arXiv:2001.08361, Table 1.
     Tazi et al., "The Ultra-Scale Playbook: Training LLMs on GPU Clusters", Hugging Face, 2025.
     Ainslie et al., "GQA", EMNLP 2023. DeepSeek-AI, "DeepSeek-V2", arXiv:2405.04434, §2.1.
+    Shazeer, "GLU Variants Improve Transformer", arXiv:2002.05202.
+    Fedus et al., "Switch Transformers", JMLR 2022. DeepSeek-AI, "DeepSeek-V3 Technical
+    Report", arXiv:2412.19437, §2.1.2. Wang and Komatsuzaki, GPT-J-6B (2021) and Chowdhery
+    et al., "PaLM", arXiv:2204.02311, §2 (parallel attention and MLP blocks).
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
+from dataclasses import asdict, dataclass, field
+from typing import Callable
 
 from ..args import check_int
 from ..errors import ArgumentError, ArgumentTypeError
 
-__all__ = ["ModelConfig", "PRESETS", "preset", "load_config", "resolve_model", "DTYPE_BYTES"]
+__all__ = ["ModelConfig", "PRESETS", "preset", "check_shape", "DTYPE_BYTES", "NORM_TYPES",
+           "QK_NORMS", "ATTENTION_GATES"]
 
 #: bytes per element of the training dtypes
 DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2,
                "float8": 1, "fp8": 1}
+
+#: weight vectors of h elements per norm: RMSNorm (a scale), LayerNorm (scale and bias),
+#: LayerNorm without bias, and the parameter-free LayerNorm of OLMo (Groeneveld et al. 2024)
+NORM_TYPES = {"rmsnorm": 1, "layernorm": 2, "layernorm_no_bias": 1, "parameter_free": 0}
+
+#: q/k norms: none, one weight vector of head_dim shared by every head (Qwen3, Gemma-3), or
+#: one across all heads (OLMo-2, Cohere: (n_q + n_kv)·d)
+QK_NORMS = ("", "head", "all_heads")
+
+#: a sigmoid gate on the attention output, computed from the layer input (Qiu et al. 2025,
+#: "Gated Attention for Large Language Models"): none, one per element (h·n_q·d weights) or
+#: one per head (h·n_q)
+ATTENTION_GATES = ("", "elementwise", "headwise")
+
+_COUNTS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size",
+           "vocab_size", "seq_length", "norms_per_layer")
+_SIZES = ("num_local_experts", "num_experts_per_tok", "n_shared_experts",
+          "first_k_dense_replace", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+          "qk_rope_head_dim", "v_head_dim", "learned_position_embeddings", "index_n_heads",
+          "index_head_dim")
+_OPTIONAL_COUNTS = ("num_key_value_heads", "head_dim", "moe_intermediate_size",
+                    "shared_expert_intermediate_size", "embedding_size")
+_FLAGS = ("tie_word_embeddings", "gated_mlp", "qkv_bias", "attention_out_bias", "mlp_bias",
+          "lm_head_bias", "router_bias", "shared_expert_gate", "embedding_norm",
+          "parallel_block", "final_norm")
+
+
+def check_shape(values: dict, label: Callable[[str], str] = str) -> None:
+    """Check a model's fields: types, ranges and their consistency.
+
+    ``values`` maps :class:`ModelConfig` field names to values (absent: the default);
+    ``label(field)`` is how a message names a field and its value — :mod:`.hf_config` passes
+    the config.json key the value came from, so the message shows the file's own words.
+
+    Raises:
+        ArgumentTypeError: a count that is not an integer, a flag that is not a bool.
+        ArgumentError: a count < 1 (or < 0 where 0 means "none"), n_q not a multiple of n_kv,
+            h not a multiple of n_q without an explicit head_dim, k outside [1, E], an MoE
+            layer index outside the model, an unknown dtype, norm type or q/k norm.
+    """
+    def name(f):
+        """The field as the caller spells it, with its value (or "absent": a label that
+        already holds "=", such as "num_experts_per_tok=null (read as absent)", as is)."""
+        if f in values:
+            return f"{label(f)}={values[f]!r}"
+        return label(f) if "=" in label(f) else f"{label(f)} (absent)"
+
+    for f in _COUNTS + _OPTIONAL_COUNTS:
+        if values.get(f) is not None:
+            check_int(values[f], label(f), minimum=1)
+    for f in _SIZES:
+        if f in values:
+            check_int(values[f], label(f), minimum=0)
+    for f in _FLAGS:
+        if f in values and not isinstance(values[f], bool):
+            raise ArgumentTypeError(f"{name(f)} must be true or false, got "
+                                    f"{type(values[f]).__name__}")
+    nq, nkv = values["num_attention_heads"], values.get("num_key_value_heads")
+    if nkv is not None and nq % nkv:
+        raise ArgumentError(f"{name('num_attention_heads')} must be a multiple of "
+                            f"{name('num_key_value_heads')}")
+    mla = values.get("kv_lora_rank", 0) > 0
+    if values["hidden_size"] % nq and values.get("head_dim") is None and not mla:
+        raise ArgumentError(f"{name('hidden_size')} must be a multiple of "
+                            f"{name('num_attention_heads')} (or head_dim given)")
+    experts, k = values.get("num_local_experts", 0), values.get("num_experts_per_tok", 0)
+    if experts and not 1 <= k <= experts:
+        raise ArgumentError(f"{name('num_experts_per_tok')} must be in "
+                            f"[1, {name('num_local_experts')}]")
+    layers = values["num_hidden_layers"]
+    if values.get("first_k_dense_replace", 0) > layers:
+        raise ArgumentError(f"{name('first_k_dense_replace')} exceeds "
+                            f"{name('num_hidden_layers')}")
+    moe_layers = values.get("moe_layers")
+    if moe_layers is not None:
+        if not isinstance(moe_layers, (tuple, list)) or not all(
+                isinstance(i, int) and not isinstance(i, bool) and 0 <= i < layers
+                for i in moe_layers):
+            raise ArgumentError(f"{name('moe_layers')} must list layer indices in "
+                                f"[0, {name('num_hidden_layers')})")
+    for f, allowed in (("dtype", DTYPE_BYTES), ("norm_type", NORM_TYPES),
+                       ("qk_norm", QK_NORMS), ("attention_gate", ATTENTION_GATES)):
+        if f in values and values[f] not in allowed:
+            raise ArgumentError(f"{name(f)} is unknown; expected one of "
+                                f"{', '.join(repr(a) for a in allowed)}")
 
 
 @dataclass(frozen=True)
@@ -58,18 +157,37 @@ class ModelConfig:
 
     Attributes (counts; sizes are elements, not bytes):
         num_hidden_layers (L), hidden_size (h), num_attention_heads (n_q),
-        num_key_value_heads (n_kv; default n_q), intermediate_size (dense MLP width I),
-        vocab_size (V), tie_word_embeddings.
-        num_local_experts: routed experts E (0: dense); ``n_routed_experts`` is accepted too.
-        num_experts_per_tok: routed experts per token k. moe_intermediate_size: expert width
-            (default intermediate_size). n_shared_experts, first_k_dense_replace: DeepSeek's.
+        num_key_value_heads (n_kv; default n_q), head_dim (d; default h / n_q: Gemma, Qwen3
+        and others set it apart), intermediate_size (dense MLP width I), vocab_size (V),
+        tie_word_embeddings.
+        num_local_experts: routed experts E (0: dense). num_experts_per_tok: routed experts
+            per token k. moe_intermediate_size: routed expert width (default
+            intermediate_size). n_shared_experts, shared_expert_intermediate_size: shared
+            experts and the width of each (default the routed width); shared_expert_gate:
+            Qwen2-MoE's sigmoid gate (h weights) on the shared expert's output. router_bias:
+            E router biases (gpt-oss) or score-correction biases (DeepSeek-V3 §2.1.2).
+        first_k_dense_replace: the first k layers are dense (DeepSeek). moe_layers: the
+            0-based indices of the MoE layers, when the family places them otherwise
+            (every n-th layer, listed layers); None: every layer from first_k_dense_replace.
         q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim: multi-head
             latent attention (kv_lora_rank > 0 turns it on).
-        gated_mlp: SwiGLU (3 matrices) or a plain 2-matrix MLP (GPT-3).
+        gated_mlp: a gated MLP (3 matrices: SwiGLU, GeGLU) or a plain 2-matrix MLP (GPT-3).
+        qkv_bias, attention_out_bias, mlp_bias, lm_head_bias: which linear layers have biases.
+        norm_type: one of :data:`NORM_TYPES`. norms_per_layer: norms in one layer.
+        qk_norm: one of :data:`QK_NORMS`. embedding_norm: a norm after the input embedding
+            (BLOOM). learned_position_embeddings: rows of a learned absolute-position table
+            (GPT-2's n_positions; 0 with rotary or ALiBi positions).
+        parallel_block: attention and MLP read the same input and their outputs are added
+            (GPT-J, Falcon, GPT-NeoX's use_parallel_residual, Cohere): with tensor
+            parallelism the layer's two row-parallel outputs need one all-reduce, not two.
+        final_norm: a norm after the last layer (not in post-norm GPT-1 or OPT-350m).
+        attention_gate: one of :data:`ATTENTION_GATES`. embedding_size: the token
+            embedding's width when it differs from h (projected in and out: OPT-350m).
+        index_n_heads, index_head_dim: DeepSeek-V3.2's lightning indexer (0: none).
         seq_length: tokens per sequence s. dtype: training dtype of weights and activations.
         name, source: what it is and where its shape was published.
     Raises (at construction):
-        ArgumentError: a count < 1, n_q not a multiple of n_kv, k > E, unknown dtype.
+        ArgumentTypeError, ArgumentError: as :func:`check_shape`.
     """
 
     num_hidden_layers: int
@@ -94,33 +212,37 @@ class ModelConfig:
     dtype: str = "bfloat16"
     name: str = "custom"
     source: str = field(default="", compare=False)
+    head_dim: int | None = None
+    shared_expert_intermediate_size: int | None = None
+    shared_expert_gate: bool = False
+    router_bias: bool = False
+    moe_layers: tuple[int, ...] | None = None
+    qkv_bias: bool = False
+    attention_out_bias: bool = False
+    mlp_bias: bool = False
+    lm_head_bias: bool = False
+    norm_type: str = "rmsnorm"
+    norms_per_layer: int = 2
+    qk_norm: str = ""
+    embedding_norm: bool = False
+    learned_position_embeddings: int = 0
+    parallel_block: bool = False
+    final_norm: bool = True
+    attention_gate: str = ""
+    embedding_size: int | None = None
+    index_n_heads: int = 0
+    index_head_dim: int = 0
 
     def __post_init__(self):
-        for f in ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size",
-                  "vocab_size", "seq_length"):
-            check_int(getattr(self, f), f, minimum=1)
-        for f in ("num_local_experts", "num_experts_per_tok", "n_shared_experts",
-                  "first_k_dense_replace", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
-                  "qk_rope_head_dim", "v_head_dim"):
-            check_int(getattr(self, f), f, minimum=0)
+        if isinstance(self.moe_layers, list):
+            object.__setattr__(self, "moe_layers", tuple(self.moe_layers))
+        check_shape({f: getattr(self, f) for f in self.__dataclass_fields__})
         if self.num_key_value_heads is None:
             object.__setattr__(self, "num_key_value_heads", self.num_attention_heads)
-        check_int(self.num_key_value_heads, "num_key_value_heads", minimum=1)
-        if self.num_attention_heads % self.num_key_value_heads:
-            raise ArgumentError(f"num_attention_heads={self.num_attention_heads} must be a "
-                                f"multiple of num_key_value_heads={self.num_key_value_heads}")
-        if self.hidden_size % self.num_attention_heads and not self.mla:
-            raise ArgumentError(f"hidden_size={self.hidden_size} must be a multiple of "
-                                f"num_attention_heads={self.num_attention_heads}")
-        if self.num_local_experts and not 1 <= self.num_experts_per_tok <= self.num_local_experts:
-            raise ArgumentError(f"num_experts_per_tok={self.num_experts_per_tok} must be in "
-                                f"[1, num_local_experts={self.num_local_experts}]")
-        if self.first_k_dense_replace > self.num_hidden_layers:
-            raise ArgumentError(f"first_k_dense_replace={self.first_k_dense_replace} exceeds "
-                                f"num_hidden_layers={self.num_hidden_layers}")
-        if self.dtype not in DTYPE_BYTES:
-            raise ArgumentError(f"dtype={self.dtype!r} is unknown; expected one of "
-                                f"{', '.join(DTYPE_BYTES)}")
+        if self.head_dim is None:
+            object.__setattr__(self, "head_dim", self.hidden_size // self.num_attention_heads)
+        if self.moe_layers is not None:
+            object.__setattr__(self, "moe_layers", tuple(sorted(set(self.moe_layers))))
 
     # -- shape --------------------------------------------------------------------------------
 
@@ -138,10 +260,6 @@ class ModelConfig:
         return DTYPE_BYTES[self.dtype]
 
     @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
-
-    @property
     def qk_head_dim(self) -> int:
         return self.qk_nope_head_dim + self.qk_rope_head_dim if self.mla else self.head_dim
 
@@ -154,31 +272,69 @@ class ModelConfig:
         return self.moe_intermediate_size or self.intermediate_size
 
     @property
-    def num_moe_layers(self) -> int:
-        return self.num_hidden_layers - self.first_k_dense_replace if self.moe else 0
+    def shared_intermediate_size(self) -> int:
+        """Width of one shared expert."""
+        return self.shared_expert_intermediate_size or self.expert_intermediate_size
 
     def is_moe_layer(self, layer: int) -> bool:
         """Whether layer ``layer`` (0-based) has experts."""
-        return self.moe and layer >= self.first_k_dense_replace
+        if not self.moe:
+            return False
+        if self.moe_layers is not None:
+            return layer in self.moe_layers
+        return layer >= self.first_k_dense_replace
+
+    def layer_kind(self, layer: int) -> str:
+        """``"moe"`` or ``"dense"``: what follows the attention in layer ``layer``."""
+        return "moe" if self.is_moe_layer(layer) else "dense"
+
+    @property
+    def num_moe_layers(self) -> int:
+        return sum(self.is_moe_layer(i) for i in range(self.num_hidden_layers))
+
+    @property
+    def norm_weights(self) -> int:
+        """Weight vectors per norm (:data:`NORM_TYPES`)."""
+        return NORM_TYPES[self.norm_type]
+
+    @property
+    def all_reduces_per_layer(self) -> int:
+        """Tensor-parallel all-reduces of one layer's forward pass: 2 (after attention, after
+        the MLP; Shoeybi et al. 2019 §3), 1 for a parallel block (their outputs are summed
+        before one all-reduce; PaLM §2)."""
+        return 1 if self.parallel_block else 2
 
     # -- parameters ---------------------------------------------------------------------------
 
     @property
     def attention_parameters(self) -> int:
-        """Weights of one attention block (no norms)."""
+        """Weights and biases of one attention block (no norms): projections, the output
+        gate, and DeepSeek-V3.2's lightning indexer (DeepSeek-AI 2025, "DeepSeek-V3.2", §2.1:
+        a query projection from the q latent, one key projection, a LayerNorm on the key and
+        per-head weights)."""
         h, nq, nkv = self.hidden_size, self.num_attention_heads, self.num_key_value_heads
+        out_bias = h if self.attention_out_bias else 0
+        gate = {"": 0, "elementwise": h * nq * self.value_head_dim,
+                "headwise": h * nq}[self.attention_gate]
+        ni, di = self.index_n_heads, self.index_head_dim
+        indexer = ((self.q_lora_rank or h) * ni * di + h * di + 2 * di + h * ni) if ni else 0
         if self.mla:
             dq, dv, rope = self.qk_head_dim, self.v_head_dim, self.qk_rope_head_dim
             q = (h * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * nq * dq
                  if self.q_lora_rank else h * nq * dq)
             kv = (h * (self.kv_lora_rank + rope) + self.kv_lora_rank
                   + self.kv_lora_rank * nq * (self.qk_nope_head_dim + dv))
-            return q + kv + nq * dv * h
+            return q + kv + nq * dv * h + out_bias + gate + indexer
         d = self.head_dim
-        return h * nq * d + 2 * h * nkv * d + nq * d * h
+        qkv = (nq + 2 * nkv) * d
+        return (h * qkv + (qkv if self.qkv_bias else 0) + nq * d * h + out_bias + gate
+                + indexer)
 
     def _mlp(self, width: int) -> int:
-        return (3 if self.gated_mlp else 2) * self.hidden_size * width
+        h = self.hidden_size
+        matrices = 3 if self.gated_mlp else 2
+        bias = ((matrices - 1) * width + h) if self.mlp_bias else 0
+        return matrices * h * width + bias
 
     @property
     def dense_mlp_parameters(self) -> int:
@@ -186,53 +342,95 @@ class ModelConfig:
 
     @property
     def expert_parameters(self) -> int:
-        """Weights of one routed (or shared) expert."""
+        """Weights of one routed expert."""
         return self._mlp(self.expert_intermediate_size)
 
     @property
+    def shared_expert_parameters(self) -> int:
+        """Weights of the shared experts of one MoE layer (and their gate)."""
+        gate = self.hidden_size if self.shared_expert_gate else 0
+        return self.n_shared_experts * self._mlp(self.shared_intermediate_size) + gate
+
+    @property
     def router_parameters(self) -> int:
-        return self.hidden_size * self.num_local_experts
+        e = self.num_local_experts
+        return self.hidden_size * e + (e if self.router_bias else 0)
+
+    @property
+    def norm_parameters(self) -> int:
+        """Norm weights of one layer, q/k norms included (replicated across TP ranks)."""
+        m, d = self.norm_weights, self.head_dim
+        qk = {"": 0, "head": 2 * d,
+              "all_heads": (self.num_attention_heads + self.num_key_value_heads) * d}
+        return m * (self.norms_per_layer * self.hidden_size + qk[self.qk_norm])
 
     def layer_parameters(self, layer: int) -> dict[str, int]:
-        """Weights of layer ``layer``: attention, mlp (dense or shared experts + router),
+        """Weights of layer ``layer``: attention, mlp (dense, or shared experts + router),
         experts (routed, 0 for a dense layer), norms."""
-        attn, norms = self.attention_parameters, 2 * self.hidden_size
+        attn, norms = self.attention_parameters, self.norm_parameters
         if self.is_moe_layer(layer):
             return {"attention": attn, "norms": norms,
-                    "mlp": self.n_shared_experts * self.expert_parameters + self.router_parameters,
+                    "mlp": self.shared_expert_parameters + self.router_parameters,
                     "experts": self.num_local_experts * self.expert_parameters}
         return {"attention": attn, "norms": norms, "mlp": self.dense_mlp_parameters,
                 "experts": 0}
 
     @property
+    def embedding_dim(self) -> int:
+        """Width of the token embedding: embedding_size (OPT-350m's word_embed_proj_dim,
+        projected to and from h) or h."""
+        return self.embedding_size or self.hidden_size
+
+    @property
+    def _embedding_projection(self) -> int:
+        e, h = self.embedding_dim, self.hidden_size
+        return e * h if e != h else 0
+
+    @property
+    def embedding_lookup_parameters(self) -> int:
+        """Rows looked up, not multiplied: token embedding V·e and learned positions P·h."""
+        return (self.vocab_size * self.embedding_dim
+                + self.learned_position_embeddings * self.hidden_size)
+
+    @property
     def embedding_parameters(self) -> int:
-        return self.vocab_size * self.hidden_size
+        """Token embedding, learned position table, embedding norm and the projection from
+        embedding_size to h."""
+        norm = self.norm_weights * self.hidden_size if self.embedding_norm else 0
+        return self.embedding_lookup_parameters + norm + self._embedding_projection
 
     @property
     def lm_head_parameters(self) -> int:
-        """The LM head's own weights (0 when tied to the embedding)."""
-        return 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
+        """The LM head's own weights (none when tied to the embedding; its bias and the
+        projection back to embedding_size either way)."""
+        bias = self.vocab_size if self.lm_head_bias else 0
+        own = 0 if self.tie_word_embeddings else self.vocab_size * self.embedding_dim
+        return own + bias + self._embedding_projection
+
+    @property
+    def final_norm_parameters(self) -> int:
+        return self.norm_weights * self.hidden_size if self.final_norm else 0
 
     @property
     def num_parameters(self) -> int:
         """Total parameters."""
         layers = sum(sum(self.layer_parameters(i).values())
                      for i in range(self.num_hidden_layers))
-        return layers + self.hidden_size + self.embedding_parameters + self.lm_head_parameters
+        return (layers + self.final_norm_parameters + self.embedding_parameters
+                + self.lm_head_parameters)
 
     @property
     def active_parameters(self) -> int:
-        """Parameters one token uses (routed experts: k of E), embedding included."""
-        per_expert = self.expert_parameters
+        """Parameters one token uses (routed experts: k of E), embeddings included."""
         routed = self.num_moe_layers * (self.num_local_experts - self.num_experts_per_tok)
-        return self.num_parameters - routed * per_expert
+        return self.num_parameters - routed * self.expert_parameters
 
     @property
     def matmul_parameters_per_token(self) -> int:
-        """Active parameters a token multiplies by: active minus the embedding lookup (the LM
-        head multiplies, tied or not)."""
-        return self.active_parameters - self.embedding_parameters + (
-            self.vocab_size * self.hidden_size if self.tie_word_embeddings else 0)
+        """Active parameters a token multiplies by: active minus the embedding lookups (the
+        LM head multiplies, tied or not)."""
+        return self.active_parameters - self.embedding_lookup_parameters + (
+            self.vocab_size * self.embedding_dim if self.tie_word_embeddings else 0)
 
     # -- FLOPs ----------------------------------------------------------------------------------
 
@@ -309,92 +507,3 @@ def preset(name: str) -> ModelConfig:
     except (KeyError, AttributeError):
         raise ArgumentError(f"model={name!r} is not a preset; expected one of "
                             f"{', '.join(PRESETS)} or a config.json path") from None
-
-
-_ALIASES = {"n_routed_experts": "num_local_experts", "n_layer": "num_hidden_layers",
-            "max_seq_len": "seq_length"}
-
-
-def from_dict(config: dict, *, seq_length: int | None = None, dtype: str | None = None,
-              name: str = "custom", source: str = "") -> ModelConfig:
-    """A :class:`ModelConfig` from a Hugging Face config dictionary; unknown keys are ignored
-    (a config.json has many), ``torch_dtype`` gives the dtype unless ``dtype`` is given.
-
-    Raises:
-        ArgumentError: a required field missing, or a bad value.
-    """
-    if not isinstance(config, dict):
-        raise ArgumentTypeError(f"a model config must be a JSON object, got {type(config).__name__}")
-    known = {f.name for f in fields(ModelConfig)}
-    kwargs = {}
-    for key, value in config.items():
-        key = _ALIASES.get(key, key)
-        if key in known and value is not None:
-            kwargs[key] = value
-    if "hidden_act" in config and config["hidden_act"] in ("gelu", "gelu_new", "relu"):
-        kwargs.setdefault("gated_mlp", False)
-    kwargs.setdefault("dtype", {"float32": "float32", "float16": "float16"}.get(
-        config.get("torch_dtype"), "bfloat16"))
-    if seq_length is not None:
-        kwargs["seq_length"] = seq_length
-    if dtype is not None:
-        kwargs["dtype"] = dtype
-    kwargs.setdefault("name", name)
-    kwargs.setdefault("source", source)
-    missing = [f for f in ("num_hidden_layers", "hidden_size", "num_attention_heads",
-                           "intermediate_size", "vocab_size") if f not in kwargs]
-    if missing:
-        raise ArgumentError(f"model config lacks {', '.join(missing)} (Hugging Face config.json "
-                            "field names)")
-    return ModelConfig(**kwargs)
-
-
-def load_config(path, *, seq_length: int | None = None, dtype: str | None = None) -> ModelConfig:
-    """Read a Hugging Face ``config.json`` file as is.
-
-    Raises:
-        ArgumentError: unreadable or not JSON, missing fields, bad values.
-    """
-    p = Path(path)
-    try:
-        data = json.loads(p.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ArgumentError(f"model={str(path)!r}: cannot read a config.json ({exc})") from None
-    return from_dict(data, seq_length=seq_length, dtype=dtype, name=p.parent.name or p.stem,
-                     source=str(p))
-
-
-def resolve_model(model, *, seq_length: int | None = None, dtype: str | None = None
-                  ) -> ModelConfig:
-    """A :class:`ModelConfig` from a config, a preset name, a config.json path or a dict;
-    ``seq_length`` / ``dtype`` override the model's.
-
-    Raises:
-        ArgumentError: unknown preset, unreadable file, bad fields.
-    """
-    if isinstance(model, ModelConfig):
-        cfg = model
-    elif isinstance(model, dict):
-        cfg = from_dict(model)
-    elif isinstance(model, (str, Path)):
-        text = str(model)
-        if text.lower() in PRESETS:
-            cfg = preset(text)
-        elif text.endswith(".json") or Path(text).exists():
-            cfg = load_config(text)
-        else:
-            cfg = preset(text)  # raises, listing the presets
-    else:
-        raise ArgumentTypeError(f"model={model!r} must be a ModelConfig, a preset name, a "
-                                "config.json path or a dict")
-    changes = {}
-    if seq_length is not None:
-        changes["seq_length"] = check_int(seq_length, "seq_length", minimum=1)
-    if dtype is not None:
-        changes["dtype"] = dtype
-    if changes:
-        values = {f.name: getattr(cfg, f.name) for f in fields(cfg)}
-        values.update(changes)
-        cfg = ModelConfig(**values)
-    return cfg
-

@@ -17,9 +17,9 @@ from typing import Callable, Iterable
 
 from ..errors import ArgumentError, RingcclError
 from .cluster import Cluster
-from .layout import Layout
 from .model import ModelConfig
-from .step import StepPlan, plan_step
+from .parallel_dims import ParallelDims
+from .step import StepEstimate, estimate_step
 
 __all__ = ["search", "SearchResult", "candidates", "why_slower"]
 
@@ -32,8 +32,9 @@ def candidates(model: ModelConfig, world_size: int, gpus_per_node: int, *,
                global_batch_size: int, micro_batch_sizes: Iterable[int] = (1, 2),
                cps: Iterable[int] = (1,), zero_stages: Iterable[int] = (0, 1, 2, 3),
                recompute: Iterable[str] = ("none", "selective", "full"),
-               max_pp: int | None = None) -> Iterable[Layout]:
-    """Every layout the search tries (valid by :meth:`Layout.check`, batch that splits)."""
+               max_pp: int | None = None) -> Iterable[ParallelDims]:
+    """Every layout the search tries (valid by :meth:`ParallelDims.check`, batch that
+    splits)."""
     for tp in _divisors(gpus_per_node):
         if world_size % tp or model.num_attention_heads % tp or (
                 not model.mla and model.num_key_value_heads % tp):
@@ -64,22 +65,22 @@ def candidates(model: ModelConfig, world_size: int, gpus_per_node: int, *,
                                 for schedule, v in schedules:
                                     for rc in recompute:
                                         try:
-                                            layout = Layout(
+                                            dims = ParallelDims(
                                                 dp=dp, tp=tp, sp=sp, cp=cp, pp=pp, ep=ep,
                                                 zero_stage=zero, micro_batch_size=mbs,
                                                 global_batch_size=global_batch_size,
                                                 schedule=schedule, virtual_stages=v,
                                                 recompute=rc)
-                                            layout.check(model, world_size)
+                                            dims.check(model, world_size)
                                         except RingcclError:
                                             continue
-                                        yield layout
+                                        yield dims
 
 
-def why_slower(plan: StepPlan, best: StepPlan, top: int = 2) -> str:
+def why_slower(plan: StepEstimate, best: StepEstimate, top: int = 2) -> str:
     """Why ``plan`` is slower than ``best``: its largest extra costs, e.g.
     ``"+41.2 ms pp bubble, +12.0 ms compute (recompute full)"``."""
-    def parts(p: StepPlan) -> dict:
+    def parts(p: StepEstimate) -> dict:
         out = dict(p.exposed)
         out["compute"] = p.step_seconds - sum(p.exposed.values())
         return out
@@ -91,8 +92,8 @@ def why_slower(plan: StepPlan, best: StepPlan, top: int = 2) -> str:
         if d <= 0:
             break
         label = k
-        if k == "compute" and plan.layout.recompute != best.layout.recompute:
-            label = f"compute (recompute {plan.layout.recompute})"
+        if k == "compute" and plan.dims.recompute != best.dims.recompute:
+            label = f"compute (recompute {plan.dims.recompute})"
         elif k in ("tp", "sp", "dp", "zero", "pp", "cp", "ep", "embedding"):
             label = f"{k} communication exposed"
         out.append(f"+{d * 1e3:.2f} ms {label}")
@@ -110,12 +111,12 @@ class SearchResult:
 
     model: ModelConfig
     cluster: Cluster
-    plans: list[StepPlan]
+    plans: list[StepEstimate]
     tried: int
     refused_memory: int
     oversized: list = field(default_factory=list)
 
-    def top(self, n: int = 10) -> list[tuple[StepPlan, str]]:
+    def top(self, n: int = 10) -> list[tuple[StepEstimate, str]]:
         """The ``n`` fastest, each with the reason it loses to the first."""
         if not self.plans:
             return []
@@ -127,13 +128,13 @@ class SearchResult:
         return {"model": self.model.name, "cluster": self.cluster.to_dict(),
                 "tried": self.tried, "within_memory": len(self.plans),
                 "refused_memory": self.refused_memory,
-                "top": [{"rank": i + 1, "layout": p.layout.to_dict(),
-                         "describe": p.layout.describe(), "summary": p.summary(),
+                "top": [{"rank": i + 1, "layout": p.dims.to_dict(),
+                         "describe": p.dims.describe(), "summary": p.summary(),
                          "why_slower": why} for i, (p, why) in enumerate(self.top(n))]}
 
 
 def search(model: ModelConfig, cluster: Cluster, *, global_batch_size: int | None = None,
-           progress: Callable[[int, int, Layout], None] | None = None, **options
+           progress: Callable[[int, int, ParallelDims], None] | None = None, **options
            ) -> SearchResult:
     """Every valid layout of ``model`` on ``cluster``'s GPUs, within memory, by step time.
 
@@ -156,11 +157,11 @@ def search(model: ModelConfig, cluster: Cluster, *, global_batch_size: int | Non
         raise ArgumentError(f"no valid layout of {model.name} on {world} GPUs with "
                             f"global_batch_size={gbs}")
     plans, oversized = [], []
-    for i, layout in enumerate(layouts):
-        p = plan_step(model, layout, cluster)
+    for i, dims in enumerate(layouts):
+        p = estimate_step(model, dims, cluster)
         (plans if p.fits_memory else oversized).append(p)
         if progress is not None:
-            progress(i + 1, len(layouts), layout)
+            progress(i + 1, len(layouts), dims)
     plans.sort(key=lambda p: p.step_seconds)
     return SearchResult(model, cluster, plans, len(layouts), len(oversized),
-                        [p.layout for p in oversized])
+                        [p.dims for p in oversized])

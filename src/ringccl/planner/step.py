@@ -1,15 +1,11 @@
 """One training step: compute, exposed communication, the pipeline bubble, step time and MFU.
 
 Per PP stage and micro-batch, the stage's time is its compute plus the communication on its
-critical path: ``τ_s = compute_s + exposed_s``. Compute is the stage's forward FLOPs × 3
-(backward = 2 × forward), plus one more forward with full recompute or the attention core's
-with selective recompute (Korthikanti et al. 2022 §5), at ``peak × compute_efficiency``.
-
-A collective that hides behind compute (DDP buckets in the backward, ZeRO-3 prefetch, MoE
-all-to-all micro-chunks against the expert GEMMs, CP's K/V ring against attention) exposes
-``max(0, T - W) + min(T, W) / chunks``: what exceeds its compute window ``W``, plus one of its
-``chunks`` pieces that cannot start before the compute it waits for (the last DDP bucket, the
-first prefetched layer). TP and SP (no overlap in Megatron's default) and PP's sends are exposed.
+critical path: ``τ_s = compute_s + exposed_s``. Compute is every kernel of the stage's layers
+timed from its shape (:mod:`ringccl.planner.compute`: GEMMs with tile and wave quantisation,
+FlashAttention, memory-bound passes), with what recompute re-runs in the backward
+(Korthikanti et al. 2022 §5). What of each collective stays exposed follows the framework's
+knobs (:mod:`ringccl.planner.overlap`).
 
 The pipeline (Megatron-LM 2021 §2.2): with ``v`` model chunks per stage, the m·v chunk-steps
 of the slowest stage and the fill/drain through every stage give
@@ -17,7 +13,8 @@ of the slowest stage and the fill/drain through every stage give
 ``(m + (p − 1)/v)·τ``, a bubble of ``(p − 1)/m`` (1F1B, GPipe) or ``(p − 1)/(v·m)``
 (interleaved) of the ideal time. Once per step come the gradient reductions not hidden in the
 last backward, ZeRO's parameter gathers not hidden in the next forward and the tied-embedding
-all-reduce. ``step = T_pipe + max_s(per-step exposed_s)``;
+all-reduce, and the optimizer step (:func:`~ringccl.planner.compute.optimizer_seconds`).
+``step = T_pipe + max_s(per-step exposed_s + optimizer_s)``;
 ``MFU = model FLOPs per step / (step · GPUs · peak)``, model FLOPs without recompute
 (Megatron-LM 2021 §5.1; Chowdhery et al. 2022, PaLM, Appendix B).
 """
@@ -31,25 +28,21 @@ from fractions import Fraction
 from .. import units
 from ..errors import ArgumentError
 from . import memory
-from .cluster import Cluster
-from .groups import rank_grid
-from .inventory import Entry, StageShape, Straggler, inventory, stage_shape
-from .layout import Layout
+from .cluster import Cluster, Straggler
+from .compute import StageCompute, compute_precision, stage_compute
+from .context import StepContext, step_context
+from .costing import Entry
+from .inventory import inventory
 from .model import ModelConfig
+from .overlap import exposed_seconds, exposure
+from .parallel_dims import ParallelDims
+from .stages import StageShape
 
-__all__ = ["StagePlan", "StepPlan", "plan_step", "exposed_seconds", "stage_memory"]
-
-
-def exposed_seconds(seconds: float, window: float, chunks: int = 1) -> float:
-    """Communication of ``seconds`` overlapped with ``window`` seconds of compute, cut into
-    ``chunks`` pieces: what stays on the critical path."""
-    if window <= 0:
-        return seconds
-    return max(0.0, seconds - window) + min(seconds, window) / max(chunks, 1)
+__all__ = ["StageEstimate", "StepEstimate", "estimate_step", "exposed_seconds", "stage_memory"]
 
 
 @dataclass
-class StagePlan:
+class StageEstimate:
     """One rank position (PP stage): its collectives, compute and exposed communication.
 
     Times are seconds; ``exposed_per_micro_batch`` and ``exposed_per_step`` map a parallelism
@@ -65,10 +58,21 @@ class StagePlan:
     exposed_per_micro_batch: dict
     exposed_per_step: dict
     memory: memory.MemoryBreakdown | None = None
+    compute: StageCompute | None = None
 
     @property
     def micro_batch_seconds(self) -> float:
         return self.compute_per_micro_batch + sum(self.exposed_per_micro_batch.values())
+
+    @property
+    def per_step_compute(self) -> float:
+        """Seconds once per step: the optimizer step (and cached FP8 weight casts)."""
+        return 0.0 if self.compute is None else self.compute.per_step
+
+    @property
+    def per_step_seconds(self) -> float:
+        """What this stage adds once per step: exposed per-step communication + optimizer."""
+        return sum(self.exposed_per_step.values()) + self.per_step_compute
 
     def to_dict(self) -> dict:
         mem = self.memory
@@ -82,17 +86,19 @@ class StagePlan:
                 "micro_batch_s": self.micro_batch_seconds,
                 "exposed_per_micro_batch_s": dict(self.exposed_per_micro_batch),
                 "exposed_per_step_s": dict(self.exposed_per_step),
+                "optimizer_s": self.per_step_compute,
+                "compute": None if self.compute is None else self.compute.to_dict(),
                 "memory": None if mem is None else mem.to_dict(),
                 "collectives": [e.to_dict() for e in self.entries]}
 
 
 @dataclass
-class StepPlan:
+class StepEstimate:
     """The whole step (see the module docstring for the formulas).
 
     Attributes:
-        model, layout, cluster, straggler: the inputs.
-        stages: one :class:`StagePlan` per PP stage.
+        model, dims, cluster, straggler: the inputs.
+        stages: one :class:`StageEstimate` per PP stage.
         pipeline_seconds, bubble_seconds, bubble_fraction (formula), step_seconds.
         tokens_per_second, mfu, model_flops_per_step.
         exposed: parallelism -> exposed seconds per step on the slowest path.
@@ -100,10 +106,10 @@ class StepPlan:
     """
 
     model: ModelConfig
-    layout: Layout
+    dims: ParallelDims
     cluster: Cluster
     straggler: Straggler | None
-    stages: list[StagePlan]
+    stages: list[StageEstimate]
     pipeline_seconds: float
     bubble_seconds: float
     bubble_fraction: float
@@ -116,7 +122,7 @@ class StepPlan:
 
     @property
     def tokens_per_step(self) -> int:
-        return self.layout.global_batch_size * self.model.seq_length
+        return self.dims.global_batch_size * self.model.seq_length
 
     @property
     def tokens_per_second(self) -> float:
@@ -125,7 +131,7 @@ class StepPlan:
     @property
     def mfu(self) -> float:
         return self.model_flops_per_step / (
-            self.step_seconds * self.layout.world_size * self.cluster.peak_flops)
+            self.step_seconds * self.dims.world_size * self.cluster.peak_flops)
 
     def entries(self):
         """(stage, entry) for every collective of every stage."""
@@ -155,26 +161,28 @@ class StepPlan:
                 "bubble_s": self.bubble_seconds, "bubble_fraction": self.bubble_fraction,
                 "tokens_per_s": self.tokens_per_second, "mfu": self.mfu,
                 "model_flops_per_step": self.model_flops_per_step,
-                "exposed_s": dict(self.exposed), "peak_memory_bytes": self.peak_memory,
+                "exposed_s": dict(self.exposed),
+                "optimizer_s": max(s.per_step_compute for s in self.stages),
+                "peak_memory_bytes": self.peak_memory,
                 "fits_memory": self.fits_memory,
                 "bytes_per_step_by_parallelism": self.bytes_by_parallelism(),
                 "seconds_per_step_by_parallelism": self.seconds_by_parallelism()}
 
     def to_dict(self) -> dict:
         """Everything as JSON-ready values (floats, ints, strings, lists, dicts)."""
-        return {"model": self.model.to_dict(), "layout": self.layout.to_dict(),
+        return {"model": self.model.to_dict(), "layout": self.dims.to_dict(),
                 "cluster": self.cluster.to_dict(),
                 "straggler": None if self.straggler is None else vars(self.straggler),
-                "world_size": self.layout.world_size, "describe": self.describe(),
+                "world_size": self.dims.world_size, "describe": self.describe(),
                 "summary": self.summary(),
                 "stages": [s.to_dict() for s in self.stages], "notes": list(self.notes)}
 
     def describe(self) -> str:
-        return (f"{self.model.name} on {self.layout.world_size} GPUs, {self.layout.describe()}: "
+        return (f"{self.model.name} on {self.dims.world_size} GPUs, {self.dims.describe()}: "
                 f"step {units.format_duration(self.step_seconds)}, MFU {100 * self.mfu:.1f}%")
 
 
-def stage_memory(model: ModelConfig, layout: Layout, st: StageShape,
+def stage_memory(ctx: StepContext, st: StageShape,
                  entries: list[Entry]) -> memory.MemoryBreakdown:
     """The memory of one rank of stage ``st``, bytes, from :mod:`ringccl.planner.memory`.
 
@@ -194,41 +202,42 @@ def stage_memory(model: ModelConfig, layout: Layout, st: StageShape,
     Returns:
         A :class:`~ringccl.planner.memory.MemoryBreakdown` (it sums its own ``total``).
     """
-    data_parallel = layout.dp * layout.cp
+    model, dims = ctx.model, ctx.dims
+    data_parallel = dims.dp * dims.cp
     dense = memory.model_state_bytes(st.dense_parameters, dp=data_parallel,
-                                     zero_stage=layout.zero_stage)
+                                     zero_stage=dims.zero_stage)
     expert = memory.model_state_bytes(st.expert_parameters,
-                                      dp=max(1, data_parallel // layout.ep),
-                                      zero_stage=layout.zero_stage)
+                                      dp=max(1, data_parallel // dims.ep),
+                                      zero_stage=dims.zero_stage)
     per_micro_batch = memory.activation_bytes(
-        seq_length=model.seq_length, micro_batch_size=layout.micro_batch_size,
+        seq_length=model.seq_length, micro_batch_size=dims.micro_batch_size,
         hidden_size=model.hidden_size, num_attention_heads=model.num_attention_heads,
-        num_layers=st.layers, tp=layout.tp, sp=layout.sp, cp=layout.cp,
-        recompute=layout.recompute, dtype_bytes=model.dtype_bytes)
+        num_layers=st.layers, tp=dims.tp, sp=dims.sp, cp=dims.cp,
+        recompute=dims.recompute, dtype_bytes=model.dtype_bytes)
     in_flight = memory.in_flight_micro_batches(
-        schedule=layout.schedule if layout.pp > 1 else "1f1b", pp=layout.pp, stage=st.stage,
-        num_micro_batches=layout.num_micro_batches, virtual_stages=layout.virtual_stages)
+        schedule=dims.schedule if dims.pp > 1 else "1f1b", pp=dims.pp, stage=st.stage,
+        num_micro_batches=dims.num_micro_batches, virtual_stages=dims.virtual_stages)
     # in_flight is a whole number, or chunk-activations / v for the interleaved schedule:
     # exact as a fraction of denominator v
     activations = math.ceil(per_micro_batch * Fraction(in_flight).limit_denominator(
-        layout.virtual_stages))
+        dims.virtual_stages))
     gradient_bytes = dense["gradients"] + expert["gradients"]
     moe_tokens = 0
-    if st.moe_layers and layout.ep > 1:
+    if st.moe_layers and dims.ep > 1:
         # tokens a rank routes per MoE layer and micro-batch: its sequence shard (SP splits it
         # over tp, as Megatron-Core's token dispatcher does)
-        moe_tokens = (layout.micro_batch_size * model.seq_length
-                      // (layout.cp * (layout.tp if layout.sp else 1)))
+        moe_tokens = (dims.micro_batch_size * model.seq_length
+                      // (dims.cp * (dims.tp if dims.sp else 1)))
     buffers = memory.communication_buffer_bytes(
-        ddp_gradient_bytes=gradient_bytes if layout.zero_stage == 0 and data_parallel > 1
+        ddp_gradient_bytes=gradient_bytes if dims.zero_stage == 0 and data_parallel > 1
         else 0,
-        zero3_layer_parameters=st.largest_layer_parameters if layout.zero_stage == 3 else 0,
+        zero3_layer_parameters=st.largest_layer_parameters if dims.zero_stage == 3 else 0,
         param_bytes=model.dtype_bytes, grad_bytes=model.dtype_bytes, moe_tokens=moe_tokens,
         moe_top_k=max(1, model.num_experts_per_tok),
-        moe_capacity_factor=layout.capacity_factor, moe_hidden_size=model.hidden_size,
+        moe_capacity_factor=dims.capacity_factor, moe_hidden_size=model.hidden_size,
         dtype_bytes=model.dtype_bytes)
     communication = sum(buffers.values())
-    if layout.zero_stage in (1, 2):
+    if dims.zero_stage in (1, 2):
         communication += 2 * max((math.ceil(e.nbytes) for e in entries
                                   if e.parallelism == "zero"), default=0)
     return memory.MemoryBreakdown(
@@ -237,48 +246,32 @@ def stage_memory(model: ModelConfig, layout: Layout, st: StageShape,
         activations=activations, communication=communication)
 
 
-def _stage(model, layout, cluster, grid, stage, straggler) -> StagePlan:
-    st = stage_shape(model, layout, stage)
-    entries = inventory(model, layout, cluster, stage, grid, straggler)
-    rate = cluster.peak_flops * cluster.compute_efficiency
-    fwd = st.forward_flops / rate
-    extra = {"none": 0.0, "selective": st.attention_core_flops / rate, "full": fwd}[
-        layout.recompute]
-    bwd = 2 * fwd + extra
-    m = layout.num_micro_batches
-    per_mb: dict = {}
-    per_step: dict = {}
-    attn_window = st.attention_core_flops / rate
-    expert_window = st.expert_forward_flops_per_layer / rate
-    for e in entries:
-        if e.per_micro_batch:
-            t = e.seconds_per_step / m          # this entry's seconds per micro-batch
-            if e.overlap == "exposed":
-                x = t
-            elif e.overlap == "attention":
-                x = exposed_seconds(t, attn_window * (2 if e.phase == "backward" else 1),
-                                    e.chunks)
-            elif e.overlap == "expert compute":
-                # each all-to-all against its layer's expert GEMMs (backward: 2x the forward)
-                per_call = e.seconds_per_call
-                window = expert_window * (2 if e.phase == "backward" else 1) / 2
-                x = exposed_seconds(per_call, window, e.chunks) * e.calls_per_micro_batch
-            else:
-                window = fwd if e.overlap == "forward" else bwd
-                x = exposed_seconds(t, window, e.chunks)
-            per_mb[e.parallelism] = per_mb.get(e.parallelism, 0.0) + x
-        else:
-            t = e.seconds_per_step
-            if e.overlap == "backward":       # hidden in the last micro-batch's backward
-                x = exposed_seconds(t, bwd, e.chunks)
-            elif e.overlap == "forward":      # hidden in the next step's first forward
-                x = exposed_seconds(t, fwd, e.chunks)
-            else:
-                x = t
-            per_step[e.parallelism] = per_step.get(e.parallelism, 0.0) + x
-    sp = StagePlan(stage, st, entries, fwd + bwd, fwd, bwd, per_mb, per_step)
-    sp.memory = stage_memory(model, layout, st, entries)
-    return sp
+def _compute(ctx: StepContext, st: StageShape) -> StageCompute:
+    """The stage's :class:`~ringccl.planner.compute.StageCompute`: its layers on the
+    cluster's GPU, its optimizer over the states ZeRO leaves it."""
+    dims = ctx.dims
+    data_parallel = dims.dp * dims.cp
+    dense_shard, expert_shard = data_parallel, max(1, data_parallel // dims.ep)
+    if dims.zero_stage == 0:
+        dense_shard = expert_shard = 1
+    held = st.dense_parameters + st.expert_parameters
+    if dims.zero_stage == 3:
+        held = st.dense_parameters / dense_shard + st.expert_parameters / expert_shard
+    sharded = st.dense_parameters / dense_shard + st.expert_parameters / expert_shard
+    return stage_compute(ctx.model, dims, ctx.cluster.gpu_spec, layers=st.layers,
+                         moe_layers=st.moe_layers, first=st.first, last=st.last,
+                         parameters=held, sharded_parameters=sharded)
+
+
+def _stage(ctx: StepContext, stage: int) -> StageEstimate:
+    st = ctx.stages[stage]
+    entries = inventory(ctx, stage)
+    c = _compute(ctx, st)
+    per_mb, per_step = exposure(entries, ctx.dims, c, ctx.micro_batches)
+    est = StageEstimate(stage, st, entries, c.forward + c.backward, c.forward, c.backward,
+                        per_mb, per_step, compute=c)
+    est.memory = stage_memory(ctx, st, entries)
+    return est
 
 
 def _shifted(entry: Entry, offset: int) -> Entry:
@@ -287,77 +280,77 @@ def _shifted(entry: Entry, offset: int) -> Entry:
     return replace(entry, shape=shape, params=dict(entry.params))
 
 
-def _stages_shared(model, layout, cluster, grid, straggler) -> list[StagePlan]:
-    """Every stage's :class:`StagePlan`, each distinct stage planned once.
+def _stages_shared(ctx: StepContext) -> list[StageEstimate]:
+    """Every stage's :class:`StageEstimate`, each distinct stage estimated once.
 
     Two stages are alike when they hold as many layers (and MoE layers), play the same role
     (first: embedding, last: LM head) and the second's ranks are the first's shifted by whole
     nodes (:meth:`RankGrid.stage_offset`): then each group of the second is a group of the first
     moved to other nodes, with the same placement, NIC sharing, algorithm and time. Only the
     group's example ranks (shifted) and the memory (the in-flight micro-batches depend on the
-    stage's index) differ. The straggler's stage is always planned on its own. The result
-    equals ``[_stage(..., s, ...) for s in range(pp)]``.
+    stage's index) differ. The straggler's stage is always estimated on its own. The result
+    equals ``[_stage(ctx, s) for s in range(pp)]``.
     """
-    planned: dict[tuple, tuple[StagePlan, int]] = {}
+    planned: dict[tuple, tuple[StageEstimate, int]] = {}
     stages = []
-    slow_stage = (None if straggler is None
-                  else int(grid.coord["pp"][straggler.rank]))
-    for s in range(layout.pp):
-        st = stage_shape(model, layout, s)
-        offset = grid.stage_offset(s)
+    for s, st in enumerate(ctx.stages):
+        offset = ctx.grid.stage_offset(s)
         key = (st.layers, st.moe_layers, st.first, st.last)
-        if offset is None or s == slow_stage:
+        if offset is None or s == ctx.straggler_stage:
             key += (s,)
         if key not in planned:
-            planned[key] = (_stage(model, layout, cluster, grid, s, straggler), offset)
+            planned[key] = (_stage(ctx, s), offset)
             stages.append(planned[key][0])
             continue
         rep, rep_offset = planned[key]
         shift = offset - rep_offset
         entries = [_shifted(e, shift) for e in rep.entries]
-        sp = StagePlan(s, st, entries, rep.compute_per_micro_batch, rep.forward_per_micro_batch,
-                       rep.backward_per_micro_batch, dict(rep.exposed_per_micro_batch),
-                       dict(rep.exposed_per_step))
-        sp.memory = stage_memory(model, layout, st, entries)
-        stages.append(sp)
+        est = StageEstimate(s, st, entries, rep.compute_per_micro_batch,
+                            rep.forward_per_micro_batch, rep.backward_per_micro_batch,
+                            dict(rep.exposed_per_micro_batch), dict(rep.exposed_per_step),
+                            compute=rep.compute)
+        est.memory = stage_memory(ctx, st, entries)
+        stages.append(est)
     return stages
 
 
-def plan_step(model: ModelConfig, layout: Layout, cluster: Cluster,
-              straggler: Straggler | None = None, *, share_stages: bool = True) -> StepPlan:
-    """The :class:`StepPlan` of ``layout`` (checked against ``model`` and ``cluster``).
+def estimate_step(model: ModelConfig, dims: ParallelDims, cluster: Cluster,
+                  straggler: Straggler | None = None, *,
+                  share_stages: bool = True) -> StepEstimate:
+    """The :class:`StepEstimate` of ``dims`` (checked against ``model`` and ``cluster``).
 
-    ``share_stages=False`` plans every PP stage on its own (the reference the tests compare
-    the default against: stages alike in layers, role and placement are planned once).
+    ``share_stages=False`` estimates every PP stage on its own (the reference the tests
+    compare the default against: stages alike in layers, role and placement are estimated
+    once).
 
     Raises:
-        ArgumentError: the layout refused (:meth:`Layout.check`), a straggler rank outside the
-            world.
+        ArgumentError: the layout refused (:meth:`ParallelDims.check`), a straggler rank outside
+            the world, an FP8 recipe on a GPU without FP8 tensor cores.
     """
-    layout.check(model, cluster.world_size)
-    if straggler is not None and not 0 <= straggler.rank < layout.world_size:
-        raise ArgumentError(f"straggler rank={straggler.rank} is outside the world of "
-                            f"{layout.world_size} ranks")
-    grid = rank_grid(layout, cluster.gpus_per_node, cluster.nics_per_node)
+    recipe = compute_precision(model, dims)
+    if recipe != "bf16" and not cluster.gpu_spec.fp8_flops:
+        raise ArgumentError(f"precision={recipe!r} runs GEMMs in FP8; the cluster's GPU "
+                            f"{cluster.gpu!r} has no FP8 tensor cores (use precision 'bf16')")
+    ctx = step_context(model, dims, cluster, straggler)
     if share_stages:
-        stages = _stages_shared(model, layout, cluster, grid, straggler)
+        stages = _stages_shared(ctx)
     else:
-        stages = [_stage(model, layout, cluster, grid, s, straggler) for s in range(layout.pp)]
-    m, v, p = layout.num_micro_batches, layout.virtual_stages, layout.pp
+        stages = [_stage(ctx, s) for s in range(dims.pp)]
+    m, v, p = dims.num_micro_batches, dims.virtual_stages, dims.pp
     tau = [s.micro_batch_seconds for s in stages]
     pipeline = (m * v - 1) * max(tau) / v + sum(tau) / v
     bubble = pipeline - m * max(tau)
     fraction = (p - 1) / (v * m)
-    per_step = max(sum(s.exposed_per_step.values()) for s in stages)
+    per_step = max(s.per_step_seconds for s in stages)
     step = pipeline + per_step
     slowest = max(stages, key=lambda s: s.micro_batch_seconds)
-    last = max(stages, key=lambda s: sum(s.exposed_per_step.values()))
+    last = max(stages, key=lambda s: s.per_step_seconds)
     exposed = {k: m * t for k, t in slowest.exposed_per_micro_batch.items()}
     for k, t in last.exposed_per_step.items():
         exposed[k] = exposed.get(k, 0.0) + t
     if p > 1:
         exposed["pp bubble"] = bubble
-    flops = layout.global_batch_size * model.seq_length * model.flops_per_token()
+    flops = dims.global_batch_size * model.seq_length * model.flops_per_token()
     peak = max(s.memory.total for s in stages)
     fits = all(s.memory.fits(cluster.gpu_memory) for s in stages)
     notes = []
@@ -366,5 +359,5 @@ def plan_step(model: ModelConfig, layout: Layout, cluster: Cluster,
                      f"{units.format_size(cluster.gpu_memory)}")
     if not math.isfinite(step) or step <= 0:  # pragma: no cover - compute is always > 0
         raise ArgumentError(f"step time {step!r} is not a positive number")
-    return StepPlan(model, layout, cluster, straggler, stages, pipeline, bubble, fraction, step,
-                    flops, exposed, peak, fits, notes)
+    return StepEstimate(model, dims, cluster, straggler, stages, pipeline, bubble, fraction,
+                        step, flops, exposed, peak, fits, notes)

@@ -1,7 +1,7 @@
 """The planner's step timeline as an interactive page (``ringccl plan ... --html``).
 
 The same picture as :func:`ringccl.views.plan_plot.plan_chart` (one timeline per picked rank
-position, the bars per parallelism), from the same plain data (``StepPlan.to_dict()``) and the
+position, the bars per parallelism), from the same plain data (``StepEstimate.to_dict()``) and the
 same geometry (:func:`~ringccl.views.plan_plot.stage_spans`), drawn by plotly: hover a bar for
 its lane, what it is, its start and duration; zoom into a micro-batch. One self-contained HTML
 file (plotly.js inlined, no network needed); no script of ringccl's own.
@@ -23,11 +23,11 @@ _KIND_TEXT = {"forward": "forward", "backward": "backward", "exposed": "exposed 
 
 
 def plan_figures(plan: Mapping):
-    """(timeline figure, per-parallelism figure) of one ``StepPlan.to_dict()``.
+    """(timeline figure, per-parallelism figure) of one ``StepEstimate.to_dict()``.
 
     Raises:
         RingcclError: plotly is not installed.
-        KeyError: ``plan`` is not a ``StepPlan.to_dict()``.
+        KeyError: ``plan`` is not a ``StepEstimate.to_dict()``.
     """
     go, _ = _plotly()
     from plotly.subplots import make_subplots
@@ -109,14 +109,14 @@ def plan_page(plan: Mapping, path: str, title: str = "") -> int:
     """Write the plan's interactive timeline page (self-contained HTML, works offline).
 
     Args:
-        plan: ``StepPlan.to_dict()`` of :func:`ringccl.plan`.
+        plan: ``StepEstimate.to_dict()`` of :func:`ringccl.plan`.
         path: output file.
         title: the page's heading (default: the plan's ``describe``).
     Returns:
         the page's size in bytes.
     Raises:
         RingcclError: plotly is not installed.
-        KeyError: ``plan`` is not a ``StepPlan.to_dict()``.
+        KeyError: ``plan`` is not a ``StepEstimate.to_dict()``.
         OSError: ``path`` cannot be written.
     """
     timeline, bars = plan_figures(plan)

@@ -1,7 +1,7 @@
 """A picture of one training step from the planner (matplotlib, Agg backend).
 
 :func:`plan_chart` draws what ``ringccl plan --plot`` writes, from the plain data of
-``StepPlan.to_dict()`` (this module imports nothing of the planner, which sits above the views):
+``StepEstimate.to_dict()`` (this module imports nothing of the planner, which sits above the views):
 
 * left, one panel per rank position (the first stage, the second, a middle one and the last when
   the pipeline is deeper than four): lanes for compute (forward, backward), one lane per
@@ -79,7 +79,7 @@ def stage_spans(stage: Mapping, m: int, start: float, end: float, pipeline: floa
     :mod:`.explore_plan` draw), in seconds from the step's start.
 
     Args:
-        stage: one entry of ``StepPlan.to_dict()["stages"]``.
+        stage: one entry of ``StepEstimate.to_dict()["stages"]``.
         m: micro-batches per step.
         start, end: the stage's window in the pipeline (1F1B, see the module docstring).
         pipeline: when the pipeline ends (``summary["pipeline_s"]``).
@@ -165,7 +165,7 @@ def plan_chart(plan: Mapping, path: str, title: str = "") -> str:
     """Write a PNG of one step: a timeline per rank position and bars per parallelism.
 
     Args:
-        plan: ``StepPlan.to_dict()`` of :func:`ringccl.plan` (plain data: ``summary``,
+        plan: ``StepEstimate.to_dict()`` of :func:`ringccl.plan` (plain data: ``summary``,
             ``layout``, ``stages`` with their ``collectives``; times in seconds, bytes in bytes).
         path: output file (PNG).
         title: figure title (default: the plan's ``describe``).
@@ -173,7 +173,7 @@ def plan_chart(plan: Mapping, path: str, title: str = "") -> str:
         ``path``.
     Raises:
         RingcclError: matplotlib is not installed.
-        KeyError: ``plan`` is not a ``StepPlan.to_dict()``.
+        KeyError: ``plan`` is not a ``StepEstimate.to_dict()``.
     """
     plt = _pyplot()
     from matplotlib.patches import Patch

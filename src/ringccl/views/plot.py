@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import RingcclError
 
-__all__ = ["model_chart"]
+__all__ = ["model_chart", "fit_chart"]
 
 _STYLES = ["-", "--", ":", "-."]
 
@@ -94,6 +94,52 @@ def model_chart(tables: Sequence[dict], path: str, title: str = "") -> str:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout(rect=(0, 0, 0.86, 1))
     fig.legend(handles=handles, loc="center right", fontsize=8, framealpha=0.9)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def fit_chart(logs: Sequence[dict], path: str, title: str = "") -> str:
+    """Write a PNG: measured and fitted busbw versus size, one panel per log.
+
+    Args:
+        logs: one dict per log with ``name``, ``sizes`` (bytes), ``measured`` and
+            ``predicted`` (busbw, bytes/s, over sizes) and ``held_out`` (bools: the sizes the
+            fit did not see).
+        path: output file (PNG); title: figure title.
+    Returns:
+        ``path``.
+    Raises:
+        RingcclError: matplotlib is not installed.
+    """
+    plt = _pyplot()
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    cols = min(3, len(logs)) or 1
+    rows = (len(logs) + cols - 1) // cols or 1
+    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 4.0 * rows), squeeze=False)
+    for ax, log in zip(axes.flat, logs):
+        sizes = np.asarray(log["sizes"], dtype=float)
+        held = np.asarray(log["held_out"], dtype=bool)
+        measured = np.asarray(log["measured"], dtype=float) / 1e9
+        ax.semilogx(sizes, np.asarray(log["predicted"], dtype=float) / 1e9, "-", color="C0",
+                    label="model")
+        ax.semilogx(sizes[~held], measured[~held], "o", color="C1", ms=4, label="measured, fit")
+        ax.semilogx(sizes[held], measured[held], "s", mfc="none", color="C3", ms=5,
+                    label="measured, held out")
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_locator(LogLocator(base=16))
+        ax.xaxis.set_major_formatter(FuncFormatter(_size_label))
+        ax.tick_params(axis="x", labelrotation=45, labelsize=7)
+        ax.set_title(log["name"], fontsize=8)
+        ax.set_ylabel("busbw (GB/s)")
+        ax.grid(True, alpha=0.3)
+    for ax in list(axes.flat)[len(logs):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

@@ -1,4 +1,6 @@
-"""A parallel layout: how a training step is split over ``world_size`` GPUs, and its refusals.
+"""The parallel dimensions of a training step: how it is split over ``world_size`` GPUs, and
+the layouts that are refused (torchtitan's ``ParallelDims``: one object that validates a
+layout and knows its degrees).
 
 Megatron-LM's conventions (Narayanan et al. 2021; Megatron-Core's ``parallel_state``):
 
@@ -16,6 +18,15 @@ Megatron-LM's conventions (Narayanan et al. 2021; Megatron-Core's ``parallel_sta
   multiple of pp), ``"gpipe"`` (Huang et al. 2019);
 * ZeRO stage 0 (DDP), 1 (optimizer states sharded), 2 (+ gradients), 3 (+ weights, = FSDP);
 * recompute ``"none"``, ``"selective"`` (attention core, Korthikanti et al. 2022 §5), ``"full"``.
+
+The knobs of how a framework runs the step (set by the framework presets; defaults keep the
+plain behaviour: overlapped gradient reduce and parameter gather, nothing else overlapped):
+``precision`` (:data:`ringccl.planner.precision.PRECISIONS`), ``attention`` (FlashAttention or
+Megatron's unfused core attention), ``overlap_grad_reduce``, ``overlap_param_gather``,
+``tp_comm_overlap``, ``overlap_p2p``, ``pp_scatter_gather``, ``zero3_gather`` ("layer": one all-gather per layer as
+FSDP; "parameter": one per parameter tensor as DeepSpeed's ZeRO-3), ``zero3_prefetch_bucket``
+(DeepSpeed's ``stage3_prefetch_bucket_size``, elements) and ``fsdp_prefetch`` (layers gathered
+ahead); :mod:`ringccl.planner.overlap` says what each one hides.
 """
 
 from __future__ import annotations
@@ -26,8 +37,10 @@ from .. import units
 from ..args import check_int
 from ..errors import ArgumentError, ArgumentTypeError
 from .model import ModelConfig
+from .precision import PRECISIONS
 
-__all__ = ["Layout", "DIMENSIONS", "DEFAULT_ORDER", "SCHEDULES", "RECOMPUTE", "layout_from_dict"]
+__all__ = ["ParallelDims", "DIMENSIONS", "DEFAULT_ORDER", "SCHEDULES", "RECOMPUTE", "ATTENTION",
+           "ZERO3_GATHERS", "resolve_dims"]
 
 #: the dimensions of the rank grid
 DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
@@ -35,14 +48,21 @@ DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
 DEFAULT_ORDER = "tp-cp-ep-dp-pp"
 SCHEDULES = ("1f1b", "interleaved", "gpipe")
 RECOMPUTE = ("none", "selective", "full")
+#: how attention runs: FlashAttention, or Megatron's unfused core attention (2021-2022)
+ATTENTION = ("flash", "unfused")
+#: ZeRO-3's all-gather unit: a layer (FSDP's unit) or each parameter tensor (DeepSpeed)
+ZERO3_GATHERS = ("layer", "parameter")
+#: DeepSpeed's default stage3_prefetch_bucket_size, elements (deepspeed/runtime/zero/config.py)
+ZERO3_PREFETCH_BUCKET = 50_000_000
 
 #: PyTorch DDP's default bucket_cap_mb (25 MiB)
 DDP_BUCKET_BYTES = 25 * 2**20
 
 
 @dataclass(frozen=True)
-class Layout:
-    """One training step's parallel layout.
+class ParallelDims:
+    """One training step's parallel layout: the degrees of each dimension, the batch, the
+    pipeline schedule, ZeRO and recompute.
 
     Attributes:
         dp, tp, cp, pp, ep: group sizes (>= 1); ``ep`` divides ``dp``.
@@ -57,6 +77,23 @@ class Layout:
         order: the rank order, e.g. "tp-cp-ep-dp-pp" (fastest-varying first).
         bucket_bytes: DDP / ZeRO gradient bucket size in bytes (PyTorch's 25 MiB).
         capacity_factor: MoE all-to-all buffer over the uniform-routing size (>= 1).
+        precision: the precision recipe ("bf16", "fp8-delayed", "fp8-tensorwise",
+            "fp8-rowwise", "fp8-blockwise").
+        attention: "flash" (FlashAttention) or "unfused" (Megatron's core attention).
+        overlap_grad_reduce: gradient reduction overlaps the backward (DDP's buckets,
+            Megatron's --overlap-grad-reduce); else it runs after it.
+        overlap_param_gather: the distributed optimizer's parameter all-gather overlaps the
+            next forward (Megatron's --overlap-param-gather); else it runs before it.
+        tp_comm_overlap: TP/SP collectives overlap the GEMMs they feed (Megatron's
+            --tp-comm-overlap, torchtitan's async TP); else exposed.
+        overlap_p2p: PP sends and receives overlap compute (Megatron-Core's
+            --overlap-p2p-communication); else exposed per micro-batch.
+        pp_scatter_gather: each TP rank sends 1/tp of a stage's output and the next stage
+            all-gathers it (Megatron-LM 2021 §4.1); else every TP rank sends the whole output
+            (DeepSpeed's pipeline engine).
+        zero3_gather: "layer" or "parameter" (module doc).
+        zero3_prefetch_bucket: elements DeepSpeed gathers ahead (0: every gather blocks).
+        fsdp_prefetch: layers FSDP gathers ahead (0: none; FSDP2's default 1).
     """
 
     dp: int = 1
@@ -75,6 +112,16 @@ class Layout:
     order: str = DEFAULT_ORDER
     bucket_bytes: int = DDP_BUCKET_BYTES
     capacity_factor: float = 1.0
+    precision: str = "bf16"
+    attention: str = "flash"
+    overlap_grad_reduce: bool = True
+    overlap_param_gather: bool = True
+    tp_comm_overlap: bool = False
+    overlap_p2p: bool = False
+    pp_scatter_gather: bool = True
+    zero3_gather: str = "layer"
+    zero3_prefetch_bucket: int = ZERO3_PREFETCH_BUCKET
+    fsdp_prefetch: int = 1
 
     def __post_init__(self):
         for f in ("dp", "tp", "pp", "cp", "ep", "micro_batch_size", "virtual_stages"):
@@ -97,6 +144,7 @@ class Layout:
         check_int(self.bucket_bytes, "bucket_bytes", minimum=1)
         if not isinstance(self.capacity_factor, (int, float)) or not self.capacity_factor >= 1:
             raise ArgumentError(f"capacity_factor={self.capacity_factor!r} must be a number >= 1")
+        self._check_knobs()
         dims = self.order.split("-") if isinstance(self.order, str) else None
         if dims is None or sorted(dims) != sorted(DIMENSIONS):
             raise ArgumentError(f"order={self.order!r} must name each of "
@@ -128,6 +176,19 @@ class Layout:
             raise ArgumentError(f"num_micro_batches={m} must be a multiple of pp={self.pp} for "
                                 "the interleaved schedule (Megatron-LM 2021 §2.2.2)")
 
+    def _check_knobs(self) -> None:
+        for f in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
+                  "overlap_p2p", "pp_scatter_gather"):
+            if not isinstance(getattr(self, f), bool):
+                raise ArgumentTypeError(f"{f}={getattr(self, f)!r} must be true or false")
+        for f, allowed in (("precision", tuple(PRECISIONS)), ("attention", ATTENTION),
+                           ("zero3_gather", ZERO3_GATHERS)):
+            if getattr(self, f) not in allowed:
+                raise ArgumentError(f"{f}={getattr(self, f)!r} must be one of "
+                                    f"{', '.join(allowed)}")
+        check_int(self.zero3_prefetch_bucket, "zero3_prefetch_bucket", minimum=0)
+        check_int(self.fsdp_prefetch, "fsdp_prefetch", minimum=0)
+
     @property
     def world_size(self) -> int:
         return self.tp * self.cp * self.dp * self.pp
@@ -145,7 +206,7 @@ class Layout:
     def fsdp(self) -> bool:
         return self.zero_stage == 3
 
-    def check(self, model: ModelConfig, world_size: int | None = None) -> "Layout":
+    def check(self, model: ModelConfig, world_size: int | None = None) -> "ParallelDims":
         """Refuse a layout that cannot run ``model`` on ``world_size`` GPUs.
 
         Raises:
@@ -184,7 +245,7 @@ class Layout:
                                 f"{model.seq_length}")
         return self
 
-    def replace(self, **changes) -> "Layout":
+    def replace(self, **changes) -> "ParallelDims":
         """A copy with ``changes``; the batch is kept (num_micro_batches recomputed)."""
         values = asdict(self)
         if "global_batch_size" not in changes and ("dp" in changes or
@@ -193,7 +254,7 @@ class Layout:
         if "num_micro_batches" in changes:
             values["global_batch_size"] = None
         values.update(changes)
-        return Layout(**values)
+        return ParallelDims(**values)
 
     def describe(self) -> str:
         parts = [f"dp={self.dp}", f"tp={self.tp}" + ("+sp" if self.sp else ""),
@@ -210,21 +271,27 @@ class Layout:
         parts.append(f"mbs={self.micro_batch_size}x{self.num_micro_batches}")
         if self.recompute != "none":
             parts.append(f"recompute={self.recompute}")
+        if self.precision != "bf16":
+            parts.append(self.precision)
         return " ".join(parts)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def layout_from_dict(values: dict) -> Layout:
-    """A :class:`Layout` from a dictionary (a config file's ``layout`` table).
+def resolve_dims(layout) -> ParallelDims:
+    """A :class:`ParallelDims` from one, or from a dictionary of its fields (a config file's
+    ``layout`` table).
 
     Raises:
         ArgumentError: an unknown key (naming the valid ones) or a bad value.
     """
-    known = set(Layout.__dataclass_fields__)
+    if isinstance(layout, ParallelDims):
+        return layout
+    values = dict(layout or {})
+    known = set(ParallelDims.__dataclass_fields__)
     unknown = sorted(set(values) - known)
     if unknown:
         raise ArgumentError(f"unknown layout field(s) {', '.join(unknown)}; expected "
                             f"{', '.join(sorted(known))}")
-    return Layout(**values)
+    return ParallelDims(**values)

@@ -1,0 +1,271 @@
+"""Read nccl-tests' text output (``all_reduce_perf``, ``all_gather_perf``, ...) into rows.
+
+The layout is the one nccl-tests prints (github.com/NVIDIA/nccl-tests: ``src/common.cu`` up to
+v2.16, ``src/util.cu`` since; ``writeDeviceReport``, ``writeResultHeader``,
+``writeBenchmarkLine*``, ``writeResultFooter``):
+
+* a preamble of ``#`` lines: ``# nThread T nGpus G minBytes … maxBytes … step: …``, since
+  v2.17 ``# nccl-tests version …`` and ``# Collective test starting: all_reduce_perf``;
+* ``# Using devices`` and one line per rank, ``#  Rank %2d Group %2d Pid %6d on %10s device
+  %2d [bus id] name`` (before v2.13 without ``Group``): the host names give the ranks per node;
+* the column header: ``size count type redop root`` then ``time algbw busbw #wrong`` for the
+  out-of-place and for the in-place call (older versions: no ``root``, ``error`` for
+  ``#wrong``; with ``-I 1`` four per-iteration columns follow each group; with timestamps one
+  more column), and a units line (µs, GB/s = 1e9 bytes/s);
+* one line per size: ``size`` is nccl-tests' bytes (max of send and receive buffer), the times
+  are averages over the iterations in µs;
+* the footer: ``# Out of bounds values : N OK`` and ``# Avg bus bandwidth : X``.
+
+Lines may carry a prefix from the launcher (``mpirun --timestamp-output``, ``[1,0]<stdout>:``):
+fields are found by pattern, not by column position. Which test printed a log comes from its
+``Collective test starting`` line, else from a ``*_perf`` name in the text or the file name
+(the command line users paste with it), else from the columns where they tell (busbw/algbw is
+nccl-tests' bus factor), else from the caller.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import ArgumentError
+
+__all__ = ["NcclTestsLog", "parse_nccl_tests", "read_nccl_tests", "looks_like_nccl_tests",
+           "PROGRAMS", "TYPE_SIZES", "SOURCE"]
+
+#: the ``source`` of rows read from nccl-tests output
+SOURCE = "nccl-tests"
+#: nccl-tests program (without ``_perf``) → ringccl's collective name
+PROGRAMS = {"all_reduce": "all_reduce", "all_gather": "all_gather",
+            "reduce_scatter": "reduce_scatter", "alltoall": "all_to_all",
+            "sendrecv": "send_recv", "broadcast": "broadcast", "reduce": "reduce"}
+#: bytes per element of the type names nccl-tests prints
+TYPE_SIZES = {"int8": 1, "char": 1, "uint8": 1, "int32": 4, "int": 4, "uint32": 4, "int64": 8,
+              "uint64": 8, "half": 2, "float16": 2, "float": 4, "float32": 4, "double": 8,
+              "float64": 8, "bfloat16": 2, "f8e4m3": 1, "f8e5m2": 1, "fp8_e4m3": 1,
+              "fp8_e5m2": 1}
+
+_RANK = re.compile(r"#?\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+"
+                   r"(\d+)\s+\[[^\]]*\]\s+(.*?)\s*$")
+_STARTING = re.compile(r"Collective test starting:\s*(\S+)")
+_PROGRAM = re.compile(r"\b([a-z_]+?)_perf(?:_mpi)?\b")
+_ENV = re.compile(r"\bNCCL_(ALGO|PROTO)=([A-Za-z0-9_,^]+)")
+_AVG = re.compile(r"#\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+)")
+_NUM = r"[0-9.]+(?:[eE][+-]?\d+)?"
+
+
+@dataclass
+class NcclTestsLog:
+    """One nccl-tests run.
+
+    Attributes:
+        collective: ringccl's name (:data:`PROGRAMS`); program: e.g. "all_reduce_perf".
+        world_size, ranks_per_node, nodes: the placement (from the rank lines; one node and
+            ``world_size`` ranks when they are missing).
+        hosts: host names in rank order of first appearance; device: the first rank's GPU.
+        rows: one dict per size and placement (see :func:`parse_nccl_tests`).
+        avg_busbw: the footer's average busbw in bytes/s (None when absent).
+        nccl_algo, nccl_proto: NCCL_ALGO / NCCL_PROTO found in the text (None: not set).
+        source: the file name or "<text>".
+    """
+
+    collective: str
+    program: str
+    world_size: int
+    ranks_per_node: int
+    nodes: int
+    hosts: list = field(default_factory=list)
+    device: str = ""
+    rows: list = field(default_factory=list)
+    avg_busbw: float | None = None
+    nccl_algo: str | None = None
+    nccl_proto: str | None = None
+    source: str = "<text>"
+
+
+def looks_like_nccl_tests(text: str) -> bool:
+    """True when ``text`` has nccl-tests' column header (``size`` … ``algbw`` … ``busbw``)."""
+    return _header_line(text.splitlines()) is not None
+
+
+def _header_line(lines):
+    for i, line in enumerate(lines):
+        if "#" in line and re.search(r"\bsize\b.*\bcount\b.*\btype\b.*\balgbw\b.*\bbusbw\b",
+                                     line):
+            return i
+    return None
+
+
+def _columns(header: str) -> tuple[list[str], list[int]]:
+    """The header's column names and the index where each placement's group starts."""
+    names = header[header.index("#") + 1:].split()
+    names = [n for n in names if n != "timestamp"]
+    starts = [i for i, n in enumerate(names) if n in ("time", "cputime")]
+    if not starts or names[:3] != ["size", "count", "type"]:
+        raise ArgumentError(f"not an nccl-tests column header: {header.strip()!r}")
+    return names, starts
+
+
+def _row_pattern(names: list[str], starts: list[int]) -> re.Pattern:
+    lead = starts[0]  # size count type redop [root]
+    parts = [r"(\d+)", r"(\d+)", r"(\w+)"] + [r"(\S+)"] * (lead - 3)
+    parts += [rf"({_NUM}|N/A)"] * (len(names) - lead)
+    return re.compile(r"(?:^|\s)" + r"\s+".join(parts) + r"(?:\s|$)")
+
+
+def _placement_fields(names, starts, values, where: str) -> list[dict]:
+    out = []
+    placements = ["out-of-place", "in-place"] if len(starts) == 2 else ["in-place"]
+    for placement, start in zip(placements, starts):
+        group = dict(zip(names[start:start + 4], values[start:start + 4]))
+        time = group.get("time", group.get("cputime"))
+        if time in (None, "N/A"):
+            continue
+        wrong = group.get("#wrong", group.get("error"))
+        try:
+            out.append({"placement": placement, "time_s": float(time) * 1e-6,
+                        "algbw": float(group["algbw"]) * 1e9,
+                        "busbw": float(group["busbw"]) * 1e9,
+                        "wrong": None if wrong in (None, "N/A") else float(wrong)})
+        except (KeyError, ValueError):
+            raise ArgumentError(f"{where}: cannot read {placement} time/algbw/busbw from "
+                                f"{values[start:start + 4]}") from None
+    return out
+
+
+def _placement_of_ranks(lines) -> tuple[list[str], list[str], str]:
+    hosts_by_rank, devices = {}, []
+    for line in lines:
+        m = _RANK.search(line)
+        if m:
+            hosts_by_rank[int(m.group(1))] = m.group(2)
+            devices.append(m.group(4))
+    ordered = [hosts_by_rank[r] for r in sorted(hosts_by_rank)]
+    return ordered, list(dict.fromkeys(ordered)), devices[0] if devices else ""
+
+
+def _program(text: str, source: str, collective: str | None) -> str:
+    if collective is not None:
+        name = collective[:-5] if collective.endswith("_perf") else collective
+        for prog, coll in PROGRAMS.items():
+            if name in (prog, coll):
+                return prog
+        raise ArgumentError(f"collective={collective!r} is not an nccl-tests program ringccl "
+                            f"reads; expected one of {', '.join(p + '_perf' for p in PROGRAMS)}")
+    m = _STARTING.search(text)
+    found = [m.group(1)] if m else _PROGRAM.findall(text) or _PROGRAM.findall(Path(source).name)
+    names = list(dict.fromkeys(f[:-5] if f.endswith("_perf") else f for f in found))
+    names = [n for n in names if n in PROGRAMS] or names
+    if len(names) == 1 and names[0] in PROGRAMS:
+        return names[0]
+    if names:
+        raise ArgumentError(f"{source}: names {', '.join(n + '_perf' for n in names)}; ringccl "
+                            f"reads {', '.join(p + '_perf' for p in PROGRAMS)} (pass the "
+                            "collective when the log holds one of those)")
+    return ""
+
+
+def _infer_program(rows: list[dict], world_size: int | None) -> tuple[str, int | None]:
+    """The program and world size the columns imply, or ("", None) when they do not tell."""
+    r = max(rows, key=lambda r: r["size"])
+    if not r["algbw"] or r["count"] == 0:
+        return "", world_size
+    factor = r["busbw"] / r["algbw"]
+    per_rank = r["size"] / (r["count"] * TYPE_SIZES.get(r["type"], 0) or 1)
+    if r["redop"] == "none" or per_rank > 1.5:  # size = N blocks of count elements
+        n = round(per_rank)
+        if r["redop"] != "none":
+            return "reduce_scatter", n
+        return "", n  # all_gather and alltoall print alike
+    if r["root"] not in ("-1", None) and abs(factor - 1) < 0.02:
+        return "", world_size  # broadcast and reduce print alike
+    if factor > 1.02:  # 2(n-1)/n > 1 only for all_reduce with n > 2
+        return "all_reduce", round(2 / (2 - factor)) if factor < 1.999 else world_size
+    return "", world_size
+
+
+def parse_nccl_tests(text: str, source: str = "<text>",
+                     collective: str | None = None) -> NcclTestsLog:
+    """Rows of one nccl-tests run (module doc).
+
+    Each row: ``{"kind": "collective", "source": "nccl-tests", "backend": "nccl",
+    "algorithm": "nccl", "collective", "world_size", "ranks_per_node", "nodes", "size"
+    (bytes), "count", "type", "redop", "root", "placement", "time_s", "algbw" and "busbw"
+    (bytes/s), "wrong" (None for N/A), "device", "file", "nccl_algo", "nccl_proto",
+    "segment_bytes": None}``.
+
+    Args:
+        text: the output as printed (prefixes from a launcher are tolerated).
+        source: a name for messages and rows (the file name).
+        collective: the program or collective (e.g. "alltoall_perf" or "all_to_all") when the
+            text does not say which test printed it.
+    Raises:
+        ArgumentError: no column header or no data line, a test ringccl does not read, a log
+            that does not say which test printed it (and ``collective`` not given), ranks
+            spread unevenly over hosts, a malformed data line (the message quotes it).
+    """
+    lines = text.splitlines()
+    h = _header_line(lines)
+    if h is None:
+        raise ArgumentError(f"{source}: no nccl-tests column header (a '#  size  count  type "
+                            "... algbw  busbw' line); is this nccl-tests output?")
+    names, starts = _columns(lines[h])
+    pattern = _row_pattern(names, starts)
+    rows = []
+    for line in lines[h + 1:]:
+        if line.split("<stdout>:")[-1].lstrip().startswith("#"):
+            continue
+        m = pattern.search(line)
+        if not m:
+            continue
+        values = list(m.groups())
+        base = {"size": int(values[0]), "count": int(values[1]), "type": values[2],
+                "redop": values[3] if starts[0] > 3 else "",
+                "root": values[4] if starts[0] > 4 else None}
+        for placed in _placement_fields(names, starts, values, f"{source}: {line.strip()!r}"):
+            rows.append({**base, **placed})
+    if not rows:
+        raise ArgumentError(f"{source}: an nccl-tests header but no data line under it")
+    by_rank, hosts, device = _placement_of_ranks(lines[:h])
+    program = _program(text, source, collective)
+    inferred, n_inferred = _infer_program(rows, len(by_rank) or None)
+    program = program or inferred
+    if not program:
+        raise ArgumentError(f"{source}: cannot tell which nccl-tests program printed this "
+                            "(no 'Collective test starting' line, no *_perf name in the text or "
+                            "file name); pass the collective, e.g. --collective alltoall_perf")
+    world = len(by_rank) or n_inferred
+    if not world:
+        raise ArgumentError(f"{source}: no '#  Rank' lines and the columns do not give the "
+                            "number of ranks; keep the device list in the log")
+    counts = {host: by_rank.count(host) for host in hosts} or {"?": world}
+    if len(set(counts.values())) > 1:
+        raise ArgumentError(f"{source}: ranks spread unevenly over hosts "
+                            f"({', '.join(f'{k}: {v}' for k, v in counts.items())}); the "
+                            "network fit needs the same ranks on every node")
+    ppn = next(iter(counts.values()))
+    env = dict((k.lower(), v) for k, v in _ENV.findall(text))
+    avg = _AVG.search(text)
+    coll = PROGRAMS[program]
+    extra = {"kind": "collective", "source": SOURCE, "backend": "nccl", "algorithm": "nccl",
+             "collective": coll, "world_size": world, "ranks_per_node": ppn,
+             "nodes": world // ppn, "device": device, "file": source, "segment_bytes": None,
+             "nccl_algo": env.get("algo"), "nccl_proto": env.get("proto")}
+    return NcclTestsLog(coll, program + "_perf", world, ppn, world // ppn, hosts, device,
+                        [{**extra, **r} for r in rows],
+                        float(avg.group(1)) * 1e9 if avg else None, env.get("algo"),
+                        env.get("proto"), source)
+
+
+def read_nccl_tests(path, collective: str | None = None) -> NcclTestsLog:
+    """:func:`parse_nccl_tests` of a file.
+
+    Raises:
+        ArgumentError: unreadable file (named), or as :func:`parse_nccl_tests`.
+    """
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError as exc:
+        raise ArgumentError(f"cannot read nccl-tests output {str(path)!r}: {exc}") from None
+    return parse_nccl_tests(text, str(path), collective)

@@ -1,0 +1,193 @@
+"""NCCL as it runs: ``ringccl nccl`` (a collective priced as NCCL's tuning would run it, and
+why) and the nccl-tests half of ``ringccl fit`` (the network fitted per link level, the
+held-out check, the profile)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import units
+from ..collectives import COLLECTIVES as _CONTRACTS
+from ..costmodel.nccl import (ALGORITHMS, COLLECTIVES, NCCL_MACHINES, PROTOCOLS,
+                              machine_for_device, nccl_machine, price)
+from ..costmodel.nccl_fit import (fit_network, held_out_network, load_network_profile,
+                                  predict_row)
+from ..errors import ArgumentError
+from ..views.plot import fit_chart
+from .common import emit_json, name_list, positive_int, size_list, status, table
+
+__all__ = ["register_nccl", "nccl_fit_report", "print_nccl_fit", "add_machine_option"]
+
+
+def add_machine_option(p) -> None:
+    """--machine / --nics-per-node: what NCCL's tuning needs that a log does not show."""
+    p.add_argument("--machine", choices=sorted(NCCL_MACHINES),
+                   help="NCCL machine preset (GPU generation, NVLink, NICs, NVLS); default: "
+                   "the one the logs' device names (H100 -> dgx-h100, A100 -> dgx-a100, ...)")
+    p.add_argument("--nics-per-node", type=positive_int,
+                   help="NICs (rails) per node, replacing the preset's")
+
+
+def _machine(args, rows=None):
+    """The machine the options name: --profile, else --machine (default dgx-h100 without
+    logs; with logs, None lets the fit take the preset their devices name), with
+    --nics-per-node."""
+    nics = args.nics_per_node
+    if getattr(args, "profile", None):
+        m = load_network_profile(args.profile)
+        return m.replace(nics_per_node=nics) if nics else m
+    name = args.machine
+    if name is None and rows is None:
+        name = "dgx-h100"
+    if name is None and nics is not None:
+        names = {machine_for_device(r.get("device", "")) for r in rows}
+        if len(names) != 1 or None in names:
+            raise ArgumentError("--nics-per-node needs --machine: the logs' devices name no "
+                                "single preset")
+        name = names.pop()
+    return None if name is None else nccl_machine(name, nics_per_node=nics)
+
+
+def _bus_factor(row: dict) -> float:
+    if row["collective"] == "send_recv":
+        return 1.0
+    return _CONTRACTS[row["collective"]].bus_factor(row["world_size"])
+
+
+def nccl_fit_report(rows: list[dict], args) -> dict:
+    """The fit, held-out check and profile of nccl-tests rows, as JSON-ready data."""
+    placement = None if args.placement == "any" else args.placement
+    machine = _machine(args, rows)
+    with status("fitting NCCL's network to the nccl-tests logs …"):
+        net = fit_network(rows, machine, placement)
+        held = held_out_network(rows, machine, placement)
+    profile = net.profile(held)
+    main = net.levels.get("inter") or net.levels["intra"]
+    logs = {}
+    for name, points in held.logs.items():
+        logs[name] = [dict(zip(("size", "measured_s", "predicted_s", "relative_error",
+                                "choice"), p)) for p in points]
+    per_log = {k: float(np.median(np.abs([p["relative_error"] for p in v]))) if v else None
+               for k, v in logs.items()}
+    return {"backend": "nccl", "source": "nccl-tests", "fit": main.fit.to_json(),
+            "levels": profile["levels"], "profile": profile,
+            "held_out": {"method": "every log's even-numbered sizes fit, odd-numbered predicted",
+                         "median_abs_error": held.median_error(args.min_size),
+                         "min_size": args.min_size, "per_log_median_abs_error": per_log,
+                         "logs": logs},
+            "_net": net, "_held": held, "_rows": rows, "_placement": placement}
+
+
+def print_nccl_fit(report: dict, args) -> None:
+    net, held = report["_net"], report["_held"]
+    m, prior = net.machine, net.prior
+    rows = []
+    for level, lf in net.levels.items():
+        unit = "per GPU" if level == "intra" else "per NIC"
+        rows.append([level, units.format_duration(lf.prior_alpha), units.format_duration(lf.alpha),
+                     f"{units.format_bandwidth(lf.prior_bandwidth)} {unit}",
+                     f"{units.format_bandwidth(lf.bandwidth)} {unit}",
+                     units.format_duration(getattr(m, f"{level}_message")),
+                     units.format_duration(getattr(m, f"{level}_epsilon")), len(lf.rows),
+                     f"{100 * float(np.median(np.abs(lf.relative_errors()))):.1f}%"])
+    table(f"NCCL's network fitted to nccl-tests ({prior.describe()}); alpha: one ring Simple hop",
+          ["level", "alpha (preset)", "alpha (fitted)", "bandwidth (preset)",
+           "bandwidth (fitted)", "per message", "per call", "rows", "median |error|"], rows)
+    for lf in net.levels.values():
+        for note in dict.fromkeys(lf.notes):
+            print(f"  note: {note}")
+    for name, points in held.logs.items():
+        table(f"held out: {name} (predicted from the fit on the other sizes)",
+              ["size", "measured (us)", "predicted (us)", "error", "NCCL's choice"],
+              [[units.format_size(s), f"{t * 1e6:.1f}", f"{p * 1e6:.1f}", f"{e * 100:+.1f}%", c]
+               for s, t, p, e, c in points])
+    med = report["held_out"]["median_abs_error"]
+    print(f"held-out median |error| for sizes >= {units.format_size(args.min_size)}: "
+          f"{100 * med:.1f}% (fit on every log's even-numbered sizes, predict the others); per "
+          "log: " + ", ".join(f"{k.split('/')[-1]} {100 * v:.1f}%" for k, v in
+                               report["held_out"]["per_log_median_abs_error"].items()
+                               if v is not None) + "\n")
+    if getattr(args, "plot", None):
+        _plot_fit(report, args.plot)
+        print(f"chart written to {args.plot}")
+
+
+def _plot_fit(report: dict, path: str) -> None:
+    """Measured busbw and the held-out fit's (the model that did not see the squares)."""
+    held = report["_held"]
+    m = held.fit.machine
+    charts = []
+    for name in held.logs:
+        part = sorted((r for r in report["_rows"] if r.get("file") == name
+                       and (report["_placement"] in (None, r["placement"]))),
+                      key=lambda r: r["size"])
+        test = {s for s, *_ in held.logs[name]}
+        factor = _bus_factor(part[0]) if part else 1.0
+        charts.append({"name": f"{name.split('/')[-1]} ({part[0]['collective']}, "
+                               f"{part[0]['world_size']} ranks)" if part else name,
+                       "sizes": [r["size"] for r in part],
+                       "measured": [r["busbw"] for r in part],
+                       "predicted": [r["size"] / predict_row(m, r).seconds * factor
+                                     for r in part],
+                       "held_out": [r["size"] in test for r in part]})
+    fit_chart(charts, path, title=f"nccl-tests busbw, measured and fitted on the filled points "
+              f"({m.name})")
+
+
+def _cmd_nccl(args) -> int:
+    m = _machine(args)
+    rows = []
+    for size in args.size:
+        c = price(args.collective, size, args.ranks_per_node, args.nodes, m, rails=args.rails,
+                  algorithms=args.algorithm, protocols=args.protocol)
+        factor = (1.0 if args.collective in ("send_recv", "scatter", "gather")
+                  else _CONTRACTS[args.collective].bus_factor(c.world_size))
+        rows.append({"size": size, "seconds": c.seconds, "algorithm": c.algorithm,
+                     "protocol": c.protocol, "latency_s": c.latency_s,
+                     "bandwidth_s": c.bandwidth_s, "algbw": c.algbw,
+                     "busbw": c.algbw * factor, "link_bytes": c.link_bytes,
+                     "candidates": [{"algorithm": a, "protocol": p, "seconds": t}
+                                    for a, p, t in c.candidates],
+                     "explain": c.explain()})
+    report = {"collective": args.collective, "machine": m.to_dict(),
+              "ranks_per_node": args.ranks_per_node, "nodes": args.nodes, "rows": rows}
+    if args.json:
+        emit_json(report)
+        return 0
+    table(f"{args.collective} as NCCL runs it: {args.ranks_per_node} x {args.nodes} ranks on "
+          f"{m.describe()}",
+          ["size", "algorithm", "protocol", "time (us)", "algbw (GB/s)", "busbw (GB/s)",
+           "GPU fabric bytes", "NIC bytes"],
+          [[units.format_size(r["size"]), r["algorithm"], r["protocol"],
+            f"{r['seconds'] * 1e6:.2f}", f"{r['algbw'] / 1e9:.2f}", f"{r['busbw'] / 1e9:.2f}",
+            units.format_size(r["link_bytes"]["intra"]),
+            units.format_size(r["link_bytes"]["inter"])] for r in rows])
+    for r in rows[-1:] if not args.explain else rows:
+        print("  " + r["explain"])
+    return 0
+
+
+def register_nccl(sub) -> None:
+    """``ringccl nccl``."""
+    p = sub.add_parser(
+        "nccl", help="price a collective as NCCL's tuning would run it (algorithm, protocol)",
+        description="Time, algorithm and protocol of one collective as NCCL's tuning model "
+        "(NCCL 2.27 src/graph/tuning.cc) picks them on a placement: ranks per node x nodes, "
+        "NICs per node; bytes on each link level; why.")
+    p.add_argument("collective", choices=list(COLLECTIVES))
+    p.add_argument("--size", "-s", type=size_list, default=size_list("8B:8GiB:8"),
+                   help="nccl-tests' size: 1MiB,1GiB or a range 8B:8GiB:8 (default)")
+    p.add_argument("--ranks-per-node", type=positive_int, default=8)
+    p.add_argument("--nodes", type=positive_int, default=1)
+    p.add_argument("--rails", type=positive_int,
+                   help="NICs per node the group uses (default: its share of the node's)")
+    add_machine_option(p)
+    p.add_argument("--profile", help="a network profile (`ringccl fit --json` on nccl-tests "
+                   "logs) instead of --machine")
+    p.add_argument("--algorithm", "-a", type=name_list,
+                   help=f"as NCCL_ALGO: the algorithms allowed ({', '.join(ALGORITHMS)})")
+    p.add_argument("--protocol", type=name_list,
+                   help=f"as NCCL_PROTO: the protocols allowed ({', '.join(PROTOCOLS)})")
+    p.add_argument("--explain", action="store_true", help="say why, for every size")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_nccl)

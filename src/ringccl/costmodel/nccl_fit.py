@@ -1,0 +1,377 @@
+"""Fit NCCL's network, one link level at a time, to nccl-tests logs; the profile it writes.
+
+``ringccl fit`` reads nccl-tests output (:mod:`ringccl.bench.nccl_tests`) through the same
+loader and least squares as ringccl's own rows (:func:`.fit.load_rows`, :func:`.fit.fit_rows`).
+What differs is the model: NCCL picks its own algorithm and protocol per size
+(:func:`.nccl.price`), so a row's time is linear in a level's (α, β = 1/bandwidth) only once
+that choice is fixed. The fit therefore alternates: price every row on the current machine (the
+choice, and the row's time as ``known + a·α + b·β + ε`` of the level being fitted:
+:class:`.nccl.Terms`), fit (α, β, ε) by :func:`.fit.fit_rows` (relative errors, parameters
+>= 0; ε is a per-call cost NCCL's tuning leaves out), re-price with the new values, until the
+choices stop changing (at most :data:`MAX_ROUNDS` rounds; the round whose re-priced times fit
+best is kept; the rounds start from the machine's bandwidth and from half of it, since a level
+bound by the other level in the first round has no β column). Point-to-point logs
+(``alltoall_perf``, ``sendrecv_perf``) then fit the level's per-message post cost the same way,
+with its bandwidth and ε from the collectives' logs when there are any.
+
+Levels: single-node logs fit ``intra`` (a GPU's NVLink bandwidth and hop latency), multi-node
+logs fit ``inter`` (one NIC's bandwidth and the network hop), with ``intra`` held at its fitted
+(or preset) value. What a log cannot show (GPU generation, NICs per node, NVLS) comes from the
+machine preset its device names (:func:`.nccl.machine_for_device`) or the caller's.
+
+Held-out check (:func:`held_out_network`): every log's sizes in order, the even-numbered ones
+fit (all levels, as above), the odd-numbered ones predicted; the relative errors are reported.
+
+The profile (:meth:`NetworkFit.profile`) is JSON: the fitted :class:`.nccl.NcclMachine`, per
+level the fitted α and bandwidth, their fit and held-out error; :func:`load_network_profile`
+reads it back as a machine, :func:`cluster_fields` as the planner's cluster fields.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ..bench.nccl_tests import SOURCE
+from ..errors import ArgumentError
+from .fit import Fit, fit_rows
+from .nccl import NcclCost, NcclMachine, machine_for_device, nccl_machine, parameter, price
+
+__all__ = ["LevelFit", "NetworkFit", "NetworkHeldOut", "fit_network", "held_out_network",
+           "predict_row", "nccl_tests_rows", "level_of", "load_network_profile",
+           "cluster_fields", "PROFILE_FORMAT", "MAX_ROUNDS"]
+
+PROFILE_FORMAT = "ringccl-network-profile"
+#: rounds of (choose, fit) before the best round is kept
+MAX_ROUNDS = 8
+_ATTR = {"intra": ("intra_alpha", "intra_bandwidth"), "inter": ("inter_alpha", "inter_bandwidth")}
+
+
+def nccl_tests_rows(rows: Sequence[dict]) -> list[dict]:
+    """The rows read from nccl-tests output."""
+    return [r for r in rows if r.get("source") == SOURCE]
+
+
+def level_of(row: dict) -> str:
+    """"intra" for a single-node log's row, "inter" for a multi-node one's."""
+    return "intra" if row["nodes"] == 1 else "inter"
+
+
+def _restriction(value):
+    if not value or value.startswith("^"):
+        return None  # an exclusion list: everything that is not excluded may run
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def predict_row(machine: NcclMachine, row: dict) -> NcclCost:
+    """NCCL's choice and time for an nccl-tests row on ``machine`` (its NCCL_ALGO and
+    NCCL_PROTO, when the log shows them, restrict the choice)."""
+    algos = _restriction(row.get("nccl_algo"))
+    if algos is not None:
+        algos = [a.lower() for a in algos] + ["p2p"]
+    return price(row["collective"], row["size"], row["ranks_per_node"], row["nodes"], machine,
+                 algorithms=algos, protocols=_restriction(row.get("nccl_proto")))
+
+
+#: nccl-tests programs whose time is point-to-point messages (the others: NCCL's algorithms)
+_P2P = ("all_to_all", "send_recv")
+
+
+def _terms_for(machine: NcclMachine, row: dict, slots: dict) -> dict:
+    """The row's time as known + alpha·(slots["alpha"]) + beta·(slots["beta"]) +
+    epsilon·(slots["epsilon"]): the parameters in ``slots`` free, every other one at its
+    value on ``machine`` (a slot of None: that column is absent)."""
+    free = [v for v in slots.values() if v]
+    known, coef = predict_row(machine, row).terms.split(machine, free)
+    return {"known": known, **{k: (coef[v] if v else 0.0) for k, v in slots.items()}}
+
+
+@dataclass
+class LevelFit:
+    """(α, bandwidth) of one link level fitted to nccl-tests rows.
+
+    Attributes:
+        level: "intra" or "inter".
+        alpha, bandwidth: the fitted values (s per ring Simple hop; bytes/s per GPU for intra,
+            per NIC for inter); the machine's where the rows cannot determine them.
+        prior_alpha, prior_bandwidth: the machine's values before the fit.
+        fit: the last round's :class:`.fit.Fit` (R², intervals, notes) of the linear model.
+        rows: the rows used; predicted: their re-priced seconds; choices: NCCL's
+            "algorithm/protocol" per row.
+        stages: fits run (the hop, then the per-message post); notes: what was held and why.
+        message, epsilon: the fitted per-message post and per-call seconds.
+    """
+
+    level: str
+    alpha: float
+    bandwidth: float
+    prior_alpha: float
+    prior_bandwidth: float
+    fit: Fit = field(repr=False)
+    rows: list = field(repr=False, default_factory=list)
+    predicted: list = field(repr=False, default_factory=list)
+    choices: list = field(repr=False, default_factory=list)
+    stages: int = 0
+    notes: list = field(default_factory=list)
+    message: float = 0.0
+    epsilon: float = 0.0
+
+    def relative_errors(self) -> np.ndarray:
+        return np.array([p / r["time_s"] - 1 for r, p in zip(self.rows, self.predicted)])
+
+    def to_json(self) -> dict:
+        err = np.abs(self.relative_errors())
+        return {"alpha_s": self.alpha, "bandwidth_Bps": self.bandwidth,
+                "message_s": self.message, "epsilon_s": self.epsilon,
+                "prior_alpha_s": self.prior_alpha, "prior_bandwidth_Bps": self.prior_bandwidth,
+                "rows": len(self.rows), "stages": self.stages, "notes": self.notes,
+                "median_abs_error": float(np.median(err)) if err.size else None,
+                "logs": sorted({r.get("file", "") for r in self.rows}),
+                "fit": self.fit.to_json()["params"]}
+
+
+#: where the rounds start, as (alpha, bandwidth) multiples of the machine's: its own values,
+#: and halves (a level bound by the other level in the first round would otherwise never be
+#: fitted, its β having no column; a choice of algorithms that is consistent with wrong values
+#: would otherwise be kept); the best end wins
+_STARTS = ((1.0, 1.0), (1.0, 0.5), (0.5, 1.0), (0.5, 0.5))
+
+
+def _slots(level: str, stage: str, bandwidth: bool) -> dict:
+    """Which machine parameter each of the fit's columns stands for in one stage: ``hop``
+    (alpha, bandwidth, ε of the level) or ``message`` (the per-message post; the bandwidth and
+    ε too when no collective row fitted them)."""
+    alpha = f"{level}_alpha" if stage == "hop" else f"{level}_message"
+    return {"alpha": alpha, "beta": f"{level}_beta" if bandwidth else None,
+            "epsilon": f"{level}_epsilon" if bandwidth else None}
+
+
+def _set(m: NcclMachine, name: str, value: float) -> NcclMachine:
+    if name.endswith("_beta"):
+        return m.replace(**{name[:-5] + "_bandwidth": 1.0 / value})
+    return m.replace(**{name: value})
+
+
+def _rounds(rows: list[dict], machine: NcclMachine, slots: dict):
+    """Alternate (choose, fit) from ``machine``; the best round as (score, machine, fit,
+    costs, choices, rounds, notes), or None when no round could fit."""
+    m, best, previous = machine, None, None
+    for rounds in range(1, MAX_ROUNDS + 1):
+        annotated = [{**r, "nccl_terms": _terms_for(m, r, slots)} for r in rows]
+        try:
+            f = fit_rows(annotated, "nccl", placement=None)
+        except ArgumentError:
+            break  # this choice of algorithms leaves nothing to fit (e.g. α < 0 only)
+        notes = []
+        for column, value in (("alpha", f.alpha), ("beta", f.beta), ("epsilon", f.epsilon)):
+            name = slots[column]
+            if name is None:
+                continue
+            if column in f.free and value > 0:
+                m = _set(m, name, value)
+            elif column != "epsilon":
+                notes.append(f"{name} kept at the machine's value: these rows do not "
+                             "determine it")
+        costs = [predict_row(m, r) for r in rows]
+        score = float(np.sum([(c.seconds / r["time_s"] - 1) ** 2 for c, r in zip(costs, rows)]))
+        choices = [f"{c.algorithm}/{c.protocol}" for c in costs]
+        if best is None or score < best[0]:
+            best = (score, m, f, costs, choices, rounds, notes)
+        # converged when the choices and what bounds each row's bandwidth stop changing
+        signature = [(ch, tuple(k for k, v in c.terms.coefficients.items() if v))
+                     for ch, c in zip(choices, costs)]
+        if signature == previous:
+            break
+        previous = signature
+    return best
+
+
+def _fit_stage(rows, machine, level, slots):
+    starts = _STARTS if slots["beta"] else ((1.0, 1.0), (0.5, 1.0))
+    tries = []
+    for a, b in starts:
+        start = _set(_set(machine, slots["alpha"], a * parameter(machine, slots["alpha"])),
+                     f"{level}_beta", parameter(machine, f"{level}_beta") / b)
+        tries.append(_rounds(rows, start, slots))
+    tries = [t for t in tries if t is not None]
+    if not tries:
+        raise ArgumentError(f"the {len(rows)} {level}-node rows cannot be fitted (no choice of "
+                            "NCCL's algorithms leaves non-negative parameters)")
+    return min(tries, key=lambda t: t[0])
+
+
+def _fit_level(rows: list[dict], machine: NcclMachine, level: str) -> tuple[NcclMachine, LevelFit]:
+    """The level's hop (alpha, bandwidth, ε) from its collectives' rows, then its
+    per-message post from its point-to-point rows (all of them when there is no collective)."""
+    a_attr, b_attr = _ATTR[level][:2]
+    prior = (getattr(machine, a_attr), getattr(machine, b_attr))
+    coll = [r for r in rows if r["collective"] not in _P2P]
+    p2p = [r for r in rows if r["collective"] in _P2P]
+    m, notes, fits = machine, [], []
+    if coll:
+        _, m, f, *_, n = _fit_stage(coll, m, level, _slots(level, "hop", True))
+        fits.append(f)
+        notes += n
+    if p2p:
+        _, m, f, *_, n = _fit_stage(p2p, m, level, _slots(level, "message", not coll))
+        fits.append(f)
+        notes += n
+    costs = [predict_row(m, r) for r in rows]
+    return m, LevelFit(level, getattr(m, a_attr), getattr(m, b_attr), prior[0], prior[1],
+                       fits[0], list(rows), [c.seconds for c in costs],
+                       [f"{c.algorithm}/{c.protocol}" for c in costs], len(fits), notes,
+                       getattr(m, f"{level}_message"), getattr(m, f"{level}_epsilon"))
+
+
+def _prior(rows: Sequence[dict], machine) -> NcclMachine:
+    if isinstance(machine, NcclMachine):
+        return machine
+    if machine is not None:
+        return nccl_machine(machine)
+    devices = sorted({r.get("device", "") for r in rows})
+    presets = {machine_for_device(d) for d in devices}
+    if len(presets) == 1 and None not in presets:
+        return nccl_machine(presets.pop())
+    raise ArgumentError(f"the logs' devices ({', '.join(devices) or 'none listed'}) name no "
+                        "single machine preset; pass one (--machine dgx-h100, dgx-a100, h800, "
+                        "dgx-b200)")
+
+
+@dataclass
+class NetworkFit:
+    """Every level fitted (:func:`fit_network`): ``machine`` is the prior with the fitted
+    values, ``levels`` {level: :class:`LevelFit`}, ``prior`` the machine before."""
+
+    machine: NcclMachine
+    prior: NcclMachine
+    levels: dict
+
+    def profile(self, held: "NetworkHeldOut | None" = None) -> dict:
+        """The profile JSON (module doc)."""
+        levels = {k: v.to_json() for k, v in self.levels.items()}
+        if held is not None:
+            for k, errs in held.by_level().items():
+                levels.setdefault(k, {})["held_out_median_abs_error"] = float(
+                    np.median(np.abs(errs)))
+        return {"format": PROFILE_FORMAT, "version": 1, "source": SOURCE,
+                "prior": self.prior.name, "machine": self.machine.to_dict(), "levels": levels}
+
+
+def fit_network(rows: Sequence[dict], machine=None,
+                placement: str | None = "in-place") -> NetworkFit:
+    """Fit the levels the nccl-tests rows measure (module doc).
+
+    Args:
+        rows: rows of :func:`.fit.load_rows` (only nccl-tests rows are used).
+        machine: an :class:`.nccl.NcclMachine`, a preset name, or None: the preset the logs'
+            device names.
+        placement: "in-place", "out-of-place" or None (both).
+    Raises:
+        ArgumentError: no nccl-tests rows (of that placement), no preset for the devices,
+            rows that cannot separate α from β (as :func:`.fit.fit_rows`).
+    """
+    data = [r for r in nccl_tests_rows(rows)
+            if (placement is None or r["placement"] == placement) and not r.get("wrong")
+            and r["world_size"] > 1 and r["time_s"] > 0]
+    if not data:
+        raise ArgumentError(f"no nccl-tests rows{'' if placement is None else ' ' + placement} "
+                            "with more than one rank to fit")
+    prior = _prior(data, machine)
+    m, levels = prior, {}
+    for level in ("intra", "inter"):
+        part = [r for r in data if level_of(r) == level]
+        if part:
+            m, levels[level] = _fit_level(part, m, level)
+    return NetworkFit(m, prior, levels)
+
+
+@dataclass
+class NetworkHeldOut:
+    """Predictions of the odd-numbered sizes of every log from a fit on the even ones.
+
+    Attributes:
+        fit: the fit on the even sizes.
+        logs: {file: [(size, measured_s, predicted_s, relative_error, "algorithm/protocol")]}.
+        level: {file: "intra" or "inter"}.
+    """
+
+    fit: NetworkFit
+    logs: dict
+    level: dict
+
+    def errors(self, min_size: int = 0) -> np.ndarray:
+        return np.array([e for rows in self.logs.values() for (s, _, _, e, _) in rows
+                         if s >= min_size])
+
+    def median_error(self, min_size: int = 0) -> float:
+        errs = np.abs(self.errors(min_size))
+        return float(np.median(errs)) if errs.size else math.nan
+
+    def by_level(self) -> dict:
+        out: dict = {}
+        for name, rows in self.logs.items():
+            out.setdefault(self.level[name], []).extend(e for (_, _, _, e, _) in rows)
+        return out
+
+
+def held_out_network(rows: Sequence[dict], machine=None,
+                     placement: str | None = "in-place") -> NetworkHeldOut:
+    """Fit on every log's even-numbered sizes, predict its odd-numbered ones (module doc).
+
+    Raises:
+        ArgumentError: as :func:`fit_network`; a log of fewer than 3 sizes.
+    """
+    data = [r for r in nccl_tests_rows(rows) if placement is None or r["placement"] == placement]
+    train, test = [], {}
+    for name in dict.fromkeys(r.get("file", "") for r in data):
+        part = [r for r in data if r.get("file", "") == name]
+        sizes = sorted({r["size"] for r in part})
+        if len(sizes) < 3:
+            raise ArgumentError(f"{name}: {len(sizes)} sizes; holding sizes out needs at least 3")
+        even = set(sizes[::2])
+        train += [r for r in part if r["size"] in even]
+        test[name] = [r for r in part if r["size"] not in even]
+    fitted = fit_network(train, machine, placement)
+    logs, level = {}, {}
+    for name, part in test.items():
+        out = []
+        for r in sorted(part, key=lambda r: r["size"]):
+            c = predict_row(fitted.machine, r)
+            out.append((r["size"], r["time_s"], c.seconds, c.seconds / r["time_s"] - 1,
+                        f"{c.algorithm}/{c.protocol}"))
+        logs[name], level[name] = out, level_of(part[0]) if part else "intra"
+    return NetworkHeldOut(fitted, logs, level)
+
+
+def load_network_profile(path) -> NcclMachine:
+    """The fitted machine of a profile written by ``ringccl fit --json`` on nccl-tests logs
+    (the profile itself, or the fit's JSON output holding it).
+
+    Raises:
+        ArgumentError: unreadable file, no network profile in it, bad machine fields.
+    """
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ArgumentError(f"profile={str(path)!r}: cannot read it ({exc})") from None
+    for item in data if isinstance(data, list) else [data]:
+        if isinstance(item, dict) and isinstance(item.get("profile"), dict):
+            item = item["profile"]
+        if isinstance(item, dict) and item.get("format") == PROFILE_FORMAT:
+            return NcclMachine(**item["machine"])
+    raise ArgumentError(f"profile={str(path)!r} holds no {PROFILE_FORMAT} (write one with "
+                        "`ringccl fit --json LOGS` on nccl-tests output)")
+
+
+def cluster_fields(machine: NcclMachine) -> dict:
+    """The planner's cluster fields a fitted machine sets: ``intra_alpha``,
+    ``intra_bandwidth`` (per GPU), ``inter_alpha``, ``inter_bandwidth`` (per NIC),
+    ``nics_per_node``, ``gpus_per_node`` (SI units)."""
+    return {"intra_alpha": machine.intra_alpha, "intra_bandwidth": machine.intra_bandwidth,
+            "inter_alpha": machine.inter_alpha, "inter_bandwidth": machine.inter_bandwidth,
+            "nics_per_node": machine.nics_per_node, "gpus_per_node": machine.gpus_per_node}

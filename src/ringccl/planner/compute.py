@@ -1,0 +1,386 @@
+"""The compute of one micro-batch through one PP stage, kernel by kernel.
+
+Every operation of a transformer layer on one rank (Megatron-LM's tensor parallelism: QKV and
+the MLP's first GEMM column-parallel, the attention output and the MLP's second GEMM
+row-parallel, Shoeybi et al. 2019 §3; sequence parallelism runs the norms and residual adds on
+``s/t`` tokens, Korthikanti et al. 2022 §4.2.2), timed by :mod:`ringccl.planner.kernels`:
+
+=================== ========================================= ===================================
+operation           forward                                   backward
+=================== ========================================= ===================================
+each linear layer   GEMM [T, k]·[k, n]                         data gradient [T, n]·[n, k] and
+                                                               weight gradient [k, T]·[T, n]
+                                                               (fp32 accumulation: 4-byte output)
+attention, flash    FlashAttention forward                    its backward (2.5 × the FLOPs)
+attention, unfused  QKᵀ and P·V batched GEMMs; the fused       four batched GEMMs; softmax and
+(Megatron 2021-22)  scale-mask-softmax and dropout on the      dropout backward
+                    a/t · b · s² scores (memory-bound)
+norms               read + write T_r·h                         read x and dy, write dx
+residual add        read 2, write 1 × T_r·h                    read + write
+activation          GeLU: read + write T·I/t; SwiGLU: read 2,  GeLU: 3 passes; SwiGLU: 5
+                    write 1
+rotary (RoPE)       read + write q and k                       the same
+MoE                 router GEMM, permute and unpermute         their backward
+                    (read + write T·k·h), each expert's GEMMs
+                    on its tokens ``T·k·ep/E`` (one grouped
+                    launch), shared experts as a dense MLP
+FP8 recipes         casts of each GEMM's input and weight      casts of each output gradient
+=================== ========================================= ===================================
+
+``T = b·s/c`` tokens per rank, ``T_r = T/t`` with sequence parallelism (else T), 2-byte
+activations. The first stage adds the embedding lookup, the last the final norm, the LM head
+GEMM (BF16 in every recipe) and the vocabulary-parallel cross-entropy (fp32: 10 bytes per logit
+forward, 6 backward). Recompute adds to the backward what it recomputes: ``full`` the whole
+layer's forward, ``selective`` the attention core's forward (Korthikanti et al. 2022 §5).
+
+Once per step (:func:`optimizer_seconds`): the Adam step over the rank's sharded fp32 states
+(read parameter, gradient, two moments; write three and the BF16 copy: 30 bytes per parameter),
+the gradients' cast to fp32 (6 bytes per parameter held) and, with Transformer Engine's FP8,
+the weights' casts (cached across the step's micro-batches).
+
+Which models use RoPE: gated-MLP (Llama-family) and multi-head-latent-attention models; GPT-3's
+learned positions cost one add on the first stage, folded into the embedding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..caches import memoize
+from .gpus import GPU
+from .kernels import flash_attention_seconds, gemm_seconds, memory_seconds
+from .model import ModelConfig
+from .parallel_dims import ParallelDims
+from .precision import Precision, precision_recipe
+
+__all__ = ["Op", "LayerCompute", "StageCompute", "layer_compute", "head_compute",
+           "embedding_compute", "optimizer_seconds", "stage_compute", "compute_precision"]
+
+_ACT = 2.0  # bytes per activation element (BF16)
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operation of a layer on one rank, for one micro-batch.
+
+    Attributes:
+        name: e.g. "qkv", "attention", "mlp_down", "norm".
+        kind: "gemm", "attention" or "memory".
+        forward_s, backward_s: seconds.
+        flops: forward FLOPs (0 for a memory-bound operation).
+        core: part of the attention core (what selective recompute re-runs).
+        expert: a routed expert's GEMM (what the EP all-to-all overlaps).
+    """
+
+    name: str
+    kind: str
+    forward_s: float
+    backward_s: float
+    flops: float = 0.0
+    core: bool = False
+    expert: bool = False
+
+
+@dataclass(frozen=True)
+class LayerCompute:
+    """One layer (or the embedding / head) on one rank, one micro-batch.
+
+    Attributes:
+        ops: its :class:`Op` rows.
+        weight_cast_s: FP8 casts of its weights, once per step (Transformer Engine's cache) or
+            already in the ops (torchao: every micro-batch).
+    """
+
+    ops: tuple[Op, ...]
+    weight_cast_s: float = 0.0
+
+    @property
+    def forward(self) -> float:
+        return sum(o.forward_s for o in self.ops)
+
+    @property
+    def backward(self) -> float:
+        return sum(o.backward_s for o in self.ops)
+
+    @property
+    def core_forward(self) -> float:
+        """The attention core's forward (selective recompute re-runs it)."""
+        return sum(o.forward_s for o in self.ops if o.core)
+
+    @property
+    def expert_forward(self) -> float:
+        """The routed experts' forward GEMMs."""
+        return sum(o.forward_s for o in self.ops if o.expert)
+
+    @property
+    def flops(self) -> float:
+        return sum(o.flops for o in self.ops)
+
+    def recompute(self, mode: str) -> float:
+        """What recompute ``mode`` ("none", "selective", "full") adds to the backward."""
+        return {"none": 0.0, "selective": self.core_forward, "full": self.forward}[mode]
+
+    def to_dict(self) -> dict:
+        return {"forward_s": self.forward, "backward_s": self.backward,
+                "weight_cast_s": self.weight_cast_s,
+                "ops": [dict(vars(o)) for o in self.ops]}
+
+
+class _Builder:
+    """Collects a layer's ops: GEMMs timed together (one vectorised call), memory passes."""
+
+    def __init__(self, gpu: GPU, prec: Precision, tokens: float):
+        self.gpu, self.prec, self.tokens = gpu, prec, tokens
+        self.ops: list[Op] = []
+        self.weight_cast = 0.0
+
+    def memory(self, name: str, fwd_bytes: float, bwd_bytes: float, core: bool = False):
+        self.ops.append(Op(name, "memory", float(memory_seconds(fwd_bytes, self.gpu)),
+                           float(memory_seconds(bwd_bytes, self.gpu)), core=core))
+
+    def linear(self, name: str, n: float, k: float, *, m: float | None = None, batch: int = 1,
+               fp8_ok: bool = True, expert: bool = False):
+        """A linear layer ``[m, k]·[k, n]`` (m = the layer's tokens unless given), ``batch`` of
+        them in one grouped launch: forward, data-gradient and weight-gradient GEMMs, and the
+        recipe's casts."""
+        m = self.tokens if m is None else m
+        fp8 = fp8_ok and self.prec.fp8_gemms
+        ib = 1.0 if fp8 else 2.0
+        g = self.gpu
+        fwd = gemm_seconds(m, n, k, g, fp8=fp8, batch=batch, in_bytes=ib)
+        dgrad = gemm_seconds(m, k, n, g, fp8=fp8, batch=batch, in_bytes=ib)
+        wgrad = gemm_seconds(k, n, m, g, fp8=fp8, batch=batch, in_bytes=ib, out_bytes=4.0)
+        fwd, bwd = float(fwd), float(dgrad + wgrad)
+        if fp8:
+            act = float(memory_seconds(self.prec.cast_bytes(batch * m * k, True), g))
+            grad = float(memory_seconds(self.prec.cast_bytes(batch * m * n, True), g))
+            weight = float(memory_seconds(self.prec.cast_bytes(batch * k * n, True), g))
+            fwd += act + (weight if self.prec.weight_cast_per_micro_batch else 0.0)
+            bwd += grad
+            if not self.prec.weight_cast_per_micro_batch:
+                self.weight_cast += weight
+        self.ops.append(Op(name, "gemm", fwd, bwd, 2.0 * batch * m * n * k, expert=expert))
+
+    def build(self) -> LayerCompute:
+        return LayerCompute(tuple(self.ops), self.weight_cast)
+
+
+def _attention(b: _Builder, model: ModelConfig, heads: int, batch: int, seq: int, cp: int,
+               kernel: str):
+    """The attention core of ``heads`` heads (per rank) × ``batch`` sequences of ``seq``
+    tokens, the queries split over ``cp`` ranks (causal)."""
+    g, dq, dv = b.gpu, model.qk_head_dim, model.value_head_dim
+    bh = batch * heads
+    if kernel == "flash":
+        fwd = flash_attention_seconds(bh, seq, seq, dq, dv, True, g) / cp
+        bwd = flash_attention_seconds(bh, seq, seq, dq, dv, True, g, backward=True) / cp
+        flops = 2.0 * (dq + dv) * bh * seq * seq / 2 / cp
+        b.ops.append(Op("attention", "attention", fwd, bwd, flops, core=True))
+        return
+    # Megatron's core attention: baddbmm QKᵀ, fused scale-mask-softmax, dropout, bmm P·V,
+    # the whole s × s square (no causal skipping)
+    sq = seq // cp
+    scores = bh * sq * seq
+    qk = gemm_seconds(sq, seq, dq, g, batch=bh)
+    pv = gemm_seconds(sq, dv, seq, g, batch=bh)
+    qk_bwd = gemm_seconds(sq, dq, seq, g, batch=bh) + gemm_seconds(seq, dq, sq, g, batch=bh)
+    pv_bwd = gemm_seconds(sq, seq, dv, g, batch=bh) + gemm_seconds(seq, dv, sq, g, batch=bh)
+    b.ops.append(Op("attention_scores", "gemm", float(qk), float(qk_bwd),
+                    2.0 * scores * dq, core=True))
+    b.memory("softmax", scores * 2 * _ACT, scores * 3 * _ACT, core=True)
+    b.memory("attention_dropout", scores * (2 * _ACT + 1), scores * (2 * _ACT + 1), core=True)
+    b.ops.append(Op("attention_values", "gemm", float(pv), float(pv_bwd),
+                    2.0 * scores * dv, core=True))
+
+
+def _mla_projections(b: _Builder, model: ModelConfig, tp: int):
+    """Multi-head latent attention's projections (DeepSeek-V2 §2.1): the down-projections
+    replicated on every TP rank, the up-projections and the output split by heads."""
+    h, nq = model.hidden_size, model.num_attention_heads
+    dq, rope = model.qk_head_dim, model.qk_rope_head_dim
+    if model.q_lora_rank:
+        b.linear("q_down", model.q_lora_rank, h)
+        b.memory("q_norm", 2 * b.tokens * model.q_lora_rank * _ACT,
+                 3 * b.tokens * model.q_lora_rank * _ACT)
+        b.linear("q_up", nq * dq / tp, model.q_lora_rank)
+    else:
+        b.linear("q", nq * dq / tp, h)
+    b.linear("kv_down", model.kv_lora_rank + rope, h)
+    b.memory("kv_norm", 2 * b.tokens * model.kv_lora_rank * _ACT,
+             3 * b.tokens * model.kv_lora_rank * _ACT)
+    b.linear("kv_up", nq * (model.qk_nope_head_dim + model.v_head_dim) / tp, model.kv_lora_rank)
+
+
+def _mlp(b: _Builder, model: ModelConfig, width: float, name: str, **gemm):
+    """A dense (or shared-expert) MLP of ``width`` columns per rank."""
+    gated = model.gated_mlp
+    b.linear(f"{name}_up", (2 if gated else 1) * width, model.hidden_size, **gemm)
+    m = gemm.get("m", b.tokens) * gemm.get("batch", 1)
+    fwd, bwd = (3, 5) if gated else (2, 3)
+    b.memory(f"{name}_activation", fwd * m * width * _ACT, bwd * m * width * _ACT)
+    b.linear(f"{name}_down", model.hidden_size, width, **gemm)
+
+
+def _moe(b: _Builder, model: ModelConfig, tp: int, ep: int, routed_tokens: float):
+    """A MoE layer's router, token permutation and experts (module doc)."""
+    h, E, k = model.hidden_size, model.num_local_experts, model.num_experts_per_tok
+    b.linear("router", E, h, m=routed_tokens, fp8_ok=False)
+    moved = routed_tokens * k * h * _ACT
+    b.memory("permute", 2 * moved, 2 * moved)
+    local = max(1, E // ep)
+    per_expert = b.tokens * k * ep / E
+    _mlp(b, model, model.expert_intermediate_size / tp, "experts", m=per_expert, batch=local,
+         expert=True)
+    b.memory("unpermute", 2 * moved, 2 * moved)
+    if model.n_shared_experts:
+        _mlp(b, model, model.n_shared_experts * model.shared_intermediate_size / tp,
+             "shared_expert")
+
+
+@memoize(maxsize=4096)
+def layer_compute(model: ModelConfig, moe: bool, tp: int, sp: bool, cp: int, ep: int,
+                  micro_batch_size: int, attention: str, precision: str, gpu: GPU
+                  ) -> LayerCompute:
+    """One transformer layer's operations on one rank for one micro-batch (module doc).
+
+    Args:
+        model: the model. moe: a MoE layer (else dense).
+        tp, sp, cp, ep: the rank's parallel degrees. micro_batch_size: b.
+        attention: "flash" or "unfused". precision: a recipe of
+            :data:`~ringccl.planner.precision.PRECISIONS`. gpu: the GPU.
+    """
+    prec = precision_recipe(precision)
+    s, h = model.seq_length, model.hidden_size
+    tokens = micro_batch_size * s / cp
+    region = tokens / tp if sp else tokens      # tokens of the norms and residual adds
+    b = _Builder(gpu, prec, tokens)
+    nq, nkv, d = model.num_attention_heads, model.num_key_value_heads, model.head_dim
+    b.memory("input_norm", 2 * region * h * _ACT, 3 * region * h * _ACT)
+    if model.mla:
+        _mla_projections(b, model, tp)
+    else:
+        b.linear("qkv", (nq + 2 * nkv) * d / tp, h)
+    if model.gated_mlp or model.mla:
+        rope = model.qk_rope_head_dim if model.mla else d
+        rot = 2 * tokens * (nq + (1 if model.mla else nkv)) * rope / tp * _ACT
+        b.memory("rotary", rot, rot)
+    _attention(b, model, nq // tp, micro_batch_size, s, cp, attention)
+    b.linear("attention_out", h, nq * model.value_head_dim / tp)
+    b.memory("residual_add", 3 * region * h * _ACT, 2 * region * h * _ACT)
+    b.memory("post_attention_norm", 2 * region * h * _ACT, 3 * region * h * _ACT)
+    if moe:
+        _moe(b, model, tp, ep, region)
+    else:
+        _mlp(b, model, model.intermediate_size / tp, "mlp")
+    b.memory("residual_add_2", 3 * region * h * _ACT, 2 * region * h * _ACT)
+    return b.build()
+
+
+@memoize(maxsize=1024)
+def head_compute(model: ModelConfig, tp: int, sp: bool, cp: int, micro_batch_size: int,
+                 gpu: GPU) -> LayerCompute:
+    """The last stage's final norm, LM head GEMM (BF16) and vocabulary-parallel
+    cross-entropy on one rank, one micro-batch."""
+    tokens = micro_batch_size * model.seq_length / cp
+    region = tokens / tp if sp else tokens
+    h = model.hidden_size
+    b = _Builder(gpu, precision_recipe("bf16"), tokens)
+    b.memory("final_norm", 2 * region * h * _ACT, 3 * region * h * _ACT)
+    vocab = -(-model.vocab_size // tp)
+    b.linear("lm_head", vocab, h)
+    logits = tokens * vocab
+    b.memory("cross_entropy", 10 * logits, 6 * logits)
+    return b.build()
+
+
+@memoize(maxsize=1024)
+def embedding_compute(model: ModelConfig, tp: int, cp: int, micro_batch_size: int,
+                      gpu: GPU) -> LayerCompute:
+    """The first stage's embedding lookup (read + write T·h) and its gradient's
+    scatter-add into an fp32 buffer, one micro-batch."""
+    tokens = micro_batch_size * model.seq_length / cp
+    nbytes = tokens * model.hidden_size * _ACT
+    b = _Builder(gpu, precision_recipe("bf16"), tokens)
+    b.memory("embedding", 2 * nbytes, 2 * nbytes + 2 * tokens * model.hidden_size * 4)
+    return b.build()
+
+
+def optimizer_seconds(parameters: float, sharded_parameters: float, gpu: GPU) -> float:
+    """Once per step: the gradients' cast to fp32 (6 bytes per parameter the rank holds) and
+    the Adam step over its sharded fp32 states (30 bytes per sharded parameter)."""
+    return float(memory_seconds(6.0 * parameters + 30.0 * sharded_parameters, gpu))
+
+
+@dataclass(frozen=True)
+class StageCompute:
+    """One PP stage's compute on one rank (seconds).
+
+    Attributes:
+        forward, backward: one micro-batch through the stage (backward with what recompute
+            adds).
+        layer_forward, layer_backward: its heaviest layer's (a ZeRO-3 gather's window).
+        attention_forward: one layer's attention core forward (context parallelism's window).
+        expert_forward: one MoE layer's routed experts' forward GEMMs (the all-to-all's window).
+        per_step: once per step: the optimizer and the cached FP8 weight casts.
+        layers: "dense", "moe", "embedding", "head" -> :class:`LayerCompute` (those present).
+    """
+
+    forward: float
+    backward: float
+    layer_forward: float
+    layer_backward: float
+    attention_forward: float
+    expert_forward: float
+    per_step: float
+    layers: dict
+
+    def to_dict(self) -> dict:
+        return {"forward_s": self.forward, "backward_s": self.backward,
+                "per_step_s": self.per_step,
+                "layers": {k: v.to_dict() for k, v in self.layers.items()}}
+
+
+def compute_precision(model: ModelConfig, dims: ParallelDims) -> str:
+    """The recipe the GEMMs run in: ``dims.precision``, or ``fp8-tensorwise`` for a model whose
+    ``dtype`` is float8 under the default ``bf16`` recipe."""
+    if dims.precision == "bf16" and model.dtype in ("float8", "fp8"):
+        return "fp8-tensorwise"
+    return dims.precision
+
+
+def stage_compute(model: ModelConfig, dims: ParallelDims, gpu: GPU, *, layers: int,
+                  moe_layers: int, first: bool, last: bool, parameters: float,
+                  sharded_parameters: float) -> StageCompute:
+    """The compute of a stage holding ``layers`` layers (``moe_layers`` of them MoE), the
+    embedding (``first``) and the LM head (``last``), whose rank holds ``parameters`` and
+    updates ``sharded_parameters`` (module doc)."""
+    prec = compute_precision(model, dims)
+    key = (model, dims.tp, dims.sp, dims.cp, dims.ep, dims.micro_batch_size, dims.attention,
+           prec, gpu)
+    parts, counts = {}, {}
+    if layers - moe_layers:
+        parts["dense"], counts["dense"] = layer_compute(*key[:1], False, *key[1:]), \
+            layers - moe_layers
+    if moe_layers:
+        parts["moe"], counts["moe"] = layer_compute(*key[:1], True, *key[1:]), moe_layers
+    if first:
+        parts["embedding"] = embedding_compute(model, dims.tp, dims.cp, dims.micro_batch_size,
+                                               gpu)
+        counts["embedding"] = 1
+    if last:
+        parts["head"] = head_compute(model, dims.tp, dims.sp, dims.cp, dims.micro_batch_size,
+                                     gpu)
+        counts["head"] = 1
+    fwd = sum(parts[k].forward * n for k, n in counts.items())
+    bwd = sum((parts[k].backward + (parts[k].recompute(dims.recompute)
+                                    if k in ("dense", "moe") else 0.0)) * n
+              for k, n in counts.items())
+    blocks = [parts[k] for k in ("dense", "moe") if k in parts]
+    layer_fwd = max((p.forward for p in blocks), default=0.0)
+    layer_bwd = max((p.backward + p.recompute(dims.recompute) for p in blocks), default=0.0)
+    casts = sum(parts[k].weight_cast_s * n for k, n in counts.items())
+    return StageCompute(
+        fwd, bwd, layer_fwd, layer_bwd,
+        max((p.core_forward for p in blocks), default=0.0),
+        parts["moe"].expert_forward if "moe" in parts else 0.0,
+        optimizer_seconds(parameters, sharded_parameters, gpu) + casts, parts)

@@ -1,0 +1,150 @@
+"""The plan's configuration: a JSON or TOML file (``ringccl plan --config``) merged with the
+command line's values, the command line winning (torchtitan's config manager does the same with
+its TOML file and CLI overrides).
+
+A file holds top-level ``model`` (a preset name or a Hugging Face config.json path),
+``seq_length``, ``dtype``, ``straggler`` (``"RANK:FRACTION"`` or ``[rank, fraction]``),
+``gpus`` and ``search``, and the tables ``layout`` (the fields of
+:class:`~ringccl.planner.parallel_dims.ParallelDims`) and ``cluster`` (those of
+:class:`~ringccl.planner.cluster.Cluster`, with ``preset``, ``profile``, ``profile_level``).
+Example (TOML)::
+
+    model = "llama3-70b"
+    [layout]
+    tp = 8
+    pp = 4
+    dp = 32
+    global_batch_size = 1024
+    [cluster]
+    preset = "dgx-a100"
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ArgumentError
+from .cluster import Cluster, resolve_cluster
+from .hf_config import resolve_model
+from .model import PRESETS, ModelConfig
+
+__all__ = ["CONFIG_KEYS", "PlanConfig", "load_plan_config", "plan_config", "parse_straggler",
+           "cluster_for"]
+
+#: the top-level keys of a configuration file
+CONFIG_KEYS = ("model", "seq_length", "dtype", "layout", "cluster", "straggler", "gpus",
+               "search")
+
+#: the cluster preset when neither a preset nor the link rates are given
+DEFAULT_CLUSTER = "dgx-h100"
+
+
+def load_plan_config(path: str) -> dict:
+    """The file ``path`` as a dict: TOML when its name ends in ``.toml``, else JSON.
+
+    Raises:
+        ArgumentError: unreadable, not parseable, not an object/table, or an unknown
+            top-level key (naming the known ones).
+    """
+    p = Path(path)
+    try:
+        text = p.read_bytes()
+        data = tomllib.loads(text.decode()) if p.suffix == ".toml" else json.loads(text)
+    except (OSError, ValueError) as exc:
+        raise ArgumentError(f"--config {path!r}: cannot read it as "
+                            f"{'TOML' if p.suffix == '.toml' else 'JSON'} ({exc})") from None
+    if not isinstance(data, dict):
+        raise ArgumentError(f"--config {path!r} must hold an object/table")
+    unknown = sorted(set(data) - set(CONFIG_KEYS))
+    if unknown:
+        raise ArgumentError(f"--config {path!r}: unknown key(s) {', '.join(unknown)}; expected "
+                            f"{', '.join(sorted(CONFIG_KEYS))}")
+    return data
+
+
+def parse_straggler(value) -> tuple | list | None:
+    """``"RANK:FRACTION"`` as ``(rank, fraction)``; None, a list or a tuple as given.
+
+    Raises:
+        ArgumentError: a text that is not RANK:FRACTION.
+    """
+    if value is None or isinstance(value, (list, tuple)):
+        return value
+    try:
+        rank, fraction = str(value).split(":")
+        return (int(rank), float(fraction))
+    except ValueError:
+        raise ArgumentError(f"--straggler {value!r} must be RANK:FRACTION, e.g. "
+                            "17:0.25") from None
+
+
+@dataclass(frozen=True)
+class PlanConfig:
+    """One plan's inputs, merged.
+
+    Attributes:
+        model: the resolved model (seq_length and dtype applied).
+        layout: the ``layout`` fields (a dict for
+            :func:`~ringccl.planner.parallel_dims.resolve_dims`).
+        cluster: the ``cluster`` fields (a dict; see :func:`cluster_for`).
+        straggler: None or (rank, fraction).
+        search: rank every layout instead of planning one. gpus: the GPUs of the search.
+    """
+
+    model: ModelConfig
+    layout: dict
+    cluster: dict
+    straggler: tuple | list | None
+    search: bool
+    gpus: int | None
+
+
+def plan_config(path: str | None = None, *, model=None, seq_length: int | None = None,
+                dtype: str | None = None, layout: dict | None = None,
+                cluster: dict | None = None, straggler=None, search: bool | None = None,
+                gpus: int | None = None) -> PlanConfig:
+    """The file at ``path`` (none: empty), then the given values over it: a value given (not
+    None) wins; ``layout`` and ``cluster`` win field by field.
+
+    Raises:
+        ArgumentError: the file refused (:func:`load_plan_config`), no model anywhere, an
+            unknown model, a bad straggler.
+    """
+    cfg = load_plan_config(path) if path else {}
+    merged_layout = dict(cfg.get("layout", {}))
+    merged_layout.update(layout or {})
+    merged_cluster = dict(cfg.get("cluster", {}))
+    merged_cluster.update(cluster or {})
+    name = model or cfg.get("model")
+    if name is None:
+        raise ArgumentError("--model is required (a preset: " + ", ".join(PRESETS)
+                            + ", or a config.json path)")
+    resolved = resolve_model(name, seq_length=seq_length or cfg.get("seq_length"),
+                             dtype=dtype or cfg.get("dtype"))
+    return PlanConfig(resolved, merged_layout, merged_cluster,
+                      parse_straggler(straggler or cfg.get("straggler")),
+                      bool(search) or bool(cfg.get("search")), gpus or cfg.get("gpus"))
+
+
+def cluster_for(cluster: dict, world_size: int) -> Cluster:
+    """The cluster of the fields ``cluster``, for ``world_size`` GPUs: the preset
+    :data:`DEFAULT_CLUSTER` when neither a preset nor a link rate is given, and as many nodes as
+    the GPUs fill when ``nodes`` is not given.
+
+    Raises:
+        ArgumentError: the GPUs do not fill whole nodes, or a field refused by the cluster.
+    """
+    values = dict(cluster)
+    if "preset" not in values and not any(k in values for k in ("intra_bandwidth",
+                                                                 "inter_bandwidth")):
+        values["preset"] = DEFAULT_CLUSTER
+    if "nodes" not in values:
+        base = resolve_cluster({**values, "nodes": 1})
+        if world_size % base.gpus_per_node:
+            raise ArgumentError(f"{world_size} GPUs do not fill nodes of {base.gpus_per_node}; "
+                                "give --nodes and --gpus-per-node")
+        values["nodes"] = world_size // base.gpus_per_node
+    return resolve_cluster(values)

@@ -1,0 +1,125 @@
+"""`ringccl calibrate` on the CPU with small shapes: the compute profile's structure, its numbers
+positive and consistent, the layer's GEMM shapes, the loader a planner calls. No timed
+asserts: the checks bound ratios of measured rates loosely, never a duration."""
+
+import json
+import math
+
+import pytest
+
+from ringccl.bench.compute import AttentionShape, GemmShape, layer_attention, layer_gemms
+from ringccl.cli import main
+from ringccl.costmodel.compute_profile import load_compute_profile, make_compute_profile
+from ringccl.errors import ArgumentError
+
+pytest.importorskip("torch")
+
+SMALL = ["--hidden-size", "64", "--intermediate-size", "128", "--num-attention-heads", "4",
+         "--seq-length", "32", "--threads", "1", "--iters", "2", "--warmup", "1",
+         "--memory-bytes", "1MiB", "--device", "cpu"]
+
+
+@pytest.fixture(scope="module")
+def profile(tmp_path_factory):
+    path = tmp_path_factory.mktemp("calibrate") / "profile.json"
+    assert main(["calibrate", *SMALL, "--dtype", "float32,bfloat16", "--out", str(path)]) == 0
+    return path
+
+
+def test_the_profile_has_its_structure_and_positive_numbers(profile):
+    data = json.loads(profile.read_text())
+    assert data["format"] == "ringccl-compute-profile" and data["version"] == 1
+    assert data["device"]["type"] == "cpu" and data["device"]["name"]
+    assert set(data["peak_flops"]) == {"float32", "bfloat16"}
+    # 4 GEMMs x (fwd, dgrad, wgrad) x 2 dtypes; one attention per dtype
+    assert len(data["gemm"]) == 24 and len(data["attention"]) == 2
+    for g in data["gemm"]:
+        assert g["seconds"] > 0 and g["flops"] == 2 * g["m"] * g["n"] * g["k"]
+        assert g["flops_per_s"] == pytest.approx(g["flops"] / g["seconds"])
+        assert 0 < g["efficiency"] <= 1
+    for dtype, peak in data["peak_flops"].items():
+        rates = [g["flops_per_s"] for g in data["gemm"] if g["dtype"] == dtype]
+        assert peak == max(rates) and math.isfinite(peak)
+        assert any(g["efficiency"] == 1.0 for g in data["gemm"] if g["dtype"] == dtype)
+    for a in data["attention"]:
+        assert a["seconds"] > 0 and a["efficiency"] > 0 and a["causal"] is True
+        assert a["flops"] == 2 * a["batch"] * a["heads"] * a["seq"] ** 2 * a["head_dim"]
+    assert data["memory_bandwidth"] > 0
+    assert data["settings"]["shapes_from"].startswith("layer options")
+
+
+def test_larger_gemms_are_not_ten_times_slower_per_flop(profile):
+    data = json.loads(profile.read_text())
+    rows = sorted((g for g in data["gemm"] if g["dtype"] == "float32"),
+                  key=lambda g: g["flops"])
+    assert rows[-1]["flops_per_s"] >= rows[0]["flops_per_s"] / 10
+
+
+def test_the_loader_prices_measured_and_unmeasured_shapes(profile):
+    p = load_compute_profile(profile)
+    g = json.loads(profile.read_text())["gemm"][0]
+    assert p.gemm_seconds(g["m"], g["n"], g["k"], g["dtype"]) == g["seconds"]
+    big = p.gemm_seconds(4096, 4096, 4096, "float32")
+    nearest = p.efficiency(4096, 4096, 4096, "float32")
+    assert big >= 2 * 4096**3 / p.peak_flops("float32") and 0 < nearest <= 1
+    assert big == pytest.approx(2 * 4096**3 / (p.peak_flops("float32") * nearest))
+    thin = p.gemm_seconds(1, 1, 1 << 24, "float32")  # a vector: memory-bound
+    assert thin == pytest.approx(4 * ((1 << 24) * 2 + 1) / p.memory_bandwidth)
+    with pytest.raises(ArgumentError, match="dtype='float16' was not calibrated"):
+        p.gemm_seconds(8, 8, 8, "float16")
+    with pytest.raises(ArgumentError, match="every dimension >= 1"):
+        p.gemm_seconds(0, 8, 8, "float32")
+
+
+def test_json_output_and_a_model_config(tmp_path, capsys):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+        "intermediate_size": 96, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "num_hidden_layers": 2, "vocab_size": 128, "max_position_embeddings": 32}))
+    args = ["calibrate", "--model", str(config), "--seq-length", "16", "--tp", "2",
+            "--threads", "1", "--iters", "1", "--warmup", "0", "--memory-bytes", "1MiB",
+            "--device", "cpu", "--json"]
+    assert main(args) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["settings"]["shapes_from"].startswith("model ")
+    qkv = next(g for g in data["gemm"] if g["name"] == "qkv fwd")
+    # tp 2: 2 query heads and 1 key/value head of 16 per rank: n = (2 + 2 x 1) x 16
+    assert (qkv["m"], qkv["n"], qkv["k"]) == (16, 64, 64)
+
+
+def test_layer_shapes_count_the_layer_flops():
+    # Llama-2-7B-like layer: h 4096, ffn 11008 (gated), 32 heads, 8-way tp, 4096 tokens
+    gemms = layer_gemms(4096, 11008, 32, 4096, 1, 8)
+    weights = 4096 * 3 * 4096 + 4096 * 4096 + 4096 * 2 * 11008 + 11008 * 4096
+    fwd = sum(g.flops for g in gemms if g[0].endswith("fwd"))
+    assert fwd == 2 * 4096 * weights // 8
+    assert sum(g.flops for g in gemms) == 3 * fwd  # dgrad and wgrad cost what forward does
+    (attn,) = layer_attention(4096, 32, 4096, 1, 8)
+    assert attn == AttentionShape("self-attention", 1, 4, 4096, 128, True)
+    with pytest.raises(ArgumentError, match="num_attention_heads=30 is not divisible by tp=8"):
+        layer_gemms(3840, 11008, 30, 4096, 1, 8)
+    with pytest.raises(ArgumentError, match="m"):
+        GemmShape("x", 0, 1, 1)
+    assert len(layer_gemms(64, 128, 4, 8, vocab_size=1000)) == 15
+
+
+def test_clear_errors(capsys):
+    assert main(["calibrate", "--hidden-size", "64", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "--intermediate-size, --num-attention-heads, --seq-length" in err
+    assert main(["calibrate", *SMALL, "--dtype", "float8"]) == 2
+    assert "--dtype float8: not timed" in capsys.readouterr().err
+    import torch
+    if not torch.cuda.is_available():
+        assert main(["calibrate", "--device", "cuda"]) == 2
+        assert "torch sees no CUDA device" in capsys.readouterr().err
+
+
+def test_a_zero_time_is_refused():
+    measured = {"device": {}, "gemm": [{"name": "g", "m": 1, "n": 1, "k": 1, "dtype": "float32",
+                                        "flops": 2, "time_s": 0.0, "min_s": 0.0}],
+                "attention": [], "memory": {"bandwidth": 1.0, "bytes": 1}, "iters": 1,
+                "warmup": 0}
+    with pytest.raises(ArgumentError, match="a time must be > 0"):
+        make_compute_profile(measured)

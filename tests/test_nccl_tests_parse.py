@@ -1,0 +1,133 @@
+"""Reading nccl-tests output as printed (ringccl.bench.nccl_tests).
+
+The logs in tests/data/nccl_tests are written by generate.py there with nccl-tests' own format
+strings (src/util.cu of v2.17, src/common.cu of v2.13 and of the v2.0-era releases); their
+numbers are ours. Expected values below are read off the files by eye, not computed by the
+parser under test.
+"""
+
+import pathlib
+
+import pytest
+
+from ringccl.bench.nccl_tests import looks_like_nccl_tests, parse_nccl_tests, read_nccl_tests
+from ringccl.costmodel.fit import load_rows
+from ringccl.errors import ArgumentError
+
+DATA = pathlib.Path(__file__).parent / "data" / "nccl_tests"
+
+
+@pytest.mark.parametrize("name, collective, world, ppn, nodes, sizes", [
+    ("h100_1node_all_reduce.log", "all_reduce", 8, 8, 1, 31),
+    ("h100_1node_all_gather.log", "all_gather", 8, 8, 1, 24),
+    ("h100_4node_all_reduce.log", "all_reduce", 32, 8, 4, 25),
+    ("h100_4node_reduce_scatter.log", "reduce_scatter", 32, 8, 4, 23),
+    ("h100_2node_alltoall.log", "all_to_all", 16, 8, 2, 22),
+    ("h100_2node_sendrecv.log", "send_recv", 2, 1, 2, 31),
+    ("a100_1node_all_reduce_perf_v2.0.log", "all_reduce", 8, 8, 1, 26),
+])
+def test_every_fixture_gives_its_placement_and_rows(name, collective, world, ppn, nodes, sizes):
+    log = read_nccl_tests(DATA / name)
+    assert (log.collective, log.world_size, log.ranks_per_node, log.nodes) == (
+        collective, world, ppn, nodes)
+    assert len(log.rows) == 2 * sizes  # out-of-place and in-place per size
+    assert {r["placement"] for r in log.rows} == {"out-of-place", "in-place"}
+    assert all(r["time_s"] > 0 and r["source"] == "nccl-tests" for r in log.rows)
+    assert len(log.hosts) == nodes and "NVIDIA" in log.device
+
+
+def test_a_data_line_is_read_field_by_field():
+    log = read_nccl_tests(DATA / "h100_1node_all_reduce.log")
+    first = [r for r in log.rows if r["size"] == 8]
+    oop = next(r for r in first if r["placement"] == "out-of-place")
+    ip = next(r for r in first if r["placement"] == "in-place")
+    # "           8             2     float     sum      -1    11.29    0.00    0.00       0
+    #      11.32    0.00    0.00       0"
+    assert (oop["count"], oop["type"], oop["redop"], oop["root"]) == (2, "float", "sum", "-1")
+    assert oop["time_s"] == pytest.approx(11.29e-6) and ip["time_s"] == pytest.approx(11.32e-6)
+    assert oop["wrong"] == 0
+    last = [r for r in log.rows if r["size"] == 8589934592 and r["placement"] == "in-place"][0]
+    # "  8589934592    2147483648 ... 32063.2  267.91  468.84       0  32404.9  265.08  463.89"
+    assert last["time_s"] == pytest.approx(32404.9e-6)
+    assert last["algbw"] == pytest.approx(265.08e9) and last["busbw"] == pytest.approx(463.89e9)
+    assert log.avg_busbw == pytest.approx(155.795e9)
+
+
+def test_the_old_layout_without_root_and_with_error_columns():
+    log = read_nccl_tests(DATA / "a100_1node_all_reduce_perf_v2.0.log")
+    row = next(r for r in log.rows if r["size"] == 32 and r["placement"] == "out-of-place")
+    assert row["root"] is None and row["redop"] == "sum" and row["wrong"] == 0
+    assert row["time_s"] == pytest.approx(14.92e-6)
+    assert log.collective == "all_reduce"  # from the file name
+
+
+def test_the_program_comes_from_a_pasted_command_line():
+    text = (DATA / "h100_4node_reduce_scatter.log").read_text()
+    assert "Collective test starting" not in text and "reduce_scatter_perf" in text
+    assert parse_nccl_tests(text).collective == "reduce_scatter"
+
+
+def test_launcher_prefixes_are_tolerated():
+    text = (DATA / "h100_1node_all_gather.log").read_text()
+    prefixed = "\n".join(f"Thu Jul 18 15:41:05 2024<stdout>:{line}" for line in
+                         text.splitlines())
+    a, b = parse_nccl_tests(text), parse_nccl_tests(prefixed)
+    assert [(r["size"], r["time_s"]) for r in a.rows] == [(r["size"], r["time_s"])
+                                                           for r in b.rows]
+    assert (b.world_size, b.nodes) == (8, 1)
+
+
+def test_nccl_algo_on_the_command_line_is_recorded():
+    text = "$ mpirun -x NCCL_ALGO=Ring -x NCCL_PROTO=Simple ./all_reduce_perf -b 8\n" + (
+        DATA / "h100_4node_all_reduce.log").read_text()
+    log = parse_nccl_tests(text)
+    assert (log.nccl_algo, log.nccl_proto) == ("Ring", "Simple")
+    assert log.rows[0]["nccl_algo"] == "Ring"
+
+
+def _strip_names(text: str) -> str:
+    return "\n".join(line for line in text.splitlines()
+                     if "Collective test" not in line and "_perf" not in line)
+
+
+def test_columns_name_what_they_can():
+    # all_reduce: busbw/algbw = 2(n-1)/n; reduce_scatter: a reduction whose size is N blocks
+    ar = _strip_names((DATA / "h100_4node_all_reduce.log").read_text())
+    assert parse_nccl_tests(ar).collective == "all_reduce"
+    rs = _strip_names((DATA / "h100_4node_reduce_scatter.log").read_text())
+    assert parse_nccl_tests(rs).collective == "reduce_scatter"
+    # all_gather and alltoall print alike: the caller must say
+    ag = _strip_names((DATA / "h100_1node_all_gather.log").read_text())
+    with pytest.raises(ArgumentError, match="cannot tell which nccl-tests program"):
+        parse_nccl_tests(ag)
+    assert parse_nccl_tests(ag, collective="all_gather_perf").collective == "all_gather"
+    with pytest.raises(ArgumentError, match="not an nccl-tests program ringccl reads"):
+        parse_nccl_tests(ag, collective="hypercube_perf")
+
+
+def test_bad_input_is_named():
+    with pytest.raises(ArgumentError, match="no nccl-tests column header"):
+        parse_nccl_tests("# nThread 1 nGpus 1\nhello\n", "x.log")
+    text = (DATA / "h100_1node_all_gather.log").read_text()
+    header_only = "\n".join(line for line in text.splitlines() if line.startswith("#"))
+    with pytest.raises(ArgumentError, match="no data line"):
+        parse_nccl_tests(header_only)
+    uneven = text.replace("#  Rank  7 Group  0 Pid  41407 on   dgx-h-01",
+                          "#  Rank  7 Group  0 Pid  41407 on   dgx-h-02")
+    with pytest.raises(ArgumentError, match="unevenly"):
+        parse_nccl_tests(uneven)
+    assert looks_like_nccl_tests(text) and not looks_like_nccl_tests('{"rows": []}')
+    with pytest.raises(ArgumentError, match="names gather_perf"):
+        parse_nccl_tests(text.replace("all_gather_perf", "gather_perf"))
+
+
+def test_the_fit_loader_reads_logs_and_json_together(tmp_path):
+    import json
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps({"rows": [{"collective": "all_reduce", "time_s": 1.0}]}))
+    rows = load_rows([bench, DATA / "h100_2node_sendrecv.log"])
+    assert len(rows) == 1 + 62 and rows[1]["collective"] == "send_recv"
+    other = tmp_path / "notes.txt"
+    other.write_text("some text\n")
+    with pytest.raises(ArgumentError, match="neither JSON .* nor nccl-tests output"):
+        load_rows([other])

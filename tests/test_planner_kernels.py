@@ -1,0 +1,150 @@
+"""Each kernel formula of ringccl.planner.kernels against its source: tile and wave quantisation
+(NVIDIA's "Matrix Multiplication Background User's Guide"), the roofline, FlashAttention's
+FLOPs as the kernel computes them (FlashAttention-2, arXiv:2307.08691 §3.1), and the GPU presets
+against benchmarks/gpu_specs.json. No timed asserts: these are formulas."""
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ringccl.errors import ArgumentError
+from ringccl.planner.gpus import GPU_PRESETS, gpu_preset, resolve_gpu
+from ringccl.planner.kernels import (FLASH_EFFICIENCY, TILES, flash_attention_flops,
+                                     flash_attention_seconds, gemm_efficiency, gemm_seconds,
+                                     memory_seconds, tiles, wave_utilisation)
+
+SPECS = json.loads((Path(__file__).resolve().parent.parent / "benchmarks" /
+                    "gpu_specs.json").read_text())["gpus"]
+A100 = gpu_preset("a100-sxm4-80gb")
+H100 = gpu_preset("h100-sxm5-80gb")
+
+
+# -- GPU presets: the package's table agrees with the data file's --------------------------------
+
+@pytest.mark.parametrize("name", sorted(GPU_PRESETS))
+def test_gpu_preset_agrees_with_gpu_specs_json(name):
+    g, spec = GPU_PRESETS[name], SPECS[name]
+    assert g.sm_count == spec["sm_count"]
+    assert g.bf16_flops == pytest.approx(spec["bf16_dense_tflops"] * 1e12)
+    assert g.fp8_flops == pytest.approx((spec["fp8_dense_tflops"] or 0) * 1e12)
+    assert g.hbm_bandwidth == pytest.approx(spec["hbm_bandwidth_gbps"] * 1e9)
+    assert g.hbm_bytes == pytest.approx(spec["hbm_gb"] * 1e9)
+    assert g.nvlink_bandwidth == pytest.approx(spec["nvlink_gbps_per_direction"] * 1e9)
+    assert 0 < g.gemm_efficiency <= 1 and 0 < g.memory_efficiency <= 1
+
+
+def test_every_preset_of_the_data_file_is_in_the_package():
+    assert set(SPECS) == set(GPU_PRESETS)
+
+
+def test_gpu_refusals_name_the_argument():
+    with pytest.raises(ArgumentError, match="gpu='v100'.*a100-sxm4-80gb"):
+        gpu_preset("v100")
+    with pytest.raises(ArgumentError, match="no FP8 tensor cores"):
+        A100.peak(fp8=True)
+    with pytest.raises(ArgumentError, match="sm_count"):
+        resolve_gpu("h100", sm_count=-1)
+    assert gpu_preset("h100") is H100 and H100.peak(fp8=True) == pytest.approx(1978.9e12)
+
+
+# -- tile and wave quantisation ---------------------------------------------------------------
+
+def test_the_guides_example_98_tiles_fill_one_wave_of_108_sms():
+    # "Matrix Multiplication Background User's Guide": a 1792 x 1792 output in 256 x 128 tiles
+    # is 7 x 14 = 98 tiles, one wave on A100's 108 SMs
+    assert tiles(1792, 1792, (256, 128)) == 98
+    assert wave_utilisation(98, 108) == pytest.approx(98 / 108)
+
+
+def test_a_partial_wave_costs_a_whole_wave():
+    assert wave_utilisation(108, 108) == 1.0
+    assert wave_utilisation(109, 108) == pytest.approx(109 / 216)
+    assert wave_utilisation(216, 108) == 1.0
+
+
+def test_a_partial_tile_costs_a_whole_tile():
+    assert tiles(256, 128, (256, 128)) == 1
+    assert tiles(257, 128, (256, 128)) == 2
+    assert tiles(257, 129, (256, 128), batch=3) == 12
+
+
+def _by_hand(m, n, k, gpu, out_bytes=2.0, fp8=False):
+    """The module's formula written out: per tile, waves x (main loop + epilogue), the best
+    tile, against the roofline."""
+    per_sm = gpu.peak(fp8) * gpu.gemm_efficiency / gpu.sm_count
+    store = gpu.hbm_bandwidth * gpu.memory_efficiency / gpu.sm_count
+    best = math.inf
+    for tm, tn in TILES:
+        waves = math.ceil(math.ceil(m / tm) * math.ceil(n / tn) / gpu.sm_count)
+        best = min(best, waves * (2 * tm * tn * k / per_sm + tm * tn * out_bytes / store))
+    in_bytes = 1 if fp8 else 2
+    memory = ((m * k + k * n) * in_bytes + m * n * out_bytes) / (
+        gpu.hbm_bandwidth * gpu.memory_efficiency)
+    return max(best, memory)
+
+
+@pytest.mark.parametrize("shape", [(8192, 8192, 8192), (2048, 2304, 6912), (4096, 18432, 6144),
+                                   (8192, 768, 6144), (1, 4096, 4096)])
+@pytest.mark.parametrize("gpu", [A100, H100], ids=["a100", "h100"])
+def test_gemm_seconds_is_the_formula(shape, gpu):
+    m, n, k = shape
+    assert float(gemm_seconds(m, n, k, gpu)) == pytest.approx(_by_hand(m, n, k, gpu), rel=1e-12)
+    assert float(gemm_seconds(m, n, k, H100, fp8=True, in_bytes=1.0)) == pytest.approx(
+        _by_hand(m, n, k, H100, fp8=True), rel=1e-12)
+
+
+def test_a_large_gemm_runs_near_the_fitted_efficiency_and_none_beats_the_roofline():
+    big = float(gemm_efficiency(8192, 8192, 8192, H100))
+    assert 0.9 * H100.gemm_efficiency < big <= H100.gemm_efficiency
+    # a skinny GEMM is no faster than reading its operands once (the roofline), and a
+    # thin one moving little (m = 8192, k = 64) is bounded by its bytes too
+    for m, n, k in ((1, 8192, 8192), (16, 8192, 8192), (8192, 8192, 64)):
+        nbytes = 2 * (m * k + k * n + m * n)
+        assert float(gemm_seconds(m, n, k, H100)) >= float(memory_seconds(nbytes, H100))
+    # short K loses more to the epilogue than long K; FP8 loses more than BF16
+    assert gemm_efficiency(8192, 8192, 512, H100) < gemm_efficiency(8192, 8192, 8192, H100)
+    assert (gemm_efficiency(8192, 8192, 1024, H100, fp8=True)
+            < gemm_efficiency(8192, 8192, 1024, H100))
+
+
+def test_vectorised_calls_equal_scalar_calls():
+    m = np.array([1024, 2048, 4096])
+    v = gemm_seconds(m, 4096, 4096, H100)
+    assert [float(x) for x in v] == [float(gemm_seconds(int(x), 4096, 4096, H100)) for x in m]
+    assert float(gemm_seconds(0, 4096, 4096, H100)) == 0.0
+
+
+# -- FlashAttention ----------------------------------------------------------------------------
+
+def test_flash_attention_flops_without_a_mask_are_4_s2_d():
+    # FlashAttention-2 §4.1 counts 4 · seqlen² · head dimension · heads forward
+    assert flash_attention_flops(2048, 2048, 128, 128, causal=False) == 4 * 2048 ** 2 * 128
+
+
+@pytest.mark.parametrize("seq", [128, 1024, 4096, 8192])
+def test_causal_flash_computes_the_diagonal_blocks_whole(seq):
+    # query block i (128 rows) computes keys up to the end of its own block: 128·128·(i+1)
+    # pairs, so s²/2 + 64·s pairs in all (blocks of 128)
+    n = seq // 128
+    pairs = sum(128 * 128 * (i + 1) for i in range(n))
+    assert pairs == seq * seq / 2 + 64 * seq
+    assert flash_attention_flops(seq, seq, 128, 128, causal=True) == 4 * 128 * pairs
+
+
+def test_causal_flash_with_a_partial_last_block():
+    # 200 queries: a block of 128 (keys to 128) and one of 72 (keys to 200, capped at s_k)
+    assert flash_attention_flops(200, 200, 64, 64, causal=True) == 2 * 128 * (
+        128 * 128 + 72 * 200)
+
+
+def test_flash_backward_is_2_5_times_the_forward_flops_at_its_efficiency():
+    fwd = flash_attention_seconds(64, 4096, 4096, 128, 128, True, A100)
+    bwd = flash_attention_seconds(64, 4096, 4096, 128, 128, True, A100, backward=True)
+    f, b = FLASH_EFFICIENCY["ampere"]
+    assert bwd / fwd == pytest.approx(2.5 * f / b)
+    flops = 64 * flash_attention_flops(4096, 4096, 128, 128, True)
+    util = float(wave_utilisation(64 * 4096 // 128, A100.sm_count))
+    assert fwd == pytest.approx(flops / (A100.bf16_flops * f * util))
