@@ -141,10 +141,17 @@ class Choice(NamedTuple):
 
 def two_shot_bytes(world_size: int, backend: str = "torch") -> int:
     """all_reduce bytes from which ``two_shot`` runs over shared memory for ``world_size``
-    ranks of ``backend`` (:data:`TWO_SHOT_BYTES`)."""
-    by_world = TWO_SHOT_BYTES[backend, "shm"]
-    known = [n for n in by_world if n <= world_size]
-    return by_world[max(known) if known else min(by_world)]
+    ranks of ``backend`` (:data:`TWO_SHOT_BYTES`; looked up once per (backend, world_size):
+    this runs on every call)."""
+    hit = _two_shot.get((backend, world_size))
+    if hit is None:
+        by_world = TWO_SHOT_BYTES[backend, "shm"]
+        known = [n for n in by_world if n <= world_size]
+        hit = _two_shot[backend, world_size] = by_world[max(known) if known else min(by_world)]
+    return hit
+
+
+_two_shot: dict = {}   # (backend, world_size) -> two_shot_bytes's answer
 
 
 def choose(collective: str, world_size: int, nbytes: int, transport: str = "p2p", *,
@@ -169,7 +176,8 @@ def choose(collective: str, world_size: int, nbytes: int, transport: str = "p2p"
         ArgumentError: a malformed ``RINGCCL_ALGO`` (:func:`parse_algo_env`); another
             ``transport`` or ``backend``.
     """
-    _check(transport, backend)
+    if transport not in TRANSPORTS or backend not in BACKENDS:
+        _check(transport, backend)
     two_level = transport == "hybrid" and local_size is not None and 1 < local_size < world_size
     if honour_env:
         forced = parse_algo_env(os.environ.get("RINGCCL_ALGO", "")).get(collective)
@@ -178,7 +186,8 @@ def choose(collective: str, world_size: int, nbytes: int, transport: str = "p2p"
             return Choice(forced, params, True)
     if transport == "shm":
         if collective == "all_reduce" and world_size > 1 and \
-                nbytes >= two_shot_bytes(world_size, backend):
+                nbytes >= (_two_shot.get((backend, world_size))
+                           or two_shot_bytes(world_size, backend)):
             return Choice("two_shot", {})
         return Choice("direct", {})
     if two_level and "hierarchical" in algorithms(collective):

@@ -29,6 +29,7 @@ References:
 
 from __future__ import annotations
 
+import functools
 import time
 
 import numpy as np
@@ -248,7 +249,7 @@ def _dialect(dtype: np.dtype) -> call.Dialect:
     if hit is None:
         hit = _DIALECTS[dtype] = call.Dialect(
             OPS, lambda a: a, lambda a: a.ctypes.data,
-            lambda state, serial: state.array(serial, dtype), np.copy)
+            functools.partial(shm.ShmGroup.array, dtype=dtype), np.copy)
     return hit
 
 

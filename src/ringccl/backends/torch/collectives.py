@@ -190,20 +190,18 @@ def _options(group, tensor, segment_bytes, timeout, restore, check, transport):
                             resolve_transport(group, transport, tensor))
 
 
-def _nbytes(t: torch.Tensor) -> int:
-    return t.numel() * t.element_size()
-
-
-def _auto(collective: str, group, algorithm: str | None, params: dict, opts,
-          nbytes: int) -> tuple[str | None, dict]:
-    """``(algorithm, params)`` of a collective with a two-level schedule: over the hybrid
-    transport with no algorithm and no parameters named, the one chooser's pick with the
-    hosts' ``local_size`` (:func:`ringccl.costmodel.choice.choose`: the model's cheaper of the
-    collective's default and ``hierarchical``; :func:`~ringccl.backends.torch.transport.layout_of`
-    is collective on its first use per group), else as given."""
-    if opts.transport != "hybrid" or algorithm not in (None, "auto") or params:
+def _auto(collective: str, group, algorithm: str | None, params: dict,
+          tensor: torch.Tensor) -> tuple[str | None, dict]:
+    """``(algorithm, params)`` over the hybrid transport of a collective with a two-level
+    schedule: with no algorithm and no parameters named, the one chooser's pick for
+    ``tensor``'s bytes with the hosts' ``local_size`` (:func:`ringccl.costmodel.choice.choose`:
+    the model's cheaper of the collective's default and ``hierarchical``;
+    :func:`~ringccl.backends.torch.transport.layout_of` is collective on its first use per
+    group), else as given."""
+    if algorithm not in (None, "auto") or params:
         return algorithm, params
-    pick = choice.choose(collective, dist.get_world_size(group), nbytes, "hybrid",
+    pick = choice.choose(collective, dist.get_world_size(group),
+                         tensor.numel() * tensor.element_size(), "hybrid",
                          local_size=layout_of(group).local_size)
     return pick.algorithm, dict(pick.params)
 
@@ -262,7 +260,8 @@ def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
     reduce_op = _T.check_op(op, tensor.dtype)
     acc = _T.accumulate(accumulate_dtype, tensor.dtype, "all_reduce")
     opts = _options(group, tensor, segment_bytes, timeout, restore, check, transport)
-    algorithm, params = _auto("all_reduce", group, algorithm, params, opts, _nbytes(tensor))
+    if opts.transport == "hybrid":   # the two-level schedules need the hosts' layout
+        algorithm, params = _auto("all_reduce", group, algorithm, params, tensor)
     frontend.in_place(_T, "all_reduce", tensor, reduce_op, group, algorithm, params, opts,
                       accumulate=acc)
     return tensor
@@ -353,7 +352,8 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = R
     reduce_op = _T.check_op(op, input.dtype)
     acc = _T.accumulate(accumulate_dtype, input.dtype, "reduce_scatter")
     opts = _options(group, input, segment_bytes, timeout, restore, check, transport)
-    algorithm, params = _auto("reduce_scatter", group, algorithm, params, opts, _nbytes(input))
+    if opts.transport == "hybrid":   # the two-level schedules need the hosts' layout
+        algorithm, params = _auto("reduce_scatter", group, algorithm, params, input)
     frontend.reduce_scatter(_T, output, input, reduce_op, group, algorithm, params, opts, acc,
                             "reduce_scatter_tensor")
     return output
@@ -381,7 +381,8 @@ def all_gather_into_tensor(output_tensor: torch.Tensor, input_tensor: torch.Tens
     check_tensor(input_tensor, "input_tensor")
     _T.check_pair(output_tensor, input_tensor, "output_tensor", "input_tensor")
     opts = _options(group, output_tensor, segment_bytes, timeout, restore, check, transport)
-    algorithm, params = _auto("all_gather", group, algorithm, params, opts, _nbytes(output_tensor))
+    if opts.transport == "hybrid":   # the two-level schedules need the hosts' layout
+        algorithm, params = _auto("all_gather", group, algorithm, params, output_tensor)
     frontend.all_gather(_T, output_tensor, input_tensor, group, algorithm, params, opts,
                         "all_gather_into_tensor", ("output_tensor", "input_tensor"))
     return output_tensor

@@ -24,6 +24,7 @@ success).
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple, Sequence
 
 import numpy as np
@@ -57,7 +58,7 @@ def _typed(state: ShmGroup, serial: int, dtype: torch.dtype) -> torch.Tensor:
 
 def _dialect(dtype: torch.dtype) -> call.Dialect:
     return call.Dialect(OPS, lambda t: t, torch.Tensor.data_ptr,
-                        lambda state, serial: _typed(state, serial, dtype), torch.clone)
+                        functools.partial(_typed, dtype=dtype), torch.clone)
 
 
 _DIALECTS: dict = {}

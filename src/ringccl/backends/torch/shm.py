@@ -18,6 +18,7 @@ exchange through the group) and kept in :mod:`ringccl.backends.shm.registry`.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
@@ -29,6 +30,7 @@ from ...errors import ArgumentTypeError, BackendError
 from ...ir import Schedule
 from ...ops import ReduceOp
 from ..shm import call, registry
+from ..shm.group import ShmGroup
 from .dialect import SUPPORTED_DTYPES, combine_fn, combine_into_fn
 from .transport import group_timeout_s, peer_namer, peers
 
@@ -133,9 +135,8 @@ def _slot_combine_into(op: ReduceOp, dtype: torch.dtype):
 
 
 def _dialect(dtype: torch.dtype) -> call.Dialect:
-    np_dtype = NUMPY_DTYPES[dtype]
     return call.Dialect(_SlotOps(dtype), _numpy, torch.Tensor.data_ptr,
-                        lambda group, serial: group.array(serial, np_dtype), np.copy)
+                        functools.partial(ShmGroup.array, dtype=NUMPY_DTYPES[dtype]), np.copy)
 
 
 #: the shared-memory call's view of each dtype ringccl.torch moves
