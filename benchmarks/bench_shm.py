@@ -12,11 +12,15 @@ after. ``--crossover`` (or ``--crossover-only``) adds the algorithms of :data:`C
 collective and size, interleaved round by round (the measurement behind
 ``ringccl.costmodel.choice.TWO_SHOT_BYTES``); ``--wait-policies`` compares the wait policies of
 :data:`POLICIES` on all_reduce (behind ``ringccl.backends.shm.group.SPIN_POLLS``). ``--json`` prints
-the raw rows; ``--png FILE`` draws the ratio against size.
+the raw rows; ``--png FILE`` draws the ratio against size. ``--in-place`` times
+reduce_scatter in NCCL's in-place form (the output is the input's own block) per algorithm,
+interleaved round by round: out of place, in place, in place as it ran before the caller's
+input stopped being its working buffer (partial sums left in the other blocks), and gloo's
+in place.
 
     python benchmarks/bench_shm.py --nproc 2 [-b 4KiB -e 64MiB | --sizes 4KiB,1MiB]
         [--iters 7] [--collectives all_reduce,...] [--json] [--png shm.png]
-        [--crossover | --crossover-only | --wait-policies]
+        [--crossover | --crossover-only | --wait-policies | --in-place]
 
 Figures for the note only; never timed asserts.
 """
@@ -161,6 +165,99 @@ def policy_worker(rank, world_size, sizes, iters):
     return dict(rows=rows, load_before=load, load_after=os.getloadavg())
 
 
+#: ``--in-place``: the reduce_scatter algorithms compared (direct: "auto" over shm)
+IN_PLACE_ALGORITHMS = ("direct", "ring")
+
+
+def in_place_worker(rank, world_size, sizes, iters, algorithms=IN_PLACE_ALGORITHMS,
+                    transports=("shm", "p2p")):
+    """reduce_scatter per transport, size and algorithm: out of place, in place (the output the
+    input's own block), in place as it ran before (the same call with the layout saying that
+    the input may be the working buffer, ``Layout.writes_only_output``: the rest of it is left
+    with partial sums), and gloo's in place; interleaved round by round, every rank alike."""
+    import torch
+    import torch.distributed as dist
+
+    import ringccl.torch as rt
+    from ringccl import frontend
+
+    n, rows = world_size, []
+    load = os.getloadavg()
+    plan = frontend._plan
+
+    def as_before(*args, **kwargs):   # the flow before: the input is the working buffer
+        return plan(*args, **kwargs)._replace(writes_only_output=True)
+
+    def before_call(fn):
+        def call():
+            frontend._plan = as_before
+            try:
+                fn()
+            finally:
+                frontend._plan = plan
+        return call
+
+    for transport, nbytes, algorithm in [(t, s, a) for t in transports for s in sizes
+                                     for a in algorithms]:
+        k = max(1, nbytes // 4 // n)
+        x = torch.randint(-8, 8, (n * k,)).float()
+        kw = dict(algorithm=algorithm, transport=transport)
+        inp, inp_before, inp_gloo = x.clone(), x.clone(), x.clone()
+        out = torch.empty(k)
+        calls = {
+            "out_of_place": lambda: rt.reduce_scatter_tensor(out, x, **kw),
+            "in_place": lambda: rt.reduce_scatter_tensor(inp[rank * k:(rank + 1) * k],
+                                                         inp, **kw),
+            "in_place_before": before_call(lambda: rt.reduce_scatter_tensor(
+                inp_before[rank * k:(rank + 1) * k], inp_before, **kw)),
+            "gloo_in_place": lambda: dist.reduce_scatter_tensor(
+                inp_gloo[rank * k:(rank + 1) * k], inp_gloo)}
+        for fn in calls.values():
+            fn()                   # warm-up: set-up, growth, plans
+        inp.copy_(x)
+        rt.reduce_scatter_tensor(inp[rank * k:(rank + 1) * k], inp, **kw)
+        untouched = bool(torch.equal(torch.cat([inp[:rank * k], inp[(rank + 1) * k:]]),
+                                     torch.cat([x[:rank * k], x[(rank + 1) * k:]])))
+        t = {c: [] for c in calls}
+        reps = _reps(nbytes)
+        for _ in range(iters):
+            for c, fn in calls.items():
+                t[c].append(_time(fn, dist.barrier, reps))
+        rows.append(dict(nbytes=n * k * 4, algorithm=algorithm, transport=transport, times=t,
+                         rest_untouched=untouched))
+    return dict(rows=rows, load_before=load, load_after=os.getloadavg())
+
+
+def _cells(results, i: int, iters: int) -> list[str]:
+    """Row ``i``'s variants as "name median (min-max)" µs, per iteration the slowest rank's."""
+    cells = []
+    for name in results[0]["rows"][i]["times"]:
+        t = [max(r["rows"][i]["times"][name][k] for r in results) for k in range(iters)]
+        cells.append(f"{name} {statistics.median(t) * 1e6:.0f} ({min(t) * 1e6:.0f}-"
+                     f"{max(t) * 1e6:.0f})")
+    return cells
+
+
+def _in_place(args, sizes) -> None:
+    from ringccl.torch.launch import launch
+
+    results = launch(in_place_worker, args.nproc, sizes, args.iters, timeout=1200,
+                     worker_bytes=8 * sizes[-1])
+    r0 = results[0]
+    if args.json:
+        print(json.dumps(results, indent=1))
+        return
+    print(f"{args.nproc} processes; load {r0['load_before']} -> {r0['load_after']}; "
+          "reduce_scatter, median us of the slowest rank per iteration (min-max); "
+          "before = the input as the working buffer (the rest of it left with partial sums)")
+    for i, row in enumerate(r0["rows"]):
+        cells = _cells(results, i, args.iters)
+        ok = all(r["rows"][i]["rest_untouched"] for r in results)
+        print(f"{row['transport']:<4}{units.format_size(row['nbytes']):>8} "
+              f"{row['algorithm']:<8}: "
+              + "; ".join(cells) + f"; in place leaves the rest of the input: {ok}")
+
+
 def _policies(args, sizes) -> None:
     from ringccl.torch.launch import launch
 
@@ -170,12 +267,8 @@ def _policies(args, sizes) -> None:
     print(f"{args.nproc} processes; load {r0['load_before']} -> {r0['load_after']}; all_reduce "
           "median us (min-max) per wait policy, max over ranks per iteration")
     for i, row in enumerate(r0["rows"]):
-        cells = []
-        for name in row["times"]:
-            t = [max(r["rows"][i]["times"][name][k] for r in results) for k in range(args.iters)]
-            cells.append(f"{name} {statistics.median(t) * 1e6:.0f} ({min(t) * 1e6:.0f}-"
-                         f"{max(t) * 1e6:.0f})")
-        print(f"{units.format_size(row['nbytes']):>8}: " + "; ".join(cells))
+        print(f"{units.format_size(row['nbytes']):>8}: " + "; ".join(
+            _cells(results, i, args.iters)))
 
 
 def worker(rank, world_size, sizes, iters, crossover, collectives=COLLECTIVES):
@@ -275,6 +368,9 @@ def main() -> None:
                         help="all_reduce under each wait policy (POLICIES) and gloo, interleaved: "
                         "the measurement behind "
                         "ringccl.backends.shm.group.SPIN_POLLS/YIELD_SECONDS")
+    parser.add_argument("--in-place", action="store_true",
+                        help="reduce_scatter in NCCL's in-place form against out of place, "
+                        "the input as the working buffer (before) and gloo, per algorithm")
     parser.add_argument("--sizes", default=None,
                         help="comma-separated sizes instead of -b..-e by powers of 4")
     args = parser.parse_args()
@@ -286,6 +382,9 @@ def main() -> None:
              else [units.size(v) for v in args.sizes.split(",")])
     if args.wait_policies:
         _policies(args, sizes)
+        return
+    if args.in_place:
+        _in_place(args, sizes)
         return
     crossover = "only" if args.crossover_only else args.crossover
     collectives = COLLECTIVES if args.collectives is None else tuple(args.collectives.split(","))

@@ -3,8 +3,9 @@
 Reads ``benchmarks/published_runs.json`` (every row: a source's table, the model, the layout and
 the hardware as published, each inferred value labelled) and plans each row with the planner's
 defaults for its GPU preset. Nothing is set per row: the row's own published fields (layout,
-GPUs, NICs) and one framework rule per framework family (:data:`FRAMEWORK_RULES`, e.g. whether
-that code base had FlashAttention or overlapped its gradient reduce) make its inputs.
+GPUs, NICs) and its published framework's preset (:data:`FRAMEWORK_PRESETS`: the version of
+Megatron-LM, DeepSpeed, Composer or torchtitan the run used, ``ringccl.planner.frameworks``)
+make its inputs.
 
 The measured value is converted to a step time with its source's own formula (the notes in the
 data file, ``conventions``): an iteration time as printed; tokens/s/GPU as
@@ -37,6 +38,7 @@ from pathlib import Path
 
 from ringccl.planner import Cluster, ParallelDims, estimate_step, resolve_model
 from ringccl.planner.gpus import gpu_preset
+from ringccl.planner.parallel_dims import SCHEDULES
 
 HERE = Path(__file__).resolve().parent
 DATA = json.loads((HERE / "published_runs.json").read_text())
@@ -45,64 +47,46 @@ DATA = json.loads((HERE / "published_runs.json").read_text())
 LAYOUT_FIELDS = ("tp", "pp", "dp", "cp", "ep", "virtual_stages", "schedule", "micro_batch_size",
                  "global_batch_size", "sp", "recompute", "zero_stage")
 
-#: rule values computed from the row's published layout
-WHOLE_MODEL = "whole model"       # one bucket: the contiguous gradient buffer in one call
-MCORE_BUCKET = "mcore bucket"     # max(40M, 1M · dp · cp) parameters, 2 bytes each
-
-
-def _bucket(rule: str, lay: dict) -> int:
-    if rule == WHOLE_MODEL:
-        return 1 << 50
-    return 2 * max(40_000_000, 1_000_000 * lay["dp"] * lay["cp"])
-
-
-#: one rule per framework family (matched by the start of the row's ``framework`` text): the
-#: ParallelDims knobs that code base ran with, and why. The row's own flags (dp_overlap,
-#: tp_comm_overlap, distributed_optimizer, precision) override them where published.
-FRAMEWORK_RULES = (
-    ("Megatron-LM (2021)", dict(attention="unfused", overlap_grad_reduce=False,
-                                overlap_param_gather=False, bucket_bytes=WHOLE_MODEL),
-     "Megatron-LM as of SC21 (April 2021): no FlashAttention (2022), the fused scale-mask-"
-     "softmax core attention; one all-reduce of the contiguous gradient buffer after the "
-     "backward (SC21 §5.1 says nothing of overlap; Korthikanti §6.3 states it is not "
-     "overlapped)"),
-    ("Megatron-LM (2022)", dict(attention="unfused", overlap_grad_reduce=False,
-                                overlap_param_gather=False, bucket_bytes=WHOLE_MODEL),
-     "Korthikanti et al. 2022 code: the same core attention (its Table 4 times it); §6.3: "
-     "gradient all-reduce not overlapped"),
-    ("Megatron-LM + DeepSpeed ZeRO-3", dict(attention="unfused", zero3_gather="parameter",
-                                           zero3_prefetch_bucket=0),
-     "DeepSpeed v0.3.15 (April 2021), deepspeed/runtime/zero/partition_parameters.py: one "
-     "list-based all_gather per parameter after a torch.cuda.synchronize(), a list-based "
-     "reduce_scatter per gradient; stage3.py fetch_sub_module blocks on it (no overlap)"),
-    ("Megatron-LM commit 285068c8", dict(attention="unfused", overlap_grad_reduce=False,
-                                         overlap_param_gather=False, bucket_bytes=WHOLE_MODEL),
-     "Megatron-LM in 2023 (MegaScale's baseline): FlashAttention optional and not stated; "
-     "--overlap-grad-reduce/--overlap-param-gather came later in 2023, and MegaScale §3.3 "
-     "presents overlapping the data-parallel collectives as its own change"),
-    ("Megatron-DeepSpeed", dict(attention="unfused", overlap_grad_reduce=False,
-                                pp_scatter_gather=False),
-     "Megatron-DeepSpeed 2021-2022 (MT-NLG, BLOOM): core attention without FlashAttention; the "
-     "pipeline engine reduces gradients after the last micro-batch and sends each stage's "
-     "whole output from every TP rank (DeepSpeed v0.5 runtime/pipe/engine.py "
-     "_exec_send_activations, p2p.send = a broadcast in a 2-rank group)"),
-    ("Meta internal", dict(attention="flash", zero_stage=1),
-     "Llama 3 (2024) §3.3.2 as transcribed: FlashAttention-class kernels; FSDP shards "
-     "gradients and optimizer states but reduce-scatters the gradients once per step (after "
-     "the last micro-batch), which is ZeRO-1's communication"),
-    ("Megatron-Core r0.8.0", dict(attention="flash", bucket_bytes=MCORE_BUCKET,
-                                  overlap_p2p=True),
-     "Megatron-Core r0.8: TransformerEngine attention (cuDNN FlashAttention); DDP buckets of "
-     "max(40M, 1M x dp*cp) parameters (megatron/training/training.py resolve_ddp_bucket_size); "
-     "P2P overlapped (the README's 'PP overlap'; the CLI's --overlap-p2p-communication default)"),
-    ("NeMo 24.07", dict(attention="flash", bucket_bytes=MCORE_BUCKET, overlap_p2p=True),
-     "NeMo 24.07 on Megatron-Core: TransformerEngine attention, Megatron-Core's buckets and "
-     "P2P overlap"),
-    ("torchtitan", dict(attention="flash"), "torchtitan: SDPA (flash/cuDNN backends)"),
-    ("llm-foundry", dict(attention="flash"),
-     "llm-foundry MPT benchmarks: attn_impl triton/flash (the table's notes)"),
-    ("HAI-LLM", dict(attention="flash"), "DeepSeek's HAI-LLM"),
+#: the framework preset (``ringccl.planner.frameworks``) each row's published framework is
+#: planned with, matched by the start of its ``framework`` text, and why that preset
+FRAMEWORK_PRESETS = (
+    ("Megatron-LM (2021)", "megatron-2021", "SC21's code: Megatron-LM of April 2021"),
+    ("Megatron-LM (2022)", "megatron-2022", "Korthikanti et al. 2022's code (May 2022)"),
+    ("Megatron-LM + DeepSpeed ZeRO-3", "megatron-deepspeed",
+     "SC21 §5.2: Megatron-LM's GPT under DeepSpeed's ZeRO-3 (v0.3, April 2021)"),
+    ("Megatron-LM commit 285068c8", "megatron-2022",
+     "MegaScale §6.1's baseline, Megatron-LM of 2023-01-11 (before --overlap-grad-reduce)"),
+    ("Megatron-DeepSpeed", "megatron-deepspeed",
+     "MT-NLG (2021) and BLOOM (2022): DeepSpeed's pipeline engine and ZeRO-1 under "
+     "Megatron-LM's GPT"),
+    ("Meta internal", "torchtitan",
+     "Llama 3 §3.3.2 describes torchtitan's FSDP under a pipeline: parameters kept gathered "
+     "after the forward, gradients reduce-scattered in fp32 once per step"),
+    ("Megatron-Core r0.8.0", "megatron", "Megatron-Core (2024)"),
+    ("NeMo 24.07", "megatron", "NeMo 24.07 runs Megatron-Core"),
+    ("torchtitan", "torchtitan", "torchtitan"),
+    ("llm-foundry", "composer", "llm-foundry trains with Composer's FSDP"),
+    ("HAI-LLM", "megatron", "DeepSeek's HAI-LLM (internal): no preset; its row is a whole-run "
+     "average, not modelled anyway"),
 )
+
+#: published flags -> ParallelDims knobs
+ROW_FLAGS = {"dp_overlap": ("overlap_grad_reduce", "overlap_param_gather"),
+             "tp_comm_overlap": ("tp_comm_overlap",)}
+
+#: frameworks whose ZeRO-2 is FSDP's SHARD_GRAD_OP: zero_stage 3 with the gathered weights
+#: kept to the backward (ParallelDims refuses zero_stage 2 under them, saying so)
+FSDP_PRESETS = ("composer", "fsdp2", "torchtitan")
+
+
+def framework_preset(row: dict) -> str:
+    """The preset of the row's published framework (:data:`FRAMEWORK_PRESETS`)."""
+    text = row["layout"].get("framework") or ""
+    for prefix, preset, _ in FRAMEWORK_PRESETS:
+        if text.startswith(prefix):
+            return preset
+    raise KeyError(f"{row['id']}: no framework preset for {text!r}")
+
 
 #: GPT-style models (a plain 2-matrix MLP) as Megatron-LM, Megatron-Core, Megatron-DeepSpeed
 #: and NeMo build them: a bias on every linear layer and LayerNorm (Megatron's add_bias_linear
@@ -110,18 +94,6 @@ FRAMEWORK_RULES = (
 MEGATRON_GPT = {"qkv_bias": True, "attention_out_bias": True, "mlp_bias": True,
                 "norm_type": "layernorm"}
 MEGATRON_FAMILIES = ("Megatron", "NeMo")
-
-#: published flags -> ParallelDims knobs
-ROW_FLAGS = {"dp_overlap": ("overlap_grad_reduce", "overlap_param_gather"),
-             "tp_comm_overlap": ("tp_comm_overlap",)}
-
-
-def framework_rule(row: dict) -> tuple[dict, str]:
-    text = row["layout"].get("framework") or ""
-    for prefix, knobs, why in FRAMEWORK_RULES:
-        if text.startswith(prefix):
-            return dict(knobs), why
-    raise KeyError(f"{row['id']}: no framework rule for {text!r}")
 
 
 def precision(row: dict) -> str:
@@ -144,7 +116,7 @@ def unmodelled(row: dict) -> str | None:
     """Why the planner cannot plan this row as published (None: it can)."""
     if row["kind"] != "step":
         return f"{row['kind']}: a whole-run average (batch ramp, restarts), not one step"
-    if row["layout"]["schedule"] not in ("1f1b", "interleaved", "gpipe"):
+    if row["layout"]["schedule"] not in SCHEDULES:
         return f"schedule {row['layout']['schedule']!r} is not modelled"
     if row["hardware"].get("gpu_overrides"):
         return ("GPU of unpublished peak (" + row["hardware"]["gpu_overrides"].get("note", "")
@@ -152,40 +124,37 @@ def unmodelled(row: dict) -> str | None:
     return None
 
 
-def _knobs_known(values: dict) -> dict:
-    known = {f.name for f in fields(ParallelDims)}
-    return {k: v for k, v in values.items() if k in known}
-
-
 def row_model(row: dict):
-    """The row's model as published; a GPT-style one trained with a Megatron-family code base
-    gets Megatron's biases and LayerNorm (:data:`MEGATRON_GPT`)."""
+    """The row's model as published, in its published 16-bit type (fp16 where the row says
+    so, else bf16); a GPT-style one trained with a Megatron-family code base gets Megatron's
+    biases and LayerNorm (:data:`MEGATRON_GPT`)."""
     fields_ = {k: v for k, v in row["model"].items()
                if k not in ("shape_source", "notes", "activation")}
     framework = row["layout"].get("framework") or ""
     if not fields_.get("gated_mlp", True) and framework.startswith(MEGATRON_FAMILIES):
         fields_ = {**MEGATRON_GPT, **fields_}
+    if "fp16" in (row["layout"].get("precision") or "").lower():
+        fields_["dtype"] = "float16"
     return resolve_model(fields_)
 
 
 def planner_inputs(row: dict):
-    """(model, dims, cluster) of a row: its model and layout as published, its GPU preset, its
-    nodes and NICs, and its framework rule."""
+    """(model, dims, cluster) of a row: its model and layout as published, its framework's
+    preset (:func:`framework_preset`) with the row's published flags, its GPU preset, its
+    nodes and NICs."""
     model = row_model(row)
     lay = row["layout"]
     values = {k: lay[k] for k in LAYOUT_FIELDS}
-    knobs, _ = framework_rule(row)
-    if "zero_stage" in knobs:
-        values["zero_stage"] = knobs.pop("zero_stage")
-    if "bucket_bytes" in knobs:
-        values["bucket_bytes"] = _bucket(knobs.pop("bucket_bytes"), lay)
+    values["framework"] = framework_preset(row)
     for flag, names in ROW_FLAGS.items():
         if flag in lay:
-            knobs.update({n: bool(lay[flag]) for n in names})
+            values.update({n: bool(lay[flag]) for n in names})
     if lay.get("distributed_optimizer") and lay["zero_stage"] == 0:
         values["zero_stage"] = 1    # Megatron's distributed optimizer shards optimizer states
-    knobs["precision"] = precision(row)
-    dims = ParallelDims(**values, **_knobs_known(knobs))
+    if values["framework"] in FSDP_PRESETS and values["zero_stage"] == 2:
+        values.update(zero_stage=3, reshard_after_forward=False)
+    values["precision"] = precision(row)
+    dims = ParallelDims(**values)
     hw = row["hardware"]
     gpu = gpu_preset(hw["gpu"])
     cluster_fields = {f.name for f in fields(Cluster)}

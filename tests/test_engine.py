@@ -450,3 +450,61 @@ def test_direct_all_reduce_gives_every_rank_the_simulators_bits(driver, n):
     for r in range(n):
         assert buffers[r].view(np.uint16).tolist() == _fold16(x).view(np.uint16).tolist()
         assert sim[r].view(np.uint16).tolist() == buffers[r].view(np.uint16).tolist()
+
+
+class _LateTransport:
+    """A gloo-like transport for one rank: a receive's bytes land in its landing whenever they
+    arrive (here: when the engine waits for it or settles it, else when the test says), the
+    first receive waited for fails (its peer died)."""
+
+    def __init__(self):
+        self.pending = {}     # handle -> (landing, bytes not landed yet)
+        self.failed = None
+
+    def isend(self, s, data):
+        return ("send", s.peer, s.lo)
+
+    def irecv(self, r, landing):
+        handle = ("recv", r.peer, r.lo)
+        self.pending[handle] = (landing, np.full(r.hi - r.lo, 100.0 + r.peer))
+        return handle
+
+    def _land(self, handle):
+        landing, data = self.pending.pop(handle)
+        landing[...] = data
+
+    def wait(self, handle):
+        if handle[0] == "recv":
+            if self.failed is None:
+                self.failed = handle[1]
+                self.pending.pop(handle)
+                raise ConnectionError(f"rank {handle[1]} closed the connection")
+            self._land(handle)
+
+    def settle(self, handle, seconds):
+        if handle in self.pending:
+            self._land(handle)
+
+    def is_timeout(self, exc):
+        return False
+
+    def peer_name(self, peer):
+        return str(peer)
+
+
+def test_receives_in_flight_land_before_the_rollback():
+    """A direct all_gather on rank 1 of 3 whose first awaited peer died: the other peer's bytes,
+    already on their way, would land after the rollback (gloo cannot withdraw a posted
+    receive) and change the buffer after the call failed; the engine lets them land first."""
+    schedule = build_schedule("all_gather", "direct", 3)
+    lay = layout(schedule, 1, buffer_count=3 * 4)
+    buffer = np.arange(lay.numel, dtype=np.float64)
+    before = buffer.copy()
+    transport = _LateTransport()
+    p = engine.plan(schedule, 1, lay.offsets, 0)
+    ws = engine.Workspace(_NumpyOps(), buffer, ReduceOp.SUM, p.staging_elems)
+    with pytest.raises(PeerError, match="rank [02]"):
+        engine.run_dataflow(schedule, 1, p, transport, ws, timeout=1.0, restore=True)
+    for handle in list(transport.pending):   # what gloo lands after the call returned
+        transport._land(handle)
+    np.testing.assert_array_equal(buffer, before)

@@ -78,10 +78,12 @@ KNOWN_FOLDER_CYCLES: set = set()
 
 #: the planner's modules in the one direction their imports point: each imports only modules
 #: before it (a new module takes its place in this list)
-PLANNER_ORDER = ("model", "hf_families", "hf_config", "gpus", "precision", "parallel_dims",
-                 "cluster", "kernels", "compute", "tensors", "config", "groups", "stages",
-                 "costing", "overlap", "context", "inventory", "memory", "step", "search",
-                 "emit", "replay", "__init__")
+PLANNER_ORDER = ("model", "hf_families", "hf_config", "gpus", "precision", "framework_eras",
+                 "frameworks", "pipeline", "timeline", "routing", "layout_checks",
+                 "parallel_dims", "cluster", "kernels", "compute", "tensors", "config", "groups",
+                 "stages", "costing", "overlap", "context", "entries", "inventory_cp",
+                 "inventory_ep", "inventory_dp", "inventory", "memory", "stage_memory", "step",
+                 "advice", "search", "emit", "replay", "__init__")
 
 
 def module_name(path: pathlib.Path, root: pathlib.Path) -> str:

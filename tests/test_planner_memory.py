@@ -305,8 +305,9 @@ BAD = [
     (activation_bytes, (), {**ACT, "recompute": "partial"}, ArgumentError,
      "recompute='partial' is not one of none, selective, full"),
     (activation_bytes, (), {**ACT, "dtype_bytes": 0}, ArgumentError, "dtype_bytes=0"),
-    (in_flight_micro_batches, (), {**PIPE, "schedule": "zb-h1"}, ArgumentError,
-     "schedule='zb-h1' is not one of 1f1b, interleaved, gpipe"),
+    (in_flight_micro_batches, (), {**PIPE, "schedule": "zb-h3"}, ArgumentError,
+     "schedule='zb-h3' is not one of 1f1b, interleaved, gpipe, zb-h1, zb-h2, dualpipe, "
+     "dualpipev"),
     (in_flight_micro_batches, (), {**PIPE, "pp": 0}, ArgumentError, "pp=0"),
     (in_flight_micro_batches, (), {**PIPE, "stage": 4}, ArgumentError,
      "stage=4 is out of range for pp=4"),

@@ -16,7 +16,8 @@ from ringccl.planner.replay import (CALIBRATION_MIN_BYTES, calibration_sweeps, r
                                     simulated_bytes)
 
 CLUSTER = {"preset": "dgx-h100", "nodes": 1, "gpus_per_node": 4}
-DENSE = ("llama3-8b", {"dp": 2, "tp": 2})
+# DDP's all-reduce and plain TP (the Megatron preset would run its distributed optimizer and SP)
+DENSE = ("llama3-8b", {"dp": 2, "tp": 2, "sp": False, "zero_stage": 0})
 MOE = ("mixtral-8x7b", {"dp": 4, "ep": 4})
 
 
@@ -94,6 +95,24 @@ def test_moe_layout_keeps_one_ep_group_of_4(tmp_path):
     rmap = replay_calls(load_step_file(path), 4, 4 << 20)
     ep = [c for c in rmap.calls if c.group == "ep"]
     assert ep and all(c.groups == [[0, 1, 2, 3]] and c.collective == "all_to_all" for c in ep)
+
+
+def test_split_cp_and_hsdp_groups_keep_their_ranks(tmp_path):
+    # the step file's grid fields rebuild the split dimensions: Ulysses over cp ranks {0, 1},
+    # the ring across; ZeRO-3 shards over pairs of dp ranks, replicated across them
+    plan = ringccl.plan("llama3-8b", {"cp": 4, "cp_comm_type": "a2a+p2p",
+                                      "hierarchical_context_parallel_sizes": (2, 2),
+                                      "zero_stage": 3, "sp": False},
+                        {"preset": "dgx-h100", "nodes": 1, "gpus_per_node": 4},
+                        seq_length=8192)
+    path = write_step_file(plan, tmp_path / "cp.json")
+    groups = {c.group: c.groups for c in replay_calls(load_step_file(path), 4, 4 << 20).calls}
+    assert groups["cp_a2a"] == [[0, 1], [2, 3]] and groups["cp_p2p"] == [[0, 2], [1, 3]]
+    hsdp = ringccl.plan("llama3-8b", {"dp": 4, "zero_stage": 3, "dp_shard": 2},
+                        {"preset": "dgx-h100", "nodes": 1, "gpus_per_node": 4})
+    path = write_step_file(hsdp, tmp_path / "hsdp.json")
+    groups = {c.group: c.groups for c in replay_calls(load_step_file(path), 4, 4 << 20).calls}
+    assert groups["dp_shard"] == [[0, 1], [2, 3]] and groups["dp_replicate"] == [[0, 2], [1, 3]]
 
 
 def test_bytes_scaled_by_one_power_of_two(dense_file):

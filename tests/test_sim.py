@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ringccl
@@ -271,3 +271,98 @@ def test_large_copies_move_the_same_bytes(monkeypatch, dtype, collective):
     ufunc = ringccl.simulate(collective, x, op=op)
     assert np.asarray(plain.outputs).tobytes() == np.asarray(ufunc.outputs).tobytes()
     assert ufunc.matches_reference
+
+
+def _sim_algorithms():
+    """(collective, algorithm, params) for every registered pair (root 1 where rooted)."""
+    from ringccl.algorithms import REGISTRY
+    from ringccl.collectives import get_collective
+
+    out = []
+    for collective, algorithm in sorted(REGISTRY):
+        params = {"local_size": 1} if algorithm == "hierarchical" else {}
+        if get_collective(collective).root_arg:
+            params[get_collective(collective).root_arg] = 1
+        out.append((collective, algorithm, params))
+    return out
+
+
+SIM_PAIRS = _sim_algorithms()
+IN_PLACE = {"all_reduce", "broadcast", "reduce", "reduce_scatter", "scatter"}   # out is inputs
+
+
+@pytest.mark.parametrize("pair", [p for p in SIM_PAIRS
+                                  if p[0] in IN_PLACE | {"all_gather", "gather"}],
+                         ids=lambda p: f"{p[0]}-{p[1]}")
+@settings(max_examples=12)
+@given(n=st.integers(1, 6), per=st.integers(0, 3), dtype=st.sampled_from(["float64", "int32"]),
+       op=st.sampled_from(["sum", "max"]), seed=st.integers(0, 2 ** 16))
+def test_in_place_out_changes_only_the_outputs(pair, n, per, dtype, op, seed):
+    """``out`` sharing memory with ``inputs`` in NCCL's in-place forms (out is inputs; inputs
+    each rank's own block of out): outputs as out of place, and of out (= the inputs' memory)
+    only each rank's output elements change (an in-place reduce_scatter leaves row r's other
+    blocks as they were, as the library's in-place reduce_scatter leaves the caller's input)."""
+    from ringccl.algorithms import build_schedule
+
+    collective, algorithm, params = pair
+    if any(k in ("src", "dst") and v >= n for k, v in params.items()):
+        return   # the root 1 needs two ranks
+    try:
+        build_schedule(collective, algorithm, n, **{("root" if k in ("src", "dst") else k): v
+                                                    for k, v in params.items()})
+    except ringccl.ArgumentError:
+        return   # e.g. a power-of-two-only algorithm on 3 ranks
+    rng = np.random.default_rng(seed)
+    count = per * n      # every chunk the same size: out is the storage
+    x = rng.integers(-8, 8, size=(n, count)).astype(dtype)
+    ref = ringccl.simulate(collective, x.copy(), op, algorithm, **params)
+    if collective in IN_PLACE:
+        out = x.copy()
+        inputs = out
+    else:   # all_gather, gather: row r of inputs is out[r, r*count:(r+1)*count]
+        out = np.full((n, n * count), -99).astype(dtype)
+        inputs = np.lib.stride_tricks.as_strided(
+            out, shape=(n, count), strides=(out.strides[0] + count * out.itemsize,
+                                            out.itemsize)) if count else x[:, :0]
+        if count:
+            inputs[...] = x
+    before = out.copy()
+    res = ringccl.simulate(collective, inputs, op, algorithm, out=out, **params)
+    assert res.matches_reference is not False
+    np.testing.assert_array_equal(np.asarray(res.outputs, dtype=object) if isinstance(
+        res.outputs, tuple) else res.outputs, np.asarray(ref.outputs, dtype=object) if isinstance(
+        ref.outputs, tuple) else ref.outputs)
+    # what each rank's output covers of out; the rest must be as before
+    from ringccl.collectives import get_collective
+    spec = get_collective(collective)
+    c = res.schedule.num_chunks
+    m = out.shape[1] // c if c and out.shape[1] else 0
+    lists = spec.output_chunks(n, c, res.schedule.params)
+    covered = np.zeros(out.shape, dtype=bool)
+    for r in range(n):
+        for chunk in np.asarray(lists[r], dtype=np.int64):
+            covered[r, chunk * m:(chunk + 1) * m] = True
+    np.testing.assert_array_equal(out[~covered], before[~covered])
+
+
+def test_partial_overlap_of_out_and_inputs_is_refused_naming_both():
+    base = np.zeros(3 * 6 + 1)
+    inputs = base[:18].reshape(3, 6)
+    out = base[1:19].reshape(3, 6)        # shifted by one element: a partial overlap
+    for collective in ("reduce_scatter", "all_reduce"):
+        with pytest.raises(ringccl.ArgumentError, match="out shares memory with inputs"):
+            ringccl.simulate(collective, inputs, out=out)
+    big = np.zeros((3, 12))                        # all_to_all's storage: 4 blocks a rank
+    with pytest.raises(ringccl.ArgumentError, match="out shares memory with inputs"):
+        ringccl.simulate("all_to_all", big[:, :6], out=big)   # it also holds received blocks
+    assert not big.any()
+    assert not base.any()                          # refused before anything was written
+    # the three-rank example of an in-place reduce_scatter: row 0 [1..6] -> [21, 24, 3, 4, 5, 6]
+    for algorithm in ringccl.algorithms("reduce_scatter"):
+        params = {"local_size": 1} if algorithm == "hierarchical" else {}
+        y = np.arange(1, 19, dtype=np.float64).reshape(3, 6)
+        try:
+            ringccl.simulate("reduce_scatter", y, algorithm=algorithm, out=y, **params)
+        except ringccl.ArgumentError:
+            continue   # an algorithm that does not build for 3 ranks
+        assert y[0].tolist() == [21, 24, 3, 4, 5, 6], algorithm

@@ -36,6 +36,9 @@ class Layout(NamedTuple):
     input_runs: tuple       # buffer ranges of the input chunks, adjacent ones merged
     output_runs: tuple      # the same for the output chunks
     offsets: tuple          # ``bounds`` as a tuple of ints (what the MPI executor takes)
+    # whether this rank's receives write only its output chunks: then the caller's input may
+    # be the working buffer of an in-place call and stays unchanged outside the output
+    writes_only_output: bool = True
 
     @property
     def numel(self) -> int:
@@ -75,8 +78,11 @@ def _layout(schedule, rank: int, buffer_count: int | None, sizes: tuple | None) 
     touched[outputs] = True
     bounds = np.zeros(c + 1, dtype=np.int64)
     np.cumsum(np.where(touched, row, 0), out=bounds[1:])
+    written = (schedule.chunk_recvs()[rank] > 0) & (row > 0)
+    written[outputs] = False
     return Layout(schedule, _readonly(bounds), _readonly(inputs), _readonly(outputs),
-                  runs(bounds, inputs), runs(bounds, outputs), tuple(bounds.tolist()))
+                  runs(bounds, inputs), runs(bounds, outputs), tuple(bounds.tolist()),
+                  not bool(written.any()))
 
 
 def layout(schedule, rank: int, buffer_count: int | None = None,

@@ -21,6 +21,7 @@ import math
 import pickle
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -30,7 +31,8 @@ from .args import check_int
 from .errors import ArgumentError
 
 __all__ = ["tied_call", "WORKER_BYTES", "RUN_BUFFER_FACTOR", "MAX_PROCESSES_PER_CORE", "usable_cores",
-           "available_memory", "run_worker_bytes", "check_processes", "die_with_parent"]
+           "available_memory", "run_worker_bytes", "check_processes", "die_with_parent",
+           "end_session"]
 
 #: Memory of one idle worker: a Python interpreter with torch imported and a gloo process group
 #: initialised. Measured (torch 2.x CPU, Linux x86-64, 2 and 4 workers of
@@ -231,3 +233,24 @@ def die_with_parent(parent_pid: int, *, watch_pid: int | None = None,
                 os.kill(os.getpid(), signal.SIGKILL)
 
     threading.Thread(target=watch, name="ringccl-die-with-parent", daemon=True).start()
+
+
+def end_session(proc, grace_s: float, kill_wait_s: float = 10.0) -> None:
+    """End the session of ``proc`` (a ``subprocess.Popen`` started with
+    ``start_new_session=True``: a launcher and what it started): SIGTERM first, so that a
+    launcher ends its ranks and removes its files (Open MPI's mpirun its shared-memory
+    segments, which a SIGKILL leaves in /dev/shm), SIGKILL after ``grace_s`` seconds; then
+    reap ``proc``."""
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, kill_wait_s)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()

@@ -4,10 +4,12 @@ Usage: python backend_script.py MODE   (env: MASTER_ADDR, MASTER_PORT, RANK, WOR
 MODE "env": init_process_group("ringccl") from the environment, all_reduce, print JSON.
 MODE "store": the same with an explicit TCPStore, rank and world_size.
 MODE "kill": the last rank exits during a stream of all_reduces; the others print what they
-raised and after how many seconds (group timeout: 10 s).
+raised and after how many seconds (their waits' bound: RINGCCL_TIMEOUT, set by the test).
 MODE "kill_small": the same with small all_reduces (4 KiB, below the inline threshold: the
 dispatch policy runs them in the caller's thread); the report says whether the failed call's
 Work was already complete when the call returned (it ran inline).
+MODE "kill_first": the last rank exits before the group's first collective (the shared
+memory's set-up); the others report what their first all_reduce raised.
 Every report names the group's transport, and (shm, hybrid) its segments' uid, so the test can check
 that /dev/shm holds none of them afterwards.
 """
@@ -26,7 +28,9 @@ from ringccl.backends.shm import registry
 
 assert ringccl.torch.backend.BACKEND_NAME == "ringccl"  # the import is the point
 
-TIMEOUT = datetime.timedelta(seconds=10)
+# the group's own bound, which its connect (the store, gloo's full mesh) uses too: generous,
+# from tests/bounds.py (no test here is about it); the waits' bound is RINGCCL_TIMEOUT
+TIMEOUT = datetime.timedelta(seconds=float(os.environ.get("RINGCCL_TEST_RENDEZVOUS_S", "120")))
 
 
 def main(mode: str) -> None:
@@ -38,6 +42,19 @@ def main(mode: str) -> None:
                                 timeout=TIMEOUT)
     else:
         dist.init_process_group("ringccl", timeout=TIMEOUT)   # env://, as under torchrun
+    if mode == "kill_first":
+        pg = dist.distributed_c10d._get_default_group()
+        report = {"rank": rank, "transport": pg.transport}
+        if rank == world_size - 1:
+            os._exit(17)
+        try:
+            dist.all_reduce(torch.ones(8))
+        except Exception as exc:  # what the survivors raise is the result
+            report["raised"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        print(json.dumps(report), flush=True)
+        # a survivor gone at once would look like the rank that left to a slower survivor
+        time.sleep(float(os.environ.get("RINGCCL_TEST_SLACK", "5")))
+        os._exit(0)
     t = torch.full((1 << 20,), float(rank))
     dist.all_reduce(t)
     pg = dist.distributed_c10d._get_default_group()
@@ -64,8 +81,8 @@ def main(mode: str) -> None:
         if rank == world_size - 1:
             time.sleep(0.3)
             os._exit(17)
-        # small calls are quick: loop until one fails (bounded well past the group timeout)
-        end = time.monotonic() + 60
+        # small calls are quick: loop until one fails (bounded well past the waits' bound)
+        end = time.monotonic() + TIMEOUT.total_seconds()
         while time.monotonic() < end:
             started = time.monotonic()
             work = dist.all_reduce(small, async_op=True)

@@ -24,6 +24,8 @@ import signal
 import time
 from dataclasses import asdict, dataclass, field
 
+from .. import bounds
+
 VICTIM_EXIT = 17
 _jobs = itertools.count()
 
@@ -38,7 +40,8 @@ class Trial:
     mode: str = "kill"        # "kill": os._exit; "stall": sleep until killed; "sigkill",
     #                           "sigstop": the signal to itself
     transport: str = "p2p"    # ringccl.torch's transport= for the trial's calls (issue 16)
-    timeout: float = 4.0      # the process group's timeout, seconds
+    timeout: float = 4.0      # the waits' bound, seconds: RINGCCL_TIMEOUT in every rank (the
+    #                           group's own, which gloo's connect uses too, is generous)
     count: int = 0            # elements (0: 12 * world_size)
     op: str = "sum"
     params: dict = field(default_factory=dict)
@@ -137,20 +140,24 @@ def _install_fault(trial: Trial, results, armed: list) -> None:
 
 
 def _init_group(rank: int, world_size: int, port: int, timeout: float) -> None:
-    """In a forked rank: one intra-op thread, a gloo group over loopback with ``timeout``."""
+    """In a forked rank: one intra-op thread, a gloo group over loopback whose ringccl waits
+    are bounded by ``timeout`` (``RINGCCL_TIMEOUT``).
+
+    The connection is bounded like nothing a test is about (:func:`tests.bounds.rendezvous_s`,
+    the store's and the group's own timeout: gloo's full-mesh connect uses the group's):
+    bounded by the trials' few seconds, trials starting at once on 2 cores (pytest -n 2)
+    failed 1-4 of 45 at the rendezvous, before any fault ("client socket has timed out after
+    4000ms", "wait timeout ... keys: init/", gloo's connectFullMesh)."""
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    os.environ["RINGCCL_TIMEOUT"] = str(timeout)   # every ringccl wait, p2p and shm alike
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    # the rendezvous gets a generous bound of its own: with init_method the store inherits the
-    # group's few-second timeout, and two trials starting at once on 2 cores (pytest -n 2)
-    # sometimes took longer than that just to connect ("client socket has timed out after
-    # 4000ms", "wait timeout ... keys: init/"); the group's own waits keep ``timeout``
-    store = dist.TCPStore("127.0.0.1", port, world_size, rank == 0,
-                          timeout=datetime.timedelta(seconds=max(60.0, timeout)))
+    connect = datetime.timedelta(seconds=max(bounds.rendezvous_s(), timeout))
+    store = dist.TCPStore("127.0.0.1", port, world_size, rank == 0, timeout=connect)
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size,
-                            timeout=datetime.timedelta(seconds=timeout))
+                            timeout=connect)
 
 
 def _rank(rank: int, port: int, trial: Trial, results) -> None:
@@ -230,7 +237,7 @@ def run(trial: Trial) -> Outcome:
             os.environ["RINGCCL_SHM_JOB"] = saved
     died_at, records = None, {}
     survivors = set(range(trial.world_size)) - {trial.victim}
-    deadline = time.monotonic() + trial.timeout * 3 + 30
+    deadline = time.monotonic() + bounds.job(trial.timeout * 3 + 30)
     while not survivors <= set(records) and time.monotonic() < deadline:
         try:
             kind, rank, value = results.get(timeout=0.5)
@@ -253,7 +260,7 @@ def run(trial: Trial) -> Outcome:
         problems.append(f"ranks {missing} never reported (hang)")
     if died_at is None:
         problems.append("the victim never failed")
-    limit = trial.timeout + 5
+    limit = trial.timeout + bounds.slack()
     for rank, rec in sorted(records.items()):
         if "crash" in rec:
             problems.append(f"rank {rank} crashed: {rec['crash']}")
@@ -294,7 +301,9 @@ def _call(fn, rank: int, world_size: int, port: int, timeout: float, args, resul
 def run_ranks(fn, world_size: int, *args, timeout: float = 10.0) -> dict:
     """``fn(rank, world_size, *args)`` on forked gloo ranks; rank -> (ok, value or error text).
 
-    A rank that does not report within ``3 * timeout + 30`` s is missing from the result.
+    ``timeout`` bounds the ranks' ringccl waits (``RINGCCL_TIMEOUT``, :func:`_init_group`). A
+    rank that does not report within ``bounds.job(3 * timeout + 30)`` s is missing from the
+    result.
     """
     from ringccl.torch.launch import free_port
 
@@ -306,7 +315,7 @@ def run_ranks(fn, world_size: int, *args, timeout: float = 10.0) -> dict:
     for p in procs:
         p.start()
     out: dict = {}
-    deadline = time.monotonic() + 3 * timeout + 30
+    deadline = time.monotonic() + bounds.job(3 * timeout + 30)
     while len(out) < world_size and time.monotonic() < deadline:
         try:
             rank, value = results.get(timeout=0.5)

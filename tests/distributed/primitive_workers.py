@@ -216,7 +216,17 @@ def subgroup(rank, n):
     members = list(range(1, n))
     group = dist.new_group(members)
     if rank not in members:
+        # stays until the others are done: it hosts the store, which they may still poll
+        # (torch's store-based barrier of new_group) after it returned
+        dist.barrier()
         return []
+    failures = _in_subgroup(rank, n, members, group)
+    dist.barrier()
+    return failures
+
+
+def _in_subgroup(rank, n, members, group) -> list:
+    """:func:`subgroup`'s calls on a member."""
     failures = []
     x = torch.full((7,), float(rank))
     rt.broadcast(x, src=n - 1, group=group)

@@ -7,13 +7,15 @@ import sys
 import time
 from pathlib import Path
 
+from .. import bounds
+
 SCRIPT = Path(__file__).with_name("launcher_script.py")
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 #: generous bounds for start-up and for the kernel and the watchdogs to end processes: the
 #: tests poll until a condition holds and only fail at these deadlines (no timing asserted)
-START_S = 120.0
-GONE_S = 20.0
+START_S = bounds.job(120.0)
+GONE_S = bounds.job(20.0)
 
 
 def start_launcher(*argv: str, marker: str) -> subprocess.Popen:

@@ -10,18 +10,21 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("hypothesis")
 
+from ringccl.errors import ArgumentError  # noqa: E402
 from ringccl.torch.launch import launch  # noqa: E402
 
 from . import backend_workers  # noqa: E402
 
-pytestmark = [pytest.mark.distributed, pytest.mark.timeout(600)]
+from .. import bounds  # noqa: E402
+
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(bounds.job(600))]
 
 NPROC = 4
 
 
 def test_every_collective_matches_gloo():
     runs = launch(backend_workers.collectives_vs_gloo, NPROC, 60, backend="ringccl",
-                  timeout=300)
+                  timeout=bounds.job(300))
     for rank, r in enumerate(runs):
         assert r["calls"] >= 60, rank
         assert r["mismatches"] == [], (rank, r["mismatches"][:3])
@@ -29,7 +32,7 @@ def test_every_collective_matches_gloo():
 
 @pytest.fixture(scope="module")
 def observed():
-    return launch(backend_workers.futures_and_subgroups, NPROC, backend="ringccl", timeout=200)
+    return launch(backend_workers.futures_and_subgroups, NPROC, backend="ringccl", timeout=bounds.job(200))
 
 
 def test_future_values_are_glooish(observed):
@@ -76,7 +79,7 @@ def test_algo_override_and_debug_lines(monkeypatch, transport):
     # one host: shared memory unless RINGCCL_TRANSPORT=p2p (read when the group is created)
     if transport == "p2p":
         monkeypatch.setenv("RINGCCL_TRANSPORT", "p2p")
-    runs = launch(backend_workers.debug_lines, 2, backend="ringccl", timeout=120)
+    runs = launch(backend_workers.debug_lines, 2, backend="ringccl", timeout=bounds.job(120))
     lines = runs[0]["lines"]
     # one line per (collective, size class): 1000 floats and 100000 floats, and the all_gather
     assert len(lines) == 3, lines
@@ -100,7 +103,7 @@ def test_algo_override_and_debug_lines(monkeypatch, transport):
 
 
 def test_dispatch_keeps_issue_order_across_threads():
-    runs = launch(backend_workers.dispatch_order, NPROC, backend="ringccl", timeout=200)
+    runs = launch(backend_workers.dispatch_order, NPROC, backend="ringccl", timeout=bounds.job(200))
     for rank, r in enumerate(runs):
         assert r["threshold"] == 256 * 1024
         # an idle group's small call ran in the caller's thread: complete on return
@@ -125,13 +128,25 @@ def test_inline_threshold_from_the_environment(monkeypatch):
     assert backend.inline_bytes() == 0
     for bad in ("lots", "-5", "1.5"):
         monkeypatch.setenv("RINGCCL_BACKEND_INLINE_BYTES", bad)
-        with pytest.raises(ValueError, match="RINGCCL_BACKEND_INLINE_BYTES=") as info:
+        with pytest.raises(ArgumentError, match="RINGCCL_BACKEND_INLINE_BYTES=") as info:
             backend.inline_bytes()
         assert repr(bad) in str(info.value)
 
 
+def test_environment_errors_name_the_variable_and_value(monkeypatch):
+    from ringccl.backends.torch import dispatch, process_group, transport
+    monkeypatch.setenv("RINGCCL_BACKEND_THREAD", "yes")
+    with pytest.raises(ArgumentError, match="RINGCCL_BACKEND_THREAD='yes' must be '1'"):
+        dispatch.backend_thread()
+    monkeypatch.setenv("RINGCCL_TRANSPORT", "tcp")
+    with pytest.raises(ArgumentError, match="RINGCCL_TRANSPORT='tcp' must be one of"):
+        transport.group_transport(["a", "a"], 2)
+    with pytest.raises(ArgumentError, match="pg_options="):
+        process_group.create_process_group(None, pg_options=object())
+
+
 def test_two_hosts_run_hybrid_with_the_cost_models_two_level_choice():
-    runs = launch(backend_workers.hybrid_vs_gloo, NPROC, backend="ringccl", timeout=300)
+    runs = launch(backend_workers.hybrid_vs_gloo, NPROC, backend="ringccl", timeout=bounds.job(300))
     for rank, r in enumerate(runs):
         assert r["transport"] == "hybrid", rank
         assert r["calls"] >= 60 and r["mismatches"] == [], (rank, r["mismatches"][:3])
@@ -144,8 +159,8 @@ def test_two_hosts_run_hybrid_with_the_cost_models_two_level_choice():
 
 
 def test_ranks_that_disagree_on_the_transport_are_refused_at_creation():
-    runs = launch(backend_workers.transport_mismatch, 2, backend="ringccl", timeout=120)
+    runs = launch(backend_workers.transport_mismatch, 2, backend="ringccl", timeout=bounds.job(120))
     for outcome in runs:
-        assert outcome is not None and outcome.startswith("ValueError: RINGCCL_TRANSPORT "
+        assert outcome is not None and outcome.startswith("ArgumentError: RINGCCL_TRANSPORT "
                                                           "differs"), outcome
         assert "rank 0: 'auto'" in outcome and "rank 1: 'p2p'" in outcome, outcome

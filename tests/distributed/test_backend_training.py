@@ -17,12 +17,14 @@ from ringccl.torch.launch import launch  # noqa: E402
 
 from . import backend_train_workers  # noqa: E402
 
-pytestmark = [pytest.mark.distributed, pytest.mark.timeout(600)]
+from .. import bounds  # noqa: E402
+
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(bounds.job(600))]
 
 
 @pytest.fixture(scope="module")
 def runs():
-    return launch(backend_train_workers.everything, 4, backend="ringccl", timeout=500)
+    return launch(backend_train_workers.everything, 4, backend="ringccl", timeout=bounds.job(500))
 
 
 VARIANTS = ["ddp", "ddp_hook", "ddp_no_sync", "fsdp2",

@@ -9,7 +9,9 @@ torch = pytest.importorskip("torch")
 
 from ringccl.torch.launch import launch  # noqa: E402
 
-pytestmark = [pytest.mark.distributed, pytest.mark.timeout(300)]
+from .. import bounds  # noqa: E402
+
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(bounds.job(300))]
 
 BAD = [  # (call, type name, what the message must contain), the same on every rank
     (lambda rt, t, n: rt.broadcast(t, src=n), "ArgumentError",
@@ -55,7 +57,7 @@ def bad_then_good(rank, n):
 
 
 def test_bad_arguments_refused_alike_on_two_ranks_and_outputs_views_filled():
-    per_rank = launch(bad_then_good, 2, timeout=240)
+    per_rank = launch(bad_then_good, 2, timeout=bounds.job(240))
     for rank, (results, untouched, gathered, base) in enumerate(per_rank):
         assert len(results) == len(BAD)
         for (kind, message), (_, want_kind, want) in zip(results, BAD):

@@ -14,7 +14,9 @@ import ringccl  # noqa: E402
 from ringccl.cli import main  # noqa: E402
 from ringccl.torch.launch import free_port  # noqa: E402
 
-pytestmark = [pytest.mark.distributed, pytest.mark.timeout(600)]
+from .. import bounds  # noqa: E402
+
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(bounds.job(600))]
 
 
 def test_bench_all_reduce_ring_and_builtin(capsys):
@@ -85,7 +87,7 @@ def test_bench_under_torchrun():
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
          "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "-m", "ringccl",
          "bench", "all_reduce", "-b", "1KiB", "-e", "1KiB", "--iters", "2", "-w", "0", "--csv"],
-        capture_output=True, text=True, timeout=300, env=env)
+        capture_output=True, text=True, timeout=bounds.job(300), env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.strip().splitlines()
     rows = 2 * (len(ringccl.algorithms("all_reduce")) + 1) + 1  # × placements, + local-reduce

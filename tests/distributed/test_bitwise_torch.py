@@ -11,11 +11,13 @@ from ringccl.torch.launch import launch  # noqa: E402
 
 from . import bitwise_workers  # noqa: E402
 
-pytestmark = [pytest.mark.distributed, pytest.mark.timeout(600)]
+from .. import bounds  # noqa: E402
+
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(bounds.job(600))]
 
 
 def test_every_rank_receives_the_same_bytes():
-    results = launch(bitwise_workers.compare_collectives, 4, timeout=500)
+    results = launch(bitwise_workers.compare_collectives, 4, timeout=bounds.job(500))
     failures, checked = results[0]
     assert checked == len(bitwise_workers.pairs()) * len(bitwise_workers.DTYPES) * 6
     assert len(bitwise_workers.pairs()) >= 17
@@ -26,6 +28,6 @@ def test_every_rank_receives_the_same_bytes():
 def test_replicas_trained_with_direct_stay_bitwise_equal():
     # direct first: the algorithm whose ranks used to round differently
     names = ["direct"] + [a for a in algorithms("all_reduce") if a != "direct"]
-    results = launch(bitwise_workers.compare_training, 4, names, timeout=500)
+    results = launch(bitwise_workers.compare_training, 4, names, timeout=bounds.job(500))
     assert results[0] == [], "\n".join(results[0][:20])
     assert all(r == results[0] for r in results)

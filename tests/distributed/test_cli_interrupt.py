@@ -14,6 +14,8 @@ import uuid
 import pytest
 
 pytest.importorskip("torch")
+from .. import bounds  # noqa: E402
+
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc (Linux)")
 
 from ringccl import resources  # noqa: E402
@@ -42,7 +44,7 @@ def test_ctrl_c_on_bench_reports_the_rows_so_far_in_one_line(tmp_path):
         assert workers, "the workers did not start"
         time.sleep(3)  # let some rows be measured (how many does not matter: see below)
         os.killpg(cli.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
-        out, err = cli.communicate(timeout=120)
+        out, err = cli.communicate(timeout=bounds.job(120))
         assert cli.returncode == 130, (out, err)
         lines = err.splitlines()
         assert len(lines) == 1 and "Traceback" not in err, err
@@ -65,14 +67,14 @@ def test_oversubscribe_starts_a_modestly_oversubscribed_run():
     marker = uuid.uuid4().hex
     refused = _ringccl("run", "all_reduce", "--nproc", str(nproc), "-c", "64", marker=marker)
     try:
-        out, err = refused.communicate(timeout=120)
+        out, err = refused.communicate(timeout=bounds.job(120))
         assert refused.returncode == 2 and "processes per core" in err and not out, err
     finally:
         kill_all(refused, marker)
     cli = _ringccl("run", "all_reduce", "--nproc", str(nproc), "-c", "64", "--iters", "1",
                    "--warmup", "0", "--oversubscribe", marker=marker)
     try:
-        out, err = cli.communicate(timeout=600)
+        out, err = cli.communicate(timeout=bounds.job(600))
         assert cli.returncode == 0, err
         assert f"all_reduce on {nproc} local gloo processes" in out
     finally:
@@ -93,7 +95,7 @@ def test_a_worker_failure_is_one_line_and_verbose_gives_its_traceback(tmp_path):
     for verbose in ((), ("--verbose",)):
         cli = _ringccl(*argv, *verbose, marker=marker)
         try:
-            out, err = cli.communicate(timeout=300)
+            out, err = cli.communicate(timeout=bounds.job(300))
             assert cli.returncode == 2, (out, err)
             assert err.startswith("ringccl: error: rank ") and (
                 "RuntimeError: boom in a worker" in err), err
@@ -111,7 +113,7 @@ def test_a_piped_run_prints_whole_numbers_and_no_future_warning(collective):
     cli = _ringccl("run", collective, "--nproc", "2", "-c", "1Mi", "--iters", "2", marker=marker,
                    COLUMNS="40")
     try:
-        out, err = cli.communicate(timeout=300)
+        out, err = cli.communicate(timeout=bounds.job(300))
         assert cli.returncode == 0, err
         assert "FutureWarning" not in err and "deprecated" not in err, err
         assert "…" not in out
@@ -144,7 +146,7 @@ def test_ctrl_c_on_train_and_mpi_bench_is_one_line(argv):
         assert workers, "the workers did not start"
         time.sleep(3)
         os.killpg(cli.pid, signal.SIGINT)
-        out, err = cli.communicate(timeout=120)
+        out, err = cli.communicate(timeout=bounds.job(120))
         assert cli.returncode == 130, (out, err)
         lines = err.splitlines()
         assert len(lines) == 1 and lines[0].startswith("interrupted: ringccl train stopped"

@@ -37,7 +37,9 @@ from ringccl.torch.launch import launch  # noqa: E402
 
 from .calls import collective_calls  # noqa: E402
 
-pytestmark = [pytest.mark.distributed, pytest.mark.timeout(300)]
+from .. import bounds  # noqa: E402
+
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(bounds.job(300))]
 
 DTYPES = [torch.float32, torch.bfloat16, torch.int32]
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
@@ -201,7 +203,7 @@ def two_hosts(rank, world_size, shm_dir):
 def test_two_hosts_of_two_ranks_shm_inside_gloo_across(monkeypatch):
     with tempfile.TemporaryDirectory(prefix="ringccl-test-shm.", dir="/dev/shm") as d:
         monkeypatch.setenv("RINGCCL_SHM_DIR", d)
-        results = launch(two_hosts, 4, d, timeout=240)
+        results = launch(two_hosts, 4, d, timeout=bounds.job(240))
         assert not os.listdir(d), os.listdir(d)
     assert all(calls > 50 for _, calls in results), results
     assert [f for f, _ in results] == [[]] * 4

@@ -9,6 +9,8 @@ import uuid
 import pytest
 
 pytest.importorskip("torch")
+from .. import bounds  # noqa: E402
+
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc (Linux)")
 
 from ringccl.errors import ArgumentError, WorkerError  # noqa: E402
@@ -49,7 +51,7 @@ def test_ctrl_c_ends_every_worker_with_one_line(tmp_path):
         pids = wait_for(lambda: _started(tmp_path, 2), START_S)
         assert pids, "the workers did not start"
         os.killpg(launcher.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
-        out, err = launcher.communicate(timeout=60)
+        out, err = launcher.communicate(timeout=bounds.job(60))
         assert launcher.returncode == 130, (out, err)
         assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
         lines = err.strip().splitlines()
@@ -66,7 +68,7 @@ def test_sigterm_ends_every_worker(tmp_path):
     try:
         assert wait_for(lambda: _started(tmp_path, 2), START_S)
         launcher.terminate()
-        out, err = launcher.communicate(timeout=60)
+        out, err = launcher.communicate(timeout=bounds.job(60))
         assert launcher.returncode == 130, (out, err)
         assert "Traceback" not in err, err
         assert not marked(marker)
@@ -105,7 +107,7 @@ def test_bad_ringccl_timeout_is_refused_in_the_parent(monkeypatch):
 
 def test_a_worker_error_is_one_line_naming_rank_and_cause():
     with pytest.raises(WorkerError) as info:
-        launch(raise_on_rank_1, 2, timeout=120)
+        launch(raise_on_rank_1, 2, timeout=bounds.job(120))
     assert str(info.value) == "rank 1: ArgumentError: count=-1 must be an integer >= 0"
     assert info.value.rank == 1 and info.value.exc_type == "ArgumentError"
     assert "Traceback" in info.value.worker_traceback
@@ -113,4 +115,4 @@ def test_a_worker_error_is_one_line_naming_rank_and_cause():
 
 def test_verbose_adds_the_worker_traceback():
     with pytest.raises(WorkerError, match=r"(?s)^rank 1: ArgumentError: .*\nTraceback"):
-        launch(raise_on_rank_1, 2, timeout=120, verbose=True)
+        launch(raise_on_rank_1, 2, timeout=bounds.job(120), verbose=True)

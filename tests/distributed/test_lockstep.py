@@ -14,7 +14,9 @@ torch = pytest.importorskip("torch")
 
 from . import faults  # noqa: E402
 
-pytestmark = pytest.mark.timeout(300)
+from .. import bounds  # noqa: E402
+
+pytestmark = pytest.mark.timeout(bounds.job(300))
 
 CASES = [("all_reduce", "ring"), ("all_reduce", "double_binary_tree"),
          ("all_reduce", "halving_doubling"), ("reduce_scatter", "ring"),

@@ -15,7 +15,9 @@ from ringccl.torch.launch import launch  # noqa: E402
 
 from . import moe_workers  # noqa: E402
 
-pytestmark = [pytest.mark.distributed, pytest.mark.timeout(600)]
+from .. import bounds  # noqa: E402
+
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(bounds.job(600))]
 
 NPROC = 4
 EXACT = 1e-12
@@ -23,7 +25,7 @@ EXACT = 1e-12
 
 @pytest.fixture(scope="module")
 def runs():
-    return launch(moe_workers.all_cases, NPROC, timeout=500)
+    return launch(moe_workers.all_cases, NPROC, timeout=bounds.job(500))
 
 
 @pytest.mark.parametrize("case", ["uniform", "skewed", "empty_ranks", "capacity"])

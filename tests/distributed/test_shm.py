@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
-import tempfile
 
 import pytest
 
@@ -29,7 +28,9 @@ from ringccl.torch.launch import launch  # noqa: E402
 
 from .calls import collective_calls  # noqa: E402
 
-pytestmark = [pytest.mark.distributed, pytest.mark.timeout(300)]
+from .. import bounds  # noqa: E402
+
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(bounds.job(300))]
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int8, torch.bool]
 REDUCING = ("all_reduce", "reduce", "reduce_scatter")
@@ -369,36 +370,28 @@ def hypothesis_job(rank, world_size):
     return failures
 
 
-@pytest.fixture
-def shm_dir(monkeypatch):
-    with tempfile.TemporaryDirectory(prefix="ringccl-test-shm.", dir="/dev/shm") as d:
-        monkeypatch.setenv("RINGCCL_SHM_DIR", d)
-        yield d
-        assert not os.listdir(d), os.listdir(d)
-
-
 def test_every_collective_and_algorithm_over_shm_matches_gloo(shm_dir):
-    results = launch(every_algorithm, 3, timeout=240)
+    results = launch(every_algorithm, 3, timeout=bounds.job(240))
     assert all(calls > 100 for _, calls in results), results
     assert [f for f, _ in results] == [[]] * 3
 
 
 def test_private_buffer_collectives_given_as_sources_and_targets(shm_dir):
-    assert launch(staged_forms, 3, timeout=200) == [[], [], []]
+    assert launch(staged_forms, 3, timeout=bounds.job(200)) == [[], [], []]
 
 
 def test_growth_zero_copy_groups_and_transport_choice(shm_dir):
-    results = launch(features, 3, shm_dir, timeout=200)
+    results = launch(features, 3, shm_dir, timeout=bounds.job(200))
     assert results == [[]] * 3
 
 
 def test_growth_asked_by_one_rank_only(shm_dir):
-    assert launch(one_rank_grows, 3, timeout=200) == [[], [], []]
+    assert launch(one_rank_grows, 3, timeout=bounds.job(200)) == [[], [], []]
     assert not os.listdir(shm_dir)
 
 
 def test_hypothesis_property_over_shm(shm_dir):
-    assert launch(hypothesis_job, 2, timeout=200) == [[], []]
+    assert launch(hypothesis_job, 2, timeout=bounds.job(200)) == [[], []]
 
 
 def too_small(rank, world_size):
@@ -417,19 +410,19 @@ def test_too_small_tmpfs_is_a_clear_error_at_set_up(tmp_path, monkeypatch):
     d.mkdir()
     try:
         subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(d)], check=True,
-                       capture_output=True, timeout=10)
+                       capture_output=True, timeout=bounds.job(10))
     except (OSError, subprocess.SubprocessError) as exc:
         pytest.skip(f"cannot mount a 1 MiB tmpfs here (needs root/CAP_SYS_ADMIN): {exc}")
     try:
         monkeypatch.setenv("RINGCCL_SHM_DIR", str(d))
-        results = launch(too_small, 2, timeout=120)
+        results = launch(too_small, 2, timeout=bounds.job(120))
         assert results[0][0] == "ShmSpaceError", results
         assert "needs 8388608 bytes" in results[0][1] and str(d) in results[0][1]
         assert "RINGCCL_SHM_DIR" in results[0][1]
         assert results[1][0] in ("BackendError", "ShmSpaceError"), results
         assert not os.listdir(d), os.listdir(d)
     finally:
-        subprocess.run(["umount", str(d)], capture_output=True, timeout=10)
+        subprocess.run(["umount", str(d)], capture_output=True, timeout=bounds.job(10))
 
 
 def killed_in_the_window(rank, world_size):
@@ -447,5 +440,5 @@ def test_launch_sweeps_what_a_sigkilled_worker_left(shm_dir):
     from ringccl.errors import BackendError
 
     with pytest.raises(BackendError, match="rank 0 exited"):
-        launch(killed_in_the_window, 2, timeout=60)
+        launch(killed_in_the_window, 2, timeout=bounds.job(60))
     assert not os.listdir(shm_dir)   # also checked by the fixture

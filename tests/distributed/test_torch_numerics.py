@@ -11,13 +11,15 @@ from ringccl.torch.launch import launch  # noqa: E402
 
 from . import numerics_workers as w  # noqa: E402
 
-pytestmark = [pytest.mark.distributed, pytest.mark.timeout(600)]
+from .. import bounds  # noqa: E402
+
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(bounds.job(600))]
 N = 3
 
 
 @pytest.fixture(scope="module")
 def results():
-    return launch(w.numerics, N, timeout=300)
+    return launch(w.numerics, N, timeout=bounds.job(300))
 
 
 def _same(got, want):

@@ -12,25 +12,27 @@ from ringccl.torch.launch import launch  # noqa: E402
 
 from . import primitive_workers as workers  # noqa: E402
 
-pytestmark = [pytest.mark.distributed, pytest.mark.timeout(900)]
+from .. import bounds  # noqa: E402
+
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(bounds.job(900))]
 
 
 @pytest.mark.parametrize("nproc", [2, 3, 4])
 def test_rooted_collectives_match_torch_distributed(nproc):
-    assert launch(workers.rooted, nproc, timeout=600) == [[]] * nproc
+    assert launch(workers.rooted, nproc, timeout=bounds.job(600)) == [[]] * nproc
 
 
 @pytest.mark.parametrize("nproc", [2, 3, 4])
 def test_exchanges_and_reductions_match_torch_distributed(nproc):
-    assert launch(workers.exchange, nproc, timeout=600) == [[]] * nproc
+    assert launch(workers.exchange, nproc, timeout=bounds.job(600)) == [[]] * nproc
 
 
 def test_roots_are_global_ranks_in_a_subgroup():
-    assert launch(workers.subgroup, 4, timeout=120) == [[]] * 4
+    assert launch(workers.subgroup, 4, timeout=bounds.job(120)) == [[]] * 4
 
 
 def test_bad_arguments_raise_on_every_rank_before_data_moves():
-    results = launch(workers.bad_arguments, 3, timeout=120)
+    results = launch(workers.bad_arguments, 3, timeout=bounds.job(120))
     for messages in results:
         assert "src=3 is out of range for world_size=3" in messages[0]
         assert "op=avg needs a floating dtype" in messages[1]
@@ -44,7 +46,7 @@ def test_bad_arguments_raise_on_every_rank_before_data_moves():
 
 
 def test_root_only_lists_are_checked():
-    messages = launch(workers.root_only_arguments, 1, timeout=60)[0]
+    messages = launch(workers.root_only_arguments, 1, timeout=bounds.job(60))[0]
     assert "scatter_list[0] has 3 elements; every tensor must have tensor.numel()=2" in messages[0]
     assert "scatter_list must be a list of world_size=1 tensors, got NoneType" in messages[1]
     assert "gather_list must be a list of world_size=1 tensors, got list of length 2" in messages[2]
@@ -75,4 +77,4 @@ def test_cli_run_matches_gloo(capsys, argv):
 
 
 def test_tensors_that_require_grad_are_written_like_dist_does():
-    assert launch(workers.requires_grad, 3, timeout=120) == [[]] * 3
+    assert launch(workers.requires_grad, 3, timeout=bounds.job(120)) == [[]] * 3

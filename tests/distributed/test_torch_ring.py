@@ -11,17 +11,19 @@ from ringccl.torch.launch import launch  # noqa: E402
 
 from . import workers  # noqa: E402
 
-pytestmark = [pytest.mark.distributed, pytest.mark.timeout(600)]
+from .. import bounds  # noqa: E402
+
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(bounds.job(600))]
 
 
 @pytest.mark.parametrize("nproc", [2, 3, 4])
 def test_matches_torch_distributed(nproc):
-    results = launch(workers.compare_all, nproc, timeout=300)
+    results = launch(workers.compare_all, nproc, timeout=bounds.job(300))
     assert results == [[]] * nproc
 
 
 def test_subgroup_maps_peers_to_global_ranks():
-    assert launch(workers.subgroup, 4, timeout=120) == [[]] * 4
+    assert launch(workers.subgroup, 4, timeout=bounds.job(120)) == [[]] * 4
 
 
 def test_a_worker_that_exits_without_reporting_is_named_at_once():
@@ -30,12 +32,12 @@ def test_a_worker_that_exits_without_reporting_is_named_at_once():
     from ringccl.errors import BackendError
     start = time.monotonic()
     with pytest.raises(BackendError, match="rank 1 exited with code 0 before reporting"):
-        launch(workers.exit_silently, 2, timeout=120)
+        launch(workers.exit_silently, 2, timeout=bounds.job(120))
     assert time.monotonic() - start < 60  # not the 120 s (+30) deadline
 
 
 def test_bad_arguments_raise_before_data_moves():
-    results = launch(workers.bad_arguments, 3, timeout=120)
+    results = launch(workers.bad_arguments, 3, timeout=bounds.job(120))
     for messages in results:
         assert "input has 10 elements" in messages[0]
         assert "output_tensor has 5 elements" in messages[1]
@@ -78,6 +80,6 @@ def test_under_torchrun(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "3",
          "--master-addr", "127.0.0.1", "--master-port", str(free_port()), str(script)],
-        capture_output=True, text=True, timeout=300, env=env)
+        capture_output=True, text=True, timeout=bounds.job(300), env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count(": OK") == 3

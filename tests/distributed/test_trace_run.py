@@ -10,7 +10,9 @@ import pytest
 import ringccl
 from ringccl.cli import main
 
-pytestmark = [pytest.mark.distributed, pytest.mark.timeout(600)]
+from .. import bounds  # noqa: E402
+
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(bounds.job(600))]
 
 
 def _check(path, collective, algorithm, world_size, calls_per_rank=1):
@@ -83,7 +85,7 @@ def _run_logged(debug, args=("all_reduce", "-n", "2", "-c", "1Ki")):
     if debug is not None:
         env["RINGCCL_DEBUG"] = debug
     p = subprocess.run([sys.executable, "-m", "ringccl", "run", *args, "--iters", "1",
-                        "--warmup", "0"], capture_output=True, text=True, env=env, timeout=300)
+                        "--warmup", "0"], capture_output=True, text=True, env=env, timeout=bounds.job(300))
     assert p.returncode == 0, p.stderr
     return [line for line in p.stderr.splitlines() if line.startswith("ringccl ")]
 

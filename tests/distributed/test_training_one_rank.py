@@ -15,7 +15,9 @@ import ringccl.torch as rt  # noqa: E402
 from ringccl.errors import BackendError  # noqa: E402
 from ..gloo_group import one_rank_gloo_group  # noqa: E402
 
-pytestmark = [pytest.mark.distributed, pytest.mark.timeout(300)]
+from .. import bounds  # noqa: E402
+
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(bounds.job(300))]
 
 
 @pytest.fixture(scope="module", autouse=True)

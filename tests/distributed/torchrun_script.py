@@ -1,5 +1,9 @@
-"""Run under torchrun: ring all_reduce on the env:// process group vs dist.all_reduce."""
+"""Run under torchrun: ring all_reduce on the env:// process group vs dist.all_reduce; after
+destroy_process_group no thread but the main one may be left (gloo's threads outliving their
+group race the interpreter's exit: one releasing a tensor after finalization began aborts the
+process, "terminate called without an active exception")."""
 
+import os
 import sys
 
 import torch
@@ -16,6 +20,10 @@ dist.all_reduce(ref)
 out = torch.empty(world_size * 10)
 rt.all_gather_into_tensor(out, torch.full((10,), float(rank)))
 ok = torch.equal(ours, ref) and torch.equal(out, torch.arange(world_size).repeat_interleave(10).float())
-print(f"rank {rank}/{world_size}: {'OK' if ok else 'MISMATCH'}")
 dist.destroy_process_group()
-sys.exit(0 if ok else 1)
+tasks = f"/proc/{os.getpid()}/task"
+left = sorted(open(f"{tasks}/{t}/comm").read().strip() for t in os.listdir(tasks)
+              if int(t) != os.getpid()) if os.path.isdir(tasks) else []
+print(f"rank {rank}/{world_size}: {'OK' if ok else 'MISMATCH'}"
+      + (f"; threads left after destroy_process_group: {left}" if left else ""))
+sys.exit(0 if ok and not left else 1)

@@ -80,10 +80,14 @@ def subgroup(rank, world_size):
     """A group of the last world_size-1 ranks: peers must be mapped to global ranks."""
     members = list(range(1, world_size))
     group = dist.new_group(members)
+    x = torch.full((10,), float(rank))
+    if rank in members:
+        rt.all_reduce(x, group=group)
+    # rank 0, outside the group, stays until the others are done: it hosts the store, which
+    # they may still poll (torch's store-based barrier of new_group) after it returned
+    dist.barrier()
     if rank not in members:
         return []
-    x = torch.full((10,), float(rank))
-    rt.all_reduce(x, group=group)
     expected = float(sum(members))
     return [] if bool((x == expected).all()) else [f"subgroup got {x[0].item()} != {expected}"]
 

@@ -9,9 +9,7 @@ import importlib.util
 import json
 import os
 import shutil
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -24,20 +22,15 @@ import ringccl  # noqa: E402
 from ringccl.cli import main  # noqa: E402
 from ringccl.backends.mpi.launch import mpirun_command  # noqa: E402
 
-pytestmark = [pytest.mark.mpi, pytest.mark.timeout(600)]
-SRC = str(Path(__file__).resolve().parents[2] / "src")
+from .. import bounds  # noqa: E402
+from . import mpirun  # noqa: E402
 
-
-def _run(nproc, argv, timeout=300):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (SRC, os.environ.get("PYTHONPATH")) if p))
-    return subprocess.run(mpirun_command(nproc, argv), capture_output=True, text=True,
-                          timeout=timeout, env=env)
+pytestmark = [pytest.mark.mpi, pytest.mark.timeout(bounds.job(600))]
 
 
 @pytest.mark.parametrize("nproc", [1, 2, 3])
 def test_collectives_match_numpy_and_mpi(nproc):
-    proc = _run(nproc, [sys.executable, str(Path(__file__).with_name("mpi_script.py"))])
+    proc = mpirun.run(nproc, mpirun.python("mpi_script.py"), seconds=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count(": OK") == nproc
 
@@ -46,33 +39,32 @@ def test_collectives_match_numpy_and_mpi(nproc):
 def test_primitives_match_mpi_collectives(nproc):
     """broadcast, reduce, scatter, gather, all_to_all: every algorithm against MPI_Bcast,
     MPI_Reduce, MPI_Scatter, MPI_Gather, MPI_Alltoall(v) and numpy, in one mpirun."""
-    proc = _run(nproc, [sys.executable, str(Path(__file__).with_name("primitives_script.py"))])
+    proc = mpirun.run(nproc, mpirun.python("primitives_script.py"), seconds=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count(": OK") == nproc
 
 
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_aliasing_contract(nproc):
+    """Every collective × algorithm × transport (p2p, shm) and form of input/output: the
+    output right, nothing else changed; partial overlaps refused naming both arguments; with
+    3 ranks the in-place reduce_scatter example leaves [21, 24, 3, 4, 5, 6] on rank 0."""
+    proc = mpirun.run(nproc, mpirun.python("aliasing_script.py"), seconds=400)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count(": OK") == nproc, proc.stdout
+
+
 def test_a_stalled_rank_times_out_and_all_gather_output_is_restored():
     # the job ends with MPI_Abort (as documented after a timeout): only the printed lines count
-    env_timeout = dict(os.environ, RINGCCL_TIMEOUT="2")
-    env = dict(env_timeout, PYTHONPATH=os.pathsep.join(
-        p for p in (SRC, os.environ.get("PYTHONPATH")) if p))
-    cmd = mpirun_command(3, [sys.executable, str(Path(__file__).with_name("timeout_script.py"))])
-    if "--oversubscribe" in cmd:  # Open MPI: pass the variable on explicitly
-        cmd[1:1] = ["-x", "RINGCCL_TIMEOUT", "-x", "PYTHONPATH"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    proc = mpirun.run(3, mpirun.python("timeout_script.py"), seconds=120,
+                      env={"RINGCCL_TIMEOUT": "2"})
     assert proc.stdout.count(": OK") == 2, proc.stdout + proc.stderr
 
 
 def test_check_on_some_ranks_only_is_bounded_by_the_timeout():
     """ringccl.mpi's check=True on rank 0 only, timeout=3: every rank raises RingcclTimeout
     within the timeout (rank 0's check exchange was a blocking comm.allgather that hung)."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (SRC, os.environ.get("PYTHONPATH")) if p))
-    cmd = mpirun_command(3, [sys.executable,
-                             str(Path(__file__).with_name("check_some_ranks_script.py"))])
-    if "--oversubscribe" in cmd:
-        cmd[1:1] = ["-x", "PYTHONPATH"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    proc = mpirun.run(3, mpirun.python("check_some_ranks_script.py"), seconds=120)
     assert proc.stdout.count(": OK") == 3, proc.stdout + proc.stderr
 
 
@@ -144,8 +136,9 @@ def test_bench_rooted_and_all_to_all(capsys, collective, extra):
 
 def test_bench_under_mpirun_prints_once():
     """`mpirun -n 2 ringccl bench --backend mpi`: the processes run the sweep, rank 0 prints."""
-    proc = _run(2, [sys.executable, "-m", "ringccl", "bench", "all_gather", "--backend", "mpi",
-                    "-b", "4KiB", "-e", "4KiB", "--iters", "2", "-w", "0", "--csv"])
+    proc = mpirun.run(2, [sys.executable, "-m", "ringccl", "bench", "all_gather", "--backend",
+                          "mpi", "-b", "4KiB", "-e", "4KiB", "--iters", "2", "-w", "0", "--csv"],
+                      seconds=300)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     rows = 2 * (len(ringccl.algorithms("all_gather")) + 1)  # (algorithms + builtin) × placements

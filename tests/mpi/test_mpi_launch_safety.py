@@ -10,6 +10,8 @@ import uuid
 import pytest
 
 pytest.importorskip("mpi4py")
+from .. import bounds  # noqa: E402
+
 pytestmark = [pytest.mark.skipif(shutil.which("mpirun") is None and shutil.which("mpiexec")
                                  is None, reason="no MPI launcher"),
               pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc (Linux)")]
@@ -49,7 +51,7 @@ def test_ctrl_c_ends_mpirun_with_one_line_and_keeps_the_rows():
     try:
         assert launcher.stdout.readline() == "row\n"  # a first row measured
         os.killpg(launcher.pid, signal.SIGINT)
-        out, err = launcher.communicate(timeout=60)
+        out, err = launcher.communicate(timeout=bounds.job(60))
         assert launcher.returncode == 130, (out, err)
         assert "Traceback" not in err, err
         lines = err.strip().splitlines()

@@ -4,6 +4,7 @@ TOML, read and merged by :mod:`ringccl.planner.config`; the command line wins)."
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import sys
 
@@ -11,16 +12,18 @@ from .. import units
 from ..errors import ArgumentError
 from ..planner import plan, search
 from ..planner.cluster import CLUSTER_PRESETS, COLLECTIVE_MODELS
-from ..planner.config import PlanConfig, cluster_for, plan_config
+from ..planner.config import PlanConfig, cluster_for, layout_for_gpus, plan_config
 from ..planner.emit import write_step_file
+from ..planner.frameworks import DEFAULT_FRAMEWORK, DEFAULT_WHY, FRAMEWORKS, REDUCE_DTYPES
 from ..planner.gpus import GPU_PRESETS
 from ..planner.model import PRESETS
-from ..planner.parallel_dims import ATTENTION, RECOMPUTE, SCHEDULES, resolve_dims
+from ..planner.parallel_dims import (ATTENTION, BATCH_RULE, CP_COMM_TYPES, DISPATCHERS,
+                                     RECOMPUTE, SCHEDULES, resolve_dims)
 from ..planner.precision import PRECISIONS
 from ..views.explore import require_plotly
 from ..views.explore_plan import plan_page
 from ..views.plan_plot import plan_chart
-from .common import emit_json, positive_int, table
+from .common import emit_json, positive_int, size_arg, table
 
 __all__ = ["register"]
 
@@ -30,7 +33,17 @@ _LAYOUT = {"dp": "dp", "tp": "tp", "sp": "sp", "cp": "cp", "pp": "pp", "ep": "ep
            "num_micro_batches": "num_micro_batches", "global_batch_size": "global_batch_size",
            "schedule": "schedule", "virtual_stages": "virtual_stages",
            "recompute": "recompute", "order": "order", "bucket_size": "bucket_bytes",
-           "precision": "precision", "attention": "attention"}
+           "etp": "etp", "cp_comm_type": "cp_comm_type",
+           "hierarchical_context_parallel_sizes": "hierarchical_context_parallel_sizes",
+           "moe_token_dispatcher_type": "moe_token_dispatcher_type",
+           "moe_router_group_topk": "moe_router_group_topk",
+           "capacity_factor": "capacity_factor", "routing_imbalance": "routing_imbalance",
+           "routing_skew": "routing_skew", "dp_shard": "dp_shard",
+           "precision": "precision", "attention": "attention",
+           "framework": "framework", "reduce_dtype": "reduce_dtype",
+           "reshard_after_forward": "reshard_after_forward",
+           "account_for_embedding_in_pipeline_split": "account_for_embedding_in_pipeline_split",
+           "account_for_loss_in_pipeline_split": "account_for_loss_in_pipeline_split"}
 #: command-line dest -> Cluster field
 _CLUSTER = {"cluster": "preset", "gpu": "gpu", "nodes": "nodes",
             "gpus_per_node": "gpus_per_node",
@@ -57,14 +70,46 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.3f}"
 
 
+def _number(low: float, high: float | None, what: str):
+    """An argparse type: a number in (low, high] (high None: no bound), named in refusals."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number ({what})") from None
+        if not value > low or (high is not None and value > high):
+            bound = f"in ({low:g}, {high:g}]" if high is not None else f"> {low:g}"
+            raise argparse.ArgumentTypeError(f"{text} must be {bound} ({what})")
+        return value
+    parse.__name__ = what
+    return parse
+
+
+def _framework_row(p) -> str:
+    dims = p.dims
+    preset = [f"{k}={getattr(dims, k)}" for k in dims.from_preset
+              if k not in ("framework", "global_batch_size")]
+    given = "default" if "framework" in dims.from_preset else "given"
+    return (f"{dims.framework} ({given}); from its preset: {', '.join(preset) or 'nothing'}")
+
+
+def _batch_row(p) -> str:
+    dims = p.dims
+    text = (f"{dims.global_batch_size} sequences x {p.model.seq_length} tokens = "
+            f"{dims.global_batch_size * p.model.seq_length:,} tokens "
+            f"({dims.num_micro_batches} micro-batches)")
+    if "global_batch_size" in dims.from_preset:
+        text += f"; default rule: {BATCH_RULE}"
+    return text
+
+
 def _print_plan(p) -> None:
     s = p.summary()
     table(f"ringccl plan: {p.model.name} ({p.model.num_parameters / 1e9:.2f}B parameters, "
           f"{p.model.active_parameters / 1e9:.2f}B active) on {p.cluster.describe()}",
           ["quantity", "value"],
-          [["layout", p.dims.describe()],
-           ["global batch", f"{p.dims.global_batch_size} sequences x {p.model.seq_length} "
-            f"tokens ({p.dims.num_micro_batches} micro-batches)"],
+          [["layout", p.dims.describe()], ["framework", _framework_row(p)],
+           ["global batch", _batch_row(p)],
            ["step time", units.format_duration(p.step_seconds)],
            ["tokens/s", f"{p.tokens_per_second:,.0f}"], ["MFU", f"{100 * p.mfu:.2f}%"],
            ["pipeline bubble", f"{units.format_duration(p.bubble_seconds)} (formula "
@@ -107,6 +152,8 @@ def _print_plan(p) -> None:
                "calls/step", "algorithm", "us/call", "ms/step", "overlap"], rows)
     for note in p.notes:
         print(f"note: {note}")
+    for w in p.warnings:
+        print(f"warning ({w.kind}): {w}")
 
 
 def _progress(total: int):
@@ -121,6 +168,12 @@ def _progress(total: int):
     return bar, lambda done, total, layout: bar.update(task, completed=done, total=total)
 
 
+def _chart(p, path: str) -> None:
+    """The step's PNG, with the pipeline schedule as it runs on top."""
+    timeline = p.timeline()
+    plan_chart(p.to_dict(), path, timeline=None if timeline is None else timeline.to_dict())
+
+
 def _cmd_plan(args) -> int:
     if args.html:
         require_plotly()  # before the plan (a search takes seconds)
@@ -128,8 +181,7 @@ def _cmd_plan(args) -> int:
     model, layout, cluster, straggler = cfg.model, cfg.layout, cfg.cluster, cfg.straggler
     do_search, gpus = cfg.search, cfg.gpus
     if not do_search and gpus is not None:
-        raise ArgumentError(f"--gpus {gpus} applies to --search only; a plan's world size is its "
-                            "layout's dp x tp x cp x pp (give those, and --nodes/--gpus-per-node)")
+        layout = layout_for_gpus(layout, gpus)
     if do_search and args.emit:
         raise ArgumentError("--emit writes one plan's step; it does not apply to --search")
     if do_search:
@@ -147,24 +199,30 @@ def _cmd_plan(args) -> int:
         with bar:
             result = search(model, machine, global_batch_size=gbs, progress=advance)
         if args.plot and result.plans:
-            plan_chart(result.plans[0].to_dict(), args.plot)
+            _chart(result.plans[0], args.plot)
         if args.html and result.plans:
             plan_page(result.plans[0].to_dict(), args.html)
         if args.json:
             emit_json(result.to_dict())
             return 0
         table(f"ringccl plan --search: {model.name} on {machine.describe()}; {result.tried} "
-              f"layouts, {len(result.plans)} within memory, {result.refused_memory} too big",
+              f"layouts: {result.priced} priced ({len(result.plans)} shown within memory, "
+              f"{result.refused_memory} too big), {result.pruned_memory} pruned as too big and "
+              f"{result.pruned_slower} as dominated before pricing",
               ["#", "layout", "step", "MFU", "tokens/s", "memory/GPU", "why slower than #1"],
               [[i + 1, p.dims.describe(), units.format_duration(p.step_seconds),
                 f"{100 * p.mfu:.2f}%", f"{p.tokens_per_second:,.0f}",
                 units.format_size(p.peak_memory), why]
                for i, (p, why) in enumerate(result.top(10))])
+        table("Pareto front: no priced layout is both faster and smaller",
+              ["step", "memory/GPU", "layout"],
+              [[units.format_duration(p.step_seconds), units.format_size(p.peak_memory),
+                p.dims.describe()] for p in result.pareto])
         return 0
     dims = resolve_dims(layout)
     p = plan(model, dims, cluster_for(cluster, dims.world_size), straggler=straggler)
     if args.plot:
-        plan_chart(p.to_dict(), args.plot)
+        _chart(p, args.plot)
     if args.emit:
         write_step_file(p, args.emit)
     if args.html:
@@ -199,23 +257,59 @@ def register(sub) -> None:
     p.add_argument("--seq-length", type=positive_int, help="tokens per sequence")
     p.add_argument("--dtype", help="training dtype (default bfloat16)")
     g = p.add_argument_group("layout")
+    g.add_argument("--framework", choices=FRAMEWORKS, help="what holds the model states and "
+                   "runs the step; its preset fills every layout option left out (default "
+                   f"{DEFAULT_FRAMEWORK}: {DEFAULT_WHY})")
     for name in ("dp", "tp", "cp", "pp", "ep"):
         g.add_argument(f"--{name}", type=positive_int, help=f"{name} group size")
-    g.add_argument("--sp", action="store_true", default=None, help="sequence parallelism")
-    g.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage (FSDP = 3)")
+    g.add_argument("--sp", action=argparse.BooleanOptionalAction, default=None,
+                   help="sequence parallelism (default: the framework's)")
+    g.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage (FSDP = 3; "
+                   "Megatron's distributed optimizer = 1; default: the framework's)")
     g.add_argument("--micro-batch-size", type=positive_int)
     g.add_argument("--num-micro-batches", type=positive_int)
     g.add_argument("--global-batch-size", type=positive_int)
     g.add_argument("--schedule", choices=SCHEDULES)
     g.add_argument("--virtual-stages", type=positive_int, help="model chunks per PP rank "
                    "(interleaved)")
-    g.add_argument("--recompute", choices=RECOMPUTE)
+    g.add_argument("--recompute", choices=RECOMPUTE, help="default: the framework's")
+    g.add_argument("--reduce-dtype", choices=tuple(REDUCE_DTYPES), help="dtype the gradients "
+                   "are reduced in (default: the framework's; Megatron with bf16: float32)")
+    g.add_argument("--reshard-after-forward", action=argparse.BooleanOptionalAction,
+                   default=None, help="ZeRO-3/FSDP frees gathered weights after each forward")
+    g.add_argument("--account-for-embedding-in-pipeline-split", action="store_true",
+                   default=None, help="the embedding counts as a layer: the first stage "
+                   "holds one layer fewer (Megatron-Core)")
+    g.add_argument("--account-for-loss-in-pipeline-split", action="store_true", default=None,
+                   help="the loss counts as a layer: the last stage holds one layer fewer")
     g.add_argument("--order", help="rank order, fastest first (default tp-cp-ep-dp-pp)")
-    g.add_argument("--bucket-size", type=units.size, help="DDP bucket, e.g. 25MiB")
+    g.add_argument("--bucket-size", type=size_arg, help="gradient bucket, e.g. 25MiB (default: "
+                   "the framework's)")
+    g.add_argument("--etp", type=positive_int, help="expert tensor-parallel size (default: tp; "
+                   "the expert grid etp x ep x expert-dp is folded over tp x cp x dp)")
+    g.add_argument("--cp-comm-type", choices=CP_COMM_TYPES, help="context parallelism: p2p "
+                   "(ring attention, default), all_gather (Llama 3), a2a (Ulysses), a2a+p2p")
+    g.add_argument("--hierarchical-context-parallel-sizes", type=positive_int, nargs=2,
+                   metavar=("A2A", "P2P"), help="a2a+p2p: Ulysses over A2A ranks, a ring over "
+                   "P2P (A2A x P2P = cp)")
+    g.add_argument("--moe-token-dispatcher-type", choices=DISPATCHERS, help="alltoall (one "
+                   "all-to-all over EP, default) or flex (DeepEP: NIC once per node, then "
+                   "NVLink)")
+    g.add_argument("--moe-router-group-topk", type=positive_int, metavar="M", help="each token "
+                   "to experts on at most M nodes (DeepSeek-V3's node-limited routing)")
+    g.add_argument("--capacity-factor", type=float, help="expert capacity over the uniform "
+                   "share, padded (default: dropless)")
+    g.add_argument("--routing-imbalance", type=float, help="measured tokens of the busiest EP "
+                   "rank over the mean (>= 1)")
+    g.add_argument("--routing-skew", type=float, help="Zipf exponent of expert popularity, as "
+                   "ringccl moe --skew (0: uniform)")
+    g.add_argument("--dp-shard", type=positive_int, help="ZeRO/FSDP shard over this many of "
+                   "the dp ranks (x cp), replicate over the rest (HSDP)")
     g.add_argument("--precision", choices=tuple(PRECISIONS), help="precision recipe (default "
                    "bf16; fp8-* run the linear layers' GEMMs at the FP8 peak)")
-    g.add_argument("--attention", choices=ATTENTION, help="FlashAttention (default) or "
-                   "Megatron's unfused core attention")
+    g.add_argument("--attention", choices=ATTENTION, help="flash: FlashAttention, no s x s "
+                   "scores kept (the current frameworks' default); flash2: FlashAttention-2's "
+                   "kernel (2023); unfused: Megatron's core attention (2021-2022)")
     c = p.add_argument_group("cluster")
     c.add_argument("--cluster", help=f"a preset: {', '.join(CLUSTER_PRESETS)} (default "
                    "dgx-h100)")
@@ -228,8 +322,10 @@ def register(sub) -> None:
     c.add_argument("--intra-alpha", help="e.g. 2us")
     c.add_argument("--inter-alpha", help="e.g. 5us")
     c.add_argument("--nics-per-node", type=positive_int)
-    c.add_argument("--peak-flops", type=float, help="GPU peak FLOP/s, e.g. 989e12")
-    c.add_argument("--compute-efficiency", type=float, help="fraction of peak (0, 1]")
+    c.add_argument("--peak-flops", type=_number(0, None, "FLOP/s"),
+                   help="GPU peak FLOP/s, e.g. 989e12")
+    c.add_argument("--compute-efficiency", type=_number(0, 1, "a fraction of peak"),
+                   help="fraction of peak (0, 1]")
     c.add_argument("--gpu-memory", help="e.g. 80GB")
     c.add_argument("--profile", action="append", help="a profile (repeatable): a network "
                    "profile (`ringccl fit` on nccl-tests logs), a compute profile (`ringccl "
@@ -242,7 +338,8 @@ def register(sub) -> None:
                    "bandwidth")
     p.add_argument("--search", action="store_true", default=None, help="rank every valid "
                    "layout on --gpus N by step time")
-    p.add_argument("--gpus", type=positive_int, help="GPUs for --search")
+    p.add_argument("--gpus", type=positive_int, help="GPUs for --search; with a layout, its "
+                   "dp x tp x cp x pp (dp left out: set to GPUs / (tp x cp x pp))")
     p.add_argument("--json", action="store_true", help="strict JSON on stdout")
     p.add_argument("--plot", metavar="PNG", help="draw the step (with --search: the fastest "
                    "layout's) as a timeline per PP stage and bars per parallelism (matplotlib)")

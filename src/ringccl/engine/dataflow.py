@@ -4,12 +4,13 @@ order compiled once per plan and replayed."""
 from __future__ import annotations
 
 import heapq
+import time
 from collections import deque
 from typing import Any, NamedTuple
 
 from ..ir import Schedule
 from .plan import Plan
-from .transport import Transport, _Context, _fail, _received
+from .transport import SETTLE_SECONDS, Transport, _Context, _fail, _received
 from .workspace import Workspace
 
 __all__ = ["Instr", "DataflowProgram", "dataflow_program", "run_dataflow"]
@@ -261,6 +262,24 @@ def dataflow_program(p: Plan, restore: bool) -> DataflowProgram:
     return hit[1]
 
 
+def _settle(transport, instrs, handles: list, failed_peer) -> None:
+    """Before a rollback: give the receives posted into the buffer itself (not staging) and not
+    waited for, but the failed peer's, :data:`SETTLE_SECONDS` in all to land (a transport
+    without ``settle`` cannot: skipped)."""
+    settle = getattr(transport, "settle", None)
+    if settle is None:
+        return
+    deadline = time.monotonic() + SETTLE_SECONDS
+    for code, op, slot, _ in instrs:
+        if code == RECV and handles[slot] is not None and op.stage < 0 and \
+                op.peer != failed_peer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            settle(handles[slot], left)
+            handles[slot] = None
+
+
 def run_dataflow(schedule: Schedule, rank: int, p: Plan, transport: Transport,
                  workspace: Workspace, *, timeout: float | None = None,
                  restore: bool = False) -> None:
@@ -311,10 +330,13 @@ def run_dataflow(schedule: Schedule, rank: int, p: Plan, transport: Transport,
             else:
                 ws.save(*op)
     except Exception as exc:
+        instr = program.instrs[at]
+        if restore and in_place is None:
+            _settle(t, program.instrs[:at], handles, instr.op.peer
+                    if instr.code != SAVE else None)
         for code, op, _, _ in program.instrs[:at]:
             if code == SAVE:
                 ws.restore(*op)
-        instr = program.instrs[at]
         op = instr.op if instr.code != SAVE else None
         raise _fail(_Context(schedule, rank, transport, timeout), op, p.steps[instr.step],
                     exc) from exc

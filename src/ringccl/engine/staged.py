@@ -41,7 +41,10 @@ class Staged(NamedTuple):
     ``fill``: the element ranges ``fill_runs`` of the buffer hold the 1-D arrays ``sources``,
     concatenated, before the call; ``drain``: after it, the ranges ``drain_runs`` go to the 1-D
     arrays ``targets``, concatenated. ``restore``: the targets must not change unless the call
-    succeeds (True: everything is drained after the call's last wait)."""
+    succeeds (True: everything is drained after the call's last wait). ``aliased``: the
+    targets share memory with the sources, each element at the same place of the working
+    buffer (an in-place reduce_scatter's output, its input's own block): nothing lands in a
+    target before the call's last read of the sources (no final receive lands directly)."""
 
     like: Any
     numel: int
@@ -50,6 +53,7 @@ class Staged(NamedTuple):
     drain_runs: tuple
     targets: Sequence[Any]
     restore: bool
+    aliased: bool = False
 
 
 class Pieces:

@@ -42,6 +42,7 @@ import threading
 import time
 from typing import Any, Iterator
 
+from ..errors import ArgumentError
 from ..ir import Schedule
 from .plan import Plan, SegmentRecv, SegmentSend
 
@@ -394,7 +395,7 @@ class LastCalls:
         except ValueError:
             iters = 0
         if iters < 1:
-            raise ValueError(f"{TRACE_ITERS_ENV}={text!r} must be an integer >= 1")
+            raise ArgumentError(f"{TRACE_ITERS_ENV}={text!r} must be an integer >= 1")
         return LastCalls(directory, iters)
 
     def wrap(self, run, expected_calls: int, label: str):

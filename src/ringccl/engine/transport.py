@@ -12,7 +12,15 @@ from ..errors import ArgumentError, PeerError, RingcclTimeout
 from ..ir import Schedule
 from .plan import SegmentRecv, SegmentSend, StepPlan
 
-__all__ = ["Transport", "timeout_seconds"]
+__all__ = ["Transport", "timeout_seconds", "SETTLE_SECONDS"]
+
+#: seconds a failed call with ``restore`` gives the receives it had posted to its live peers,
+#: all together, to land before it puts its buffer back: gloo cannot withdraw a posted receive,
+#: so one that lands after the rollback would change the caller's buffer after the call
+#: failed (a direct all_gather whose third peer's bytes were still in flight when the second
+#: died). A peer that sends nothing by then is stuck itself (waiting for the one that failed):
+#: its receive never lands.
+SETTLE_SECONDS = 2.0
 
 
 def timeout_seconds(timeout) -> float | None:
@@ -70,6 +78,8 @@ class Transport(Protocol):
       returns a view of the bytes; the engine then allocates no staging buffer, copies an
       in-place receive's view into its segment, and reduces a staged one from the view. The
       view must stay valid until the engine calls ``release(r)`` after it applied it.
+    * ``settle(handle, seconds)``: wait at most ``seconds`` for a posted operation, ignoring its
+      failure (a failed call's receives still in flight, :data:`SETTLE_SECONDS`).
     """
 
     def isend(self, s: SegmentSend, data: Any) -> Any: ...

@@ -40,6 +40,7 @@ from ..engine import Pipelining, Staged, timeout_seconds
 from ..errors import ArgumentError, ArgumentTypeError, ConsistencyError
 from ..layout import Layout, all_to_all_sizes, check_own_block, layout, rooted, split_rows
 from ..ops import ReduceOp, check_accumulate_dtype
+from . import aliasing
 from .debug import execute as _execute   # RINGCCL_DEBUG=INFO/TRACE: one log line per call
 
 __all__ = ["Backend", "ArrayDialect", "GroupAdapter", "Executor", "Options", "options", "choose",
@@ -52,6 +53,7 @@ class ArrayDialect(Protocol):
     messages name the backend's arguments, and the operations the flows need."""
 
     size_word: str              # how an array's element count is spelled: "numel()", "size"
+    buffer_name: str            # scatter's/gather's one-array argument: "tensor", "buffer"
 
     def check(self, a: Any, argument: str, written: bool = False,
               contiguous: bool = False) -> Any: ...
@@ -77,7 +79,9 @@ class ArrayDialect(Protocol):
     def copy_into(self, dst: Any, flat: Any) -> None: ...   # into any shape, C order
     def divide(self, a: Any, n: int) -> None: ...       # in place
     def cat(self, flats: list) -> Any: ...
-    def shares_memory(self, a: Any, b: Any) -> bool: ...
+    def shares_memory(self, a: Any, b: Any) -> bool: ...   # exact: an element in common
+    def span(self, a: Any) -> tuple[int, int]: ...      # the byte addresses [lo, hi) it lies in
+    def same(self, a: Any, b: Any) -> bool: ...         # one view: same elements and layout
     def is_block(self, a: Any, buffer: Any, index: int) -> bool: ...
     def rows(self, a: Any) -> tuple[int, int]: ...      # (dim 0, elements per row)
 
@@ -247,7 +251,7 @@ def copy_in(b: Backend, work, runs: tuple, sources: list) -> None:
 
 
 def _private(b: Backend, g, schedule, like, numel: int, op: ReduceOp, offsets: tuple,
-             opts: Options, fill: tuple, drain: tuple) -> None:
+             opts: Options, fill: tuple, drain: tuple, aliased: bool = False) -> None:
     """Run ``schedule`` on a private working buffer of ``numel`` elements like ``like``: its
     ranges ``fill = (runs, sources)`` hold the arrays ``sources`` (any shape and layout, C
     order, concatenated) before the call, its ranges ``drain = (runs, targets)`` go to the
@@ -256,17 +260,20 @@ def _private(b: Backend, g, schedule, like, numel: int, op: ReduceOp, offsets: t
     A backend whose transport holds the working buffer itself (``b.stages(g, opts)``: shared
     memory) is given the description (:class:`ringccl.engine.Staged`) and moves each element
     the fewest times (:mod:`ringccl.engine.staged`), unless a target shares memory with a
-    source (the scratch buffer is what keeps such a call correct); else the backend's scratch
-    array is filled, run on and drained."""
+    source (the scratch buffer is what keeps such a call correct) other than as ``aliased``
+    says: the targets lie on the sources at the same places of the working buffer (an
+    in-place reduce_scatter's output is its input's own block), so writing a target only
+    after the call's last read of the sources keeps it correct (``Staged.aliased``); else the
+    backend's scratch array is filled, run on and drained."""
     fill_runs, sources = fill
     drain_runs, targets = drain
     flat_in = [b.flat(s) for s in sources]
     flat_out = [b.view1d(t) if b.contiguous(t) else b.empty(t, b.numel(t)) for t in targets]
     stages = getattr(b, "stages", None)
-    if stages is not None and stages(g, opts) and not any(
-            b.shares_memory(t, s) for t in flat_out for s in flat_in):
+    if stages is not None and stages(g, opts) and (aliased or not any(
+            b.shares_memory(t, s) for t in flat_out for s in flat_in)):
         _execute(b, schedule, Staged(like, numel, fill_runs, flat_in, drain_runs, flat_out,
-                                     _restore(b, opts, False)),
+                                     _restore(b, opts, False), aliased),
                  op, g, offsets, opts, False)
     else:
         work = b.scratch(like, numel)
@@ -331,21 +338,29 @@ def in_place(b: Backend, collective: str, buffer, op: ReduceOp, g, algorithm: st
 def reduce_scatter(b: Backend, output, input, op: ReduceOp, g, algorithm: str | None, params: dict,
                    opts: Options, accumulate: Any, function: str) -> None:
     """Reduce ``input`` across ranks and leave block ``rank`` in ``output``; ``output`` may be
-    exactly input's block ``rank`` (in place: ``input`` is then the working buffer)."""
+    exactly input's block ``rank`` (in place: ``input`` then changes in that block only, as
+    NCCL's in-place form; :mod:`ringccl.frontend.aliasing`).
+
+    In place, ``input`` is the working buffer itself only when this rank's receives write its
+    output chunks alone (``Layout.writes_only_output``: a direct reduce_scatter); a schedule
+    that leaves partial sums in other chunks (ring, halving_doubling, hierarchical) runs on a
+    private buffer filled from ``input`` and drained into ``output`` (over shared memory the
+    slot, :class:`ringccl.engine.Staged`)."""
     world_size, rank = b.size(g), b.rank(g)
     n_in, k = b.numel(input), b.numel(output)
     if n_in != world_size * k:
         raise ArgumentError(f"input has {n_in} elements; {function} needs world_size * "
                             f"output.{b.size_word} = {world_size} * {k}")
+    in_place = b.shares_memory(output, input)
+    if in_place and not (b.contiguous(input) and b.is_block(output, b.view1d(input), rank)):
+        raise b.overlap_error("output", "input", rank, k)
     lay = _plan(b, g, "reduce_scatter", algorithm, params, op, accumulate or b.dtype(input),
                 n_in, opts)
     flat = b.flat(input)
-    in_place = b.shares_memory(output, input)
-    if in_place and not (b.contiguous(input) and b.is_block(output, flat, rank)):
-        raise b.overlap_error("output", "input", rank, k)
-    if accumulate is None and not in_place:   # the caller's input stays as it is
+    if accumulate is None and not (in_place and lay.writes_only_output):
+        # the caller's input stays as it is (in place: but for the output, its own block)
         _private(b, g, lay.schedule, input, lay.numel, op, lay.offsets, opts,
-                 (lay.input_runs, [flat]), (lay.output_runs, [output]))
+                 (lay.input_runs, [flat]), (lay.output_runs, [output]), aliased=in_place)
         if op is ReduceOp.AVG:
             b.divide(output, world_size)
         return
@@ -399,8 +414,9 @@ def _rooted_plan(b: Backend, g, collective: str, buffer, blocks, blocks_arg: str
                  opts: Options) -> tuple:
     """scatter's and gather's common start: the root's group rank, the algorithm (refused alike
     on every rank before the root-only checks), the root's list of world_size blocks checked
-    (None elsewhere, where a list is refused), and the plan. Returns (rank, root, blocks,
-    layout)."""
+    (None elsewhere, where a list is refused) and its sharing of memory with ``buffer``
+    (:func:`ringccl.frontend.aliasing.check_blocks`; ``written``: the blocks are the output),
+    and the plan. Returns (rank, root, blocks, layout)."""
     world_size, rank = b.size(g), b.rank(g)
     root = b.root(g, root_value, root_arg, world_size)
     algorithm = choose(b, g, collective, algorithm, world_size * b.numel(buffer), b.dtype(buffer),
@@ -408,6 +424,8 @@ def _rooted_plan(b: Backend, g, collective: str, buffer, blocks, blocks_arg: str
     get_algorithm(collective, algorithm)
     if rank == root:
         blocks = b.check_blocks(blocks, blocks_arg, world_size, buffer, written)
+        aliasing.check_blocks(b, collective, buffer, b.buffer_name, blocks, blocks_arg, root,
+                              not written)
     else:
         b.no_blocks(blocks, blocks_arg, rank, root_arg, root_value)
         blocks = None
@@ -457,10 +475,16 @@ def gather(b: Backend, buffer, gather_list, dst: Any, g, algorithm: str | None, 
 
 
 def exchange(b: Backend, inputs: list, in_sizes: Sequence[int], out_sizes: Sequence[int], g,
-             algorithm: str | None, params: dict, opts: Options, outputs: list) -> None:
+             algorithm: str | None, params: dict, opts: Options, outputs: list,
+             names: tuple[str, str] = ("output_tensor_list", "input_tensor_list"),
+             lists: bool = True) -> None:
     """all_to_all on element counts: ``inputs`` (arrays, concatenated in C order) hold this
-    rank's blocks for ranks 0, 1, …; ``outputs`` receive the blocks from ranks 0, 1, …"""
+    rank's blocks for ranks 0, 1, …; ``outputs`` receive the blocks from ranks 0, 1, …; an
+    output may share memory with an input only as that input itself (in place), else
+    ArgumentError naming both (``names``: the output and input arguments; ``lists``: they are
+    lists, named with their index)."""
     world_size, rank = b.size(g), b.rank(g)
+    aliasing.check_exchange(b, "all_to_all", outputs, inputs, names, lists)
     _no_accumulate(params, "all_to_all")
     # the count is this rank's own (uneven splits differ across ranks): a backend's choice
     # for all_to_all must not depend on it
@@ -490,4 +514,4 @@ def all_to_all(b: Backend, output, input, output_split_sizes, input_split_sizes,
     check_own_block(rank, ins[rank], outs[rank], "input_split_sizes[{}]",
                     "output_split_sizes[{}]", "rows")
     exchange(b, [input], [n * row for n in ins], [n * row for n in outs], g, algorithm, params,
-             opts, [output])
+             opts, [output], ("output", "input"), False)

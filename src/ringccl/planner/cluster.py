@@ -45,7 +45,7 @@ from ..errors import ArgumentError, ArgumentTypeError
 from .gpus import GPU, resolve_gpu
 
 __all__ = ["COLLECTIVE_MODELS", "Cluster", "Straggler", "CLUSTER_PRESETS", "cluster_preset",
-           "load_profile", "profile_kind", "resolve_cluster"]
+           "load_profile", "profile_kind", "resolve_cluster", "check_cluster_field"]
 
 
 #: how the planner prices a collective (ringccl.planner.costing.PRICERS): as NCCL runs it, or
@@ -71,6 +71,65 @@ def _positive(value, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise ArgumentError(f"{what}={value!r} must be a number > 0")
     return float(value)
+
+
+#: what each cluster field (and a cluster table's preset / profile keys) takes, in words
+_RATE = "a rate > 0 such as '450GB/s' or '400Gbps', or bytes/s"
+_CLUSTER_KINDS = {
+    "nodes": "an integer >= 1", "gpus_per_node": "an integer >= 1",
+    "nics_per_node": "an integer >= 1", "intra_bandwidth": _RATE, "inter_bandwidth": _RATE,
+    "hbm_bandwidth": _RATE, "intra_alpha": "a duration >= 0 such as '2us', or seconds",
+    "inter_alpha": "a duration >= 0 such as '5us', or seconds",
+    "peak_flops": "FLOP/s > 0 such as 989e12 or '989TFLOPS'",
+    "fp8_peak_flops": "FLOP/s > 0 such as 1979e12 or '1979TFLOPS'",
+    "gpu_memory": "a size > 0 such as '80GB', or bytes",
+    "gamma": "seconds per byte >= 0 or a rate such as '100GB/s'",
+    "compute_efficiency": "a number in (0, 1]", "memory_efficiency": "a number in (0, 1]",
+    "oversubscription": "a number >= 1", "gpu": "a GPU preset name (a string)",
+    "collectives": "one of " + ", ".join(COLLECTIVE_MODELS), "name": "a string",
+    "source": "a string", "preset": "a preset name (a string)",
+    "network_profile": "a path (a string)", "compute_profile": "a path (a string)",
+    "profile": "a path or a list of paths", "profile_level": "'inter' or 'intra'"}
+_TEXTS = ("name", "source", "preset", "profile_level", "gpu", "collectives", "network_profile",
+          "compute_profile")
+_FRACTIONS = ("compute_efficiency", "memory_efficiency")
+
+
+def check_cluster_field(name: str, value, show=repr) -> None:
+    """Refuse a cluster field's null, wrong type or negative value, naming the field and the
+    value as ``show`` renders it (``repr``, or a ``--config`` file's syntax). Strings that do
+    not parse are refused by :class:`Cluster` itself (:mod:`ringccl.units`).
+
+    Raises:
+        ArgumentTypeError: null, a bool, or a type the field does not take.
+        ArgumentError: a number out of the field's range.
+    """
+    allowed = _CLUSTER_KINDS.get(name)
+    if allowed is None:
+        return
+    kind = "null" if value is None else type(value).__name__
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    counts = ("nodes", "gpus_per_node", "nics_per_node")
+    if name in _TEXTS:
+        ok = isinstance(value, str)
+    elif name == "profile":
+        ok = isinstance(value, str) or (isinstance(value, list)
+                                        and all(isinstance(v, str) for v in value))
+    elif name in counts:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif name in (*_FRACTIONS, "oversubscription"):
+        ok = number
+    else:
+        ok = number or isinstance(value, str)
+    if not ok:
+        raise ArgumentTypeError(f"{name}={show(value)} must be {allowed}, got {kind}")
+    if not number:
+        return
+    low_ok = {"intra_alpha": value >= 0, "inter_alpha": value >= 0, "gamma": value >= 0,
+              "compute_efficiency": 0 < value <= 1, "memory_efficiency": 0 < value <= 1,
+              "oversubscription": value >= 1}
+    if not low_ok.get(name, value > 0 if name not in counts else value >= 1):
+        raise ArgumentError(f"{name}={show(value)} must be {allowed}")
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..caches import memoize
+from .frameworks import REDUCE_DTYPES
 from .gpus import GPU
 from .kernels import flash_attention_seconds, gemm_seconds, memory_seconds
 from .model import ModelConfig
@@ -54,7 +55,8 @@ from .parallel_dims import ParallelDims
 from .precision import Precision, precision_recipe
 
 __all__ = ["Op", "LayerCompute", "StageCompute", "layer_compute", "head_compute",
-           "embedding_compute", "optimizer_seconds", "stage_compute", "compute_precision"]
+           "embedding_compute", "optimizer_seconds", "gradient_accumulation_seconds",
+           "stage_compute", "compute_precision"]
 
 _ACT = 2.0  # bytes per activation element (BF16)
 
@@ -70,6 +72,8 @@ class Op:
         flops: forward FLOPs (0 for a memory-bound operation).
         core: part of the attention core (what selective recompute re-runs).
         expert: a routed expert's GEMM (what the EP all-to-all overlaps).
+        column: a column-parallel linear layer (its input gradient is reduced over TP).
+        weight_grad_s: of ``backward_s``, the weight-gradient GEMM's seconds.
     """
 
     name: str
@@ -79,6 +83,8 @@ class Op:
     flops: float = 0.0
     core: bool = False
     expert: bool = False
+    column: bool = False
+    weight_grad_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -116,6 +122,18 @@ class LayerCompute:
     def flops(self) -> float:
         return sum(o.flops for o in self.ops)
 
+    @property
+    def column_weight_grad(self) -> float:
+        """The column-parallel layers' weight-gradient GEMMs (what their input-gradient
+        reduction hides behind)."""
+        return sum(o.weight_grad_s for o in self.ops if o.column)
+
+    @property
+    def column_input_grad(self) -> float:
+        """The column-parallel layers' input-gradient GEMMs (what SP's re-gather of their
+        input hides behind)."""
+        return sum(o.backward_s - o.weight_grad_s for o in self.ops if o.column)
+
     def recompute(self, mode: str) -> float:
         """What recompute ``mode`` ("none", "selective", "full") adds to the backward."""
         return {"none": 0.0, "selective": self.core_forward, "full": self.forward}[mode]
@@ -139,10 +157,10 @@ class _Builder:
                            float(memory_seconds(bwd_bytes, self.gpu)), core=core))
 
     def linear(self, name: str, n: float, k: float, *, m: float | None = None, batch: int = 1,
-               fp8_ok: bool = True, expert: bool = False):
+               fp8_ok: bool = True, expert: bool = False, column: bool = False):
         """A linear layer ``[m, k]·[k, n]`` (m = the layer's tokens unless given), ``batch`` of
         them in one grouped launch: forward, data-gradient and weight-gradient GEMMs, and the
-        recipe's casts."""
+        recipe's casts; ``column``: column-parallel (Shoeybi et al. 2019 §3)."""
         m = self.tokens if m is None else m
         fp8 = fp8_ok and self.prec.fp8_gemms
         ib = 1.0 if fp8 else 2.0
@@ -159,7 +177,8 @@ class _Builder:
             bwd += grad
             if not self.prec.weight_cast_per_micro_batch:
                 self.weight_cast += weight
-        self.ops.append(Op(name, "gemm", fwd, bwd, 2.0 * batch * m * n * k, expert=expert))
+        self.ops.append(Op(name, "gemm", fwd, bwd, 2.0 * batch * m * n * k, expert=expert,
+                           column=column, weight_grad_s=float(wgrad)))
 
     def build(self) -> LayerCompute:
         return LayerCompute(tuple(self.ops), self.weight_cast)
@@ -171,9 +190,10 @@ def _attention(b: _Builder, model: ModelConfig, heads: int, batch: int, seq: int
     tokens, the queries split over ``cp`` ranks (causal)."""
     g, dq, dv = b.gpu, model.qk_head_dim, model.value_head_dim
     bh = batch * heads
-    if kernel == "flash":
-        fwd = flash_attention_seconds(bh, seq, seq, dq, dv, True, g) / cp
-        bwd = flash_attention_seconds(bh, seq, seq, dq, dv, True, g, backward=True) / cp
+    if kernel in ("flash", "flash2"):
+        fwd = flash_attention_seconds(bh, seq, seq, dq, dv, True, g, kernel=kernel) / cp
+        bwd = flash_attention_seconds(bh, seq, seq, dq, dv, True, g, backward=True,
+                                      kernel=kernel) / cp
         flops = 2.0 * (dq + dv) * bh * seq * seq / 2 / cp
         b.ops.append(Op("attention", "attention", fwd, bwd, flops, core=True))
         return
@@ -202,19 +222,20 @@ def _mla_projections(b: _Builder, model: ModelConfig, tp: int):
         b.linear("q_down", model.q_lora_rank, h)
         b.memory("q_norm", 2 * b.tokens * model.q_lora_rank * _ACT,
                  3 * b.tokens * model.q_lora_rank * _ACT)
-        b.linear("q_up", nq * dq / tp, model.q_lora_rank)
+        b.linear("q_up", nq * dq / tp, model.q_lora_rank, column=True)
     else:
-        b.linear("q", nq * dq / tp, h)
+        b.linear("q", nq * dq / tp, h, column=True)
     b.linear("kv_down", model.kv_lora_rank + rope, h)
     b.memory("kv_norm", 2 * b.tokens * model.kv_lora_rank * _ACT,
              3 * b.tokens * model.kv_lora_rank * _ACT)
-    b.linear("kv_up", nq * (model.qk_nope_head_dim + model.v_head_dim) / tp, model.kv_lora_rank)
+    b.linear("kv_up", nq * (model.qk_nope_head_dim + model.v_head_dim) / tp, model.kv_lora_rank,
+             column=True)
 
 
 def _mlp(b: _Builder, model: ModelConfig, width: float, name: str, **gemm):
     """A dense (or shared-expert) MLP of ``width`` columns per rank."""
     gated = model.gated_mlp
-    b.linear(f"{name}_up", (2 if gated else 1) * width, model.hidden_size, **gemm)
+    b.linear(f"{name}_up", (2 if gated else 1) * width, model.hidden_size, column=True, **gemm)
     m = gemm.get("m", b.tokens) * gemm.get("batch", 1)
     fwd, bwd = (3, 5) if gated else (2, 3)
     b.memory(f"{name}_activation", fwd * m * width * _ACT, bwd * m * width * _ACT)
@@ -246,7 +267,7 @@ def layer_compute(model: ModelConfig, moe: bool, tp: int, sp: bool, cp: int, ep:
     Args:
         model: the model. moe: a MoE layer (else dense).
         tp, sp, cp, ep: the rank's parallel degrees. micro_batch_size: b.
-        attention: "flash" or "unfused". precision: a recipe of
+        attention: "flash", "flash2" or "unfused". precision: a recipe of
             :data:`~ringccl.planner.precision.PRECISIONS`. gpu: the GPU.
     """
     prec = precision_recipe(precision)
@@ -259,7 +280,7 @@ def layer_compute(model: ModelConfig, moe: bool, tp: int, sp: bool, cp: int, ep:
     if model.mla:
         _mla_projections(b, model, tp)
     else:
-        b.linear("qkv", (nq + 2 * nkv) * d / tp, h)
+        b.linear("qkv", (nq + 2 * nkv) * d / tp, h, column=True)
     if model.gated_mlp or model.mla:
         rope = model.qk_rope_head_dim if model.mla else d
         rot = 2 * tokens * (nq + (1 if model.mla else nkv)) * rope / tp * _ACT
@@ -305,6 +326,22 @@ def embedding_compute(model: ModelConfig, tp: int, cp: int, micro_batch_size: in
     return b.build()
 
 
+def gradient_accumulation_seconds(parameters: float, dims: ParallelDims, dtype_bytes: int,
+                                  gpu: GPU) -> float:
+    """One micro-batch's gradient accumulation outside the GEMM: each weight gradient written
+    in the training dtype is read again with the accumulated gradient (``reduce_dtype``) and
+    the sum written back, ``parameters · (B + 2·B_acc)`` bytes at HBM bandwidth (Megatron-LM
+    2021's ``main_grad.add_(grad)`` after every micro-batch, autograd's ``.grad`` accumulation
+    from the second; both counted on every micro-batch). None with ``gradient_accumulation_
+    fusion`` (the weight-gradient GEMM adds into the fp32 main gradient: Megatron-LM since
+    2022, ``wgrad_gemm_accum_fp32``) or where the gradients are sharded before they are
+    accumulated (ZeRO-2, ZeRO-3)."""
+    if dims.gradient_accumulation_fusion or dims.zero_stage >= 2:
+        return 0.0
+    acc = REDUCE_DTYPES[dims.reduce_dtype] if dims.reduce_dtype else dtype_bytes
+    return float(memory_seconds(parameters * (dtype_bytes + 2 * acc), gpu))
+
+
 def optimizer_seconds(parameters: float, sharded_parameters: float, gpu: GPU) -> float:
     """Once per step: the gradients' cast to fp32 (6 bytes per parameter the rank holds) and
     the Adam step over its sharded fp32 states (30 bytes per sharded parameter)."""
@@ -323,6 +360,11 @@ class StageCompute:
         expert_forward: one MoE layer's routed experts' forward GEMMs (the all-to-all's window).
         per_step: once per step: the optimizer and the cached FP8 weight casts.
         layers: "dense", "moe", "embedding", "head" -> :class:`LayerCompute` (those present).
+        column_weight_grad, column_input_grad: one micro-batch's column-parallel weight- and
+            input-gradient GEMMs over the stage's layers (the windows of the asynchronous TP
+            backward, ``overlap_dgrad_reduce``).
+        gradient_accumulation: of ``backward``, the pass adding one micro-batch's weight
+            gradients to the accumulated ones (:func:`gradient_accumulation_seconds`).
     """
 
     forward: float
@@ -333,6 +375,9 @@ class StageCompute:
     expert_forward: float
     per_step: float
     layers: dict
+    column_weight_grad: float = 0.0
+    column_input_grad: float = 0.0
+    gradient_accumulation: float = 0.0
 
     def to_dict(self) -> dict:
         return {"forward_s": self.forward, "backward_s": self.backward,
@@ -375,6 +420,8 @@ def stage_compute(model: ModelConfig, dims: ParallelDims, gpu: GPU, *, layers: i
     bwd = sum((parts[k].backward + (parts[k].recompute(dims.recompute)
                                     if k in ("dense", "moe") else 0.0)) * n
               for k, n in counts.items())
+    accumulate = gradient_accumulation_seconds(parameters, dims, model.dtype_bytes, gpu)
+    bwd += accumulate
     blocks = [parts[k] for k in ("dense", "moe") if k in parts]
     layer_fwd = max((p.forward for p in blocks), default=0.0)
     layer_bwd = max((p.backward + p.recompute(dims.recompute) for p in blocks), default=0.0)
@@ -383,4 +430,7 @@ def stage_compute(model: ModelConfig, dims: ParallelDims, gpu: GPU, *, layers: i
         fwd, bwd, layer_fwd, layer_bwd,
         max((p.core_forward for p in blocks), default=0.0),
         parts["moe"].expert_forward if "moe" in parts else 0.0,
-        optimizer_seconds(parameters, sharded_parameters, gpu) + casts, parts)
+        optimizer_seconds(parameters, sharded_parameters, gpu) + casts, parts,
+        column_weight_grad=sum(parts[k].column_weight_grad * counts[k] for k in counts),
+        column_input_grad=sum(parts[k].column_input_grad * counts[k] for k in counts),
+        gradient_accumulation=accumulate)

@@ -5,12 +5,15 @@ its TOML file and CLI overrides).
 A file holds top-level ``model`` (a preset name or a Hugging Face config.json path),
 ``seq_length``, ``dtype``, ``straggler`` (``"RANK:FRACTION"`` or ``[rank, fraction]``),
 ``gpus`` and ``search``, and the tables ``layout`` (the fields of
-:class:`~ringccl.planner.parallel_dims.ParallelDims`) and ``cluster`` (those of
-:class:`~ringccl.planner.cluster.Cluster`, with ``preset``, ``profile``, ``profile_level``).
-Example (TOML)::
+:class:`~ringccl.planner.parallel_dims.ParallelDims`, ``framework`` among them) and ``cluster``
+(those of :class:`~ringccl.planner.cluster.Cluster`, with ``preset``, ``profile``,
+``profile_level``). A null, a wrong type, a negative or an unknown field is refused naming
+the field and the value as the file wrote it; a field left out takes its default. Example
+(TOML)::
 
     model = "llama3-70b"
     [layout]
+    framework = "megatron"
     tp = 8
     pp = 4
     dp = 32
@@ -26,13 +29,14 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ArgumentError
-from .cluster import Cluster, resolve_cluster
+from ..errors import ArgumentError, ArgumentTypeError
+from .cluster import Cluster, check_cluster_field, resolve_cluster
 from .hf_config import resolve_model
 from .model import PRESETS, ModelConfig
+from .parallel_dims import ParallelDims, check_field
 
 __all__ = ["CONFIG_KEYS", "PlanConfig", "load_plan_config", "plan_config", "parse_straggler",
-           "cluster_for"]
+           "cluster_for", "layout_for_gpus"]
 
 #: the top-level keys of a configuration file
 CONFIG_KEYS = ("model", "seq_length", "dtype", "layout", "cluster", "straggler", "gpus",
@@ -62,7 +66,82 @@ def load_plan_config(path: str) -> dict:
     if unknown:
         raise ArgumentError(f"--config {path!r}: unknown key(s) {', '.join(unknown)}; expected "
                             f"{', '.join(sorted(CONFIG_KEYS))}")
+    _check_file(data, path)
     return data
+
+
+def _show(value) -> str:
+    """``value`` as a JSON or TOML file writes it: null, true, "text", [1, 0.5]."""
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+#: the top-level keys' kinds: (accepted types, in words)
+_TOP = {"model": (str, "a preset name or a config.json path (a string)"),
+        "seq_length": (int, "an integer >= 1"), "dtype": (str, "a dtype name (a string)"),
+        "straggler": ((str, list), "\"RANK:FRACTION\" or [rank, fraction]"),
+        "gpus": (int, "an integer >= 1"), "search": (bool, "true or false"),
+        "layout": (dict, "a table of layout fields"), "cluster": (dict, "a table of cluster fields")}
+
+
+def _refuse(path: str, where: str, exc: Exception):
+    """``exc`` again, its message prefixed with the file and the table."""
+    return type(exc)(f"--config {path!r}: {where}{exc}")
+
+
+def _check_file(data: dict, path: str) -> None:
+    """Refuse a null, a wrong type, a number out of range or an unknown field anywhere in the
+    file, naming the field and the value as the file wrote it."""
+    for key, value in data.items():
+        types, allowed = _TOP[key]
+        kind = "null" if value is None else type(value).__name__
+        if not isinstance(value, types) or isinstance(value, bool) and types is int:
+            raise ArgumentTypeError(f"--config {path!r}: {key}={_show(value)} must be "
+                                    f"{allowed}, got {kind}")
+        if types is int and value < 1:
+            raise ArgumentError(f"--config {path!r}: {key}={_show(value)} must be {allowed}")
+    layout_keys = set(ParallelDims.__dataclass_fields__) - {"from_preset"}
+    cluster_keys = {f for f in Cluster.__dataclass_fields__} | {"preset", "profile",
+                                                                "profile_level"}
+    for table, known, check in (("layout", layout_keys, check_field),
+                                ("cluster", cluster_keys, check_cluster_field)):
+        fields = data.get(table, {})
+        unknown = sorted(set(fields) - known)
+        if unknown:
+            raise ArgumentError(f"--config {path!r}: unknown {table} field(s) "
+                                f"{', '.join(unknown)}; expected {', '.join(sorted(known))}")
+        for name, value in fields.items():
+            try:
+                if value is None:
+                    raise ArgumentTypeError(f"{name}=null: leave the field out for its default")
+                check(name, value, show=_show)
+            except (ArgumentError, ArgumentTypeError) as exc:
+                raise _refuse(path, f"{table}.", exc) from None
+
+
+def layout_for_gpus(layout: dict, gpus: int) -> dict:
+    """``layout`` (fields of :class:`ParallelDims`) on ``gpus`` GPUs: ``dp`` filled in as
+    gpus / (tp · cp · pp) when it is left out.
+
+    Raises:
+        ArgumentError: the GPUs are not a multiple of tp · cp · pp, or the layout's product
+            dp · tp · cp · pp differs from ``gpus`` (naming both and the layout to write).
+    """
+    tp, cp, pp = (layout.get(k, 1) for k in ("tp", "cp", "pp"))
+    others = tp * cp * pp
+    if "dp" not in layout:
+        if gpus % others:
+            raise ArgumentError(f"--gpus {gpus} is not a multiple of tp x cp x pp = {tp} x {cp} "
+                                f"x {pp} = {others}, so dp = {gpus}/{others} is not whole")
+        return {**layout, "dp": gpus // others}
+    world = layout["dp"] * others
+    if world != gpus:
+        raise ArgumentError(f"--gpus {gpus} disagrees with the layout: dp x tp x cp x pp = "
+                            f"{layout['dp']} x {tp} x {cp} x {pp} = {world}; give --gpus "
+                            f"{world}, or leave --dp out for --gpus to set it")
+    return layout
 
 
 def parse_straggler(value) -> tuple | list | None:
@@ -91,7 +170,8 @@ class PlanConfig:
             :func:`~ringccl.planner.parallel_dims.resolve_dims`).
         cluster: the ``cluster`` fields (a dict; see :func:`cluster_for`).
         straggler: None or (rank, fraction).
-        search: rank every layout instead of planning one. gpus: the GPUs of the search.
+        search: rank every layout instead of planning one. gpus: the GPUs of the search, or
+            of the plan (:func:`layout_for_gpus`).
     """
 
     model: ModelConfig
@@ -126,7 +206,7 @@ def plan_config(path: str | None = None, *, model=None, seq_length: int | None =
                              dtype=dtype or cfg.get("dtype"))
     return PlanConfig(resolved, merged_layout, merged_cluster,
                       parse_straggler(straggler or cfg.get("straggler")),
-                      bool(search) or bool(cfg.get("search")), gpus or cfg.get("gpus"))
+                      bool(search) or cfg.get("search", False), gpus or cfg.get("gpus"))
 
 
 def cluster_for(cluster: dict, world_size: int) -> Cluster:

@@ -45,10 +45,11 @@ from .cluster import Cluster, Straggler
 from .groups import GroupShape
 
 __all__ = ["Entry", "OVERLAPS", "PRICERS", "KERNEL_LAUNCH_SECONDS", "costed",
-           "nccl_machine_of"]
+           "nccl_machine_of", "sm_contention"]
 
 #: how the row's time can hide behind compute
-OVERLAPS = ("exposed", "forward", "backward", "expert compute", "attention")
+OVERLAPS = ("exposed", "forward", "backward", "expert compute", "attention",
+            "weight gradients", "input gradients")
 
 #: seconds of one kernel launch (module doc)
 KERNEL_LAUNCH_SECONDS = 4e-6
@@ -120,6 +121,10 @@ class Entry:
         calls_per_micro_batch / calls_per_step: how often it runs.
         overlap: "exposed" or the compute it hides behind; chunks: pieces it is cut into
             (DDP buckets, prefetched layers, MoE micro-chunks): one piece stays exposed.
+        window: the compute its builder says it can hide behind (its ``overlap`` when built);
+            the layout's knobs decide whether it does and set ``overlap``
+            (:func:`~ringccl.planner.overlap.decide`), never ``window``: a builder's memoized
+            entries serve layouts with other knobs.
         algorithm, params: the tuner's pick and its builder parameters.
         seconds_per_call, ring_seconds_per_call: predicted (the pick, and the plain ring).
         bytes_sent_per_call: bytes the busiest rank sends per call (the schedule's count).
@@ -147,6 +152,11 @@ class Entry:
     bytes_sent_per_call: float = 0.0
     inter_node_bytes_per_call: float = 0.0
     list_collective: bool = False
+    window: str = ""
+
+    def __post_init__(self):
+        if not self.window:
+            self.window = self.overlap
 
     @property
     def seconds_per_step(self) -> float:
@@ -223,6 +233,13 @@ _CHANNELS = {"ampere": NCCL_MACHINES["dgx-a100"]["channels"],
 @memoize(maxsize=64)
 def _network_profile(path: str) -> NcclMachine:
     return load_network_profile(path)
+
+
+def sm_contention(cluster: Cluster) -> float:
+    """The fraction of a GPU's SMs a collective running beside compute occupies: NCCL's
+    channels on the cluster's machine (one thread block, on one SM, per channel;
+    :func:`nccl_machine_of`) over the GPU's SMs: e.g. 16 / 132 on a DGX H100."""
+    return min(1.0, nccl_machine_of(cluster).channels / cluster.gpu_spec.sm_count)
 
 
 def nccl_machine_of(cluster: Cluster) -> NcclMachine:

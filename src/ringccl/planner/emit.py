@@ -34,7 +34,7 @@ from pathlib import Path
 
 from ..algorithms import REGISTRY
 from ..errors import ArgumentError
-from .groups import rank_grid
+from .groups import GRID_FIELDS, rank_grid
 from .parallel_dims import resolve_dims
 from .step import StepEstimate
 
@@ -236,9 +236,9 @@ def replay_calls(step: dict, nproc: int, max_bytes: int, itemsize: int = 4) -> R
                      f"{largest / 2**20:.1f} MiB, to at most {max_bytes / 2**20:.2f} MiB)")
     grid = None
     if same_world:
-        # the grid depends on the group sizes and the rank order only
-        dims = resolve_dims({k: step["layout"][k] for k in ("dp", "tp", "pp", "cp", "ep",
-                                                            "order")})
+        # the grid depends on its fields only (the folded expert grid, the split cp and dp)
+        fields = {k: step["layout"][k] for k in GRID_FIELDS if k in step["layout"]}
+        dims = resolve_dims({**fields, "zero_stage": 3 if fields.get("dp_shard") else 0})
         grid = rank_grid(dims, step.get("gpus_per_node") or nproc)
     else:
         notes.append(f"the plan's world of {step['world_size']} ranks replayed on {nproc} "

@@ -54,9 +54,9 @@ from ..caches import memoize
 from ..costmodel.compute_profile import ComputeProfile, load_compute_profile
 from .gpus import GPU
 
-__all__ = ["TILES", "FLASH_EFFICIENCY", "FLASH_BLOCK", "gemm_seconds", "gemm_efficiency",
-           "wave_utilisation", "tiles", "flash_attention_flops", "flash_attention_seconds",
-           "memory_seconds"]
+__all__ = ["TILES", "FLASH_EFFICIENCY", "FLASH2_EFFICIENCY", "FLASH_BLOCK", "gemm_seconds",
+           "gemm_efficiency", "wave_utilisation", "tiles", "flash_attention_flops",
+           "flash_attention_seconds", "memory_seconds"]
 
 #: thread-block tiles (rows, columns) the library chooses from (NVIDIA's "Matrix
 #: Multiplication Background User's Guide", "Tile quantization": 256×128 and 128×256 the most
@@ -70,6 +70,14 @@ TILES = ((256, 128), (128, 256), (128, 128))
 #: 1.5-1.75x FlashAttention-2's, about 500 TFLOP/s (50%). Blackwell: Hopper's fractions (no
 #: published figure read).
 FLASH_EFFICIENCY = {"ampere": (0.73, 0.63), "hopper": (0.75, 0.50), "blackwell": (0.75, 0.50)}
+
+#: FlashAttention-2's own kernel on each architecture (``attention="flash2"``: the kernel of
+#: 2023, before FlashAttention-3 and cuDNN's Hopper attention): Ampere as above; Hopper:
+#: FlashAttention-3 (arXiv:2407.08608), abstract and §1, "FlashAttention-2 achieving only 35%
+#: utilization on H100", and §4.1, its backward 1.5-1.75x FlashAttention-2's, so 0.50 / 1.625
+#: = 0.31. Blackwell: Hopper's (no published figure read).
+FLASH2_EFFICIENCY = {"ampere": (0.73, 0.63), "hopper": (0.35, 0.31),
+                     "blackwell": (0.35, 0.31)}
 
 #: FlashAttention-2's query and key block sizes for head dimension <= 128 (§3.1.1, §3.3)
 FLASH_BLOCK = (128, 128)
@@ -184,14 +192,16 @@ def flash_attention_flops(s_q, s_k, head_dim_qk: int, head_dim_v: int, causal: b
 
 def flash_attention_seconds(batch_heads: int, s_q: int, s_k: int, head_dim_qk: int,
                             head_dim_v: int, causal: bool, gpu: GPU, *, backward: bool = False,
-                            fp8: bool = False, offset: int = 0) -> float:
+                            fp8: bool = False, offset: int = 0, kernel: str = "flash") -> float:
     """Seconds of FlashAttention's forward (or backward: 2.5 × the FLOPs) over ``batch_heads``
-    (batch × heads) of ``s_q`` queries and ``s_k`` keys (module doc)."""
+    (batch × heads) of ``s_q`` queries and ``s_k`` keys (module doc); ``kernel`` "flash" (the
+    architecture's newest, :data:`FLASH_EFFICIENCY`) or "flash2" (:data:`FLASH2_EFFICIENCY`)."""
     flops = batch_heads * flash_attention_flops(s_q, s_k, head_dim_qk, head_dim_v, causal,
                                                 offset=offset)
     if backward:
         flops *= 2.5
-    fwd_eff, bwd_eff = FLASH_EFFICIENCY[gpu.architecture]
+    table = FLASH2_EFFICIENCY if kernel == "flash2" else FLASH_EFFICIENCY
+    fwd_eff, bwd_eff = table[gpu.architecture]
     if gpu.compute_profile:
         return flops / _profiled_attention_rate(gpu, s_q, bwd_eff / fwd_eff if backward else 1.0)
     blocks = batch_heads * int(-(-s_q // FLASH_BLOCK[0]))

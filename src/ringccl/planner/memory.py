@@ -40,6 +40,7 @@ from typing import Mapping
 
 from ..args import check_int
 from ..errors import ArgumentError, ArgumentTypeError
+from .pipeline import SCHEDULE_NAMES, in_flight_micro_batches, pipeline_bubble_fraction
 
 __all__ = [
     "SCHEDULES",
@@ -55,9 +56,9 @@ __all__ = [
     "breakdown",
 ]
 
-#: Pipeline schedules: GPipe (all forwards, then all backwards), PipeDream-Flush's 1F1B, and
-#: Megatron's interleaved 1F1B with ``virtual_stages`` model chunks per rank.
-SCHEDULES = ("1f1b", "interleaved", "gpipe")
+#: Pipeline schedules (:mod:`ringccl.planner.pipeline`, which holds their bubble and in-flight
+#: formulas; ``in_flight_micro_batches`` and ``pipeline_bubble_fraction`` are its own)
+SCHEDULES = SCHEDULE_NAMES
 #: Activation recomputation: store everything, recompute the attention core (Korthikanti §5),
 #: or keep only each layer's input and recompute the whole layer.
 RECOMPUTE_MODES = ("none", "selective", "full")
@@ -66,10 +67,6 @@ ZERO_STAGES = (0, 1, 2, 3)
 #: Bytes per element of a dropout mask: Korthikanti et al. count masks as 1 byte per element
 #: (§4.1), whatever the activations' dtype.
 MASK_BYTES = 1
-
-_SCHEDULE_ALIASES = {"1f1b": "1f1b", "gpipe": "gpipe", "interleaved": "interleaved",
-                     "interleaved_1f1b": "interleaved", "interleaved-1f1b": "interleaved"}
-
 
 def _check_real(value, argument: str, *, positive: bool = False) -> float:
     """``value`` as a finite real number >= 0 (> 0 when ``positive``); bool is refused."""
@@ -93,12 +90,6 @@ def _check_choice(value, argument: str, allowed) -> str:
     if not isinstance(value, str) or value.lower() not in allowed:
         raise ArgumentError(f"{argument}={value!r} is not one of {', '.join(allowed)}")
     return value.lower()
-
-
-def _check_schedule(schedule) -> str:
-    if not isinstance(schedule, str) or schedule.lower() not in _SCHEDULE_ALIASES:
-        raise ArgumentError(f"schedule={schedule!r} is not one of {', '.join(SCHEDULES)}")
-    return _SCHEDULE_ALIASES[schedule.lower()]
 
 
 def _bytes(elements, bytes_per_element) -> int:
@@ -166,7 +157,8 @@ def model_state_bytes(num_parameters: int, *, dp: int, zero_stage: int, param_by
 
 def activation_bytes(*, seq_length: int, micro_batch_size: int, hidden_size: int,
                      num_attention_heads: int, num_layers: int, tp: int = 1, sp: bool = False,
-                     cp: int = 1, recompute: str = "none", dtype_bytes=2) -> int:
+                     cp: int = 1, recompute: str = "none", dtype_bytes=2,
+                     flash_attention: bool = False) -> int:
     """Activations that ``num_layers`` transformer layers keep for the backward pass of one
     micro-batch, on one rank (Korthikanti et al. 2022, §4 and Table 2).
 
@@ -194,7 +186,12 @@ def activation_bytes(*, seq_length: int, micro_batch_size: int, hidden_size: int
     including the score term a·(s/cp)²·b: a rank keeps one (s/cp × s/cp) block of scores per
     head, as blockwise (ring) attention computes them. With a fused attention kernel
     (FlashAttention, which Megatron's context parallelism requires) the scores are never
-    stored: use ``recompute="selective"`` for that case.
+    stored: ``flash_attention=True``.
+
+    **flash_attention.** FlashAttention (Dao et al. 2022, §3.1 and Algorithm 2) keeps no s x s
+    score, softmax or dropout tensors: its backward recomputes them from Q, K, V, the output
+    and the softmax statistics (s·b·a values, dropped like Korthikanti's s·b terms). The 5·a·s/h
+    term goes, as with selective recompute (the count is then that row's).
 
     **Ignored** (as in the paper's per-layer count): the embedding layer's dropout output and
     mask, the final layer norm, the output layer's logits and the cross-entropy's fp32 copy
@@ -215,6 +212,7 @@ def activation_bytes(*, seq_length: int, micro_batch_size: int, hidden_size: int
         cp: context-parallel size (>= 1).
         recompute: "none", "selective" or "full".
         dtype_bytes: bytes per element of a stored activation (real > 0; 2 for fp16/bf16).
+        flash_attention: the attention kernel keeps no scores (FlashAttention).
 
     Returns:
         Bytes (``int``, rounded up) for one micro-batch through ``num_layers`` layers.
@@ -234,6 +232,7 @@ def activation_bytes(*, seq_length: int, micro_batch_size: int, hidden_size: int
     cp = check_int(cp, "cp", 1)
     recompute = _check_choice(recompute, "recompute", RECOMPUTE_MODES)
     dtype_bytes = Fraction(_check_real(dtype_bytes, "dtype_bytes", positive=True))
+    flash_attention = _check_bool(flash_attention, "flash_attention")
     if a % t:
         raise ArgumentError(f"num_attention_heads={a} is not divisible by tp={t}")
     if s % cp:
@@ -254,96 +253,12 @@ def activation_bytes(*, seq_length: int, micro_batch_size: int, hidden_size: int
         else:
             # layer-norm inputs, QKV and MLP inputs and the two dropout masks are replicated
             tensors, masks = 4 * sbh + 12 * sbh / t, 2 * sbh
-        if recompute == "none":
+        if recompute == "none" and not flash_attention:
             # softmax output and dropout output (2-byte), attention-dropout mask (1-byte)
             tensors += 2 * asb / t
             masks += asb / t
     per_layer = dtype_bytes * tensors + MASK_BYTES * masks
     return math.ceil(num_layers * per_layer)
-
-
-# --------------------------------------------------------------------------- pipeline
-
-
-def in_flight_micro_batches(*, schedule: str, pp: int, stage: int, num_micro_batches: int,
-                            virtual_stages: int = 1) -> float:
-    """How many micro-batches' activations pipeline stage ``stage`` holds at its peak, in units
-    of one micro-batch through all of the stage's layers.
-
-    - GPipe runs all m forwards before any backward: m (Narayanan et al. 2021, §2.2.1).
-    - 1F1B (PipeDream-Flush): stage r (0-based) runs p − r − 1 warm-up forwards, then
-      one-forward-one-backward, so at most min(p − r, m) are in flight (§2.2.1: at most p).
-    - Interleaved 1F1B with v = ``virtual_stages`` model chunks per rank (§2.2.2): each chunk
-      holds 1/v of the stage's layers. Megatron-LM's schedule (``schedules.py``,
-      ``forward_backward_pipelining_with_interleaving``) runs W = 2·(p − r − 1) + (v − 1)·p
-      warm-up chunk-forwards (all m·v of them when m = p), then 1F1B, so min(W + 1, m·v)
-      chunk-activations are in flight: (min(W + 1, m·v))/v micro-batches. On the first stage
-      that is p + (p − 1)/v = p·(1 + (p − 1)/(p·v)), the factor Korthikanti et al. 2022 give in
-      §4.2.3 for the interleaved schedule's extra memory. v = 1 is plain 1F1B (Megatron uses the
-      non-interleaved schedule then).
-
-    With p = 1 the 1F1B value is 1 (forward and backward of each micro-batch in turn, as
-    Megatron's no-pipelining loop does); GPipe's stays m by its definition.
-
-    Args:
-        schedule: "1f1b", "interleaved" (or "interleaved_1f1b") or "gpipe".
-        pp: pipeline stages p (>= 1).
-        stage: this stage's 0-based index r in [0, p).
-        num_micro_batches: m, micro-batches per step (>= 1).
-        virtual_stages: v, model chunks per rank (>= 1; used by "interleaved" only).
-
-    Returns:
-        A float (whole except for the interleaved schedule).
-
-    Raises:
-        ArgumentError: an unknown schedule, a value out of range.
-        ArgumentTypeError: a non-integer count.
-    """
-    schedule = _check_schedule(schedule)
-    p = check_int(pp, "pp", 1)
-    m = check_int(num_micro_batches, "num_micro_batches", 1)
-    v = check_int(virtual_stages, "virtual_stages", 1)
-    r = check_int(stage, "stage", 0)
-    if r >= p:
-        raise ArgumentError(f"stage={r} is out of range for pp={p}; stage must be in [0, {p})")
-    if schedule == "gpipe":
-        return float(m)
-    if schedule == "1f1b" or v == 1:
-        return float(min(p - r, m))
-    chunks = m * v
-    warmup = chunks if m == p else min(2 * (p - r - 1) + (v - 1) * p, chunks)
-    return min(warmup + 1, chunks) / v
-
-
-def pipeline_bubble_fraction(*, schedule: str, pp: int, num_micro_batches: int,
-                             virtual_stages: int = 1) -> float:
-    """The pipeline bubble as a fraction of the ideal compute time (Narayanan et al. 2021, §2.2).
-
-    With t_f, t_b the forward and backward time of one micro-batch on one stage, the bubble is
-    t_pb = (p − 1)·(t_f + t_b) and the ideal time t_id = m·(t_f + t_b), so t_pb/t_id = (p − 1)/m
-    for GPipe and 1F1B alike (§2.2.1); the interleaved schedule shrinks each stage's share to
-    1/v, t_pb = (p − 1)·(t_f + t_b)/v, hence (p − 1)/(v·m) (§2.2.2). This is bubble over ideal
-    time, not over the whole step: the step takes t_id·(1 + fraction), and the idle share of
-    the step is fraction/(1 + fraction).
-
-    Args:
-        schedule: "1f1b", "interleaved" (or "interleaved_1f1b") or "gpipe".
-        pp: pipeline stages p (>= 1).
-        num_micro_batches: m (>= 1).
-        virtual_stages: v (>= 1; used by "interleaved" only).
-
-    Returns:
-        (p − 1)/m, or (p − 1)/(v·m) for the interleaved schedule; 0.0 for p = 1.
-
-    Raises:
-        ArgumentError: an unknown schedule, a value out of range.
-        ArgumentTypeError: a non-integer count.
-    """
-    schedule = _check_schedule(schedule)
-    p = check_int(pp, "pp", 1)
-    m = check_int(num_micro_batches, "num_micro_batches", 1)
-    v = check_int(virtual_stages, "virtual_stages", 1)
-    return (p - 1) / (m * (v if schedule == "interleaved" else 1))
 
 
 # --------------------------------------------------------------------------- buffers
@@ -352,6 +267,7 @@ def pipeline_bubble_fraction(*, schedule: str, pp: int, num_micro_batches: int,
 def communication_buffer_bytes(*, ddp_gradient_bytes: int = 0,
                                gradient_as_bucket_view: bool = False,
                                zero3_layer_parameters: int = 0, zero3_live_layers: int = 2,
+                               zero3_gradient_parameters: int | None = None,
                                param_bytes=2, grad_bytes=2, moe_tokens: int = 0,
                                moe_top_k: int = 1, moe_capacity_factor=1.0,
                                moe_hidden_size: int = 0, dtype_bytes=2) -> dict:
@@ -372,7 +288,9 @@ def communication_buffer_bytes(*, ddp_gradient_bytes: int = 0,
       computing one and the prefetched one; torch's FSDP documentation), DeepSpeed bounds them with ``stage3_max_live_parameters``. In backward each
       layer's full-size gradient exists until its reduce-scatter. So
       ``zero3_live_layers · zero3_layer_parameters · param_bytes +
-      zero3_layer_parameters · grad_bytes``.
+      zero3_gradient_parameters · grad_bytes`` (the gradient of one layer unless more stay
+      unsharded: a pipeline that defers FSDP's reduce-scatter to the last micro-batch keeps
+      the stage's).
     - **MoE all-to-all** (``moe_all_to_all``): the dispatch sends each of the rank's T =
       ``moe_tokens`` tokens to its k = ``moe_top_k`` experts; with capacity factor c each of E
       experts takes at most c·T·k/E tokens (GShard §2.2, Switch Transformer §2.1), so the send
@@ -386,6 +304,8 @@ def communication_buffer_bytes(*, ddp_gradient_bytes: int = 0,
         zero3_layer_parameters: parameters of the largest layer ZeRO-3 gathers (before
             sharding; >= 0; 0 when ZeRO-3 is off).
         zero3_live_layers: full-size layers alive at once (>= 1; 2 = current + prefetched).
+        zero3_gradient_parameters: parameters whose full-size gradients are alive at once
+            (>= 0; default ``zero3_layer_parameters``).
         param_bytes, grad_bytes: bytes per gathered weight and per unsharded gradient.
         moe_tokens: tokens this rank routes per MoE layer and micro-batch (>= 0; 0 when there
             is no MoE).
@@ -405,6 +325,9 @@ def communication_buffer_bytes(*, ddp_gradient_bytes: int = 0,
     gradient_as_bucket_view = _check_bool(gradient_as_bucket_view, "gradient_as_bucket_view")
     zero3_layer_parameters = check_int(zero3_layer_parameters, "zero3_layer_parameters", 0)
     zero3_live_layers = check_int(zero3_live_layers, "zero3_live_layers", 1)
+    zero3_gradient_parameters = (zero3_layer_parameters if zero3_gradient_parameters is None
+                                 else check_int(zero3_gradient_parameters,
+                                                "zero3_gradient_parameters", 0))
     param_bytes = _check_real(param_bytes, "param_bytes")
     grad_bytes = _check_real(grad_bytes, "grad_bytes")
     moe_tokens = check_int(moe_tokens, "moe_tokens", 0)
@@ -416,7 +339,7 @@ def communication_buffer_bytes(*, ddp_gradient_bytes: int = 0,
     return {
         "ddp_buckets": 0 if gradient_as_bucket_view else ddp_gradient_bytes,
         "zero3_gather": (_bytes(zero3_live_layers * zero3_layer_parameters, param_bytes)
-                         + _bytes(zero3_layer_parameters, grad_bytes)),
+                         + _bytes(zero3_gradient_parameters, grad_bytes)),
         "moe_all_to_all": 2 * _bytes(rows * moe_hidden_size, dtype_bytes),
     }
 
@@ -468,7 +391,8 @@ def breakdown(*, num_parameters: int, dp: int = 1, zero_stage: int = 0, seq_leng
               tp: int = 1, sp: bool = False, cp: int = 1, recompute: str = "none",
               schedule: str = "1f1b", pp: int = 1, stage: int = 0, num_micro_batches: int = 1,
               virtual_stages: int = 1, param_bytes=2, grad_bytes=2, optimizer_bytes=12,
-              dtype_bytes=2, communication: int | Mapping[str, int] = 0) -> MemoryBreakdown:
+              dtype_bytes=2, communication: int | Mapping[str, int] = 0,
+              flash_attention: bool = False) -> MemoryBreakdown:
     """One rank's memory: :func:`model_state_bytes` + :func:`activation_bytes` ×
     :func:`in_flight_micro_batches` + the communication buffers.
 
@@ -493,7 +417,7 @@ def breakdown(*, num_parameters: int, dp: int = 1, zero_stage: int = 0, seq_leng
     per_micro_batch = activation_bytes(
         seq_length=seq_length, micro_batch_size=micro_batch_size, hidden_size=hidden_size,
         num_attention_heads=num_attention_heads, num_layers=num_layers, tp=tp, sp=sp, cp=cp,
-        recompute=recompute, dtype_bytes=dtype_bytes)
+        recompute=recompute, dtype_bytes=dtype_bytes, flash_attention=flash_attention)
     in_flight = in_flight_micro_batches(schedule=schedule, pp=pp, stage=stage,
                                         num_micro_batches=num_micro_batches,
                                         virtual_stages=virtual_stages)

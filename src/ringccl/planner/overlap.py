@@ -26,7 +26,14 @@ zero (ZeRO-3)    the layers' forward /         ``zero3_gather="layer"`` (FSDP): 
 tp, sp           the GEMMs they feed           ``tp_comm_overlap`` (Megatron's userbuffers,
                                                torchtitan's async TP): each call split in tp
                                                chunks, one of which stays exposed. Else
-                                               exposed (Megatron-LM 2019 §3).
+                                               exposed (Megatron-LM 2019 §3), but for
+                                               ``overlap_dgrad_reduce`` (Megatron-LM since
+                                               2022, ``layers.py`` ``LinearWithGrad
+                                               AccumulationAndAsyncCommunication``): the
+                                               column-parallel layers' input-gradient
+                                               all-reduce / reduce-scatter behind their
+                                               weight-gradient GEMMs, SP's re-gather of their
+                                               input behind their input-gradient GEMMs.
 pp               the micro-batch's compute     ``overlap_p2p`` (Megatron-Core's
                                                --overlap-p2p-communication): each send behind
                                                the next micro-batch's compute. Else exposed.
@@ -52,7 +59,11 @@ from .compute import StageCompute
 from .costing import Entry
 from .parallel_dims import ParallelDims
 
-__all__ = ["exposed_seconds", "decide", "exposure"]
+__all__ = ["exposed_seconds", "contended", "decide", "exposure"]
+
+
+#: the windows of Megatron's asynchronous TP backward (``overlap_dgrad_reduce``)
+_TP_BACKWARD = ("weight gradients", "input gradients")
 
 
 def exposed_seconds(seconds: float, window: float, chunks: int = 1) -> float:
@@ -63,12 +74,28 @@ def exposed_seconds(seconds: float, window: float, chunks: int = 1) -> float:
     return max(0.0, seconds - window) + min(seconds, window) / max(chunks, 1)
 
 
+def contended(seconds: float, window: float, chunks: int, contention: float) -> float:
+    """:func:`exposed_seconds`, plus what the compute loses while the collective runs beside
+    it: ``contention · min(seconds, window)``. A collective's kernel holds SMs the GEMMs then
+    cannot use: NCCL runs one thread block per channel (NCCL documentation,
+    NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS: "more CUDA blocks ... uses more GPU resources
+    that could be used for computation"); Transformer Engine's userbuffers overlap takes 16
+    SMs for its pipelined and bulk methods (``initialize_ub`` defaults, ``num_sm``)."""
+    return exposed_seconds(seconds, window, chunks) + contention * min(seconds, window)
+
+
 def decide(entry: Entry, dims: ParallelDims) -> str:
     """The window ``entry`` hides behind under ``dims``' knobs (module doc): "exposed",
-    "forward", "backward", "attention" or "expert compute"."""
+    "forward", "backward", "attention", "expert compute", "weight gradients" or "input
+    gradients"; from the entry's builder-given ``window``, not its ``overlap`` (which this
+    sets: memoized entries are decided again for every layout)."""
     p, c = entry.parallelism, entry.collective
     if p in ("tp", "sp"):
-        return entry.phase if dims.tp_comm_overlap else "exposed"
+        if dims.tp_comm_overlap:
+            return entry.phase
+        if dims.overlap_dgrad_reduce and entry.window in _TP_BACKWARD:
+            return entry.window
+        return "exposed"
     if p == "pp":
         return "forward" if dims.overlap_p2p else "exposed"
     if p == "dp":
@@ -84,14 +111,17 @@ def decide(entry: Entry, dims: ParallelDims) -> str:
             return "backward"
         return entry.phase if dims.fsdp_prefetch > 0 else "exposed"
     if p in ("cp", "ep"):
-        return entry.overlap
+        return entry.window
     return "exposed"
 
 
 def _chunks(e: Entry, dims: ParallelDims) -> int:
     """Pieces an overlapped collective is cut into: tp per TP/SP call (userbuffers' ring
-    exchange), each PP send on its own (the next micro-batch's compute hides it), else the
-    entry's own (DDP buckets, layers)."""
+    exchange), each call behind its own GEMM (the asynchronous TP backward), each PP send on
+    its own (the next micro-batch's compute hides it), else the entry's own (DDP buckets,
+    layers)."""
+    if e.parallelism in ("tp", "sp") and e.overlap in _TP_BACKWARD:
+        return max(1, e.calls_per_micro_batch)
     if e.parallelism in ("tp", "sp"):
         return dims.tp
     if e.parallelism == "pp":
@@ -100,6 +130,10 @@ def _chunks(e: Entry, dims: ParallelDims) -> int:
 
 
 def _window(kind: str, phase: str, c: StageCompute) -> float:
+    if kind == "weight gradients":
+        return c.column_weight_grad
+    if kind == "input gradients":
+        return c.column_input_grad
     if kind == "attention":
         return c.attention_forward * (2 if phase == "backward" else 1)
     if kind == "forward":
@@ -108,10 +142,11 @@ def _window(kind: str, phase: str, c: StageCompute) -> float:
 
 
 def exposure(entries: list[Entry], dims: ParallelDims, c: StageCompute,
-             micro_batches: int) -> tuple[dict, dict]:
+             micro_batches: int, contention: float = 0.0) -> tuple[dict, dict]:
     """What ``entries`` leave exposed on a stage whose compute is ``c``: (parallelism ->
     seconds per micro-batch, parallelism -> seconds per step). Sets each entry's ``overlap``
-    to its :func:`decide` window."""
+    to its :func:`decide` window. ``contention``: the fraction of the SMs an overlapped
+    collective takes from the compute while it runs (:func:`contended`)."""
     per_mb: dict = {}
     per_step: dict = {}
     shared: dict = {}   # (parallelism, window, phase, per micro-batch) -> [seconds, chunks]
@@ -121,7 +156,8 @@ def exposure(entries: list[Entry], dims: ParallelDims, c: StageCompute,
             # each all-to-all against its own layer's expert GEMMs (backward: twice the
             # forward's), half the window each for dispatch and combine
             window = c.expert_forward * (2 if e.phase == "backward" else 1) / 2
-            x = exposed_seconds(e.seconds_per_call, window, e.chunks) * e.calls_per_micro_batch
+            x = contended(e.seconds_per_call, window, e.chunks, contention) \
+                * e.calls_per_micro_batch
             per_mb[e.parallelism] = per_mb.get(e.parallelism, 0.0) + x
             continue
         t = e.seconds_per_step / micro_batches if e.per_micro_batch else e.seconds_per_step
@@ -136,5 +172,5 @@ def exposure(entries: list[Entry], dims: ParallelDims, c: StageCompute,
         acc[1] = max(acc[1], _chunks(e, dims))
     for (p, kind, phase, per_micro), (t, chunks) in shared.items():
         out = per_mb if per_micro else per_step
-        out[p] = out.get(p, 0.0) + exposed_seconds(t, _window(kind, phase, c), chunks)
+        out[p] = out.get(p, 0.0) + contended(t, _window(kind, phase, c), chunks, contention)
     return per_mb, per_step

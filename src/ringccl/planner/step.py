@@ -5,13 +5,19 @@ critical path: ``τ_s = compute_s + exposed_s``. Compute is every kernel of the 
 timed from its shape (:mod:`ringccl.planner.compute`: GEMMs with tile and wave quantisation,
 FlashAttention, memory-bound passes), with what recompute re-runs in the backward
 (Korthikanti et al. 2022 §5). What of each collective stays exposed follows the framework's
-knobs (:mod:`ringccl.planner.overlap`).
+knobs (:mod:`ringccl.planner.overlap`); under DualPipe the PP sends and the MoE all-to-alls of
+one micro-batch hide behind the other micro-batch's chunk (DeepSeek-V3 §3.2.1).
 
-The pipeline (Megatron-LM 2021 §2.2): with ``v`` model chunks per stage, the m·v chunk-steps
-of the slowest stage and the fill/drain through every stage give
-``T_pipe = (m·v − 1)·max_s(τ_s / v) + Σ_s τ_s / v`` — for equal stages
-``(m + (p − 1)/v)·τ``, a bubble of ``(p − 1)/m`` (1F1B, GPipe) or ``(p − 1)/(v·m)``
-(interleaved) of the ideal time. Once per step come the gradient reductions not hidden in the
+The pipeline (:mod:`ringccl.planner.pipeline`): the slowest stage paces the passes and the
+schedule's fill and drain go through the others,
+``T_pipe = passes · max_s τ_s + slots/(p − 1) · Σ_{s ≠ slowest} X_s`` with each stage's τ split
+into F (forward), B (backward for the inputs) and W (backward for the weights: half of each
+GEMM's backward), its exposed communication spread over them in proportion: for 1F1B
+``(Σ_s τ_s − max τ)/v``, Narayanan et al.'s ``(p − 1)/m`` (``(p − 1)/(v·m)`` interleaved) of
+the ideal time for equal stages; ZB-H1 ``(p − 1)(F + B − W)``, ZB-H2
+``(p − 1)·max(0, F + B − 2W)`` (Qi et al. 2024); DualPipe and DualPipeV per DeepSeek-V3
+Table 2, whose F&B pairs also hide the PP sends and the MoE all-to-alls of one micro-batch
+behind the other's compute. Once per step come the gradient reductions not hidden in the
 last backward, ZeRO's parameter gathers not hidden in the next forward and the tied-embedding
 all-reduce, and the optimizer step (:func:`~ringccl.planner.compute.optimizer_seconds`).
 ``step = T_pipe + max_s(per-step exposed_s + optimizer_s)``;
@@ -21,24 +27,30 @@ all-reduce, and the optimizer step (:func:`~ringccl.planner.compute.optimizer_se
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field, replace
-from fractions import Fraction
 
 from .. import units
+from ..caches import register
 from ..errors import ArgumentError
 from . import memory
 from .cluster import Cluster, Straggler
-from .compute import StageCompute, compute_precision, stage_compute
 from .context import StepContext, step_context
-from .costing import Entry
+from .compute import StageCompute, compute_precision, stage_compute
+from .costing import Entry, sm_contention
 from .inventory import inventory
 from .model import ModelConfig
 from .overlap import exposed_seconds, exposure
 from .parallel_dims import ParallelDims
+from .pipeline import get_schedule, pipeline_bubble_fraction, pipeline_seconds
+from .stage_memory import (in_flight_activations, in_flight_counts, stage_memory,
+                           stage_memory_parts)
 from .stages import StageShape
+from .timeline import Timeline, simulate
 
-__all__ = ["StageEstimate", "StepEstimate", "estimate_step", "exposed_seconds", "stage_memory"]
+__all__ = ["StageEstimate", "StepEstimate", "estimate_step", "exposed_seconds", "stage_memory",
+           "compute_of", "passes_of", "step_seconds", "peak_memory", "stage_estimates"]
 
 
 @dataclass
@@ -59,10 +71,22 @@ class StageEstimate:
     exposed_per_step: dict
     memory: memory.MemoryBreakdown | None = None
     compute: StageCompute | None = None
+    weight_gradient_per_micro_batch: float = 0.0
+    #: (memory without activations, activations of one pass): :func:`stage_memory_parts`
+    memory_parts: tuple | None = field(default=None, repr=False, compare=False)
 
     @property
     def micro_batch_seconds(self) -> float:
         return self.compute_per_micro_batch + sum(self.exposed_per_micro_batch.values())
+
+    def passes(self) -> tuple[float, float, float]:
+        """(F, B, W) of one pass through the stage, seconds: the forward, the backward for the
+        inputs, the backward for the weights, the exposed communication spread over them in
+        proportion to their compute."""
+        scale = self.micro_batch_seconds / self.compute_per_micro_batch
+        w = self.weight_gradient_per_micro_batch
+        return (self.forward_per_micro_batch * scale,
+                (self.backward_per_micro_batch - w) * scale, w * scale)
 
     @property
     def per_step_compute(self) -> float:
@@ -83,6 +107,7 @@ class StageEstimate:
                 "compute_per_micro_batch_s": self.compute_per_micro_batch,
                 "forward_per_micro_batch_s": self.forward_per_micro_batch,
                 "backward_per_micro_batch_s": self.backward_per_micro_batch,
+                "weight_gradient_per_micro_batch_s": self.weight_gradient_per_micro_batch,
                 "micro_batch_s": self.micro_batch_seconds,
                 "exposed_per_micro_batch_s": dict(self.exposed_per_micro_batch),
                 "exposed_per_step_s": dict(self.exposed_per_step),
@@ -103,6 +128,7 @@ class StepEstimate:
         tokens_per_second, mfu, model_flops_per_step.
         exposed: parallelism -> exposed seconds per step on the slowest path.
         fits_memory: every stage's memory within the GPU's; peak_memory: the largest total.
+        warnings: :class:`~ringccl.planner.advice.PlanWarning` (``ringccl.plan`` fills them).
     """
 
     model: ModelConfig
@@ -119,6 +145,7 @@ class StepEstimate:
     peak_memory: float
     fits_memory: bool
     notes: list = field(default_factory=list)
+    warnings: list = field(default_factory=list)
 
     @property
     def tokens_per_step(self) -> int:
@@ -175,112 +202,114 @@ class StepEstimate:
                 "straggler": None if self.straggler is None else vars(self.straggler),
                 "world_size": self.dims.world_size, "describe": self.describe(),
                 "summary": self.summary(),
-                "stages": [s.to_dict() for s in self.stages], "notes": list(self.notes)}
+                "stages": [s.to_dict() for s in self.stages], "notes": list(self.notes),
+                "warnings": [w.to_dict() for w in self.warnings]}
 
     def describe(self) -> str:
         return (f"{self.model.name} on {self.dims.world_size} GPUs, {self.dims.describe()}: "
                 f"step {units.format_duration(self.step_seconds)}, MFU {100 * self.mfu:.1f}%")
 
-
-def stage_memory(ctx: StepContext, st: StageShape,
-                 entries: list[Entry]) -> memory.MemoryBreakdown:
-    """The memory of one rank of stage ``st``, bytes, from :mod:`ringccl.planner.memory`.
-
-    - model states (:func:`~ringccl.planner.memory.model_state_bytes`): the dense weights
-      sharded by ZeRO over the ``dp · cp`` ranks that hold them, the routed experts over
-      ``dp · cp / ep``;
-    - activations: :func:`~ringccl.planner.memory.activation_bytes` of one micro-batch through
-      all the stage's layers (every model chunk) × the micro-batches in flight
-      (:func:`~ringccl.planner.memory.in_flight_micro_batches`, in those same units: for the
-      interleaved schedule its chunk-activations divided by v), rounded up;
-    - communication buffers (:func:`~ringccl.planner.memory.communication_buffer_bytes`):
-      DDP's bucket copy of the gradients (PyTorch's default ``gradient_as_bucket_view=False``),
-      ZeRO-3's live gathered layers, the all-to-all's send and receive buffers; ZeRO-1/2 add
-      their largest in-flight bucket twice (the gradients being reduce-scattered and the
-      parameters being gathered).
-
-    Returns:
-        A :class:`~ringccl.planner.memory.MemoryBreakdown` (it sums its own ``total``).
-    """
-    model, dims = ctx.model, ctx.dims
-    data_parallel = dims.dp * dims.cp
-    dense = memory.model_state_bytes(st.dense_parameters, dp=data_parallel,
-                                     zero_stage=dims.zero_stage)
-    expert = memory.model_state_bytes(st.expert_parameters,
-                                      dp=max(1, data_parallel // dims.ep),
-                                      zero_stage=dims.zero_stage)
-    per_micro_batch = memory.activation_bytes(
-        seq_length=model.seq_length, micro_batch_size=dims.micro_batch_size,
-        hidden_size=model.hidden_size, num_attention_heads=model.num_attention_heads,
-        num_layers=st.layers, tp=dims.tp, sp=dims.sp, cp=dims.cp,
-        recompute=dims.recompute, dtype_bytes=model.dtype_bytes)
-    in_flight = memory.in_flight_micro_batches(
-        schedule=dims.schedule if dims.pp > 1 else "1f1b", pp=dims.pp, stage=st.stage,
-        num_micro_batches=dims.num_micro_batches, virtual_stages=dims.virtual_stages)
-    # in_flight is a whole number, or chunk-activations / v for the interleaved schedule:
-    # exact as a fraction of denominator v
-    activations = math.ceil(per_micro_batch * Fraction(in_flight).limit_denominator(
-        dims.virtual_stages))
-    gradient_bytes = dense["gradients"] + expert["gradients"]
-    moe_tokens = 0
-    if st.moe_layers and dims.ep > 1:
-        # tokens a rank routes per MoE layer and micro-batch: its sequence shard (SP splits it
-        # over tp, as Megatron-Core's token dispatcher does)
-        moe_tokens = (dims.micro_batch_size * model.seq_length
-                      // (dims.cp * (dims.tp if dims.sp else 1)))
-    buffers = memory.communication_buffer_bytes(
-        ddp_gradient_bytes=gradient_bytes if dims.zero_stage == 0 and data_parallel > 1
-        else 0,
-        zero3_layer_parameters=st.largest_layer_parameters if dims.zero_stage == 3 else 0,
-        param_bytes=model.dtype_bytes, grad_bytes=model.dtype_bytes, moe_tokens=moe_tokens,
-        moe_top_k=max(1, model.num_experts_per_tok),
-        moe_capacity_factor=dims.capacity_factor, moe_hidden_size=model.hidden_size,
-        dtype_bytes=model.dtype_bytes)
-    communication = sum(buffers.values())
-    if dims.zero_stage in (1, 2):
-        communication += 2 * max((math.ceil(e.nbytes) for e in entries
-                                  if e.parallelism == "zero"), default=0)
-    return memory.MemoryBreakdown(
-        weights=dense["weights"] + expert["weights"],
-        gradients=gradient_bytes, optimizer=dense["optimizer"] + expert["optimizer"],
-        activations=activations, communication=communication)
+    def timeline(self) -> Timeline | None:
+        """The pipeline schedule as it runs (:func:`ringccl.planner.timeline.simulate`) with
+        each stage's (F, B, W) (:meth:`StageEstimate.passes`); None without a pipeline."""
+        d = self.dims
+        if d.pp < 2:
+            return None
+        return simulate(d.schedule, pp=d.pp, num_micro_batches=d.num_micro_batches,
+                        virtual_stages=d.virtual_stages,
+                        times=[s.passes() for s in self.stages])
 
 
-def _compute(ctx: StepContext, st: StageShape) -> StageCompute:
+def compute_of(model: ModelConfig, dims: ParallelDims, cluster: Cluster,
+               st: StageShape) -> StageCompute:
     """The stage's :class:`~ringccl.planner.compute.StageCompute`: its layers on the
-    cluster's GPU, its optimizer over the states ZeRO leaves it."""
-    dims = ctx.dims
-    data_parallel = dims.dp * dims.cp
-    dense_shard, expert_shard = data_parallel, max(1, data_parallel // dims.ep)
+    cluster's GPU, its optimizer over the states ZeRO leaves it (dense states sharded over the
+    ZeRO shard group, routed experts over the expert-data-parallel ranks); memoized on what it
+    reads."""
+    dense_shard, expert_shard = dims.shard_size, dims.expert_dp
     if dims.zero_stage == 0:
         dense_shard = expert_shard = 1
     held = st.dense_parameters + st.expert_parameters
     if dims.zero_stage == 3:
         held = st.dense_parameters / dense_shard + st.expert_parameters / expert_shard
     sharded = st.dense_parameters / dense_shard + st.expert_parameters / expert_shard
-    return stage_compute(ctx.model, dims, ctx.cluster.gpu_spec, layers=st.layers,
-                         moe_layers=st.moe_layers, first=st.first, last=st.last,
-                         parameters=held, sharded_parameters=sharded)
+    key = (model, cluster.gpu_spec, st.layers, st.moe_layers, st.first, st.last,
+           st.expert_load, held, sharded, dims.tp, dims.sp, dims.cp, dims.ep,
+           dims.micro_batch_size, dims.attention, dims.precision, dims.recompute,
+           dims.gradient_accumulation_fusion, dims.zero_stage, dims.reduce_dtype)
+    c = _COMPUTED.get(key)
+    if c is None:
+        if len(_COMPUTED) > 1 << 16:
+            _COMPUTED.clear()
+        c = _COMPUTED[key] = _loaded(stage_compute(
+            model, dims, cluster.gpu_spec, layers=st.layers, moe_layers=st.moe_layers,
+            first=st.first, last=st.last, parameters=held, sharded_parameters=sharded), st)
+    return c
 
 
-def _stage(ctx: StepContext, stage: int) -> StageEstimate:
+#: :func:`compute_of`'s results (a layout search asks for the same stages again and again)
+_COMPUTED: dict = {}
+register(_COMPUTED.clear)
+
+
+def _loaded(c: StageCompute, st: StageShape) -> StageCompute:
+    """``c`` with the routed experts' GEMMs of the busiest EP rank: ``st.expert_load`` times
+    the uniform share (:func:`~ringccl.planner.routing.expert_load`)."""
+    moe = c.layers.get("moe")
+    if moe is None or st.expert_load == 1:
+        return c
+    extra = st.expert_load - 1
+    fwd = sum(o.forward_s for o in moe.ops if o.expert) * extra * st.moe_layers
+    bwd = sum(o.backward_s for o in moe.ops if o.expert) * extra * st.moe_layers
+    return replace(c, forward=c.forward + fwd, backward=c.backward + bwd,
+                   expert_forward=c.expert_forward * st.expert_load)
+
+
+def passes_of(c: StageCompute, st: StageShape) -> tuple[float, float, float]:
+    """(F, B, W) of one pass through stage ``st`` from its compute: W, the backward for the
+    weights, is half of each GEMM's backward (its weight-gradient GEMM, as many FLOPs as the
+    forward's); B the rest of the backward (Qi et al. 2024's split)."""
+    counts = {"dense": st.layers - st.moe_layers, "moe": st.moe_layers,
+              "embedding": int(st.first), "head": int(st.last)}
+    w = sum(counts[k] * sum(o.backward_s for o in part.ops if o.kind == "gemm") / 2
+            for k, part in c.layers.items())
+    return c.forward, c.backward - w, w
+
+
+def _stage(ctx: StepContext, stage: int, copies: bool = True) -> StageEstimate:
     st = ctx.stages[stage]
-    entries = inventory(ctx, stage)
-    c = _compute(ctx, st)
-    per_mb, per_step = exposure(entries, ctx.dims, c, ctx.micro_batches)
+    entries = inventory(ctx, stage, copies)
+    c = compute_of(ctx.model, ctx.dims, ctx.cluster, st)
+    hidden = get_schedule(ctx.dims.schedule).hidden_sends if ctx.dims.pp > 1 else ()
+    # DualPipe's F&B pairs: one micro-batch's PP sends and all-to-alls run under the other's
+    # compute, "fully hidden" (DeepSeek-V3 §3.2.1) up to that compute's length
+    paired = [e for e in entries if e.per_micro_batch and e.parallelism in hidden]
+    per_mb, per_step = exposure([e for e in entries if e not in paired], ctx.dims, c,
+                                ctx.micro_batches, sm_contention(ctx.cluster))
+    for e in paired:
+        e.overlap = "other micro-batch"
+        t = e.seconds_per_step / ctx.micro_batches
+        per_mb[e.parallelism] = per_mb.get(e.parallelism, 0.0) + max(
+            0.0, t - (c.forward + c.backward))
     est = StageEstimate(stage, st, entries, c.forward + c.backward, c.forward, c.backward,
-                        per_mb, per_step, compute=c)
-    est.memory = stage_memory(ctx, st, entries)
+                        per_mb, per_step, compute=c,
+                        weight_gradient_per_micro_batch=passes_of(c, st)[2])
+    base, per_pass = stage_memory_parts(ctx, st, entries)
+    est.memory_parts = (base, per_pass)
+    est.memory = replace(base, activations=in_flight_activations(ctx.dims, st.stage, per_pass))
     return est
 
 
 def _shifted(entry: Entry, offset: int) -> Entry:
     """A copy of ``entry`` for the stage whose ranks are its stage's plus ``offset``."""
-    shape = replace(entry.shape, example=tuple(r + offset for r in entry.shape.example))
-    return replace(entry, shape=shape, params=dict(entry.params))
+    shape = copy.copy(entry.shape)
+    object.__setattr__(shape, "example", tuple(r + offset for r in entry.shape.example))
+    out = copy.copy(entry)
+    out.shape, out.params = shape, dict(entry.params)
+    return out
 
 
-def _stages_shared(ctx: StepContext) -> list[StageEstimate]:
+def _stages_shared(ctx: StepContext, shift: bool = True) -> list[StageEstimate]:
     """Every stage's :class:`StageEstimate`, each distinct stage estimated once.
 
     Two stages are alike when they hold as many layers (and MoE layers), play the same role
@@ -289,7 +318,8 @@ def _stages_shared(ctx: StepContext) -> list[StageEstimate]:
     moved to other nodes, with the same placement, NIC sharing, algorithm and time. Only the
     group's example ranks (shifted) and the memory (the in-flight micro-batches depend on the
     stage's index) differ. The straggler's stage is always estimated on its own. The result
-    equals ``[_stage(ctx, s) for s in range(pp)]``.
+    equals ``[_stage(ctx, s) for s in range(pp)]``; with ``shift=False`` alike stages keep their
+    representative's entries (example ranks not shifted: the numbers are the same).
     """
     planned: dict[tuple, tuple[StageEstimate, int]] = {}
     stages = []
@@ -299,19 +329,70 @@ def _stages_shared(ctx: StepContext) -> list[StageEstimate]:
         if offset is None or s == ctx.straggler_stage:
             key += (s,)
         if key not in planned:
-            planned[key] = (_stage(ctx, s), offset)
+            planned[key] = (_stage(ctx, s, shift), offset)
             stages.append(planned[key][0])
             continue
         rep, rep_offset = planned[key]
-        shift = offset - rep_offset
-        entries = [_shifted(e, shift) for e in rep.entries]
+        if not shift:      # the search: the representative's numbers under this stage's index
+            est = copy.copy(rep)
+            est.stage, est.shape, est.memory = s, st, None
+            stages.append(est)
+            continue
+        entries = [_shifted(e, offset - rep_offset) for e in rep.entries]
         est = StageEstimate(s, st, entries, rep.compute_per_micro_batch,
                             rep.forward_per_micro_batch, rep.backward_per_micro_batch,
                             dict(rep.exposed_per_micro_batch), dict(rep.exposed_per_step),
-                            compute=rep.compute)
-        est.memory = stage_memory(ctx, st, entries)
+                            compute=rep.compute,
+                            weight_gradient_per_micro_batch=rep.weight_gradient_per_micro_batch)
+        # alike stages hold the same states and buffers; only the in-flight count differs
+        est.memory_parts = rep.memory_parts
+        est.memory = replace(rep.memory_parts[0], activations=in_flight_activations(
+            ctx.dims, s, rep.memory_parts[1]))
         stages.append(est)
     return stages
+
+
+def stage_estimates(ctx: StepContext) -> list[StageEstimate]:
+    """Every stage's estimate, alike stages estimated once and their entries not shifted: the
+    numbers :func:`step_seconds` and :func:`peak_memory` read, for the layout search.
+
+    Raises:
+        ArgumentError: an FP8 recipe on a GPU without FP8 tensor cores.
+    """
+    _check_precision(ctx.model, ctx.dims, ctx.cluster)
+    return _stages_shared(ctx, shift=False)
+
+
+def _check_precision(model: ModelConfig, dims: ParallelDims, cluster: Cluster) -> None:
+    recipe = compute_precision(model, dims)
+    if recipe != "bf16" and not cluster.gpu_spec.fp8_flops:
+        raise ArgumentError(f"precision={recipe!r} runs GEMMs in FP8; the cluster's GPU "
+                            f"{cluster.gpu!r} has no FP8 tensor cores (use precision 'bf16')")
+
+
+def step_seconds(dims: ParallelDims, stages: list[StageEstimate]) -> tuple[float, float, float]:
+    """(pipeline, bubble, once-per-step exposed) seconds of ``stages`` run with ``dims``' schedule
+    and batch (:func:`~ringccl.planner.pipeline.pipeline_seconds`): what
+    :func:`estimate_step` adds up, and what the layout search prices for every schedule and
+    batch of one set of stages (a stage's estimate depends on neither)."""
+    pipeline, bubble = pipeline_seconds(dims.schedule if dims.pp > 1 else "1f1b",
+                                        num_micro_batches=dims.num_micro_batches,
+                                        virtual_stages=dims.virtual_stages,
+                                        stages=[s.passes() for s in stages])
+    return pipeline, bubble, max(s.per_step_seconds for s in stages)
+
+
+def peak_memory(dims: ParallelDims, stages: list[StageEstimate]) -> int:
+    """The largest stage's memory, bytes, with ``dims``' schedule and batch in flight (alike
+    stages share their parts: each group's peak is at its most in-flight stage)."""
+    counts = in_flight_counts(dims)
+    most: dict = {}
+    for s in stages:
+        key = id(s.memory_parts)
+        most[key] = (s.memory_parts, max(counts[s.stage], most.get(key, (None, 0))[1]))
+    den = 2 * dims.virtual_stages
+    return max(base.total + -(-per_pass * count // den) for (base, per_pass), count in
+               most.values())
 
 
 def estimate_step(model: ModelConfig, dims: ParallelDims, cluster: Cluster,
@@ -327,21 +408,20 @@ def estimate_step(model: ModelConfig, dims: ParallelDims, cluster: Cluster,
         ArgumentError: the layout refused (:meth:`ParallelDims.check`), a straggler rank outside
             the world, an FP8 recipe on a GPU without FP8 tensor cores.
     """
-    recipe = compute_precision(model, dims)
-    if recipe != "bf16" and not cluster.gpu_spec.fp8_flops:
-        raise ArgumentError(f"precision={recipe!r} runs GEMMs in FP8; the cluster's GPU "
-                            f"{cluster.gpu!r} has no FP8 tensor cores (use precision 'bf16')")
+    _check_precision(model, dims, cluster)
     ctx = step_context(model, dims, cluster, straggler)
+    dims = ctx.dims                     # completed for the model (batch, reduce dtype, bucket)
     if share_stages:
         stages = _stages_shared(ctx)
     else:
         stages = [_stage(ctx, s) for s in range(dims.pp)]
-    m, v, p = dims.num_micro_batches, dims.virtual_stages, dims.pp
-    tau = [s.micro_batch_seconds for s in stages]
-    pipeline = (m * v - 1) * max(tau) / v + sum(tau) / v
-    bubble = pipeline - m * max(tau)
-    fraction = (p - 1) / (v * m)
-    per_step = max(s.per_step_seconds for s in stages)
+    m, p = ctx.micro_batches, dims.pp
+    pipeline, bubble, per_step = step_seconds(dims, stages)
+    f, b, w = max(stages, key=lambda s: s.micro_batch_seconds).passes()
+    fraction = pipeline_bubble_fraction(schedule=dims.schedule if p > 1 else "1f1b", pp=p,
+                                        num_micro_batches=dims.num_micro_batches,
+                                        virtual_stages=dims.virtual_stages, forward=f,
+                                        backward_input=b, backward_weight=w)
     step = pipeline + per_step
     slowest = max(stages, key=lambda s: s.micro_batch_seconds)
     last = max(stages, key=lambda s: s.per_step_seconds)

@@ -168,6 +168,58 @@ def _shape(spec, parts, rows, root, splits):
     return _stack(parts)
 
 
+def _in_place(spec, out, rows) -> bool:
+    """Whether ``out`` (the (N, L) storage) shares memory with the (N, count) ``rows`` in one
+    of the in-place forms the collectives define (NCCL User Guide, "In-place Operations"):
+    ``out`` is ``rows`` itself (the row is the rank's working buffer: all_reduce, broadcast,
+    reduce, reduce_scatter, scatter), or ``rows`` views each row's own block of ``out``
+    (all_gather, gather: row r is ``out[r, r·count:(r+1)·count]``). False: no overlap.
+
+    Raises:
+        ArgumentError: any other overlap (partial, another block, another layout), naming both.
+    """
+    parts = rows if isinstance(rows, np.ndarray) else None
+    if parts is None or not np.shares_memory(out, parts):
+        if parts is None and any(np.shares_memory(out, r) for r in rows):
+            raise ArgumentError("out shares memory with inputs' rows of different lengths, "
+                                "which simulate does not define; pass arrays that do not "
+                                "overlap")
+        return False
+    count = rows.shape[1]
+    start = out.__array_interface__["data"][0]
+    same = (rows.__array_interface__["data"][0] == start and rows.shape == out.shape
+            and rows.strides == out.strides)
+    diagonal = (spec.name in ("all_gather", "gather") and count and
+                rows.__array_interface__["data"][0] == start and
+                out.shape[1] == out.shape[0] * count and
+                rows.strides == (out.strides[0] + count * out.itemsize, out.itemsize))
+    if spec.name in ("all_gather", "gather"):
+        if diagonal:
+            return True
+        allowed = "inputs[r] = out[r, r * count:(r + 1) * count] (each rank's own block)"
+    else:
+        if same and spec.name != "all_to_all":
+            return True
+        allowed = "out is inputs (the same array)" if spec.name != "all_to_all" else \
+            "none for all_to_all, whose storage also holds the received blocks"
+    raise ArgumentError(f"out shares memory with inputs in a form {spec.name} does not define "
+                        f"(the result would depend on the order the steps touch them); "
+                        f"allowed: {allowed}, or arrays that do not overlap")
+
+
+def _store_outputs(spec, out, outputs, lists, sizes, root) -> None:
+    """Write each rank's output (``outputs``: :func:`simulate`'s, final) into its output
+    chunks of the (N, C·m) storage ``out`` and nothing else (an in-place call)."""
+    n = out.shape[0]
+    m = out.shape[1] // sizes.shape[1]
+    for r in range(n):
+        chunks = np.asarray(lists[r], dtype=np.int64)
+        if not chunks.size:
+            continue
+        value = outputs if spec.name == "gather" else outputs[r]
+        out[r, _element_index(chunks, sizes[r, chunks], m)] = value
+
+
 def _divide(spec, outputs, n, root, dtype):
     if spec.name == "reduce":
         np.true_divide(outputs[root], n, out=outputs[root])

@@ -16,7 +16,8 @@ from ..errors import ArgumentError, ArgumentTypeError
 from ..ir import Schedule
 from ..ops import (ReduceOp, check_accumulate_dtype, check_dtype, check_op_dtype, identity,
                    parse_op, ufunc)
-from .buffers import _check_transfer_sizes, _divide, _load, _rows, _shape, _unload
+from .buffers import (_check_transfer_sizes, _divide, _in_place, _load, _rows, _shape,
+                      _store_outputs, _unload)
 from .kernel import _compile, _lazy_load, _run
 from .reference import _check_outputs
 
@@ -112,7 +113,12 @@ def simulate(collective: str, inputs, op: Any = "sum", algorithm: str | None = N
             dtype, L = the elements of one rank's working buffer (all_reduce and
             reduce_scatter: count; all_gather: world_size·count). When every chunk has the same
             size it *is* the simulator's storage, so repeated calls reuse memory; ``outputs``
-            then views it. Otherwise it is not used.
+            then views it. Otherwise it is not used. It may share memory with ``inputs`` only
+            in NCCL's in-place forms: ``out`` is ``inputs`` itself (all_reduce, broadcast,
+            reduce, reduce_scatter, scatter), or row r of ``inputs`` is ``out[r, r·count:
+            (r+1)·count]`` (all_gather, gather); then only each rank's output elements of
+            ``out`` are written (an in-place reduce_scatter changes row r's block r alone) and
+            ``outputs`` are arrays of their own.
         src: root of broadcast and scatter (torch.distributed's name); default 0.
         dst: root of reduce and gather; default 0.
         input_split_sizes, output_split_sizes: all_to_all only (all_to_all_single): (N, N)
@@ -146,6 +152,7 @@ def simulate(collective: str, inputs, op: Any = "sum", algorithm: str | None = N
             src/dst for a collective that does not take it, root out of range, bad split sizes,
             schedule for another collective or world size, a schedule whose transfers do not
             fit the chunk sizes (scratch-chunk all_to_all algorithms with uneven blocks).
+            ``out`` sharing memory with ``inputs`` in any other form (both named).
         ArgumentTypeError: unsupported dtype.
 
     Numerics: integer sums and products wrap modulo 2^bits exactly as numpy's (an int8 sum over
@@ -210,11 +217,14 @@ def simulate(collective: str, inputs, op: Any = "sum", algorithm: str | None = N
                    if isinstance(out, np.ndarray) else type(out).__name__)
             raise ArgumentError(f"out must be a C-contiguous {dtype.name} array of shape "
                                 f"({n}, {length}), got {got}")
+    # in place (out shares memory with inputs as NCCL's in-place forms): the steps run on
+    # storage of their own and only the outputs' elements of out are written
+    in_place = out is not None and _in_place(spec, out, rows)
     # the inputs fill the buffer in its own layout: the steps read them until first written
     # instead of a full copy first (kernel: loading lazily); not onto memory they share
     lazy = bool(whole and m and work_dtype == dtype and rows.flags.c_contiguous
-            and (out is None or not np.shares_memory(out, rows)))
-    if out is not None and even and work_dtype == dtype:
+            and (out is None or not in_place))
+    if out is not None and even and work_dtype == dtype and not in_place:
         storage = out.reshape(n, c, m)
         if whole and not lazy:
             np.copyto(out, rows)
@@ -248,5 +258,7 @@ def simulate(collective: str, inputs, op: Any = "sum", algorithm: str | None = N
                      schedule.bytes_received(total, work_dtype.itemsize, chunk_sizes=sizes))
     mismatches, max_err = (_check_outputs(spec, rows, outputs, reduce_op, root, ins, acc)
                            if check else (0, 0.0))
+    if in_place and even and work_dtype == dtype:   # after the reference read the inputs
+        _store_outputs(spec, out, outputs, out_lists, sizes, root)
     return SimResult(outputs, stats, mismatches == 0 if check else None, mismatches, max_err,
                      schedule)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import datetime
 import queue
 import threading
+import weakref
 from typing import Any, Callable
 
 import torch
@@ -48,6 +49,13 @@ def _group_timeout(group) -> datetime.timedelta | None:
         return pg._get_backend(torch.device("cpu")).options._timeout
     except (AttributeError, RuntimeError, ValueError):
         return None
+
+
+def _stop(jobs: queue.Queue, thread: threading.Thread) -> None:
+    """Let the worker finish the queued jobs, then join it."""
+    jobs.put(None)
+    if thread is not threading.current_thread():
+        thread.join()
 
 
 class Communicator:
@@ -83,6 +91,11 @@ class Communicator:
         self._thread = threading.Thread(target=self._loop, name="ringccl-communicator",
                                         daemon=True)
         self._thread.start()
+        # a communicator never closed stops with its object, or at the interpreter's exit
+        # before finalization (weakref.finalize's atexit): a daemon thread still running a job
+        # then would take the GIL from torch's C++ code after finalization began and abort
+        # the process ("terminate called without an active exception")
+        self._stop = weakref.finalize(self, _stop, self._jobs, self._thread)
 
     def submit(self, fn: Callable[[Any], Any]) -> torch.futures.Future:
         """Queue ``fn(group)`` to run on the worker thread with the private process group.
@@ -115,8 +128,7 @@ class Communicator:
         """Finish the queued jobs and stop the worker thread (the process group stays)."""
         if not self._closed:
             self._closed = True
-            self._jobs.put(None)
-            self._thread.join()
+            self._stop()
 
     def __enter__(self) -> "Communicator":
         return self

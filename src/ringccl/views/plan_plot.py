@@ -18,6 +18,11 @@ pipeline); its ``m`` micro-batches (each: forward, backward, then its exposed co
 spread evenly over that window, the rest of the window being the wait for the other stages
 (drawn with the bubble; Megatron's schedule bunches it at warm-up and cool-down). After the
 pipeline come the once-per-step reductions not hidden (``exposed_per_step_s``).
+
+With a ``timeline`` (``Timeline.to_dict()`` of :mod:`ringccl.planner.timeline`: the pipeline
+schedule simulated), a panel on top draws the schedule as it runs: one row per pipeline rank,
+its F, B, W (or whole backward) passes and DualPipe's overlapped F&B pairs over time, each
+chunk of the rank in its own shade; the idle gaps are the bubble.
 """
 
 from __future__ import annotations
@@ -26,13 +31,47 @@ from typing import Mapping
 
 from .plot import _pyplot
 
-__all__ = ["plan_chart", "picked_stages", "stage_spans", "stage_window"]
+__all__ = ["plan_chart", "picked_stages", "stage_spans", "stage_window", "schedule_bars"]
 
 #: lane colours: compute, then the parallelisms in the planner's order
 _COLORS = {"forward": "#4c72b0", "backward": "#55a868", "tp": "#c44e52", "sp": "#dd8452",
            "cp": "#8172b3", "ep": "#937860", "pp": "#da8bc3", "dp": "#8c8c8c",
            "zero": "#ccb974", "embedding": "#64b5cd", "pp bubble": "#bbbbbb"}
 _ORDER = ("tp", "sp", "cp", "ep", "pp", "dp", "zero", "embedding")
+
+
+#: pass colours of the schedule panel (chunk 0; chunk 1 is drawn lighter)
+_PASS_COLORS = {"F": "#4c72b0", "B": "#55a868", "BW": "#55a868", "W": "#a6d96a",
+                "F&B": "#8172b3"}
+
+
+def schedule_bars(timeline: Mapping) -> list[dict]:
+    """The bars of the schedule panel: ``{"rank", "x0", "width", "kind", "chunk",
+    "micro_batch"}`` per pass of ``timeline`` (``Timeline.to_dict()``), seconds."""
+    return [{"rank": r, "x0": x["start"], "width": x["end"] - x["start"], "kind": x["kind"],
+             "chunk": x["chunk"], "micro_batch": x["micro_batch"]}
+            for r, passes in enumerate(timeline["passes"]) for x in passes]
+
+
+def _draw_schedule(ax, timeline: Mapping) -> None:
+    bars = schedule_bars(timeline)
+    pp = timeline["pp"]
+    label = len(bars) <= 400
+    for b in bars:
+        ax.barh(pp - 1 - b["rank"], b["width"], left=b["x0"], height=0.8, linewidth=0.3,
+                edgecolor="white", color=_PASS_COLORS.get(b["kind"], "#999999"),
+                alpha=1.0 if b["chunk"] == 0 else 0.6)
+        if label and b["width"] > 0:
+            ax.text(b["x0"] + b["width"] / 2, pp - 1 - b["rank"], str(b["micro_batch"]),
+                    ha="center", va="center", fontsize=5, color="white")
+    ticks = list(range(pp)) if pp <= 16 else [0, pp // 2, pp - 1]
+    ax.set_yticks([pp - 1 - r for r in ticks], [f"rank {r}" for r in ticks], fontsize=7)
+    ax.set_ylim(-0.6, pp - 0.4)
+    ax.set_title(f"pipeline schedule {timeline['schedule']} as it runs: {pp} ranks, "
+                 f"{timeline['num_micro_batches']} micro-batches (F blue, B green, W light "
+                 "green, F&B purple; the rank's second chunk paler; gaps: the bubble)",
+                 fontsize=9, loc="left")
+    ax.grid(axis="x", alpha=0.3)
 
 
 def picked_stages(pp: int) -> list[int]:
@@ -161,7 +200,8 @@ def _draw_stage(ax, stage: Mapping, m: int, start: float, end: float, pipeline: 
     ax.grid(axis="x", alpha=0.3)
 
 
-def plan_chart(plan: Mapping, path: str, title: str = "") -> str:
+def plan_chart(plan: Mapping, path: str, title: str = "", timeline: Mapping | None = None
+               ) -> str:
     """Write a PNG of one step: a timeline per rank position and bars per parallelism.
 
     Args:
@@ -169,6 +209,8 @@ def plan_chart(plan: Mapping, path: str, title: str = "") -> str:
             ``layout``, ``stages`` with their ``collectives``; times in seconds, bytes in bytes).
         path: output file (PNG).
         title: figure title (default: the plan's ``describe``).
+        timeline: ``StepEstimate.timeline().to_dict()``: the schedule panel on top (None: no
+            panel).
     Returns:
         ``path``.
     Raises:
@@ -185,13 +227,22 @@ def plan_chart(plan: Mapping, path: str, title: str = "") -> str:
     pipeline = summary["pipeline_s"]
 
     lanes = [len(_lanes(s)) for s in picked]
-    fig = plt.figure(figsize=(16, 2.2 + 0.42 * sum(lanes) + 0.5 * len(picked)))
-    grid = fig.add_gridspec(len(picked), 2, width_ratios=(3.2, 1), height_ratios=lanes,
+    top = 0
+    if timeline is not None:
+        top = 1
+        lanes = [max(3, min(timeline["pp"], 16))] + lanes
+    fig = plt.figure(figsize=(16, 2.2 + 0.42 * sum(lanes) + 0.5 * len(lanes)))
+    grid = fig.add_gridspec(len(lanes), 2, width_ratios=(3.2, 1), height_ratios=lanes,
                             hspace=0.55, wspace=0.18, left=0.08, right=0.98, top=0.9,
                             bottom=0.1)
     axes = []
+    if timeline is not None:
+        ax = fig.add_subplot(grid[0, 0])
+        _draw_schedule(ax, timeline)
+        ax.tick_params(labelbottom=False)
+        axes.append(ax)
     for i, st in enumerate(picked):
-        ax = fig.add_subplot(grid[i, 0], sharex=axes[0] if axes else None)
+        ax = fig.add_subplot(grid[top + i, 0], sharex=axes[0] if axes else None)
         start, end = stage_window(stages, st, pipeline, v)
         _draw_stage(ax, st, m, start, end, pipeline)
         ax.axvline(pipeline, color="black", linewidth=0.8, linestyle=":")
@@ -207,9 +258,9 @@ def plan_chart(plan: Mapping, path: str, title: str = "") -> str:
     seconds_by = summary["seconds_per_step_by_parallelism"]
     exposed_by = summary["exposed_s"]
     keys = [k for k in _ORDER if k in bytes_by or k in exposed_by]
-    right_top = fig.add_subplot(grid[: max(1, len(picked) // 2), 1])
-    right_bottom = fig.add_subplot(grid[max(1, len(picked) // 2):, 1]) if len(picked) > 1 \
-        else None
+    rows = len(lanes)
+    right_top = fig.add_subplot(grid[: max(1, rows // 2), 1])
+    right_bottom = fig.add_subplot(grid[max(1, rows // 2):, 1]) if rows > 1 else None
     yb = list(range(len(keys)))[::-1]
     vals = [bytes_by.get(k, 0.0) / 2**30 for k in keys]
     right_top.barh(yb, vals, color=[_COLORS.get(k, "#999999") for k in keys])

@@ -298,9 +298,10 @@ def reduce_scatter(output: np.ndarray, input: np.ndarray, op: Any = ReduceOp.SUM
     Args:
         output: ``input.size // world_size`` elements, same dtype as ``input``; C-contiguous.
         input: world_size · output.size elements, any layout; not modified. ``output`` may be
-            the view
-            ``input[rank * output.size:(rank + 1) * output.size]`` (in place, as nccl-tests
-            does); ``input`` is then modified.
+            the view ``input[rank * output.size:(rank + 1) * output.size]`` of a C-contiguous
+            ``input`` (in place, NCCL's in-place form, as nccl-tests does): ``input`` then
+            changes in that block only. Any other overlap of the two is refused
+            (:mod:`ringccl.frontend.aliasing`).
         op, comm, algorithm, segment_bytes, accumulate_dtype, params: as :func:`all_reduce`
             (``ringccl.algorithms("reduce_scatter")``).
 

@@ -49,6 +49,7 @@ class NumpyArrays:
     """ringccl.mpi's array dialect for the flows (:class:`ringccl.frontend.ArrayDialect`)."""
 
     size_word = "size"
+    buffer_name = "buffer"
 
     @staticmethod
     def check(a, argument: str, written: bool = False, contiguous: bool = False):
@@ -181,6 +182,26 @@ class NumpyArrays:
         return np.concatenate(flats)
 
     shares_memory = staticmethod(np.shares_memory)
+
+    @staticmethod
+    def span(a) -> tuple[int, int]:
+        """The byte addresses ``[lo, hi)`` that ``a``'s elements lie in ((0, 0): none)."""
+        if not a.size:
+            return 0, 0
+        lo = hi = 0
+        for n, s in zip(a.shape, a.strides):
+            if s < 0:
+                lo += (n - 1) * s
+            else:
+                hi += (n - 1) * s
+        start = a.__array_interface__["data"][0]
+        return start + lo, start + hi + a.itemsize
+
+    @staticmethod
+    def same(a, b) -> bool:
+        """Whether ``a`` and ``b`` are the same elements in the same layout (one view)."""
+        return (a.dtype == b.dtype and a.shape == b.shape and a.strides == b.strides
+                and a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
 
     @staticmethod
     def is_block(a, buffer, index: int) -> bool:

@@ -26,7 +26,7 @@ from typing import Callable
 from ...args import check_int
 from ...engine import timeout_seconds
 from ...errors import BackendError, Interrupted, WorkerError
-from ...resources import WORKER_BYTES, check_processes, die_with_parent
+from ...resources import WORKER_BYTES, check_processes, die_with_parent, end_session
 
 __all__ = ["mpi_launcher", "mpirun_command", "check_launch", "launch_bench", "under_mpirun",
            "ROW_PREFIX"]
@@ -205,19 +205,7 @@ def _mpirun_preexec():
 
 def _end_session(proc) -> None:
     """SIGTERM mpirun's session (mpirun and its ranks), SIGKILL after GRACE_S, reap mpirun."""
-    for sig, wait in ((signal.SIGTERM, GRACE_S), (signal.SIGKILL, 10.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            proc.wait(timeout=wait)
-            break
-        except subprocess.TimeoutExpired:
-            continue
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait()
+    end_session(proc, GRACE_S)
 
 
 @contextlib.contextmanager

@@ -18,12 +18,13 @@ import os
 import socket
 
 from ...errors import ArgumentError
-from .group import ShmGroup, check_platform, supported_platform
+from .group import ShmGroup, check_platform, process_alive, supported_platform
 from .segment import SHM_DIR, Segment, ShmSpaceError, segment_name, shm_dir, sweep
 from .transport import EAGER_AREA_BYTES, EAGER_SEND_BYTES, ShmTransport
 
 __all__ = ["ShmGroup", "ShmTransport", "Segment", "ShmSpaceError", "SHM_DIR", "shm_dir",
-           "segment_name", "sweep", "check_platform", "supported_platform", "host_id", "transport_choice",
+           "segment_name", "sweep", "check_platform", "supported_platform", "host_id",
+           "transport_choice", "process_alive",
            "EAGER_AREA_BYTES", "EAGER_SEND_BYTES"]
 
 

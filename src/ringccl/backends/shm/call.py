@@ -208,7 +208,8 @@ def _staged(plan, work, op: ReduceOp, ops, mine, described: Staged | None, view,
         sources = Pieces(described.fill_runs, [view(t) for t in described.sources])
         targets = Pieces(described.drain_runs, [view(t) for t in described.targets])
         drain_runs = described.drain_runs
-        direct = not described.restore
+        # aliased targets are written only after the last read of the sources
+        direct = not described.restore and not described.aliased
     # seeded reduces read the caller's bytes; a range no single array holds is copied in as
     # any other (Pieces.view: None)
     seeded = {}
@@ -300,21 +301,26 @@ def run_call(schedule, rank: int, plan, transport, workspace, group: ShmGroup, *
 
 
 def entry_error(schedule, rank: int, exc: BaseException, timeout: float,
-                when: str = "entering the call", transport: Any = None) -> PeerError:
-    """The PeerError/RingcclTimeout of a shared-memory call whose entry failed (before step 0)
-    or whose end failed after a lazy entry (``when``: "leaving the call"; its last step),
+                when: str = "entering the call", transport: Any = None,
+                where: str = " over shared memory",
+                peer_name: Callable[[int], str] | None = None) -> PeerError:
+    """The PeerError/RingcclTimeout of a shared-memory call whose entry failed (before step 0;
+    ``when`` also "setting up the group's shared memory": the group's first call) or whose end
+    failed after a lazy entry (``when``: "leaving the call"; its last step),
     naming the peer (``exc.peer``, a rank of the group's shared memory; over the hybrid
-    transport, of the host's, given as the whole group's) as ``transport`` names it, and the
-    collective."""
+    transport, of the host's, given as the whole group's) as ``transport`` names it (or
+    ``peer_name``: a set-up that failed has no transport yet), and the collective; ``where``:
+    appended to ``when`` in the message."""
     peer = getattr(exc, "peer", None)
     if peer is not None and isinstance(transport, HybridTransport):
         peer = exc.peer = transport.layout.local_ranks[peer]
     timed_out = isinstance(exc, TimeoutError)
     how = f"timed out after {timeout:g} s" if timed_out else "failed"
-    who = "" if peer is None else f" waiting for rank {transport.peer_name(peer)}"
+    name = transport.peer_name if peer_name is None else peer_name
+    who = "" if peer is None else f" waiting for rank {name(peer)}"
     cls = RingcclTimeout if timed_out else PeerError
-    step = 0 if when == "entering the call" else max(schedule.num_steps - 1, 0)
+    step = max(schedule.num_steps - 1, 0) if when == "leaving the call" else 0
     return cls(f"{schedule.algorithm} {schedule.collective} {how} on rank {rank} at step {step} "
-               f"of {schedule.num_steps} ({when} over shared memory){who}: {exc}",
+               f"of {schedule.num_steps} ({when}{where}){who}: {exc}",
                collective=schedule.collective, algorithm=schedule.algorithm, step=step,
                rank=rank, peer=peer)

@@ -42,7 +42,8 @@ import numpy as np
 from ...errors import BackendError
 from .segment import Segment, ShmSpaceError, segment_name
 
-__all__ = ["ShmGroup", "check_platform", "supported_platform", "RING", "SPIN_POLLS",
+__all__ = ["ShmGroup", "check_platform", "supported_platform", "process_alive", "RING",
+           "SPIN_POLLS",
            "YIELD_SECONDS", "NAP_SECONDS", "LIVENESS_SECONDS"]
 
 LINE = 8            # int64 words per 64-byte cache line
@@ -92,7 +93,7 @@ def check_platform() -> None:
             "the protocol would need; use transport='p2p' (or 'auto', which does here)")
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
     """Whether process ``pid`` runs (a zombie, killed but not yet reaped, does not)."""
     try:
         os.kill(pid, 0)
@@ -130,7 +131,10 @@ class ShmGroup:
         timeout: seconds a wait for a peer may take by default.
     Raises:
         BackendError: set-up failed on some rank (its message); ShmSpaceError: the control
-            block does not fit in the shared-memory directory.
+            block does not fit in the shared-memory directory. PeerDied (a ConnectionError)
+            or TimeoutError: an exchange failed (a peer died or stalled), ``.peer`` the rank
+            found dead (the ranks' pids travel with the first exchange: a peer that dies
+            after it is named), or None.
     """
 
     def __init__(self, rank: int, world_size: int, exchange: Callable[[Any], list],
@@ -150,39 +154,69 @@ class ShmGroup:
         self.cache: dict = {}    # the dialect's views of the segments (cleared with them)
         self.user_area: tuple | None = None   # (serial, slot bytes, bytes used): shm_empty's
         self.closed = False
+        self.pids: list = []     # every rank's pid, from the set-up's first exchange on
+        self.watch: list = []    # the pids visible here (another pid namespace's are not)
         self._setup(exchange)
 
     # -- set-up ------------------------------------------------------------------------------
+    def _exchange(self, exchange, obj) -> list:
+        """``exchange(obj)``; its failure (the backend's own error: gloo's RuntimeError, a
+        timeout) as :class:`PeerDied` naming the first peer found dead (``.peer``), or
+        TimeoutError when it timed out and no peer is known dead."""
+        try:
+            return exchange(obj)
+        except BackendError:
+            raise
+        except Exception as exc:   # noqa: BLE001 - the backend's collective failed
+            peer = next((r for r, p in enumerate(self.pids) if r != self.rank and
+                         self.watch[r] and not process_alive(p)), None)
+            text = f"{type(exc).__name__}: {exc}"
+            timed_out = isinstance(exc, TimeoutError) or "timed out" in text.lower() or \
+                "timeout" in text.lower()
+            if peer is None and timed_out:
+                err: Exception = TimeoutError(f"the set-up exchange timed out ({text})")
+            else:
+                gone = "a peer left it" if peer is None else f"rank {peer} is gone (pid " \
+                    f"{self.pids[peer]})"
+                err = PeerDied(f"the set-up exchange failed: {gone} ({text})")
+            err.peer = peer
+            raise err from exc
+
     def _setup(self, exchange) -> None:
         ctrl = None
+        me = os.getpid()
         try:
             if self.rank == 0:
                 try:
                     self.uid = uuid.uuid4().hex
                     ctrl = Segment.create(segment_name(self.uid, 0), self.ctrl_bytes)
-                    msg = ("ok", self.uid)
+                    msg = ("ok", self.uid, me)
                 except BackendError as exc:
-                    msg = ("error", exc)
-                got = exchange(msg)
+                    msg = ("error", exc, me)
+                got = self._exchange(exchange, msg)
                 if msg[0] == "error":
                     raise msg[1]
             else:
-                got = exchange(None)
+                got = self._exchange(exchange, ("pid", me))
                 if got[0][0] != "ok":
                     raise BackendError(f"rank 0 could not create the group's shared memory: "
                                        f"{got[0][1]}")
                 self.uid = got[0][1]
+            # learnt now: a peer that dies from here on is named
+            self.pids = [m[-1] for m in got]
+            self.watch = [p != me and process_alive(p) for p in self.pids]
+            if self.rank != 0:
                 try:
                     ctrl = Segment.attach(segment_name(self.uid, 0), self.ctrl_bytes)
                 except BackendError as exc:
-                    exchange(("error", str(exc)))
+                    self._exchange(exchange, ("error", str(exc)))
                     raise
             self.ctrl = ctrl
             self.w = memoryview(ctrl.map).cast("q")
             if self.rank == 0:
                 self.w[0], self.w[1] = MAGIC, self.world_size
             self.w[self.rank_line * LINE + self.rank * LINE] = os.getpid()
-            everyone = exchange(("ok", os.getpid()))   # the barrier: every rank attached
+            everyone = self._exchange(exchange, ("ok", me))   # the barrier: all attached
             bad = [(r, m[1]) for r, m in enumerate(everyone) if m[0] != "ok"]
             if bad:
                 raise BackendError(f"rank {bad[0][0]} could not attach the group's shared "
@@ -194,8 +228,7 @@ class ShmGroup:
             if ctrl is not None and self.rank == 0:
                 ctrl.unlink()
         self.pids = [m[1] for m in everyone]
-        # a peer in another pid namespace is not visible here: only its timeout detects it
-        self.watch = [p != os.getpid() and _alive(p) for p in self.pids]
+        self.watch = [p != me and process_alive(p) for p in self.pids]
 
     # -- words -------------------------------------------------------------------------------
     def rank_word(self, rank: int, field: int) -> int:
@@ -271,7 +304,7 @@ class ShmGroup:
                 check_at = now + LIVENESS_SECONDS
                 if w[abort_at]:
                     raise self.aborted()
-                if peer >= 0 and self.watch[peer] and not _alive(self.pids[peer]):
+                if peer >= 0 and self.watch[peer] and not process_alive(self.pids[peer]):
                     self.abort(_ABORT_DEAD)
                     exc = PeerDied(f"rank {peer} (pid {self.pids[peer]}) died while this rank "
                                    f"waited for it to {what}")

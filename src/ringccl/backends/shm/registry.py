@@ -5,7 +5,11 @@ through the group) and finds it here on the next ones, under a ``kind`` of its o
 torch.distributed groups, "owned" for groups whose owner frees them, the torch.distributed
 backend's; "mpi" for communicators, "hybrid" for the hybrid transport's host groups) and a
 ``key`` (``id`` of the group object, with the object as ``owner``, so a new object that reuses
-an old id is not mistaken for it; or a handle, MPI's ``py2f``, with no owner).
+an old id is not mistaken for it; or a handle, MPI's ``py2f``, with no owner). An owner is
+held by a weak reference only: a group kept alive past ``destroy_process_group`` would keep
+gloo's threads running into the interpreter's exit, where one that releases a finished
+operation's tensors after finalization began aborts the process; :func:`forget_with_owner`
+frees a group's memory when its object goes.
 ``ringccl.clear_caches()`` closes every one (:func:`release_shm`); the zero-copy arrays
 (``shm_empty``) stay valid memory, their views hold the mapping exported.
 """
@@ -13,6 +17,7 @@ an old id is not mistaken for it; or a handle, MPI's ``py2f``, with no owner).
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Any, Callable
 
 import numpy as np
@@ -23,18 +28,27 @@ from ...errors import ArgumentTypeError
 from .group import ShmGroup, check_platform
 from .transport import ShmTransport
 
-__all__ = ["find", "setup", "keep", "groups", "release", "release_shm", "release_dead",
-           "allocate", "check_shape"]
+__all__ = ["find", "setup", "keep", "forget_with_owner", "groups", "release", "release_shm",
+           "release_dead", "allocate", "check_shape"]
 
-_states: dict = {}   # (kind, key) -> (owner, ShmGroup, transport)
+_states: dict = {}   # (kind, key) -> (weak reference to the owner, ShmGroup, transport)
 _lock = threading.Lock()
+
+
+def _no_owner() -> None:
+    return None
+
+
+def _ref(owner: Any) -> Callable[[], Any]:
+    """``owner`` as a weak reference (None: a callable returning None)."""
+    return _no_owner if owner is None else weakref.ref(owner)
 
 
 def find(kind: str, key: Any, owner: Any = None) -> tuple | None:
     """``(ShmGroup, transport)`` kept under ``(kind, key)`` for ``owner`` (the object kept
     with it; None for a handle), or None (none yet, released, or closed)."""
     hit = _states.get((kind, key))
-    if hit is not None and hit[0] is owner and not hit[1].closed:
+    if hit is not None and hit[0]() is owner and not hit[1].closed:
         return hit[1], hit[2]
     return None
 
@@ -60,7 +74,23 @@ def keep(kind: str, key: Any, owner: Any, state: ShmGroup, transport: Any) -> No
     """Keep ``(state, transport)`` under ``(kind, key)`` (a transport built on ``state``: the
     shared-memory one, or the hybrid one)."""
     with _lock:
-        _states[kind, key] = (owner, state, transport)
+        _states[kind, key] = (_ref(owner), state, transport)
+
+
+def forget_with_owner(kind: str, key: Any, owner: Any) -> None:
+    """Close and forget what is kept under ``(kind, key)`` when ``owner`` is collected (a
+    torch.distributed group's end: ``destroy_process_group`` dropping its last reference)."""
+    weakref.finalize(owner, _forget, kind, key)
+
+
+def _forget(kind: str, key: Any) -> None:
+    """The finalizer of an owner: drop and close the state kept for it."""
+    with _lock:
+        hit = _states.get((kind, key))
+        if hit is None or hit[0]() is not None:   # gone already, or the id is another's now
+            return
+        del _states[kind, key]
+    _close(hit)
 
 
 def groups(kind: str | None = None) -> list[ShmGroup]:
@@ -82,7 +112,7 @@ def release(kind: str, key: Any, owner: Any = None) -> None:
     owner's teardown: ``destroy_process_group`` of a ringccl-backend group)."""
     with _lock:
         hit = _states.get((kind, key))
-        if hit is None or hit[0] is not owner:
+        if hit is None or hit[0]() is not owner:
             return
         del _states[kind, key]
     _close(hit)

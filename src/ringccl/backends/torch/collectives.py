@@ -336,6 +336,9 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = R
 
     Args:
         output: ``input.numel() // world_size`` elements, same dtype and device as ``input``.
+            May be ``input[rank * k:(rank + 1) * k]`` of a contiguous ``input`` (NCCL's
+            in-place form): ``input`` then changes in that block only. Any other overlap of
+            the two is refused (:mod:`ringccl.frontend.aliasing`).
         input: world_size · output.numel() elements; not modified. Non-contiguous: handled.
         op, group, algorithm, accumulate_dtype: as :func:`all_reduce`
             (``ringccl.algorithms("reduce_scatter")``).

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -100,6 +101,7 @@ class TorchArrays:
     group adapters and executors to it."""
 
     size_word = "numel()"
+    buffer_name = "tensor"
 
     @staticmethod
     def check(t, argument: str, written: bool = False, contiguous: bool = False):
@@ -226,24 +228,61 @@ class TorchArrays:
         return torch.cat(flats)
 
     @staticmethod
+    def span(t) -> tuple[int, int]:
+        """The byte addresses ``[lo, hi)`` that ``t``'s elements lie in ((0, 0): none)."""
+        if not t.numel():
+            return 0, 0
+        lo = hi = 0
+        for n, s in zip(t.shape, t.stride()):
+            if s < 0:
+                lo += (n - 1) * s
+            else:
+                hi += (n - 1) * s
+        start, size = t.data_ptr(), t.element_size()
+        return start + lo * size, start + (hi + 1) * size
+
+    @staticmethod
     def shares_memory(a, b) -> bool:
-        """Whether ``a`` and ``b`` may overlap: exact for contiguous tensors (element ranges
-        of one storage), conservative (same storage) otherwise."""
-        if not a.numel() or not b.numel() or \
-                a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        """Whether ``a`` and ``b`` have an element (a byte) in common: exact for contiguous
+        tensors (byte ranges) and for CPU views of any strides (numpy's bounded solver,
+        ``numpy.shares_memory``); conservative (their byte ranges meet) where it cannot tell."""
+        if a.device != b.device:
             return False
-        if a.is_contiguous() and b.is_contiguous() and a.element_size() == b.element_size():
-            lo_a, lo_b = a.storage_offset(), b.storage_offset()
-            return lo_a < lo_b + b.numel() and lo_b < lo_a + a.numel()
-        return True
+        (a0, a1), (b0, b1) = TorchArrays.span(a), TorchArrays.span(b)
+        if not (a0 < b1 and b0 < a1):
+            return False
+        if (a.is_contiguous() and b.is_contiguous()) or a.device.type != "cpu":
+            return True
+        try:
+            return bool(np.shares_memory(_bytes_view(a), _bytes_view(b), max_work=1 << 20))
+        except _TOO_HARD:
+            return True
+
+    @staticmethod
+    def same(a, b) -> bool:
+        """Whether ``a`` and ``b`` are the same elements in the same layout (one view)."""
+        return (a.device == b.device and a.dtype == b.dtype and a.data_ptr() == b.data_ptr()
+                and a.shape == b.shape and a.stride() == b.stride())
 
     @staticmethod
     def is_block(a, buffer, index: int) -> bool:
+        """Whether ``a`` is exactly block ``index`` (of a.numel() elements) of the 1-D
+        contiguous ``buffer``."""
         k = a.numel()
-        return (a.is_contiguous() and a.untyped_storage().data_ptr()
-                == buffer.untyped_storage().data_ptr()
-                and a.storage_offset() == buffer.storage_offset() + index * k)
+        return (a.is_contiguous() and a.device == buffer.device and a.dtype == buffer.dtype
+                and (index + 1) * k <= buffer.numel()
+                and a.data_ptr() == buffer.data_ptr() + index * k * buffer.element_size())
 
     @staticmethod
     def rows(t) -> tuple[int, int]:
         return (t.shape[0] if t.dim() else 1), math.prod(t.shape[1:])
+
+
+_INTS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+_TOO_HARD = getattr(getattr(np, "exceptions", np), "TooHardError", RuntimeError)
+
+
+def _bytes_view(t):
+    """A numpy view of a CPU tensor's own elements, strides kept (any dtype: as integers of
+    its size)."""
+    return t.detach().view(_INTS[t.element_size()]).numpy()

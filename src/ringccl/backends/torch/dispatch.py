@@ -8,11 +8,14 @@ moves at most :func:`inline_bytes`; else on the worker, in issue order either wa
 
 from __future__ import annotations
 
+import atexit
 import datetime
+import logging
 import os
 import pickle
 import queue
 import threading
+import weakref
 from typing import Any, Callable, Sequence
 
 import torch
@@ -25,7 +28,7 @@ from .hybrid import HybridSetup, release_hybrid_state
 from .shm import ShmSetup, release_shm_state
 from .transport import GlooTransport, exchange_hosts, group_transport
 
-__all__ = ["Group", "INLINE_BYTES", "inline_bytes"]
+__all__ = ["Group", "INLINE_BYTES", "inline_bytes", "backend_thread", "live"]
 
 
 class Group:
@@ -54,7 +57,7 @@ class Group:
                  global_ranks: Sequence[int], name: str):
         self.rank, self.size, self.name, self.timeout = rank, size, name, timeout
         # parsed first: a bad value fails the group before any rendezvous
-        self.threaded = os.environ.get("RINGCCL_BACKEND_THREAD", "1") != "0"
+        self.threaded = backend_thread()
         self.inline_bytes = inline_bytes()
         self.global_ranks = list(global_ranks)
         # its own key space in the group's store: torch's wrapper groups and our exchange of
@@ -66,9 +69,10 @@ class Group:
         self.layout = host_layout(self.hosts, rank)
         self.transport = group_transport(self.hosts, size)
         # the segment's set-up exchange goes over the inner gloo group: it runs on the worker
-        # thread, inside this group's first collective, where our own collectives cannot
+        # thread, inside this group's first collective, where our own collectives cannot;
+        # with a store of its own: a peer that leaves the set-up is named
         setup = ShmSetup(rank, size, self.global_ranks, self.all_gather_object,
-                         timeout.total_seconds())
+                         timeout.total_seconds(), dist.PrefixStore("ringccl/shm", store))
         self.shm_setup = setup if self.transport == "shm" else None
         self.hybrid_setup = (HybridSetup(setup, self.hosts, GlooTransport(
             self.inner, self.global_ranks, None)) if self.transport == "hybrid" else None)
@@ -177,7 +181,31 @@ class Group:
                 thread.join(self.timeout.total_seconds() + 5)
         release_shm_state(self)   # unmaps the segment (its name is gone already)
         release_hybrid_state(self)
-        self.inner = None
+        # the last references to the inner gloo group: freed now, its threads joined
+        self.inner = self.shm_setup = self.hybrid_setup = None
+
+
+#: every group not collected yet (:func:`_close_at_exit`); a process group adds its own
+live: "weakref.WeakSet[Group]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    """At the interpreter's exit, before finalization: close the groups nobody destroyed
+    (their worker threads joined, their inner gloo groups freed), saying so once, as torch
+    asks every program to call ``destroy_process_group`` (its ProcessGroupNCCL warns "process
+    group has NOT been destroyed"). A worker thread left running into finalization would
+    take the GIL from torch's C++ code after finalization began and abort the process
+    ("terminate called without an active exception")."""
+    left = [g for g in list(live) if not g.closed]
+    if left:
+        logging.getLogger("ringccl").warning(
+            "ringccl: %d process group(s) were not destroyed before exit (%s); call "
+            "torch.distributed.destroy_process_group() at the end of the program so that "
+            "pending collectives finish and the group's threads end first. Closing them now.",
+            len(left), ", ".join(repr(g.name) for g in left))
+    for g in left:
+        g.close()
 
 
 def _run(job: Callable[[], Any]) -> tuple[bool, Any]:
@@ -212,7 +240,7 @@ def inline_bytes() -> int:
     ``256KiB``; ``0`` hands every non-empty call to the worker) or :data:`INLINE_BYTES`.
 
     Raises:
-        ValueError: a value that is not a non-negative size.
+        ArgumentError (a ValueError): a value that is not a non-negative size.
     """
     text = os.environ.get("RINGCCL_BACKEND_INLINE_BYTES")
     if text is None or text == "":
@@ -220,6 +248,21 @@ def inline_bytes() -> int:
     try:
         return units.size(text)
     except ArgumentError as exc:
-        raise ValueError(f"RINGCCL_BACKEND_INLINE_BYTES={text!r} is not a size in bytes "
-                         f"(allowed: a non-negative size such as 0, 65536, 256KiB): "
-                         f"{exc}") from None
+        raise ArgumentError(f"RINGCCL_BACKEND_INLINE_BYTES={text!r} is not a size in bytes "
+                            f"(allowed: a non-negative size such as 0, 65536, 256KiB): "
+                            f"{exc}") from None
+
+
+def backend_thread() -> bool:
+    """``RINGCCL_BACKEND_THREAD``: "1" (or unset) hands long calls to the group's worker
+    thread, "0" runs every collective inline.
+
+    Raises:
+        ArgumentError: another value (named, with the allowed ones).
+    """
+    text = os.environ.get("RINGCCL_BACKEND_THREAD", "")
+    if text not in ("", "0", "1"):
+        raise ArgumentError(f"RINGCCL_BACKEND_THREAD={text!r} must be '1' (long collectives on "
+                            "the group's worker thread, the default) or '0' (every collective "
+                            "inline)")
+    return text != "0"

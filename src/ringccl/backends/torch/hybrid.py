@@ -39,8 +39,8 @@ from ..shm.group import ShmGroup
 from ..shm.hierarchical import HybridTransport, host_layout
 from ..shm.transport import ShmTransport
 from .dialect import OPS
-from .shm import ShmSetup
-from .transport import P2PTransport, group_timeout_s, layout_of, peer_namer, peers
+from .shm import ShmSetup, setup_error
+from .transport import P2PTransport, group_timeout_s, layout_of, peer_namer, peers, weak_group
 
 __all__ = ["hybrid_state", "execute_hybrid", "HybridSetup", "release_hybrid_state"]
 
@@ -93,10 +93,11 @@ def hybrid_state(group, timeout: float | None = None, setup: HybridSetup | None 
         world_size = dist.get_world_size(group)
         ranks = peers(group, world_size)
         seconds = timeout or group_timeout_s(group) or call.DEFAULT_TIMEOUT_S
+        the_group = weak_group(group)   # the kept state never keeps the group alive
 
         def gather(obj):
             everyone: list = [None] * world_size
-            dist.all_gather_object(everyone, obj, group=group)
+            dist.all_gather_object(everyone, obj, group=the_group())
             return everyone
         p2p = P2PTransport(group, ranks, None)
     else:
@@ -115,6 +116,8 @@ def hybrid_state(group, timeout: float | None = None, setup: HybridSetup | None 
     # gloo's Work.is_completed turns true only inside wait: the waits run on a helper thread
     transport = HybridTransport(local, p2p, layout, None, name, seconds)
     registry.keep("hybrid", id(owner), owner, state, transport)
+    if setup is None:   # a torch group's end frees it (a HybridSetup's owner releases its own)
+        registry.forget_with_owner("hybrid", id(owner), owner)
     return layout, state, transport
 
 
@@ -132,11 +135,17 @@ def execute_hybrid(schedule: Schedule, buffer: torch.Tensor, op: ReduceOp, group
 
     Raises:
         BackendError: a tensor not on the CPU. PeerError, RingcclTimeout: as the
-            shared-memory call.
+            shared-memory call, and a peer that died or stalled in the set-up (named, step 0).
     """
     if buffer.device.type != "cpu":
         raise BackendError(f"transport='hybrid' needs CPU tensors, got one on {buffer.device}")
-    _, state, transport = hybrid_state(group, timeout_s, setup)
+    try:
+        _, state, transport = hybrid_state(group, timeout_s, setup)
+    except (TimeoutError, ConnectionError) as exc:   # a peer died or stalled in the set-up
+        local = layout_of(group).local_ranks if setup is None else \
+            host_layout(setup.hosts, setup.shm.rank).local_ranks
+        raise setup_error(schedule, group, None if setup is None else setup.shm, exc,
+                          timeout_s, lambda p: local[p]) from exc
     rank = dist.get_rank(group) if setup is None else setup.shm.rank
     dialect = _DIALECTS.get(buffer.dtype)
     if dialect is None:

@@ -86,10 +86,12 @@ import torch.distributed as dist
 
 from ... import frontend
 from ...args import check_rank
+from ...errors import ArgumentError
+from ...frontend import aliasing
 from ...ops import ReduceOp
 from ..shm import host_id
 from .dialect import SUPPORTED_DTYPES
-from .dispatch import Group
+from .dispatch import Group, live
 from .pg_front import (BACKEND_NAME, FRONT, SIZE_CLASSES, call_algorithm, call_options, nbytes,
                        size_class)
 from .transport import COLLECTIVE_TAG
@@ -206,8 +208,10 @@ class RingcclProcessGroup(dist.ProcessGroup):
         self._name = name
         self._group = Group(store, rank, size, timeout,
                              range(size) if global_ranks is None else global_ranks, name)
-        # the group is freed with the object if torch (< 2.5) never calls shutdown
+        # the group is freed with the object if torch (< 2.5) never calls shutdown, and at the
+        # interpreter's exit if nobody destroyed it (:func:`.dispatch._close_at_exit`)
         self._finalizer = weakref.finalize(self, self._group.close)
+        live.add(self._group)
 
     # -- identity -------------------------------------------------------------------------------
     def getBackendName(self) -> str:
@@ -320,6 +324,8 @@ class RingcclProcessGroup(dist.ProcessGroup):
             if len(out) != g.size:
                 raise RuntimeError(f"ringccl all_gather: output list has {len(out)} tensors, "
                                    f"the group has {g.size} ranks")
+            aliasing.check_blocks(FRONT, "all_gather", inp, "input_tensor", out,
+                                  "output_tensor_list", g.rank, False)
             plan.append((out, inp, call_algorithm(g, "all_gather", nbytes(inp) * g.size)))
 
         def job():
@@ -375,6 +381,8 @@ class RingcclProcessGroup(dist.ProcessGroup):
             if len(inp) != g.size:
                 raise RuntimeError(f"ringccl reduce_scatter: input list has {len(inp)} tensors, "
                                    f"the group has {g.size} ranks")
+            aliasing.check_blocks(FRONT, "reduce_scatter", out, "output", inp, "input_list",
+                                  g.rank, True)
             plan.append((out, inp, op, call_algorithm(g, "reduce_scatter", nbytes(out) * g.size)))
 
         def job():
@@ -527,12 +535,12 @@ def create_process_group(backend_opts, pg_options=None) -> RingcclProcessGroup:
     group_rank, group_size, timeout, group_id, global_ranks_in_group).
 
     Raises:
-        ValueError: ``pg_options`` given (ringccl takes its settings from the environment:
-            RINGCCL_ALGO, RINGCCL_DEBUG, RINGCCL_TIMEOUT).
+        ArgumentError (a ValueError): ``pg_options`` given (ringccl takes its settings from the
+            environment: RINGCCL_ALGO, RINGCCL_DEBUG, RINGCCL_TIMEOUT).
     """
     if pg_options is not None:
-        raise ValueError(f"pg_options={pg_options!r}: the ringccl backend takes no options "
-                         "object; set RINGCCL_ALGO / RINGCCL_DEBUG / RINGCCL_TIMEOUT instead")
+        raise ArgumentError(f"pg_options={pg_options!r}: the ringccl backend takes no options "
+                            "object; set RINGCCL_ALGO / RINGCCL_DEBUG / RINGCCL_TIMEOUT instead")
     ranks = list(getattr(backend_opts, "global_ranks_in_group", None) or [])
     size = backend_opts.group_size
     return RingcclProcessGroup(backend_opts.store, backend_opts.group_rank, size,

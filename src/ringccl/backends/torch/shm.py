@@ -19,6 +19,7 @@ exchange through the group) and kept in :mod:`ringccl.backends.shm.registry`.
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
@@ -29,13 +30,13 @@ from ... import caches, engine
 from ...errors import ArgumentTypeError, BackendError
 from ...ir import Schedule
 from ...ops import ReduceOp
-from ..shm import call, registry
+from ..shm import call, process_alive, registry
 from ..shm.group import ShmGroup
 from .dialect import SUPPORTED_DTYPES, combine_fn, combine_into_fn
-from .transport import group_timeout_s, peer_namer, peers
+from .transport import group_timeout_s, peer_namer, peers, weak_group
 
 __all__ = ["execute_shm", "shm_state", "shm_empty", "ShmSetup", "release_shm_state",
-           "SHM_PIPELINING", "SHM_PIPELINING_BY_COLLECTIVE", "shm_pipelining", "NUMPY_DTYPES",
+           "setup_error", "SHM_PIPELINING", "SHM_PIPELINING_BY_COLLECTIVE", "shm_pipelining", "NUMPY_DTYPES",
            "TORCH_COPY_BYTES"]
 
 #: shared memory: whole chunks. A receive is read where the peer's bytes lie, so splitting a
@@ -153,6 +154,7 @@ class ShmSetup(NamedTuple):
     global_ranks: Sequence[int]        # by group rank, for messages
     exchange: Callable[[Any], list]    # every rank's small object, in rank order (collective)
     timeout_s: float                   # the group's timeout: the waits' default, seconds
+    store: Any = None                  # the group's store (names a peer that left the set-up)
 
 
 def shm_state(group, timeout: float | None = None, setup: ShmSetup | None = None):
@@ -168,14 +170,16 @@ def shm_state(group, timeout: float | None = None, setup: ShmSetup | None = None
         setup: rank, size and set-up exchange of a group-like ``group`` (:class:`ShmSetup`).
     Raises:
         BackendError: the platform is not x86-64, or the set-up failed (ShmSpaceError: the
-            shared-memory directory is too small).
+            shared-memory directory is too small). PeerDied (a ConnectionError) or
+            TimeoutError: a peer died or stalled in the set-up's exchange (``.peer`` the peer
+            that left, or None: :func:`_set_up`).
     """
     if setup is not None:
         hit = registry.find("owned", id(group), group)
         if hit is None:
-            hit = registry.setup("owned", id(group), group, setup.rank, setup.world_size,
-                                 setup.exchange, timeout or setup.timeout_s,
-                                 peer_namer(setup.global_ranks))
+            hit = _set_up(setup.store, setup.rank, setup.world_size, lambda: registry.setup(
+                "owned", id(group), group, setup.rank, setup.world_size, setup.exchange,
+                timeout or setup.timeout_s, peer_namer(setup.global_ranks)))
         return hit
     pg = dist.group.WORLD if group is None else group
     hit = registry.find("torch", id(pg), pg)
@@ -184,16 +188,90 @@ def shm_state(group, timeout: float | None = None, setup: ShmSetup | None = None
     # groups destroyed since (their objects gone from torch's map) free their memory now
     registry.release_dead("torch", {id(g) for g in getattr(dist.distributed_c10d._world,
                                                            "pg_map", {})})
-    world_size = dist.get_world_size(group)
+    rank, world_size = dist.get_rank(group), dist.get_world_size(group)
+    the_group = weak_group(group)   # the kept state never keeps the group alive
 
     def exchange(obj):
         everyone: list = [None] * world_size
-        dist.all_gather_object(everyone, obj, group=group)
+        dist.all_gather_object(everyone, obj, group=the_group())
         return everyone
 
-    return registry.setup("torch", id(pg), pg, dist.get_rank(group), world_size, exchange,
-                          timeout or group_timeout_s(group) or call.DEFAULT_TIMEOUT_S,
-                          peer_namer(peers(group, world_size)))
+    hit = _set_up(_group_store(pg), rank, world_size, lambda: registry.setup(
+        "torch", id(pg), pg, rank, world_size, exchange,
+        timeout or group_timeout_s(group) or call.DEFAULT_TIMEOUT_S,
+        peer_namer(peers(group, world_size))))
+    # the group's end (destroy_process_group dropping the last reference) frees it at once
+    registry.forget_with_owner("torch", id(pg), pg)
+    return hit
+
+
+_PID_KEY = "ringccl/shm-set-up-pid/{}"
+
+
+def _group_store(pg):
+    """The store torch made ``pg`` with (None where this torch does not say)."""
+    try:
+        return dist.distributed_c10d._world.pg_map[pg][1]
+    except (AttributeError, KeyError, IndexError, TypeError):
+        return None
+
+
+def _set_up(store, rank: int, world_size: int, make: Callable[[], Any]):
+    """``make()``: a group's shared-memory set-up (:class:`~ringccl.backends.shm.ShmGroup`).
+    ``store``: the group's (None: not known): this rank says there that it reached the set-up,
+    and if the set-up's first exchange fails (before the ranks' pids are known to each other)
+    the store names the peer that left: :func:`_absent_peer`.
+
+    Raises: as ShmGroup (PeerDied, TimeoutError: ``.peer`` the peer that left, or None)."""
+    if store is not None:
+        try:
+            store.set(_PID_KEY.format(rank), str(os.getpid()))
+        except (RuntimeError, ValueError):   # a store that does not answer: not named then
+            store = None
+    try:
+        return make()
+    except (TimeoutError, ConnectionError) as exc:
+        if getattr(exc, "peer", None) is None:
+            exc.peer = _absent_peer(store, rank, world_size)
+        raise
+
+
+def _absent_peer(store, rank: int, world_size: int) -> int | None:
+    """Who left the set-up's first exchange, when the store still answers: the first peer that
+    never reached the set-up (no pid in the store), else the first whose process is gone;
+    else None."""
+    if store is None:
+        return None
+    try:
+        keys = {r: _PID_KEY.format(r) for r in range(world_size) if r != rank}
+        missing = [r for r, key in keys.items() if not store.check([key])]
+        if missing:
+            return missing[0]
+        return next((r for r, key in keys.items()
+                     if not process_alive(int(store.get(key)))), None)
+    except (RuntimeError, ValueError):   # the store's host is gone too
+        return None
+
+
+def setup_error(schedule: Schedule, group, setup: ShmSetup | None, exc: BaseException,
+                timeout_s: float | None, peers_of: Callable[[int], int] | None = None):
+    """The PeerError/RingcclTimeout of a group's first shared-memory call whose set-up failed
+    (a peer died or stalled in its exchange: gloo's own error, the cause), naming the call,
+    step 0 and the peer found dead, as a failure inside a call does. ``setup``: the group's
+    :class:`ShmSetup` (None: a torch group); ``peers_of``: maps the failed group's ranks
+    to the schedule's (hybrid: a host's ranks)."""
+    if setup is None:
+        rank, n = dist.get_rank(group), dist.get_world_size(group)
+        ranks, seconds = peers(group, n), timeout_s or group_timeout_s(group)
+    else:
+        rank, ranks = setup.rank, list(setup.global_ranks)
+        seconds = timeout_s or setup.timeout_s
+    peer = getattr(exc, "peer", None)
+    if peer is not None and peers_of is not None:
+        exc.peer = peers_of(peer)
+    return call.entry_error(schedule, rank, exc, seconds or call.DEFAULT_TIMEOUT_S,
+                            "setting up the group's shared memory", where="",
+                            peer_name=peer_namer(ranks))
 
 
 def release_shm_state(key) -> None:
@@ -255,7 +333,10 @@ def execute_shm(schedule: Schedule, buffer, op: ReduceOp, group, bounds, segment
     if dialect is None:
         raise ArgumentTypeError(f"transport='shm' does not move {like.dtype}; it moves "
                                 f"{', '.join(str(d).replace('torch.', '') for d in SUPPORTED_DTYPES)}")
-    state, transport = shm_state(group, timeout_s, setup)
+    try:
+        state, transport = shm_state(group, timeout_s, setup)
+    except (TimeoutError, ConnectionError) as exc:   # a peer died or stalled in the set-up
+        raise setup_error(schedule, group, setup, exc, timeout_s) from exc
     itemsize = like.element_size()
     return call.execute(schedule, buffer, op, state.rank, bounds, segment_elems_of(itemsize),
                         state, transport, dialect, itemsize=itemsize, timeout=timeout_s,

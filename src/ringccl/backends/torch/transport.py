@@ -24,24 +24,27 @@ import functools
 import logging
 import os
 import platform
+import weakref
 from typing import Any, Callable, Sequence
 
 import torch
 import torch.distributed as dist
 
 from ... import caches
+from ...errors import ArgumentError, BackendError
 from .. import shm
 from ..shm.hierarchical import HostLayout, host_layout
 
 __all__ = ["TRANSPORTS", "auto_transport", "resolve_transport", "group_transport",
            "exchange_hosts", "layout_of", "P2PTransport", "GlooTransport", "COLLECTIVE_TAG",
-           "peers", "rank_name", "peer_namer", "group_timeout_s"]
+           "peers", "rank_name", "peer_namer", "group_timeout_s", "weak_group"]
 
 #: the values of ``transport=`` and ``RINGCCL_TRANSPORT``
 TRANSPORTS = ("auto", "shm", "p2p", "hybrid")
 
 _debug_log = logging.getLogger("ringccl")
-_layouts: dict = {}   # id(group object) -> (group object, HostLayout)
+# never keeps the group alive (:func:`weak_group`)
+_layouts: dict = {}   # id(group object) -> (weakref to it, HostLayout)
 _warned: set = set()
 caches.register(_layouts.clear)
 
@@ -62,12 +65,12 @@ def layout_of(group) -> HostLayout:
     collective call on first use)."""
     pg = dist.group.WORLD if group is None else group
     hit = _layouts.get(id(pg))
-    if hit is not None and hit[0] is pg:
+    if hit is not None and hit[0]() is pg:
         return hit[1]
     everyone: list = [None] * dist.get_world_size(group)
     dist.all_gather_object(everyone, shm.host_id(), group=group)
     layout = host_layout(everyone, dist.get_rank(group))
-    _layouts[id(pg)] = (pg, layout)
+    _layouts[id(pg)] = (weakref.ref(pg), layout)
     return layout
 
 
@@ -103,20 +106,20 @@ def group_transport(hosts: Sequence[str], size: int) -> str:
     machine, else "p2p". A group of one rank moves nothing: "p2p".
 
     Raises:
-        ValueError (torch.distributed's error for a bad backend option): a
+        ArgumentError (a ValueError, torch.distributed's error for a bad backend option): a
             ``RINGCCL_TRANSPORT`` outside auto/shm/p2p/hybrid, or "shm" for ranks on several
             hosts. BackendError: "shm" or "hybrid" on a machine that is not x86-64.
     """
     value = os.environ.get("RINGCCL_TRANSPORT") or "auto"
     if value not in TRANSPORTS:
-        raise ValueError(f"RINGCCL_TRANSPORT={value!r} must be one of "
+        raise ArgumentError(f"RINGCCL_TRANSPORT={value!r} must be one of "
                          f"{', '.join(map(repr, TRANSPORTS))}")
     layout = host_layout(hosts, 0)
     if value == "p2p" or size == 1:
         return "p2p"
     if value == "shm":
         if layout.spans_hosts:
-            raise ValueError(f"RINGCCL_TRANSPORT='shm': the group's {size} ranks are on "
+            raise ArgumentError(f"RINGCCL_TRANSPORT='shm': the group's {size} ranks are on "
                              f"{len(layout.hosts)} hosts ({sorted(layout.hosts)}); shared "
                              "memory needs every rank on one host (use 'auto', 'hybrid' or "
                              "'p2p')")
@@ -147,6 +150,28 @@ def peer_namer(global_ranks: Sequence[int]) -> Callable[[int], str]:
     return functools.partial(rank_name, global_ranks)
 
 
+def weak_group(group) -> Callable[[], Any]:
+    """``group`` (None: the default group, looked up at each call) as a callable returning it,
+    holding only a weak reference: state ringccl keeps for a group (its shared memory, host
+    layout, transports) must not keep the group alive past ``destroy_process_group``. A group
+    kept alive keeps gloo's worker threads running into the interpreter's exit, where one that
+    releases a finished operation's tensors after finalization began takes the GIL and aborts
+    the process ("terminate called without an active exception"; torch pull request 179291).
+
+    Raises (when called): BackendError: the group was destroyed."""
+    if group is None:
+        return lambda: None
+    ref = weakref.ref(group)
+
+    def deref():
+        g = ref()
+        if g is None:
+            raise BackendError("the process group was destroyed (destroy_process_group); "
+                               "ringccl's state for it is gone with it")
+        return g
+    return deref
+
+
 def group_timeout_s(group) -> float | None:
     """The timeout ``group`` was created with, in seconds (None where torch hides it)."""
     pg = dist.group.WORLD if group is None else group
@@ -162,7 +187,12 @@ class P2PTransport:
     :class:`ringccl.engine.Transport`); applying them is the engine's workspace."""
 
     def __init__(self, group, peers: Sequence[int], timeout: datetime.timedelta | None):
-        self.group, self.peers, self.timeout = group, peers, timeout
+        self._group = weak_group(group)   # kept with a group's state: never keeps it alive
+        self.peers, self.timeout = peers, timeout
+
+    @property
+    def group(self):
+        return self._group()
 
     def isend(self, s, data):
         return dist.isend(data, self.peers[s.peer], self.group)
@@ -175,6 +205,13 @@ class P2PTransport:
             work.wait()       # gloo bounds it by the group's timeout
         else:
             work.wait(self.timeout)
+
+    def settle(self, work, seconds: float) -> None:
+        """Wait at most ``seconds`` for ``work``, ignoring its failure (engine.dataflow)."""
+        try:
+            work.wait(datetime.timedelta(seconds=max(seconds, 1e-3)))
+        except RuntimeError:
+            pass
 
     def is_timeout(self, exc: BaseException) -> bool:
         text = str(exc).lower()
@@ -225,8 +262,8 @@ def exchange_hosts(store, rank: int, size: int, timeout: datetime.timedelta) -> 
     a transport they never use.
 
     Raises:
-        ValueError: the ranks' ``RINGCCL_TRANSPORT`` differ (on every rank, naming each
-            rank's value).
+        ArgumentError (a ValueError): the ranks' ``RINGCCL_TRANSPORT`` differ (on every rank,
+            naming each rank's value).
     """
     store.set(str(rank), f"{shm.host_id()}\0{os.environ.get('RINGCCL_TRANSPORT') or 'auto'}")
     keys = [str(r) for r in range(size)]
@@ -234,7 +271,7 @@ def exchange_hosts(store, rank: int, size: int, timeout: datetime.timedelta) -> 
     got = [store.get(k).decode().rpartition("\0") for k in keys]
     values = [v for _, _, v in got]
     if len(set(values)) > 1:
-        raise ValueError("RINGCCL_TRANSPORT differs across the group's ranks ("
+        raise ArgumentError("RINGCCL_TRANSPORT differs across the group's ranks ("
                          + ", ".join(f"rank {r}: {v!r}" for r, v in enumerate(values))
                          + "); set it alike on every rank (or not at all: 'auto')")
     return [h for h, _, _ in got]

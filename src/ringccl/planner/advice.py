@@ -1,0 +1,127 @@
+"""Warnings on a planned step, each with the first change to try.
+
+Three kinds (:func:`plan_warnings`):
+
+* ``bubble``: the pipeline's idle time is more than :data:`BUBBLE_LIMIT` of the step (the
+  1F1B bubble is (p − 1)/m of the ideal time, Narayanan et al. 2021 §2.2.1, so (p − 1)/(m + p −
+  1) of the step);
+* ``memory``: a stage needs more than the GPU holds;
+* ``default``: a value the plan did not get decided the result: the framework (bytes per
+  parameter, sequence parallelism, FlashAttention, ...) or the global batch (the bubble, the
+  MFU and the activations in flight).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from .. import units
+from .frameworks import DEFAULT_WHY, FRAMEWORKS, family
+from .parallel_dims import BATCH_RULE, ParallelDims
+from .step import StageEstimate, StepEstimate
+
+__all__ = ["PlanWarning", "plan_warnings", "BUBBLE_LIMIT"]
+
+#: the bubble's share of the step above which the plan warns
+BUBBLE_LIMIT = 0.25
+
+
+@dataclass(frozen=True)
+class PlanWarning:
+    """One warning: its ``kind`` ("bubble", "memory", "default"), what the plan found
+    (``message``) and the first change to try (``first_change``)."""
+
+    kind: str
+    message: str
+    first_change: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        return f"{self.message}; first try: {self.first_change}"
+
+
+def _bubble(p: StepEstimate) -> PlanWarning | None:
+    dims = p.dims
+    share = p.bubble_seconds / p.step_seconds
+    if dims.pp < 2 or share <= BUBBLE_LIMIT:
+        return None
+    m, v, per = dims.num_micro_batches, dims.virtual_stages, dims.dp * dims.micro_batch_size
+    if (m % dims.pp == 0 and dims.schedule != "gpipe"
+            and p.model.num_hidden_layers >= 2 * v * dims.pp):
+        change = (f"--schedule interleaved --virtual-stages {2 * v} (the bubble "
+                  f"(pp - 1)/(v x m) halves)")
+    elif m < 4 * dims.pp:
+        change = (f"--global-batch-size {4 * dims.pp * per} (4 x pp = {4 * dims.pp} "
+                  f"micro-batches of dp x micro_batch_size = {per} sequences)")
+    else:
+        change = f"fewer pipeline stages than pp={dims.pp}"
+    formula = "(pp - 1)/(v x m)" if dims.schedule == "interleaved" else "(pp - 1)/m"
+    return PlanWarning("bubble", f"the pipeline bubble is {100 * share:.0f}% of the step "
+                       f"(pp={dims.pp}, {m} micro-batches: {formula} = "
+                       f"{100 * p.bubble_fraction:.0f}% of the ideal time)", change)
+
+
+def _activation_change(dims: ParallelDims) -> str:
+    if dims.tp > 1 and not dims.sp:
+        return f"--sp (sequence parallelism divides every activation by tp={dims.tp})"
+    if dims.attention == "unfused":
+        return "--attention flash (no s x s attention scores kept)"
+    if dims.recompute != "full":
+        return "--recompute full (keeps only each layer's input)"
+    if dims.micro_batch_size > 1:
+        return "--micro-batch-size 1"
+    return "more pipeline or context parallelism (--pp, --cp)"
+
+
+def _state_change(dims: ParallelDims) -> str:
+    if dims.zero_stage == 0 and dims.dp * dims.cp > 1:
+        what = ("Megatron's distributed optimizer" if family(dims.framework) == "megatron"
+                else "ZeRO-1")
+        return f"--zero 1 ({what}: the optimizer state sharded over dp)"
+    if dims.zero_stage in (0, 1, 2) and dims.pp == 1 and dims.dp * dims.cp > 1:
+        return "--zero 3 (weights, gradients and optimizer state sharded over dp)"
+    return f"more tensor or pipeline parallelism than tp={dims.tp}, pp={dims.pp}"
+
+
+def _memory(p: StepEstimate) -> PlanWarning | None:
+    if p.fits_memory:
+        return None
+    worst: StageEstimate = max(p.stages, key=lambda s: s.memory.total)
+    mem, f = worst.memory, units.format_size
+    states = mem.weights + mem.gradients + mem.optimizer
+    change = (_activation_change(p.dims) if mem.activations >= states
+              else _state_change(p.dims))
+    return PlanWarning("memory", f"stage {worst.stage} needs {f(mem.total)} per GPU, more than "
+                       f"the {f(p.cluster.gpu_memory)} it has (weights {f(mem.weights)}, "
+                       f"gradients {f(mem.gradients)}, optimizer {f(mem.optimizer)}, "
+                       f"activations {f(mem.activations)}, buffers {f(mem.communication)})",
+                       change)
+
+
+def _defaults(p: StepEstimate) -> list[PlanWarning]:
+    dims, out = p.dims, []
+    filled = dims.from_preset
+    if "framework" in filled:
+        preset = [f"{k}={getattr(dims, k)}" for k in filled
+                  if k not in ("framework", "global_batch_size")]
+        others = "|".join(f for f in FRAMEWORKS if f != dims.framework)
+        out.append(PlanWarning(
+            "default", f"the framework is {dims.framework} by default ({DEFAULT_WHY}); its "
+            f"preset decided {', '.join(preset)}", f"--framework {others} if your job runs "
+            "another"))
+    if "global_batch_size" in filled:
+        tokens = dims.global_batch_size * p.model.seq_length
+        out.append(PlanWarning(
+            "default", f"the global batch ({dims.global_batch_size} sequences = {tokens:,} "
+            f"tokens, {dims.num_micro_batches} micro-batches) is the default rule's: "
+            f"{BATCH_RULE}; the bubble, MFU and activations in flight depend on it",
+            "--global-batch-size of your job (sequences per step)"))
+    return out
+
+
+def plan_warnings(p: StepEstimate) -> list[PlanWarning]:
+    """The warnings of the planned step ``p`` (the module docstring lists them), memory
+    first."""
+    return [w for w in (_memory(p), _bubble(p)) if w is not None] + _defaults(p)

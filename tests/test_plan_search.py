@@ -1,0 +1,147 @@
+"""The layout search: its pricing equals the full step estimate, its bounds never exceed the
+price, pruning loses neither the fastest layout nor the Pareto front, and the layouts papers
+run are found (Megatron-LM SC21 Table 2)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ringccl.errors import ArgumentError
+from ringccl.planner import (ModelConfig, ParallelDims, cluster_preset, estimate_step, plan,
+                             resolve_model)
+from ringccl.planner.search import (SearchSpace, candidates, lower_bounds, price, search)
+
+SMALL = ModelConfig(num_hidden_layers=8, hidden_size=2048, num_attention_heads=16,
+                    num_key_value_heads=8, intermediate_size=5632, vocab_size=32000,
+                    seq_length=4096, name="small")
+MOE = ModelConfig(num_hidden_layers=8, hidden_size=2048, num_attention_heads=16,
+                  intermediate_size=5632, vocab_size=32000, num_local_experts=32,
+                  num_experts_per_tok=4, moe_intermediate_size=1408, n_shared_experts=1,
+                  first_k_dense_replace=1, seq_length=4096, name="moe")
+SPACE = SearchSpace(micro_batch_sizes=(1, 2), cps=(1, 2), recompute=("none", "full"))
+
+
+def _layouts(model, gpus, every):
+    cluster = cluster_preset("dgx-h100", nodes=gpus // 8)
+    lays = list(candidates(model, gpus, 8, global_batch_size=64, space=SPACE))
+    return cluster, lays[::every]
+
+
+@pytest.mark.parametrize("model, gpus, every", [(SMALL, 32, 7), (MOE, 32, 23)])
+def test_price_equals_the_full_estimate(model, gpus, every):
+    cluster, lays = _layouts(model, gpus, every)
+    assert len({d.schedule for d in lays}) >= 4 and len({d.zero_stage for d in lays}) == 4
+    cache: dict = {}
+    for dims in lays:
+        full = estimate_step(model, dims, cluster)
+        got = price(model, dims, cluster, cache)
+        assert got.step_seconds == full.step_seconds, dims.describe()
+        assert got.peak_memory == full.peak_memory, dims.describe()
+        assert got.fits == full.fits_memory
+        # the bounds never exceed the price
+        time, states = lower_bounds(model, dims, cluster)
+        assert time <= got.step_seconds * (1 + 1e-12) and states <= got.peak_memory
+
+
+def test_pruning_keeps_the_fastest_and_the_pareto_front():
+    cluster = cluster_preset("dgx-h100", nodes=4)
+    kw = dict(global_batch_size=64, space=SPACE)
+    pruned = search(SMALL, cluster, **kw)
+    every = search(SMALL, cluster, prune=False, **kw)
+    assert pruned.pruned_memory + pruned.pruned_slower > 0
+    assert pruned.priced + pruned.pruned_memory + pruned.pruned_slower == pruned.tried
+    assert every.priced == every.tried
+    assert pruned.plans[0].dims == every.plans[0].dims
+    front = lambda r: [(p.step_seconds, p.peak_memory) for p in r.pareto]     # noqa: E731
+    assert front(pruned) == front(every)
+    # the front: faster points need more memory
+    points = front(every)
+    assert all(a[0] < b[0] and a[1] > b[1] for a, b in zip(points, points[1:]))
+
+
+def test_search_ranks_the_new_layouts():
+    cluster = cluster_preset("dgx-h100", nodes=4)
+    seen = []
+    narrow = SearchSpace(micro_batch_sizes=(1,), cps=(1, 2), recompute=("none",),
+                         zero_stages=(0, 1))
+    result = search(MOE, cluster, global_batch_size=64, space=narrow,
+                    progress=lambda done, total, layout: seen.append((done, total)))
+    assert seen[-1][0] == seen[-1][1] == result.tried
+    layouts = list(candidates(MOE, 32, 8, global_batch_size=64, space=SPACE))
+    assert {d.schedule for d in layouts} >= {"1f1b", "interleaved", "zb-h1", "zb-h2",
+                                            "dualpipe", "dualpipev"}
+    assert {d.cp_comm_type for d in layouts} >= {"p2p", "all_gather", "a2a"}
+    assert any(d.dp_shard for d in layouts) and any(d.ep > d.dp for d in layouts)
+    times = [p.step_seconds for p in result.plans]
+    assert times == sorted(times)
+    out = result.to_dict()
+    assert out["priced"] == result.priced and out["pareto"]
+
+
+def test_search_refusals():
+    with pytest.raises(ArgumentError, match=r"schedules gpipe are not searched; choose from "
+                       r"1f1b, interleaved, zb-h1, zb-h2, dualpipe, dualpipev"):
+        SearchSpace(schedules=("1f1b", "gpipe"))
+    shallow = ModelConfig(num_hidden_layers=2, hidden_size=256, num_attention_heads=2,
+                          intermediate_size=512, vocab_size=1000, name="shallow")
+    # tp <= 2 heads, pp <= 2 layers: dp >= 8 never divides a batch of 3
+    with pytest.raises(ArgumentError, match=r"no valid layout of shallow on 32 GPUs with "
+                       r"global_batch_size=3"):
+        search(shallow, cluster_preset("dgx-h100", nodes=4), global_batch_size=3)
+
+
+def test_search_finds_a_layout_no_slower_than_megatron_sc21_table_2():
+    # Narayanan et al. 2021, Table 2: GPT-3 175B on 1,536 A100s with PTD-P (tp 8, pp 12,
+    # dp 16, interleaved, full recompute; benchmarks/published_runs.json)
+    row = next(r for r in json.loads((Path(__file__).resolve().parent.parent / "benchmarks"
+                                      / "published_runs.json").read_text())["runs"]
+               if r["id"] == "sc21-t2-ptdp-175b-1536")
+    model, cluster = resolve_model(row["model"]), cluster_preset("dgx-a100", nodes=192)
+    lay = {k: row["layout"][k] for k in ("tp", "pp", "dp", "schedule", "virtual_stages",
+                                         "global_batch_size", "micro_batch_size", "recompute",
+                                         "zero_stage", "sp")}
+    published = plan(model, lay, cluster)
+    space = SearchSpace(micro_batch_sizes=(1,), zero_stages=(0, 1), recompute=("selective",
+                                                                               "full"),
+                        schedules=("1f1b", "interleaved", "zb-h2"), virtual_stages=(2,),
+                        hsdp=False)
+    best = search(model, cluster, global_batch_size=1536, space=space, top=1).plans[0]
+    assert best.step_seconds <= published.step_seconds
+
+
+def test_memoized_builders_match_fresh_plans_and_plans_keep_their_own_entries():
+    """Builder results are shared by the layouts whose fields a builder reads are the same
+    (inventory.BUILDER_FIELDS), stage compute by those whose compute fields are
+    (step.compute_of): every plan and every search price equals the one from empty caches,
+    and planning or pricing another layout (other overlap knobs, other framework presets)
+    leaves an earlier plan's entries as they were."""
+    import ringccl
+    cluster = cluster_preset("dgx-h100", nodes=4)
+    base = {"pp": 2, "tp": 2, "sp": True, "dp": 8, "global_batch_size": 64}
+    layouts = [base, {**base, "tp_comm_overlap": True}, {**base, "overlap_p2p": True},
+               {**base, "zero_stage": 1}, {**base, "recompute": "full"},
+               {**base, "schedule": "zb-h2"},
+               {**base, "schedule": "dualpipe", "zero_stage": 2, "pp_scatter_gather": False},
+               {**base, "tp_comm_overlap": True, "micro_batch_size": 2},
+               {**base, "overlap_dgrad_reduce": False},
+               {**base, "sp": False}, {**base, "sp": False, "overlap_dgrad_reduce": False},
+               {**base, "gradient_accumulation_fusion": False},
+               {**base, "pp_sequential_p2p": True}, {**base, "attention": "flash2"},
+               {**base, "sp": False, "framework": "megatron-2021"},
+               {**base, "framework": "megatron-deepspeed", "zero_stage": 1}]
+    first = plan(SMALL, base, cluster)
+    warm = []
+    for lay in layouts:
+        # the search's pricing reads (and marks) the memoized entries themselves
+        priced = price(SMALL, ParallelDims(**lay), cluster, {}).step_seconds
+        warm.append((json.dumps(plan(SMALL, lay, cluster).to_dict(), sort_keys=True), priced))
+    # read after the others were planned over the same memoized builder results
+    assert json.dumps(first.to_dict(), sort_keys=True) == warm[0][0]
+    for lay, (text, priced) in zip(layouts, warm):
+        ringccl.clear_caches()
+        assert json.dumps(plan(SMALL, lay, cluster).to_dict(), sort_keys=True) == text, lay
+        ringccl.clear_caches()
+        assert price(SMALL, ParallelDims(**lay), cluster, {}).step_seconds == priced, lay

@@ -1,0 +1,120 @@
+"""The dated framework presets (``ringccl.planner.framework_eras``): Megatron-LM of 2021 and of
+2022, the Megatron-DeepSpeed stack, Composer's FSDP; each against the code it cites, and the
+step behaviours they switch (the gradient accumulation pass, FlashAttention-2's rate on Hopper,
+the asynchronous TP backward, DeepSpeed's one-at-a-time pipeline sends)."""
+
+import dataclasses
+
+import pytest
+
+from ringccl.errors import ArgumentError
+from ringccl.planner import ModelConfig, ParallelDims, plan
+from ringccl.planner.compute import gradient_accumulation_seconds
+from ringccl.planner.framework_eras import ERA_FAMILY, ERA_PRESETS, WHOLE_BUFFER
+from ringccl.planner.frameworks import FRAMEWORKS, family, state_bytes
+from ringccl.planner.gpus import gpu_preset
+from ringccl.planner.kernels import (FLASH2_EFFICIENCY, FLASH_EFFICIENCY,
+                                     flash_attention_flops, flash_attention_seconds,
+                                     memory_seconds)
+
+SMALL = ModelConfig(num_hidden_layers=4, hidden_size=4096, num_attention_heads=32,
+                    num_key_value_heads=8, intermediate_size=11008, vocab_size=32000,
+                    seq_length=4096, name="small")
+A100 = {"preset": "dgx-a100", "nodes": 1}
+
+
+def test_every_dated_preset_is_a_framework_with_a_family():
+    assert set(ERA_PRESETS) <= set(FRAMEWORKS)
+    assert set(ERA_FAMILY) == set(ERA_PRESETS)
+    assert family("megatron-2021") == "megatron" and family("composer") == "fsdp2"
+    assert family("deepspeed") == "deepspeed"
+
+
+def test_megatron_2021_is_sc21s_code():
+    # Megatron-LM aed2f75e (2021-04-11): no SP, no distributed optimizer, core attention, one
+    # all-reduce of the gradient buffer after the backward, synchronous TP backward, weight
+    # gradients added to the main gradient after each micro-batch
+    d = ParallelDims(tp=8, dp=4, framework="megatron-2021").for_model(SMALL)
+    assert (d.sp, d.zero_stage, d.attention) == (False, 0, "unfused")
+    assert (d.overlap_grad_reduce, d.overlap_dgrad_reduce,
+            d.gradient_accumulation_fusion, d.pp_sequential_p2p) == (False,) * 4
+    assert d.bucket_bytes == WHOLE_BUFFER and d.pp_scatter_gather is True
+    # --bf16 forces fp32 main gradients, fp16 keeps fp16 ones (megatron/arguments.py)
+    assert d.reduce_dtype == "float32"
+    fp16 = ParallelDims(dp=4, framework="megatron-2021").for_model(
+        dataclasses.replace(SMALL, dtype="float16"))
+    assert fp16.reduce_dtype == "float16"
+
+
+def test_megatron_2022_adds_the_asynchronous_tp_backward_and_the_fused_accumulation():
+    # Megatron-LM 2755bcb8 (2022-06-24): --no-async-tensor-model-parallel-allreduce and
+    # --no-gradient-accumulation-fusion are store_false (on); SP and the distributed optimizer
+    # are store_true (off); still no FlashAttention
+    d = ParallelDims(tp=8, dp=4, framework="megatron-2022")
+    assert (d.overlap_dgrad_reduce, d.gradient_accumulation_fusion) == (True, True)
+    assert (d.sp, d.zero_stage, d.attention, d.overlap_grad_reduce) == (False, 0, "unfused",
+                                                                        False)
+
+
+def test_megatron_deepspeed_is_deepspeeds_engine_under_megatrons_gpt():
+    d = ParallelDims(tp=8, pp=4, dp=2, framework="megatron-deepspeed")
+    # DeepSpeed v0.5.4 pipe/p2p.py: blocking send and recv; engine.py: whole outputs
+    assert (d.pp_sequential_p2p, d.pp_scatter_gather, d.overlap_p2p) == (True, False, False)
+    assert (d.attention, d.zero_stage, d.gradient_accumulation_fusion) == ("unfused", 0, False)
+    # DeepSpeed v0.3.15 partition_parameters.py: a synchronize before each per-parameter gather
+    z3 = ParallelDims(dp=8, zero_stage=3, framework="megatron-deepspeed")
+    assert (z3.zero3_gather, z3.zero3_prefetch_bucket) == ("parameter", 0)
+    # ZeRO's 16 bytes per parameter; the pipeline engine refuses ZeRO-2/3 (DeepSpeed's rule)
+    assert state_bytes("megatron-deepspeed", 2, "bfloat16").total == 16
+    with pytest.raises(ArgumentError, match="DeepSpeed's pipeline engine refuses"):
+        ParallelDims(pp=2, zero_stage=3, framework="megatron-deepspeed")
+
+
+def test_composer_is_fsdp1_with_fp32_reduction_and_flashattention_2():
+    # Composer v0.17.0 mosaic_fsdp_utils.py: mixed_precision DEFAULT -> reduce_dtype float32
+    d = ParallelDims(dp=8, framework="composer").for_model(SMALL)
+    assert (d.zero_stage, d.reduce_dtype, d.attention, d.fsdp_prefetch) == (3, "float32",
+                                                                            "flash2", 1)
+    assert state_bytes("composer", 2, "float32").total == 16        # fp32 flat parameters
+    with pytest.raises(ArgumentError, match="zero_stage=2 is not how composer shards"):
+        ParallelDims(dp=8, zero_stage=2, framework="composer")
+
+
+def test_gradient_accumulation_pass_reads_the_gradient_and_the_accumulator_writes_it_back():
+    gpu = gpu_preset("a100")
+    params = 1e9
+    d21 = ParallelDims(dp=4, framework="megatron-2021").for_model(SMALL)     # fp32 main grads
+    expected = float(memory_seconds(params * (2 + 2 * 4), gpu))
+    assert gradient_accumulation_seconds(params, d21, 2, gpu) == pytest.approx(expected)
+    # fused into the weight-gradient GEMM (Megatron-LM since 2022), or sharded first (ZeRO-2/3)
+    d22 = ParallelDims(dp=4, framework="megatron-2022").for_model(SMALL)
+    assert gradient_accumulation_seconds(params, d22, 2, gpu) == 0.0
+    z2 = ParallelDims(dp=4, zero_stage=2, framework="megatron-deepspeed").for_model(SMALL)
+    assert gradient_accumulation_seconds(params, z2, 2, gpu) == 0.0
+    # and it lengthens each micro-batch's backward of the step
+    p = plan(SMALL, {"dp": 8, "framework": "megatron-2021", "num_micro_batches": 2}, A100)
+    c = p.stages[0].compute
+    assert c.gradient_accumulation > 0
+    q = plan(SMALL, {"dp": 8, "framework": "megatron-2021", "num_micro_batches": 2,
+                     "gradient_accumulation_fusion": True}, A100)
+    assert c.backward - q.stages[0].compute.backward == pytest.approx(c.gradient_accumulation)
+
+
+def test_flashattention_2_on_hopper_runs_at_its_own_rate():
+    # FlashAttention-3 (arXiv:2407.08608), abstract: FlashAttention-2 reaches 35% of H100's
+    # peak; its backward 1.5-1.75x slower than FlashAttention-3's 50%
+    h100 = gpu_preset("h100")
+    assert FLASH2_EFFICIENCY["hopper"] == (0.35, 0.31)
+    assert FLASH2_EFFICIENCY["ampere"] == FLASH_EFFICIENCY["ampere"]   # FA2 is Ampere's kernel
+    bh, s = 32 * 132, 4096                        # a whole number of waves of 128-row blocks
+    flops = bh * flash_attention_flops(s, s, 128, 128, True)
+    t2 = flash_attention_seconds(bh, s, s, 128, 128, True, h100, kernel="flash2")
+    t3 = flash_attention_seconds(bh, s, s, 128, 128, True, h100)
+    assert flops / t2 == pytest.approx(0.35 * h100.bf16_flops)
+    assert t2 / t3 == pytest.approx(0.75 / 0.35)
+    # the attention kernel a step runs follows the framework's era
+    old = plan(SMALL, {"dp": 8, "framework": "composer"}, {"preset": "dgx-h100", "nodes": 1})
+    new = plan(SMALL, {"dp": 8, "framework": "fsdp2"}, {"preset": "dgx-h100", "nodes": 1})
+    attn = lambda p: next(o for o in p.stages[0].compute.layers["dense"].ops  # noqa: E731
+                          if o.name == "attention")
+    assert attn(old).forward_s == pytest.approx(attn(new).forward_s * 0.75 / 0.35)
