@@ -22,7 +22,7 @@ from pathlib import Path
 from ringccl import units
 from ringccl.bench import BenchSpec
 from ringccl.costmodel.fit import held_out
-from ringccl.mpi.launch import launch_bench
+from ringccl.backends.mpi.launch import launch_bench
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
 

@@ -103,7 +103,7 @@ def torch_worker(rank: int, world_size: int, count: int) -> list:
     import ringccl.torch as rt
     from ringccl.algorithms import build_schedule
     from ringccl.layout import layout
-    from ringccl.torch import executor
+    from ringccl.backends.torch import executor
 
     rows = []
     cases = [("all_reduce", "ring", torch.float32, None, True),

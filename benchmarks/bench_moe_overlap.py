@@ -1,7 +1,7 @@
 """Does cutting the MoE dispatch into micro-chunks hide it behind the expert GEMMs?
 
 The lecture's question 3 on N local gloo processes: Zipf-skewed top-k routing of T random
-tokens per rank over E expert MLPs (:func:`ringccl.torch.moe.scale_worker`), timed
+tokens per rank over E expert MLPs (:func:`ringccl.training.moe_run.scale_worker`), timed
 
 * ``unsplit``    dispatch (counts + tokens all-to-all), every local expert, combine;
 * ``C chunks``   the tokens cut into C micro-chunks; chunk c+1 dispatched and chunk c-1
@@ -27,7 +27,7 @@ import json
 from ringccl.cli.moe import overlap_model, plot_timelines
 from ringccl.resources import usable_cores
 from ringccl.torch.launch import launch
-from ringccl.torch.moe import ScaleConfig, scale_worker
+from ringccl.training.moe_run import ScaleConfig, scale_worker
 
 
 def _worker(rank, world_size, config):

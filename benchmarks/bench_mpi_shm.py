@@ -3,12 +3,14 @@ shared-memory path, vader/CMA) on one host, interleaved in the same run (issue 1
 
 For each size: the median of ``--iters`` (>= 5) interleaved iterations of ringccl's all_reduce
 (``algorithm="auto"`` over shm: one-shot ``direct`` below
-``ringccl.mpi.executor.shm_two_shot_bytes(world_size)``, ``two_shot`` from it on) and ``MPI_Allreduce``
+``ringccl.costmodel.choice.two_shot_bytes(world_size, "mpi")``, ``two_shot`` from it on) and
+``MPI_Allreduce``
 (``MPI_IN_PLACE``, float32, sum), min-max of each, and the ratio MPI / ours (> 1: ours is
 faster); the same call on a ``ringccl.mpi.shm_empty`` array (zero copy: no copy in or out) and
 MPI / zero-copy; every size's result is checked against MPI's once. Also the 8-byte all_reduce latency
 (µs) of both, the load average before and after, and with ``--crossover`` one-shot vs two-shot
-per size (the measurement behind ``SHM_TWO_SHOT_BYTES_BY_WORLD``). ``--json`` prints the raw rows.
+per size (the measurement behind ``ringccl.costmodel.choice.TWO_SHOT_BYTES``). ``--json``
+prints the raw rows.
 
 The floor of any Python-level shared-memory collective, timed the same way (single calls
 between barriers, max over ranks), after the rows above: ``shm enter/leave`` is
@@ -22,8 +24,8 @@ is itself a Python call of mpi4py's ``comm.Allreduce``.
     python benchmarks/bench_mpi_shm.py --nproc 2 [-b 4KiB -e 64MiB] [--iters 7] [--crossover]
         [--json]
 
-The script starts itself under mpirun (``ringccl.mpi.launch.mpirun_command``). Figures for the
-note only; never timed asserts.
+The script starts itself under mpirun (``ringccl.backends.mpi.launch.mpirun_command``).
+Figures for the note only; never timed asserts.
 """
 
 from __future__ import annotations
@@ -56,11 +58,12 @@ def floor(comm, reps: int, timed, nbytes: int) -> dict:
     once), interleaved round by round."""
     import numpy as np
 
-    from ringccl.mpi import executor
+    from ringccl.backends.mpi import executor
+    from ringccl.backends.shm import call
 
     n = comm.Get_size()
     state, _ = executor.shm_state(comm)
-    lazy = n >= executor.SHM_LAZY_ENTRY_MIN_WORLD   # the call entry ringccl.mpi uses
+    lazy = n >= call.LAZY_ENTRY_MIN_WORLD   # the call entry ringccl.mpi uses
 
     def barrier():
         state.enter(8, lazy=lazy)   # 8 bytes: the working area holds them, no growth
@@ -174,7 +177,7 @@ def main() -> None:
     if args.worker:
         worker(sizes, args.iters, args.crossover)
         return
-    from ringccl.mpi.launch import mpirun_command
+    from ringccl.backends.mpi.launch import mpirun_command
     cmd = mpirun_command(args.nproc, [sys.executable, os.path.abspath(__file__), "--worker",
                                       "-b", args.begin, "-e", args.end, "--iters",
                                       str(args.iters)] + (["--crossover"] * args.crossover))

@@ -10,8 +10,8 @@ measured in the same run, the zero-copy all_reduce (``shm_empty``) busbw at the 
 an 8-byte all_reduce latency row (µs), the per-call µs at 4 KiB, the load average before and
 after. ``--crossover`` (or ``--crossover-only``) adds the algorithms of :data:`CROSSOVER` per
 collective and size, interleaved round by round (the measurement behind
-``ringccl.torch.executor.shm_algorithm``); ``--wait-policies`` compares the wait policies of
-:data:`POLICIES` on all_reduce (behind ``ringccl.shm.group.SPIN_POLLS``). ``--json`` prints
+``ringccl.costmodel.choice.TWO_SHOT_BYTES``); ``--wait-policies`` compares the wait policies of
+:data:`POLICIES` on all_reduce (behind ``ringccl.backends.shm.group.SPIN_POLLS``). ``--json`` prints
 the raw rows; ``--png FILE`` draws the ratio against size. ``--in-place`` times
 reduce_scatter in NCCL's in-place form (the output is the input's own block) per algorithm,
 interleaved round by round: out of place, in place, in place as it ran before the caller's
@@ -53,7 +53,7 @@ def _sizes(lo: int, hi: int) -> list[int]:
 
 
 #: ``--crossover``: the algorithms compared per collective over shm (the measurement behind
-#: ringccl.torch.executor.shm_algorithm)
+#: ringccl.costmodel.choice.TWO_SHOT_BYTES)
 CROSSOVER = {"all_reduce": ("direct", "two_shot", "ring"),
              "reduce_scatter": ("direct", "ring"), "all_gather": ("direct", "ring"),
              "broadcast": ("direct", "ring"), "all_to_all": ("direct", "pairwise")}
@@ -130,7 +130,7 @@ def _memcpy_bandwidth(nbytes: int = 64 << 20, concurrent: bool = False,
 
 
 #: the wait policies ``--wait-policies`` compares: (tight polls, seconds of sched_yield polls
-#: before the sleeps[, longest sleep]) (ringccl.shm.group.SPIN_POLLS, YIELD_SECONDS,
+#: before the sleeps[, longest sleep]) (ringccl.backends.shm.group.SPIN_POLLS, YIELD_SECONDS,
 #: NAP_SECONDS; default 1 ms)
 POLICIES = {"spin200+yield1ms": (200, 1e-3), "yield_now": (0, 1e-3), "spin20+yield1ms": (20, 1e-3),
             "spin2000+yield1ms": (2000, 1e-3), "sleep_now": (0, 0.0),
@@ -146,7 +146,7 @@ def policy_worker(rank, world_size, sizes, iters):
     import torch.distributed as dist
 
     import ringccl.torch as rt
-    from ringccl.shm import group as shm_group
+    from ringccl.backends.shm import group as shm_group
 
     rows = []
     load = os.getloadavg()
@@ -366,7 +366,8 @@ def main() -> None:
     parser.add_argument("--png", default=None)
     parser.add_argument("--wait-policies", action="store_true",
                         help="all_reduce under each wait policy (POLICIES) and gloo, interleaved: "
-                        "the measurement behind ringccl.shm.group.SPIN_POLLS/YIELD_SECONDS")
+                        "the measurement behind "
+                        "ringccl.backends.shm.group.SPIN_POLLS/YIELD_SECONDS")
     parser.add_argument("--in-place", action="store_true",
                         help="reduce_scatter in NCCL's in-place form against out of place, "
                         "the input as the working buffer (before) and gloo, per algorithm")

@@ -30,9 +30,9 @@ BUILTIN_NAME = {"mpi": "MPI_Allreduce", "gloo": "gloo all_reduce", "nccl": "NCCL
 def launch(spec: BenchSpec, nproc: int) -> list[dict]:
     """One sweep on ``nproc`` fresh local processes of ``spec.backend``."""
     if spec.backend == "mpi":
-        from ringccl.mpi.launch import launch_bench
+        from ringccl.backends.mpi.launch import launch_bench
         return launch_bench(spec, nproc, timeout=1800)
-    from ringccl.torch.runner import launch_sweep
+    from ringccl.backends.torch.runner import launch_sweep
     return launch_sweep(spec, nproc, timeout=1800)
 
 

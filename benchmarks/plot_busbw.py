@@ -29,9 +29,9 @@ def measure(backend: str, nproc: int, args) -> list[dict]:
     spec = BenchSpec("all_reduce", ("ring", BUILTIN), units.size(args.b), units.size(args.e),
                      args.f, args.iters, args.warmup, backend=backend)
     if backend == "mpi":
-        from ringccl.mpi.launch import launch_bench
+        from ringccl.backends.mpi.launch import launch_bench
         return launch_bench(spec, nproc, timeout=1800)
-    from ringccl.torch.runner import launch_sweep
+    from ringccl.backends.torch.runner import launch_sweep
     return launch_sweep(spec, nproc, timeout=1800)
 
 

@@ -37,9 +37,9 @@ def no_launch(monkeypatch):
 
     pytest.importorskip("torch")
     import ringccl.torch.launch
-    import ringccl.torch.runner
+    import ringccl.backends.torch.runner
     monkeypatch.setattr(ringccl.torch.launch, "launch", refuse)
-    monkeypatch.setattr(ringccl.torch.runner, "launch_sweep", refuse)
+    monkeypatch.setattr(ringccl.backends.torch.runner, "launch_sweep", refuse)
     monkeypatch.setattr("ringccl.cli.run.launch_bench", refuse)
     return calls
 
@@ -78,7 +78,7 @@ def test_a_buffer_larger_than_memory_is_refused_naming_memory_and_count(capsys, 
 
 def test_oversubscribe_passes_the_check_and_tells_launch_it_was_checked(capsys, monkeypatch):
     pytest.importorskip("torch")
-    import ringccl.torch.runner
+    import ringccl.backends.torch.runner
     monkeypatch.setattr(resources, "usable_cores", lambda: 1)
     seen = {}
 
@@ -86,7 +86,7 @@ def test_oversubscribe_passes_the_check_and_tells_launch_it_was_checked(capsys, 
         seen.update(kwargs, nproc=nproc)
         raise Interrupted(partial=[])  # stop here: what reached the launcher is the point
 
-    monkeypatch.setattr(ringccl.torch.runner, "launch_sweep", record)
+    monkeypatch.setattr(ringccl.backends.torch.runner, "launch_sweep", record)
     assert main(["run", "all_reduce", "--nproc", "5", "-c", "10", "--oversubscribe",
                  "--verbose"]) == 130
     assert seen["nproc"] == 5 and seen["oversubscribe"] is True and seen["verbose"] is True
@@ -152,7 +152,7 @@ def _in_process_sweep(recorded, stop_after=None):
     """launch_sweep's stand-in: the real sweep, on the test process's one-rank gloo group."""
     def run(spec, nproc, on_row=None, timeout=0, **kwargs):
         from ringccl.bench import run_sweep
-        from ringccl.torch.runner import TorchBackend
+        from ringccl.backends.torch.runner import TorchBackend
         done = []
 
         def emit(row):
@@ -168,9 +168,9 @@ def _in_process_sweep(recorded, stop_after=None):
 
 
 def test_run_and_bench_tables_print_every_number_in_full(gloo_group, capsys, monkeypatch):
-    import ringccl.torch.runner
+    import ringccl.backends.torch.runner
     recorded: list = []
-    monkeypatch.setattr(ringccl.torch.runner, "launch_sweep", _in_process_sweep(recorded))
+    monkeypatch.setattr(ringccl.backends.torch.runner, "launch_sweep", _in_process_sweep(recorded))
     monkeypatch.setenv("COLUMNS", "40")
     assert main(["run", "all_reduce", "--nproc", "1", "-c", "1Mi", "--iters", "2"]) == 0
     out = capsys.readouterr().out
@@ -192,8 +192,8 @@ def test_run_and_bench_tables_print_every_number_in_full(gloo_group, capsys, mon
 
 @pytest.mark.parametrize("fmt", [[], ["--json"], ["--csv"]])
 def test_an_interrupted_bench_reports_the_rows_so_far(gloo_group, capsys, monkeypatch, fmt):
-    import ringccl.torch.runner
-    monkeypatch.setattr(ringccl.torch.runner, "launch_sweep", _in_process_sweep([], 3))
+    import ringccl.backends.torch.runner
+    monkeypatch.setattr(ringccl.backends.torch.runner, "launch_sweep", _in_process_sweep([], 3))
     assert main(["bench", "all_reduce", "--nproc", "1", "-b", "4KiB", "-e", "64KiB", "-a",
                  "ring,builtin", "--iters", "1", "-w", "0"] + fmt) == 130
     captured = capsys.readouterr()
@@ -227,7 +227,7 @@ def test_the_builtin_uses_no_deprecated_torch_api(gloo_group, collective):
     from ringccl.bench import BUILTIN, BenchSpec
     from ringccl.bench.inputs import make_case
     from ringccl.ops import parse_op
-    from ringccl.torch.runner import TorchBackend
+    from ringccl.backends.torch.runner import TorchBackend
     be = TorchBackend()
     spec = BenchSpec(collective)
     case = make_case(collective, 8, 1, 0, 0, parse_op("sum"), np.dtype("float32"))

@@ -71,8 +71,8 @@ def _signatures(path: Path) -> dict:
     return out
 
 
-TORCH = _signatures(SRC / "torch" / "collectives.py")
-MPI = _signatures(SRC / "mpi" / "__init__.py")
+TORCH = _signatures(SRC / "backends" / "torch" / "collectives.py")
+MPI = _signatures(SRC / "backends" / "mpi" / "collectives.py")
 
 
 def _as_mpi(torch_name: str, params: list) -> list:

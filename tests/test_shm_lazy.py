@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from ringccl import shm
+from ringccl.backends import shm
 
 
 @pytest.fixture

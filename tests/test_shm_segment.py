@@ -8,10 +8,10 @@ import os
 
 import pytest
 
-from ringccl import shm
+from ringccl.backends import shm
 from ringccl.errors import BackendError
-from ringccl.shm import group as shm_group
-from ringccl.shm import segment as shm_segment
+from ringccl.backends.shm import group as shm_group
+from ringccl.backends.shm import segment as shm_segment
 
 
 @pytest.fixture
@@ -106,7 +106,7 @@ def test_non_x86_is_refused(monkeypatch):
 
 def test_non_x86_torch_transport_shm_is_refused(monkeypatch):
     pytest.importorskip("torch")
-    from ringccl.torch.collectives import resolve_transport
+    from ringccl.backends.torch.transport import resolve_transport
     monkeypatch.setattr(shm_group.platform, "machine", lambda: "armv8l")
     with pytest.raises(BackendError, match="transport='shm' needs x86-64"):
         resolve_transport(None, "shm", None)
@@ -114,7 +114,7 @@ def test_non_x86_torch_transport_shm_is_refused(monkeypatch):
 
 def test_bad_transport_names_the_argument(monkeypatch):
     pytest.importorskip("torch")
-    from ringccl.torch.collectives import resolve_transport
+    from ringccl.backends.torch.transport import resolve_transport
     with pytest.raises(ValueError, match="transport='tcp' must be one of 'auto', 'shm', 'p2p'"):
         resolve_transport(None, "tcp", None)
     monkeypatch.setenv("RINGCCL_TRANSPORT", "nope")

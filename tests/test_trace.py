@@ -11,7 +11,7 @@ import ringccl
 from ringccl import engine
 from ringccl.cli import main
 from ringccl.engine import trace
-from ringccl.mpi.executor import OPS  # numpy dialect (mpi4py itself is imported lazily)
+from ringccl.backends.mpi.executor import OPS  # numpy dialect (mpi4py itself is imported lazily)
 from ringccl.ops import ReduceOp
 
 

@@ -41,7 +41,7 @@ __all__ = ["tied_call", "WORKER_BYTES", "RUN_BUFFER_FACTOR", "MAX_PROCESSES_PER_
 #: workers, 168 MB with 4, tending to ~155 MB as the shared pages spread over more workers.
 WORKER_BYTES = 160 * 10 ** 6
 
-#: Peak memory of a ``ringccl run`` worker (``ringccl.torch.runner.measure``) beyond
+#: Peak memory of a ``ringccl run`` worker (``ringccl.backends.torch.runner.measure``) beyond
 #: WORKER_BYTES, in units of the collective's buffer (M = ``buffer_count`` elements x itemsize):
 #: random integer source, two inputs and outputs (ours and the builtin's), the executor's
 #: staging and restore backup, and the comparison. Measured with VmHWM (peak RSS) minus the RSS

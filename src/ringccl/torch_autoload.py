@@ -18,7 +18,7 @@ BACKEND_NAME = "ringccl"
 def _create(*args, **kwargs):
     """The backend's creator, imported on first use (:func:`ringccl.torch.backend.
     create_process_group`)."""
-    from .torch.backend import create_process_group
+    from .backends.torch.process_group import create_process_group
     return create_process_group(*args, **kwargs)
 
 

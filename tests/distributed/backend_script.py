@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 import ringccl.torch  # noqa: F401  (registers "ringccl")
-from ringccl.torch import executor, hybrid
+from ringccl.backends.shm import registry
 
 assert ringccl.torch.backend.BACKEND_NAME == "ringccl"  # the import is the point
 
@@ -60,8 +60,8 @@ def main(mode: str) -> None:
     pg = dist.distributed_c10d._get_default_group()
     report = {"rank": rank, "sum": float(t[0]), "backend": dist.get_backend(),
               "hosts": pg.hosts, "transport": pg.transport,
-              "uid": [state.uid for _, state, _ in executor._shm_owned.values()]
-              + [entry[2].uid for entry in hybrid._states.values()]}
+              "uid": [state.uid for state in registry.groups("owned")]
+              + [state.uid for state in registry.groups("hybrid")]}
     if mode == "kill":
         if rank == world_size - 1:
             time.sleep(0.3)
@@ -96,7 +96,7 @@ def main(mode: str) -> None:
         print(json.dumps(report), flush=True)
         os._exit(0)
     dist.destroy_process_group()
-    report["shm_states_after_destroy"] = len(executor._shm_owned)
+    report["shm_states_after_destroy"] = len(registry.groups("owned"))
     print(json.dumps(report), flush=True)
 
 

@@ -115,9 +115,8 @@ def _put(results, message) -> None:
 
 def _install_fault(trial: Trial, results, armed: list) -> None:
     """In the victim: fail at the first operation of step >= trial.step once ``armed[0]``."""
-    from ringccl.torch import executor
-
-    from ringccl.shm import ShmTransport
+    from ringccl.backends.shm import ShmTransport
+    from ringccl.backends.torch.transport import P2PTransport
 
     def fail():
         _put(results, ("died", trial.victim, time.time()))
@@ -128,7 +127,7 @@ def _install_fault(trial: Trial, results, armed: list) -> None:
             time.sleep(3600)
         os._exit(VICTIM_EXIT)
 
-    cls = ShmTransport if trial.transport == "shm" else executor.P2PTransport
+    cls = ShmTransport if trial.transport == "shm" else P2PTransport
     for name in ("isend", "irecv"):
         original = getattr(cls, name)
 
@@ -216,7 +215,7 @@ def run(trial: Trial) -> Outcome:
     """Run one trial; ``Outcome.problems`` lists every violated expectation."""
     from ringccl.torch.launch import free_port
 
-    from ringccl.shm import segment
+    from ringccl.backends.shm import segment
 
     ctx = multiprocessing.get_context("fork")
     results = ctx.Queue()

@@ -26,7 +26,7 @@ def main() -> int:
                    on_progress=lambda item: print(item, flush=True))
         else:
             from ringccl.bench import BenchSpec
-            from ringccl.mpi.launch import launch_bench
+            from ringccl.backends.mpi.launch import launch_bench
             # small rows first (they arrive within a second), then rows that take minutes;
             # "silent": no row for minutes (nothing written to a closed pipe ends mpirun)
             silent = sys.argv[3:] == ["silent"]

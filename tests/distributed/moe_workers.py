@@ -9,6 +9,7 @@ import torch.distributed as dist
 
 from ringccl.errors import RingcclError
 from ringccl.torch import moe
+from ringccl.training import moe_run
 from ringccl.torch.background import Communicator
 
 HIDDEN, FFN, EXPERTS = 8, 16, 8
@@ -148,4 +149,4 @@ def overlap(rank, world_size):
 def all_cases(rank, world_size):
     return {"equivalence": equivalence(rank, world_size), "bad": bad_input(rank, world_size),
             "overlap": overlap(rank, world_size),
-            "experiment4": moe.experiment4_worker(rank, world_size)}
+            "experiment4": moe_run.experiment4_worker(rank, world_size)}

@@ -119,7 +119,7 @@ def test_dispatch_keeps_issue_order_across_threads():
 
 
 def test_inline_threshold_from_the_environment(monkeypatch):
-    from ringccl.torch import backend
+    from ringccl.backends.torch import dispatch as backend
     monkeypatch.delenv("RINGCCL_BACKEND_INLINE_BYTES", raising=False)
     assert backend.inline_bytes() == backend.INLINE_BYTES == 256 * 1024
     monkeypatch.setenv("RINGCCL_BACKEND_INLINE_BYTES", "64KiB")
@@ -134,15 +134,15 @@ def test_inline_threshold_from_the_environment(monkeypatch):
 
 
 def test_environment_errors_name_the_variable_and_value(monkeypatch):
-    from ringccl.torch import backend
+    from ringccl.backends.torch import dispatch, process_group, transport
     monkeypatch.setenv("RINGCCL_BACKEND_THREAD", "yes")
     with pytest.raises(ArgumentError, match="RINGCCL_BACKEND_THREAD='yes' must be '1'"):
-        backend.backend_thread()
+        dispatch.backend_thread()
     monkeypatch.setenv("RINGCCL_TRANSPORT", "tcp")
     with pytest.raises(ArgumentError, match="RINGCCL_TRANSPORT='tcp' must be one of"):
-        backend._transport(["a", "a"], 2)
+        transport.group_transport(["a", "a"], 2)
     with pytest.raises(ArgumentError, match="pg_options="):
-        backend.create_process_group(None, pg_options=object())
+        process_group.create_process_group(None, pg_options=object())
 
 
 def test_two_hosts_run_hybrid_with_the_cost_models_two_level_choice():

@@ -1,10 +1,11 @@
 """Hierarchical on real processes (issue 16): 2 "hosts" x 2 ranks on this machine
 (``RINGCCL_HOST_ID`` per rank), shared memory inside a host and gloo point-to-point across
-(``transport="hybrid"``, :mod:`ringccl.shm.hierarchical`).
+(``transport="hybrid"``, :mod:`ringccl.backends.shm.hierarchical`).
 
 * ``transport="auto"`` picks "hybrid" for this layout, and all_reduce, reduce_scatter_tensor
   and all_gather_into_tensor with no other argument run the two-level ``hierarchical``
-  schedule (local_size 2);
+  schedule (local_size 2: what the algorithm chooser picks here at every size, tests/
+  test_choice.py);
 * reduce_scatter_tensor and all_gather_into_tensor, auto and ``algorithm="hierarchical"``,
   against torch.distributed's own results (bit for bit but for float reduce_scatter, which
   stays within the summation-order bound);
@@ -56,12 +57,8 @@ def _one_way_against_torch(rank, n):
     reduce_scatter; floats within twice the bound (N-1)·eps·Σ|x| of either summation order."""
     import ringccl.torch as rt
     from ringccl.engine import trace
-    from ringccl.torch import hybrid
 
     failures = []
-    for collective in ("reduce_scatter", "all_gather"):
-        if hybrid.auto_algorithm(collective, None) != ("hierarchical", {"local_size": 2}):
-            failures.append(f"auto {collective}: {hybrid.auto_algorithm(collective, None)}")
     variants = [{}, {"algorithm": "hierarchical", "local_size": 2},
                 {"algorithm": "hierarchical"}]
     cases = [(torch.int32, "sum"), (torch.int64, "max"), (torch.uint8, "sum"),
@@ -115,26 +112,32 @@ def _one_way_against_torch(rank, n):
 def two_hosts(rank, world_size, shm_dir):
     import ringccl
     import ringccl.torch as rt
-    from ringccl.torch import hybrid
-    from ringccl.torch.collectives import resolve_transport
+    from ringccl.backends.shm import registry
+    from ringccl.backends.torch import hybrid
+    from ringccl.backends.torch.transport import resolve_transport
+    from ringccl.engine import trace
 
     os.environ["RINGCCL_HOST_ID"] = f"host{rank // 2}"   # ranks 0, 1 | 2, 3
     n, failures, calls = world_size, [], 0
     probe = torch.ones(4)
     if resolve_transport(None, "auto", probe) != "hybrid":
         failures.append(f"auto picked {resolve_transport(None, 'auto', probe)}, not hybrid")
-    if hybrid.auto_algorithm("all_reduce", None) != ("hierarchical", {"local_size": 2}):
-        failures.append(f"auto algorithm {hybrid.auto_algorithm('all_reduce', None)}")
-    # all_reduce with no other argument: the two-level schedule over hybrid, gloo's result
+    # all_reduce with no other argument: the two-level schedule over hybrid (the chooser's
+    # pick on this layout, seen in a trace of the call), gloo's result
     for count in (0, 1, 3, 5, 1001, 100003):
         gen = torch.Generator().manual_seed(count * 10 + rank)
         x = torch.randint(-8, 8, (count,), generator=gen).float()
         ref = x.clone()
-        rt.all_reduce(x)
+        with trace.tracing() as rec:
+            rt.all_reduce(x)
         dist.all_reduce(ref)
         calls += 1
         if not torch.equal(x, ref):
             failures.append(f"default all_reduce count={count}")
+        ran = [(c.info["algorithm"], c.info["backend"], dict(c.schedule.params))
+               for c in rec.calls]
+        if count and ran != [("hierarchical", "hybrid", {"local_size": 2})]:
+            failures.append(f"default all_reduce count={count} ran {ran}")
     failures += _one_way_against_torch(rank, n)
     calls += 1
     layout, state, _ = hybrid.hybrid_state(None)
@@ -188,7 +191,7 @@ def two_hosts(rank, world_size, shm_dir):
             failures.append(f"{algorithm}: ranks hold different bytes")
     del os.environ["RINGCCL_HOST_ID"]
     ringccl.clear_caches()   # every rank at once: frees every host's segment
-    if hybrid._states:
+    if registry.groups("hybrid"):
         failures.append("clear_caches kept the hybrid state")
     dist.barrier()
     left = [f for f in os.listdir(shm_dir) if f.startswith("ringccl-")]
@@ -208,7 +211,7 @@ def test_two_hosts_of_two_ranks_shm_inside_gloo_across(monkeypatch):
 
 def test_host_layout_and_when_auto_uses_hybrid():
     """No processes: the layout every rank derives from the exchanged host identities."""
-    from ringccl.shm.hierarchical import host_layout
+    from ringccl.backends.shm.hierarchical import host_layout
     two_by_two = host_layout(["a", "a", "b", "b"], 2)
     assert two_by_two.local_ranks == (2, 3) and two_by_two.local_rank == 0
     assert two_by_two.local_of == (None, None, 0, 1) and two_by_two.local_size == 2

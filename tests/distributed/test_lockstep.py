@@ -28,10 +28,11 @@ def _lockstep(rank, world_size, cases):
     import torch.distributed as dist
 
     from ringccl.ops import parse_op
-    from ringccl.torch import executor
+    from ringccl.backends.torch import executor, transport
     from .calls import collective_calls as _calls
 
-    executor.dist = _Nccl(dist)
+    # the executor asks the group's backend, the transport batches the step's operations
+    executor.dist = transport.dist = _Nccl(dist)
     # a group that reads "nccl" but holds CPU tensors would pick shared memory under "auto":
     # this test is about the point-to-point lockstep driver
     os.environ["RINGCCL_TRANSPORT"] = "p2p"

@@ -198,7 +198,8 @@ def features(rank, world_size, shm_dir):
     """Bitwise identity across ranks, growth, zero copy, two groups, p2p, host split."""
     import ringccl
     import ringccl.torch as rt
-    from ringccl.torch import executor
+    from ringccl.backends.shm import registry
+    from ringccl.backends.torch import executor, shm
 
     failures = []
     # bitwise identical on every rank for a shared result, float data (order matters)
@@ -218,7 +219,7 @@ def features(rank, world_size, shm_dir):
         if len(set(everyone)) != 1:
             failures.append(f"{algorithm}: ranks' bits differ")
     # growth: small, big, small (the working area grows once, results stay right)
-    state, _ = executor.shm_state(None)
+    state, _ = shm.shm_state(None)
     sizes = []
     for count in (10, 300_000, 10):
         x = torch.full((count,), float(rank + 1))
@@ -259,7 +260,7 @@ def features(rank, world_size, shm_dir):
         rt.all_reduce(y, group=sub)
         if not torch.equal(y, torch.full((5,), 2.0)):
             failures.append("subgroup: wrong result")
-        sub_state, _ = executor.shm_state(sub)
+        sub_state, _ = shm.shm_state(sub)
         if sub_state.uid == state.uid or sub_state is state:
             failures.append("two groups share a segment")
     # transport="p2p" still works; "auto" picks shm here
@@ -267,7 +268,7 @@ def features(rank, world_size, shm_dir):
     rt.all_reduce(y, transport="p2p")
     if not torch.equal(y, torch.full((7,), float(world_size))):
         failures.append("p2p: wrong result")
-    from ringccl.torch.collectives import resolve_transport
+    from ringccl.backends.torch.transport import resolve_transport
     if resolve_transport(None, "auto", y) != "shm":
         failures.append("auto did not pick shm on one host")
     # RINGCCL_HOST_ID split into two "hosts": auto picks p2p on a new group
@@ -278,7 +279,7 @@ def features(rank, world_size, shm_dir):
     rt.all_reduce(y, group=split)
     del os.environ["RINGCCL_HOST_ID"]
     ringccl.clear_caches()   # every rank at once: frees every group's shared memory
-    if executor._shm:
+    if registry.groups("torch"):
         failures.append("clear_caches kept shared memory")
     dist.barrier()
     left = [f for f in os.listdir(shm_dir) if f.startswith("ringccl-")]
@@ -308,13 +309,13 @@ def one_rank_grows(rank, world_size):
     """Calls where only some ranks need a larger working area (the others enter lazily and
     join the growth inside a wait or when they leave the call), checked against gloo."""
     import ringccl.torch as rt
-    from ringccl.torch import executor
+    from ringccl.backends.torch import shm
 
     failures = []
     group = dist.new_group(list(range(world_size)))   # a fresh group: a fresh working area
     x = torch.ones(4)
     rt.all_reduce(x, group=group)
-    state, _ = executor.shm_state(group)
+    state, _ = shm.shm_state(group)
     before = state.work_slot
     for k, root in ((100_000, 0), (300_000, 2), (12, 1)):   # the root's buffer is N blocks
         block = torch.arange(k, dtype=torch.float32) + rank
@@ -428,7 +429,7 @@ def killed_in_the_window(rank, world_size):
     """Rank 0 creates a segment and is SIGKILLed before it could unlink it."""
     import signal
 
-    from ringccl.shm import Segment, segment_name
+    from ringccl.backends.shm import Segment, segment_name
     if rank == 0:
         Segment.create(segment_name("deadbeef", 0), 4096)
         os.kill(os.getpid(), signal.SIGKILL)

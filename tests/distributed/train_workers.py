@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ringccl.torch as rt
+from ringccl.training import clip, zero
 
 DTYPE = torch.float64
 STEPS = 50
@@ -114,7 +115,7 @@ def train_zero(rank, world_size, max_norm=None, algorithm="ring"):
     for p in ref.parameters():
         p.grad = torch.zeros_like(p)
     unsharded.step()
-    state = {"sharded": opt.state_bytes(), "unsharded": rt.zero.optimizer_state_bytes(unsharded)}
+    state = {"sharded": opt.state_bytes(), "unsharded": zero.optimizer_state_bytes(unsharded)}
     return flat(model), state
 
 
@@ -185,7 +186,7 @@ def clip_shards(rank, world_size):
         rep = torch.nn.Parameter(torch.zeros(77, dtype=dtype))
         rep.grad = replicated.clone()
         norm = rt.clip_grad_norm_([shard, rep], max_norm=1.0, sharded=[True, False])
-        coef = rt.clip.clip_coefficient(norm, 1.0)
+        coef = clip.clip_coefficient(norm, 1.0)
         # the unsharded reference, in float32 from the same values
         ref_params = [torch.nn.Parameter(torch.zeros(sum(sizes))),
                       torch.nn.Parameter(torch.zeros(77))]

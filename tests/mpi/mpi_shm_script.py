@@ -26,7 +26,8 @@ import ringccl
 import ringccl.mpi as rm
 from ringccl.algorithms import REGISTRY
 from ringccl.errors import ArgumentError
-from ringccl.mpi import executor
+from ringccl.backends.mpi import executor
+from ringccl.costmodel import choice
 
 comm = MPI.COMM_WORLD
 rank, n = comm.Get_rank(), comm.Get_size()
@@ -189,7 +190,7 @@ for collective, algorithm in sorted(REGISTRY):
                     check(f"{name} shm vs p2p (floats)", a, b)
 
 # -- algorithm=None over shm: the measured choice, still MPI's result -----------------------------
-for nbytes in (4 << 10, executor.SHM_TWO_SHOT_BYTES, 1 << 20):
+for nbytes in (4 << 10, choice.TWO_SHOT_BYTES["mpi", "shm"][2], 1 << 20):
     x = data(nbytes // 4, "float32", nbytes, exact=True)
     got = x.copy()
     rm.all_reduce(got)

@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ringccl.mpi.launch import mpirun_command
+from ringccl.backends.mpi.launch import mpirun_command
 from ringccl.resources import end_session
 
 from .. import bounds

@@ -16,7 +16,7 @@ import ringccl
 import ringccl.mpi as rm
 from ringccl.collectives import split_safe
 from ringccl.errors import ArgumentError, ArgumentTypeError, BackendError
-from ringccl.mpi.runner import _MPI_BOOL_OPS, _MPI_OPS, _mpi_type
+from ringccl.backends.mpi.runner import _MPI_BOOL_OPS, _MPI_OPS, _mpi_type
 from ringccl.ops import ReduceOp, check_op_dtype, ufunc
 
 comm = MPI.COMM_WORLD

@@ -20,7 +20,7 @@ if importlib.util.find_spec("mpi4py") is None:
 
 import ringccl  # noqa: E402
 from ringccl.cli import main  # noqa: E402
-from ringccl.mpi.launch import mpirun_command  # noqa: E402
+from ringccl.backends.mpi.launch import mpirun_command  # noqa: E402
 
 from .. import bounds  # noqa: E402
 from . import mpirun  # noqa: E402

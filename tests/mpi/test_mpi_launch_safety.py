@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.skipif(shutil.which("mpirun") is None and shutil.which
 
 from ringccl.bench import BenchSpec  # noqa: E402
 from ringccl.errors import ArgumentError, BackendError  # noqa: E402
-from ringccl.mpi import launch as mpi_launch  # noqa: E402
+from ringccl.backends.mpi import launch as mpi_launch  # noqa: E402
 from tests.distributed.safety_helpers import (GONE_S, START_S, kill_all, marked,  # noqa: E402
                                               start_launcher, wait_for)
 

@@ -33,7 +33,7 @@ def test_every_collective_over_shm_matches_mpi(nproc, monkeypatch):
                       env={"RINGCCL_SHM_JOB": job})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count(": OK") == nproc, proc.stdout
-    from ringccl.shm import shm_dir
+    from ringccl.backends.shm import shm_dir
     assert not [f for f in os.listdir(shm_dir()) if f.startswith(f"ringccl-{job}-")]
 
 
@@ -42,6 +42,6 @@ def test_a_stalled_rank_over_shm_is_reported_and_the_output_kept():
     proc = mpirun.run(3, mpirun.python("shm_timeout_script.py"), seconds=120,
                       env={"RINGCCL_SHM_JOB": job})
     assert proc.stdout.count(": OK") == 2, proc.stdout + proc.stderr
-    from ringccl.shm import shm_dir, sweep
+    from ringccl.backends.shm import shm_dir, sweep
     assert not sweep(job), "a segment was left behind"
     assert not [f for f in os.listdir(shm_dir()) if f.startswith(f"ringccl-{job}-")]

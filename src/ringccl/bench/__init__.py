@@ -1,8 +1,8 @@
 """The measurement harness behind ``ringccl bench`` and ``ringccl run``: one spec
 (:mod:`.spec`), one input generator and one definition of a wrong result (:mod:`.inputs`), one
 timing loop (:mod:`.sweep`), the reports (:mod:`.report`) and nccl-tests' algbw/busbw
-(:mod:`.metrics`). Backends (:mod:`ringccl.torch.runner`, :mod:`ringccl.mpi.runner`) supply only
-how a case is run (:class:`Backend`)."""
+(:mod:`.metrics`). Backends (:mod:`ringccl.backends.torch.runner`,
+:mod:`ringccl.backends.mpi.runner`) supply only how a case is run (:class:`Backend`)."""
 
 from __future__ import annotations
 

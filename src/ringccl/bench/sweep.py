@@ -1,7 +1,7 @@
 """The sweep driver: :func:`run_sweep` measures every (size, algorithm, segment setting,
 placement) of a :class:`~ringccl.bench.spec.BenchSpec` on a :class:`Backend`, the same way for
-every backend (:mod:`ringccl.torch.runner` for gloo/NCCL, :mod:`ringccl.mpi.runner` for MPI
-implement it; they supply only how a case is run).
+every backend (:mod:`ringccl.backends.torch.runner` for gloo/NCCL,
+:mod:`ringccl.backends.mpi.runner` for MPI implement it; they supply only how a case is run).
 
 * **timing** as nccl-tests with per-iteration timing: ``warmup`` untimed iterations, then each
   of ``iters`` iterations timed on every rank between a barrier and the collective's return; an

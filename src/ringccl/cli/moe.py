@@ -3,9 +3,10 @@
 First the lecture's experiment 4 on real processes: GPU ``src`` holds one token for each
 expert, ``Token_G{src}->E{dst}``, and after the dispatch (an all-to-all) GPU ``dst``'s expert
 holds the tokens of every GPU — the 4 × 4 token matrix transposed, printed before and after as
-the lecture prints it. Then the same dispatch at scale (:func:`ringccl.torch.moe.scale_worker`):
-random tokens with Zipf-skewed top-k routing and a capacity factor, timed unsplit (dispatch,
-expert MLPs, combine) and micro-chunked against the experts on the background communicator
+the lecture prints it. Then the same dispatch at scale
+(:func:`ringccl.training.moe_run.scale_worker`): random tokens with Zipf-skewed top-k routing
+and a capacity factor, timed unsplit (dispatch, expert MLPs, combine) and micro-chunked against
+the experts on the background communicator
 (the lecture's question 3), with the imbalance, the dropped assignments and the planner's
 overlap model (:func:`ringccl.planner.step.exposed_seconds`) next to the measured pipeline.
 """
@@ -17,6 +18,7 @@ import contextlib
 from ..errors import ArgumentError, Interrupted
 from ..planner.step import exposed_seconds
 from ..views.plot import _pyplot
+from ..backends.torch import launch as torch_launch
 from .common import (add_format_option, add_launch_options, check_nproc, checked, emit_json,
                      interrupted, need_torch, nonnegative, positive_int, seconds_arg,
                      stderr_console, table)
@@ -60,7 +62,7 @@ def capacity_factor_arg(text: str):
 def plot_timelines(results: list, path: str, title: str = "") -> str:
     """Per rank, the comm and compute lanes of the unsplit and the pipelined run (matplotlib).
 
-    ``results``: :func:`ringccl.torch.moe.scale_worker`'s per-rank dicts. Returns ``path``.
+    ``results``: :func:`ringccl.training.moe_run.scale_worker`'s per-rank dicts. Returns ``path``.
     """
     plt = _pyplot()
     fig, axes = plt.subplots(2, 1, figsize=(11, 1.2 + 1.1 * len(results)), sharex=True)
@@ -147,8 +149,7 @@ def _print(report: dict, fmt: str = "auto") -> None:
 
 def _cmd_moe(args) -> int:
     need_torch()
-    from ..torch.launch import launch
-    from ..torch.moe import ScaleConfig, command_worker
+    from ..training.moe_run import ScaleConfig, command_worker
 
     config = ScaleConfig(tokens=args.tokens, hidden_size=args.hidden_size,
                          ffn_hidden_size=args.ffn_hidden_size, num_experts=args.experts,
@@ -180,8 +181,9 @@ def _cmd_moe(args) -> int:
 
     try:
         with bar:
-            results = launch(command_worker, args.nproc, dict(vars(config)), timeout=args.timeout,
-                             oversubscribe=True, verbose=args.verbose, on_progress=on_progress)
+            results = torch_launch.launch(command_worker, args.nproc, dict(vars(config)),
+                                          timeout=args.timeout, oversubscribe=True,
+                                          verbose=args.verbose, on_progress=on_progress)
     except Interrupted:
         return interrupted(f"ringccl moe stopped after {done['iters']} of {2 * args.iters} "
                            "timed runs; every worker ended")

@@ -5,7 +5,7 @@
 (:mod:`ringccl.planner.emit`). Its groups are mapped onto the local processes (the plan's own
 rank grid when its world is ``--nproc`` ranks), its bytes scaled by one power of two so the
 largest call fits ``--max-bytes`` (the scaling is printed), every collective run on its groups
-through ringccl.torch (:mod:`ringccl.torch.replay`), then calibration sweeps; the fit
+through ringccl.torch (:mod:`ringccl.backends.torch.replay`), then calibration sweeps; the fit
 (``ringccl fit``'s :func:`ringccl.costmodel.fit.fit_rows`) sees the sweeps only, and each step
 collective is predicted from it (:mod:`ringccl.planner.replay`). Printed: predicted vs measured
 per collective and in total, the median error whatever it is; ``--plot`` draws both.
@@ -20,6 +20,7 @@ from ..errors import Interrupted
 from ..planner.emit import load_step_file, replay_calls
 from ..planner.replay import calibration_sweeps, repredict
 from ..views.plot import _pyplot
+from ..backends.torch import launch as torch_launch
 from .common import (add_format_option, add_launch_options, check_nproc, emit_json,
                      interrupted, need_torch, positive_int, seconds_arg, size_arg,
                      stderr_console, table)
@@ -91,8 +92,7 @@ def _cmd_replay(args) -> int:
     rmap = replay_calls(step, args.nproc, args.max_bytes)
     sweeps = calibration_sweeps(rmap)
     check_nproc(args, max(c.nbytes for c in rmap.calls), "--max-bytes")
-    from ..torch.launch import launch
-    from ..torch.replay import replay_worker
+    from ..backends.torch.replay import replay_worker
 
     total = len(rmap.calls) + len(sweeps)
     console = None if args.json else stderr_console()
@@ -110,9 +110,10 @@ def _cmd_replay(args) -> int:
 
     try:
         with bar:
-            per_rank = launch(replay_worker, args.nproc, [c.to_dict() for c in rmap.calls],
-                              sweeps, args.iters, args.warmup, timeout=args.timeout,
-                              oversubscribe=True, verbose=args.verbose, on_progress=on_progress)
+            per_rank = torch_launch.launch(replay_worker, args.nproc,
+                                           [c.to_dict() for c in rmap.calls], sweeps, args.iters,
+                                           args.warmup, timeout=args.timeout, oversubscribe=True,
+                                           verbose=args.verbose, on_progress=on_progress)
     except Interrupted:
         return interrupted(f"ringccl replay stopped after {done['n']} of {total} collectives "
                            "and sweeps; every worker ended")

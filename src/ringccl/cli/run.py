@@ -21,7 +21,7 @@ from ..bench import (BUILTIN, PLACEMENTS, BenchSpec, Sweep, buffer_elements, for
 from ..collectives import COLLECTIVES, get_collective
 from ..engine import trace
 from ..errors import ArgumentError, Interrupted, RingcclError
-from ..mpi.launch import launch_bench, under_mpirun
+from ..backends.mpi.launch import launch_bench, under_mpirun
 from ..ops import SUPPORTED_DTYPES, check_dtype, parse_op
 from ..resources import run_worker_bytes
 from .common import (add_accumulate_option, add_collective_args, add_format_option,
@@ -56,7 +56,7 @@ def measure_run(collective: str, algorithm: str, nproc: int, count: int, dtype: 
             line; the traceback with ``verbose``). Interrupted: Ctrl-C (``partial``: the rows
             done, at most 2).
     """
-    from ..torch.runner import launch_sweep
+    from ..backends.torch.runner import launch_sweep
     spec = one_size(collective, algorithm, count, nproc, dtype=dtype, op=op, iters=iters,
                     warmup=warmup, params=params, accumulate_dtype=accumulate_dtype)
     worker_bytes = run_worker_bytes(run_buffer_bytes(collective, nproc, count, dtype,
@@ -220,7 +220,7 @@ def _bench_rows(spec, args) -> tuple[list[dict], int, bool]:
                                     worker_bytes=worker_bytes, verbose=args.verbose)
             else:
                 need_torch()
-                from ..torch.runner import launch_sweep
+                from ..backends.torch.runner import launch_sweep
                 rows = launch_sweep(spec, args.nproc, advance, args.timeout, oversubscribe=True,
                                     worker_bytes=worker_bytes, verbose=args.verbose)
         return rows, args.nproc, True
@@ -228,7 +228,7 @@ def _bench_rows(spec, args) -> tuple[list[dict], int, bool]:
         if under_mpirun():
             from mpi4py import MPI
 
-            from ..mpi.runner import sweep
+            from ..backends.mpi.runner import sweep
             rank = MPI.COMM_WORLD.Get_rank()
             bar, advance = progress(total, spec.collective) if rank == 0 else (None, None)
             with bar or contextlib.nullcontext():
@@ -238,7 +238,7 @@ def _bench_rows(spec, args) -> tuple[list[dict], int, bool]:
         need_torch()
         import torch.distributed as dist
 
-        from ..torch.runner import sweep
+        from ..backends.torch.runner import sweep
         dist.init_process_group(spec.backend)
         try:
             rank, world_size = dist.get_rank(), dist.get_world_size()

@@ -9,6 +9,7 @@ import dataclasses
 
 from .. import units
 from ..errors import ArgumentError, Interrupted
+from ..backends.torch import launch as torch_launch
 from .common import (add_format_option, add_launch_options, check_nproc, emit_json,
                      interrupted, need_torch, nonnegative_int, positive_int, seconds_arg,
                      stderr_console, table, widths_arg)
@@ -59,8 +60,7 @@ class _TrainProgress:
 
 def _cmd_train(args) -> int:
     need_torch()
-    from ..torch.launch import launch
-    from ..torch.train import MODES, TrainConfig, load_digits, plot_training, train_worker
+    from ..training.train import MODES, TrainConfig, load_digits, plot_training, train_worker
 
     modes = list(MODES) if args.mode == "all" else [m.strip() for m in args.mode.split(",")]
     if args.compression and "ddp" not in modes:
@@ -81,8 +81,9 @@ def _cmd_train(args) -> int:
     shown = _TrainProgress(args.epochs, quiet=args.json)
     try:
         with shown.context():  # launch in this thread: its Ctrl-C handling applies
-            outcome = launch(train_worker, args.nproc, configs, data, timeout=args.timeout,
-                             oversubscribe=True, verbose=args.verbose, on_progress=shown)
+            outcome = torch_launch.launch(train_worker, args.nproc, configs, data,
+                                          timeout=args.timeout, oversubscribe=True,
+                                          verbose=args.verbose, on_progress=shown)
     except Interrupted:
         where = (f" in mode {shown.last_epoch[0]} after epoch {shown.last_epoch[1]} of "
                  f"{args.epochs}" if shown.last_epoch else " before the first epoch ended")

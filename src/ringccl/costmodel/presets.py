@@ -185,7 +185,7 @@ SHM_FIT = {"alpha": 0.0, "beta": 0.0941e-9, "gamma": 0.0945e-9, "epsilon": 86.9e
 #: ``direct`` is under-predicted by 27-63% from 512 KiB, where every rank reads every peer's
 #: whole buffer out of cache; two_shot is over-predicted by 19-31%). With α = 0 the model puts
 #: the one-shot/two-shot crossover at the smallest size (two-shot reduces (N-1)/N of the bytes
-#: one-shot does); measured (``ringccl.mpi.executor.SHM_TWO_SHOT_BYTES_BY_WORLD``) it lies
+#: one-shot does); measured (``ringccl.costmodel.choice.TWO_SHOT_BYTES``) it lies
 #: between 64 and 128 KiB for 2 processes. ``alpha`` is the per-step synchronisation,
 #: ``bandwidth`` 1/β (bytes read from a peer's slot and copied or reduced per second),
 #: ``gamma`` the reduction; the per-call ε is the same for every algorithm and left out (it

@@ -1,8 +1,9 @@
 """One rank's part of a schedule, driven over any point-to-point transport.
 
-The transports (:mod:`ringccl.torch.executor` for torch.distributed, :mod:`ringccl.mpi.executor`
-for mpi4py) only move bytes (:class:`Transport`: post a send or receive, wait, batch, map
-failures); the order of operations, the staging layout and buffer, applying a received segment
+The transports (:mod:`ringccl.backends.torch.executor` for torch.distributed,
+:mod:`ringccl.backends.mpi.executor` for mpi4py, :mod:`ringccl.backends.shm` within a host) only
+move bytes (:class:`Transport`: post a send or receive, wait, batch, map failures); the order of
+operations, the staging layout and buffer, applying a received segment
 (:class:`Workspace`), pipelining into segments (:class:`Pipelining`, a policy passed in), error
 attribution, timeouts and the all-or-nothing guarantee live here, once. Nothing here knows an algorithm: the engine walks
 ``schedule.program(rank)``, whose per-step sends and receives come in the schedule's canonical

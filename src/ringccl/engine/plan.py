@@ -82,8 +82,8 @@ class Pipelining(NamedTuple):
     reduced as soon as it arrives and forwarded as soon as it is final, while later segments
     are in flight).
 
-    Each transport offers its measured default (``ringccl.torch.executor.PIPELINING``,
-    ``ringccl.mpi.executor.PIPELINING``); the front ends pass it in, or
+    Each transport offers its measured default (``ringccl.backends.torch.executor.PIPELINING``,
+    ``ringccl.backends.mpi.executor.PIPELINING``); the front ends pass it in, or
     :meth:`fixed` for an explicit ``segment_bytes=``. Nothing reads a module global at call time.
 
     Attributes:

@@ -25,18 +25,15 @@ scratch buffer (the input into it and the output out of it besides; 2 processes,
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, NamedTuple, Sequence
+from typing import Any, Iterator, NamedTuple, Sequence
 
 from .. import caches
-from ..errors import PeerError, RingcclTimeout
 from ..ops import ReduceOp
-from . import trace
-from .dataflow import run_dataflow
 from .plan import Plan
 from .workspace import ArrayOps, Workspace
 
 __all__ = ["Staged", "Pieces", "Landing", "PlanRanges", "final_receives", "merge", "split",
-           "plan_ranges", "run_call", "entry_error"]
+           "plan_ranges"]
 
 
 class Staged(NamedTuple):
@@ -342,50 +339,3 @@ class Landing(Workspace):
         for r in self.landed:
             self.copy(self.direct[r], self.buffer[r.lo:r.hi])
         self.landed.clear()
-
-
-def run_call(schedule, rank: int, plan: Plan, transport, workspace: Workspace, group, *,
-             restore: bool, timeout: float | None, itemsize: int,
-             entry_error: Callable[[BaseException, str], BaseException]) -> None:
-    """Run one call's ``plan`` over a shared-memory ``group``'s ``transport`` and end the
-    call (both shm executors' tail): the dataflow driver (through the trace recorder when one
-    is on, as backend "shm"), then ``group.leave``.
-
-    After a lazy entry (``group.lazy``: the call began without waiting for the peers) a
-    PeerError from a wait for a peer that never entered this call is what the entry's wait
-    would have reported: it is raised as ``entry_error(cause, "entering the call")``; a leave
-    that fails as ``entry_error(exc, "leaving the call")`` (the executors' PeerError /
-    RingcclTimeout naming step and peer)."""
-    try:
-        trace.drive(run_dataflow, schedule, rank, plan, transport, workspace, restore=restore,
-                    timeout=timeout, itemsize=itemsize, backend="shm")
-    except PeerError as exc:
-        peer, c = exc.peer, group.lazy
-        if c and peer is not None and not group.closed and \
-                group.w[group.rank_word(peer, 1)] < c and exc.__cause__ is not None:
-            raise entry_error(exc.__cause__, "entering the call") from exc.__cause__
-        raise
-    try:
-        group.leave(timeout)
-    except (TimeoutError, ConnectionError) as exc:
-        raise entry_error(exc, "leaving the call") from exc
-
-
-def entry_error(schedule, rank: int, exc: BaseException, timeout: float,
-                when: str = "entering the call", peer_name: Callable[[int], str] = str,
-                where: str = "") -> PeerError:
-    """The PeerError/RingcclTimeout of a shared-memory call whose entry failed (before step 0;
-    ``when`` also "setting up the group's shared memory": the group's first call) or whose end
-    failed after a lazy entry (``when``: "leaving the call"; its last step),
-    naming the peer (``exc.peer``, by ``peer_name``) and the collective; ``where``: appended to
-    ``when`` in the message (e.g. " over shared memory")."""
-    peer = getattr(exc, "peer", None)
-    timed_out = isinstance(exc, TimeoutError)
-    how = f"timed out after {timeout:g} s" if timed_out else "failed"
-    who = "" if peer is None else f" waiting for rank {peer_name(peer)}"
-    cls = RingcclTimeout if timed_out else PeerError
-    step = max(schedule.num_steps - 1, 0) if when == "leaving the call" else 0
-    return cls(f"{schedule.algorithm} {schedule.collective} {how} on rank {rank} at step {step} "
-               f"of {schedule.num_steps} ({when}{where}){who}: {exc}",
-               collective=schedule.collective, algorithm=schedule.algorithm, step=step,
-               rank=rank, peer=peer)

@@ -10,7 +10,7 @@ before this rank first writes it and restored if the call fails (:meth:`Workspac
 
 The staging, accumulator and backup buffers are kept between calls: allocating (and
 page-faulting) a fresh one per call cost as much as the transfer itself for 64 MiB all-reduces on
-gloo. They are kept per thread (a background communicator, :mod:`ringccl.torch.background`, may
+gloo. They are kept per thread (a background communicator, :mod:`ringccl.training.background`, may
 run a collective while the caller's thread runs another; the two must not share staging memory)
 and per dtype and device, and :func:`ringccl.clear_caches` frees them.
 """

@@ -43,40 +43,18 @@ from ..ops import ReduceOp, check_accumulate_dtype
 from . import aliasing
 from .debug import execute as _execute   # RINGCCL_DEBUG=INFO/TRACE: one log line per call
 
-__all__ = ["Backend", "Options", "options", "choose", "in_place", "reduce_scatter", "all_gather",
-           "scatter", "gather", "exchange", "all_to_all", "run_schedule", "copy_in"]
+__all__ = ["Backend", "ArrayDialect", "GroupAdapter", "Executor", "Options", "options", "choose",
+           "in_place", "reduce_scatter", "all_gather", "scatter", "gather", "exchange",
+           "all_to_all", "run_schedule", "copy_in"]
 
 
-class Backend(Protocol):
-    """What a backend supplies to the flows (see the module docstring). ``g`` is the backend's
-    group (process group, communicator) as :meth:`group` returned it; arrays are the dialect's.
-    """
+class ArrayDialect(Protocol):
+    """A backend's arrays (numpy arrays, torch tensors), as the flows see them: the checks whose
+    messages name the backend's arguments, and the operations the flows need."""
 
-    name: str                   # "ringccl.torch": for messages
     size_word: str              # how an array's element count is spelled: "numel()", "size"
     buffer_name: str            # scatter's/gather's one-array argument: "tensor", "buffer"
-    pipelining: Pipelining      # the transport's measured default
 
-    # group adapter
-    def group(self, g: Any) -> Any: ...                     # checked (BackendError, TypeError)
-    def size(self, g: Any) -> int: ...
-    def rank(self, g: Any) -> int: ...
-    def root(self, g: Any, root: Any, argument: str, world_size: int) -> int: ...
-    def key(self, g: Any) -> Any: ...                       # the group's identity (call counts)
-    def gather_objects(self, g: Any, obj: Any, collective: str, algorithm: str,
-                       timeout: float | None) -> list: ...  # bounded: PeerError
-    def max2(self, g: Any, a: int, b: int) -> tuple[int, int]: ...
-    def default_restore(self, timeout: float | None) -> bool: ...
-    def execute(self, schedule, work, op: ReduceOp, g, bounds: tuple, opts: "Options",
-                restore: bool) -> None: ...
-    # optional: whether ``execute`` takes a private working buffer as a
-    # :class:`ringccl.engine.Staged` for this call (its transport holds the buffer itself)
-    # def stages(self, g: Any, opts: "Options") -> bool: ...
-    # optional: the pipelining policy ``execute`` runs ``collective`` with, when it is not
-    # ``opts.pipelining`` (a transport's own default; RINGCCL_DEBUG's log line reports it)
-    # def call_pipelining(self, g: Any, collective: str, opts: "Options") -> Pipelining: ...
-
-    # array dialect
     def check(self, a: Any, argument: str, written: bool = False,
               contiguous: bool = False) -> Any: ...
     def check_1d(self, a: Any, argument: str) -> Any: ...   # a 1-D contiguous working buffer
@@ -106,6 +84,49 @@ class Backend(Protocol):
     def same(self, a: Any, b: Any) -> bool: ...         # one view: same elements and layout
     def is_block(self, a: Any, buffer: Any, index: int) -> bool: ...
     def rows(self, a: Any) -> tuple[int, int]: ...      # (dim 0, elements per row)
+
+
+class GroupAdapter(Protocol):
+    """A backend's group (process group, communicator) as the flows see it. ``g`` is the
+    group as :meth:`group` returned it."""
+
+    def group(self, g: Any) -> Any: ...                     # checked (BackendError, TypeError)
+    def size(self, g: Any) -> int: ...
+    def rank(self, g: Any) -> int: ...
+    def root(self, g: Any, root: Any, argument: str, world_size: int) -> int: ...
+    def key(self, g: Any) -> Any: ...                       # the group's identity (call counts)
+    def gather_objects(self, g: Any, obj: Any, collective: str, algorithm: str,
+                       timeout: float | None) -> list: ...  # bounded: PeerError
+    def max2(self, g: Any, a: int, b: int) -> tuple[int, int]: ...
+
+
+class Executor(Protocol):
+    """A backend's transports behind one ``execute``, with their measured pipelining."""
+
+    name: str                   # "ringccl.torch": for messages
+    pipelining: Pipelining      # the transport's measured default
+
+    def default_restore(self, timeout: float | None) -> bool: ...
+    def execute(self, schedule, work, op: ReduceOp, g, bounds: tuple, opts: "Options",
+                restore: bool) -> None: ...
+    # optional: the algorithm for algorithm=None/"auto" (else ringccl.algorithms.DEFAULTS)
+    # def choose(self, collective: str, world_size: int, count: int, dtype: Any,
+    #            opts: "Options") -> str: ...
+    # optional: whether ``execute`` takes a private working buffer as a
+    # :class:`ringccl.engine.Staged` for this call (its transport holds the buffer itself)
+    # def stages(self, g: Any, opts: "Options") -> bool: ...
+    # optional: the pipelining policy ``execute`` runs ``collective`` with, when it is not
+    # ``opts.pipelining`` (a transport's own default; RINGCCL_DEBUG's log line reports it)
+    # def call_pipelining(self, g: Any, collective: str, opts: "Options") -> Pipelining: ...
+
+
+class Backend(ArrayDialect, GroupAdapter, Executor, Protocol):
+    """What a backend supplies to the flows (see the module docstring): one object with its
+    :class:`ArrayDialect`, its :class:`GroupAdapter` and its :class:`Executor`. A backend
+    writes each part once and combines them (ringccl.torch's functions and its
+    torch.distributed process group share one tensor dialect and differ in group and
+    executor); the flows look each method up on the one object, as before, so the split costs
+    nothing per call."""
 
 
 class Options(NamedTuple):

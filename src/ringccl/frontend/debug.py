@@ -36,7 +36,7 @@ logger = logging.getLogger("ringccl")
 _configured: list = []
 
 
-def _configure(level: str) -> None:
+def configure(level: str) -> None:
     """Send the logger's records to stderr at the level asked for, once per process, unless
     the application gave the logger a handler of its own."""
     if _configured:
@@ -63,7 +63,7 @@ def execute(b, schedule, work, op, g, bounds: tuple, opts, restore: bool) -> Non
     if level not in ("info", "trace"):
         b.execute(schedule, work, op, g, bounds, opts, restore)
         return
-    _configure(level)
+    configure(level)
     described = isinstance(work, Staged)
     dtype = b.dtype(work.like if described else work)
     itemsize = _itemsize(b, dtype)

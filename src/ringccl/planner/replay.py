@@ -2,11 +2,11 @@
 collective predicted again and set against its measured time (``ringccl replay``).
 
 The replay (:func:`ringccl.planner.emit.replay_calls`, run by
-:func:`ringccl.torch.replay.replay_worker`) gives two kinds of ``ringccl bench`` rows: one per
-step collective at its scaled size, and calibration sweeps — each distinct (collective,
-algorithm, group size) from 4 KiB to the largest scaled size, with ``local-reduce`` rows for
-the reducing ones. The fit (:func:`ringccl.costmodel.fit.fit_rows`, relative least squares,
-the registry's closed forms) sees the calibration rows only, so each step collective's
+:func:`ringccl.backends.torch.replay.replay_worker`) gives two kinds of ``ringccl bench`` rows:
+one per step collective at its scaled size, and calibration sweeps — each distinct (collective,
+algorithm, group size) from 4 KiB to the largest scaled size, with ``local-reduce`` rows for the
+reducing ones. The fit (:func:`ringccl.costmodel.fit.fit_rows`, relative least squares, the
+registry's closed forms) sees the calibration rows only, so each step collective's
 prediction is held out: the closed form of its algorithm at its size with the fitted α, β, γ
 (:func:`ringccl.costmodel.fit.features`). The simulator counts the bytes the busiest rank sends
 per call (:func:`ringccl.sim.simulate`), as a check that the replay moved what the schedule
@@ -105,7 +105,8 @@ def repredict(rmap: ReplayMap, rows: list[dict]) -> ReplayReport:
 
     Args:
         rmap: the mapping that was replayed.
-        rows: every rank's rows from :func:`ringccl.torch.replay.replay_worker`, together.
+        rows: every rank's rows from :func:`ringccl.backends.torch.replay.replay_worker`,
+            together.
     Raises:
         ArgumentError: a call without a measured row, or calibration rows the fit refuses.
     """

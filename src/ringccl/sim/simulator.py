@@ -8,7 +8,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..algorithms import build_schedule, registry
+from ..algorithms import build_schedule
+# re-exported: the registry's one default per collective (ringccl.sim.default_algorithm)
+from ..algorithms.registry import default_algorithm
 from ..collectives import check_root, get_collective, split_sizes
 from ..errors import ArgumentError, ArgumentTypeError
 from ..ir import Schedule
@@ -63,12 +65,6 @@ class SimResult:
     mismatches: int
     max_abs_error: float
     schedule: Schedule = field(repr=False)
-
-
-def default_algorithm(collective: str) -> str:
-    """The default algorithm of ``collective``: one table for every caller,
-    :data:`ringccl.algorithms.registry.DEFAULTS` (see its ``default_algorithm``)."""
-    return registry.default_algorithm(collective)
 
 
 def resolve_root(spec, params: dict, src=None, dst=None) -> dict:

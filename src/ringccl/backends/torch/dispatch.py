@@ -1,0 +1,268 @@
+"""One ringccl process group's state (:class:`Group`) and its dispatcher: the group's
+collectives run one at a time in issue order, inline or on its worker thread.
+
+It follows the dispatch policy of :mod:`ringccl.backends.torch.process_group` (its module
+docstring): a call runs inline, in the caller's thread, when the worker is idle and the call
+moves at most :func:`inline_bytes`; else on the worker, in issue order either way.
+"""
+
+from __future__ import annotations
+
+import atexit
+import datetime
+import logging
+import os
+import pickle
+import queue
+import threading
+import weakref
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.distributed as dist
+
+from ... import units
+from ...errors import ArgumentError
+from ..shm.hierarchical import host_layout
+from .hybrid import HybridSetup, release_hybrid_state
+from .shm import ShmSetup, release_shm_state
+from .transport import GlooTransport, exchange_hosts, group_transport
+
+__all__ = ["Group", "INLINE_BYTES", "inline_bytes", "backend_thread", "live"]
+
+
+class Group:
+    """One ringccl process group's state: identity, the inner gloo group, hosts, the worker.
+
+    Attributes:
+        rank, size: this process's rank in the group and the group's size.
+        global_ranks: the group's ranks in the default group, by group rank.
+        name: torch's group name (its PrefixStore prefix), for log lines.
+        timeout: the group's timeout (``init_process_group(timeout=...)``).
+        hosts: every rank's host identity (:func:`ringccl.backends.shm.host_id`), by rank.
+        transport: "shm", "hybrid" or "p2p", what the group's collectives run on
+            (:func:`~ringccl.backends.torch.transport.group_transport`).
+        layout: where the ranks run (:class:`ringccl.backends.shm.hierarchical.HostLayout`); its
+            ``local_size`` (ranks per host, hosts of equal blocks of consecutive ranks) is the
+            two-level schedules' ``local_size`` over "hybrid".
+        shm_setup: the shared-memory set-up (:class:`ringccl.backends.torch.shm.ShmSetup`) when
+            ``transport == "shm"``, else None; hybrid_setup: the hybrid transport's
+            (:class:`ringccl.backends.torch.hybrid.HybridSetup`) when ``transport == "hybrid"``.
+        threaded: False under ``RINGCCL_BACKEND_THREAD=0`` (every call inline, no worker).
+        inline_bytes: the dispatch policy's threshold in bytes (:func:`inline_bytes`).
+        issued: how many collectives have taken their place in issue order (:meth:`submit`).
+    """
+
+    def __init__(self, store, rank: int, size: int, timeout: datetime.timedelta,
+                 global_ranks: Sequence[int], name: str):
+        self.rank, self.size, self.name, self.timeout = rank, size, name, timeout
+        # parsed first: a bad value fails the group before any rendezvous
+        self.threaded = backend_thread()
+        self.inline_bytes = inline_bytes()
+        self.global_ranks = list(global_ranks)
+        # its own key space in the group's store: torch's wrapper groups and our exchange of
+        # host names never collide with gloo's rendezvous keys
+        self.inner = dist.ProcessGroupGloo(dist.PrefixStore("ringccl/gloo", store), rank, size,
+                                           timeout)
+        self.hosts = exchange_hosts(dist.PrefixStore("ringccl/host", store), rank, size,
+                                    timeout)
+        self.layout = host_layout(self.hosts, rank)
+        self.transport = group_transport(self.hosts, size)
+        # the segment's set-up exchange goes over the inner gloo group: it runs on the worker
+        # thread, inside this group's first collective, where our own collectives cannot;
+        # with a store of its own: a peer that leaves the set-up is named
+        setup = ShmSetup(rank, size, self.global_ranks, self.all_gather_object,
+                         timeout.total_seconds(), dist.PrefixStore("ringccl/shm", store))
+        self.shm_setup = setup if self.transport == "shm" else None
+        self.hybrid_setup = (HybridSetup(setup, self.hosts, GlooTransport(
+            self.inner, self.global_ranks, None)) if self.transport == "hybrid" else None)
+        self.logged: set = set()
+        self._jobs: queue.Queue = queue.Queue()
+        self._thread: threading.Thread | None = None
+        # the submit lock orders every call (its place in issue order is taken under it) and
+        # guards _outstanding, the jobs handed to the worker and not finished yet; the run lock
+        # is held by whoever runs a collective (the worker, per job, or an inline caller), so a
+        # queued job never overlaps an inline one issued before it
+        self._lock = threading.Lock()
+        self._run_lock = threading.Lock()
+        self._outstanding = 0
+        self.issued = 0   # calls placed in issue order so far (under the submit lock)
+        self.closed = False
+
+    # -- small exchanges over the inner group (the front end's group adapter) ------------------
+    def allreduce_max(self, values: Sequence[int]) -> list[int]:
+        t = torch.tensor(list(values), dtype=torch.int64)
+        opts = dist.AllreduceOptions()
+        opts.reduceOp = dist.ReduceOp.MAX
+        self.inner.allreduce([t], opts).wait()
+        return [int(v) for v in t]
+
+    def all_gather_object(self, obj: Any) -> list:
+        data = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
+        (n,) = self.allreduce_max([data.numel()])
+        padded = torch.zeros(n + 8, dtype=torch.uint8)
+        padded[:8] = torch.tensor([data.numel()], dtype=torch.int64).view(torch.uint8)
+        padded[8:8 + data.numel()] = data
+        out = [[torch.empty_like(padded) for _ in range(self.size)]]
+        self.inner.allgather(out, [padded]).wait()
+        objs = []
+        for t in out[0]:
+            k = int(t[:8].view(torch.int64))
+            objs.append(pickle.loads(t[8:8 + k].numpy().tobytes()))
+        return objs
+
+    # -- running the group's collectives, one at a time in issue order --------------------------
+    def submit(self, job: Callable[[], Any], nbytes: int = 0) -> torch.futures.Future:
+        """Run ``job()`` (returns the future's value) after every collective issued before it;
+        returns its future.
+
+        The dispatch policy (module docstring): inline — in the caller's thread, the future
+        completed on return — when the group runs without a worker (``RINGCCL_BACKEND_THREAD
+        =0``), or when the worker has nothing queued or running and ``nbytes`` (the bytes the
+        call moves) is at most :attr:`inline_bytes`; else handed to the worker. Either way a
+        failure of ``job`` goes into the future (``wait()`` raises it), never out of here.
+
+        Raises:
+            RuntimeError: the group has been destroyed.
+        """
+        if self.closed:
+            raise RuntimeError(f"ringccl process group {self.name!r} has been destroyed")
+        future: torch.futures.Future = torch.futures.Future()
+        with self._lock:
+            self.issued += 1
+            queued = self.threaded and (self._outstanding > 0 or nbytes > self.inline_bytes)
+            if queued:
+                self._outstanding += 1
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._worker_loop,
+                                                    name=f"ringccl-backend-{self.name}",
+                                                    daemon=True)
+                    self._thread.start()
+                self._jobs.put((job, future))
+            else:
+                # taken before the submit lock is released: a call issued after this one (from
+                # any thread) runs after it, inline (it waits here) or on the worker (it waits
+                # for the run lock)
+                self._run_lock.acquire()
+        if not queued:
+            try:
+                outcome = _run(job)
+            finally:
+                self._run_lock.release()
+            _settle(future, outcome)   # after the release: callbacks may issue collectives
+        return future
+
+    def _worker_loop(self) -> None:
+        while True:
+            item = self._jobs.get()
+            if item is None:
+                return
+            job, future = item
+            with self._run_lock:
+                outcome = _run(job)
+                # counted down before the future is settled: a caller woken by it finds the
+                # worker idle and may run its next small call inline (counted down after, the
+                # next call would race the count and, once queued, keep every later one queued).
+                # Lock order run → submit is safe: an inline caller waits for the run lock under
+                # the submit lock only when the count is 0, i.e. not while a job of ours runs
+                with self._lock:
+                    self._outstanding -= 1
+            _settle(future, outcome)   # outside the locks: callbacks may issue collectives
+
+    def close(self) -> None:
+        """Finish the queued collectives, stop the worker, drop the inner gloo group."""
+        if self.closed:
+            return
+        self.closed = True
+        thread = self._thread
+        if thread is not None:
+            self._jobs.put(None)
+            if thread is not threading.current_thread():
+                thread.join(self.timeout.total_seconds() + 5)
+        release_shm_state(self)   # unmaps the segment (its name is gone already)
+        release_hybrid_state(self)
+        # the last references to the inner gloo group: freed now, its threads joined
+        self.inner = self.shm_setup = self.hybrid_setup = None
+
+
+#: every group not collected yet (:func:`_close_at_exit`); a process group adds its own
+live: "weakref.WeakSet[Group]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    """At the interpreter's exit, before finalization: close the groups nobody destroyed
+    (their worker threads joined, their inner gloo groups freed), saying so once, as torch
+    asks every program to call ``destroy_process_group`` (its ProcessGroupNCCL warns "process
+    group has NOT been destroyed"). A worker thread left running into finalization would
+    take the GIL from torch's C++ code after finalization began and abort the process
+    ("terminate called without an active exception")."""
+    left = [g for g in list(live) if not g.closed]
+    if left:
+        logging.getLogger("ringccl").warning(
+            "ringccl: %d process group(s) were not destroyed before exit (%s); call "
+            "torch.distributed.destroy_process_group() at the end of the program so that "
+            "pending collectives finish and the group's threads end first. Closing them now.",
+            len(left), ", ".join(repr(g.name) for g in left))
+    for g in left:
+        g.close()
+
+
+def _run(job: Callable[[], Any]) -> tuple[bool, Any]:
+    """``(True, job())``, or ``(False, exception)``: every failure is handed to whoever waits
+    on the Work, as gloo's Work carries its failure."""
+    with torch.no_grad():   # collectives write parameters and their views, below autograd
+        try:
+            return True, job()
+        except BaseException as exc:  # noqa: B902  (the Work's wait() re-raises it)
+            return False, exc
+
+
+def _settle(future: torch.futures.Future, outcome: tuple[bool, Any]) -> None:
+    ok, value = outcome
+    if ok:
+        future.set_result(value)
+    else:
+        future.set_exception(value)
+
+
+#: the default inline threshold (bytes a call moves), from benchmarks/bench_backend.py
+#: (docs/backend.md, "Dispatch policy" and round 3): up to it an inline all_reduce on shared
+#: memory blocks its caller for 0.14-0.41 ms (2 processes) / 0.67-1.1 ms (4), about 1-3 worker
+#: hand-offs (0.15-0.32 / 0.45-0.62 ms quiet), which every synchronous call saves; above it
+#: (1 MiB: 0.5 / 2.1 ms, 4 MiB: 1.5 / 5.1 ms) the call is long enough that the overlap the
+#: worker gives async callers (DDP's buckets) is worth the hand-off
+INLINE_BYTES = 256 * 1024
+
+
+def inline_bytes() -> int:
+    """The inline threshold in bytes: ``RINGCCL_BACKEND_INLINE_BYTES`` (a size: ``65536``,
+    ``256KiB``; ``0`` hands every non-empty call to the worker) or :data:`INLINE_BYTES`.
+
+    Raises:
+        ArgumentError (a ValueError): a value that is not a non-negative size.
+    """
+    text = os.environ.get("RINGCCL_BACKEND_INLINE_BYTES")
+    if text is None or text == "":
+        return INLINE_BYTES
+    try:
+        return units.size(text)
+    except ArgumentError as exc:
+        raise ArgumentError(f"RINGCCL_BACKEND_INLINE_BYTES={text!r} is not a size in bytes "
+                            f"(allowed: a non-negative size such as 0, 65536, 256KiB): "
+                            f"{exc}") from None
+
+
+def backend_thread() -> bool:
+    """``RINGCCL_BACKEND_THREAD``: "1" (or unset) hands long calls to the group's worker
+    thread, "0" runs every collective inline.
+
+    Raises:
+        ArgumentError: another value (named, with the allowed ones).
+    """
+    text = os.environ.get("RINGCCL_BACKEND_THREAD", "")
+    if text not in ("", "0", "1"):
+        raise ArgumentError(f"RINGCCL_BACKEND_THREAD={text!r} must be '1' (long collectives on "
+                            "the group's worker thread, the default) or '0' (every collective "
+                            "inline)")
+    return text != "0"

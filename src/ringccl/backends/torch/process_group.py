@@ -1,0 +1,565 @@
+"""ringccl as a torch.distributed backend: ``dist.init_process_group("ringccl")``.
+
+``import ringccl.torch`` registers the backend ``"ringccl"`` (``Backend.register_backend`` with
+``extended_api=True``, devices ``["cpu"]``); the package's ``torch.backends`` entry point
+(:mod:`ringccl.torch_autoload`) does the same for scripts that only pass the name (torch >= 2.5 loads those entry points when it is
+imported; ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` turns that off). Then every torch.distributed call
+on a ringccl group — ``dist.all_reduce``, DDP's gradient buckets, FSDP2's all-gathers and
+reduce-scatters, ``dist.new_group(ranks, backend="ringccl")`` — runs a ringccl schedule::
+
+    import torch.distributed as dist, ringccl.torch      # registers "ringccl"
+    dist.init_process_group("ringccl")                    # torchrun's env://, or store/rank/...
+    model = torch.nn.parallel.DistributedDataParallel(model)   # unchanged
+
+How (torch's own pattern for Python process groups, ``torch.testing._internal.distributed.
+multi_threaded_pg``): the creator returns a :class:`RingcclProcessGroup`, a subclass of
+``torch.distributed.ProcessGroup`` whose collectives are Python methods, so torch uses it as the
+group itself. Each group owns
+
+* its transport, chosen once when the group is created from every rank's host identity
+  (:func:`ringccl.backends.shm.host_id`, exchanged through the group's store;
+  ``RINGCCL_HOST_ID`` splits one machine into "hosts" for tests), as ringccl.torch's "auto"
+  chooses (:func:`~ringccl.backends.torch.transport.group_transport`): every rank on this host
+  (and x86-64) → the shared-memory transport (:mod:`ringccl.backends.shm`: one segment per
+  group, set up at the group's first collective with its exchange over the inner gloo group,
+  freed by ``destroy_process_group``); several hosts of equal rank counts → "hybrid";
+  otherwise gloo point-to-point on the inner gloo group
+  (:class:`~ringccl.backends.torch.transport.GlooTransport`, tag :data:`COLLECTIVE_TAG`).
+  ``RINGCCL_TRANSPORT=p2p`` forces gloo point-to-point, ``=shm`` forces shared memory (refused
+  at creation across hosts). Either way the run itself is ringccl.torch's executor's
+  (:func:`ringccl.backends.torch.executor.run`).
+* an inner gloo group (``ProcessGroupGloo`` on a ``PrefixStore`` of the group's store) that
+  carries the user's ``send``/``recv`` (their own tags), the small exchanges (the cross-rank
+  check, all_to_all's block sizes, ``barrier``, the shared-memory set-up) and, off one host,
+  the schedules' messages. A raw gloo object, not a registered group: nothing is added to
+  torch's group registry, ``dist.get_rank`` and friends never see it, and
+  ``destroy_process_group`` on ours frees it with no second teardown.
+* one worker thread that runs the group's collectives one at a time in issue order (so the
+  k-th collective of every rank is the same one), under ``torch.no_grad`` (grad mode is per
+  thread), completing each call's ``torch.futures.Future`` with the value gloo's would carry
+  (the output tensors: ``[tensor]`` for all_reduce, what DDP's comm hooks read).
+
+**Dispatch policy** (:meth:`.dispatch.Group.submit`). Handing a call to the worker costs a thread
+hand-off (measured 145-320 us per call for 2 processes, 450-620 us for 4, on the 2-core test
+machine: docs/backend.md), more than a small all_reduce itself costs on shared memory; the
+worker pays only where the caller has something to overlap with a long call (DDP's reducer
+launches its bucket all-reduces from autograd hooks and waits at the end of backward). So a
+call runs *inline*, in the caller's thread, returning an already-completed Work, when
+
+* the worker has nothing queued or running, and
+* the call moves at most ``RINGCCL_BACKEND_INLINE_BYTES`` bytes (default :data:`INLINE_BYTES`
+  = 256 KiB: up to it the inline call costs about 1-3 hand-offs, measured; ``0`` sends every
+  non-empty call to the worker);
+
+everything else goes to the worker. Issue order holds across threads: the decision and the
+count of outstanding worker jobs are taken under one submit lock, and a run lock is held by the
+worker per job and by an inline call before it lets go of the submit lock, so a call issued
+after an inline one (from any thread) runs after it. Failures are the same either way: the
+Work's ``wait()`` / ``get_future()`` raise the collective's failure; only refusals of the
+arguments (dtype, op, root) raise from the call itself, as before. ``RINGCCL_BACKEND_THREAD=0``
+runs every collective inline (no worker).
+
+Each collective is the ringccl front end's flow (:mod:`ringccl.frontend`: contract → working
+buffer → schedule → engine) with ringccl.torch's tensor dialect and this group as its group
+adapter; the algorithm is chosen per call by the one chooser (:func:`ringccl.costmodel.choice.
+choose`: ``RINGCCL_ALGO``, else the transport's choice, the same as ringccl.torch's) and
+logged once per (collective, size class, group) with ``RINGCCL_DEBUG=INFO``, naming the
+transport and the cost model's predicted time on it.
+
+Errors, as gloo's: what ringccl cannot do (``PREMUL_SUM``, a dtype outside ringccl's set, a
+bitwise op on floats, AVG on integers) raises ``RuntimeError`` naming the op and dtype, at the
+call; a peer that dies or stalls fails the waiting ranks' Work within the group's timeout
+(``init_process_group(timeout=...)``, applied by the inner gloo group to every wait).
+
+References: torch.distributed's "Third-party backends" (``Backend.register_backend``);
+NCCL_ALGO / NCCL_DEBUG (NCCL's environment variables), which RINGCCL_ALGO / RINGCCL_DEBUG mirror.
+"""
+
+from __future__ import annotations
+
+import datetime
+import weakref
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.distributed as dist
+
+from ... import frontend
+from ...args import check_rank
+from ...errors import ArgumentError
+from ...frontend import aliasing
+from ...ops import ReduceOp
+from ..shm import host_id
+from .dialect import SUPPORTED_DTYPES
+from .dispatch import Group, live
+from .pg_front import (BACKEND_NAME, FRONT, SIZE_CLASSES, call_algorithm, call_options, nbytes,
+                       size_class)
+from .transport import COLLECTIVE_TAG
+
+__all__ = ["BACKEND_NAME", "RingcclProcessGroup", "register", "create_process_group",
+           "COLLECTIVE_TAG", "SIZE_CLASSES", "size_class", "host_id"]
+
+# torch.distributed's RedOpType -> ringccl's ReduceOp (PREMUL_SUM, and anything newer, absent)
+_OPS = {dist.ReduceOp.SUM: ReduceOp.SUM, dist.ReduceOp.PRODUCT: ReduceOp.PRODUCT,
+        dist.ReduceOp.MIN: ReduceOp.MIN, dist.ReduceOp.MAX: ReduceOp.MAX,
+        dist.ReduceOp.AVG: ReduceOp.AVG, dist.ReduceOp.BAND: ReduceOp.BAND,
+        dist.ReduceOp.BOR: ReduceOp.BOR, dist.ReduceOp.BXOR: ReduceOp.BXOR}
+
+
+def _dtype_name(dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _reduce_op(opts_op, dtype, collective: str) -> ReduceOp:
+    """torch's ``opts.reduceOp`` as ringccl's ReduceOp, refused (RuntimeError, as gloo's
+    "Cannot use ReduceOp.PREMUL_SUM with Gloo") where ringccl cannot reduce it on ``dtype``."""
+    kind = getattr(opts_op, "op", opts_op)   # a ReduceOp object carries its RedOpType in .op
+    op = _OPS.get(kind)
+    name = str(kind).rsplit(".", 1)[-1]
+    if op is None:
+        raise RuntimeError(f"Cannot use ReduceOp.{name} with ringccl ({collective}, dtype "
+                           f"{_dtype_name(dtype)}); ringccl reduces with SUM, PRODUCT, MIN, MAX, "
+                           "AVG, BAND, BOR, BXOR")
+    is_float = dtype.is_floating_point
+    if op is ReduceOp.AVG and not is_float:
+        raise RuntimeError(f"Cannot use ReduceOp.AVG with non-floating dtype "
+                           f"{_dtype_name(dtype)} ({collective}) on ringccl")
+    if op in (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR) and is_float:
+        raise RuntimeError(f"Cannot use ReduceOp.{name} with non-integral dtype "
+                           f"{_dtype_name(dtype)} ({collective}) on ringccl")
+    return op
+
+
+def _check_dtype(tensors: Sequence[torch.Tensor], collective: str, same: bool = False) -> None:
+    """Refuse, as gloo's "Invalid scalar type" RuntimeError, dtypes and devices ringccl does not
+    move, and with ``same`` (a collective whose inputs and outputs are one array type) tensors
+    of different dtypes, as gloo's "invalid tensor type" (ringccl.torch's functions refuse them
+    too); named."""
+    for t in tensors:
+        if t.dtype not in SUPPORTED_DTYPES:
+            allowed = ", ".join(_dtype_name(d) for d in SUPPORTED_DTYPES)
+            raise RuntimeError(f"ringccl {collective}: dtype {_dtype_name(t.dtype)} is not "
+                               f"supported (Invalid scalar type); expected one of {allowed}")
+        if t.device.type != "cpu":
+            raise RuntimeError(f"ringccl {collective}: tensors must be on the CPU, got device "
+                               f"{t.device} (the backend is registered for devices ['cpu'])")
+    dtypes = {t.dtype for t in tensors} if same else ()
+    if len(dtypes) > 1:
+        raise RuntimeError(f"ringccl {collective}: invalid tensor type: the input and output "
+                           f"tensors must have one dtype, got "
+                           f"{', '.join(sorted(_dtype_name(d) for d in dtypes))}")
+
+
+class _Work(dist.Work):
+    """A collective's handle, as gloo's: ``wait()`` blocks until the collective is done and
+    raises its failure (PeerError/RingcclTimeout, ...); ``get_future()`` is the future whose
+    value is the output tensors (DDP's comm hooks and bucket futures read it).
+
+    Not ``torch._C._distributed_c10d._create_work_from_future``: that Work's ``wait()`` returns
+    True even when the future holds an exception (torch 2.13), so a dead peer would pass
+    silently. torch's C++ callers (DDP's reducer) reach these methods through its Python-Work
+    trampoline, as for torch's own Python test groups."""
+
+    def __init__(self, future: torch.futures.Future):
+        super().__init__()
+        self._future = future
+
+    def wait(self, timeout: datetime.timedelta | None = None) -> bool:
+        self._future.wait()   # raises the collective's exception; bounded by the group timeout
+        return True
+
+    def get_future(self) -> torch.futures.Future:
+        return self._future
+
+    def is_completed(self) -> bool:
+        return self._future.done()
+
+    def is_success(self) -> bool:
+        if not self._future.done():
+            return False
+        try:
+            self._future.value()
+        except Exception:   # the collective failed
+            return False
+        return True
+
+    def exception(self):
+        try:
+            self._future.value()
+        except Exception as exc:   # the failure is the answer
+            return exc
+        return None
+
+    def result(self) -> list:
+        return self._future.value()
+
+
+# -- the process group torch sees ---------------------------------------------------------------
+
+class RingcclProcessGroup(dist.ProcessGroup):
+    """A torch.distributed process group whose collectives run ringccl schedules over an inner
+    gloo group (module docstring). Built by torch through :func:`create_process_group`; never
+    constructed directly. CPU tensors only; every method takes and returns what gloo's does
+    (lists of tensors and an options object in, a ``Work`` out)."""
+
+    def __init__(self, store, rank: int, size: int, timeout: datetime.timedelta,
+                 global_ranks: Sequence[int] | None = None, name: str = ""):
+        super().__init__(rank, size)
+        self._name = name
+        self._group = Group(store, rank, size, timeout,
+                             range(size) if global_ranks is None else global_ranks, name)
+        # the group is freed with the object if torch (< 2.5) never calls shutdown, and at the
+        # interpreter's exit if nobody destroyed it (:func:`.dispatch._close_at_exit`)
+        self._finalizer = weakref.finalize(self, self._group.close)
+        live.add(self._group)
+
+    # -- identity -------------------------------------------------------------------------------
+    def getBackendName(self) -> str:
+        return BACKEND_NAME
+
+    def name(self) -> str:
+        return BACKEND_NAME
+
+    def size(self) -> int:
+        return self._group.size
+
+    # torch sets and reads a group's name (destroy_process_group unregisters it by name); a
+    # Python group keeps it itself, as torch's threaded test group does
+    @property
+    def group_name(self) -> str:
+        return self._name
+
+    def _set_group_name(self, name: str) -> None:
+        self._name = self._group.name = str(name)
+
+    def rank(self) -> int:
+        return self._group.rank
+
+    @property
+    def hosts(self) -> list[str]:
+        """Every rank's host identity by group rank (:func:`ringccl.backends.shm.host_id`)."""
+        return list(self._group.hosts)
+
+    @property
+    def transport(self) -> str:
+        """What the group's collectives run on: "shm" (every rank on this host) or "p2p"
+        (gloo point-to-point)."""
+        return self._group.transport
+
+    def shutdown(self) -> None:
+        """Called by ``destroy_process_group``: finish queued collectives, free the worker, the
+        shared memory (this rank's mappings; the segment's name was unlinked at set-up) and the
+        inner gloo group."""
+        self._finalizer()
+
+    def abort(self) -> None:
+        self._finalizer()
+
+    def _submit(self, job: Callable[[], Any], nbytes: int = 0):
+        """``job`` as a collective of this group (:meth:`Group.submit`: inline or on the
+        worker by ``nbytes``, the bytes the call moves) and its Work."""
+        return _Work(self._group.submit(job, nbytes))
+
+    # -- collectives ----------------------------------------------------------------------------
+    def allreduce(self, tensors, opts=None):
+        opts = opts if opts is not None else dist.AllreduceOptions()
+        return self._all_reduce(list(tensors), opts.reduceOp, opts.timeout)
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        opts = opts if opts is not None else dist.AllreduceCoalescedOptions()
+        return self._all_reduce(list(tensors), opts.reduceOp, opts.timeout)
+
+    def _all_reduce(self, tensors: list, reduce_op, timeout):
+        g = self._group
+        _check_dtype(tensors, "all_reduce")
+        ops = [_reduce_op(reduce_op, t.dtype, "all_reduce") for t in tensors]
+        options = call_options(timeout)
+        plan = [(t, op, call_algorithm(g, "all_reduce", nbytes(t))) for t, op in zip(tensors, ops)]
+
+        def job():
+            for t, op, (algorithm, params) in plan:
+                frontend.in_place(FRONT, "all_reduce", t, op, g, algorithm, params, options)
+            return tensors
+        return self._submit(job, sum(nbytes(t) for t in tensors))
+
+    def broadcast(self, tensors, opts=None):
+        opts = opts if opts is not None else dist.BroadcastOptions()
+        g, tensors = self._group, list(tensors)
+        _check_dtype(tensors, "broadcast")
+        root = check_rank(opts.rootRank, g.size, "src")
+        options = call_options(opts.timeout)
+        plan = [(t, call_algorithm(g, "broadcast", nbytes(t))) for t in tensors]
+
+        def job():
+            for t, (algorithm, params) in plan:
+                frontend.in_place(FRONT, "broadcast", t, ReduceOp.SUM, g, algorithm,
+                                  {**params, "root": root}, options)
+            return tensors
+        return self._submit(job, sum(nbytes(t) for t in tensors))
+
+    def reduce(self, tensors, opts=None):
+        opts = opts if opts is not None else dist.ReduceOptions()
+        g, tensors = self._group, list(tensors)
+        _check_dtype(tensors, "reduce")
+        root = check_rank(opts.rootRank, g.size, "dst")
+        ops = [_reduce_op(opts.reduceOp, t.dtype, "reduce") for t in tensors]
+        options = call_options(opts.timeout)
+        plan = [(t, op, call_algorithm(g, "reduce", nbytes(t))) for t, op in zip(tensors, ops)]
+
+        def job():
+            for t, op, (algorithm, params) in plan:
+                frontend.in_place(FRONT, "reduce", t, op, g, algorithm, {**params, "root": root},
+                                  options, copy=g.rank != root)
+            return tensors
+        return self._submit(job, sum(nbytes(t) for t in tensors))
+
+    def allgather(self, output_tensors, input_tensors, opts=None):
+        opts = opts if opts is not None else dist.AllgatherOptions()
+        g = self._group
+        outputs, inputs = [list(o) for o in output_tensors], list(input_tensors)
+        _check_dtype(inputs + [t for o in outputs for t in o], "all_gather", same=True)
+        options = call_options(opts.timeout)
+        plan = []
+        for out, inp in zip(outputs, inputs):
+            if len(out) != g.size:
+                raise RuntimeError(f"ringccl all_gather: output list has {len(out)} tensors, "
+                                   f"the group has {g.size} ranks")
+            aliasing.check_blocks(FRONT, "all_gather", inp, "input_tensor", out,
+                                  "output_tensor_list", g.rank, False)
+            plan.append((out, inp, call_algorithm(g, "all_gather", nbytes(inp) * g.size)))
+
+        def job():
+            for out, inp, (algorithm, params) in plan:
+                # one contiguous working buffer; the blocks are copied out (list outputs may be
+                # anywhere in memory)
+                whole = inp.new_empty(g.size * inp.numel())
+                frontend.all_gather(FRONT, whole, inp, g, algorithm, params, options, "all_gather",
+                                    ("output_tensor_list", "input_tensor"))
+                for r, t in enumerate(out):
+                    t.copy_(whole[r * inp.numel():(r + 1) * inp.numel()].view(t.shape))
+            return outputs
+        return self._submit(job, sum(nbytes(inp) * g.size for _, inp, _ in plan))
+
+    def allgather_coalesced(self, output_lists, input_list, opts=None):
+        # gloo's layout: output_lists[r][i] receives rank r's input_list[i]; allgather wants,
+        # per input, the list over ranks
+        per_input = [[output_lists[r][i] for r in range(len(output_lists))]
+                     for i in range(len(input_list))]
+        work = self.allgather(per_input, input_list, opts)
+        lists = [list(o) for o in output_lists]
+        # f.value() re-raises the gather's failure into the returned future
+        return _Work(work.get_future().then(lambda f: (f.value(), lists)[1]))
+
+    def _allgather_base(self, output, input, opts=None):
+        opts = opts if opts is not None else dist.AllgatherOptions()
+        g = self._group
+        _check_dtype([output, input], "all_gather_into_tensor", same=True)
+        options = call_options(opts.timeout)
+        algorithm, params = call_algorithm(g, "all_gather", nbytes(output))
+
+        def job():
+            frontend.all_gather(FRONT, output, input, g, algorithm, params, options,
+                                "all_gather_into_tensor", ("output_tensor", "input_tensor"))
+            return [output]
+        return self._submit(job, nbytes(output))
+
+    def all_gather_single(self, output, input, opts=None):
+        return self._allgather_base(output, input, opts)
+
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        return self._coalesced(self._allgather_base, outputs, inputs, opts)
+
+    def reduce_scatter(self, output_tensors, input_tensors, opts=None):
+        opts = opts if opts is not None else dist.ReduceScatterOptions()
+        g = self._group
+        outputs, inputs = list(output_tensors), [list(i) for i in input_tensors]
+        _check_dtype(outputs + [t for i in inputs for t in i], "reduce_scatter", same=True)
+        ops = [_reduce_op(opts.reduceOp, t.dtype, "reduce_scatter") for t in outputs]
+        options = call_options(opts.timeout)
+        plan = []
+        for out, inp, op in zip(outputs, inputs, ops):
+            if len(inp) != g.size:
+                raise RuntimeError(f"ringccl reduce_scatter: input list has {len(inp)} tensors, "
+                                   f"the group has {g.size} ranks")
+            aliasing.check_blocks(FRONT, "reduce_scatter", out, "output", inp, "input_list",
+                                  g.rank, True)
+            plan.append((out, inp, op, call_algorithm(g, "reduce_scatter", nbytes(out) * g.size)))
+
+        def job():
+            for out, inp, op, (algorithm, params) in plan:
+                whole = torch.cat([t.reshape(-1) for t in inp])
+                frontend.reduce_scatter(FRONT, out, whole, op, g, algorithm, params, options, None,
+                                        "reduce_scatter")
+            return outputs
+        return self._submit(job, sum(nbytes(out) * g.size for out in outputs))
+
+    def _reduce_scatter_base(self, output, input, opts=None):
+        opts = opts if opts is not None else dist.ReduceScatterOptions()
+        g = self._group
+        _check_dtype([output, input], "reduce_scatter_tensor", same=True)
+        op = _reduce_op(opts.reduceOp, input.dtype, "reduce_scatter_tensor")
+        options = call_options(opts.timeout)
+        algorithm, params = call_algorithm(g, "reduce_scatter", nbytes(input))
+
+        def job():
+            frontend.reduce_scatter(FRONT, output, input, op, g, algorithm, params, options, None,
+                                    "reduce_scatter_tensor")
+            return [output]
+        return self._submit(job, nbytes(input))
+
+    def reduce_scatter_single(self, output, input, opts=None):
+        return self._reduce_scatter_base(output, input, opts)
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        return self._coalesced(self._reduce_scatter_base, outputs, inputs, opts)
+
+    def _coalesced(self, one, outputs, inputs, opts):
+        """Several calls of ``one`` issued back to back: the returned Work completes after all
+        of them (issue order), with every output as its value, and its ``wait()`` raises the
+        first one's failure."""
+        works = [one(o, i, opts) for o, i in zip(outputs, inputs)]
+        if not works:
+            return self._submit(lambda: [])
+        if len(works) == 1:
+            return works[0]
+        outputs = list(outputs)
+
+        def joined(f):
+            for part in f.value():
+                part.value()   # raises the first failed call's exception into the Work
+            return outputs
+        # chained on the calls' futures, not a job of its own: nothing waits inside a run
+        return _Work(torch.futures.collect_all([w.get_future() for w in works]).then(joined))
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        opts = opts if opts is not None else dist.AllToAllOptions()
+        g = self._group
+        _check_dtype([output, input], "all_to_all_single", same=True)
+        options = call_options(opts.timeout)
+        algorithm, params = call_algorithm(g, "all_to_all", nbytes(input))
+        outs = list(output_split_sizes) or None   # torch passes [] for equal pieces
+        ins = list(input_split_sizes) or None
+
+        def job():
+            frontend.all_to_all(FRONT, output, input, outs, ins, g, algorithm, params, options)
+            return [output]
+        return self._submit(job, nbytes(input))
+
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes,
+                          opts=None):
+        return self.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts)
+
+    def alltoall(self, output_tensors, input_tensors, opts=None):
+        opts = opts if opts is not None else dist.AllToAllOptions()
+        g = self._group
+        outputs, inputs = list(output_tensors), list(input_tensors)
+        _check_dtype(outputs + inputs, "all_to_all", same=True)
+        for what, tensors in (("input", inputs), ("output", outputs)):
+            if len(tensors) != g.size:   # gloo's words
+                raise RuntimeError(f"ringccl all_to_all: {what} tensor list size {len(tensors)} "
+                                   f"does not match world size {g.size}")
+        options = call_options(opts.timeout)
+        algorithm, params = call_algorithm(g, "all_to_all", sum(nbytes(t) for t in inputs))
+
+        def job():
+            frontend.exchange(FRONT, inputs, [t.numel() for t in inputs],
+                              [t.numel() for t in outputs], g, algorithm, params, options, outputs)
+            return outputs
+        return self._submit(job, sum(nbytes(t) for t in inputs))
+
+    def gather(self, output_tensors, input_tensors, opts=None):
+        opts = opts if opts is not None else dist.GatherOptions()
+        g = self._group
+        inputs = list(input_tensors)
+        root = check_rank(opts.rootRank, g.size, "dst")
+        blocks = list(output_tensors[0]) if g.rank == root else None
+        _check_dtype(inputs + (blocks or []), "gather", same=True)
+        options = call_options(opts.timeout)
+        algorithm, params = call_algorithm(g, "gather", nbytes(inputs[0]) * g.size)
+
+        def job():
+            frontend.gather(FRONT, inputs[0], blocks, root, g, algorithm, params, options)
+            return [blocks] if blocks is not None else []
+        return self._submit(job, nbytes(inputs[0]) * g.size)
+
+    def scatter(self, output_tensors, input_tensors, opts=None):
+        opts = opts if opts is not None else dist.ScatterOptions()
+        g = self._group
+        outputs = list(output_tensors)
+        root = check_rank(opts.rootRank, g.size, "src")
+        blocks = list(input_tensors[0]) if g.rank == root else None
+        _check_dtype(outputs + (blocks or []), "scatter", same=True)
+        options = call_options(opts.timeout)
+        algorithm, params = call_algorithm(g, "scatter", nbytes(outputs[0]) * g.size)
+
+        def job():
+            frontend.scatter(FRONT, outputs[0], blocks, root, g, algorithm, params, options)
+            return outputs
+        return self._submit(job, nbytes(outputs[0]) * g.size)
+
+    def barrier(self, opts=None):
+        g = self._group
+
+        def job():
+            # after every collective issued before it (the worker's order), then gloo's own
+            g.inner.barrier().wait()
+            return []
+        return self._submit(job)
+
+    # -- point to point: straight to the inner gloo group (gloo's own Work and futures) ---------
+    def send(self, tensors, dstRank: int, tag: int = 0):
+        _check_p2p(tensors, tag, "send")
+        return self._group.inner.send(list(tensors), dstRank, tag)
+
+    def recv(self, tensors, srcRank: int, tag: int = 0):
+        _check_p2p(tensors, tag, "recv")
+        return self._group.inner.recv(list(tensors), srcRank, tag)
+
+    def recv_anysource(self, tensors, tag: int = 0):
+        _check_p2p(tensors, tag, "recv")
+        return self._group.inner.recv_anysource(list(tensors), tag)
+
+
+def _check_p2p(tensors, tag: int, what: str) -> None:
+    _check_dtype(list(tensors), what)
+    if tag == COLLECTIVE_TAG:
+        raise RuntimeError(f"ringccl {what}: tag={tag} is reserved for ringccl's collectives; "
+                           "use another tag")
+
+
+# -- registration -------------------------------------------------------------------------------
+
+def create_process_group(backend_opts, pg_options=None) -> RingcclProcessGroup:
+    """torch's creator (``extended_api=True``): a :class:`RingcclProcessGroup` for the group
+    described by ``backend_opts`` (``torch.distributed._DistributedBackendOptions``: store,
+    group_rank, group_size, timeout, group_id, global_ranks_in_group).
+
+    Raises:
+        ArgumentError (a ValueError): ``pg_options`` given (ringccl takes its settings from the
+            environment: RINGCCL_ALGO, RINGCCL_DEBUG, RINGCCL_TIMEOUT).
+    """
+    if pg_options is not None:
+        raise ArgumentError(f"pg_options={pg_options!r}: the ringccl backend takes no options "
+                            "object; set RINGCCL_ALGO / RINGCCL_DEBUG / RINGCCL_TIMEOUT instead")
+    ranks = list(getattr(backend_opts, "global_ranks_in_group", None) or [])
+    size = backend_opts.group_size
+    return RingcclProcessGroup(backend_opts.store, backend_opts.group_rank, size,
+                               backend_opts.timeout, ranks if len(ranks) == size else None,
+                               str(getattr(backend_opts, "group_id", "")))
+
+
+def register() -> None:
+    """Register the ``"ringccl"`` backend with torch.distributed (idempotent; what
+    ``import ringccl.torch`` and the ``torch.backends`` entry point do)."""
+    if BACKEND_NAME.upper() in getattr(dist.Backend, "_plugins", {}):
+        return
+    dist.Backend.register_backend(BACKEND_NAME, create_process_group, extended_api=True,
+                                  devices=["cpu"])
+
+
+
+def autoload() -> None:
+    """Kept for installs whose metadata still names ``ringccl.torch.backend:autoload``; the entry
+    point is :func:`ringccl.torch_autoload.autoload` (this module cannot be imported while
+    ``import torch`` runs inside ``import ringccl.torch``)."""
+    register()
