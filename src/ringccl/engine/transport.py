@@ -12,7 +12,7 @@ from ..errors import ArgumentError, PeerError, RingcclTimeout
 from ..ir import Schedule
 from .plan import SegmentRecv, SegmentSend, StepPlan
 
-__all__ = ["Transport", "timeout_seconds"]
+__all__ = ["Transport", "timeout_seconds", "step_error"]
 
 
 def timeout_seconds(timeout) -> float | None:
@@ -95,6 +95,14 @@ def _received(t: Transport, ws: Any, r: SegmentRecv, got: Any, in_place: dict) -
         t.release(r)
     else:
         in_place[r] = got
+
+
+def step_error(schedule: Schedule, rank: int, transport: Transport, timeout: float | None,
+               op: SegmentSend | SegmentRecv, step: StepPlan, exc: BaseException):
+    """The PeerError/RingcclTimeout the drivers raise when ``op`` (of plan step ``step``)
+    failed with ``exc``: for an executor that replays a plan without a driver (the
+    shared-memory lane, :mod:`ringccl.backends.shm.lane`), so its messages are the drivers'."""
+    return _fail(_Context(schedule, rank, transport, timeout), op, step, exc)
 
 
 def _fail(ctx: _Context, op: SegmentSend | SegmentRecv | None, step: StepPlan, exc: BaseException):
