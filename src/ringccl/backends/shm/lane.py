@@ -59,7 +59,7 @@ from .group import LINE, RING, ShmGroup
 from .transport import EAGER_SEND_BYTES
 
 __all__ = ["Lane", "lower", "capture", "wanted", "replay", "first_call", "signature",
-           "set_enabled", "enabled", "MAX_LANES"]
+           "set_enabled", "enabled", "compiled", "MAX_LANES"]
 
 #: signatures kept (the table is emptied when it is full: every rank sees the same calls)
 MAX_LANES = 256
@@ -82,6 +82,11 @@ def set_enabled(on: bool) -> None:
 def enabled() -> bool:
     """Whether the lane is on (``RINGCCL_LANE``, :func:`set_enabled`)."""
     return _state["enabled"]
+
+
+def compiled() -> int:
+    """How many signatures hold a compiled lane now (tests: the lane did run)."""
+    return sum(1 for e in _lanes.values() if e is not _INELIGIBLE)
 
 
 def signature(*parts) -> tuple | None:
@@ -128,9 +133,12 @@ class _Entry(NamedTuple):
 
 def replay(key: tuple, group: Any, buffer: Any) -> bool:
     """Run the lane compiled for ``key`` on ``buffer``; False when there is none or it cannot
-    run now (the caller then runs the general path)."""
+    run now (the caller then runs the general path; a lane that cannot run is forgotten)."""
     e = _lanes.get(key)
-    if e is None or e is _INELIGIBLE or e.group is not group or not e.lane.run(buffer):
+    if e is None or e is _INELIGIBLE or e.group is not group:
+        return False
+    if not e.lane.run(buffer):
+        del _lanes[key]   # the group changed: the next call compiles again
         return False
     e.done(buffer)
     return True
