@@ -25,7 +25,12 @@ transport's own ``sent``/``expected``/``released`` lists), the same ``entered`` 
 (the call is counted in ``ShmGroup.calls``), so lane calls and general calls alternate on one
 group and a rank on the lane talks to a rank on the general path. What it leaves out:
 
-* the entry's agreement (every peer entered this call): not needed, because its copies go to
+* the entry's agreement (every peer entered this call) is moved to the call's end, where a
+  plan that received from every peer has it already (a peer enters before it posts): one-shot
+  pays nothing for it; a plan that did not (a ring, count 0) waits there, as a lazy entry's
+  ``leave`` does. So no rank is ever two calls ahead of a peer (the needs of call ``c`` stay in
+  place until every rank left it, :meth:`ShmGroup.enter`). Not waiting at the entry is safe
+  because its copies go to
   the half ``call & 1`` of this rank's slot (double-buffered by call parity), the lane's need
   never exceeds the working area (no growth), and before writing a half the lane waits until
   every peer released what this rank sent before the previous call (after a general call: all
@@ -205,6 +210,7 @@ class Lane:
         self.entered_word = g.rank_word(me, 1)
         self.released_words = [(p, g.released_word(me, p)) for p in range(g.world_size)
                                if p != me]
+        self.entered_words = [(p, g.rank_word(p, 1)) for p in range(g.world_size) if p != me]
         done: set = set()
         steps = []
         for st in plan.steps:
@@ -248,6 +254,13 @@ class Lane:
         try:
             self._begin(g, w, t, c)
             self._steps(g, w, t, c & 1, self.view(buffer))
+            # the end of the call's agreement (as a lazy entry's leave): every peer entered
+            # this call, so none is two calls behind when this rank next publishes a need
+            # (ShmGroup.enter); already true after a plan that received from every peer
+            for peer, word in self.entered_words:
+                if w[word] < c:
+                    self._wait(word, c, peer, f"enter call {c}", *self.first.get(
+                        peer, (None, None)))
         except BaseException:
             if not g.closed:
                 g.abort()
