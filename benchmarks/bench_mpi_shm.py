@@ -150,7 +150,7 @@ def worker(sizes, iters, crossover, cold=False) -> None:
         zero[:] = x
         rm.all_reduce(zero, transport="shm")
         wrong = wrong or not np.array_equal(zero, theirs)
-        base = ours.copy()
+        base = x.copy()
         general(lambda: rm.all_reduce(base, transport="shm"))()
         wrong = wrong or not np.array_equal(base, theirs)
         # --cold: a fresh buffer per iteration (reused ones stay cache-hot), made untimed

@@ -287,10 +287,6 @@ def all_reduce(buffer: np.ndarray, op: Any = ReduceOp.SUM, comm=None, algorithm:
             trace.state.recorder is None:
         key = lane.signature("all_reduce", id(comm), buffer.shape, buffer.dtype, op,
                              algorithm, segment_bytes, timeout, restore, check, transport)
-        try:
-            hash(key)
-        except TypeError:   # an unhashable argument: the general path checks it
-            key = None
         if key is not None and buffer.flags.c_contiguous and buffer.flags.writeable and \
                 lane.replay(key, comm, buffer.reshape(-1)):
             return buffer
@@ -303,25 +299,14 @@ def all_reduce(buffer: np.ndarray, op: Any = ReduceOp.SUM, comm=None, algorithm:
         opts = _options(g, segment_bytes, timeout, restore, check, transport)
         frontend.in_place(_B, "all_reduce", buffer, reduce_op, g, algorithm, params, opts,
                           accumulate=acc)
-    if key is None:
-        general()
-    else:
-        lane.first_call(key, comm, general, _replayed(comm, op, buffer.dtype))
+    lane.first_call(key, comm, general, lambda: _replayed(comm, op, buffer.dtype))
     return buffer
 
 
 def _replayed(comm, op, dtype):
-    """What a replayed all_reduce on ``comm`` does after the lane: count the call, divide for
-    AVG (as the front end's flow)."""
+    """After a replayed all_reduce: count the call, divide for AVG (:func:`lane.finisher`)."""
     g = _B.group(comm)
-    avg = _B.check_op(op, dtype) is ReduceOp.AVG
-    n = _B.size(g)
-
-    def done(buffer) -> None:
-        frontend.count_call(_B, g)
-        if avg:
-            _B.divide(buffer, n)
-    return done
+    return lane.finisher(_B, g, _B.check_op(op, dtype) is ReduceOp.AVG)
 
 
 def reduce_scatter(output: np.ndarray, input: np.ndarray, op: Any = ReduceOp.SUM, comm=None,

@@ -59,12 +59,12 @@ from typing import Any, Callable, NamedTuple
 
 from ... import caches
 from ...engine import step_error
-from ...errors import BackendError
+from ... import frontend
 from .group import LINE, RING, ShmGroup
-from .transport import EAGER_SEND_BYTES
+from .transport import EAGER_SEND_BYTES, mismatch
 
 __all__ = ["Lane", "lower", "capture", "wanted", "replay", "first_call", "signature",
-           "set_enabled", "enabled", "compiled", "MAX_LANES"]
+           "finisher", "set_enabled", "enabled", "compiled", "MAX_LANES"]
 
 #: signatures kept (the table is emptied when it is full: every rank sees the same calls)
 MAX_LANES = 256
@@ -96,11 +96,29 @@ def compiled() -> int:
 
 def signature(*parts) -> tuple | None:
     """A front end's key: its ``parts`` and the environment variables a call reads; None when
-    the lane is off."""
+    the lane is off or a part cannot be a key (unhashable: the general path checks it)."""
     if not _state["enabled"]:
         return None
     get = os.environ.get
-    return parts + tuple(get(v) for v in _ENV)
+    key = parts + tuple(get(v) for v in _ENV)
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def finisher(b, g, avg: bool) -> Callable[[Any], None]:
+    """What a replayed in-place call does after the lane, as the front end's flow
+    (:func:`ringccl.frontend.in_place`): count the call on ``g`` (the backend ``b``'s resolved
+    group), divide the flat result by the group's size for AVG."""
+    n = b.size(g)
+
+    def done(flat) -> None:
+        frontend.count_call(b, g)
+        if avg:
+            b.divide(flat, n)
+    return done
 
 
 class capture:
@@ -149,18 +167,19 @@ def replay(key: tuple, group: Any, buffer: Any) -> bool:
     return True
 
 
-def first_call(key: tuple, group: Any, general: Callable[[], None],
-               done: Callable[[Any], None]) -> None:
-    """``general()`` (the general path) for a signature seen for the first time (else just
-    ``general()``), compiling its lane on the way."""
-    if key in _lanes:
+def first_call(key: tuple | None, group: Any, general: Callable[[], None],
+               finish: Callable[[], Callable[[Any], None]]) -> None:
+    """``general()`` (the general path); for a signature seen for the first time (``key`` not
+    None and not in the table) compiling its lane on the way, kept with ``finish()`` (what
+    :func:`replay` does after the lane, e.g. :func:`finisher`)."""
+    if key is None or key in _lanes:
         general()
         return
     with capture() as box:
         general()
     if len(_lanes) >= MAX_LANES:
         _lanes.clear()
-    _lanes[key] = _INELIGIBLE if box.lane is None else _Entry(group, box.lane, done)
+    _lanes[key] = _INELIGIBLE if box.lane is None else _Entry(group, box.lane, finish())
 
 
 def lower(schedule, plan, rank: int, group: ShmGroup, transport, dialect, op, *,
@@ -328,11 +347,7 @@ class Lane:
         as the transport checks them."""
         serial, offset, nbytes = key
         if got != seq or nbytes != expect or serial not in g.segments:
-            g.abort()
-            raise BackendError(
-                f"rank {self.transport.peer_name(peer)} sent {nbytes} bytes where this rank "
-                f"expects {expect} (message {seq}): the ranks' calls differ (collective, count, "
-                "dtype, algorithm or root); run with check=True to compare them")
+            raise mismatch(g, self.transport.peer_name(peer), nbytes, expect, seq)
         if len(self.views) >= 64:
             self.views.clear()
         n = self.itemsize

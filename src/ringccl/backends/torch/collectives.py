@@ -264,10 +264,6 @@ def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
             trace.state.recorder is None:
         key = lane.signature("all_reduce", id(group), tensor.shape, tensor.dtype, tensor.device,
                              op, algorithm, segment_bytes, timeout, restore, check, transport)
-        try:
-            hash(key)
-        except TypeError:   # an unhashable argument: the general path checks it
-            key = None
         if key is not None and tensor.is_contiguous() and \
                 lane.replay(key, group, tensor.view(-1)):
             return tensor
@@ -283,25 +279,14 @@ def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
             algo, more = _auto("all_reduce", g, algorithm, params, tensor)
         frontend.in_place(_T, "all_reduce", tensor, reduce_op, g, algo, more, opts,
                           accumulate=acc)
-    if key is None:
-        general()
-    else:
-        lane.first_call(key, group, general, _replayed(group, op, tensor.dtype))
+    lane.first_call(key, group, general, lambda: _replayed(group, op, tensor.dtype))
     return tensor
 
 
 def _replayed(group, op, dtype):
-    """What a replayed all_reduce on ``group`` does after the lane: count the call, divide
-    for AVG (as the front end's flow)."""
+    """After a replayed all_reduce: count the call, divide for AVG (:func:`lane.finisher`)."""
     g = _T.group(group)
-    avg = _T.check_op(op, dtype) is ReduceOp.AVG
-    n = _T.size(g)
-
-    def done(flat) -> None:
-        frontend.count_call(_T, g)
-        if avg:
-            _T.divide(flat, n)
-    return done
+    return lane.finisher(_T, g, _T.check_op(op, dtype) is ReduceOp.AVG)
 
 @_no_grad
 def broadcast(tensor: torch.Tensor, src: int, group=None, algorithm: str | None = None, *,
