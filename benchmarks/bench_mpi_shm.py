@@ -12,6 +12,12 @@ MPI / zero-copy; every size's result is checked against MPI's once. Also the 8-b
 per size (the measurement behind ``ringccl.costmodel.choice.TWO_SHOT_BYTES``). ``--json``
 prints the raw rows.
 
+"ours" is the compiled lane (:mod:`ringccl.backends.shm.lane`: a signature's later calls replay
+its first); "general" the same call with the lane off, interleaved with the others; "1st call"
+the first call of the signature (compiling it). ``--cold`` gives every timed call a fresh
+buffer (made untimed), as the Open MPI XHC authors warn that reused buffers stay cache-hot.
+"8 B back to back": 200 calls in a row, µs per call (a training loop's pattern).
+
 The floor of any Python-level shared-memory collective, timed the same way (single calls
 between barriers, max over ranks), after the rows above: ``shm enter/leave`` is
 the communicator's ``ShmGroup.enter`` + ``leave`` with no data (one synchronisation of every
@@ -22,7 +28,7 @@ every rank at once (what bounds the large sizes: docs/shm.md). The ``MPI_Allredu
 is itself a Python call of mpi4py's ``comm.Allreduce``.
 
     python benchmarks/bench_mpi_shm.py --nproc 2 [-b 4KiB -e 64MiB] [--iters 7] [--crossover]
-        [--json]
+        [--cold] [--json]
 
 The script starts itself under mpirun (``ringccl.backends.mpi.launch.mpirun_command``).
 Figures for the note only; never timed asserts.
@@ -103,21 +109,33 @@ def floor(comm, reps: int, timed, nbytes: int) -> dict:
     return row
 
 
-def worker(sizes, iters, crossover) -> None:
+def worker(sizes, iters, crossover, cold=False) -> None:
     import numpy as np
     from mpi4py import MPI
 
     import ringccl.mpi as rm
+    from ringccl.backends.shm import lane
 
     comm = MPI.COMM_WORLD
     rank, n = comm.Get_rank(), comm.Get_size()
     assert rm.resolve_transport(comm, "auto") == "shm", "not every rank on this host"
 
-    def timed(fn) -> float:
+    def timed(fn, prepare=None) -> float:
+        arg = prepare() if prepare is not None else None
         comm.Barrier()
         t0 = time.perf_counter()
-        fn()
+        fn() if prepare is None else fn(arg)
         return comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+
+    def general(fn):
+        """``fn`` with the compiled lane off (the general path: the baseline)."""
+        def run(*a):
+            lane.set_enabled(False)
+            try:
+                fn(*a)
+            finally:
+                lane.set_enabled(True)
+        return run
 
     rows = []
     load_before = os.getloadavg()
@@ -125,40 +143,88 @@ def worker(sizes, iters, crossover) -> None:
         count = max(2 * n, nbytes // 4)
         x = np.random.default_rng(rank).integers(-8, 8, count).astype(np.float32)
         ours, theirs = x.copy(), x.copy()
-        rm.all_reduce(ours, transport="shm")
+        first = timed(lambda: rm.all_reduce(ours, transport="shm"))   # compiles the lane
         comm.Allreduce(MPI.IN_PLACE, theirs, op=MPI.SUM)
         wrong = not np.array_equal(ours, theirs)
         zero = rm.shm_empty((count,), np.float32)   # zero copy: the array lives in the slot
         zero[:] = x
         rm.all_reduce(zero, transport="shm")
         wrong = wrong or not np.array_equal(zero, theirs)
-        variants = {"ringccl": lambda: rm.all_reduce(ours, transport="shm"),
-                    "mpi": lambda: comm.Allreduce(MPI.IN_PLACE, theirs, op=MPI.SUM),
-                    "zero_copy": lambda: rm.all_reduce(zero, transport="shm")}
+        base = x.copy()
+        general(lambda: rm.all_reduce(base, transport="shm"))()
+        wrong = wrong or not np.array_equal(base, theirs)
+        # --cold: a fresh buffer per iteration (reused ones stay cache-hot), made untimed
+        fresh = (lambda: x.copy()) if cold else None
+
+        def on(buf):
+            return lambda b=None: rm.all_reduce(buf if b is None else b, transport="shm")
+        variants = {"ringccl": (on(ours), fresh),
+                    "general": (general(on(ours)), fresh),
+                    "mpi": ((lambda b=None: comm.Allreduce(MPI.IN_PLACE,
+                                                           theirs if b is None else b,
+                                                           op=MPI.SUM)), fresh),
+                    "zero_copy": (lambda: rm.all_reduce(zero, transport="shm"), None)}
         if crossover:
-            variants["direct"] = lambda: rm.all_reduce(ours, algorithm="direct", transport="shm")
-            variants["two_shot"] = lambda: rm.all_reduce(ours, algorithm="two_shot",
-                                                        transport="shm")
+            variants["direct"] = (lambda: rm.all_reduce(ours, algorithm="direct",
+                                                        transport="shm"), None)
+            variants["two_shot"] = (lambda: rm.all_reduce(ours, algorithm="two_shot",
+                                                          transport="shm"), None)
         times = {k: [] for k in variants}
         reps = iters if nbytes >= 1 << 20 else iters * 5   # small sizes: more samples
         for _ in range(2):   # warm-up
-            for fn in variants.values():
-                fn()
+            for fn, prepare in variants.values():
+                fn() if prepare is None else fn(prepare())
         for _ in range(reps):
-            for k, fn in variants.items():   # interleaved: the same load for both
-                times[k].append(timed(fn))
+            for k, (fn, prepare) in variants.items():   # interleaved: the same load for all
+                times[k].append(timed(fn, prepare))
         row = {"kind": label, "nbytes": count * 4, "world_size": n, "wrong": wrong,
-               "iters": reps}
+               "iters": reps, "cold": cold, "first_call_s": first}
         for k, ts in times.items():
             row[k] = {"median_s": statistics.median(ts), "min_s": min(ts), "max_s": max(ts)}
         row["ratio"] = row["mpi"]["median_s"] / row["ringccl"]["median_s"]
+        row["ratio_general"] = row["mpi"]["median_s"] / row["general"]["median_s"]
         row["ratio_zero_copy"] = row["mpi"]["median_s"] / row["zero_copy"]["median_s"]
         rows.append(row)
+    rows.append(back_to_back(comm, iters, general))
     # last: its large buffers must not disturb the rows above
     rows.append(floor(comm, iters * 5, timed, max(sizes)))
     if rank == 0:
         print("JSON " + json.dumps({"rows": rows, "load_before": load_before,
                                     "load_after": os.getloadavg()}), flush=True)
+
+
+def back_to_back(comm, rounds: int, general, calls: int = 200) -> dict:
+    """8-byte all_reduce issued back to back (as a training loop does): µs per call over
+    ``calls`` calls, the lane, the general path and ``MPI_Allreduce`` interleaved round by
+    round, median and min-max over ``rounds`` rounds (max over ranks)."""
+    import numpy as np
+    from mpi4py import MPI
+
+    import ringccl.mpi as rm
+
+    a, b = np.ones(2, np.float32), np.ones(2, np.float32)
+
+    def loop(fn):
+        def run():
+            for _ in range(calls):
+                fn()
+        return run
+    variants = {"ringccl": loop(lambda: rm.all_reduce(a, transport="shm")),
+                "general": general(loop(lambda: rm.all_reduce(a, transport="shm"))),
+                "mpi": loop(lambda: comm.Allreduce(MPI.IN_PLACE, b, op=MPI.SUM))}
+    times = {k: [] for k in variants}
+    for fn in variants.values():
+        fn()
+    for _ in range(rounds):
+        for k, fn in variants.items():
+            comm.Barrier()
+            t0 = time.perf_counter()
+            fn()
+            times[k].append(comm.allreduce((time.perf_counter() - t0) / calls, op=MPI.MAX))
+    row = {"kind": "back_to_back", "nbytes": 8, "calls": calls, "rounds": rounds}
+    for k, ts in times.items():
+        row[k] = {"median_s": statistics.median(ts), "min_s": min(ts), "max_s": max(ts)}
+    return row
 
 
 def main() -> None:
@@ -168,6 +234,8 @@ def main() -> None:
     parser.add_argument("-e", "--end", default="64MiB")
     parser.add_argument("--iters", type=int, default=7)
     parser.add_argument("--crossover", action="store_true")
+    parser.add_argument("--cold", action="store_true",
+                        help="a fresh buffer for every timed call (made untimed)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -175,12 +243,13 @@ def main() -> None:
         parser.error(f"--iters {args.iters}: at least 5 (the medians need them)")
     sizes = _sizes(units.size(args.begin), units.size(args.end))
     if args.worker:
-        worker(sizes, args.iters, args.crossover)
+        worker(sizes, args.iters, args.crossover, args.cold)
         return
     from ringccl.backends.mpi.launch import mpirun_command
     cmd = mpirun_command(args.nproc, [sys.executable, os.path.abspath(__file__), "--worker",
                                       "-b", args.begin, "-e", args.end, "--iters",
-                                      str(args.iters)] + (["--crossover"] * args.crossover))
+                                      str(args.iters)] + (["--crossover"] * args.crossover)
+                          + (["--cold"] * args.cold))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         p for p in (os.path.abspath(SRC), os.environ.get("PYTHONPATH")) if p))
     if "--oversubscribe" in cmd:  # Open MPI: pass the variable on explicitly
@@ -194,26 +263,36 @@ def main() -> None:
         print(json.dumps(data, indent=1))
         return
     print(f"ringccl.mpi (shm, algorithm auto) vs MPI_Allreduce, {args.nproc} processes, float32 "
-          f"sum; load average {data['load_before'][0]:.1f} -> {data['load_after'][0]:.1f}")
-    head = (f"{'size':>9} {'ours us (min-max)':>24} {'MPI us (min-max)':>24} {'MPI/ours':>8}"
-            f" {'zero-copy us':>13} {'MPI/zc':>7}")
+          f"sum{', cold buffers' if args.cold else ''}; load average "
+          f"{data['load_before'][0]:.1f} -> {data['load_after'][0]:.1f}; ours: the compiled "
+          "lane, general: the lane off")
+    head = (f"{'size':>9} {'ours us (min-max)':>24} {'general us':>11} {'MPI us (min-max)':>24}"
+            f" {'MPI/ours':>8} {'MPI/gen':>7} {'zero-copy us':>13} {'MPI/zc':>7}"
+            f" {'1st call us':>11}")
     if args.crossover:
         head += f" {'direct us':>10} {'two_shot us':>11}"
     print(head)
     rows = data["rows"]
     floor_row = next((r for r in rows if r["kind"] == "floor"), None)
-    rows = [r for r in rows if r["kind"] != "floor"]
+    b2b = next((r for r in rows if r["kind"] == "back_to_back"), None)
+    rows = [r for r in rows if r["kind"] not in ("floor", "back_to_back")]
     for r in rows:
         def us(v):
             return (f"{v['median_s'] * 1e6:8.1f} ({v['min_s'] * 1e6:.0f}-"
                     f"{v['max_s'] * 1e6:.0f})")
         size = "8 B" if r["kind"] == "latency" else units.format_size(r["nbytes"])
-        line = (f"{size:>9} {us(r['ringccl']):>24} {us(r['mpi']):>24} {r['ratio']:8.2f}"
-                f" {r['zero_copy']['median_s'] * 1e6:13.1f} {r['ratio_zero_copy']:7.2f}")
+        line = (f"{size:>9} {us(r['ringccl']):>24} {r['general']['median_s'] * 1e6:11.1f}"
+                f" {us(r['mpi']):>24} {r['ratio']:8.2f} {r['ratio_general']:7.2f}"
+                f" {r['zero_copy']['median_s'] * 1e6:13.1f} {r['ratio_zero_copy']:7.2f}"
+                f" {r['first_call_s'] * 1e6:11.1f}")
         if args.crossover:
             line += (f" {r['direct']['median_s'] * 1e6:10.1f} "
                      f"{r['two_shot']['median_s'] * 1e6:11.1f}")
         print(line + ("  WRONG" if r["wrong"] else ""))
+    if b2b is not None:
+        print(f"8 B back to back ({b2b['calls']} calls x {b2b['rounds']} rounds), us per call: "
+              + ", ".join(f"{k} {b2b[k]['median_s'] * 1e6:.1f} ({b2b[k]['min_s'] * 1e6:.1f}-"
+                          f"{b2b[k]['max_s'] * 1e6:.1f})" for k in ("ringccl", "general", "mpi")))
     if floor_row is not None:
         for k, label in (("shm_enter_leave", "floor: shm enter/leave, no data"),
                          ("numpy_4KiB", "floor: numpy work of a 4 KiB one-shot, no sync")):

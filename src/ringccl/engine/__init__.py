@@ -46,14 +46,14 @@ from . import trace
 from .lockstep import run_lockstep
 from .plan import (Pipelining, Plan, SegmentRecv, SegmentSend, StepPlan, check_bounds, plan,
                    uniform_bounds)
-from .transport import Transport, timeout_seconds
+from .transport import Transport, step_error, timeout_seconds
 from .workspace import ArrayOps, Workspace, kept_buffer
 from .staged import Pieces, Staged, final_receives
 
 __all__ = ["SegmentSend", "SegmentRecv", "StepPlan", "Plan", "Transport", "Instr",
            "DataflowProgram", "Pipelining", "Workspace", "ArrayOps", "kept_buffer", "plan",
            "Staged", "Pieces", "final_receives",
-           "uniform_bounds", "check_bounds", "timeout_seconds",
+           "uniform_bounds", "check_bounds", "timeout_seconds", "step_error",
            "dataflow_program", "clear_caches", "run_dataflow", "run_lockstep", "trace"]
 
 

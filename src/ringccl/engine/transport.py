@@ -12,7 +12,7 @@ from ..errors import ArgumentError, PeerError, RingcclTimeout
 from ..ir import Schedule
 from .plan import SegmentRecv, SegmentSend, StepPlan
 
-__all__ = ["Transport", "timeout_seconds", "SETTLE_SECONDS"]
+__all__ = ["Transport", "timeout_seconds", "step_error", "SETTLE_SECONDS"]
 
 #: seconds a failed call with ``restore`` gives the receives it had posted to its live peers,
 #: all together, to land before it puts its buffer back: gloo cannot withdraw a posted receive,
@@ -105,6 +105,14 @@ def _received(t: Transport, ws: Any, r: SegmentRecv, got: Any, in_place: dict) -
         t.release(r)
     else:
         in_place[r] = got
+
+
+def step_error(schedule: Schedule, rank: int, transport: Transport, timeout: float | None,
+               op: SegmentSend | SegmentRecv, step: StepPlan, exc: BaseException):
+    """The PeerError/RingcclTimeout the drivers raise when ``op`` (of plan step ``step``)
+    failed with ``exc``: for an executor that replays a plan without a driver (the
+    shared-memory lane, :mod:`ringccl.backends.shm.lane`), so its messages are the drivers'."""
+    return _fail(_Context(schedule, rank, transport, timeout), op, step, exc)
 
 
 def _fail(ctx: _Context, op: SegmentSend | SegmentRecv | None, step: StepPlan, exc: BaseException):

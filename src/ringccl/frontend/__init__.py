@@ -44,7 +44,7 @@ from . import aliasing
 from .debug import execute as _execute   # RINGCCL_DEBUG=INFO/TRACE: one log line per call
 
 __all__ = ["Backend", "ArrayDialect", "GroupAdapter", "Executor", "Options", "options", "choose",
-           "in_place", "reduce_scatter", "all_gather", "scatter", "gather", "exchange",
+           "in_place", "count_call", "reduce_scatter", "all_gather", "scatter", "gather", "exchange",
            "all_to_all", "run_schedule", "copy_in"]
 
 
@@ -173,6 +173,13 @@ def _restore(b: Backend, opts: Options, private: bool) -> bool:
 
 
 _sequence: dict = {}   # the group's key -> ringccl collectives called on it so far
+
+
+def count_call(b: Backend, g) -> None:
+    """Count a call on ``g`` that skipped :func:`agree` (a compiled replay: its check is off),
+    so a later checked call's fingerprint has the right sequence number."""
+    key = b.key(g)
+    _sequence[key] = _sequence.get(key, 0) + 1
 
 
 def agree(b: Backend, g, collective: str, algorithm: str | None, params: dict, op: ReduceOp | None,

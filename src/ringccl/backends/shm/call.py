@@ -37,6 +37,7 @@ from ...errors import PeerError, RingcclTimeout
 from ...ir import Schedule
 from ...ops import ReduceOp
 from .group import ShmGroup
+from . import lane
 from .hierarchical import HybridTransport
 from .transport import EAGER_AREA_BYTES
 
@@ -155,6 +156,11 @@ def execute(schedule: Schedule, buffer: Any, op: ReduceOp, rank: int, bounds, se
             ops.copy(buffer, work)
         elif where is None:
             finish()
+            box = lane.wanted()
+            if box is not None and described is None and trace.state.recorder is None:
+                box.offer(lambda: lane.lower(schedule, plan, rank, group, transport, dialect, op,
+                                             itemsize=itemsize, numel=numel,
+                                             need=_need(numel, itemsize), timeout=timeout))
         return buffer
     except BaseException:
         if isinstance(workspace, Landing) and not direct:
@@ -176,8 +182,7 @@ def _enter(group: ShmGroup, transport: Any, dialect: Dialect, numel: int, itemsi
     if hybrid:
         need = max(1, numel * itemsize)
     else:
-        need = 0 if where is not None else \
-            used + EAGER_AREA_BYTES if used <= EAGER_AREA_BYTES else used
+        need = 0 if where is not None else _need(numel, itemsize)
     # lazy: no wait for the peers when the working area holds ``need`` (ShmGroup.enter);
     # leave() completes the agreement (a no-op after a full agreement)
     group.enter(need, timeout, lazy=not hybrid and group.world_size >= LAZY_ENTRY_MIN_WORLD)
@@ -191,6 +196,13 @@ def _enter(group: ShmGroup, transport: Any, dialect: Dialect, numel: int, itemsi
                     dialect.clone, timeout=timeout, eager=None if hybrid else eager,
                     copy=ops.copy)
     return serial, offset, eager
+
+
+def _need(numel: int, itemsize: int) -> int:
+    """Bytes of working area a call of ``numel`` elements copied into the slot asks for: the
+    buffer, 64-aligned, and the eager area after it when the buffer is small."""
+    used = -(-numel * itemsize // 64) * 64
+    return used + EAGER_AREA_BYTES if used <= EAGER_AREA_BYTES else used
 
 
 def _staged(plan, work, op: ReduceOp, ops, mine, described: Staged | None, view,

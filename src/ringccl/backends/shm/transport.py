@@ -46,7 +46,7 @@ from typing import Any, Callable
 from ...errors import BackendError
 from .group import RING, ShmGroup
 
-__all__ = ["ShmTransport", "EAGER_COPY_BYTES", "EAGER_SEND_BYTES", "EAGER_AREA_BYTES"]
+__all__ = ["ShmTransport", "mismatch", "EAGER_COPY_BYTES", "EAGER_SEND_BYTES", "EAGER_AREA_BYTES"]
 
 #: while waiting, receives up to this many bytes that have arrived are copied out at once;
 #: larger ones only once the tight spin is over (a copy of a large chunk costs more than a
@@ -59,6 +59,16 @@ EAGER_SEND_BYTES = 64 << 10
 #: bytes of eager area per rank and call a backend reserves in its slot (the sends of a call
 #: that do not fit in what is left are sent in place, as large ones)
 EAGER_AREA_BYTES = 256 << 10
+
+
+def mismatch(group: ShmGroup, peer: str, nbytes: int, expect: int, seq: int) -> BackendError:
+    """Abort ``group`` and return the error of a descriptor from rank ``peer`` that does not
+    match this rank's receive (``seq``: the message's sequence number)."""
+    group.abort()
+    return BackendError(
+        f"rank {peer} sent {nbytes} bytes where this rank expects {expect} (message {seq}): the "
+        "ranks' calls differ (collective, count, dtype, algorithm or root); run with "
+        "check=True to compare them")
 
 
 class ShmTransport:
@@ -86,6 +96,10 @@ class ShmTransport:
         self.eager: tuple | None = None   # (serial, byte offset, bytes) of the eager area
         self.eager_used = 0
         self.eager_copies: dict = {}      # (step, lo, hi) -> byte offset of its copy
+        # the compiled lane (:mod:`~ringccl.backends.shm.lane`): the last call it ran, and
+        # ``sent`` as that call began (what must be read before its parity area is reused)
+        self.lane_call = 0
+        self.lane_marks: list = [0] * n
 
     def begin(self, serial: int, offset: int, itemsize: int, view: Callable[[int, int, int], Any],
               clone: Callable[[Any], Any], timeout: float | None, *,
@@ -182,11 +196,7 @@ class ShmTransport:
         serial, offset, nbytes, got = w[at], w[at + 1], w[at + 2], w[at + 3]
         expect = (r.hi - r.lo) * self.itemsize
         if got != seq or nbytes != expect or serial not in g.segments:
-            g.abort()
-            raise BackendError(
-                f"rank {self.name(r.peer)} sent {nbytes} bytes where this rank expects {expect} "
-                f"(message {seq}): the ranks' calls differ (collective, count, dtype, algorithm "
-                "or root); run with check=True to compare them")
+            raise mismatch(g, self.name(r.peer), nbytes, expect, seq)
         return self.view(serial, offset, nbytes)
 
     def wait(self, handle):

@@ -1,0 +1,364 @@
+"""The compiled lane: a shared-memory call planned once per signature and replayed from a flat
+list of operations.
+
+A training loop issues the same collective with the same shapes again and again; the general
+path (front end, engine, :mod:`~ringccl.backends.shm.call`) re-decides at every call what it
+decided at the previous identical one: ~300 Python-level calls for an 8-byte all_reduce
+(docs/shm.md, "Where a small call's microseconds go"). Here the first call with a signature
+(the backend's front end makes the key: collective, group, shape, dtype, op, algorithm, every
+option, the environment variables a call reads) runs the general path inside
+:class:`capture`; the shared-memory call then lowers its plan (:func:`lower`) into a
+:class:`Lane`, and later calls with the same key replay it (:func:`replay`).
+
+The lowering is the engine's plan, generic (no algorithm is named here): per step, its sends
+(copied into this rank's area, one copy per step and range, as the transport's eager sends) and
+its receives in plan order (the IR's reduction order, accumulator folds included), every
+view, word index and offset computed once. Any plan whose sends are each at most
+:data:`~ringccl.backends.shm.transport.EAGER_SEND_BYTES` (what the transport copies anyway;
+larger ones it reads in place, one copy fewer), whose copies fit half of this rank's slot of the
+working area, with at most ``RING // 2`` sends per peer and call, is lowered; anything else
+runs the general path at every call.
+
+The replay speaks the transport's protocol (:mod:`~ringccl.backends.shm.transport`): the same
+descriptors, the same monotone ``posted``/``released`` counters and sequence numbers (the
+transport's own ``sent``/``expected``/``released`` lists), the same ``entered`` word and need
+(the call is counted in ``ShmGroup.calls``), so lane calls and general calls alternate on one
+group and a rank on the lane talks to a rank on the general path. What it leaves out:
+
+* the entry's agreement (every peer entered this call) is moved to the call's end, where a
+  plan that received from every peer has it already (a peer enters before it posts): one-shot
+  pays nothing for it; a plan that did not (a ring, count 0) waits there, as a lazy entry's
+  ``leave`` does. So no rank is ever two calls ahead of a peer (the needs of call ``c`` stay in
+  place until every rank left it, :meth:`ShmGroup.enter`). Not waiting at the entry is safe
+  because its copies go to
+  the half ``call & 1`` of this rank's slot (double-buffered by call parity), the lane's need
+  never exceeds the working area (no growth), and before writing a half the lane waits until
+  every peer released what this rank sent before the previous call (after a general call: all
+  it sent, as :meth:`ShmTransport.begin` does). For a one-shot plan that is already true (a
+  peer posted its previous call's data only after reading ours), so one wait per call remains:
+  for the peers' data. A ring plan, where a rank never hears from the peer it sends to, waits
+  there when the peer lags: the per-rank ``released`` words are its ``done`` words.
+* the private working buffer lives outside shared memory: the caller's array is copied in,
+  the plan runs on the copy, the result is copied back after the last wait, so the caller's
+  array changes only if the call succeeds (both ``restore`` modes), with the same operations
+  on the same operands in the same order as the general path: the same bits.
+
+Every wait checks its word first and only then calls :meth:`ShmGroup.wait_word` (the bounded
+wait: timeout, abort word, the peer's liveness); a failure aborts the group and raises the
+drivers' PeerError / RingcclTimeout naming step and peer (:func:`ringccl.engine.step_error`).
+
+``RINGCCL_LANE=0`` (read at import) or :func:`set_enabled` turns the lane off: every call runs
+the general path (what tests and benchmarks compare against).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Callable, NamedTuple
+
+from ... import caches
+from ...engine import step_error
+from ... import frontend
+from .group import LINE, RING, ShmGroup
+from .transport import EAGER_SEND_BYTES, mismatch
+
+__all__ = ["Lane", "lower", "capture", "wanted", "replay", "first_call", "signature",
+           "finisher", "set_enabled", "enabled", "compiled", "MAX_LANES"]
+
+#: signatures kept (the table is emptied when it is full: every rank sees the same calls)
+MAX_LANES = 256
+
+_state = {"enabled": os.environ.get("RINGCCL_LANE", "1").strip().lower()
+          not in ("0", "off", "false", "no")}
+_lanes: dict = {}
+caches.register(_lanes.clear)
+_local = threading.local()
+#: the environment variables a call reads (the key includes them: no stale plan)
+_ENV = ("RINGCCL_DEBUG", "RINGCCL_TIMEOUT", "RINGCCL_ALGO", "RINGCCL_TRANSPORT")
+_INELIGIBLE = object()   # a signature the lane cannot run: the general path, no capture
+
+
+def set_enabled(on: bool) -> None:
+    """Turn the lane on or off for this process (off: every call runs the general path)."""
+    _state["enabled"] = bool(on)
+
+
+def enabled() -> bool:
+    """Whether the lane is on (``RINGCCL_LANE``, :func:`set_enabled`)."""
+    return _state["enabled"]
+
+
+def compiled() -> int:
+    """How many signatures hold a compiled lane now (tests: the lane did run)."""
+    return sum(1 for e in _lanes.values() if e is not _INELIGIBLE)
+
+
+def signature(*parts) -> tuple | None:
+    """A front end's key: its ``parts`` and the environment variables a call reads; None when
+    the lane is off or a part cannot be a key (unhashable: the general path checks it)."""
+    if not _state["enabled"]:
+        return None
+    get = os.environ.get
+    key = parts + tuple(get(v) for v in _ENV)
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def finisher(b, g, avg: bool) -> Callable[[Any], None]:
+    """What a replayed in-place call does after the lane, as the front end's flow
+    (:func:`ringccl.frontend.in_place`): count the call on ``g`` (the backend ``b``'s resolved
+    group), divide the flat result by the group's size for AVG."""
+    n = b.size(g)
+
+    def done(flat) -> None:
+        frontend.count_call(b, g)
+        if avg:
+            b.divide(flat, n)
+    return done
+
+
+class capture:
+    """``with capture() as box:`` the shared-memory call run inside lowers its plan into
+    ``box.lane`` (None when it cannot)."""
+
+    def __init__(self) -> None:
+        self.lane: Lane | None = None
+        self.calls = 0     # shared-memory calls run inside: only a call of one is lowered
+
+    def offer(self, make: Callable[[], "Lane | None"]) -> None:
+        """The shared-memory call ran successfully: ``make()`` lowers its plan (kept only when
+        it is the only call inside)."""
+        self.calls += 1
+        self.lane = make() if self.calls == 1 else None
+
+    def __enter__(self) -> "capture":
+        _local.box = self
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _local.box = None
+
+
+def wanted() -> capture | None:
+    """The :class:`capture` in effect on this thread (the shared-memory call asks)."""
+    return getattr(_local, "box", None)
+
+
+class _Entry(NamedTuple):
+    group: Any                      # the caller's group argument (identity checked)
+    lane: "Lane"
+    done: Callable[[Any], None]     # after a replay: count the call, AVG's divide
+
+
+def replay(key: tuple, group: Any, buffer: Any) -> bool:
+    """Run the lane compiled for ``key`` on ``buffer``; False when there is none or it cannot
+    run now (the caller then runs the general path; a lane that cannot run is forgotten)."""
+    e = _lanes.get(key)
+    if e is None or e is _INELIGIBLE or e.group is not group:
+        return False
+    if not e.lane.run(buffer):
+        del _lanes[key]   # the group changed: the next call compiles again
+        return False
+    e.done(buffer)
+    return True
+
+
+def first_call(key: tuple | None, group: Any, general: Callable[[], None],
+               finish: Callable[[], Callable[[Any], None]]) -> None:
+    """``general()`` (the general path); for a signature seen for the first time (``key`` not
+    None and not in the table) compiling its lane on the way, kept with ``finish()`` (what
+    :func:`replay` does after the lane, e.g. :func:`finisher`)."""
+    if key is None or key in _lanes:
+        general()
+        return
+    with capture() as box:
+        general()
+    if len(_lanes) >= MAX_LANES:
+        _lanes.clear()
+    _lanes[key] = _INELIGIBLE if box.lane is None else _Entry(group, box.lane, finish())
+
+
+def lower(schedule, plan, rank: int, group: ShmGroup, transport, dialect, op, *,
+          itemsize: int, numel: int, need: int, timeout: float | None) -> "Lane | None":
+    """``plan`` (this rank's, over ``group``) as a :class:`Lane`, or None when it does not fit
+    (module docstring). Call it after a call of the same plan ended (the working area exists
+    and holds ``need``)."""
+    if not plan.steps or not group.work_serial or group.work_slot < need or group.retired:
+        return None
+    half = group.work_slot // 2
+    if 64 % itemsize:
+        return None
+    used, copies, per_peer = 0, {}, {}
+    for st in plan.steps:
+        for s in st.sends:
+            if (s.hi - s.lo) * itemsize > EAGER_SEND_BYTES:
+                return None   # the general path reads it in place: one copy fewer
+            per_peer[s.peer] = per_peer.get(s.peer, 0) + 1
+            key = (s.step, s.lo, s.hi)
+            if key not in copies:
+                copies[key] = used
+                used += -(-(s.hi - s.lo) * itemsize // 64) * 64
+    if used > half or any(k > RING // 2 for k in per_peer.values()):
+        return None
+    return Lane(schedule, plan, rank, group, transport, dialect, op, itemsize, numel, need,
+                timeout, copies, half)
+
+
+class Lane:
+    """One signature's compiled shared-memory call (module docstring). :meth:`run` replays it."""
+
+    def __init__(self, schedule, plan, rank: int, group: ShmGroup, transport, dialect, op,
+                 itemsize: int, numel: int, need: int, timeout: float | None, copies: dict,
+                 half: int):
+        g, ops = group, dialect.ops
+        me = g.rank
+        self.schedule, self.rank, self.group, self.transport = schedule, rank, g, transport
+        self.timeout, self.need, self.itemsize = timeout, need, itemsize
+        self.view, self.slot = dialect.view, dialect.slot
+        self.copy, self.combine = ops.copy, ops.combine(op)
+        self.serial = serial = g.work_serial
+        segment = dialect.slot(g, serial)
+        self.work = work = ops.empty(segment, numel)
+        acc = ops.empty(segment, plan.accumulator_elems) if plan.accumulator_elems else None
+        bases = [me * g.work_slot + h * half for h in (0, 1)]
+        self.need_words = (g.rank_word(me, 2), g.rank_word(me, 3))
+        self.entered_word = g.rank_word(me, 1)
+        self.released_words = [(p, g.released_word(me, p)) for p in range(g.world_size)
+                               if p != me]
+        self.entered_words = [(p, g.rank_word(p, 1)) for p in range(g.world_size) if p != me]
+        done: set = set()
+        steps = []
+        for st in plan.steps:
+            sends = []
+            for s in st.sends:
+                at, nbytes = copies[(s.step, s.lo, s.hi)], (s.hi - s.lo) * itemsize
+                first = (s.step, s.lo, s.hi) not in done
+                done.add((s.step, s.lo, s.hi))
+                areas = tuple(segment[(b + at) // itemsize:(b + at + nbytes) // itemsize]
+                              for b in bases) if first else None
+                sends.append((s.peer, work[s.lo:s.hi], areas, tuple(b + at for b in bases),
+                              nbytes, g.ring_entry(me, s.peer, 0), g.posted_word(me, s.peer)))
+            recvs = []
+            for r in st.recvs:
+                # mode: 0 copy, 1 reduce, 2 seed the accumulator, 3 fold into it
+                mode = (2 if r.seed else 3) if r.fold >= 0 else 1 if r.reduce else 0
+                fold = acc[r.fold:r.fold + r.hi - r.lo] if r.fold >= 0 else None
+                recvs.append((r.peer, work[r.lo:r.hi], mode, fold, r.flush,
+                              (r.hi - r.lo) * itemsize, g.posted_word(r.peer, me),
+                              g.released_word(r.peer, me), g.ring_entry(r.peer, me, 0), r, st))
+            steps.append((tuple(sends), tuple(recvs)))
+        self.steps = tuple(steps)
+        self.first = {}   # peer -> (op, step) named when a wait before step 0 fails
+        for st in reversed(plan.steps):
+            for o in st.sends + st.recvs:
+                self.first[o.peer] = (o, st)
+        self.views: dict = {}   # (serial, byte offset, nbytes) -> the dialect's array
+
+    def run(self, buffer) -> bool:
+        """Replay the call on the caller's 1-D ``buffer`` (its dialect's array); False, having
+        done nothing, when the group changed since the lane was compiled (released, grown,
+        aborted, mid-call): the caller runs the general path, which says why."""
+        g = self.group
+        if g.closed or g.work_serial != self.serial or g.retired or g.lazy:
+            return False
+        w = g.w
+        if w[2 * LINE]:
+            return False
+        t = self.transport
+        c = g.calls + 1
+        try:
+            self._begin(g, w, t, c)
+            self._steps(g, w, t, c & 1, self.view(buffer))
+            # the end of the call's agreement (as a lazy entry's leave): every peer entered
+            # this call, so none is two calls behind when this rank next publishes a need
+            # (ShmGroup.enter); already true after a plan that received from every peer
+            for peer, word in self.entered_words:
+                if w[word] < c:
+                    self._wait(word, c, peer, f"enter call {c}", *self.first.get(
+                        peer, (None, None)))
+        except BaseException:
+            if not g.closed:
+                g.abort()
+            raise
+        return True
+
+    def _begin(self, g: ShmGroup, w, t, c: int) -> None:
+        """Enter call ``c`` (counted, need and entry published, no agreement) once the peers
+        read what this rank sent before the previous call (after a general one: all of it)."""
+        marks = t.lane_marks if t.lane_call == c - 1 else t.sent
+        for peer, word in self.released_words:
+            if w[word] < marks[peer]:
+                self._wait(word, marks[peer], peer, "read this rank's earlier sends",
+                           *self.first.get(peer, (None, None)))
+        t.lane_marks = t.sent[:]
+        t.lane_call = c
+        g.calls = c
+        g.lazy = 0
+        w[self.need_words[c & 1]] = self.need
+        w[self.entered_word] = c
+
+    def _steps(self, g: ShmGroup, w, t, h: int, mine) -> None:
+        copy, combine, work, serial = self.copy, self.combine, self.work, self.serial
+        sent, expected, released = t.sent, t.expected, t.released
+        copy(work, mine)
+        for sends, recvs in self.steps:
+            for peer, src, areas, offsets, nbytes, ring, posted in sends:
+                if areas is not None:
+                    copy(areas[h], src)
+                seq = sent[peer]
+                sent[peer] = seq + 1
+                at = ring + seq % RING * 4
+                w[at] = serial
+                w[at + 1] = offsets[h]
+                w[at + 2] = nbytes
+                w[at + 3] = seq
+                w[posted] = seq + 1   # after the descriptor and the data: TSO keeps the order
+            for peer, dst, mode, fold, flush, expect, posted, rel, ring, r, st in recvs:
+                seq = expected[peer]
+                expected[peer] = seq + 1
+                if w[posted] <= seq:
+                    self._wait(posted, seq + 1, peer, "send", r, st)
+                at = ring + seq % RING * 4
+                key = (w[at], w[at + 1], w[at + 2])
+                src = self.views.get(key)
+                if src is None or w[at + 3] != seq:
+                    src = self._view(g, key, w[at + 3], seq, expect, peer)
+                if mode == 1:
+                    combine(dst, src)
+                elif mode == 0:
+                    copy(dst, src)
+                else:
+                    if mode == 2:
+                        copy(fold, src)
+                    else:
+                        combine(fold, src)
+                    if flush:
+                        combine(dst, fold)
+                released[peer] = seq + 1
+                w[rel] = seq + 1
+        copy(mine, work)
+
+    def _view(self, g: ShmGroup, key: tuple, got: int, seq: int, expect: int, peer: int):
+        """The peer's bytes named by descriptor ``key`` = (serial, byte offset, nbytes), checked
+        as the transport checks them."""
+        serial, offset, nbytes = key
+        if got != seq or nbytes != expect or serial not in g.segments:
+            raise mismatch(g, self.transport.peer_name(peer), nbytes, expect, seq)
+        if len(self.views) >= 64:
+            self.views.clear()
+        n = self.itemsize
+        src = self.views[key] = self.slot(g, serial)[offset // n:(offset + nbytes) // n]
+        return src
+
+    def _wait(self, word: int, target: int, peer: int, what: str, op, st) -> None:
+        try:
+            self.group.wait_word(word, target, peer, what, self.timeout)
+        except (TimeoutError, ConnectionError) as exc:
+            if op is None:
+                raise
+            raise step_error(self.schedule, self.rank, self.transport, self.timeout, op, st,
+                             exc) from exc

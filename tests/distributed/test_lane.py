@@ -1,0 +1,104 @@
+"""ringccl.torch's compiled shared-memory lane (ringccl.backends.shm.lane) on real processes:
+bitwise equal to the general path (the lane switched off) over world sizes 2-4, counts 0, 1,
+< N, not divisible and either side of the one-shot/two-shot crossover, dtypes, the five ops
+and several algorithms, with lane and general calls alternating; a peer that dies or stalls
+before a replayed call reported as a PeerError / RingcclTimeout naming step and peer, the
+tensor as it was."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from . import faults  # noqa: E402
+
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(400)]
+
+
+def _bitwise(rank, world_size):
+    import ringccl.torch as rt
+    from ringccl.backends.shm import lane
+    from ringccl.costmodel import choice
+
+    gen = torch.Generator().manual_seed(rank)
+    cross = choice.two_shot_bytes(world_size, "torch")
+    problems, digests = [], []
+    for dtype in (torch.float32, torch.bfloat16, torch.int32, torch.float64):
+        size = torch.empty(0, dtype=dtype).element_size()
+        counts = (0, 1, world_size - 1, 7 * world_size + 3, 1001, cross // size - 1,
+                  cross // size + 1)
+        for algorithm in (None, "direct", "two_shot", "ring"):
+            for count in counts:
+                for op in ("sum", "product", "min", "max", "avg"):
+                    if op == "avg" and not dtype.is_floating_point:
+                        continue
+                    x = (torch.randn(count, generator=gen) * 3).to(dtype)
+                    results = []
+                    for on in (False, True, True, False, True):
+                        lane.set_enabled(on)
+                        y = x.clone()
+                        rt.all_reduce(y, op=op, algorithm=algorithm, transport="shm")
+                        results.append(y.view(torch.uint8).numpy().tobytes() if count else b"")
+                    lane.set_enabled(True)
+                    if any(r != results[0] for r in results):
+                        problems.append(f"lane differs: {dtype} {algorithm} {count} {op}")
+                    digests.append(hash(results[-1]))
+    return problems, digests, lane.compiled()
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_the_lane_gives_the_general_paths_bits(world_size):
+    out = faults.run_ranks(_bitwise, world_size, timeout=120)
+    assert len(out) == world_size, out
+    values = []
+    for rank in range(world_size):
+        ok, value = out[rank]
+        assert ok, value
+        problems, digests, compiled = value
+        assert not problems, problems[:5]
+        assert compiled > 0
+        values.append(digests)
+    assert all(v == values[0] for v in values)   # the same bytes on every rank
+
+
+def _peer_fails(rank, world_size, how):
+    import time
+
+    import ringccl.torch as rt
+    from ringccl.backends.shm import lane
+    from ringccl.errors import PeerError
+
+    t = torch.arange(6, dtype=torch.float32) + rank
+    rt.all_reduce(t, timeout=3)            # compiles the lane on every rank
+    if rank == world_size - 1:
+        if how == "stall":
+            time.sleep(8)
+            return "slept"
+        return "left"                      # its process ends here, between calls
+    before = t.clone()
+    start = time.monotonic()
+    try:
+        rt.all_reduce(t, timeout=3)        # replayed
+    except PeerError as exc:
+        return (time.monotonic() - start, type(exc).__name__, str(exc), exc.peer, exc.step,
+                torch.equal(t, before), lane.compiled())
+    return "no error"
+
+
+@pytest.mark.parametrize("how", ["dies", "stall"])
+def test_a_failing_peer_during_a_replayed_call_names_step_and_peer(how):
+    out = faults.run_ranks(_peer_fails, 2, how, timeout=20)
+    ok, value = out[0]
+    assert ok and value != "no error", value
+    waited, kind, message, peer, step, unchanged, compiled = value
+    assert compiled > 0
+    assert peer == 1 and step == 0, message
+    assert "direct all_reduce" in message and "from rank 1" in message, message
+    assert unchanged
+    if how == "stall":
+        assert kind == "RingcclTimeout" and "timed out after 3 s" in message, message
+        assert waited <= 3 + 5
+    else:
+        assert kind == "PeerError" and "died" in message, message
+        assert waited < 3   # the peer's liveness, not the timeout

@@ -1,0 +1,60 @@
+"""ringccl.mpi's compiled shared-memory lane on real processes (lane_script.py under mpirun):
+bitwise equal to the general path over world sizes 2-4, counts, dtypes, ops and algorithms with
+lane and general calls alternating; a stalled peer during a replayed call reported as a
+PeerError naming step and peer; no segment left behind.
+
+Skipped, with the reason, where mpirun or mpi4py is missing (scripts/install_mpi.sh).
+"""
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+if shutil.which("mpirun") is None and shutil.which("mpiexec") is None:
+    pytest.skip("no mpirun/mpiexec on PATH (run scripts/install_mpi.sh)", allow_module_level=True)
+if importlib.util.find_spec("mpi4py") is None:
+    pytest.skip("mpi4py is not installed (pip install 'ringccl[mpi]')", allow_module_level=True)
+
+from ringccl.backends.mpi.launch import mpirun_command  # noqa: E402
+
+pytestmark = [pytest.mark.mpi, pytest.mark.timeout(400)]
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+
+def _run(nproc: int, mode: str, job: str, timeout: float) -> subprocess.CompletedProcess:
+    env = dict(os.environ, RINGCCL_SHM_JOB=job, PYTHONPATH=os.pathsep.join(
+        p for p in (SRC, os.environ.get("PYTHONPATH")) if p))
+    for var in ("RINGCCL_HOST_ID", "RINGCCL_TRANSPORT", "RINGCCL_LANE", "RINGCCL_ALGO"):
+        env.pop(var, None)
+    cmd = mpirun_command(nproc, [sys.executable, str(Path(__file__).with_name("lane_script.py")),
+                                 mode])
+    if "--oversubscribe" in cmd:  # Open MPI: pass the variables on explicitly
+        cmd[1:1] = ["-x", "PYTHONPATH", "-x", "RINGCCL_SHM_JOB"]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def _nothing_left(job: str) -> None:
+    from ringccl.backends.shm import shm_dir, sweep
+    assert not sweep(job), "a segment was left behind"
+    assert not [f for f in os.listdir(shm_dir()) if f.startswith(f"ringccl-{job}-")]
+
+
+@pytest.mark.parametrize("nproc", [2, 3, 4])
+def test_the_lane_gives_the_general_paths_bits(nproc):
+    job = f"lane{os.getpid()}n{nproc}"
+    proc = _run(nproc, "bitwise", job, 360)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count(": OK") == nproc, proc.stdout
+    _nothing_left(job)
+
+
+def test_a_stalled_peer_during_a_replayed_call_is_reported():
+    job = f"lane{os.getpid()}stall"
+    proc = _run(3, "stall", job, 120)
+    assert proc.stdout.count(": OK") == 2, proc.stdout + proc.stderr
+    _nothing_left(job)
