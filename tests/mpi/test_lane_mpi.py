@@ -10,8 +10,6 @@ import importlib.util
 import os
 import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -20,22 +18,18 @@ if shutil.which("mpirun") is None and shutil.which("mpiexec") is None:
 if importlib.util.find_spec("mpi4py") is None:
     pytest.skip("mpi4py is not installed (pip install 'ringccl[mpi]')", allow_module_level=True)
 
-from ringccl.backends.mpi.launch import mpirun_command  # noqa: E402
+from .. import bounds  # noqa: E402
+from . import mpirun  # noqa: E402
 
-pytestmark = [pytest.mark.mpi, pytest.mark.timeout(400)]
-SRC = str(Path(__file__).resolve().parents[2] / "src")
+pytestmark = [pytest.mark.mpi, pytest.mark.timeout(bounds.job(600))]
 
 
-def _run(nproc: int, mode: str, job: str, timeout: float) -> subprocess.CompletedProcess:
-    env = dict(os.environ, RINGCCL_SHM_JOB=job, PYTHONPATH=os.pathsep.join(
-        p for p in (SRC, os.environ.get("PYTHONPATH")) if p))
-    for var in ("RINGCCL_HOST_ID", "RINGCCL_TRANSPORT", "RINGCCL_LANE", "RINGCCL_ALGO"):
-        env.pop(var, None)
-    cmd = mpirun_command(nproc, [sys.executable, str(Path(__file__).with_name("lane_script.py")),
-                                 mode])
-    if "--oversubscribe" in cmd:  # Open MPI: pass the variables on explicitly
-        cmd[1:1] = ["-x", "PYTHONPATH", "-x", "RINGCCL_SHM_JOB"]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+def _run(nproc: int, mode: str, job: str, seconds: float) -> subprocess.CompletedProcess:
+    env = {v: "" for v in ("RINGCCL_HOST_ID", "RINGCCL_TRANSPORT", "RINGCCL_LANE",
+                           "RINGCCL_ALGO")}
+    env["RINGCCL_SHM_JOB"] = job
+    return mpirun.run(nproc, mpirun.python("lane_script.py") + [mode], seconds=seconds,
+                      env=env)
 
 
 def _nothing_left(job: str) -> None:

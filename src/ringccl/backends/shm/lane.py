@@ -55,9 +55,11 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from typing import Any, Callable, NamedTuple
 
 from ... import caches
+from ...errors import ArgumentError
 from ...engine import step_error
 from ... import frontend
 from .group import LINE, RING, ShmGroup
@@ -69,8 +71,20 @@ __all__ = ["Lane", "lower", "capture", "wanted", "replay", "first_call", "signat
 #: signatures kept (the table is emptied when it is full: every rank sees the same calls)
 MAX_LANES = 256
 
-_state = {"enabled": os.environ.get("RINGCCL_LANE", "1").strip().lower()
-          not in ("0", "off", "false", "no")}
+_LANE_VALUES = {"": True, "1": True, "on": True, "0": False, "off": False}
+
+
+def _from_env() -> "bool | ArgumentError":
+    """``RINGCCL_LANE`` as on/off, or the error its value raises at the first call."""
+    text = os.environ.get("RINGCCL_LANE", "").strip().lower()
+    if text in _LANE_VALUES:
+        return _LANE_VALUES[text]
+    return ArgumentError(f"RINGCCL_LANE={os.environ['RINGCCL_LANE']!r} must be '1' or 'on' "
+                         "(compiled shared-memory calls, the default) or '0' or 'off' (every "
+                         "call on the general path)")
+
+
+_state = {"enabled": _from_env()}
 _lanes: dict = {}
 caches.register(_lanes.clear)
 _local = threading.local()
@@ -86,7 +100,10 @@ def set_enabled(on: bool) -> None:
 
 def enabled() -> bool:
     """Whether the lane is on (``RINGCCL_LANE``, :func:`set_enabled`)."""
-    return _state["enabled"]
+    on = _state["enabled"]
+    if isinstance(on, ArgumentError):
+        raise on
+    return on
 
 
 def compiled() -> int:
@@ -97,8 +114,11 @@ def compiled() -> int:
 def signature(*parts) -> tuple | None:
     """A front end's key: its ``parts`` and the environment variables a call reads; None when
     the lane is off or a part cannot be a key (unhashable: the general path checks it)."""
-    if not _state["enabled"]:
-        return None
+    on = _state["enabled"]
+    if on is not True:
+        if on is False:
+            return None
+        raise on
     get = os.environ.get
     key = parts + tuple(get(v) for v in _ENV)
     try:
@@ -113,9 +133,10 @@ def finisher(b, g, avg: bool) -> Callable[[Any], None]:
     (:func:`ringccl.frontend.in_place`): count the call on ``g`` (the backend ``b``'s resolved
     group), divide the flat result by the group's size for AVG."""
     n = b.size(g)
+    group = _weak(g)   # never keeps the group alive (:func:`_weak`)
 
     def done(flat) -> None:
-        frontend.count_call(b, g)
+        frontend.count_call(b, group())
         if avg:
             b.divide(flat, n)
     return done
@@ -149,7 +170,7 @@ def wanted() -> capture | None:
 
 
 class _Entry(NamedTuple):
-    group: Any                      # the caller's group argument (identity checked)
+    group: Callable[[], Any]        # the caller's group argument (identity checked), weakly
     lane: "Lane"
     done: Callable[[Any], None]     # after a replay: count the call, AVG's divide
 
@@ -158,7 +179,7 @@ def replay(key: tuple, group: Any, buffer: Any) -> bool:
     """Run the lane compiled for ``key`` on ``buffer``; False when there is none or it cannot
     run now (the caller then runs the general path; a lane that cannot run is forgotten)."""
     e = _lanes.get(key)
-    if e is None or e is _INELIGIBLE or e.group is not group:
+    if e is None or e is _INELIGIBLE or e.group() is not group:
         return False
     if not e.lane.run(buffer):
         del _lanes[key]   # the group changed: the next call compiles again
@@ -179,7 +200,18 @@ def first_call(key: tuple | None, group: Any, general: Callable[[], None],
         general()
     if len(_lanes) >= MAX_LANES:
         _lanes.clear()
-    _lanes[key] = _INELIGIBLE if box.lane is None else _Entry(group, box.lane, finish())
+    _lanes[key] = _INELIGIBLE if box.lane is None else _Entry(_weak(group), box.lane, finish())
+
+
+def _weak(group: Any) -> Callable[[], Any]:
+    """``group`` held weakly where it can be: a compiled lane must not keep a torch process
+    group alive past ``destroy_process_group`` (its gloo threads would run into the
+    interpreter's exit). Objects without weak references (None, some communicators) are
+    held as they are."""
+    try:
+        return weakref.ref(group)
+    except TypeError:
+        return lambda: group
 
 
 def lower(schedule, plan, rank: int, group: ShmGroup, transport, dialect, op, *,

@@ -1,0 +1,27 @@
+"""RINGCCL_LANE: its values, and a bad one refused by name at the first call."""
+
+import pytest
+
+from ringccl.backends.shm import lane
+from ringccl.errors import ArgumentError
+
+
+@pytest.mark.parametrize("text,on", [("", True), ("1", True), ("on", True), ("0", False),
+                                     ("OFF", False)])
+def test_lane_env_values(monkeypatch, text, on):
+    monkeypatch.setenv("RINGCCL_LANE", text)
+    assert lane._from_env() is on
+
+
+def test_lane_env_bad_value_names_it(monkeypatch):
+    monkeypatch.setenv("RINGCCL_LANE", "maybe")
+    monkeypatch.setitem(lane._state, "enabled", lane._from_env())
+    with pytest.raises(ArgumentError, match="RINGCCL_LANE='maybe' must be '1'"):
+        lane.signature("all_reduce", 0)
+    with pytest.raises(ArgumentError, match="RINGCCL_LANE"):
+        lane.enabled()
+
+
+def test_lane_off_gives_no_signature(monkeypatch):
+    monkeypatch.setitem(lane._state, "enabled", False)
+    assert lane.signature("all_reduce", 0) is None
