@@ -25,3 +25,12 @@ def test_lane_env_bad_value_names_it(monkeypatch):
 def test_lane_off_gives_no_signature(monkeypatch):
     monkeypatch.setitem(lane._state, "enabled", False)
     assert lane.signature("all_reduce", 0) is None
+
+
+@pytest.mark.parametrize("debug,compiled", [("INFO", False), ("TRACE", False), ("1", False),
+                                            ("0", True), ("", True)])
+def test_logged_or_checked_calls_are_never_compiled(monkeypatch, debug, compiled):
+    # a replayed call would skip the general path's log line and cross-rank check
+    monkeypatch.setitem(lane._state, "enabled", True)
+    monkeypatch.setenv("RINGCCL_DEBUG", debug)
+    assert (lane.signature("all_reduce", 0) is not None) is compiled

@@ -283,7 +283,7 @@ def all_reduce(buffer: np.ndarray, op: Any = ReduceOp.SUM, comm=None, algorithm:
     # a signature seen before replays its compiled shared-memory call (shm.lane); the key
     # holds every argument, so no other call can hit it
     key = None
-    if not params and accumulate_dtype is None and type(buffer) is np.ndarray and \
+    if not params and accumulate_dtype is None and not check and type(buffer) is np.ndarray and \
             trace.state.recorder is None:
         key = lane.signature("all_reduce", id(comm), buffer.shape, buffer.dtype, op,
                              algorithm, segment_bytes, timeout, restore, check, transport)

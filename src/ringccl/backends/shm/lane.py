@@ -59,6 +59,7 @@ import weakref
 from typing import Any, Callable, NamedTuple
 
 from ... import caches
+from ...consistency import debug_level
 from ...errors import ArgumentError
 from ...engine import step_error
 from ... import frontend
@@ -113,13 +114,17 @@ def compiled() -> int:
 
 def signature(*parts) -> tuple | None:
     """A front end's key: its ``parts`` and the environment variables a call reads; None when
-    the lane is off or a part cannot be a key (unhashable: the general path checks it)."""
+    the lane is off, when ``RINGCCL_DEBUG`` asks for logging or the cross-rank check (each
+    call then runs the general path, which logs and checks it), or when a part cannot be a key
+    (unhashable: the general path checks it)."""
     on = _state["enabled"]
     if on is not True:
         if on is False:
             return None
         raise on
     get = os.environ.get
+    if get("RINGCCL_DEBUG") and debug_level():
+        return None   # logged or cross-checked calls: every one runs the general path
     key = parts + tuple(get(v) for v in _ENV)
     try:
         hash(key)

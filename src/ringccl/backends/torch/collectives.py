@@ -260,7 +260,7 @@ def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
     # a signature seen before replays its compiled shared-memory call (shm.lane); the key
     # holds every argument, so no other call can hit it
     key = None
-    if not params and accumulate_dtype is None and type(tensor) is torch.Tensor and \
+    if not params and accumulate_dtype is None and not check and type(tensor) is torch.Tensor and \
             trace.state.recorder is None:
         key = lane.signature("all_reduce", id(group), tensor.shape, tensor.dtype, tensor.device,
                              op, algorithm, segment_bytes, timeout, restore, check, transport)
