@@ -1,5 +1,5 @@
-"""docs/contributing.md's "Adding an algorithm" example, run as written: one file, and the algorithm is
-verified, simulated against numpy, listed and costed like the built-in ones."""
+"""docs/contributing.md's "Adding an algorithm" example, run as written: one file, and the
+algorithm is verified, simulated against numpy, listed and costed like the built-in ones."""
 
 import re
 import types

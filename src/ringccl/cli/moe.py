@@ -1,13 +1,14 @@
 """``ringccl moe``: MoE expert parallelism on local processes.
 
-First the token exchange of expert parallelism on real processes: GPU ``src`` holds one token for each
-expert, ``Token_G{src}->E{dst}``, and after the dispatch (an all-to-all) GPU ``dst``'s expert
-holds the tokens of every GPU — the 4 × 4 token matrix transposed, printed before and
+First the token exchange of expert parallelism on real processes: GPU ``src`` holds one token
+for each expert, ``Token_G{src}->E{dst}``, and after the dispatch (an all-to-all) GPU ``dst``'s
+expert holds the tokens of every GPU — the 4 × 4 token matrix transposed, printed before and
 after. Then the same dispatch at scale
 (:func:`ringccl.training.moe_run.scale_worker`): random tokens with Zipf-skewed top-k routing
 and a capacity factor, timed unsplit (dispatch, expert MLPs, combine) and micro-chunked against
-the experts on the background communicator, with the imbalance, the dropped assignments and the planner's
-overlap model (:func:`ringccl.planner.step.exposed_seconds`) next to the measured pipeline.
+the experts on the background communicator, with the imbalance, the dropped assignments and
+the planner's overlap model (:func:`ringccl.planner.step.exposed_seconds`) next to the measured
+pipeline.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@
   all_reduce with alpha = 5 us, 300 GB/s, float32, for 8 ranks / 2^20 elements, 1024 ranks /
   2^20 elements, 1024 ranks / 2^28 elements.
 * All_reduce of 100 MiB at 50 GB/s and 5 us for P = 4 ... 1024 under the closed forms often
-  quoted for master, ring and tree (the α-β model of Hockney 1994) — and what ringccl's walked schedules give for every such algorithm registered.
+  quoted for master, ring and tree (the α-β model of Hockney 1994) — and what ringccl's
+  walked schedules give for every such algorithm registered.
 * Flat ring versus hierarchical all_reduce (Jia et al., arXiv:1807.11205, 2018) of a 1 GiB
   gradient on 128 nodes x 8 GPUs, NVLink 900 GB/s, InfiniBand 50 GB/s per NIC.
 
@@ -91,8 +92,8 @@ def closed_forms_vs_walked(world_sizes=(4, 8, 16, 64, 256, 1024), nbytes: float 
                 alpha: float = 5e-6, bandwidth: float = 50e9) -> list[dict]:
     """The closed forms against ringccl's walked schedules, one row per P.
 
-    Each row has ``closed_form`` {master, ring, tree: seconds} and ``ringccl`` {algorithm: seconds or
-    None when that all_reduce algorithm is not registered}.
+    Each row has ``closed_form`` {master, ring, tree: seconds} and ``ringccl`` {algorithm:
+    seconds or None when that all_reduce algorithm is not registered}.
     """
     rows = []
     for p in world_sizes:

@@ -19,8 +19,8 @@ __all__ = ["token_matrix_worker", "ScaleConfig", "scale_worker", "command_worker
 
 def token_matrix_worker(rank: int, world_size: int) -> list[str]:
     """Expert parallelism's all-to-all token exchange on real processes: GPU ``src`` holds
-    the tokens ``Token_G{src}->E{dst}``, one per expert dst (one expert per rank); after the dispatch
-    rank dst holds ``Token_G{src}->E{dst}`` from every src. The labels travel as rows
+    the tokens ``Token_G{src}->E{dst}``, one per expert dst (one expert per rank); after the
+    dispatch rank dst holds ``Token_G{src}->E{dst}`` from every src. The labels travel as rows
     ``(src, dst)``; returns the labels this rank received, in order."""
     tokens = torch.tensor([[float(rank), float(dst)] for dst in range(world_size)])
     ids = torch.arange(world_size).reshape(-1, 1)
