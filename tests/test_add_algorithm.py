@@ -1,5 +1,5 @@
-"""The README's "Adding an algorithm" example, run as written: one file, and the algorithm is
-verified, simulated against numpy, listed and costed like the built-in ones."""
+"""docs/contributing.md's "Adding an algorithm" example, run as written: one file, and the
+algorithm is verified, simulated against numpy, listed and costed like the built-in ones."""
 
 import re
 import types
@@ -12,11 +12,11 @@ import ringccl
 from ringccl.algorithms import REGISTRY
 from ringccl.views.interop import to_msccl_xml
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+GUIDE = Path(__file__).resolve().parent.parent / "docs" / "contributing.md"
 
 
 def _example_source() -> str:
-    text = README.read_text(encoding="utf-8")
+    text = GUIDE.read_text(encoding="utf-8")
     section = text.split("## Adding an algorithm", 1)[1]
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
@@ -25,7 +25,7 @@ def _example_source() -> str:
 def reverse_ring():
     source = _example_source()
     module = types.ModuleType("reverse_ring")
-    exec(compile(source, "README.md (Adding an algorithm)", "exec"), module.__dict__)
+    exec(compile(source, "docs/contributing.md (Adding an algorithm)", "exec"), module.__dict__)
     yield module
     REGISTRY.pop(("all_gather", "reverse_ring"), None)
     ringccl.clear_caches()

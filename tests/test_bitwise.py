@@ -134,10 +134,10 @@ def test_reduce_order_is_reduce_rounds_without_accumulators(pair):
             d = s.dst[lo:hi].astype(np.int64) * s.num_chunks + s.dst_chunk[lo:hi]
             order = reduce_order(d, s.src[lo:hi], s.dst[lo:hi], s.reduce[lo:hi])
             rounds = reduce_rounds(d, s.reduce[lo:hi])
-            used = np.concatenate([order.seeds] + [t for t, _ in order.folds] + order.rounds
+            used = np.concatenate([order.starts] + [t for t, _ in order.folds] + order.rounds
                                   + [np.zeros(0, np.int64)])
             assert sorted(used.tolist()) == np.flatnonzero(s.reduce[lo:hi]).tolist()
-            if not order.seeds.size:
+            if not order.starts.size:
                 assert [r.tolist() for r in order.rounds] == [r.tolist() for r in rounds]
             for t, a in order.folds:
                 assert (np.diff(a) > 0).all()

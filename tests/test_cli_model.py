@@ -78,7 +78,7 @@ def test_model_preset_worked_examples_prints_their_figures(capsys):
     out = capsys.readouterr().out
     for figure in ("1.750 K", "0.250 x", "0.875 x", "1.992 K", "0.996 x",   # per-rank bytes
                    "0.094", "10.26", "10.23", "99.7%", "17.38", "7.15",     # latency table
-                   "12.61", "4301.00", "3.18", "14.42", "4.21", "4.29",      # experiment 3
+                   "12.61", "4301.00", "3.18", "14.42", "4.21", "4.29",      # closed forms
                    "53.14", "8.75", "6.07x"):                                # hierarchical
         assert figure in out, figure
 
@@ -86,8 +86,8 @@ def test_model_preset_worked_examples_prints_their_figures(capsys):
 def test_model_preset_worked_examples_json(capsys):
     assert main(["model", "--preset", "worked-examples", "--json"]) == 0
     fig = json.loads(capsys.readouterr().out)
-    assert set(fig) == {"per_rank_bytes", "ring_latency", "experiment3", "hierarchical"}
-    assert round(fig["experiment3"][-1]["lecture"]["master"] * 1e3, 2) == 4301.00
+    assert set(fig) == {"per_rank_bytes", "ring_latency", "closed_forms", "hierarchical"}
+    assert round(fig["closed_forms"][-1]["closed_form"]["master"] * 1e3, 2) == 4301.00
 
 
 def test_tune_prints_ranges(capsys):

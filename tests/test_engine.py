@@ -429,9 +429,9 @@ def test_three_sources_below_fold_through_an_accumulator(driver, segment_elems, 
     want = _fold16(x)
     assert buffers[3].view(np.uint16).tolist() == want.view(np.uint16).tolist()
     assert (_fold16(x[[3, 0, 1, 2, 4]]).view(np.uint16) != want.view(np.uint16)).any()
-    # the plan: R0's receive seeds the accumulator, R1's folds in, R2's folds and flushes,
+    # the plan: R0's receive starts the accumulator, R1's folds in, R2's folds and flushes,
     # R4's combines into the buffer directly; one chunk of accumulator
-    roles = [(r.peer, r.fold >= 0, r.seed, r.flush) for r in plans[3].steps[0].recvs
+    roles = [(r.peer, r.fold >= 0, r.start, r.flush) for r in plans[3].steps[0].recvs
              if r.segment == 0]
     assert roles == [(0, True, True, False), (1, True, False, False), (2, True, False, True),
                      (4, False, False, False)]

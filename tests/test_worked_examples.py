@@ -95,26 +95,27 @@ CLOSED_FORM = {
 
 
 @pytest.mark.parametrize("algorithm", ["master", "ring", "tree"])
-def test_experiment3_closed_forms(algorithm):
-    got = [round(presets.lecture_all_reduce_seconds(algorithm, p, M100, 5e-6, 50e9) / MS, 2)
+def test_closed_forms_closed_forms(algorithm):
+    got = [round(presets.closed_form_all_reduce_seconds(algorithm, p, M100, 5e-6, 50e9) / MS, 2)
            for p in P_LIST]
     assert got == CLOSED_FORM[algorithm]
 
 
-def test_experiment3_walked_ring_equals_the_closed_form():
+def test_closed_forms_walked_ring_equals_the_closed_form():
     for p, expected in zip(P_LIST, CLOSED_FORM["ring"]):
         r = ringccl.cost("all_reduce", "ring", p, M100, alpha="5us", bandwidth="50GB/s")
         assert r.seconds == pytest.approx(
-            presets.lecture_all_reduce_seconds("ring", p, M100, 5e-6, 50e9), rel=1e-12)
+            presets.closed_form_all_reduce_seconds("ring", p, M100, 5e-6, 50e9), rel=1e-12)
         assert round(r.seconds / MS, 2) == expected
 
 
-def test_experiment3_preset_rows():
-    rows = presets.experiment3()
+def test_closed_forms_preset_rows():
+    rows = presets.closed_forms_vs_walked()
     assert [r["world_size"] for r in rows] == P_LIST
     for r in rows:
-        for a in presets.LECTURE_ALGORITHMS:
-            assert round(r["lecture"][a] / MS, 2) == CLOSED_FORM[a][P_LIST.index(r["world_size"])]
+        for a in presets.CLOSED_FORM_ALGORITHMS:
+            want = CLOSED_FORM[a][P_LIST.index(r["world_size"])]
+            assert round(r["closed_form"][a] / MS, 2) == want
         for a, seconds in r["ringccl"].items():
             if ("all_reduce", a) in REGISTRY:
                 assert seconds == ringccl.cost("all_reduce", a, r["world_size"], M100,
@@ -123,7 +124,7 @@ def test_experiment3_preset_rows():
                 assert seconds is None
 
 
-def test_experiment3_walked_master():
+def test_closed_forms_walked_master():
     """The root's port carries (P-1) whole buffers in: at least (P-1) M / B, growing with P."""
     _need("master")
     times = []
@@ -135,13 +136,13 @@ def test_experiment3_walked_master():
 
 
 @pytest.mark.parametrize("name", ["tree", "double_binary_tree"])
-def test_experiment3_walked_trees_versus_the_closed_form_tree(name):
+def test_closed_forms_walked_trees_versus_the_closed_form_tree(name):
     """The closed-form tree 2 log2(P) alpha + 2 M/B counts the pipeline's bandwidth but
     not its fill: a walked tree, pipelined or not, is never faster than it."""
     _need(name)
     for p in P_LIST:
         r = ringccl.cost("all_reduce", name, p, M100, alpha="5us", bandwidth="50GB/s")
-        closed = presets.lecture_all_reduce_seconds("tree", p, M100, 5e-6, 50e9)
+        closed = presets.closed_form_all_reduce_seconds("tree", p, M100, 5e-6, 50e9)
         assert r.seconds >= closed * (1 - 1e-12), (name, p, r.seconds, closed)
         assert r.bandwidth_seconds >= M100 / 50e9 * (1 - 1e-12)
 
@@ -155,7 +156,7 @@ def _machine():
     return two_level(NODES, LOCAL, intra=("5us", "900GB/s"), inter=("5us", "50GB/s"))
 
 
-def test_hierarchical_question_flat_ring():
+def test_flat_vs_hierarchical_flat_ring():
     """A node-major flat ring over 1024 GPUs: every step waits for a NIC hop."""
     topo = _machine()
     r = ringccl.cost("all_reduce", "ring", None, GIB, topology=topo)
@@ -167,10 +168,10 @@ def test_hierarchical_question_flat_ring():
     assert nic.max() == pytest.approx(2 * (n - 1) / n * GIB)
 
 
-def test_hierarchical_question_formula():
+def test_flat_vs_hierarchical_formula():
     """Intra-node ring reduce-scatter (NVLink), 8 inter-node rings on M/8 (one NIC each),
     intra-node ring all-gather, each costed on its own flat machine."""
-    h = presets.hierarchical_question()
+    h = presets.flat_vs_hierarchical()
     a, L, n, m = 5e-6, LOCAL, NODES, GIB
     formula = (2 * (L - 1) * a + 2 * (L - 1) / L * m / 900e9
                + 2 * (n - 1) * a + 2 * (n - 1) / n * (m / L) / 50e9)
@@ -187,7 +188,7 @@ def test_hierarchical_question_formula():
     assert round(h["speedup_formula"], 2) == 6.07
 
 
-def test_hierarchical_question_walked():
+def test_flat_vs_hierarchical_walked():
     """ringccl's hierarchical schedule on the same machine: all eight NICs, about 1/8 the bytes
     per NIC, faster than the flat ring."""
     _need("hierarchical")
@@ -198,4 +199,4 @@ def test_hierarchical_question_walked():
     assert (nic > 0).all()
     assert nic.max() <= flat_ring.max_link_bytes["nic out"] / 4
     assert h.seconds < flat_ring.seconds / 2
-    assert presets.hierarchical_question()["hierarchical_walked"]["seconds"] == h.seconds
+    assert presets.flat_vs_hierarchical()["hierarchical_walked"]["seconds"] == h.seconds

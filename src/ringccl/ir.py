@@ -124,13 +124,13 @@ class ReduceOrder(NamedTuple):
     """How executors apply one step's reduces (the rule: "Reduction order" in this module's
     docstring). Indices are into the step's transfers.
 
-    Apply, in this order: ``acc[a] := source(seeds[a])`` for every accumulator a; for each
+    Apply, in this order: ``acc[a] := source(starts[a])`` for every accumulator a; for each
     ``(transfers, accumulators)`` of ``folds`` in turn, ``acc[accumulators[i]] ⊕=
-    source(transfers[i])``; ``slot(seeds[a]) ⊕= acc[a]`` for every a (the flush); then for each
+    source(transfers[i])``; ``slot(starts[a]) ⊕= acc[a]`` for every a (the flush); then for each
     round of ``rounds`` in turn, ``slot(t) ⊕= source(t)`` for its transfers t.
 
     Attributes:
-        seeds: int64 (A,), one per slot with at least two sources below its rank (A
+        starts: int64 (A,), one per slot with at least two sources below its rank (A
             accumulators, in ascending slot id): that slot's lowest source.
         folds: list of (transfers, accumulators) int64 pairs: round j holds the (j+2)-th source
             below its rank of every accumulated slot that has one, sorted by accumulator (so
@@ -141,7 +141,7 @@ class ReduceOrder(NamedTuple):
             ascending source.
     """
 
-    seeds: np.ndarray
+    starts: np.ndarray
     folds: list
     rounds: list
 
@@ -173,13 +173,13 @@ def reduce_order(dst_slots: np.ndarray, src: np.ndarray, dst: np.ndarray,
     acc_of_group = np.cumsum(accumulated) - 1
     in_acc = accumulated[group]
     nb = n_below[group]
-    seeds = order[in_acc & (k == 0)]                 # ascending slot id: groups are sorted
+    starts = order[in_acc & (k == 0)]                 # ascending slot id: groups are sorted
     folds = []
     for j in range(1, int(n_below.max())):
         sel = in_acc & (k == j) & (k < nb)
         folds.append((order[sel], acc_of_group[group[sel]]))  # groups ascending: sorted by acc
     direct = ~in_acc | (k >= nb)
-    return ReduceOrder(seeds, folds, _rounds(order[direct], np.where(in_acc, k - nb, k)[direct]))
+    return ReduceOrder(starts, folds, _rounds(order[direct], np.where(in_acc, k - nb, k)[direct]))
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:

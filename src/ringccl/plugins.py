@@ -4,9 +4,9 @@
 each module in the CLI's process, and sets the environment variable :data:`ENV_VAR`
 (``RINGCCL_IMPORT``, comma-separated) so that the worker processes ``run``, ``bench`` and
 ``train`` start, which inherit the environment, import the same modules before they build any
-schedule: a registered algorithm is then known on every rank, as the README's "import the file
-and the algorithm is everywhere" promises. Setting ``RINGCCL_IMPORT`` by hand does the same for
-``torchrun`` / ``mpirun`` launches.
+schedule: a registered algorithm is then known on every rank, as docs/contributing.md's
+"import the file and the algorithm is everywhere" promises. Setting ``RINGCCL_IMPORT`` by hand
+does the same for ``torchrun`` / ``mpirun`` launches.
 """
 
 from __future__ import annotations

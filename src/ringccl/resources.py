@@ -56,7 +56,7 @@ RUN_BUFFER_FACTOR = 8
 #: workers compute (every ring step reduces) as well as wait, and each one's start-up (importing
 #: torch, ~1.5 CPU-seconds) is paid by every process; beyond a few per core a run measures the
 #: OS scheduler and start-up alone takes minutes (1000 processes on 2 cores drove the load
-#: average to 335 and the machine stopped responding: issue 14).
+#: average to 335 and the machine stopped responding).
 MAX_PROCESSES_PER_CORE = 4
 
 

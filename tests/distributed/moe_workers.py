@@ -149,4 +149,4 @@ def overlap(rank, world_size):
 def all_cases(rank, world_size):
     return {"equivalence": equivalence(rank, world_size), "bad": bad_input(rank, world_size),
             "overlap": overlap(rank, world_size),
-            "experiment4": moe_run.experiment4_worker(rank, world_size)}
+            "token_matrix": moe_run.token_matrix_worker(rank, world_size)}

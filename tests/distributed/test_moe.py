@@ -1,7 +1,7 @@
 """MoE expert parallelism on 4 local gloo processes (issue 18): the EP layer against the same
 layer in one process (outputs and gradients, skewed routing, ranks that receive nothing, a rank
 with no tokens, capacity drops), the refusals before any data moves, the micro-chunked pipeline
-against the unsplit run, and the lecture's experiment 4.
+against the unsplit run, and the 4 x 4 token matrix transposed.
 
 Everything runs in ONE launch (``moe_workers.all_cases``). Tolerance: float64, the EP run and
 the reference differ only in summation order (measured: <= 7e-16).
@@ -74,6 +74,6 @@ def test_pipelined_equals_unsplit(runs):
     assert sum(r["overlap"]["dropped"] for r in runs) > 0
 
 
-def test_experiment4_transposes_the_token_matrix(runs):
+def test_token_matrix_transposes_the_token_matrix(runs):
     for dst, r in enumerate(runs):
-        assert r["experiment4"] == [f"Token_G{src}->E{dst}" for src in range(NPROC)]
+        assert r["token_matrix"] == [f"Token_G{src}->E{dst}" for src in range(NPROC)]

@@ -15,7 +15,7 @@ from .. import bounds  # noqa: E402
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(bounds.job(600))]
 
 
-def test_moe_prints_experiment4_and_the_run_at_scale(capsys, tmp_path):
+def test_moe_prints_the_token_matrix_and_the_run_at_scale(capsys, tmp_path):
     png = tmp_path / "moe.png"
     assert main(["moe", "--nproc", "4", "--tokens", "256", "--hidden-size", "32",
                  "--ffn-hidden-size", "64", "--iters", "2", "--plot", str(png)]) == 0
@@ -33,7 +33,7 @@ def test_moe_json(capsys):
     assert main(["moe", "--nproc", "4", "--tokens", "128", "--hidden-size", "16",
                  "--ffn-hidden-size", "32", "--iters", "1", "--skew", "2", "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
-    assert r["experiment4"][2] == [f"Token_G{s}->E2" for s in range(4)]
+    assert r["token_matrix"][2] == [f"Token_G{s}->E2" for s in range(4)]
     assert len(r["per_rank"]) == 4 and r["imbalance"] > 1
     assert 0 < r["dropped"] < r["assignments"]
     assert r["speedup"] > 0 and r["model_pipelined_s"] > 0

@@ -6,7 +6,7 @@ groups of transfers ("at step s every rank r sends chunk f(r, s) to g(r, s)"), o
 (step, rank) grid), and ends with :meth:`Transfers.schedule`, which names the phase of every step
 and hands everything to :meth:`Schedule.from_arrays` once. No builder loops over single
 transfers, concatenates arrays itself or calls ``Schedule.from_arrays`` directly; a user's
-algorithm may do the latter (README, "Adding an algorithm").
+algorithm may do the latter (docs/contributing.md, "Adding an algorithm").
 
 Example (ring all-gather: at step s rank r sends block (r - s) mod N to r + 1)::
 

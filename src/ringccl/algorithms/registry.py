@@ -5,10 +5,11 @@ takes ``world_size`` (and keyword parameters such as ``root``) and returns a
 :class:`~ringccl.ir.Schedule`; it never touches data, numpy buffers of user data or torch. The
 built-in builders all use one style, :class:`ringccl.algorithms._build.Transfers`.
 
-Adding an algorithm is one new module that calls ``register`` (see README, "Adding an algorithm"),
-imported by :mod:`ringccl.algorithms` or by the user before use (``ringccl --import FILE``
-for the CLI). :data:`DEFAULTS` holds the one default algorithm of each collective. An entry is
-written with keywords only, so the nine fields cannot be swapped silently::
+Adding an algorithm is one new module that calls ``register`` (see docs/contributing.md,
+"Adding an algorithm"), imported by :mod:`ringccl.algorithms` or by the user before use
+(``ringccl --import FILE`` for the CLI). :data:`DEFAULTS` holds the one default algorithm of
+each collective. An entry is written with keywords only, so the nine fields cannot be swapped
+silently::
 
     register(Algorithm(collective="all_gather", name="ring", builder=all_gather,
                        num_steps=lambda n: n - 1, bytes_sent=lambda n, m: (n - 1) / n * m,

@@ -15,7 +15,7 @@ from ..costmodel.buckets import (DDP_BUCKET_BYTES, DDP_FIRST_BUCKET_BYTES, best_
 from ..costmodel.fit import (PARAMS, by_backend, fit_rows, held_out, load_rows, sweep_key,
                              sweep_label)
 from ..costmodel.nccl_fit import nccl_tests_rows
-from ..costmodel.presets import LINK_CLASSES, link_class, seed_figures
+from ..costmodel.presets import LINK_CLASSES, link_class, worked_examples
 from ..costmodel.topology import flat, two_level
 from ..costmodel.tuning import predict_table, tune
 from ..errors import ArgumentError
@@ -139,12 +139,12 @@ def _print_examples(fig: dict) -> None:
              _ms(r["seconds"]), _ms(r["latency_seconds"]), f"{100 * r['latency_fraction']:.1f}%",
              _ms(r["bandwidth_seconds"])] for r in fig["ring_latency"]])
     print()
-    rows = fig["experiment3"]
+    rows = fig["closed_forms"]
     walked = list(rows[0]["ringccl"])
     table("all_reduce of 100 MiB, 50 GB/s, 5 us (ms); closed forms master 2(P-1)(a+M/B), "
           "ring 2(P-1)a+2(P-1)/P*M/B, tree 2log2(P)a+2M/B | ringccl's walked schedules",
            ["P", "master", "ring", "tree", "|"] + [f"ringccl {a}" for a in walked],
-           [[r["world_size"]] + [_ms(r["lecture"][a]) for a in ("master", "ring", "tree")]
+           [[r["world_size"]] + [_ms(r["closed_form"][a]) for a in ("master", "ring", "tree")]
             + ["|"] + ["-" if r["ringccl"][a] is None else _ms(r["ringccl"][a]) for a in walked]
             for r in rows])
     missing = [a for a in walked if rows[0]["ringccl"][a] is None]
@@ -173,7 +173,7 @@ def _print_examples(fig: dict) -> None:
 def _cmd_model(args) -> int:
     if args.preset == "worked-examples":
         with status("recomputing the worked examples …"):
-            fig = seed_figures()
+            fig = worked_examples()
         if args.json:
             emit_json(fig)
         else:

@@ -1,14 +1,14 @@
 """``ringccl moe``: MoE expert parallelism on local processes.
 
-First the lecture's experiment 4 on real processes: GPU ``src`` holds one token for each
-expert, ``Token_G{src}->E{dst}``, and after the dispatch (an all-to-all) GPU ``dst``'s expert
-holds the tokens of every GPU — the 4 × 4 token matrix transposed, printed before and after as
-the lecture prints it. Then the same dispatch at scale
+First the token exchange of expert parallelism on real processes: GPU ``src`` holds one token
+for each expert, ``Token_G{src}->E{dst}``, and after the dispatch (an all-to-all) GPU ``dst``'s
+expert holds the tokens of every GPU — the 4 × 4 token matrix transposed, printed before and
+after. Then the same dispatch at scale
 (:func:`ringccl.training.moe_run.scale_worker`): random tokens with Zipf-skewed top-k routing
 and a capacity factor, timed unsplit (dispatch, expert MLPs, combine) and micro-chunked against
-the experts on the background communicator
-(the lecture's question 3), with the imbalance, the dropped assignments and the planner's
-overlap model (:func:`ringccl.planner.step.exposed_seconds`) next to the measured pipeline.
+the experts on the background communicator, with the imbalance, the dropped assignments and
+the planner's overlap model (:func:`ringccl.planner.step.exposed_seconds`) next to the measured
+pipeline.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def _report(results: list, config: dict, nproc: int) -> dict:
     dropped = sum(s["dropped"] for s in scale)
     assignments = sum(s["assignments"] for s in scale)
     predicted = overlap_model(slow, config["num_chunks"])
-    return {"nproc": nproc, "config": config, "experiment4": [r["experiment4"] for r in results],
+    return {"nproc": nproc, "config": config, "token_matrix": [r["token_matrix"] for r in results],
             "per_rank": [{"rank": s["rank"], "tokens_per_expert": s["tokens_per_expert"],
                           "dropped": s["dropped"], "seconds": s["seconds"]} for s in scale],
             "slowest_seconds": slow, "tokens_per_expert": counts,
@@ -111,17 +111,17 @@ def _report(results: list, config: dict, nproc: int) -> dict:
 
 def _print(report: dict, fmt: str = "auto") -> None:
     n = report["nproc"]
-    print(f"experiment 4: MoE expert parallelism's all-to-all on {n} processes (one expert "
+    print(f"token matrix: MoE expert parallelism's all-to-all on {n} processes (one expert "
           "each), the token matrix transposed")
     print("before, the tokens each GPU is about to dispatch:")
     for src in range(n):
         print(f"  GPU {src} (one token for each expert): "
               f"{[f'Token_G{src}->E{dst}' for dst in range(n)]}")
     print("after the all-to-all, what each GPU's expert received:")
-    for dst, labels in enumerate(report["experiment4"]):
+    for dst, labels in enumerate(report["token_matrix"]):
         print(f"  GPU {dst}, expert {dst} (tokens from every GPU): {labels}")
     ok = all(labels == [f"Token_G{s}->E{d}" for s in range(n)]
-             for d, labels in enumerate(report["experiment4"]))
+             for d, labels in enumerate(report["token_matrix"]))
     print(f"transpose {'verified' if ok else 'WRONG'}: recv[dst][src] = send[src][dst]\n")
     c = report["config"]
     cap = "none" if c["capacity_factor"] is None else f"{c['capacity_factor']:g}"
@@ -198,14 +198,14 @@ def _cmd_moe(args) -> int:
     else:
         _print(report, args.format)
     ok = all(labels == [f"Token_G{s}->E{d}" for s in range(args.nproc)]
-             for d, labels in enumerate(report["experiment4"]))
+             for d, labels in enumerate(report["token_matrix"]))
     return 0 if ok else 1
 
 
 def register(sub) -> None:
     """``ringccl moe``."""
-    p = sub.add_parser("moe", help="MoE expert parallelism on local processes: the lecture's "
-                       "experiment 4, then token dispatch at scale (timings, imbalance, "
+    p = sub.add_parser("moe", help="MoE expert parallelism on local processes: the token "
+                       "matrix's all-to-all, then token dispatch at scale (timings, imbalance, "
                        "dropped tokens, overlap)")
     p.add_argument("--nproc", "-n", type=positive_int, default=4, help="local processes "
                    "(default 4)")

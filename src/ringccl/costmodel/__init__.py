@@ -13,7 +13,8 @@
 - :mod:`.compute_profile`: the compute profile ``ringccl calibrate`` writes, and its loader.
 - :mod:`.choice`: the one algorithm chooser of the executors (measured crossovers per backend
   and transport, the model's argmin for hybrid, ``RINGCCL_ALGO``).
-- :mod:`.presets`: the seeds' figures, reproduced from the model.
+- :mod:`.presets`: worked examples of the α-β model (``ringccl model --preset
+  worked-examples``) and the measured link classes.
 
 Nothing here knows an executor: the model predicts from schedules and topologies only.
 """

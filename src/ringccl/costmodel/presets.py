@@ -1,14 +1,15 @@
-"""The seeds' figures, recomputed through ringccl's public API (``ringccl model --preset seed``).
+"""Worked examples of the α-β model, recomputed through ringccl's public API
+(``ringccl model --preset worked-examples``; docs/cost-model.md, "Worked examples").
 
-* Seed 000 (ring walk-through), section 5: per-rank bytes of ring all_reduce for N = 8, 64, 256
-  next to the naive full mesh ((N-1)K) and the 2K lower bound; and the latency table: ring
+* Ring all_reduce (Patarasuk & Yuan, JPDC 69(2), 2009): per-rank bytes for N = 8, 64, 256 next
+  to the naive full mesh ((N-1)K) and the 2K lower bound; and the latency table: ring
   all_reduce with alpha = 5 us, 300 GB/s, float32, for 8 ranks / 2^20 elements, 1024 ranks /
   2^20 elements, 1024 ranks / 2^28 elements.
-* Seed 001 (lecture), section 7.3, experiment 3: all_reduce of 100 MiB at 50 GB/s and 5 us for
-  P = 4 ... 1024 under the lecture's own formulas for master, ring and tree — and what ringccl's
+* All_reduce of 100 MiB at 50 GB/s and 5 us for P = 4 ... 1024 under the closed forms often
+  quoted for master, ring and tree (the α-β model of Hockney 1994) — and what ringccl's
   walked schedules give for every such algorithm registered.
-* Seed 001, section 9.3 question 1 / appendix question 4: 128 nodes x 8 GPUs, NVLink 900 GB/s,
-  InfiniBand 50 GB/s per NIC: flat ring versus hierarchical all_reduce of a 1 GiB gradient.
+* Flat ring versus hierarchical all_reduce (Jia et al., arXiv:1807.11205, 2018) of a 1 GiB
+  gradient on 128 nodes x 8 GPUs, NVLink 900 GB/s, InfiniBand 50 GB/s per NIC.
 
 And the measured link classes (:data:`LINK_CLASSES`, ``ringccl model/tune --link NAME``):
 :data:`SHARED_MEMORY`, ringccl's shared-memory transport on this development machine.
@@ -26,19 +27,21 @@ from .fit import SHM_COPIES
 from .model import cost
 from .topology import LinkClass, two_level
 
-__all__ = ["lecture_all_reduce_seconds", "per_rank_bytes", "ring_latency", "experiment3",
-           "hierarchical_question", "seed_figures", "LECTURE_ALGORITHMS", "WALKED_ALGORITHMS",
+__all__ = ["closed_form_all_reduce_seconds", "per_rank_bytes", "ring_latency",
+           "closed_forms_vs_walked", "flat_vs_hierarchical", "worked_examples",
+           "CLOSED_FORM_ALGORITHMS", "WALKED_ALGORITHMS",
            "SHARED_MEMORY", "LINK_CLASSES", "link_class"]
 
-#: the lecture's experiment 3 formulas (seed 001, section 7.3, ``alpha_beta_cost_model``)
-LECTURE_ALGORITHMS = ("master", "ring", "tree")
+#: the algorithms with a textbook all_reduce closed form (:func:`closed_form_all_reduce_seconds`)
+CLOSED_FORM_ALGORITHMS = ("master", "ring", "tree")
 #: the registered all_reduce algorithms shown next to them, when they exist
 WALKED_ALGORITHMS = ("master", "ring", "tree", "double_binary_tree")
 
 
-def lecture_all_reduce_seconds(algorithm: str, world_size: int, nbytes: float, alpha: float,
-                               bandwidth: float) -> float:
-    """The lecture's experiment-3 all_reduce formulas (seed 001, section 7.3), in seconds.
+def closed_form_all_reduce_seconds(algorithm: str, world_size: int, nbytes: float,
+                                   alpha: float, bandwidth: float) -> float:
+    """The all_reduce closed forms often quoted for three algorithms, in seconds (α-β model,
+    Hockney 1994; ring: Patarasuk & Yuan 2009).
 
     master: 2(P-1)(alpha + M/B)  — rank 0 receives, then sends, P-1 whole buffers one by one;
     ring:   2(P-1) alpha + 2 (P-1)/P M/B;
@@ -53,12 +56,12 @@ def lecture_all_reduce_seconds(algorithm: str, world_size: int, nbytes: float, a
         return 2 * (p - 1) * alpha + 2 * ((p - 1) / p) * (beta * nbytes)
     if algorithm == "tree":
         return 2 * math.log2(p) * alpha + 2 * (beta * nbytes)
-    raise ValueError(f"algorithm={algorithm!r}: the lecture gives formulas for "
-                     f"{', '.join(LECTURE_ALGORITHMS)}")
+    raise ValueError(f"algorithm={algorithm!r}: closed forms exist for "
+                     f"{', '.join(CLOSED_FORM_ALGORITHMS)}")
 
 
 def per_rank_bytes(world_sizes=(8, 64, 256)) -> list[dict]:
-    """Seed 000's per-rank bytes table: ring all_reduce bytes sent per rank in units of K.
+    """Ring all_reduce bytes sent per rank in units of K (Patarasuk & Yuan 2009: 2(N-1)/N K).
 
     Measured on the walked schedule's busiest port (K = one rank's buffer); ``vs_direct`` divides
     by the naive full mesh's (N-1)K, ``vs_lower_bound`` by 2K.
@@ -74,7 +77,7 @@ def per_rank_bytes(world_sizes=(8, 64, 256)) -> list[dict]:
 
 
 def ring_latency(alpha: float = 5e-6, bandwidth: float = 300e9) -> list[dict]:
-    """Seed 000's latency table: ring all_reduce of float32 buffers at alpha, bandwidth."""
+    """Ring all_reduce of float32 buffers at alpha, bandwidth: latency and bandwidth terms."""
     rows = []
     for n, count in ((8, 2**20), (1024, 2**20), (1024, 2**28)):
         r = cost("all_reduce", "ring", n, 4 * count, alpha=alpha, bandwidth=bandwidth)
@@ -85,27 +88,27 @@ def ring_latency(alpha: float = 5e-6, bandwidth: float = 300e9) -> list[dict]:
     return rows
 
 
-def experiment3(world_sizes=(4, 8, 16, 64, 256, 1024), nbytes: float = 100 * 2**20,
+def closed_forms_vs_walked(world_sizes=(4, 8, 16, 64, 256, 1024), nbytes: float = 100 * 2**20,
                 alpha: float = 5e-6, bandwidth: float = 50e9) -> list[dict]:
-    """The lecture's experiment 3 and ringccl's walked schedules, one row per P.
+    """The closed forms against ringccl's walked schedules, one row per P.
 
-    Each row has ``lecture`` {master, ring, tree: seconds} and ``ringccl`` {algorithm: seconds or
-    None when that all_reduce algorithm is not registered}.
+    Each row has ``closed_form`` {master, ring, tree: seconds} and ``ringccl`` {algorithm:
+    seconds or None when that all_reduce algorithm is not registered}.
     """
     rows = []
     for p in world_sizes:
-        lecture = {a: lecture_all_reduce_seconds(a, p, nbytes, alpha, bandwidth)
-                   for a in LECTURE_ALGORITHMS}
+        closed = {a: closed_form_all_reduce_seconds(a, p, nbytes, alpha, bandwidth)
+                  for a in CLOSED_FORM_ALGORITHMS}
         walked = {a: (cost("all_reduce", a, p, nbytes, alpha=alpha, bandwidth=bandwidth).seconds
                       if ("all_reduce", a) in REGISTRY else None) for a in WALKED_ALGORITHMS}
-        rows.append({"world_size": p, "lecture": lecture, "ringccl": walked})
+        rows.append({"world_size": p, "closed_form": closed, "ringccl": walked})
     return rows
 
 
-def hierarchical_question(nodes: int = 128, local: int = 8, nbytes: float = 2**30,
+def flat_vs_hierarchical(nodes: int = 128, local: int = 8, nbytes: float = 2**30,
                           alpha: float = 5e-6, nvlink: float = 900e9,
                           nic: float = 50e9) -> dict:
-    """Flat ring versus hierarchical all_reduce on ``nodes`` x ``local`` GPUs (seed 001, q. 4).
+    """Flat ring versus hierarchical all_reduce on ``nodes`` x ``local`` GPUs (Jia et al. 2018).
 
     * flat ring: ringccl's ring schedule over all nodes*local ranks, placed node-major, walked on
       :func:`ringccl.costmodel.topology.two_level` (each node's ring hop leaves through one NIC);
@@ -157,10 +160,10 @@ def hierarchical_question(nodes: int = 128, local: int = 8, nbytes: float = 2**3
     return out
 
 
-def seed_figures() -> dict:
-    """All four figures: per-rank bytes, ring latency, experiment 3, hierarchical question."""
+def worked_examples() -> dict:
+    """All four examples: per-rank bytes, ring latency, closed forms, flat vs hierarchical."""
     return {"per_rank_bytes": per_rank_bytes(), "ring_latency": ring_latency(),
-            "experiment3": experiment3(), "hierarchical": hierarchical_question()}
+            "closed_forms": closed_forms_vs_walked(), "hierarchical": flat_vs_hierarchical()}
 
 
 #: the fitted values behind :data:`SHARED_MEMORY` (seconds per step, per byte, per byte
@@ -176,8 +179,8 @@ SHM_FIT = {"alpha": 0.0, "beta": 0.0941e-9, "gamma": 0.0945e-9, "epsilon": 86.9e
 #:
 #: (the rows say ``"transport": "shm"``; ``ringccl fit`` groups them as ``mpi/shm`` and adds
 #: the copy in and out and a per-call ε to those rows; the local-reduce rows pin γ). On the
-#: 2-core development machine, quiet (load average 2.7 during the run, the integration run
-#: of docs/shm.md; an earlier fit at load 9-10 gave β = 0.32 ns/B, γ = 0.082 ns/B, ε = 26 µs
+#: 2-core development machine, quiet (load average 2.7 during the run, the quiet-machine
+#: figures of docs/shm.md; an earlier fit at load 9-10 gave β = 0.32 ns/B, γ = 0.082 ns/B, ε = 26 µs
 #: with a held-out error of 58%). Fitted (45 rows, R² 0.98 on log times): α held at 0 (its
 #: free estimate was negative: a step's synchronisation is lost in the call's fixed ε =
 #: 87 µs), β = 0.094 ns/B (10.6 GB/s), γ = 0.095 ns/B (10.6 GB/s); held out (fit on every

@@ -38,7 +38,7 @@ class SegmentRecv(NamedTuple):
     more reduces into one chunk in one step from peers below its rank, those are folded into an
     accumulator first and the accumulator into the buffer after the last of them. ``fold`` is
     then the element offset of this segment's accumulator in the workspace's accumulator buffer
-    (-1: combined into the buffer directly); ``seed``: this receive starts it (copied into it,
+    (-1: combined into the buffer directly); ``start``: this receive starts it (copied into it,
     the lowest such peer); ``flush``: after folding this one in, combine the accumulator into
     ``buffer[lo:hi]`` (the highest such peer). A step's receives come in ascending peer, so
     applying them in order (both drivers do) meets these dependencies.
@@ -53,7 +53,7 @@ class SegmentRecv(NamedTuple):
     reduce: bool
     peer: int
     fold: int = -1
-    seed: bool = False
+    start: bool = False
     flush: bool = False
 
 
@@ -161,11 +161,11 @@ def plan(schedule: Schedule, rank: int, bounds: tuple, segment_elems: int) -> Pl
                 continue
             reduce = r.kind is Kind.REDUCE
             staged = reduce or r.chunk in sending
-            fold, seed, flush = roles.get(j, (-1, False, False))
+            fold, start, flush = roles.get(j, (-1, False, False))
             for i, (a, b) in enumerate(_segments(lo, hi, segment_elems)):
                 recvs.append(SegmentRecv(step.index, r.chunk, i, a, b,
                                          offset + a - lo if staged else -1, reduce, r.peer,
-                                         fold + a - lo if fold >= 0 else -1, seed, flush))
+                                         fold + a - lo if fold >= 0 else -1, start, flush))
             if staged:
                 offset += hi - lo
         peers = tuple(sorted({s.peer for s in step.sends} | {r.peer for r in step.recvs}))
@@ -177,21 +177,21 @@ def plan(schedule: Schedule, rank: int, bounds: tuple, segment_elems: int) -> Pl
 def _fold_roles(step, rank: int, bounds: tuple) -> tuple[dict, int]:
     """Which of ``step``'s receives go through an accumulator (the IR's reduction order,
     :func:`ringccl.ir.reduce_order`, on this rank's receives): receive index -> (element offset
-    of its chunk's accumulator, seed, flush), and the accumulator elements the step uses."""
+    of its chunk's accumulator, start, flush), and the accumulator elements the step uses."""
     if sum(1 for r in step.recvs if r.kind is Kind.REDUCE and r.peer < rank) < 2:
         return {}, 0  # the common case (ring, trees, recursive): no accumulator, no arrays
     recvs = step.recvs
     order = reduce_order(np.array([r.chunk for r in recvs], dtype=np.int64),
                          np.array([r.peer for r in recvs]), np.full(len(recvs), rank),
                          np.array([r.kind is Kind.REDUCE for r in recvs]))
-    if not order.seeds.size:
+    if not order.starts.size:
         return {}, 0
     base, used = [], 0
-    for j in order.seeds.tolist():
+    for j in order.starts.tolist():
         base.append(used)
         chunk = recvs[j].chunk
         used += bounds[chunk + 1] - bounds[chunk]
-    roles = {j: (base[a], True, False) for a, j in enumerate(order.seeds.tolist())}
+    roles = {j: (base[a], True, False) for a, j in enumerate(order.starts.tolist())}
     last: dict[int, int] = {}
     for transfers, accs in order.folds:
         for j, a in zip(transfers.tolist(), accs.tolist()):

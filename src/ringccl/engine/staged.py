@@ -327,11 +327,11 @@ class Landing(Workspace):
     def reduce(self, r, dst: Any, src: Any) -> None:
         """A seeded reduce (:attr:`PlanRanges.seeded`: ``seeded[r]`` is the caller's bytes of
         its range) computes ``dst = caller ⊕ src``; any other ``dst ⊕= src``."""
-        seed = self.seeded.get(r)
-        if seed is None:
+        own = self.seeded.get(r)
+        if own is None:
             self.combine(dst, src)
         else:
-            self.combine_into(dst, seed, src)
+            self.combine_into(dst, own, src)
 
     def rollback(self) -> None:
         """Put the caller's bytes back where receives landed, from the working buffer (valid

@@ -115,14 +115,14 @@ class Workspace:
         """Combine (REDUCE) or copy (COPY) receive ``r`` into its segment of the buffer, from
         ``received`` (the transport's view of the bytes, when it reads receives in place) or
         else from its staging slot; a receive with an accumulator (``r.fold >= 0``) is copied
-        (``seed``) or combined into it instead, and ``flush`` combines the accumulator into the
+        (``start``) or combined into it instead, and ``flush`` combines the accumulator into the
         segment (the IR's reduction order: :class:`ringccl.engine.plan.SegmentRecv`)."""
         dst = self.buffer[r.lo:r.hi]
         src = received if received is not None else \
             self.staging[r.stage:r.stage + r.hi - r.lo]
         if r.fold >= 0:
             acc = self.accumulators[r.fold:r.fold + r.hi - r.lo]
-            if r.seed:
+            if r.start:
                 self.copy(acc, src)
             else:
                 self.combine(acc, src)   # acc ⊕= source, in ascending peer

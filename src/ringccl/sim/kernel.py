@@ -78,7 +78,7 @@ def _compile(schedule: Schedule) -> list:
         several = n_red > 1 and (np.bincount(dst_rank[red]).max() > 1
                                  and np.unique(d[red]).size < n_red)
         order = reduce_order(d, schedule.src[lo:hi], dst_rank, red) if several else None
-        groups = [] if order is None or not order.seeds.size else None
+        groups = [] if order is None or not order.starts.size else None
         for flag in (True, False):
             sel = red == flag
             if groups is not None and sel.any():
@@ -159,7 +159,7 @@ def _run(plan: list, flat: np.ndarray, combine: np.ufunc, inputs: np.ndarray | N
             if not red.all():
                 _scatter(flat, d, src, np.nonzero(~red)[0], None)
             if order is not None:  # several reduces into some slot (the IR's order)
-                if order.seeds.size:
+                if order.starts.size:
                     _accumulate(flat, d, src, order, combine)
                 for sel in order.rounds:
                     _scatter(flat, d, src, sel, combine)
@@ -198,11 +198,11 @@ def _accumulate(flat: np.ndarray, d: np.ndarray, src: tuple, order: ReduceOrder,
     ``slot ⊕= acc`` (:class:`ringccl.ir.ReduceOrder`). Accumulators are made a batch of rows at
     a time (bounded temporaries, as :func:`_scatter`): the sources are the pre-step values (the
     snapshot), so flushing one batch cannot change what a later batch reads."""
-    seeds = order.seeds
+    starts = order.starts
     rows = _batch_rows(flat)
-    for a0 in range(0, seeds.shape[0], rows):
-        a1 = min(a0 + rows, seeds.shape[0])
-        acc = _gather(flat, src, seeds[a0:a1])
+    for a0 in range(0, starts.shape[0], rows):
+        a1 = min(a0 + rows, starts.shape[0])
+        acc = _gather(flat, src, starts[a0:a1])
         for transfers, accs in order.folds:
             lo, hi = np.searchsorted(accs, (a0, a1))  # folds are sorted by accumulator
             if lo == hi:
@@ -216,7 +216,7 @@ def _accumulate(flat: np.ndarray, d: np.ndarray, src: tuple, order: ReduceOrder,
                 part = acc[at]
                 combine(part, vals, out=part)
                 acc[at] = part
-        idx = d[seeds[a0:a1]]
+        idx = d[starts[a0:a1]]
         part = flat[idx]
         combine(part, acc, out=part)  # own ⊕= accumulator
         flat[idx] = part

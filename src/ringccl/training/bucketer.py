@@ -2,9 +2,9 @@
 
 Backward produces gradients roughly in reverse parameter order. Fusing them into buckets turns
 many latency-bound small all-reduces into a few bandwidth-bound ones (a ring all-reduce costs
-2(N-1) steps whatever its size: seed 000, section 3), and launching each bucket as soon as its
-last gradient is ready hides its communication behind the backward of earlier layers
-(section 4).
+2(N-1) steps whatever its size: Patarasuk & Yuan 2009), and launching each bucket as soon as its
+last gradient is ready hides its communication behind the backward of earlier layers (Li et
+al., VLDB 2020, §3.2).
 
 Life of one synchronized step::
 

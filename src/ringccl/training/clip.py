@@ -1,6 +1,6 @@
 """Gradient clipping by the global norm when gradients are sharded across ranks.
 
-The pitfall (seed 000, section 5): under ZeRO/FSDP each rank holds a different slice of the
+The pitfall: under ZeRO/FSDP each rank holds a different slice of the
 gradient. ``torch.nn.utils.clip_grad_norm_`` on the local slice computes a *local* norm, so each
 rank scales by a different factor and the replicas' weights silently drift apart. The norm must
 be global:

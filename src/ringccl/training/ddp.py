@@ -2,9 +2,9 @@
 
 ``DistributedDataParallel`` fuses gradients into buckets (25 MiB by default, the first one
 1 MiB) and hands each bucket to the communication hook as soon as all of its gradients are
-ready, while backward goes on computing earlier layers (seed 000, section 4). The hook returns a
-``torch.futures.Future``; DDP waits for all of them at the end of backward and copies the results
-back into ``param.grad``. Our hook runs the collective on a background
+ready, while backward goes on computing earlier layers (Li et al., VLDB 2020, §3.2). The hook
+returns a ``torch.futures.Future``; DDP waits for all of them at the end of backward and copies
+the results back into ``param.grad``. Our hook runs the collective on a background
 :class:`~ringccl.training.background.Communicator`, so the overlap is kept.
 
 Example::

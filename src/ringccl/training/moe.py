@@ -467,9 +467,9 @@ def unsplit_moe(tokens, expert_ids, probs, experts_fn: Callable, group=None, *,
 def pipelined_moe(tokens, expert_ids, probs, experts_fn: Callable, communicator, *,
                   num_experts: int, num_chunks: int, kept: torch.Tensor | None = None,
                   timeline: list | None = None, origin: float = 0.0, algorithm=None):
-    """The lecture's question 3: the tokens cut into ``num_chunks`` micro-chunks; chunk c+1
-    is dispatched (and chunk c−1 combined) on the background communicator while the experts
-    compute chunk c (forward only, no autograd).
+    """Expert compute overlapped with the all-to-all: the tokens cut into ``num_chunks``
+    micro-chunks; chunk c+1 is dispatched (and chunk c−1 combined) on the background
+    communicator while the experts compute chunk c (forward only, no autograd).
 
     Every rank submits the same jobs in the same order (dispatch 0, dispatch 1, then per chunk:
     combine c, dispatch c+2), which is what keeps the background thread's collectives matched

@@ -14,13 +14,13 @@ from ..errors import ArgumentError
 from .background import Communicator
 from .moe import Expert, capacity, dispatch, pipelined_moe, unsplit_moe, zipf_prior, zipf_routing
 
-__all__ = ["experiment4_worker", "ScaleConfig", "scale_worker", "command_worker"]
+__all__ = ["token_matrix_worker", "ScaleConfig", "scale_worker", "command_worker"]
 
 
-def experiment4_worker(rank: int, world_size: int) -> list[str]:
-    """The lecture's experiment 4 on real processes: GPU ``src`` holds the tokens
-    ``Token_G{src}->E{dst}``, one per expert dst (one expert per rank); after the dispatch
-    rank dst holds ``Token_G{src}->E{dst}`` from every src. The labels travel as rows
+def token_matrix_worker(rank: int, world_size: int) -> list[str]:
+    """Expert parallelism's all-to-all token exchange on real processes: GPU ``src`` holds
+    the tokens ``Token_G{src}->E{dst}``, one per expert dst (one expert per rank); after the
+    dispatch rank dst holds ``Token_G{src}->E{dst}`` from every src. The labels travel as rows
     ``(src, dst)``; returns the labels this rank received, in order."""
     tokens = torch.tensor([[float(rank), float(dst)] for dst in range(world_size)])
     ids = torch.arange(world_size).reshape(-1, 1)
@@ -128,9 +128,10 @@ def scale_worker(rank: int, world_size: int, config: dict, progress=None) -> dic
 
 
 def command_worker(rank: int, world_size: int, config: dict, progress=None) -> dict:
-    """``ringccl moe``'s one launch: the lecture's experiment 4, then :func:`scale_worker`."""
+    """``ringccl moe``'s one launch: the token matrix (:func:`token_matrix_worker`), then
+    :func:`scale_worker`."""
     torch.set_num_threads(1)   # the processes share this machine's cores: one each
-    labels = experiment4_worker(rank, world_size)
+    labels = token_matrix_worker(rank, world_size)
     if progress is not None and rank == 0:
-        progress.put(("experiment4", 0, 0))
-    return {"experiment4": labels, "scale": scale_worker(rank, world_size, config, progress)}
+        progress.put(("token_matrix", 0, 0))
+    return {"token_matrix": labels, "scale": scale_worker(rank, world_size, config, progress)}

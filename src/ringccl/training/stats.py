@@ -2,7 +2,7 @@
 
 Bytes come from the schedule itself (:meth:`ringccl.ir.Schedule.bytes_sent`), so they are exact
 for any algorithm and any count, including counts that do not split evenly into chunks. For the
-ring on N ranks and a buffer of M bytes (Patarasuk & Yuan 2009; seed 000, section 3):
+ring on N ranks and a buffer of M bytes (Patarasuk & Yuan 2009):
 
 * all-reduce sends 2(N-1)/N · M per rank,
 * reduce-scatter and all-gather send (N-1)/N · M each, M being the full (N-block) buffer.

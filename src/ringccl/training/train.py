@@ -225,7 +225,7 @@ class _Mode:
 
 
 def _expected_bytes(cfg: TrainConfig, model, world_size: int) -> dict:
-    """Closed-form bytes per rank per communication round (seed 000, sections 3-4)."""
+    """Closed-form bytes per rank per communication round (ring: Patarasuk & Yuan 2009)."""
     params = list(model.parameters())
     grad_bytes = sum(p.numel() * p.element_size() for p in params)
     n = world_size

@@ -2,8 +2,8 @@
 
 With plain data parallelism every rank all-reduces the full gradient and keeps the full
 optimizer state (AdamW: two fp32 moments per parameter, twice the model). ZeRO stage 1/2 keeps
-only what each rank updates (seed 000, section 4: "ZeRO-1/2 reduces the all-reduce to its first
-half"):
+only what each rank updates (Rajbhandari et al., SC 2020, §7: the gradient all-reduce becomes its
+first half, a reduce-scatter):
 
 * all parameters of the optimizer are viewed as one flat vector of P elements, padded with
   zeros to N·S (S = ceil(P / N)); rank r owns elements [r·S, (r+1)·S);

@@ -130,12 +130,8 @@ def execute(schedule: Schedule, buffer: Any, op: ReduceOp, rank: int, bounds, se
                                            hybrid, timeout, bool(plan.steps))
         except (TimeoutError, ConnectionError) as exc:
             raise failed(exc) from exc
-        if serial is None:   # nothing moves: a described buffer's targets get their sources
-            if described is not None:
-                _drain(ops.copy, None, described.drain_runs,
-                       Pieces(described.drain_runs, [dialect.view(t) for t in described.targets]),
-                       (), (), Pieces(described.fill_runs,
-                                      [dialect.view(t) for t in described.sources]))
+        if serial is None:   # nothing moves
+            _drain_described(described, dialect)
             return buffer
         work = dialect.slot(group, serial)[offset // itemsize:offset // itemsize + numel]
         if hybrid:
@@ -156,11 +152,9 @@ def execute(schedule: Schedule, buffer: Any, op: ReduceOp, rank: int, bounds, se
             ops.copy(buffer, work)
         elif where is None:
             finish()
-            box = lane.wanted()
-            if box is not None and described is None and trace.state.recorder is None:
-                box.offer(lambda: lane.lower(schedule, plan, rank, group, transport, dialect, op,
-                                             itemsize=itemsize, numel=numel,
-                                             need=_need(numel, itemsize), timeout=timeout))
+            if described is None:
+                _offer_lane(schedule, plan, rank, group, transport, dialect, op,
+                            itemsize=itemsize, numel=numel, timeout=timeout)
         return buffer
     except BaseException:
         if isinstance(workspace, Landing) and not direct:
@@ -168,6 +162,26 @@ def execute(schedule: Schedule, buffer: Any, op: ReduceOp, rank: int, bounds, se
         if not group.closed:
             group.abort()
         raise
+
+
+def _drain_described(described: Staged | None, dialect: Dialect) -> None:
+    """A call whose plan has no steps: a described buffer's targets get their sources."""
+    if described is not None:
+        _drain(dialect.ops.copy, None, described.drain_runs,
+               Pieces(described.drain_runs, [dialect.view(t) for t in described.targets]),
+               (), (), Pieces(described.fill_runs, [dialect.view(t) for t in described.sources]))
+
+
+def _offer_lane(schedule: Schedule, plan, rank: int, group: ShmGroup, transport: Any,
+                dialect: Dialect, op: ReduceOp, *, itemsize: int, numel: int,
+                timeout: float | None) -> None:
+    """Offer the call that just ran on a caller's buffer to the compiled lane
+    (:mod:`ringccl.backends.shm.lane`), when the lane is wanted and no trace is recording."""
+    box = lane.wanted()
+    if box is not None and trace.state.recorder is None:
+        box.offer(lambda: lane.lower(schedule, plan, rank, group, transport, dialect, op,
+                                     itemsize=itemsize, numel=numel,
+                                     need=_need(numel, itemsize), timeout=timeout))
 
 
 def _enter(group: ShmGroup, transport: Any, dialect: Dialect, numel: int, itemsize: int,

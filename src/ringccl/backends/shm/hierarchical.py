@@ -6,8 +6,8 @@ the host's :class:`~ringccl.backends.shm.ShmTransport` (its bytes read in place 
 host's segment), a peer on another host through the backend's point-to-point transport (gloo,
 MPI). Any schedule runs on it unchanged; the registered ``hierarchical`` all_reduce (intra-node
 reduce-scatter, inter-node all-reduce of one block per local rank, intra-node all-gather: the
-lecture's two-level all-reduce) is the one that makes the split pay, since only its middle
-phase crosses hosts.
+two-level all-reduce of Jia et al., arXiv:1807.11205) is the one that makes the split pay,
+since only its middle phase crosses hosts.
 
 Why a composite transport and not a composition of sub-group calls (shm reduce_scatter, then
 p2p all_reduce, then shm all_gather): the schedule stays data the checker verified and the

@@ -281,8 +281,8 @@ class Lane:
                               nbytes, g.ring_entry(me, s.peer, 0), g.posted_word(me, s.peer)))
             recvs = []
             for r in st.recvs:
-                # mode: 0 copy, 1 reduce, 2 seed the accumulator, 3 fold into it
-                mode = (2 if r.seed else 3) if r.fold >= 0 else 1 if r.reduce else 0
+                # mode: 0 copy, 1 reduce, 2 start the accumulator, 3 fold into it
+                mode = (2 if r.start else 3) if r.fold >= 0 else 1 if r.reduce else 0
                 fold = acc[r.fold:r.fold + r.hi - r.lo] if r.fold >= 0 else None
                 recvs.append((r.peer, work[r.lo:r.hi], mode, fold, r.flush,
                               (r.hi - r.lo) * itemsize, g.posted_word(r.peer, me),

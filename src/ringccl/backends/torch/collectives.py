@@ -37,7 +37,7 @@ algorithm. Roots (``src``, ``dst``) are global ranks, as in torch.distributed. C
 rank never touches get no memory (non-root ranks of scatter and gather hold only their subtree's
 blocks). Every tensor argument, input or output (list entries included), may be
 non-contiguous: handled through a contiguous copy written back. Arguments are checked before any
-data moves (README, "Errors"); a call that raises on some ranks only
+data moves (docs/errors.md); a call that raises on some ranks only
 (e.g. ``scatter_list`` given on a non-source rank, as torch.distributed also refuses) leaves the
 others waiting, as torch.distributed does.
 """

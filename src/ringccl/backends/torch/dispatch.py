@@ -227,7 +227,7 @@ def _settle(future: torch.futures.Future, outcome: tuple[bool, Any]) -> None:
 
 
 #: the default inline threshold (bytes a call moves), from benchmarks/bench_backend.py
-#: (docs/backend.md, "Dispatch policy" and round 3): up to it an inline all_reduce on shared
+#: (docs/backend.md, "Dispatch policy"): up to it an inline all_reduce on shared
 #: memory blocks its caller for 0.14-0.41 ms (2 processes) / 0.67-1.1 ms (4), about 1-3 worker
 #: hand-offs (0.15-0.32 / 0.45-0.62 ms quiet), which every synchronous call saves; above it
 #: (1 MiB: 0.5 / 2.1 ms, 4 MiB: 1.5 / 5.1 ms) the call is long enough that the overlap the

@@ -7,12 +7,12 @@ A worker that raises makes ``launch`` raise :class:`~ringccl.errors.WorkerError`
 Type: message"; the traceback with ``verbose=True``); a worker that dies or a run that exceeds
 ``timeout`` seconds ends every worker and raises too, so nothing hangs.
 
-Shared memory (issue 16): the workers' segments carry a job id (``RINGCCL_SHM_JOB``, set for
+Shared memory: the workers' segments carry a job id (``RINGCCL_SHM_JOB``, set for
 them unless already set), so that after the workers end the launcher removes any a worker
 SIGKILLed between creating and unlinking one left behind (:func:`ringccl.backends.shm.sweep`;
 the window is the set-up exchange of one segment, milliseconds).
 
-Safety rails (issue 14): the process count is checked against the machine's cores and memory
+Safety rails: the process count is checked against the machine's cores and memory
 before anything starts (:mod:`ringccl.resources`); workers die with the launcher, even on
 SIGKILL; Ctrl-C or SIGTERM ends every worker and raises one
 :class:`~ringccl.errors.Interrupted`, without worker tracebacks.
