@@ -10,9 +10,12 @@ Variants:
 
 * ``gloo``: gloo's own ``dist.all_reduce``.
 * ``ringccl``: ``dist.all_reduce`` on the ringccl group (shared memory, the default dispatch
-  policy: inline when the worker is idle and the call moves at most 256 KiB, else the worker).
-* ``ringccl-thread``: every call handed to the worker thread (the policy before issue 17's
-  second round).
+  policy: inline when the worker is idle and the call moves at most 256 KiB, else the worker;
+  a signature seen before replays its compiled call, :mod:`ringccl.backends.shm.lane`).
+* ``ringccl-general``: the same with the compiled lane switched off (every call on the general
+  path: front end, engine, the shared-memory call), the baseline of the lane.
+* ``ringccl-thread``: every call handed to the worker thread (the policy before small calls
+  ran inline).
 * ``ringccl-inline``: every call run in the calling thread (completed Work).
 * ``ringccl-p2p``: the backend over gloo point-to-point (what it runs across hosts).
 * ``ringccl.torch``: ``ringccl.torch.all_reduce(t, group=gloo, transport="shm")`` (the same
@@ -27,13 +30,17 @@ so the gradient all-reduce of ~100 MB is most of the step: :data:`MODELS`), for 
 all-reduce at all), the lower bound of any backend's step: ``gloo/floor`` is the most any
 backend can gain over gloo on that step. The FSDP2 step (``fully_shard`` on each layer and the
 model: all-gathers of the parameters, reduce-scatters of the gradients) uses the same model and
-the first batch size. Figures are medians of ``--reps`` (steps: of ``--ddp-rounds`` ×
+the first batch size. ``--cold``: every call of the all_reduce sweep gets a buffer of its own,
+drawn round-robin from a pool of at least 64 MiB, so no call finds its buffer in cache (the
+Open MPI XHC authors' warning about reused, cache-hot buffers). ``first`` is each variant's
+first call at each size (the lane compiles there; the very first size also sets the group's
+shared memory up). Figures are medians of ``--reps`` (steps: of ``--ddp-rounds`` ×
 ``--ddp-steps``; min–max kept in the JSON), with the load average before and after the run;
 never timed asserts. The DDP variants hold one model at a time, so they are interleaved by
 round (every variant once per round), not per step; the two FSDP2 variants run one after the
 other.
 
-    python benchmarks/bench_backend.py [--nproc 4] [--reps 5] [--sizes 4KiB:64MiB]
+    python benchmarks/bench_backend.py [--nproc 4] [--reps 5] [--sizes 4KiB:64MiB] [--cold]
         [--ddp-steps 5] [--ddp-batch 8,1] [--ddp-rounds 3] [--ddp-model mlp|embedding]
         [--no-fsdp] [--json]
 """
@@ -107,12 +114,22 @@ def _step_seconds(model, opt, x, steps: int, barrier, context=contextlib.nullcon
     return ts
 
 
+def _lane_off(lane, fn, t):
+    """``fn(t)`` with the compiled lane switched off (the general path)."""
+    lane.set_enabled(False)
+    try:
+        fn(t)
+    finally:
+        lane.set_enabled(True)
+
+
 def _worker(rank, world_size, sizes, reps, ddp_steps, ddp_hidden, fsdp, ddp_batches,
-            ddp_rounds, ddp_model="mlp"):
+            ddp_rounds, ddp_model="mlp", cold=False):
     import torch
     import torch.distributed as dist
 
     import ringccl.torch as rt
+    from ringccl.backends.shm import lane
 
     gloo = dist.new_group(backend="gloo")
     # both read when the group is created
@@ -130,26 +147,37 @@ def _worker(rank, world_size, sizes, reps, ddp_steps, ddp_hidden, fsdp, ddp_batc
     variants = {
         "gloo": lambda t: dist.all_reduce(t, group=gloo),
         "ringccl": lambda t: dist.all_reduce(t),
+        "ringccl-general": lambda t: _lane_off(lane, dist.all_reduce, t),
         "ringccl-thread": lambda t: dist.all_reduce(t, group=thread),
         "ringccl-inline": lambda t: dist.all_reduce(t, group=inline),
         "ringccl-p2p": lambda t: dist.all_reduce(t, group=p2p),
         "ringccl.torch": lambda t: rt.all_reduce(t, group=gloo, transport="shm"),
     }
     times = {(v, n): [] for v in variants for n in sizes}
-    buffers = {n: torch.ones(n // 4) for n in sizes}
+    first = {}
+    # --cold: a pool of distinct buffers, >= 64 MiB together, one per call round-robin
+    pools = {n: [torch.ones(max(1, n // 4)) for _ in range(
+        max(1, (64 << 20) // max(n, 1)) if cold else 1)] for n in sizes}
     for rep in range(reps + 1):            # repetition 0 warms up (connections, caches)
         for n in sizes:
+            pool = pools[n]
             for name, fn in variants.items():
                 iters = max(1, min(20, (1 << 22) // n))
                 dist.barrier(group=gloo)
+                if not rep:                # the first call of this variant at this size
+                    t0 = time.perf_counter()
+                    fn(pool[0])
+                    first[(name, n)] = time.perf_counter() - t0
+                    dist.barrier(group=gloo)
                 t0 = time.perf_counter()
-                for _ in range(iters):
-                    fn(buffers[n])
+                for i in range(iters):
+                    fn(pool[(rep * iters + i) % len(pool)])
                 seconds = (time.perf_counter() - t0) / iters
                 if rep:
                     times[(name, n)].append(seconds)
     rows = [{"variant": v, "nbytes": n, "seconds": statistics.median(ts), "min": min(ts),
-             "max": max(ts)} for (v, n), ts in times.items()]
+             "max": max(ts), "first_call_seconds": first[(v, n)]}
+            for (v, n), ts in times.items()]
     # DDP step, ~25M parameters (--ddp-model), per batch size; "floor" is the same step under
     # no_sync() (no gradient all-reduce at all): no backend's step can be shorter
     steps, fsdp_steps = {}, {}
@@ -215,6 +243,8 @@ def main(argv=None) -> None:
                         help="rounds of the DDP variants (each: every variant, --ddp-steps "
                              "steps); the medians are over all rounds' steps")
     parser.add_argument("--no-fsdp", action="store_true", help="skip the FSDP2 step")
+    parser.add_argument("--cold", action="store_true",
+                        help="a buffer of its own for every all_reduce call (a pool of >= 64 MiB)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     from ringccl.torch.launch import launch
@@ -227,12 +257,13 @@ def main(argv=None) -> None:
     load_before = os.getloadavg()
     result = launch(_worker, args.nproc, _sizes(args.sizes), args.reps, args.ddp_steps,
                     args.ddp_hidden, not args.no_fsdp, batches, max(1, args.ddp_rounds),
-                    args.ddp_model, backend="ringccl",
+                    args.ddp_model, args.cold, backend="ringccl",
                     timeout=3000, worker_bytes=6 * 4 * 3 * args.ddp_hidden ** 2)[0]
     result["nproc"] = args.nproc
     result["load_average"] = {"before": load_before, "after": os.getloadavg()}
     result["ddp_ratios"] = _ddp_ratios(result["ddp"], batches)
     result["reps"] = args.reps
+    result["cold"] = args.cold
     if args.json:
         print(json.dumps(result, indent=1))
         return
@@ -247,16 +278,20 @@ def print_tables(result: dict) -> None:
           f"transports (ringccl, inline, p2p group): {result['transports']}; load average "
           f"before {result['load_average']['before'][0]:.1f}, after "
           f"{result['load_average']['after'][0]:.1f}")
-    print(f"{'size':>10} {'gloo':>9} {'ringccl':>9} {'thread':>9} {'inline':>9} {'p2p':>9} "
-          f"{'rt shm':>9} {'gloo/ringccl':>12} {'gloo/p2p':>8} {'dispatch':>9} {'disp.thr':>9} "
-          f"{'disp.inl':>9}")
+    firsts = {(r["variant"], r["nbytes"]): r["first_call_seconds"] for r in result["rows"]}
+    if result.get("cold"):
+        print("--cold: a buffer of its own for every call")
+    print(f"{'size':>10} {'gloo':>9} {'ringccl':>9} {'general':>9} {'thread':>9} {'inline':>9} "
+          f"{'p2p':>9} {'rt shm':>9} {'gloo/ringccl':>12} {'gloo/p2p':>8} {'dispatch':>9} "
+          f"{'disp.thr':>9} {'disp.inl':>9} {'first':>9}")
     for n in sorted({r["nbytes"] for r in result["rows"]}):
-        g, r, t, i, p, d = (by[(v, n)] for v in ("gloo", "ringccl", "ringccl-thread",
-                                                  "ringccl-inline", "ringccl-p2p",
-                                                  "ringccl.torch"))
-        print(f"{n:>10} {g * 1e6:>9.0f} {r * 1e6:>9.0f} {t * 1e6:>9.0f} {i * 1e6:>9.0f} "
-              f"{p * 1e6:>9.0f} {d * 1e6:>9.0f} {g / r:>12.2f} {g / p:>8.2f} "
-              f"{(r - d) * 1e6:>9.0f} {(t - d) * 1e6:>9.0f} {(i - d) * 1e6:>9.0f}")
+        g, r, gen, t, i, p, d = (by[(v, n)] for v in ("gloo", "ringccl", "ringccl-general",
+                                                       "ringccl-thread", "ringccl-inline",
+                                                       "ringccl-p2p", "ringccl.torch"))
+        print(f"{n:>10} {g * 1e6:>9.1f} {r * 1e6:>9.1f} {gen * 1e6:>9.1f} {t * 1e6:>9.1f} "
+              f"{i * 1e6:>9.1f} {p * 1e6:>9.1f} {d * 1e6:>9.1f} {g / r:>12.2f} {g / p:>8.2f} "
+              f"{(r - d) * 1e6:>9.1f} {(t - d) * 1e6:>9.1f} {(i - d) * 1e6:>9.1f} "
+              f"{firsts[('ringccl', n)] * 1e6:>9.0f}")
     for name, s in result["ddp"].items():
         print(f"DDP step ({result['ddp_model']}, {s['parameters'] / 1e6:.1f}M parameters) {name}: "
               f"{s['seconds'] * 1e3:.0f} ms (min {s['min'] * 1e3:.0f}, "
@@ -271,7 +306,7 @@ def print_tables(result: dict) -> None:
 
 def _ddp_ratios(ddp: dict, batches) -> dict:
     """Per batch size: gloo / floor (the most any backend can gain on this step: if it is below
-    1.5, no backend reaches issue 17's 1.5x) and gloo / x for each ringccl variant."""
+    1.5, no backend can be 1.5x faster than gloo there) and gloo / x for each ringccl variant."""
     out = {}
     for batch in batches:
         sec = {s["variant"]: s["seconds"] for s in ddp.values() if s["batch"] == batch}

@@ -138,3 +138,45 @@ def test_a_compiled_lane_does_not_keep_its_process_group_alive():
         compiled, freed, values = value
         assert compiled > 0 and values == [4.0] * 4
         assert freed
+
+
+def _process_group_bitwise(rank, world_size):
+    import hashlib
+
+    import torch.distributed as dist
+
+    from ringccl.backends.shm import lane
+
+    gen = torch.Generator().manual_seed(rank)
+    problems, digests = [], []
+    ops = {"sum": dist.ReduceOp.SUM, "product": dist.ReduceOp.PRODUCT, "min": dist.ReduceOp.MIN,
+           "max": dist.ReduceOp.MAX, "avg": dist.ReduceOp.AVG}
+    for dtype in (torch.float32, torch.bfloat16, torch.int64):
+        for count in (0, 1, world_size - 1, 7 * world_size + 3, 1001, 20000):
+            for name, op in ops.items():
+                if name == "avg" and not dtype.is_floating_point:
+                    continue
+                x = (torch.randn(count, generator=gen) * 3).to(dtype)
+                results = []
+                for on in (False, True, True, False, True):
+                    lane.set_enabled(on)
+                    y = x.clone()
+                    dist.all_reduce(y, op=op)
+                    results.append(y.view(torch.uint8).numpy().tobytes() if count else b"")
+                lane.set_enabled(True)
+                if any(r != results[0] for r in results):
+                    problems.append(f"lane differs: {dtype} {count} {name}")
+                digests.append(hashlib.sha1(results[-1]).hexdigest())   # not hash(): salted
+    return {"problems": problems, "digests": digests, "compiled": lane.compiled()}
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_dist_all_reduce_on_the_ringccl_backend_replays_the_same_bits(world_size):
+    from ringccl.torch.launch import launch
+
+    runs = launch(_process_group_bitwise, world_size, backend="ringccl",
+                  timeout=bounds.job(300))
+    for r in runs:
+        assert not r["problems"], r["problems"][:5]
+        assert r["compiled"] > 0
+    assert all(r["digests"] == runs[0]["digests"] for r in runs)   # every rank's bytes
