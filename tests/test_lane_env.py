@@ -1,5 +1,7 @@
 """RINGCCL_LANE: its values, and a bad one refused by name at the first call."""
 
+import os
+
 import pytest
 
 from ringccl.backends.shm import lane
@@ -34,3 +36,21 @@ def test_logged_or_checked_calls_are_never_compiled(monkeypatch, debug, compiled
     monkeypatch.setitem(lane._state, "enabled", True)
     monkeypatch.setenv("RINGCCL_DEBUG", debug)
     assert (lane.signature("all_reduce", 0) is not None) is compiled
+
+
+def test_the_key_follows_the_environment(monkeypatch):
+    # the key reads the variables a call reads at every call: a change is a new signature
+    monkeypatch.setitem(lane._state, "enabled", True)
+    for name in lane._ENV:
+        monkeypatch.delenv(name, raising=False)
+    plain = lane.signature("all_reduce", 0)
+    assert plain == lane.signature("all_reduce", 0)
+    keys = {plain}
+    for name, value in (("RINGCCL_TIMEOUT", "30"), ("RINGCCL_ALGO", "all_reduce:ring"),
+                        ("RINGCCL_TRANSPORT", "shm"), ("RINGCCL_DEBUG", "0")):
+        monkeypatch.setenv(name, value)
+        key = lane.signature("all_reduce", 0)
+        assert key not in keys, name
+        keys.add(key)
+    monkeypatch.setattr(lane, "_RAW", None)   # the portable reads give the same answer
+    assert lane._environment() == tuple(os.environ.get(v) for v in lane._ENV)
