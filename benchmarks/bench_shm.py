@@ -8,7 +8,8 @@ result once per size), min–max, the ratio gloo/ours; plus the machine's memcpy
 process alone, and each process's with all copying at once)
 measured in the same run, the zero-copy all_reduce (``shm_empty``) busbw at the largest size,
 an 8-byte all_reduce latency row (µs), the per-call µs at 4 KiB, the load average before and
-after. ``--crossover`` (or ``--crossover-only``) adds the algorithms of :data:`CROSSOVER` per
+after, and each size's first call of ours (where the shared memory is set up or grown and the
+call compiled). ``--crossover`` (or ``--crossover-only``) adds the algorithms of :data:`CROSSOVER` per
 collective and size, interleaved round by round (the measurement behind
 ``ringccl.costmodel.choice.TWO_SHOT_BYTES``); ``--wait-policies`` compares the wait policies of
 :data:`POLICIES` on all_reduce (behind ``ringccl.backends.shm.group.SPIN_POLLS``). ``--json`` prints
@@ -288,7 +289,8 @@ def worker(rank, world_size, sizes, iters, crossover, collectives=COLLECTIVES):
                 ours, gloo, result = _calls(collective, nbytes, rank, n)
                 ours_nr, gloo_nr, result_nr = _calls(collective, nbytes, rank, n,
                                                      restore=False)
-                ours(), ours_nr(), gloo(), gloo_nr()   # warm-up: set-up, growth, plans
+                first = _time(ours, barrier)   # the first call: set-up, growth, plans
+                ours_nr(), gloo(), gloo_nr()   # warm-up
                 (a, b), (a_nr, b_nr) = result(), result_nr()
                 correct = bool(torch.equal(a, b)) and bool(torch.equal(a_nr, b_nr))
                 t_ours, t_nr, t_gloo = [], [], []
@@ -298,7 +300,8 @@ def worker(rank, world_size, sizes, iters, crossover, collectives=COLLECTIVES):
                     t_nr.append(_time(ours_nr, barrier, reps))
                     t_gloo.append(_time(gloo, barrier, reps))
                 rows.append(dict(collective=collective, nbytes=nbytes, correct=correct,
-                                 ours_s=t_ours, ours_no_restore_s=t_nr, gloo_s=t_gloo))
+                                 ours_s=t_ours, ours_no_restore_s=t_nr, gloo_s=t_gloo,
+                                 first_s=first))
         # latency: 8-byte all_reduce, many calls, per call
         x = torch.ones(2)
         for fn, name in ((lambda: rt.all_reduce(x), "ours"), (lambda: dist.all_reduce(x), "gloo")):
@@ -407,7 +410,8 @@ def main() -> None:
           "r=F: restore=False (as gloo: a failed call leaves partial results); ratio = gloo / "
           "ours; times: median over iterations of the slowest rank's")
     print(f"{'collective':<16}{'size':>10}{'ours us':>12}{'r=F us':>12}{'gloo us':>12}"
-          f"{'ratio':>8}{'ratio r=F':>10}{'ours min-max':>22}{'gloo min-max':>22}  ok")
+          f"{'ratio':>8}{'ratio r=F':>10}{'ours min-max':>22}{'gloo min-max':>22}"
+          f"{'1st call us':>12}  ok")
     plot = {}
     for i, row in enumerate(r0["rows"]):
         c = row["collective"]
@@ -422,7 +426,8 @@ def main() -> None:
             print(f"{c:<16}{units.format_size(row['nbytes']):>10}{mo * 1e6:>12.1f}"
                   f"{mn * 1e6:>12.1f}{mg * 1e6:>12.1f}{mg / mo:>8.2f}{mg / mn:>10.2f}"
                   f"{min(ours) * 1e6:>11.1f}-{max(ours) * 1e6:<10.1f}"
-                  f"{min(gloo) * 1e6:>11.1f}-{max(gloo) * 1e6:<10.1f}  {ok}")
+                  f"{min(gloo) * 1e6:>11.1f}-{max(gloo) * 1e6:<10.1f}"
+                  f"{max(r['rows'][i]['first_s'] for r in results) * 1e6:>12.0f}  {ok}")
         elif "us_per_call" in row:
             print(f"{c:<16}{row['who']:>10}{row['us_per_call']:>12.1f} us per call")
         elif c == "zero_copy_all_reduce":
