@@ -91,7 +91,7 @@ def _peer_fails(rank, world_size, how, timeout):
 def test_a_failing_peer_during_a_replayed_call_names_step_and_peer(how):
     # a stall's timeout is short, its slack added to the compiling call's wait for the peers'
     # start; a death must be found by the peer's liveness, well before a long timeout
-    timeout = 3 + bounds.slack() if how == "stall" else bounds.job(60)
+    timeout = round(3 + bounds.slack(), 1) if how == "stall" else round(bounds.job(60), 1)
     out = faults.run_ranks(_peer_fails, 2, how, timeout, timeout=timeout)
     ok, value = out[0]
     assert ok and value != "no error", value
