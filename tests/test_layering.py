@@ -27,6 +27,7 @@ OPTIONAL = {"torch", "mpi4py", "matplotlib", "rich", "sklearn", "scipy", "plotly
 LAYER_OF = {
     "errors": "leaf", "args": "leaf", "units": "leaf", "ops": "leaf", "chunking": "leaf",
     "caches": "leaf", "resources": "leaf", "consistency": "leaf", "plugins": "leaf",
+    "environment": "leaf",
     "ir": "schedule", "collectives": "schedule", "check": "schedule", "layout": "schedule",
     "algorithms": "algorithms",
     "views": "views",
@@ -69,8 +70,9 @@ MAY_IMPORT = {
     "cli": set(LAYER_OF.values()) - {"cli"},
 }
 
-#: inside the leaf layer only the error vocabulary, argument checks and human units are shared
-LEAF_MAY_IMPORT = {"errors", "args", "units"}
+#: inside the leaf layer only the error vocabulary, argument checks, human units and the
+#: environment reader are shared
+LEAF_MAY_IMPORT = {"errors", "args", "units", "environment"}
 
 #: import cycles inside a folder excused while they are being removed (none is left); each
 #: entry must still be a cycle, so a removed one is struck from here too. Nothing may be added.

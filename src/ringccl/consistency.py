@@ -27,7 +27,7 @@ call :func:`compare`.
 
 from __future__ import annotations
 
-import os
+from . import environment
 from typing import Any
 
 __all__ = ["enabled", "debug_level", "fingerprint", "compare"]
@@ -44,7 +44,7 @@ _LOG_LEVELS = ("info", "trace")
 def debug_level() -> str:
     """What ``RINGCCL_DEBUG`` asks for: "" (nothing), "info", "trace" (logging, see the module
     docstring) or "check" (the cross-rank check: any other value, e.g. "1")."""
-    value = os.environ.get("RINGCCL_DEBUG", "").strip().lower()
+    value = (environment.get("RINGCCL_DEBUG") or "").strip().lower()
     if value in _OFF:
         return ""
     return value if value in _LOG_LEVELS else "check"

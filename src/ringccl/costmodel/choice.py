@@ -43,10 +43,9 @@ model (:mod:`ringccl.costmodel`) of the schedule with the link class of the tran
 
 from __future__ import annotations
 
-import os
 from typing import NamedTuple
 
-from .. import caches
+from .. import caches, environment
 from ..algorithms import algorithms, default_algorithm
 from ..collectives import COLLECTIVES
 from ..errors import ArgumentError
@@ -180,7 +179,7 @@ def choose(collective: str, world_size: int, nbytes: int, transport: str = "p2p"
         _check(transport, backend)
     two_level = transport == "hybrid" and local_size is not None and 1 < local_size < world_size
     if honour_env:
-        forced = parse_algo_env(os.environ.get("RINGCCL_ALGO", "")).get(collective)
+        forced = parse_algo_env((environment.get("RINGCCL_ALGO") or "")).get(collective)
         if forced is not None:
             params = {"local_size": local_size} if forced == "hierarchical" and two_level else {}
             return Choice(forced, params, True)

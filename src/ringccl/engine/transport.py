@@ -4,10 +4,10 @@ operation becomes a :class:`~ringccl.errors.PeerError` naming its step and peer.
 from __future__ import annotations
 
 import datetime
-import os
 import re
 from typing import Any, NamedTuple, Protocol
 
+from .. import environment
 from ..errors import ArgumentError, PeerError, RingcclTimeout
 from ..ir import Schedule
 from .plan import SegmentRecv, SegmentSend, StepPlan
@@ -33,7 +33,7 @@ def timeout_seconds(timeout) -> float | None:
     """
     argument = "timeout"
     if timeout is None:
-        env = os.environ.get("RINGCCL_TIMEOUT")
+        env = environment.get("RINGCCL_TIMEOUT")
         if not env:
             return None
         argument, timeout = "RINGCCL_TIMEOUT", env

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import socket
 
+from ... import environment
 from ...errors import ArgumentError
 from .group import ShmGroup, check_platform, process_alive, supported_platform
 from .segment import SHM_DIR, Segment, ShmSpaceError, segment_name, shm_dir, sweep
@@ -55,7 +56,7 @@ def transport_choice(transport: str, allowed: tuple) -> str:
     """
     argument = "transport"
     if transport == "auto":
-        transport = os.environ.get("RINGCCL_TRANSPORT") or "auto"
+        transport = environment.get("RINGCCL_TRANSPORT") or "auto"
         argument = "RINGCCL_TRANSPORT"
     if transport not in allowed:
         raise ArgumentError(f"{argument}={transport!r} must be one of "

@@ -137,9 +137,10 @@ def execute(schedule: Schedule, buffer: Any, op: ReduceOp, rank: int, bounds, se
         if hybrid:
             ops.copy(work, buffer)
             workspace = engine.Workspace(ops, work, op, plan.staging_elems)
+        elif described is not None:
+            workspace, direct, finish = _staged(plan, work, op, ops, described, dialect.view)
         elif where is None:
-            workspace, direct, finish = _staged(plan, work, op, ops, mine, described,
-                                                dialect.view, restore)
+            workspace, direct, finish = _in_place(plan, work, op, ops, mine, restore)
         else:
             work = mine
             workspace = engine.Workspace(ops, work, op, 0)
@@ -152,7 +153,7 @@ def execute(schedule: Schedule, buffer: Any, op: ReduceOp, rank: int, bounds, se
             ops.copy(buffer, work)
         elif where is None:
             finish()
-            if described is None:
+            if described is None and lane.wanted() is not None:
                 _offer_lane(schedule, plan, rank, group, transport, dialect, op,
                             itemsize=itemsize, numel=numel, timeout=timeout)
         return buffer
@@ -178,7 +179,7 @@ def _offer_lane(schedule: Schedule, plan, rank: int, group: ShmGroup, transport:
     """Offer the call that just ran on a caller's buffer to the compiled lane
     (:mod:`ringccl.backends.shm.lane`), when the lane is wanted and no trace is recording."""
     box = lane.wanted()
-    if box is not None and trace.state.recorder is None:
+    if trace.state.recorder is None:
         box.offer(lambda: lane.lower(schedule, plan, rank, group, transport, dialect, op,
                                      itemsize=itemsize, numel=numel,
                                      need=_need(numel, itemsize), timeout=timeout))
@@ -195,8 +196,9 @@ def _enter(group: ShmGroup, transport: Any, dialect: Dialect, numel: int, itemsi
     used = -(-numel * itemsize // 64) * 64
     if hybrid:
         need = max(1, numel * itemsize)
-    else:
-        need = 0 if where is not None else _need(numel, itemsize)
+    else:   # as _need, inline (every call)
+        need = 0 if where is not None else \
+            used + EAGER_AREA_BYTES if used <= EAGER_AREA_BYTES else used
     # lazy: no wait for the peers when the working area holds ``need`` (ShmGroup.enter);
     # leave() completes the agreement (a no-op after a full agreement)
     group.enter(need, timeout, lazy=not hybrid and group.world_size >= LAZY_ENTRY_MIN_WORLD)
@@ -219,82 +221,91 @@ def _need(numel: int, itemsize: int) -> int:
     return used + EAGER_AREA_BYTES if used <= EAGER_AREA_BYTES else used
 
 
-def _staged(plan, work, op: ReduceOp, ops, mine, described: Staged | None, view,
-            restore: bool) -> tuple:
-    """The workspace of a call whose working buffer is copied into the slot: ``(Landing,
-    direct, finish)``; ``direct``: final receives land in the caller's arrays unchecked (no
-    rollback), ``finish()``: drain the results after the call's last wait."""
-    copy = ops.copy
+def _staged(plan, work, op: ReduceOp, ops, described: Staged, view) -> tuple:
+    """The workspace of a call whose working buffer is copied into the slot from the arrays
+    ``described`` names: ``(Landing, direct, finish)``; ``direct``: final receives land in the
+    caller's arrays unchecked (no rollback), ``finish()``: drain the results after the call's
+    last wait."""
     ranges = plan_ranges(plan)
-    if described is None:
-        sources = targets = mine
-        drain_runs = ranges.writes
-        direct = not restore
-    else:
-        sources = Pieces(described.fill_runs, [view(t) for t in described.sources])
-        targets = Pieces(described.drain_runs, [view(t) for t in described.targets])
-        drain_runs = described.drain_runs
-        # aliased targets are written only after the last read of the sources
-        direct = not described.restore and not described.aliased
+    copy = ops.copy
+    sources = Pieces(described.fill_runs, [view(t) for t in described.sources])
+    targets = Pieces(described.drain_runs, [view(t) for t in described.targets])
+    # aliased targets are written only after the last read of the sources
+    direct = not described.restore and not described.aliased
     # seeded reduces read the caller's bytes; a range no single array holds is copied in as
     # any other (Pieces.view: None)
     seeded = {}
     for r in ranges.seeded:
-        source = sources.view(r.lo, r.hi) if described is not None else mine[r.lo:r.hi]
+        source = sources.view(r.lo, r.hi)
         if source is None:
             _fill(copy, work, ((r.lo, r.hi),), sources)
         else:
             seeded[r] = source
     _fill(copy, work, ranges.upfront, sources)   # the lazy sends' segments: when posted
-    # restore=False: every final receive lands in the caller's arrays; restore=True in place:
-    # those whose caller's bytes the slot keeps (put back on failure)
-    finals = ranges.finals if direct else ranges.restorable if described is None else ()
+    # restore=False: every final receive lands in the caller's arrays
     landing = {}
-    for r in finals:
-        target = targets.view(r.lo, r.hi) if described is not None else mine[r.lo:r.hi]
+    for r in ranges.finals if direct else ():
+        target = targets.view(r.lo, r.hi)
         if target is not None:
             landing[r] = target
     workspace = Landing(ops, work, op, landing, ranges.lazy,
                         lambda lo, hi: _fill(copy, work, ((lo, hi),), sources), seeded)
 
     def finish() -> None:
-        _drain(copy, work, drain_runs, targets, merge((r.lo, r.hi) for r in landing),
+        _drain(copy, work, described.drain_runs, targets, merge((r.lo, r.hi) for r in landing),
                merge(ranges.reads + ranges.writes), sources)
     return workspace, direct, finish
 
 
-def _fill(copy, work, reads: tuple, sources) -> None:
-    """Copy the ranges ``reads`` of the working buffer from ``sources`` (a
-    :class:`ringccl.engine.Pieces`, or the caller's in-place buffer)."""
-    if isinstance(sources, Pieces):
-        for lo, hi in reads:
-            for a, b, src, at in sources.parts(lo, hi):
-                copy(work[a:b], src[at:at + b - a])
-    else:
-        for lo, hi in reads:
-            copy(work[lo:hi], sources[lo:hi])
+def _in_place(plan, work, op: ReduceOp, ops, mine, restore: bool) -> tuple:
+    """:func:`_staged` for the caller's one array used in place (all_reduce, broadcast,
+    reduce, ...; ``mine``): the same copies, without the bookkeeping for several arrays (a
+    small call's time is its Python calls)."""
+    copy, ranges = ops.copy, plan_ranges(plan)
+    for lo, hi in ranges.upfront:   # the lazy sends' segments: when posted
+        copy(work[lo:hi], mine[lo:hi])
+    seeded = {r: mine[r.lo:r.hi] for r in ranges.seeded}   # read the caller's bytes
+    # restore=False: every final receive lands in the caller's array; restore=True: those
+    # whose caller's bytes the slot keeps (put back on failure)
+    landing = {r: mine[r.lo:r.hi] for r in (ranges.restorable if restore else ranges.finals)}
+
+    def fill(lo: int, hi: int) -> None:
+        copy(work[lo:hi], mine[lo:hi])
+    workspace = Landing(ops, work, op, landing, ranges.lazy, fill, seeded)
+    writes = ranges.writes
+
+    def finish() -> None:
+        landed = merge((r.lo, r.hi) for r in landing)
+        for lo, hi in writes:   # every range the call wrote lies in the slot
+            for a, b, done in split(lo, hi, landed):
+                if not done:
+                    copy(mine[a:b], work[a:b])
+    return workspace, not restore, finish
 
 
-def _drain(copy, work, runs: tuple, targets, landed: tuple, in_slot: tuple, sources) -> None:
-    """Copy the ranges ``runs`` of the call's result into ``targets`` (Pieces, or the caller's
-    in-place buffer): skipping what ``landed`` there already (final receives), from the slot
-    where the call wrote or read (``in_slot``), else from ``sources`` (a range no step touched:
-    the caller's bytes, unchanged)."""
-    def pieces(lo, hi):
-        if isinstance(targets, Pieces):
-            yield from targets.parts(lo, hi)
-        else:
-            yield lo, hi, targets, lo
+def _fill(copy, work, reads: tuple, sources: Pieces) -> None:
+    """Copy the ranges ``reads`` of the working buffer from ``sources``."""
+    for lo, hi in reads:
+        for a, b, src, at in sources.parts(lo, hi):
+            copy(work[a:b], src[at:at + b - a])
+
+
+def _drain(copy, work, runs: tuple, targets: Pieces, landed: tuple, in_slot: tuple,
+           sources: Pieces) -> None:
+    """Copy the ranges ``runs`` of the call's result into ``targets``: skipping what
+    ``landed`` there already (final receives), from the slot where the call wrote or read
+    (``in_slot``), else from ``sources`` (a range no step touched: the caller's bytes,
+    unchanged)."""
     for lo, hi in runs:
         for a, b, done in split(lo, hi, landed):
             if done:
                 continue
-            for c, d, dst, at in pieces(a, b):
+            for c, d, dst, at in targets.parts(a, b):
                 for e, f, written in split(c, d, in_slot):
                     out = dst[at + e - c:at + f - c]
                     if written:
                         copy(out, work[e:f])
-                    elif isinstance(sources, Pieces):
+                    else:
                         for g, h, src, s_at in sources.parts(e, f):
                             copy(out[g - e:h - e], src[s_at:s_at + h - g])
 

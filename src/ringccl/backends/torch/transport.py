@@ -30,7 +30,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.distributed as dist
 
-from ... import caches
+from ... import caches, environment
 from ...errors import ArgumentError, BackendError
 from .. import shm
 from ..shm.hierarchical import HostLayout, host_layout
@@ -110,7 +110,7 @@ def group_transport(hosts: Sequence[str], size: int) -> str:
             ``RINGCCL_TRANSPORT`` outside auto/shm/p2p/hybrid, or "shm" for ranks on several
             hosts. BackendError: "shm" or "hybrid" on a machine that is not x86-64.
     """
-    value = os.environ.get("RINGCCL_TRANSPORT") or "auto"
+    value = environment.get("RINGCCL_TRANSPORT") or "auto"
     if value not in TRANSPORTS:
         raise ArgumentError(f"RINGCCL_TRANSPORT={value!r} must be one of "
                          f"{', '.join(map(repr, TRANSPORTS))}")

@@ -1,0 +1,43 @@
+"""ringccl.environment.get follows os.environ through every way it changes."""
+
+import os
+
+import pytest
+
+from ringccl import environment
+
+NAME = "RINGCCL_TEST_ENVIRONMENT_VARIABLE"
+
+
+@pytest.fixture(autouse=True)
+def _clean(monkeypatch):
+    monkeypatch.delenv(NAME, raising=False)
+
+
+def test_get_follows_assignment_deletion_and_putenv_paths(monkeypatch):
+    assert environment.get(NAME) is None
+    os.environ[NAME] = "a"
+    assert environment.get(NAME) == "a" == os.environ.get(NAME)
+    monkeypatch.setenv(NAME, "b é")
+    assert environment.get(NAME) == "b é"
+    os.environ.update({NAME: "c"})
+    assert environment.get(NAME) == "c"
+    del os.environ[NAME]
+    assert environment.get(NAME) is None
+    os.environ.setdefault(NAME, "")
+    assert environment.get(NAME) == "" == os.environ.get(NAME)
+    os.environ.pop(NAME)
+    assert environment.get(NAME) is None
+
+
+def test_raw_is_a_key_of_the_variables_state(monkeypatch):
+    names = (NAME, "RINGCCL_TEST_OTHER_VARIABLE")
+    monkeypatch.delenv(names[1], raising=False)
+    before = environment.raw(names)
+    assert before == (None, None)
+    monkeypatch.setenv(NAME, "1")
+    after = environment.raw(names)
+    assert after != before and after[1] is None
+    assert after[0] in ("1", b"1")
+    monkeypatch.setenv(NAME, "2")
+    assert environment.raw(names) != after
