@@ -28,8 +28,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from rich.console import Console  # noqa: E402
 from rich.progress import track  # noqa: E402
-from rich.table import Table  # noqa: E402
 
+from ringccl.cli.common import add_format_option, table  # noqa: E402
 from tests.distributed import faults  # noqa: E402
 
 
@@ -39,6 +39,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=4.0, help="group timeout, seconds")
     parser.add_argument("--json", action="store_true")
+    add_format_option(parser)
     parser.add_argument("--transport", choices=("p2p", "shm"), default="p2p")
     args = parser.parse_args()
 
@@ -60,15 +61,14 @@ def main() -> None:
         for rec in o.survivors.values():
             if rec.get("error") and o.died_at is not None:
                 row[3] = max(row[3], rec["error"]["at"] - o.died_at)
-    table = Table(title=f"{len(outcomes)} fault-injection trials over {args.transport} "
-                        f"(group timeout {args.timeout:g} s)")
-    for name in ("collective", "algorithm", "trials", "passed", "survivors",
-                 "slowest detection (s)"):
-        table.add_column(name, justify="left" if name in ("collective", "algorithm") else "right")
-    for (collective, algorithm), (n, ok, surv, slow) in sorted(rows.items()):
-        table.add_row(collective, algorithm, str(n), str(ok), str(surv), f"{slow:.2f}")
+    # the CLI's table: no name or number is ever cut, whatever the terminal
+    table(f"{len(outcomes)} fault-injection trials over {args.transport} "
+          f"(group timeout {args.timeout:g} s)",
+          ("collective", "algorithm", "trials", "passed", "survivors", "slowest detection (s)"),
+          [(collective, algorithm, n, ok, surv, f"{slow:.2f}")
+           for (collective, algorithm), (n, ok, surv, slow) in sorted(rows.items())],
+          args.format)
     console = Console()
-    console.print(table)
     failed = [o for o in outcomes if o.problems]
     hangs = sum(bool(o.missing) for o in outcomes)
     kills = sum(o.trial.mode in ("kill", "sigkill") for o in outcomes)

@@ -11,7 +11,7 @@ import ringccl
 from ringccl import engine
 from ringccl.cli import main
 from ringccl.engine import trace
-from ringccl.backends.mpi.executor import OPS  # numpy dialect (mpi4py itself is imported lazily)
+from ringccl.backends.mpi.dialect import OPS  # the engine's numpy array ops (no mpi4py)
 from ringccl.ops import ReduceOp
 
 

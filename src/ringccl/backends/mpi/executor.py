@@ -35,13 +35,14 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from ... import caches, engine
+from ... import engine
 from .. import shm
 from ..shm import call, registry
 from ...engine import trace
 from ...errors import ArgumentTypeError, BackendError, RingcclTimeout
 from ...ir import Schedule
-from ...ops import SUPPORTED_DTYPES, ReduceOp, ufunc
+from ...ops import SUPPORTED_DTYPES, ReduceOp
+from .dialect import OPS
 
 __all__ = ["execute", "execute_call", "wait_request", "release_buffers", "PIPELINING", "OPS",
            "PIPELINE_THRESHOLD_BYTES", "DEFAULT_SEGMENT_BYTES", "SHM_PIPELINING", "shm_possible",
@@ -66,50 +67,6 @@ DEFAULT_SEGMENT_BYTES = 4 << 20
 PIPELINING = engine.Pipelining(PIPELINE_THRESHOLD_BYTES, DEFAULT_SEGMENT_BYTES)
 
 
-class NumpyOps:
-    """The engine's array dialect on 1-D numpy arrays (:class:`ringccl.engine.ArrayOps`)."""
-
-    @staticmethod
-    def empty(like: np.ndarray, elements: int) -> np.ndarray:
-        """64-byte aligned (a cache line; what MPI's single copy moves fastest)."""
-        nbytes = elements * like.itemsize
-        raw = np.empty(nbytes + 64, dtype=np.uint8)
-        start = (-raw.ctypes.data) % 64
-        return raw[start:start + nbytes].view(like.dtype)
-
-    @staticmethod
-    def copy(dst: np.ndarray, src: np.ndarray) -> None:
-        dst[...] = src
-
-    @staticmethod
-    def combine(op: ReduceOp):
-        return _combine(op)
-
-    @staticmethod
-    def combine_into(op: ReduceOp):
-        return _combine_into(op)
-
-    @staticmethod
-    def kind(a: np.ndarray):
-        return a.dtype
-
-
-@caches.memoize(maxsize=32)
-def _combine(op: ReduceOp):
-    """In-place ``dst = op(dst, src)`` for numpy arrays: one function per op, made once (the
-    engine asks for it at every call)."""
-    f = ufunc(op)
-    return lambda dst, src: f(dst, src, out=dst)
-
-
-@caches.memoize(maxsize=32)
-def _combine_into(op: ReduceOp):
-    """``dst = op(a, b)`` into ``dst`` for numpy arrays (:func:`_combine`'s ufunc)."""
-    f = ufunc(op)
-    return lambda dst, a, b: f(a, b, out=dst)
-
-
-OPS = NumpyOps()
 
 
 def _private(comm, schedule: Schedule, timeout: float | None) -> "MPI.Comm":
