@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import ringccl
-from ringccl.args import check_int, check_rank
+from ringccl.args import check_int, check_rank, lookup
 from ringccl.cli import main
 from ringccl.errors import ArgumentError, ArgumentTypeError
 
@@ -49,6 +49,20 @@ def test_python_and_numpy_integers_are_accepted_as_int(value):
 def test_bool_float_and_others_are_not_integers(value):
     _raises(lambda: check_int(value, "count"), T, rf"^count={re.escape(repr(value))} must be an "
                                                   "integer >= 0, got")
+
+
+@pytest.mark.parametrize("name", ["nope", "C", None, ["a"], 3])
+def test_lookup_refuses_what_is_no_key_naming_it_and_the_keys(name):
+    _raises(lambda: lookup({"a": 1, "b": 2}, name, "model", "a preset", " or a path",
+                           lower=True),
+            ArgumentError, rf"^model={re.escape(repr(name))} is not a preset; expected one of "
+            r"a, b or a path$")
+
+
+def test_lookup_folds_case_only_when_asked():
+    assert lookup({"a": 1}, "A", "model", "a preset", lower=True) == 1
+    with pytest.raises(ArgumentError, match=r"^precision='A' is not a recipe"):
+        lookup({"a": 1}, "A", "precision", "a recipe")
 
 
 def test_numpy_integers_work_end_to_end():

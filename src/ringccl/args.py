@@ -9,7 +9,8 @@ and what is allowed.
 The other checks live next to what they check: ``ringccl.collectives.get_collective`` (unknown
 collective), ``ringccl.algorithms.get_algorithm`` (unknown algorithm), ``ringccl.ops.parse_op``,
 ``check_dtype`` and ``check_op_dtype`` (ops and dtypes), ``ringccl.collectives.split_sizes``
-(all_to_all split sizes of the simulator).
+(all_to_all split sizes of the simulator). :func:`lookup` is the one way to take a named entry
+(a preset, a recipe) from a table.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 
 from .errors import ArgumentError, ArgumentTypeError
 
-__all__ = ["check_int", "check_rank"]
+__all__ = ["check_int", "check_rank", "lookup"]
 
 
 def _is_int(value) -> bool:
@@ -55,3 +56,18 @@ def check_rank(value, world_size: int, argument: str = "root") -> int:
         raise ArgumentError(f"{argument}={int(value)} is out of range for world_size={world_size}; "
                             f"{argument} must be an integer rank in [0, {world_size})")
     return int(value)
+
+
+def lookup(table, name, argument: str, what: str, hint: str = "", lower: bool = False):
+    """``table[name]`` (``name`` lower-cased first with ``lower``) for a name a caller gave.
+
+    Raises:
+        ArgumentError: ``name`` is no key of ``table`` (or not hashable): "``argument``=``name``
+            is not ``what``; expected one of" the keys, then ``hint``.
+    """
+    key = name.lower() if lower and isinstance(name, str) else name
+    try:
+        return table[key]
+    except (KeyError, TypeError):
+        raise ArgumentError(f"{argument}={name!r} is not {what}; expected one of "
+                            f"{', '.join(table)}{hint}") from None

@@ -406,24 +406,6 @@ def widths_arg(text: str) -> tuple:
     return widths
 
 
-def size_arg(text: str) -> int:
-    """Bytes: ``4KiB``, ``4KB``, ``4096`` (argparse type; >= 0)."""
-    _refuse_negative(text, "size", ">= 0 bytes (e.g. 4096, 4KiB, 1MiB)")
-    try:
-        return units.size(text)
-    except RingcclError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def count_arg(text: str) -> int:
-    """Elements: ``1M`` = 10^6, ``1Mi`` = 2^20 (argparse type; >= 0)."""
-    _refuse_negative(text, "count", ">= 0 elements (e.g. 1000, 1M, 1Mi)")
-    try:
-        return units.count(text)
-    except RingcclError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def size_list(text: str) -> list[float]:
     """``4KiB:1GiB`` (powers of two between), ``4KiB:1GiB:4`` (factor 4), or ``1KiB,4MiB``;
     every size > 0."""
@@ -477,6 +459,12 @@ def checked(parse):
             raise argparse.ArgumentTypeError(str(exc)) from None
     convert.__name__ = parse.__name__
     return convert
+
+
+#: bytes: ``4KiB``, ``4KB``, ``4096`` (argparse type; >= 0)
+size_arg = nonnegative(units.size, "size", ">= 0 bytes (e.g. 4096, 4KiB, 1MiB)")
+#: elements: ``1M`` = 10^6, ``1Mi`` = 2^20 (argparse type; >= 0)
+count_arg = nonnegative(units.count, "count", ">= 0 elements (e.g. 1000, 1M, 1Mi)")
 
 
 def add_accumulate_option(p, note: str = "") -> None:

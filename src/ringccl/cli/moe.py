@@ -17,7 +17,7 @@ import contextlib
 
 from ..errors import ArgumentError, Interrupted
 from ..planner.step import exposed_seconds
-from ..views.plot import _pyplot
+from ..views.plot import _pyplot, save_figure
 from ..backends.torch import launch as torch_launch
 from .common import (add_format_option, add_launch_options, check_nproc, checked, emit_json,
                      interrupted, need_torch, nonnegative, positive_int, seconds_arg,
@@ -82,11 +82,7 @@ def plot_timelines(results: list, path: str, title: str = "") -> str:
         ax.set_title(f"{label}: {max(r['seconds'][label] for r in results) * 1e3:.1f} ms "
                      "(slowest rank)", fontsize=10)
     axes[1].set_xlabel("ms since the barrier")
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, title)
 
 
 def _report(results: list, config: dict, nproc: int) -> dict:

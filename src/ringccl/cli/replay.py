@@ -19,7 +19,7 @@ from .. import units
 from ..errors import Interrupted
 from ..planner.emit import load_step_file, replay_calls
 from ..planner.replay import calibration_sweeps, repredict
-from ..views.plot import _pyplot
+from ..views.plot import _pyplot, save_figure
 from ..backends.torch import launch as torch_launch
 from .common import (add_format_option, add_launch_options, check_nproc, emit_json,
                      interrupted, need_torch, positive_int, seconds_arg, size_arg,
@@ -51,11 +51,7 @@ def plot_replay(report: dict, path: str, title: str = "") -> str:
     tot.set_xticks([0, 1], ["measured", "predicted"], fontsize=8)
     tot.set_ylabel("ms per step (communication)")
     tot.set_title(f"total: error {100 * report['total_error']:+.1f}%", fontsize=9)
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, title, title_size=9)
 
 
 def _print(report: dict, step: dict, fmt: str) -> None:

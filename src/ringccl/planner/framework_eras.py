@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-__all__ = ["Setting", "REDUCE_DTYPES", "ERA_PRESETS", "ERA_FAMILY"]
+__all__ = ["Setting", "REDUCE_DTYPES", "ERA_PRESETS", "ERA_FAMILY", "PREFETCH_BUCKET"]
 
 #: the dtypes gradients may be reduced in, and their bytes per element
 REDUCE_DTYPES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -82,6 +82,11 @@ def model_dtype_reduce(layout: dict) -> str:
     return GRAD_DTYPE[layout["dtype"]]
 
 
+def float32_reduce(layout: dict) -> str:
+    """Gradients reduced in float32 whatever the model's dtype (FSDP's mixed precision)."""
+    return "float32"
+
+
 #: one call of the whole gradient buffer (no bucketing), bytes
 WHOLE_BUFFER = 2**50
 
@@ -93,6 +98,14 @@ def _whole_buffer(layout: dict) -> int:
 def deepspeed_bucket(layout: dict) -> int:
     """DeepSpeed's reduce_bucket_size, 5e8 elements of the reduce dtype (since v0.3)."""
     return 500_000_000 * REDUCE_DTYPES[layout["reduce_dtype"]]
+
+
+#: DeepSpeed's stage3_prefetch_bucket_size (deepspeed/runtime/zero/config.py), elements; the
+#: value where a framework has no such setting (it is read only with zero3_gather="parameter")
+PREFETCH_BUCKET = 50_000_000
+
+#: zero3_prefetch_bucket of the FSDP presets, current and dated
+FSDP_PREFETCH_BUCKET = Setting(PREFETCH_BUCKET, "not an FSDP setting")
 
 
 def _not_set(what: str) -> Setting:
@@ -130,7 +143,7 @@ def _megatron_era(tag: str, **changes: Setting) -> dict[str, Setting]:
                                      "--no-scatter-gather-tensors-in-pipeline (store_false: "
                                      "on; Narayanan et al. 2021 §4.1)"),
         "zero3_gather": Setting("layer", "not a Megatron-LM setting (no ZeRO-3)"),
-        "zero3_prefetch_bucket": Setting(50_000_000, "not a Megatron-LM setting"),
+        "zero3_prefetch_bucket": Setting(PREFETCH_BUCKET, "not a Megatron-LM setting"),
         "fsdp_prefetch": Setting(1, "not a Megatron-LM setting"),
         "overlap_dgrad_reduce": Setting(False, f"{tag} megatron/mpu/layers.py: the "
                                         "column-parallel layer's input-gradient all-reduce "
@@ -193,9 +206,12 @@ _MEGATRON_DEEPSPEED = {
                                  "_set_batch_related_parameters"),
 }
 
+_NO_TP = f"{_COMPOSER}: no tensor parallelism"
+_NO_PP = f"{_COMPOSER}: no pipeline parallelism"
+
 #: Composer's FSDP (PyTorch 2.1's FullyShardedDataParallel) as llm-foundry's benchmarks ran it
 _COMPOSER_FSDP = {
-    "sp": Setting(False, f"{_COMPOSER}: no tensor parallelism"),
+    "sp": Setting(False, _NO_TP),
     "zero_stage": Setting(3, f"{_COMPOSER} composer/trainer/dist_strategy.py "
                           "sharding_strategy = FULL_SHARD",
                           note="SHARD_GRAD_OP: zero_stage 3 with reshard_after_forward off"),
@@ -208,30 +224,29 @@ _COMPOSER_FSDP = {
     "reduce_dtype": Setting("float32", f"{_COMPOSER} composer/trainer/mosaic_fsdp_utils.py "
                             "get_mixed_precision: mixed_precision 'DEFAULT' -> reduce_dtype "
                             "float32 (parameters gathered in the autocast dtype)",
-                            lambda layout: "float32",
-                            "llm-foundry's benchmark table prints MP Mode DEFAULT"),
+                            float32_reduce, "llm-foundry's benchmark table prints MP Mode DEFAULT"),
     "bucket_bytes": Setting(25 * 2**20, f"{_TORCH21}: one reduce-scatter per FSDP unit (DDP's "
                             "25 MiB bucket_cap_mb with --zero 0)"),
     "overlap_grad_reduce": Setting(True, f"{_TORCH21} _runtime_utils.py _post_backward_hook: "
                                    "the unit's reduce-scatter on the post-backward stream"),
     "overlap_param_gather": Setting(True, f"{_TORCH21} _runtime_utils.py _unshard: the "
                                     "all-gather on the unshard stream"),
-    "tp_comm_overlap": Setting(False, f"{_COMPOSER}: no tensor parallelism"),
-    "overlap_p2p": Setting(False, f"{_COMPOSER}: no pipeline parallelism"),
-    "pp_scatter_gather": Setting(True, f"{_COMPOSER}: no pipeline parallelism"),
+    "tp_comm_overlap": Setting(False, _NO_TP),
+    "overlap_p2p": Setting(False, _NO_PP),
+    "pp_scatter_gather": Setting(True, _NO_PP),
     "zero3_gather": Setting("layer", f"{_COMPOSER} dist_strategy.py: one FSDP unit per "
                             "block (the model's fsdp_wrap_fn)"),
-    "zero3_prefetch_bucket": Setting(50_000_000, "not an FSDP setting"),
+    "zero3_prefetch_bucket": FSDP_PREFETCH_BUCKET,
     "fsdp_prefetch": Setting(1, f"{_FOUNDRY} --fsdp_config_forward_prefetch true "
                              "--fsdp_config_backward_prefetch BACKWARD_PRE "
                              "--fsdp_config_limit_all_gathers true (one unit ahead)",
                              note="Composer's own defaults: forward_prefetch False, "
                              "BACKWARD_POST"),
-    "overlap_dgrad_reduce": Setting(False, f"{_COMPOSER}: no tensor parallelism"),
+    "overlap_dgrad_reduce": Setting(False, _NO_TP),
     "gradient_accumulation_fusion": Setting(False, f"{_TORCH21}: autograd writes each "
                                             "weight gradient, FSDP accumulates it"),
-    "pp_sequential_p2p": Setting(False, f"{_COMPOSER}: no pipeline parallelism"),
-    "schedule": Setting("1f1b", f"{_COMPOSER}: no pipeline parallelism"),
+    "pp_sequential_p2p": Setting(False, _NO_PP),
+    "schedule": Setting("1f1b", _NO_PP),
     "num_micro_batches": Setting("global batch / (device_train_microbatch_size x dp)",
                                  f"{_COMPOSER} composer/trainer/trainer.py"),
 }

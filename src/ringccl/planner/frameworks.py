@@ -49,8 +49,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ArgumentError
-from .framework_eras import (ERA_FAMILY, ERA_PRESETS, REDUCE_DTYPES, Setting,
-                             deepspeed_bucket, megatron_reduce as _megatron_reduce,
+from .framework_eras import (ERA_FAMILY, ERA_PRESETS, FSDP_PREFETCH_BUCKET,
+                             PREFETCH_BUCKET as _PREFETCH, REDUCE_DTYPES, Setting,
+                             deepspeed_bucket, float32_reduce as _float32_reduce,
+                             megatron_reduce as _megatron_reduce,
                              model_dtype_reduce as _model_dtype_reduce)
 
 __all__ = ["FRAMEWORKS", "DEFAULT_FRAMEWORK", "DEFAULT_WHY", "Setting", "PRESETS",
@@ -101,10 +103,6 @@ LAYOUT_SETTINGS = ("sp", "zero_stage", "recompute", "attention", "reshard_after_
                    "pp_sequential_p2p")
 MODEL_SETTINGS = ("reduce_dtype", "bucket_bytes")
 
-#: DeepSpeed's stage3_prefetch_bucket_size (deepspeed/runtime/zero/config.py), elements; the
-#: value where a framework has no such setting (it is read only with zero3_gather="parameter")
-_PREFETCH = 50_000_000
-
 #: what torch's fully_shard and pipelining overlap, for fsdp2 and torchtitan alike
 _FULLY_SHARD = {
     "overlap_grad_reduce": Setting(True, f"{_TORCH} _fully_shard.py: each group's "
@@ -113,7 +111,7 @@ _FULLY_SHARD = {
                                     "all-gather on the all-gather stream"),
     "overlap_p2p": Setting(False, f"{_TORCH} torch/distributed/pipelining/schedules.py: the "
                            "schedule waits on each step's sends and receives"),
-    "zero3_prefetch_bucket": Setting(_PREFETCH, "not an FSDP setting"),
+    "zero3_prefetch_bucket": FSDP_PREFETCH_BUCKET,
     "overlap_dgrad_reduce": Setting(False, f"{_TORCH} torch/distributed/tensor/parallel: "
                                     "DTensor's TP reduces the input gradient in the autograd "
                                     "graph, not behind the weight gradient"),
@@ -319,7 +317,7 @@ PRESETS: dict[str, dict[str, Setting]] = {
         "reduce_dtype": Setting("float32", f"{_TITAN} configs.py "
                                 "training.mixed_precision_reduce = \"float32\" (only choice); "
                                 "all-gathers in mixed_precision_param = \"bfloat16\"",
-                                lambda layout: "float32"),
+                                _float32_reduce),
         "bucket_bytes": Setting(100 * 2**20, f"{_TITAN} v0.2.2 models/llama3/infra/"
                                 "parallelize.py replicate(bucket_cap_mb=100) (data parallelism "
                                 "without sharding, --zero 0)"),

@@ -55,7 +55,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
-from ..args import check_int
+from ..args import check_int, lookup
 from ..errors import ArgumentError, ArgumentTypeError
 
 __all__ = ["ModelConfig", "PRESETS", "preset", "check_shape", "DTYPE_BYTES", "NORM_TYPES",
@@ -502,8 +502,4 @@ def preset(name: str) -> ModelConfig:
     Raises:
         ArgumentError: unknown name, listing the presets.
     """
-    try:
-        return PRESETS[name.lower()]
-    except (KeyError, AttributeError):
-        raise ArgumentError(f"model={name!r} is not a preset; expected one of "
-                            f"{', '.join(PRESETS)} or a config.json path") from None
+    return lookup(PRESETS, name, "model", "a preset", " or a config.json path", lower=True)

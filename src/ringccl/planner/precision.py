@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import ArgumentError
+from ..args import lookup
 
 __all__ = ["Precision", "PRECISIONS", "precision_recipe"]
 
@@ -85,8 +85,4 @@ def precision_recipe(name: str) -> Precision:
     Raises:
         ArgumentError: unknown name, listing the recipes.
     """
-    try:
-        return PRECISIONS[name]
-    except (KeyError, TypeError):
-        raise ArgumentError(f"precision={name!r} is not a recipe; expected one of "
-                            f"{', '.join(PRECISIONS)}") from None
+    return lookup(PRECISIONS, name, "precision", "a recipe")

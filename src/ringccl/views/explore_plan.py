@@ -13,8 +13,7 @@ import html
 from typing import Mapping
 
 from .explore_html import _plotly
-from .plan_plot import (_COLORS, _ORDER, _lanes, _seconds_label, _size_label, picked_stages,
-                        stage_spans, stage_window)
+from .plan_plot import _COLORS, _ORDER, _lanes, _seconds_label, _size_label, picked_spans
 
 __all__ = ["plan_page", "plan_figures"]
 
@@ -37,22 +36,17 @@ def _timeline_figure(go, plan: Mapping):
     """One timeline per picked stage: compute, collectives (exposed, hidden), the bubble."""
     from plotly.subplots import make_subplots
 
-    summary, layout = plan["summary"], plan["layout"]
-    m, v = layout["num_micro_batches"], layout["virtual_stages"]
-    stages = plan["stages"]
-    picked = [stages[i] for i in picked_stages(len(stages))]
-    pipeline = summary["pipeline_s"]
-    heights = [len(_lanes(s)) for s in picked]
+    summary, m = plan["summary"], plan["layout"]["num_micro_batches"]
+    picked = picked_spans(plan)
+    heights = [len(_lanes(s)) for s, _ in picked]
     titles = [f"stage {s['stage']}: {s['layers']} layers; {m} micro-batches of "
-              f"{_seconds_label(s['micro_batch_s'])}" for s in picked]
+              f"{_seconds_label(s['micro_batch_s'])}" for s, _ in picked]
     timeline = make_subplots(rows=len(picked), cols=1, shared_xaxes=True,
                              row_heights=[h / sum(heights) for h in heights],
                              vertical_spacing=0.06, subplot_titles=titles)
     shown_kinds: set = set()
-    for row, st in enumerate(picked, start=1):
-        start, end = stage_window(stages, st, pipeline, v)
+    for row, (st, spans) in enumerate(picked, start=1):
         lanes = _lanes(st)
-        spans = stage_spans(st, m, start, end, pipeline)
         for kind in ("forward", "backward", "exposed", "hidden", "bubble"):
             group = [b for b in spans if b["kind"] == kind]
             if not group:
@@ -70,7 +64,7 @@ def _timeline_figure(go, plan: Mapping):
                            for b in group], hoverinfo="text"), row=row, col=1)
             shown_kinds.add(kind)
         timeline.update_yaxes(categoryorder="array", categoryarray=lanes[::-1], row=row, col=1)
-        timeline.add_vline(x=pipeline, line=dict(color="black", dash="dot", width=1), row=row,
+        timeline.add_vline(x=summary["pipeline_s"], line=dict(color="black", dash="dot", width=1), row=row,
                            col=1)
     timeline.update_xaxes(range=[0, summary["step_s"] * 1.01], gridcolor="#eeeeee")
     timeline.update_xaxes(title_text="time in the step (s); dotted: the pipeline ends, then the "

@@ -31,7 +31,8 @@ from typing import Mapping
 
 from .plot import _pyplot
 
-__all__ = ["plan_chart", "picked_stages", "stage_spans", "stage_window", "schedule_bars"]
+__all__ = ["plan_chart", "picked_stages", "picked_spans", "stage_spans", "stage_window",
+           "schedule_bars"]
 
 #: lane colours: compute, then the parallelisms in the planner's order
 _COLORS = {"forward": "#4c72b0", "backward": "#55a868", "tp": "#c44e52", "sp": "#dd8452",
@@ -177,12 +178,21 @@ def stage_window(stages, stage: Mapping, pipeline: float, v: int) -> tuple[float
     return start, end
 
 
-def _draw_stage(ax, stage: Mapping, m: int, start: float, end: float, pipeline: float) -> None:
+def picked_spans(plan: Mapping) -> list[tuple[Mapping, list[dict]]]:
+    """The stages drawn of ``plan`` (``StepEstimate.to_dict()``; :func:`picked_stages`), each
+    with its bars: :func:`stage_spans` in its 1F1B window (:func:`stage_window`)."""
+    m, v = plan["layout"]["num_micro_batches"], plan["layout"]["virtual_stages"]
+    stages, pipeline = plan["stages"], plan["summary"]["pipeline_s"]
+    return [(st, stage_spans(st, m, *stage_window(stages, st, pipeline, v), pipeline))
+            for st in (stages[i] for i in picked_stages(len(stages)))]
+
+
+def _draw_stage(ax, stage: Mapping, spans: list[dict], m: int) -> None:
     lanes = _lanes(stage)
     y = {lane: len(lanes) - 1 - i for i, lane in enumerate(lanes)}
     tau = stage["micro_batch_s"]
     colors = {"forward": _COLORS["forward"], "backward": _COLORS["backward"]}
-    for b in stage_spans(stage, m, start, end, pipeline):
+    for b in spans:
         color = colors.get(b["kind"], _COLORS.get(b["lane"], "#999999"))
         style = {"hidden": dict(alpha=0.3), "bubble": dict(hatch="//")}.get(b["kind"], {})
         ax.barh(y[b["lane"]], b["width"], left=b["x0"], color=color, linewidth=0, height=0.7,
@@ -220,13 +230,9 @@ def plan_chart(plan: Mapping, path: str, title: str = "", timeline: Mapping | No
     plt = _pyplot()
     from matplotlib.patches import Patch
 
-    summary, layout = plan["summary"], plan["layout"]
-    m, v = layout["num_micro_batches"], layout["virtual_stages"]
-    stages = plan["stages"]
-    picked = [stages[i] for i in picked_stages(len(stages))]
-    pipeline = summary["pipeline_s"]
-
-    lanes = [len(_lanes(s)) for s in picked]
+    summary, m = plan["summary"], plan["layout"]["num_micro_batches"]
+    picked = picked_spans(plan)
+    lanes = [len(_lanes(s)) for s, _ in picked]
     top = 0
     if timeline is not None:
         top = 1
@@ -241,11 +247,10 @@ def plan_chart(plan: Mapping, path: str, title: str = "", timeline: Mapping | No
         _draw_schedule(ax, timeline)
         ax.tick_params(labelbottom=False)
         axes.append(ax)
-    for i, st in enumerate(picked):
+    for i, (st, spans) in enumerate(picked):
         ax = fig.add_subplot(grid[top + i, 0], sharex=axes[0] if axes else None)
-        start, end = stage_window(stages, st, pipeline, v)
-        _draw_stage(ax, st, m, start, end, pipeline)
-        ax.axvline(pipeline, color="black", linewidth=0.8, linestyle=":")
+        _draw_stage(ax, st, spans, m)
+        ax.axvline(summary["pipeline_s"], color="black", linewidth=0.8, linestyle=":")
         axes.append(ax)
         if i < len(picked) - 1:
             ax.tick_params(labelbottom=False)

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import RingcclError
 
-__all__ = ["model_chart", "fit_chart"]
+__all__ = ["model_chart", "fit_chart", "save_figure"]
 
 _STYLES = ["-", "--", ":", "-."]
 
@@ -26,6 +26,17 @@ def _pyplot():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     return plt
+
+
+def save_figure(fig, path: str, title: str = "", title_size: float = 10) -> str:
+    """Write the matplotlib figure ``fig`` to ``path`` (PNG, 110 dpi) under ``title`` (none
+    when empty), laid out tight, and close it. Returns ``path``."""
+    if title:
+        fig.suptitle(title, fontsize=title_size)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    _pyplot().close(fig)
+    return path
 
 
 def _size_label(nbytes: float, _pos=None, digits: int = 6) -> str:
@@ -137,9 +148,4 @@ def fit_chart(logs: Sequence[dict], path: str, title: str = "") -> str:
     for ax in list(axes.flat)[len(logs):]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=7)
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, title)
