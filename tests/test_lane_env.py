@@ -8,17 +8,29 @@ from ringccl.backends.shm import lane
 from ringccl.errors import ArgumentError
 
 
-@pytest.mark.parametrize("text,on", [("", True), ("1", True), ("on", True), ("0", False),
-                                     ("OFF", False)])
-def test_lane_env_values(monkeypatch, text, on):
+@pytest.mark.parametrize("text,on,native", [("", True, True), ("1", True, True),
+                                            ("on", True, True), ("0", False, True),
+                                            ("OFF", False, True), ("python", True, False),
+                                            (" Python ", True, False)])
+def test_lane_env_values(monkeypatch, text, on, native):
     monkeypatch.setenv("RINGCCL_LANE", text)
-    assert lane._from_env() is on
+    assert lane._from_env() == (on, native)
+
+
+def test_the_extension_is_built():
+    # CI machines have a C compiler: the optional extension must have built and imported, so
+    # a failing build cannot hide behind the Python replay
+    from ringccl.backends.shm import _lanec, lane_native
+    assert lane_native.available() and lane.native()
+    assert _lanec.HEADER_WORDS == lane_native.HEADER_WORDS
+    assert _lanec.OP_WORDS == lane_native.OP_WORDS
 
 
 def test_lane_env_bad_value_names_it(monkeypatch):
     monkeypatch.setenv("RINGCCL_LANE", "maybe")
     monkeypatch.setitem(lane._state, "enabled", lane._from_env())
-    with pytest.raises(ArgumentError, match="RINGCCL_LANE='maybe' must be '1'"):
+    with pytest.raises(ArgumentError, match="RINGCCL_LANE='maybe' must be '1' or 'on' .*"
+                       "'python'"):
         lane.signature("all_reduce", 0)
     with pytest.raises(ArgumentError, match="RINGCCL_LANE"):
         lane.enabled()
