@@ -116,11 +116,14 @@ if not isinstance(_RAW, dict) or any(k in _RAW and not isinstance(_RAW[k], bytes
     _RAW = None
 
 
+_K0, _K1, _K2, _K3 = _RAW_KEYS   # unrolled below: a generator over them cost ~1 µs a call
+
+
 def _environment() -> tuple:
     """The values of :data:`_ENV` now (None where unset; bytes or str, the same kind always)."""
     if _RAW is not None:
         get = _RAW.get
-        return tuple(get(k) for k in _RAW_KEYS)
+        return get(_K0), get(_K1), get(_K2), get(_K3)
     get = os.environ.get
     return tuple(get(v) for v in _ENV)
 _INELIGIBLE = object()   # a signature the lane cannot run: the general path, no capture
@@ -158,9 +161,9 @@ def compiled(native: bool = False) -> int:
 
 def signature(*parts) -> tuple | None:
     """A front end's key: its ``parts`` and the environment variables a call reads; None when
-    the lane is off, when ``RINGCCL_DEBUG`` asks for logging or the cross-rank check (each
-    call then runs the general path, which logs and checks it), or when a part cannot be a key
-    (unhashable: the general path checks it)."""
+    the lane is off, or when ``RINGCCL_DEBUG`` asks for logging or the cross-rank check (each
+    call then runs the general path, which logs and checks it). A key with an unhashable part
+    (hashed once, by :func:`replay`) never compiles: the general path checks the part."""
     on = _state["enabled"]
     if on is not True:
         if on is False:
@@ -169,12 +172,7 @@ def signature(*parts) -> tuple | None:
     env = _environment()
     if env[0] and debug_level():   # RINGCCL_DEBUG set
         return None   # logged or cross-checked calls: every one runs the general path
-    key = parts + env
-    try:
-        hash(key)
-    except TypeError:
-        return None
-    return key
+    return parts + env   # an unhashable part: replay and first_call run the general path
 
 
 def finisher(b, group, op, dtype) -> Callable[[Any], None]:
@@ -231,7 +229,10 @@ def replay(key: tuple, group: Any, buffer: Any) -> bool:
     array or a torch tensor); False when there is none or it cannot run now (the caller then
     runs the general path; a lane whose group changed is forgotten; a read-only or
     non-contiguous buffer is left to the general path, which copies or refuses it)."""
-    e = _lanes.get(key)
+    try:
+        e = _lanes.get(key)
+    except TypeError:   # an unhashable part (signature)
+        return False
     if e is None or e is _INELIGIBLE or e.group() is not group:
         return False
     ran = e.lane.run(buffer)
@@ -248,7 +249,11 @@ def first_call(key: tuple | None, group: Any, general: Callable[[], None],
     """``general()`` (the general path); for a signature seen for the first time (``key`` not
     None and not in the table) compiling its lane on the way, kept with ``finish()`` (what
     :func:`replay` does after the lane, e.g. :func:`finisher`)."""
-    if key is None or key in _lanes:
+    try:
+        known = key is None or key in _lanes
+    except TypeError:   # an unhashable part (signature): never compiled
+        known = True
+    if known:
         general()
         return
     with capture() as box:
@@ -355,13 +360,16 @@ class Lane:
         having done nothing, when the group changed since the lane was compiled (released,
         grown, aborted, mid-call): the caller runs the general path, which says why; None,
         having done nothing, when ``buffer`` is read-only or not contiguous."""
-        if self.program is not None and _state["native"]:
+        if self.program is not None:
+            self.run = self._run_native   # one frame fewer per call
             return self._run_native(buffer)
         return self._run_python(buffer)
 
     def _run_native(self, buffer) -> bool | None:
         """:meth:`run` through the C loop (:mod:`~ringccl.backends.shm.lane_native`); its
         returns to Python (a long wait, a descriptor it does not expect) resume here."""
+        if not _state["native"]:
+            return self._run_python(buffer)
         g, t, program = self.group, self.transport, self.program
         c = g.calls + 1
         try:
