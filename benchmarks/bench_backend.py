@@ -14,6 +14,8 @@ Variants:
   a signature seen before replays its compiled call, :mod:`ringccl.backends.shm.lane`).
 * ``ringccl-general``: the same with the compiled lane switched off (every call on the general
   path: front end, engine, the shared-memory call), the baseline of the lane.
+* ``ringccl-python``: the same with the lane replayed in Python (``lane.set_native(False)``;
+  ``ringccl`` replays in C where ``_lanec`` is built); ``rt python``: ``ringccl.torch`` so.
 * ``ringccl-thread``: every call handed to the worker thread (the policy before small calls
   ran inline).
 * ``ringccl-inline``: every call run in the calling thread (completed Work).
@@ -123,6 +125,15 @@ def _lane_off(lane, fn, t):
         lane.set_enabled(True)
 
 
+def _python_replay(lane, fn, t, **kw):
+    """``fn(t)`` with the lane replayed in Python (the C loop off)."""
+    lane.set_native(False)
+    try:
+        fn(t, **kw)
+    finally:
+        lane.set_native(True)
+
+
 def _worker(rank, world_size, sizes, reps, ddp_steps, ddp_hidden, fsdp, ddp_batches,
             ddp_rounds, ddp_model="mlp", cold=False):
     import torch
@@ -152,6 +163,9 @@ def _worker(rank, world_size, sizes, reps, ddp_steps, ddp_hidden, fsdp, ddp_batc
         "ringccl-inline": lambda t: dist.all_reduce(t, group=inline),
         "ringccl-p2p": lambda t: dist.all_reduce(t, group=p2p),
         "ringccl.torch": lambda t: rt.all_reduce(t, group=gloo, transport="shm"),
+        "ringccl-python": lambda t: _python_replay(lane, dist.all_reduce, t),
+        "ringccl.torch-python": lambda t: _python_replay(lane, rt.all_reduce, t, group=gloo,
+                                                         transport="shm"),
     }
     times = {(v, n): [] for v in variants for n in sizes}
     first = {}
@@ -283,7 +297,7 @@ def print_tables(result: dict) -> None:
         print("--cold: a buffer of its own for every call")
     print(f"{'size':>10} {'gloo':>9} {'ringccl':>9} {'general':>9} {'thread':>9} {'inline':>9} "
           f"{'p2p':>9} {'rt shm':>9} {'gloo/ringccl':>12} {'gloo/p2p':>8} {'dispatch':>9} "
-          f"{'disp.thr':>9} {'disp.inl':>9} {'first':>9}")
+          f"{'disp.thr':>9} {'disp.inl':>9} {'first':>9} {'py':>9} {'rt py':>9}")
     for n in sorted({r["nbytes"] for r in result["rows"]}):
         g, r, gen, t, i, p, d = (by[(v, n)] for v in ("gloo", "ringccl", "ringccl-general",
                                                        "ringccl-thread", "ringccl-inline",
@@ -291,7 +305,9 @@ def print_tables(result: dict) -> None:
         print(f"{n:>10} {g * 1e6:>9.1f} {r * 1e6:>9.1f} {gen * 1e6:>9.1f} {t * 1e6:>9.1f} "
               f"{i * 1e6:>9.1f} {p * 1e6:>9.1f} {d * 1e6:>9.1f} {g / r:>12.2f} {g / p:>8.2f} "
               f"{(r - d) * 1e6:>9.1f} {(t - d) * 1e6:>9.1f} {(i - d) * 1e6:>9.1f} "
-              f"{firsts[('ringccl', n)] * 1e6:>9.0f}")
+              f"{firsts[('ringccl', n)] * 1e6:>9.0f}"
+              f" {by.get(('ringccl-python', n), float('nan')) * 1e6:>9.1f}"
+              f" {by.get(('ringccl.torch-python', n), float('nan')) * 1e6:>9.1f}")
     for name, s in result["ddp"].items():
         print(f"DDP step ({result['ddp_model']}, {s['parameters'] / 1e6:.1f}M parameters) {name}: "
               f"{s['seconds'] * 1e3:.0f} ms (min {s['min'] * 1e3:.0f}, "

@@ -13,7 +13,9 @@ per size (the measurement behind ``ringccl.costmodel.choice.TWO_SHOT_BYTES``). `
 prints the raw rows.
 
 "ours" is the compiled lane (:mod:`ringccl.backends.shm.lane`: a signature's later calls replay
-its first); "general" the same call with the lane off, interleaved with the others; "1st call"
+its first, in C where ``_lanec`` is built); "python" the same lane replayed in Python
+(``lane.set_native(False)``); "general" the same call with the lane off, interleaved with the
+others; "1st call"
 the first call of the signature (compiling it). ``--cold`` gives every timed call a fresh
 buffer (made untimed), as the Open MPI XHC authors warn that reused buffers stay cache-hot.
 "8 B back to back": 200 calls in a row, µs per call (a training loop's pattern).
@@ -137,6 +139,16 @@ def worker(sizes, iters, crossover, cold=False) -> None:
                 lane.set_enabled(True)
         return run
 
+    def python(fn):
+        """``fn`` with the lane replayed in Python (the C loop off)."""
+        def run(*a):
+            lane.set_native(False)
+            try:
+                fn(*a)
+            finally:
+                lane.set_native(True)
+        return run
+
     rows = []
     load_before = os.getloadavg()
     for label, nbytes in [("latency", 8)] + [("size", s) for s in sizes]:
@@ -159,6 +171,7 @@ def worker(sizes, iters, crossover, cold=False) -> None:
         def on(buf):
             return lambda b=None: rm.all_reduce(buf if b is None else b, transport="shm")
         variants = {"ringccl": (on(ours), fresh),
+                    "python": (python(on(ours)), fresh),
                     "general": (general(on(ours)), fresh),
                     "mpi": ((lambda b=None: comm.Allreduce(MPI.IN_PLACE,
                                                            theirs if b is None else b,
@@ -185,7 +198,7 @@ def worker(sizes, iters, crossover, cold=False) -> None:
         row["ratio_general"] = row["mpi"]["median_s"] / row["general"]["median_s"]
         row["ratio_zero_copy"] = row["mpi"]["median_s"] / row["zero_copy"]["median_s"]
         rows.append(row)
-    rows.append(back_to_back(comm, iters, general))
+    rows.append(back_to_back(comm, iters, general, python))
     # last: its large buffers must not disturb the rows above
     rows.append(floor(comm, iters * 5, timed, max(sizes)))
     if rank == 0:
@@ -193,9 +206,10 @@ def worker(sizes, iters, crossover, cold=False) -> None:
                                     "load_after": os.getloadavg()}), flush=True)
 
 
-def back_to_back(comm, rounds: int, general, calls: int = 200) -> dict:
+def back_to_back(comm, rounds: int, general, python, calls: int = 200) -> dict:
     """8-byte all_reduce issued back to back (as a training loop does): µs per call over
-    ``calls`` calls, the lane, the general path and ``MPI_Allreduce`` interleaved round by
+    ``calls`` calls, the lane (in C, in Python), the general path and ``MPI_Allreduce``
+    interleaved round by
     round, median and min-max over ``rounds`` rounds (max over ranks)."""
     import numpy as np
     from mpi4py import MPI
@@ -210,6 +224,7 @@ def back_to_back(comm, rounds: int, general, calls: int = 200) -> dict:
                 fn()
         return run
     variants = {"ringccl": loop(lambda: rm.all_reduce(a, transport="shm")),
+                "python": python(loop(lambda: rm.all_reduce(a, transport="shm"))),
                 "general": general(loop(lambda: rm.all_reduce(a, transport="shm"))),
                 "mpi": loop(lambda: comm.Allreduce(MPI.IN_PLACE, b, op=MPI.SUM))}
     times = {k: [] for k in variants}
@@ -265,8 +280,9 @@ def main() -> None:
     print(f"ringccl.mpi (shm, algorithm auto) vs MPI_Allreduce, {args.nproc} processes, float32 "
           f"sum{', cold buffers' if args.cold else ''}; load average "
           f"{data['load_before'][0]:.1f} -> {data['load_after'][0]:.1f}; ours: the compiled "
-          "lane, general: the lane off")
-    head = (f"{'size':>9} {'ours us (min-max)':>24} {'general us':>11} {'MPI us (min-max)':>24}"
+          "lane (C loop), python: the lane replayed in Python, general: the lane off")
+    head = (f"{'size':>9} {'ours us (min-max)':>24} {'python us':>10} {'general us':>11}"
+            f" {'MPI us (min-max)':>24}"
             f" {'MPI/ours':>8} {'MPI/gen':>7} {'zero-copy us':>13} {'MPI/zc':>7}"
             f" {'1st call us':>11}")
     if args.crossover:
@@ -281,7 +297,8 @@ def main() -> None:
             return (f"{v['median_s'] * 1e6:8.1f} ({v['min_s'] * 1e6:.0f}-"
                     f"{v['max_s'] * 1e6:.0f})")
         size = "8 B" if r["kind"] == "latency" else units.format_size(r["nbytes"])
-        line = (f"{size:>9} {us(r['ringccl']):>24} {r['general']['median_s'] * 1e6:11.1f}"
+        line = (f"{size:>9} {us(r['ringccl']):>24} {r['python']['median_s'] * 1e6:10.1f}"
+                f" {r['general']['median_s'] * 1e6:11.1f}"
                 f" {us(r['mpi']):>24} {r['ratio']:8.2f} {r['ratio_general']:7.2f}"
                 f" {r['zero_copy']['median_s'] * 1e6:13.1f} {r['ratio_zero_copy']:7.2f}"
                 f" {r['first_call_s'] * 1e6:11.1f}")
@@ -292,7 +309,8 @@ def main() -> None:
     if b2b is not None:
         print(f"8 B back to back ({b2b['calls']} calls x {b2b['rounds']} rounds), us per call: "
               + ", ".join(f"{k} {b2b[k]['median_s'] * 1e6:.1f} ({b2b[k]['min_s'] * 1e6:.1f}-"
-                          f"{b2b[k]['max_s'] * 1e6:.1f})" for k in ("ringccl", "general", "mpi")))
+                          f"{b2b[k]['max_s'] * 1e6:.1f})" for k in ("ringccl", "python", "general",
+                                                          "mpi")))
     if floor_row is not None:
         for k, label in (("shm_enter_leave", "floor: shm enter/leave, no data"),
                          ("numpy_4KiB", "floor: numpy work of a 4 KiB one-shot, no sync")):

@@ -8,17 +8,29 @@ from ringccl.backends.shm import lane
 from ringccl.errors import ArgumentError
 
 
-@pytest.mark.parametrize("text,on", [("", True), ("1", True), ("on", True), ("0", False),
-                                     ("OFF", False)])
-def test_lane_env_values(monkeypatch, text, on):
+@pytest.mark.parametrize("text,on,native", [("", True, True), ("1", True, True),
+                                            ("on", True, True), ("0", False, True),
+                                            ("OFF", False, True), ("python", True, False),
+                                            (" Python ", True, False)])
+def test_lane_env_values(monkeypatch, text, on, native):
     monkeypatch.setenv("RINGCCL_LANE", text)
-    assert lane._from_env() is on
+    assert lane._from_env() == (on, native)
+
+
+def test_the_extension_is_built():
+    # CI machines have a C compiler: the optional extension must have built and imported, so
+    # a failing build cannot hide behind the Python replay
+    from ringccl.backends.shm import _lanec, lane_native
+    assert lane_native.available() and lane.native()
+    assert _lanec.HEADER_WORDS == lane_native.HEADER_WORDS
+    assert _lanec.OP_WORDS == lane_native.OP_WORDS
 
 
 def test_lane_env_bad_value_names_it(monkeypatch):
     monkeypatch.setenv("RINGCCL_LANE", "maybe")
     monkeypatch.setitem(lane._state, "enabled", lane._from_env())
-    with pytest.raises(ArgumentError, match="RINGCCL_LANE='maybe' must be '1'"):
+    with pytest.raises(ArgumentError, match="RINGCCL_LANE='maybe' must be '1' or 'on' .*"
+                       "'python'"):
         lane.signature("all_reduce", 0)
     with pytest.raises(ArgumentError, match="RINGCCL_LANE"):
         lane.enabled()
@@ -54,3 +66,47 @@ def test_the_key_follows_the_environment(monkeypatch):
         keys.add(key)
     monkeypatch.setattr(lane, "_RAW", None)   # the portable reads give the same answer
     assert lane._environment() == tuple(os.environ.get(v) for v in lane._ENV)
+
+
+def test_without_the_extension_the_lane_replays_in_python():
+    # a machine without a C compiler installs without _lanec: the lane still imports, lowers
+    # nothing for C and replays in Python
+    import subprocess
+    import sys
+    code = ("import sys; sys.modules['ringccl.backends.shm._lanec'] = None\n"
+            "import numpy as np\n"
+            "from ringccl.backends.shm import lane, lane_native\n"
+            "from ringccl.backends.mpi.executor import OPS\n"
+            "from ringccl.ops import ReduceOp\n"
+            "assert not lane_native.available() and not lane.native()\n"
+            "assert lane_native.reduction(OPS.combine(ReduceOp.SUM), np.float32, ReduceOp.SUM)"
+            " is None\n"
+            "assert lane_native.native_runs() == 0\n"
+            "print('python replay')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and "python replay" in out.stdout, out.stderr
+
+
+def test_the_c_reductions_match_the_backends_on_random_spans():
+    # beyond the lowering's probes: random lengths and offsets, special values mixed in
+    np = pytest.importorskip("numpy")
+    from ringccl.backends.mpi.executor import OPS
+    from ringccl.backends.shm import _lanec, lane_native
+    from ringccl.ops import ReduceOp
+    rng = np.random.default_rng(7)
+    for dtype in (np.float32, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8):
+        a, b = lane_native._probes(np.dtype(dtype))
+        for op in (ReduceOp.SUM, ReduceOp.PRODUCT, ReduceOp.MIN, ReduceOp.MAX):
+            verdict = lane_native.reduction(OPS.combine(op), dtype, op)
+            assert verdict is not None, (dtype, op)   # numpy's: all of them in C
+            for _ in range(40):
+                n = int(rng.integers(1, 600))
+                o = int(rng.integers(0, 9))
+                x = rng.choice(a, o + n)
+                y = rng.choice(b, o + n)
+                theirs, mine = x.copy(), x.copy()
+                with np.errstate(all="ignore"):
+                    OPS.combine(op)(theirs[o:], y[o:])
+                _lanec.combine(*verdict, mine[o:], y[o:])
+                assert mine.tobytes() == theirs.tobytes(), (dtype, op, n, o)

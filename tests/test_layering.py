@@ -110,6 +110,9 @@ def imports(path: pathlib.Path, root: pathlib.Path, modules: dict):
     name = module_name(path, root)
     tree = ast.parse(path.read_text(), str(path))
     top = set(map(id, tree.body)) | _type_checking_nodes(tree)
+    # a module-level ``try: import ... except ImportError`` runs at import time (an optional
+    # compiled extension, e.g. shm's _lanec): not lazy
+    top |= {id(n) for t in tree.body if isinstance(t, ast.Try) for n in t.body}
     for node in ast.walk(tree):
         lazy = id(node) not in top
         if isinstance(node, ast.Import):

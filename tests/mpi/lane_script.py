@@ -6,7 +6,10 @@ either side of the one-shot/two-shot crossover, four dtypes and the five ops, ea
 reduced once with the lane off (the reference) and then in the sequence on, on, off, on (the
 first "on" compiles, the others replay, general and lane calls alternate); every result must
 equal the reference and be the same bytes on every rank, and lanes must have been compiled.
-``stall``: after a compiled call, rank 1 stalls; the others' next (replayed) call must raise a
+``native``: the C replay, the Python replay (``lane.set_native(False)``) and the general path,
+alternating, on every dtype and op the C loop takes, with NaNs of rank-dependent payload and
+sign, infinities, signed zeros and integer overflow. ``stall``: after a compiled call, rank 1
+stalls (the replayed call runs in C); the others' next (replayed) call must raise a
 PeerError naming step 0 and a peer within timeout + SLACK, the buffer as it was. Each rank
 prints "rank R: OK" or its problems; in ``stall`` the job then ends once every reporting rank
 printed (end_job.py).
@@ -21,7 +24,7 @@ from mpi4py import MPI
 
 import end_job
 import ringccl.mpi as rm
-from ringccl.backends.shm import lane
+from ringccl.backends.shm import lane, lane_native
 from ringccl.costmodel import choice
 from ringccl.errors import PeerError
 
@@ -63,6 +66,88 @@ def bitwise() -> None:
         problems.append("no lane was compiled")
 
 
+def _special(rng, dtype, count: int) -> np.ndarray:
+    """Inputs that find differences: floats with NaNs of this rank's payload and sign, ±inf,
+    ±0 and huge values among normals; integers over their whole range (sums and products
+    overflow)."""
+    dtype = np.dtype(dtype)
+    if dtype.kind != "f":
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max, count, dtype=dtype, endpoint=True)
+    x = (rng.standard_normal(count) * 3).astype(dtype)
+    bits = np.uint32 if dtype.itemsize == 4 else np.uint64
+    nan = np.array([np.nan], dtype).view(bits)[0] | bits(rank + 1)
+    if rank % 2:
+        nan |= bits(1) << bits(8 * dtype.itemsize - 1)   # negative NaN on odd ranks
+    special = np.concatenate([np.array([nan], bits).view(dtype),
+                              np.array([np.inf, -np.inf, 0.0, -0.0,
+                                        np.finfo(dtype).max], dtype)])
+    where = rng.random(count) < 0.3
+    x[where] = rng.choice(special, int(where.sum()))
+    return x
+
+
+def _same_but_nan(a: bytes, b: bytes, dtype) -> bool:
+    x, y = np.frombuffer(a, dtype), np.frombuffer(b, dtype)
+    if x.dtype.kind != "f":
+        return a == b
+    nan = np.isnan(x)
+    return np.array_equal(nan, np.isnan(y)) and x[~nan].tobytes() == y[~nan].tobytes()
+
+
+def native() -> None:
+    """The C replay, the Python replay and the general path give the same bits: every
+    dtype and op the C loop takes, special values, counts up to several KiB."""
+    rng = np.random.default_rng(100 + rank)
+    before = lane_native.native_runs()
+    for dtype in (np.float32, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8):
+        ops = ("sum", "prod", "min", "max") + (("avg",) if np.dtype(dtype).kind == "f" else
+                                               ("band", "bor", "bxor"))
+        for count in (0, 1, n - 1, 7 * n + 3, 1001, 3000):
+            for algorithm in (None, "ring"):
+                for op in ops:
+                    x = _special(rng, dtype, count)
+                    results = []
+                    for on, c in ((False, True), (True, True), (True, True), (True, False),
+                                  (False, True), (True, True)):
+                        lane.set_enabled(on)
+                        lane.set_native(c)
+                        y = x.copy()
+                        with np.errstate(all="ignore"):
+                            rm.all_reduce(y, op=op, algorithm=algorithm, transport="shm")
+                        results.append(y.tobytes())
+                    lane.set_enabled(True)
+                    lane.set_native(True)
+                    what = (np.dtype(dtype).name, algorithm, count, op)
+                    general, replays = results[0:2] + results[4:5], results[2:4] + results[5:]
+                    if any(r != replays[0] for r in replays):   # C (2, 5), Python (3)
+                        problems.append(f"the C and Python replays differ: {what}")
+                    if any(r != general[0] for r in general):
+                        problems.append(f"the general path differs from itself: {what}")
+                    # the replays against the general path: bitwise, but a NaN is any NaN (the
+                    # lane's receive combines its own data with the peer's, dst = op(own,
+                    # received), in an operand order that can differ from the general path's,
+                    # so two NaNs meeting can keep the other payload; finite values are
+                    # commutative, the same bits)
+                    if not _same_but_nan(replays[0], general[0], dtype):
+                        problems.append(f"replays differ from the general path: {what}")
+                    # across ranks NaNs compare as NaN and zeros as +0: one-shot reduces in a
+                    # rank-dependent operand order, and which NaN payload (numpy's loops keep
+                    # one operand's NaN in full vectors, the other's in the remainder) or which
+                    # zero of a min/max tie survives follows it, lane or not
+                    last = np.frombuffer(results[-1], dtype).copy()
+                    if last.dtype.kind == "f":
+                        last[np.isnan(last)] = np.nan
+                        last[last == 0] = 0
+                    everyone = comm.allgather(last.tobytes())
+                    if any(e != everyone[0] for e in everyone):
+                        problems.append(f"ranks differ: {what}")
+    if not lane_native.available():
+        problems.append("ringccl.backends.shm._lanec did not import")
+    elif lane_native.native_runs() == before:
+        problems.append("the C loop never ran")
+
+
 def stall() -> None:
     x = np.arange(64, dtype=np.float32) + rank
     rm.all_reduce(x, timeout=TIMEOUT, transport="shm")   # compiles the lane on every rank
@@ -81,12 +166,12 @@ def stall() -> None:
             problems.append(f"attributes: {exc} (peer {exc.peer}, step {exc.step})")
         if not np.array_equal(x, before):
             problems.append("buffer changed")
-    if not lane.compiled():
-        problems.append("no lane was compiled")
+    if not lane.compiled(native=True):
+        problems.append("no lane the C loop replays was compiled")
 
 
 mode = sys.argv[1]
-{"bitwise": bitwise, "stall": stall}[mode]()
+{"bitwise": bitwise, "stall": stall, "native": native}[mode]()
 print(f"rank {rank}: {'OK' if not problems else problems[:5]}", flush=True)
 if mode == "stall":
     end_job.end(comm, [r for r in range(n) if r != 1])

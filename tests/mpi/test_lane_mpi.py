@@ -47,6 +47,15 @@ def test_the_lane_gives_the_general_paths_bits(nproc):
     _nothing_left(job)
 
 
+@pytest.mark.parametrize("nproc", [2, 3, 4])
+def test_the_c_and_python_replays_give_the_general_paths_bits(nproc):
+    job = f"lanec{os.getpid()}n{nproc}"
+    proc = _run(nproc, "native", job, 360)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count(": OK") == nproc, proc.stdout
+    _nothing_left(job)
+
+
 def test_a_stalled_peer_during_a_replayed_call_is_reported():
     job = f"lane{os.getpid()}stall"
     proc = _run(3, "stall", job, 120)

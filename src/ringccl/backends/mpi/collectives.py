@@ -287,8 +287,7 @@ def all_reduce(buffer: np.ndarray, op: Any = ReduceOp.SUM, comm=None, algorithm:
             trace.state.recorder is None:
         key = lane.signature("all_reduce", id(comm), buffer.shape, buffer.dtype, op,
                              algorithm, segment_bytes, timeout, restore, check, transport)
-        if key is not None and buffer.flags.c_contiguous and buffer.flags.writeable and \
-                lane.replay(key, comm, buffer.reshape(-1)):
+        if key is not None and lane.replay(key, comm, buffer):
             return buffer
 
     def general() -> None:
@@ -299,14 +298,8 @@ def all_reduce(buffer: np.ndarray, op: Any = ReduceOp.SUM, comm=None, algorithm:
         opts = _options(g, segment_bytes, timeout, restore, check, transport)
         frontend.in_place(_B, "all_reduce", buffer, reduce_op, g, algorithm, params, opts,
                           accumulate=acc)
-    lane.first_call(key, comm, general, lambda: _replayed(comm, op, buffer.dtype))
+    lane.first_call(key, comm, general, lambda: lane.finisher(_B, comm, op, buffer.dtype))
     return buffer
-
-
-def _replayed(comm, op, dtype):
-    """After a replayed all_reduce: count the call, divide for AVG (:func:`lane.finisher`)."""
-    g = _B.group(comm)
-    return lane.finisher(_B, g, _B.check_op(op, dtype) is ReduceOp.AVG)
 
 
 def reduce_scatter(output: np.ndarray, input: np.ndarray, op: Any = ReduceOp.SUM, comm=None,

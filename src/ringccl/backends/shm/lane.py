@@ -47,8 +47,15 @@ Every wait checks its word first and only then calls :meth:`ShmGroup.wait_word` 
 wait: timeout, abort word, the peer's liveness); a failure aborts the group and raises the
 drivers' PeerError / RingcclTimeout naming step and peer (:func:`ringccl.engine.step_error`).
 
+The replay itself runs in C where it can (:mod:`~ringccl.backends.shm.lane_native`: the
+optional ``_lanec`` extension, for dtypes and ops whose C reduction is bitwise the backend's,
+checked when the lane is lowered); waits that last beyond a short spin, and descriptors the
+lane does not expect, return to the Python code here. Otherwise the same operations run in
+Python (:meth:`Lane._run_python`), with the same bits.
+
 ``RINGCCL_LANE=0`` (read at import) or :func:`set_enabled` turns the lane off: every call runs
-the general path (what tests and benchmarks compare against).
+the general path (what tests and benchmarks compare against); ``RINGCCL_LANE=python`` or
+:func:`set_native` keeps the replay in Python.
 """
 
 from __future__ import annotations
@@ -61,33 +68,41 @@ from typing import Any, Callable, NamedTuple
 from ... import caches
 from ...consistency import debug_level
 from ...errors import ArgumentError
+from ...ops import ReduceOp
 from ...engine import step_error
 from ... import frontend
+from . import lane_native
 from .group import LINE, RING, ShmGroup
+from .lane_native import BEGIN_WAIT, BUFFER, CANNOT, DONE, RECV
 from .transport import EAGER_SEND_BYTES, mismatch
 
 __all__ = ["Lane", "lower", "capture", "wanted", "replay", "first_call", "signature",
-           "finisher", "set_enabled", "enabled", "compiled", "MAX_LANES"]
+           "finisher", "set_enabled", "enabled", "set_native", "native", "compiled", "MAX_LANES"]
 
 #: signatures kept (the table is emptied when it is full: every rank sees the same calls)
 MAX_LANES = 256
 
-_LANE_VALUES = {"": True, "1": True, "on": True, "0": False, "off": False}
+# RINGCCL_LANE -> (lane on, replay in C where it can)
+_LANE_VALUES = {"": (True, True), "1": (True, True), "on": (True, True), "0": (False, True),
+                "off": (False, True), "python": (True, False)}
 
 
-def _from_env() -> "bool | ArgumentError":
-    """``RINGCCL_LANE`` as on/off, or the error its value raises at the first call."""
+def _from_env() -> "tuple | ArgumentError":
+    """``RINGCCL_LANE`` as (on, native), or the error its value raises at the first call."""
     text = os.environ.get("RINGCCL_LANE", "").strip().lower()
     if text in _LANE_VALUES:
         return _LANE_VALUES[text]
     return ArgumentError(f"RINGCCL_LANE={os.environ['RINGCCL_LANE']!r} must be '1' or 'on' "
-                         "(compiled shared-memory calls, the default) or '0' or 'off' (every "
-                         "call on the general path)")
+                         "(compiled shared-memory calls, the default), 'python' (the same, "
+                         "replayed in Python) or '0' or 'off' (every call on the general path)")
 
 
-_state = {"enabled": _from_env()}
+_env = _from_env()
+_state = {"enabled": _env if isinstance(_env, ArgumentError) else _env[0],
+          "native": not isinstance(_env, ArgumentError) and _env[1]}
 _lanes: dict = {}
 caches.register(_lanes.clear)
+_run_c = lane_native._lanec.run if lane_native.available() else None
 _local = threading.local()
 #: the environment variables a call reads (the key includes them: no stale plan)
 _ENV = ("RINGCCL_DEBUG", "RINGCCL_TIMEOUT", "RINGCCL_ALGO", "RINGCCL_TRANSPORT")
@@ -101,11 +116,14 @@ if not isinstance(_RAW, dict) or any(k in _RAW and not isinstance(_RAW[k], bytes
     _RAW = None
 
 
+_K0, _K1, _K2, _K3 = _RAW_KEYS   # unrolled below: a generator over them cost ~1 µs a call
+
+
 def _environment() -> tuple:
     """The values of :data:`_ENV` now (None where unset; bytes or str, the same kind always)."""
     if _RAW is not None:
         get = _RAW.get
-        return tuple(get(k) for k in _RAW_KEYS)
+        return get(_K0), get(_K1), get(_K2), get(_K3)
     get = os.environ.get
     return tuple(get(v) for v in _ENV)
 _INELIGIBLE = object()   # a signature the lane cannot run: the general path, no capture
@@ -124,16 +142,28 @@ def enabled() -> bool:
     return on
 
 
-def compiled() -> int:
-    """How many signatures hold a compiled lane now (tests: the lane did run)."""
-    return sum(1 for e in _lanes.values() if e is not _INELIGIBLE)
+def set_native(on: bool) -> None:
+    """Replay lanes in C where they can (the default when ``_lanec`` was built), or in Python."""
+    _state["native"] = bool(on)
+
+
+def native() -> bool:
+    """Whether lanes replay in C where they can (built, and not turned off)."""
+    return _state["native"] and lane_native.available()
+
+
+def compiled(native: bool = False) -> int:
+    """How many signatures hold a compiled lane now (tests: the lane did run); with ``native``,
+    how many of those the C loop can replay."""
+    return sum(1 for e in _lanes.values() if e is not _INELIGIBLE and
+               (not native or e.lane.program is not None))
 
 
 def signature(*parts) -> tuple | None:
     """A front end's key: its ``parts`` and the environment variables a call reads; None when
-    the lane is off, when ``RINGCCL_DEBUG`` asks for logging or the cross-rank check (each
-    call then runs the general path, which logs and checks it), or when a part cannot be a key
-    (unhashable: the general path checks it)."""
+    the lane is off, or when ``RINGCCL_DEBUG`` asks for logging or the cross-rank check (each
+    call then runs the general path, which logs and checks it). A key with an unhashable part
+    (hashed once, by :func:`replay`) never compiles: the general path checks the part."""
     on = _state["enabled"]
     if on is not True:
         if on is False:
@@ -142,25 +172,22 @@ def signature(*parts) -> tuple | None:
     env = _environment()
     if env[0] and debug_level():   # RINGCCL_DEBUG set
         return None   # logged or cross-checked calls: every one runs the general path
-    key = parts + env
-    try:
-        hash(key)
-    except TypeError:
-        return None
-    return key
+    return parts + env   # an unhashable part: replay and first_call run the general path
 
 
-def finisher(b, g, avg: bool) -> Callable[[Any], None]:
+def finisher(b, group, op, dtype) -> Callable[[Any], None]:
     """What a replayed in-place call does after the lane, as the front end's flow
-    (:func:`ringccl.frontend.in_place`): count the call on ``g`` (the backend ``b``'s resolved
-    group), divide the flat result by the group's size for AVG."""
-    n = b.size(g)
-    group = _weak(g)   # never keeps the group alive (:func:`_weak`)
+    (:func:`ringccl.frontend.in_place`): count the call on ``group`` (the caller's argument,
+    resolved by the backend ``b``), divide the result by the group's size when ``op`` is AVG
+    (checked by ``b`` for ``dtype``)."""
+    g = b.group(group)
+    n, avg = b.size(g), b.check_op(op, dtype) is ReduceOp.AVG
+    count, weak = frontend.count_call, _weak(g)   # never keeps the group alive (:func:`_weak`)
 
-    def done(flat) -> None:
-        frontend.count_call(b, group())
+    def done(buffer) -> None:
+        count(b, weak())
         if avg:
-            b.divide(flat, n)
+            b.divide(buffer, n)
     return done
 
 
@@ -198,13 +225,20 @@ class _Entry(NamedTuple):
 
 
 def replay(key: tuple, group: Any, buffer: Any) -> bool:
-    """Run the lane compiled for ``key`` on ``buffer``; False when there is none or it cannot
-    run now (the caller then runs the general path; a lane that cannot run is forgotten)."""
-    e = _lanes.get(key)
+    """Run the lane compiled for ``key`` on the caller's array ``buffer`` (any shape; a numpy
+    array or a torch tensor); False when there is none or it cannot run now (the caller then
+    runs the general path; a lane whose group changed is forgotten; a read-only or
+    non-contiguous buffer is left to the general path, which copies or refuses it)."""
+    try:
+        e = _lanes.get(key)
+    except TypeError:   # an unhashable part (signature)
+        return False
     if e is None or e is _INELIGIBLE or e.group() is not group:
         return False
-    if not e.lane.run(buffer):
-        del _lanes[key]   # the group changed: the next call compiles again
+    ran = e.lane.run(buffer)
+    if not ran:
+        if ran is False:
+            del _lanes[key]   # the group changed: the next call compiles again
         return False
     e.done(buffer)
     return True
@@ -215,7 +249,11 @@ def first_call(key: tuple | None, group: Any, general: Callable[[], None],
     """``general()`` (the general path); for a signature seen for the first time (``key`` not
     None and not in the table) compiling its lane on the way, kept with ``finish()`` (what
     :func:`replay` does after the lane, e.g. :func:`finisher`)."""
-    if key is None or key in _lanes:
+    try:
+        known = key is None or key in _lanes
+    except TypeError:   # an unhashable part (signature): never compiled
+        known = True
+    if known:
         general()
         return
     with capture() as box:
@@ -271,7 +309,7 @@ class Lane:
         g, ops = group, dialect.ops
         me = g.rank
         self.schedule, self.rank, self.group, self.transport = schedule, rank, g, transport
-        self.timeout, self.need, self.itemsize = timeout, need, itemsize
+        self.timeout, self.need, self.itemsize, self.numel = timeout, need, itemsize, numel
         self.view, self.slot = dialect.view, dialect.slot
         self.copy, self.combine = ops.copy, ops.combine(op)
         self.serial = serial = g.work_serial
@@ -311,22 +349,74 @@ class Lane:
             for o in st.sends + st.recvs:
                 self.first[o.peer] = (o, st)
         self.views: dict = {}   # (serial, byte offset, nbytes) -> the dialect's array
+        # the C loop's program, when its reduction is bitwise the backend's (lane_native)
+        self.program, self.meta = None, ()
+        reduction = lane_native.reduction(self.combine, work.dtype, op)
+        if reduction is not None:
+            self.program, self.meta = lane_native.program(self, g, reduction, segment)
 
-    def run(self, buffer) -> bool:
-        """Replay the call on the caller's 1-D ``buffer`` (its dialect's array); False, having
-        done nothing, when the group changed since the lane was compiled (released, grown,
-        aborted, mid-call): the caller runs the general path, which says why."""
+    def run(self, buffer) -> bool | None:
+        """Replay the call on the caller's ``buffer`` (its backend's array, any shape); False,
+        having done nothing, when the group changed since the lane was compiled (released,
+        grown, aborted, mid-call): the caller runs the general path, which says why; None,
+        having done nothing, when ``buffer`` is read-only or not contiguous."""
+        if self.program is not None:
+            self.run = self._run_native   # one frame fewer per call
+            return self._run_native(buffer)
+        return self._run_python(buffer)
+
+    def _run_native(self, buffer) -> bool | None:
+        """:meth:`run` through the C loop (:mod:`~ringccl.backends.shm.lane_native`); its
+        returns to Python (a long wait, a descriptor it does not expect) resume here."""
+        if not _state["native"]:
+            return self._run_python(buffer)
+        g, t, program = self.group, self.transport, self.program
+        c = g.calls + 1
+        try:
+            r = _run_c(program, buffer, c, 0, g, t)
+            while r >= 0:
+                r = _run_c(program, buffer, c, self._resume(r >> 1, r & 1, c), g, t)
+        except BaseException:
+            if not g.closed:
+                g.abort()
+            raise
+        return True if r == DONE else False if r == CANNOT else None
+
+    def _resume(self, i: int, unexpected: int, c: int) -> int:
+        """Where the C loop stopped (operation ``i``): wait boundedly, or read the unexpected
+        descriptor of receive ``i``; the position to continue from."""
+        kind, peer, word, recv = self.meta[i]
+        t = self.transport
+        if kind == RECV:
+            if unexpected:
+                self._receive(self.group.w, t.expected, t.released, recv)
+                return i + 1
+            self._wait(recv[6], t.expected[peer] + 1, peer, "send", recv[9], recv[10])
+        elif kind == BEGIN_WAIT:
+            marks = t.lane_marks if t.lane_call == c - 1 else t.sent
+            self._wait(word, marks[peer], peer, "read this rank's earlier sends",
+                       *self.first.get(peer, (None, None)))
+        else:
+            self._wait(word, c, peer, f"enter call {c}", *self.first.get(peer, (None, None)))
+        return i
+
+    def _run_python(self, buffer) -> bool | None:
+        """:meth:`run` in Python (no ``_lanec``, a reduction C cannot match, or
+        :func:`set_native` off)."""
         g = self.group
         if g.closed or g.work_serial != self.serial or g.retired or g.lazy:
             return False
         w = g.w
         if w[2 * LINE]:
             return False
+        mine = self.view(buffer)
+        if not (mine.flags.c_contiguous and mine.flags.writeable):
+            return None
         t = self.transport
         c = g.calls + 1
         try:
             self._begin(g, w, t, c)
-            self._steps(g, w, t, c & 1, self.view(buffer))
+            self._steps(g, w, t, c & 1, mine.reshape(-1))
             # the end of the call's agreement (as a lazy entry's leave): every peer entered
             # this call, so none is two calls behind when this rank next publishes a need
             # (ShmGroup.enter); already true after a plan that received from every peer
@@ -356,8 +446,9 @@ class Lane:
         w[self.entered_word] = c
 
     def _steps(self, g: ShmGroup, w, t, h: int, mine) -> None:
-        copy, combine, work, serial = self.copy, self.combine, self.work, self.serial
+        copy, work, serial = self.copy, self.work, self.serial
         sent, expected, released = t.sent, t.expected, t.released
+        receive = self._receive
         copy(work, mine)
         for sends, recvs in self.steps:
             for peer, src, areas, offsets, nbytes, ring, posted in sends:
@@ -371,30 +462,35 @@ class Lane:
                 w[at + 2] = nbytes
                 w[at + 3] = seq
                 w[posted] = seq + 1   # after the descriptor and the data: TSO keeps the order
-            for peer, dst, mode, fold, flush, expect, posted, rel, ring, r, st in recvs:
-                seq = expected[peer]
-                expected[peer] = seq + 1
-                if w[posted] <= seq:
-                    self._wait(posted, seq + 1, peer, "send", r, st)
-                at = ring + seq % RING * 4
-                key = (w[at], w[at + 1], w[at + 2])
-                src = self.views.get(key)
-                if src is None or w[at + 3] != seq:
-                    src = self._view(g, key, w[at + 3], seq, expect, peer)
-                if mode == 1:
-                    combine(dst, src)
-                elif mode == 0:
-                    copy(dst, src)
-                else:
-                    if mode == 2:
-                        copy(fold, src)
-                    else:
-                        combine(fold, src)
-                    if flush:
-                        combine(dst, fold)
-                released[peer] = seq + 1
-                w[rel] = seq + 1
+            for recv in recvs:
+                receive(w, expected, released, recv)
         copy(mine, work)
+
+    def _receive(self, w, expected: list, released: list, recv: tuple) -> None:
+        """One receive of the plan: wait for the peer's send, apply it, release it."""
+        peer, dst, mode, fold, flush, expect, posted, rel, ring, r, st = recv
+        seq = expected[peer]
+        expected[peer] = seq + 1
+        if w[posted] <= seq:
+            self._wait(posted, seq + 1, peer, "send", r, st)
+        at = ring + seq % RING * 4
+        key = (w[at], w[at + 1], w[at + 2])
+        src = self.views.get(key)
+        if src is None or w[at + 3] != seq:
+            src = self._view(self.group, key, w[at + 3], seq, expect, peer)
+        if mode == 1:
+            self.combine(dst, src)
+        elif mode == 0:
+            self.copy(dst, src)
+        else:
+            if mode == 2:
+                self.copy(fold, src)
+            else:
+                self.combine(fold, src)
+            if flush:
+                self.combine(dst, fold)
+        released[peer] = seq + 1
+        w[rel] = seq + 1
 
     def _view(self, g: ShmGroup, key: tuple, got: int, seq: int, expect: int, peer: int):
         """The peer's bytes named by descriptor ``key`` = (serial, byte offset, nbytes), checked

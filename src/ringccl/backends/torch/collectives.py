@@ -264,8 +264,7 @@ def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
             trace.state.recorder is None:
         key = lane.signature("all_reduce", id(group), tensor.shape, tensor.dtype, tensor.device,
                              op, algorithm, segment_bytes, timeout, restore, check, transport)
-        if key is not None and tensor.is_contiguous() and \
-                lane.replay(key, group, tensor.view(-1)):
+        if key is not None and lane.replay(key, group, tensor):
             return tensor
 
     def general() -> None:
@@ -279,14 +278,9 @@ def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
             algo, more = _auto("all_reduce", g, algorithm, params, tensor)
         frontend.in_place(_T, "all_reduce", tensor, reduce_op, g, algo, more, opts,
                           accumulate=acc)
-    lane.first_call(key, group, general, lambda: _replayed(group, op, tensor.dtype))
+    lane.first_call(key, group, general, lambda: lane.finisher(_T, group, op, tensor.dtype))
     return tensor
 
-
-def _replayed(group, op, dtype):
-    """After a replayed all_reduce: count the call, divide for AVG (:func:`lane.finisher`)."""
-    g = _T.group(group)
-    return lane.finisher(_T, g, _T.check_op(op, dtype) is ReduceOp.AVG)
 
 @_no_grad
 def broadcast(tensor: torch.Tensor, src: int, group=None, algorithm: str | None = None, *,

@@ -572,12 +572,12 @@ def _all_reduce_one(g: Group, t: torch.Tensor, op: ReduceOp, algorithm: str, par
     other call can hit it; bitwise the general path's result), else the front end's flow,
     compiling it on the way."""
     key = None
-    if not params and t.is_contiguous():
+    if not params:
         key = lane.signature("process_group.all_reduce", id(g), t.shape, t.dtype, t.device, op,
                              algorithm, options)
-        if key is not None and lane.replay(key, g, t.view(-1)):
+        if key is not None and lane.replay(key, g, t):
             return
     lane.first_call(key, g,
                     lambda: frontend.in_place(FRONT, "all_reduce", t, op, g, algorithm, params,
                                               options),
-                    lambda: lane.finisher(FRONT, g, op is ReduceOp.AVG))
+                    lambda: lane.finisher(FRONT, g, op, t.dtype))

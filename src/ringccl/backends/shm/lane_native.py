@@ -1,0 +1,200 @@
+"""The compiled lane's native replay: a :class:`~ringccl.backends.shm.lane.Lane` as a program
+for the C loop of ``_lanec`` (``_lanec.c``), and the check that decides, when a lane is
+lowered, whether its reduction may run there.
+
+``_lanec`` is an optional extension (``setup.py``: built by the install when a C compiler is
+there). Without it, or for a lane it cannot run bitwise, the lane replays in Python
+(:meth:`Lane._run_python`, the same operations on the same operands in the same order).
+
+Bitwise: the C reductions are the same IEEE operations as numpy's and torch's, so only the
+NaN that survives when both operands are NaN (and, for min/max, which zero) can differ. At
+lowering, :func:`reduction` runs the backend's own combine and the C one on probes (every pair
+of NaN payloads and signs, signalling NaNs, ±0, ±inf, subnormals, overflow, the integers'
+extremes) at lengths 1-40, 63-65, 255-257 and several offsets, for each NaN rule the C loop
+has; a (combine, dtype, op) none of them matches (torch's float product and min/max: their
+vector and scalar loops keep different NaNs) stays in Python.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from typing import Any, Callable
+
+import numpy as np
+
+from ... import caches
+from ...ops import ReduceOp
+from .group import LINE, RING
+
+try:
+    from . import _lanec
+except ImportError:   # no compiler at install time: the Python replay (same bits)
+    _lanec = None
+    logging.getLogger(__name__).debug("ringccl.backends.shm._lanec is not built: the compiled "
+                                      "lane replays in Python")
+
+__all__ = ["available", "reduction", "program", "native_runs", "SPIN_POLLS", "DONE", "CANNOT",
+           "BUFFER"]
+
+#: polls of a control word in C before the wait returns to Python's bounded wait
+#: (:meth:`ShmGroup.wait_word`: timeout, abort word, liveness, yielding the core)
+SPIN_POLLS = 256
+
+MAGIC = 0x4C414E4543303031
+HEADER_WORDS, OP_WORDS = 20, 12
+BEGIN_WAIT, PUBLISH, COPY_IN, SEND, RECV, COPY_OUT, END_WAIT = range(1, 8)
+DONE, CANNOT, BUFFER = -1, -2, -3
+
+_DTYPES = {np.dtype(d): i for i, d in enumerate(
+    (np.float32, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8))}
+_OPS = {ReduceOp.SUM: 0, ReduceOp.AVG: 0, ReduceOp.PRODUCT: 1, ReduceOp.MIN: 2,
+        ReduceOp.MAX: 3, ReduceOp.BAND: 4, ReduceOp.BOR: 5, ReduceOp.BXOR: 6}
+_verdicts: dict = {}   # (combine, dtype, op) -> (dtype code, op code, rule) or None
+caches.register(_verdicts.clear)
+
+
+def available() -> bool:
+    """Whether the C loop was built and imported here."""
+    return _lanec is not None
+
+
+def native_runs() -> int:
+    """Calls the C loop completed in this process (tests: the native replay did run)."""
+    return _lanec.runs() if _lanec is not None else 0
+
+
+def _probes(dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """Operand pairs where a reduction's implementations could differ: every pair of special
+    values (both orders), shifted so each pair meets several vector lanes, then random ones."""
+    rng = np.random.default_rng(0)
+    if dtype.kind == "f":
+        bits = np.uint32 if dtype.itemsize == 4 else np.uint64
+        top = 1 << (8 * dtype.itemsize - 1)
+        info = np.finfo(dtype)
+        quiet = (int(np.array(np.nan, dtype).view(bits)) & ~top)
+        payload = quiet | 5
+        sig = (int(np.array(np.inf, dtype).view(bits))) | 3
+        nans = [quiet, quiet | top, payload, payload | top, sig, sig | top]
+        special = np.concatenate([np.array(nans, bits).view(dtype), np.array(
+            [0.0, -0.0, np.inf, -np.inf, 1.0, -1.5, info.max, -info.max, info.tiny / 4,
+             info.eps], dtype)])
+        extra = rng.standard_normal(64).astype(dtype) * 1e3
+    else:
+        info = np.iinfo(dtype)
+        special = np.array([0, 1, -1 if info.min else 2, info.min, info.max, info.max // 2 + 3,
+                            info.min // 2 - (1 if info.min else 0)], dtype=np.int64).astype(dtype)
+        extra = rng.integers(info.min, info.max, 64, dtype=dtype, endpoint=True)
+    a, b = np.meshgrid(special, special, indexing="ij")
+    a, b = a.ravel(), b.ravel()
+    a = np.concatenate([a, np.roll(a, 1), np.roll(a, 7), extra, extra[::-1]])
+    b = np.concatenate([b, np.roll(b, 1), np.roll(b, 7), extra[::-1], extra])
+    return a, b
+
+
+def _matches(combine: Callable, code: int, op: int, rule: int, a: np.ndarray,
+             b: np.ndarray) -> bool:
+    """Whether the C reduction with ``rule`` gives ``combine``'s bits on the probes, at many
+    lengths and at element offsets from an aligned start (a vector loop's peeling)."""
+    spans = [(o, n) for o in (0, 1, 3) for n in list(range(1, 41)) + [63, 64, 65]]
+    spans += [(o, n) for o in (0, 5) for n in (255, 256, 257, a.size - 5)]
+    with np.errstate(all="ignore"):
+        for o, n in spans:
+            theirs, mine = a.copy(), a.copy()
+            combine(theirs[o:o + n], b[o:o + n])
+            _lanec.combine(code, op, rule, mine[o:o + n], b[o:o + n])
+            if mine.tobytes() != theirs.tobytes():
+                return False
+    return True
+
+
+def _nan_rules(combine: Callable, dtype: np.dtype) -> list:
+    """The NaN rule (``_lanec.c``'s ``nan_rule``) of ``combine`` (a float add or mul) read off
+    its results on two NaNs of different payloads at lengths 1-129; [] when none fits."""
+    bits = np.uint32 if dtype.itemsize == 4 else np.uint64
+    quiet = int(np.array(np.nan, dtype).view(bits))
+    mine, other = quiet | 1, quiet | 2
+    seen = {}
+    with np.errstate(all="ignore"):
+        for n in range(1, 130):
+            d = np.full(n, mine, bits).view(dtype)
+            combine(d, np.full(n, other, bits).view(dtype))
+            got = d.view(bits)
+            if not np.all((got == mine) | (got == other)):
+                return []
+            seen[n] = (got == other).astype(int)
+    one, small = int(seen[1][0]), int(seen[2][0])
+    rules = [one * 15]   # the same everywhere
+    for w in (4, 8, 16, 32, 64):
+        body, tail = int(seen[2 * w][0]), int(seen[w + 1][w])
+        rule = w << 8 | one | small << 1 | body << 2 | tail << 3
+        if all(seen[n][i] == (small if n <= w else body if i < n - n % w else tail)
+               for n in range(2, 130) for i in range(n)):
+            rules.append(rule)
+    return rules
+
+
+def reduction(combine: Callable, dtype: Any, op: ReduceOp) -> tuple | None:
+    """``(dtype code, op code, NaN rule)`` when the C loop reproduces ``combine`` (the
+    backend's in-place ``dst = op(dst, src)`` on numpy arrays of ``dtype``) bit for bit on the
+    probes (module docstring), else None. Checked once per (combine, dtype, op)."""
+    if _lanec is None:
+        return None
+    dtype = np.dtype(dtype)
+    code, opc = _DTYPES.get(dtype), _OPS.get(op)
+    if code is None or opc is None or (dtype.kind == "f" and opc >= 4):
+        return None
+    key = (combine, dtype, op)
+    if key not in _verdicts:
+        a, b = _probes(dtype)
+        rules = (0,) if dtype.kind != "f" else (0, 1) if opc >= 2 else \
+            _nan_rules(combine, dtype)
+        _verdicts[key] = next(((code, opc, r) for r in rules
+                               if _matches(combine, code, opc, r, a, b)), None)
+    return _verdicts[key]
+
+
+def _address(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+def program(lane, group, reduction: tuple, segment: np.ndarray) -> tuple[bytes, list]:
+    """``lane`` (a lowered :class:`~ringccl.backends.shm.lane.Lane`) as the C loop's program
+    (int64 words: a header, then one operation of :data:`OP_WORDS` each) and, per operation,
+    what Python needs when the loop returns there: ``(kind, peer, word, context)``."""
+    g = group
+    me = g.rank
+    # the control block's address, taken from a view dropped at once (a held export would
+    # keep ShmGroup.close from releasing it; the lane never runs on a closed group)
+    ctrl = np.frombuffer(g.w, dtype=np.int64)
+    ctrl_at = _address(ctrl)
+    del ctrl
+    seg_at = _address(segment)
+    ops: list = []
+    meta: list = []
+
+    def add(kind: int, peer: int = 0, *words: int, context: Any = None) -> None:
+        ops.append([kind, peer, *words] + [0] * (OP_WORDS - 2 - len(words)))
+        meta.append((kind, peer, words[0] if kind in (BEGIN_WAIT, END_WAIT) else 0, context))
+
+    for peer, word in lane.released_words:
+        add(BEGIN_WAIT, peer, word)
+    add(PUBLISH)
+    add(COPY_IN)
+    for (sends, recvs) in lane.steps:
+        for peer, src, areas, offsets, nbytes, ring, posted in sends:
+            add(SEND, peer, _address(src), nbytes, seg_at + offsets[0], seg_at + offsets[1],
+                offsets[0], offsets[1], ring, posted, int(areas is not None))
+        for recv in recvs:
+            peer, dst, mode, fold, flush, expect, posted, rel, ring = recv[:9]
+            add(RECV, peer, _address(dst), mode, 0 if fold is None else _address(fold),
+                int(flush), expect, posted, rel, ring, context=recv)
+    add(COPY_OUT)
+    for peer, word in lane.entered_words:
+        add(END_WAIT, peer, word)
+    header = [MAGIC, len(ops), ctrl_at, lane.serial, 2 * LINE, _address(lane.work),
+              lane.numel * lane.itemsize, *reduction, lane.need, *lane.need_words,
+              lane.entered_word, seg_at, segment.nbytes, RING, SPIN_POLLS, lane.itemsize]
+    header += [0] * (HEADER_WORDS - len(header))
+    words = header + [x for o in ops for x in o]
+    return struct.pack(f"{len(words)}q", *words), meta
