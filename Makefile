@@ -14,7 +14,7 @@ BIN    := $(VENV)/bin
 
 .PHONY: demo test bench screenshots clean
 
-$(VENV)/.installed: pyproject.toml Makefile
+$(VENV)/.installed: pyproject.toml setup.py src/ringccl/backends/shm/_lanec.c Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet "$(TORCH)"
 	$(BIN)/python -m pip install --quiet -e ".[torch,dev]"

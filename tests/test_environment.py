@@ -30,14 +30,24 @@ def test_get_follows_assignment_deletion_and_putenv_paths(monkeypatch):
     assert environment.get(NAME) is None
 
 
-def test_raw_is_a_key_of_the_variables_state(monkeypatch):
+def test_reader_is_a_key_of_the_variables_state(monkeypatch):
     names = (NAME, "RINGCCL_TEST_OTHER_VARIABLE")
     monkeypatch.delenv(names[1], raising=False)
-    before = environment.raw(names)
+    read = environment.reader(names)
+    before = read()
     assert before == (None, None)
     monkeypatch.setenv(NAME, "1")
-    after = environment.raw(names)
+    after = read()
     assert after != before and after[1] is None
     assert after[0] in ("1", b"1")
     monkeypatch.setenv(NAME, "2")
-    assert environment.raw(names) != after
+    assert read() != after
+
+
+def test_the_portable_reads_give_the_same_answers(monkeypatch):
+    monkeypatch.setenv(NAME, "x")
+    fast = environment.reader((NAME,))()
+    monkeypatch.setattr(environment, "_DATA", None)   # a platform without os.environ._data
+    assert environment.get(NAME) == "x"
+    assert environment.reader((NAME,))() == ("x",)
+    assert [os.fsdecode(v) for v in fast] == ["x"]

@@ -13,8 +13,9 @@ deletion) :func:`get` reads it directly, decoding only a value that is set. Else
 from __future__ import annotations
 
 import os
+from typing import Callable
 
-__all__ = ["get", "raw"]
+__all__ = ["get", "reader"]
 
 _DATA = getattr(os.environ, "_data", None) if os.name == "posix" else None
 if not isinstance(_DATA, dict) or any(not isinstance(k, bytes) for k in list(_DATA)[:1]):
@@ -33,12 +34,12 @@ def get(name: str) -> str | None:
     return None if value is None else os.fsdecode(value)
 
 
-def raw(names: tuple) -> tuple:
-    """The values of ``names`` now, undecoded (bytes on POSIX, str elsewhere; None where
-    unset): a cheap key of the variables' state."""
+def reader(names: tuple) -> Callable[[], tuple]:
+    """A function returning the values of the variables ``names`` now, undecoded (bytes on
+    POSIX, str elsewhere; None where unset): a cheap key of their state (a compiled call's
+    signature includes it)."""
     if _DATA is None:
         get_ = os.environ.get
-        return tuple(get_(n) for n in names)
-    keys = tuple(_KEYS.get(n) or _KEYS.setdefault(n, os.fsencode(n)) for n in names)
-    get_ = _DATA.get
-    return tuple(get_(k) for k in keys)
+        return lambda: tuple(get_(n) for n in names)
+    keys, get = tuple(os.fsencode(n) for n in names), _DATA.get
+    return lambda: tuple(map(get, keys))

@@ -65,7 +65,7 @@ import threading
 import weakref
 from typing import Any, Callable, NamedTuple
 
-from ... import caches
+from ... import caches, environment
 from ...consistency import debug_level
 from ...errors import ArgumentError
 from ...ops import ReduceOp
@@ -106,26 +106,8 @@ _run_c = lane_native._lanec.run if lane_native.available() else None
 _local = threading.local()
 #: the environment variables a call reads (the key includes them: no stale plan)
 _ENV = ("RINGCCL_DEBUG", "RINGCCL_TIMEOUT", "RINGCCL_ALGO", "RINGCCL_TRANSPORT")
-# Read through the mapping behind ``os.environ`` where CPython has one (POSIX: bytes keys and
-# values, updated by every ``os.environ`` assignment): ``os.environ.get`` encodes and decodes on
-# each read, 4 reads of ~0.7 µs were a fifth of a replayed call. Elsewhere: ``os.environ.get``.
-_RAW = getattr(os.environ, "_data", None) if os.name == "posix" else None
-_RAW_KEYS = tuple(os.fsencode(v) for v in _ENV)
-if not isinstance(_RAW, dict) or any(k in _RAW and not isinstance(_RAW[k], bytes)
-                                     for k in _RAW_KEYS):
-    _RAW = None
-
-
-_K0, _K1, _K2, _K3 = _RAW_KEYS   # unrolled below: a generator over them cost ~1 µs a call
-
-
-def _environment() -> tuple:
-    """The values of :data:`_ENV` now (None where unset; bytes or str, the same kind always)."""
-    if _RAW is not None:
-        get = _RAW.get
-        return get(_K0), get(_K1), get(_K2), get(_K3)
-    get = os.environ.get
-    return tuple(get(v) for v in _ENV)
+#: their values now (:func:`ringccl.environment.reader`: no encode/decode per read)
+_environment = environment.reader(_ENV)
 _INELIGIBLE = object()   # a signature the lane cannot run: the general path, no capture
 
 
