@@ -73,18 +73,24 @@ def _no_grad(fn):
     ``async_op=True`` is refused by name (it would otherwise reach the algorithm's parameters).
     """
     inner = torch.no_grad()(fn)
+    name = fn.__name__.lstrip("_")
 
     @functools.wraps(fn)
     def collective(*args, **kwargs):
         if "async_op" in kwargs and kwargs.pop("async_op") is not False:
-            raise ArgumentError(
-                f"ringccl.torch.{fn.__name__}: async_op=True is not supported: ringccl.torch's "
-                "functions return when the collective is done (there is no Work handle to "
-                "wait on). For overlap, run the collectives on a background thread with "
-                "ringccl.torch.Communicator (its submit returns a torch.futures.Future), or use "
-                "the torch.distributed backend when it comes")
+            raise _async_refused(name)
         return inner(*args, **kwargs)
     return collective
+
+
+def _async_refused(name: str) -> ArgumentError:
+    """The error of ``async_op=True`` given to ``ringccl.torch.<name>``."""
+    return ArgumentError(
+        f"ringccl.torch.{name}: async_op=True is not supported: ringccl.torch's "
+        "functions return when the collective is done (there is no Work handle to "
+        "wait on). For overlap, run the collectives on a background thread with "
+        "ringccl.torch.Communicator (its submit returns a torch.futures.Future), or use "
+        "the torch.distributed backend when it comes")
 
 
 __all__ = ["all_reduce", "reduce_scatter_tensor", "all_gather_into_tensor", "broadcast",
@@ -218,7 +224,6 @@ def run_schedule(schedule, buffer: torch.Tensor, op: Any = ReduceOp.SUM, group=N
     return frontend.run_schedule(_T, schedule, buffer, op, group, bounds, segment_bytes, timeout,
                                  restore, pipelining)
 
-@_no_grad
 def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
                algorithm: str | None = None, accumulate_dtype: Any = None, *,
                segment_bytes: int | None = None, timeout=None, restore: bool | None = None,
@@ -258,14 +263,32 @@ def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
             functions raise these too (module docstring).
     """
     # a signature seen before replays its compiled shared-memory call (shm.lane); the key
-    # holds every argument, so no other call can hit it
+    # holds every argument, so no other call can hit it. A tensor autograd never sees
+    # (dispatch.autograd_free) replays without entering torch.no_grad: the lane writes only
+    # its memory
+    if params and "async_op" in params and params.pop("async_op") is not False:
+        raise _async_refused("all_reduce")
     key = None
-    if not params and accumulate_dtype is None and not check and type(tensor) is torch.Tensor and \
-            trace.state.recorder is None:
+    if not params and accumulate_dtype is None and not check and type(tensor) is torch.Tensor \
+            and trace.state.recorder is None:
         key = lane.signature("all_reduce", id(group), tensor.shape, tensor.dtype, tensor.device,
                              op, algorithm, segment_bytes, timeout, restore, check, transport)
-        if key is not None and lane.replay(key, group, tensor):
+        if key is not None and not tensor.requires_grad and not tensor._is_view() and \
+                lane.replay(key, group, tensor):
             return tensor
+    return _all_reduce(key, tensor, op, group, algorithm, accumulate_dtype,
+                       segment_bytes=segment_bytes, timeout=timeout, restore=restore, check=check,
+                       transport=transport, **params)
+
+
+@_no_grad
+def _all_reduce(key, tensor, op, group, algorithm, accumulate_dtype, *, segment_bytes, timeout,
+                restore, check, transport, **params) -> torch.Tensor:
+    """:func:`all_reduce` under ``torch.no_grad``: the replay of ``key`` for a tensor autograd
+    may see, else the general path (compiling ``key``'s lane on the way)."""
+    if key is not None and (tensor.requires_grad or tensor._is_view()) and \
+            lane.replay(key, group, tensor):
+        return tensor
 
     def general() -> None:
         g = _T.group(group)

@@ -28,7 +28,8 @@ from .hybrid import HybridSetup, release_hybrid_state
 from .shm import ShmSetup, release_shm_state
 from .transport import GlooTransport, exchange_hosts, group_transport
 
-__all__ = ["Group", "INLINE_BYTES", "inline_bytes", "backend_thread", "live"]
+__all__ = ["Group", "Work", "DoneWork", "INLINE_BYTES", "inline_bytes", "backend_thread",
+           "live", "autograd_free"]
 
 
 class Group:
@@ -51,6 +52,8 @@ class Group:
         threaded: False under ``RINGCCL_BACKEND_THREAD=0`` (every call inline, no worker).
         inline_bytes: the dispatch policy's threshold in bytes (:func:`inline_bytes`).
         issued: how many collectives have taken their place in issue order (:meth:`submit`).
+        choices: the chooser's answers per call signature
+            (:func:`ringccl.backends.torch.pg_front.call_algorithm`).
     """
 
     def __init__(self, store, rank: int, size: int, timeout: datetime.timedelta,
@@ -77,6 +80,9 @@ class Group:
         self.hybrid_setup = (HybridSetup(setup, self.hosts, GlooTransport(
             self.inner, self.global_ranks, None)) if self.transport == "hybrid" else None)
         self.logged: set = set()
+        # (collective, nbytes, RINGCCL_ALGO, RINGCCL_DEBUG) -> (algorithm, params): the
+        # chooser's answers (:func:`ringccl.backends.torch.pg_front.call_algorithm`)
+        self.choices: dict = {}
         self._jobs: queue.Queue = queue.Queue()
         self._thread: threading.Thread | None = None
         # the submit lock orders every call (its place in issue order is taken under it) and
@@ -114,24 +120,41 @@ class Group:
     # -- running the group's collectives, one at a time in issue order --------------------------
     def submit(self, job: Callable[[], Any], nbytes: int = 0) -> torch.futures.Future:
         """Run ``job()`` (returns the future's value) after every collective issued before it;
-        returns its future.
+        returns its future (:meth:`issue`, the future completed when the call ran inline).
 
-        The dispatch policy (module docstring): inline — in the caller's thread, the future
-        completed on return — when the group runs without a worker (``RINGCCL_BACKEND_THREAD
-        =0``), or when the worker has nothing queued or running and ``nbytes`` (the bytes the
-        call moves) is at most :attr:`inline_bytes`; else handed to the worker. Either way a
-        failure of ``job`` goes into the future (``wait()`` raises it), never out of here.
+        Raises:
+            RuntimeError: the group has been destroyed.
+        """
+        done = self.issue(job, nbytes)
+        if type(done) is tuple:
+            future: torch.futures.Future = torch.futures.Future()
+            _settle(future, done)
+            return future
+        return done
+
+    def issue(self, job: Callable[[], Any], nbytes: int = 0,
+              no_grad: bool = True) -> "torch.futures.Future | tuple[bool, Any]":
+        """Run ``job()`` after every collective issued before it.
+
+        The dispatch policy (module docstring): inline — in the caller's thread — when the
+        group runs without a worker (``RINGCCL_BACKEND_THREAD=0``), or when the worker has
+        nothing queued or running and ``nbytes`` (the bytes the call moves) is at most
+        :attr:`inline_bytes`; the outcome is then returned, ``(True, value)`` or ``(False,
+        exception)``. Else the job is handed to the worker and its future returned. Either way
+        a failure of ``job`` is in the outcome (or the future), never raised from here.
+        ``no_grad=False`` (the caller's tensors need no ``torch.no_grad``: :func:`autograd_free`)
+        runs an inline job in the caller's grad mode; the worker always runs under
+        ``torch.no_grad``.
 
         Raises:
             RuntimeError: the group has been destroyed.
         """
         if self.closed:
             raise RuntimeError(f"ringccl process group {self.name!r} has been destroyed")
-        future: torch.futures.Future = torch.futures.Future()
         with self._lock:
             self.issued += 1
-            queued = self.threaded and (self._outstanding > 0 or nbytes > self.inline_bytes)
-            if queued:
+            if self.threaded and (self._outstanding > 0 or nbytes > self.inline_bytes):
+                future: torch.futures.Future = torch.futures.Future()
                 self._outstanding += 1
                 if self._thread is None:
                     self._thread = threading.Thread(target=self._worker_loop,
@@ -139,18 +162,15 @@ class Group:
                                                     daemon=True)
                     self._thread.start()
                 self._jobs.put((job, future))
-            else:
-                # taken before the submit lock is released: a call issued after this one (from
-                # any thread) runs after it, inline (it waits here) or on the worker (it waits
-                # for the run lock)
-                self._run_lock.acquire()
-        if not queued:
-            try:
-                outcome = _run(job)
-            finally:
-                self._run_lock.release()
-            _settle(future, outcome)   # after the release: callbacks may issue collectives
-        return future
+                return future
+            # taken before the submit lock is released: a call issued after this one (from
+            # any thread) runs after it, inline (it waits here) or on the worker (it waits
+            # for the run lock)
+            self._run_lock.acquire()
+        try:
+            return _run(job) if no_grad else _run_plain(job)
+        finally:
+            self._run_lock.release()
 
     def _worker_loop(self) -> None:
         while True:
@@ -185,6 +205,94 @@ class Group:
         self.inner = self.shm_setup = self.hybrid_setup = None
 
 
+class Work(dist.Work):
+    """A collective's handle, as gloo's: ``wait()`` blocks until the collective is done and
+    raises its failure (PeerError/RingcclTimeout, ...); ``get_future()`` is the future whose
+    value is the output tensors (DDP's comm hooks and bucket futures read it).
+
+    Not ``torch._C._distributed_c10d._create_work_from_future``: that Work's ``wait()`` returns
+    True even when the future holds an exception (torch 2.13), so a dead peer would pass
+    silently. torch's C++ callers (DDP's reducer) reach these methods through its Python-Work
+    trampoline, as for torch's own Python test groups."""
+
+    def __init__(self, future: torch.futures.Future):
+        super().__init__()
+        self._future = future
+
+    def wait(self, timeout: datetime.timedelta | None = None) -> bool:
+        self._future.wait()   # raises the collective's exception; bounded by the group timeout
+        return True
+
+    def get_future(self) -> torch.futures.Future:
+        return self._future
+
+    def is_completed(self) -> bool:
+        return self._future.done()
+
+    def is_success(self) -> bool:
+        if not self._future.done():
+            return False
+        try:
+            self._future.value()
+        except Exception:   # the collective failed
+            return False
+        return True
+
+    def exception(self):
+        try:
+            self._future.value()
+        except Exception as exc:   # the failure is the answer
+            return exc
+        return None
+
+    def result(self) -> list:
+        return self._future.value()
+
+
+class DoneWork(dist.Work):
+    """The handle of a collective that ran inline (:meth:`Group.issue`): :class:`Work`'s
+    answers from the known outcome, without a ``torch.futures.Future`` per call. The future
+    is made, completed, on the first ``get_future()`` (DDP's comm hooks), and a failure
+    always goes through it: ``wait()``/``result()`` raise exactly what :class:`Work`'s
+    would."""
+
+    def __init__(self, outcome: tuple):
+        super().__init__()
+        self._outcome = outcome
+        self._future: torch.futures.Future | None = None
+
+    def wait(self, timeout: datetime.timedelta | None = None) -> bool:
+        if not self._outcome[0]:
+            self.get_future().wait()   # raises the collective's exception
+        return True
+
+    def get_future(self) -> torch.futures.Future:
+        if self._future is None:
+            future: torch.futures.Future = torch.futures.Future()
+            ok, value = self._outcome
+            if ok:
+                future.set_result(value)
+            else:
+                future.set_exception(value)
+            self._future = future
+        return self._future
+
+    def is_completed(self) -> bool:
+        return True
+
+    def is_success(self) -> bool:
+        return self._outcome[0]
+
+    def exception(self):
+        ok, value = self._outcome
+        return None if ok else value
+
+    def result(self) -> list:
+        if not self._outcome[0]:
+            return self.get_future().value()   # raises the collective's exception
+        return self._outcome[1]
+
+
 #: every group not collected yet (:func:`_close_at_exit`); a process group adds its own
 live: "weakref.WeakSet[Group]" = weakref.WeakSet()
 
@@ -212,10 +320,30 @@ def _run(job: Callable[[], Any]) -> tuple[bool, Any]:
     """``(True, job())``, or ``(False, exception)``: every failure is handed to whoever waits
     on the Work, as gloo's Work carries its failure."""
     with torch.no_grad():   # collectives write parameters and their views, below autograd
-        try:
-            return True, job()
-        except BaseException as exc:  # noqa: B902  (the Work's wait() re-raises it)
-            return False, exc
+        return _run_plain(job)
+
+
+def _run_plain(job: Callable[[], Any]) -> tuple[bool, Any]:
+    """:func:`_run` in the caller's grad mode (tensors that need no ``torch.no_grad``)."""
+    try:
+        return True, job()
+    except BaseException as exc:  # noqa: B902  (the Work's wait() re-raises it)
+        return False, exc
+
+
+def autograd_free(tensors) -> bool:
+    """Whether writing ``tensors`` in place is the same with grad mode on as under
+    ``torch.no_grad``: none requires grad and none is a view (a view's base may require grad,
+    and a view made under ``no_grad`` refuses in-place writes in grad mode), or grad mode is
+    off already. Then autograd records nothing and checks nothing for the collective's
+    writes (of these tensors and of buffers made from them), so its ``torch.no_grad`` can be
+    left out."""
+    if not torch.is_grad_enabled():
+        return True
+    for t in tensors:
+        if t.requires_grad or t._is_view():
+            return False
+    return True
 
 
 def _settle(future: torch.futures.Future, outcome: tuple[bool, Any]) -> None:

@@ -90,109 +90,13 @@ from ...errors import ArgumentError
 from ...frontend import aliasing
 from ...ops import ReduceOp
 from ..shm import host_id, lane
-from .dialect import SUPPORTED_DTYPES
-from .dispatch import Group, live
-from .pg_front import (BACKEND_NAME, FRONT, SIZE_CLASSES, call_algorithm, call_options, nbytes,
-                       size_class)
+from .dispatch import DoneWork, Group, Work, autograd_free, live
+from .pg_front import (BACKEND_NAME, FRONT, SIZE_CLASSES, call_algorithm, call_options,
+                       check_dtype, nbytes, reduce_op, size_class)
 from .transport import COLLECTIVE_TAG
 
 __all__ = ["BACKEND_NAME", "RingcclProcessGroup", "register", "create_process_group",
            "COLLECTIVE_TAG", "SIZE_CLASSES", "size_class", "host_id"]
-
-# torch.distributed's RedOpType -> ringccl's ReduceOp (PREMUL_SUM, and anything newer, absent)
-_OPS = {dist.ReduceOp.SUM: ReduceOp.SUM, dist.ReduceOp.PRODUCT: ReduceOp.PRODUCT,
-        dist.ReduceOp.MIN: ReduceOp.MIN, dist.ReduceOp.MAX: ReduceOp.MAX,
-        dist.ReduceOp.AVG: ReduceOp.AVG, dist.ReduceOp.BAND: ReduceOp.BAND,
-        dist.ReduceOp.BOR: ReduceOp.BOR, dist.ReduceOp.BXOR: ReduceOp.BXOR}
-
-
-def _dtype_name(dtype) -> str:
-    return str(dtype).replace("torch.", "")
-
-
-def _reduce_op(opts_op, dtype, collective: str) -> ReduceOp:
-    """torch's ``opts.reduceOp`` as ringccl's ReduceOp, refused (RuntimeError, as gloo's
-    "Cannot use ReduceOp.PREMUL_SUM with Gloo") where ringccl cannot reduce it on ``dtype``."""
-    kind = getattr(opts_op, "op", opts_op)   # a ReduceOp object carries its RedOpType in .op
-    op = _OPS.get(kind)
-    name = str(kind).rsplit(".", 1)[-1]
-    if op is None:
-        raise RuntimeError(f"Cannot use ReduceOp.{name} with ringccl ({collective}, dtype "
-                           f"{_dtype_name(dtype)}); ringccl reduces with SUM, PRODUCT, MIN, MAX, "
-                           "AVG, BAND, BOR, BXOR")
-    is_float = dtype.is_floating_point
-    if op is ReduceOp.AVG and not is_float:
-        raise RuntimeError(f"Cannot use ReduceOp.AVG with non-floating dtype "
-                           f"{_dtype_name(dtype)} ({collective}) on ringccl")
-    if op in (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR) and is_float:
-        raise RuntimeError(f"Cannot use ReduceOp.{name} with non-integral dtype "
-                           f"{_dtype_name(dtype)} ({collective}) on ringccl")
-    return op
-
-
-def _check_dtype(tensors: Sequence[torch.Tensor], collective: str, same: bool = False) -> None:
-    """Refuse, as gloo's "Invalid scalar type" RuntimeError, dtypes and devices ringccl does not
-    move, and with ``same`` (a collective whose inputs and outputs are one array type) tensors
-    of different dtypes, as gloo's "invalid tensor type" (ringccl.torch's functions refuse them
-    too); named."""
-    for t in tensors:
-        if t.dtype not in SUPPORTED_DTYPES:
-            allowed = ", ".join(_dtype_name(d) for d in SUPPORTED_DTYPES)
-            raise RuntimeError(f"ringccl {collective}: dtype {_dtype_name(t.dtype)} is not "
-                               f"supported (Invalid scalar type); expected one of {allowed}")
-        if t.device.type != "cpu":
-            raise RuntimeError(f"ringccl {collective}: tensors must be on the CPU, got device "
-                               f"{t.device} (the backend is registered for devices ['cpu'])")
-    dtypes = {t.dtype for t in tensors} if same else ()
-    if len(dtypes) > 1:
-        raise RuntimeError(f"ringccl {collective}: invalid tensor type: the input and output "
-                           f"tensors must have one dtype, got "
-                           f"{', '.join(sorted(_dtype_name(d) for d in dtypes))}")
-
-
-class _Work(dist.Work):
-    """A collective's handle, as gloo's: ``wait()`` blocks until the collective is done and
-    raises its failure (PeerError/RingcclTimeout, ...); ``get_future()`` is the future whose
-    value is the output tensors (DDP's comm hooks and bucket futures read it).
-
-    Not ``torch._C._distributed_c10d._create_work_from_future``: that Work's ``wait()`` returns
-    True even when the future holds an exception (torch 2.13), so a dead peer would pass
-    silently. torch's C++ callers (DDP's reducer) reach these methods through its Python-Work
-    trampoline, as for torch's own Python test groups."""
-
-    def __init__(self, future: torch.futures.Future):
-        super().__init__()
-        self._future = future
-
-    def wait(self, timeout: datetime.timedelta | None = None) -> bool:
-        self._future.wait()   # raises the collective's exception; bounded by the group timeout
-        return True
-
-    def get_future(self) -> torch.futures.Future:
-        return self._future
-
-    def is_completed(self) -> bool:
-        return self._future.done()
-
-    def is_success(self) -> bool:
-        if not self._future.done():
-            return False
-        try:
-            self._future.value()
-        except Exception:   # the collective failed
-            return False
-        return True
-
-    def exception(self):
-        try:
-            self._future.value()
-        except Exception as exc:   # the failure is the answer
-            return exc
-        return None
-
-    def result(self) -> list:
-        return self._future.value()
-
 
 # -- the process group torch sees ---------------------------------------------------------------
 
@@ -255,10 +159,12 @@ class RingcclProcessGroup(dist.ProcessGroup):
     def abort(self) -> None:
         self._finalizer()
 
-    def _submit(self, job: Callable[[], Any], nbytes: int = 0):
-        """``job`` as a collective of this group (:meth:`Group.submit`: inline or on the
-        worker by ``nbytes``, the bytes the call moves) and its Work."""
-        return _Work(self._group.submit(job, nbytes))
+    def _submit(self, job: Callable[[], Any], nbytes: int = 0, no_grad: bool = True):
+        """``job`` as a collective of this group (:meth:`Group.issue`: inline or on the
+        worker by ``nbytes``, the bytes the call moves) and its Work; ``no_grad=False``: the
+        call's tensors need no ``torch.no_grad`` inline (:func:`.dispatch.autograd_free`)."""
+        done = self._group.issue(job, nbytes, no_grad)
+        return DoneWork(done) if type(done) is tuple else Work(done)
 
     # -- collectives ----------------------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
@@ -269,10 +175,21 @@ class RingcclProcessGroup(dist.ProcessGroup):
         opts = opts if opts is not None else dist.AllreduceCoalescedOptions()
         return self._all_reduce(list(tensors), opts.reduceOp, opts.timeout)
 
-    def _all_reduce(self, tensors: list, reduce_op, timeout):
+    def _all_reduce(self, tensors: list, opts_op, timeout):
         g = self._group
-        _check_dtype(tensors, "all_reduce")
-        ops = [_reduce_op(reduce_op, t.dtype, "all_reduce") for t in tensors]
+        check_dtype(tensors, "all_reduce")
+        if len(tensors) == 1:   # the common call, without the lists' loops
+            t = tensors[0]
+            op = reduce_op(opts_op, t.dtype, "all_reduce")
+            options = call_options(timeout)
+            size = nbytes(t)
+            algorithm, params = call_algorithm(g, "all_reduce", size)
+
+            def one():
+                _all_reduce_one(g, t, op, algorithm, params, options)
+                return tensors
+            return self._submit(one, size, not autograd_free(tensors))
+        ops = [reduce_op(opts_op, t.dtype, "all_reduce") for t in tensors]
         options = call_options(timeout)
         plan = [(t, op, call_algorithm(g, "all_reduce", nbytes(t))) for t, op in zip(tensors, ops)]
 
@@ -285,7 +202,7 @@ class RingcclProcessGroup(dist.ProcessGroup):
     def broadcast(self, tensors, opts=None):
         opts = opts if opts is not None else dist.BroadcastOptions()
         g, tensors = self._group, list(tensors)
-        _check_dtype(tensors, "broadcast")
+        check_dtype(tensors, "broadcast")
         root = check_rank(opts.rootRank, g.size, "src")
         options = call_options(opts.timeout)
         plan = [(t, call_algorithm(g, "broadcast", nbytes(t))) for t in tensors]
@@ -300,9 +217,9 @@ class RingcclProcessGroup(dist.ProcessGroup):
     def reduce(self, tensors, opts=None):
         opts = opts if opts is not None else dist.ReduceOptions()
         g, tensors = self._group, list(tensors)
-        _check_dtype(tensors, "reduce")
+        check_dtype(tensors, "reduce")
         root = check_rank(opts.rootRank, g.size, "dst")
-        ops = [_reduce_op(opts.reduceOp, t.dtype, "reduce") for t in tensors]
+        ops = [reduce_op(opts.reduceOp, t.dtype, "reduce") for t in tensors]
         options = call_options(opts.timeout)
         plan = [(t, op, call_algorithm(g, "reduce", nbytes(t))) for t, op in zip(tensors, ops)]
 
@@ -317,7 +234,7 @@ class RingcclProcessGroup(dist.ProcessGroup):
         opts = opts if opts is not None else dist.AllgatherOptions()
         g = self._group
         outputs, inputs = [list(o) for o in output_tensors], list(input_tensors)
-        _check_dtype(inputs + [t for o in outputs for t in o], "all_gather", same=True)
+        check_dtype(inputs + [t for o in outputs for t in o], "all_gather", same=True)
         options = call_options(opts.timeout)
         plan = []
         for out, inp in zip(outputs, inputs):
@@ -348,12 +265,12 @@ class RingcclProcessGroup(dist.ProcessGroup):
         work = self.allgather(per_input, input_list, opts)
         lists = [list(o) for o in output_lists]
         # f.value() re-raises the gather's failure into the returned future
-        return _Work(work.get_future().then(lambda f: (f.value(), lists)[1]))
+        return Work(work.get_future().then(lambda f: (f.value(), lists)[1]))
 
     def _allgather_base(self, output, input, opts=None):
         opts = opts if opts is not None else dist.AllgatherOptions()
         g = self._group
-        _check_dtype([output, input], "all_gather_into_tensor", same=True)
+        check_dtype([output, input], "all_gather_into_tensor", same=True)
         options = call_options(opts.timeout)
         algorithm, params = call_algorithm(g, "all_gather", nbytes(output))
 
@@ -373,8 +290,8 @@ class RingcclProcessGroup(dist.ProcessGroup):
         opts = opts if opts is not None else dist.ReduceScatterOptions()
         g = self._group
         outputs, inputs = list(output_tensors), [list(i) for i in input_tensors]
-        _check_dtype(outputs + [t for i in inputs for t in i], "reduce_scatter", same=True)
-        ops = [_reduce_op(opts.reduceOp, t.dtype, "reduce_scatter") for t in outputs]
+        check_dtype(outputs + [t for i in inputs for t in i], "reduce_scatter", same=True)
+        ops = [reduce_op(opts.reduceOp, t.dtype, "reduce_scatter") for t in outputs]
         options = call_options(opts.timeout)
         plan = []
         for out, inp, op in zip(outputs, inputs, ops):
@@ -396,8 +313,8 @@ class RingcclProcessGroup(dist.ProcessGroup):
     def _reduce_scatter_base(self, output, input, opts=None):
         opts = opts if opts is not None else dist.ReduceScatterOptions()
         g = self._group
-        _check_dtype([output, input], "reduce_scatter_tensor", same=True)
-        op = _reduce_op(opts.reduceOp, input.dtype, "reduce_scatter_tensor")
+        check_dtype([output, input], "reduce_scatter_tensor", same=True)
+        op = reduce_op(opts.reduceOp, input.dtype, "reduce_scatter_tensor")
         options = call_options(opts.timeout)
         algorithm, params = call_algorithm(g, "reduce_scatter", nbytes(input))
 
@@ -429,12 +346,12 @@ class RingcclProcessGroup(dist.ProcessGroup):
                 part.value()   # raises the first failed call's exception into the Work
             return outputs
         # chained on the calls' futures, not a job of its own: nothing waits inside a run
-        return _Work(torch.futures.collect_all([w.get_future() for w in works]).then(joined))
+        return Work(torch.futures.collect_all([w.get_future() for w in works]).then(joined))
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         opts = opts if opts is not None else dist.AllToAllOptions()
         g = self._group
-        _check_dtype([output, input], "all_to_all_single", same=True)
+        check_dtype([output, input], "all_to_all_single", same=True)
         options = call_options(opts.timeout)
         algorithm, params = call_algorithm(g, "all_to_all", nbytes(input))
         outs = list(output_split_sizes) or None   # torch passes [] for equal pieces
@@ -453,7 +370,7 @@ class RingcclProcessGroup(dist.ProcessGroup):
         opts = opts if opts is not None else dist.AllToAllOptions()
         g = self._group
         outputs, inputs = list(output_tensors), list(input_tensors)
-        _check_dtype(outputs + inputs, "all_to_all", same=True)
+        check_dtype(outputs + inputs, "all_to_all", same=True)
         for what, tensors in (("input", inputs), ("output", outputs)):
             if len(tensors) != g.size:   # gloo's words
                 raise RuntimeError(f"ringccl all_to_all: {what} tensor list size {len(tensors)} "
@@ -473,7 +390,7 @@ class RingcclProcessGroup(dist.ProcessGroup):
         inputs = list(input_tensors)
         root = check_rank(opts.rootRank, g.size, "dst")
         blocks = list(output_tensors[0]) if g.rank == root else None
-        _check_dtype(inputs + (blocks or []), "gather", same=True)
+        check_dtype(inputs + (blocks or []), "gather", same=True)
         options = call_options(opts.timeout)
         algorithm, params = call_algorithm(g, "gather", nbytes(inputs[0]) * g.size)
 
@@ -488,7 +405,7 @@ class RingcclProcessGroup(dist.ProcessGroup):
         outputs = list(output_tensors)
         root = check_rank(opts.rootRank, g.size, "src")
         blocks = list(input_tensors[0]) if g.rank == root else None
-        _check_dtype(outputs + (blocks or []), "scatter", same=True)
+        check_dtype(outputs + (blocks or []), "scatter", same=True)
         options = call_options(opts.timeout)
         algorithm, params = call_algorithm(g, "scatter", nbytes(outputs[0]) * g.size)
 
@@ -521,7 +438,7 @@ class RingcclProcessGroup(dist.ProcessGroup):
 
 
 def _check_p2p(tensors, tag: int, what: str) -> None:
-    _check_dtype(list(tensors), what)
+    check_dtype(list(tensors), what)
     if tag == COLLECTIVE_TAG:
         raise RuntimeError(f"ringccl {what}: tag={tag} is reserved for ringccl's collectives; "
                            "use another tag")
