@@ -39,7 +39,7 @@ group itself. Each group owns
   thread), completing each call's ``torch.futures.Future`` with the value gloo's would carry
   (the output tensors: ``[tensor]`` for all_reduce, what DDP's comm hooks read).
 
-**Dispatch policy** (:meth:`.dispatch.Group.submit`). Handing a call to the worker costs a thread
+**Dispatch policy** (:meth:`.dispatch.Group.issue`). Handing a call to the worker costs a thread
 hand-off (measured 145-320 us per call for 2 processes, 450-620 us for 4, on the 2-core test
 machine: docs/backend.md), more than a small all_reduce itself costs on shared memory; the
 worker pays only where the caller has something to overlap with a long call (DDP's reducer
@@ -57,7 +57,12 @@ worker per job and by an inline call before it lets go of the submit lock, so a 
 after an inline one (from any thread) runs after it. Failures are the same either way: the
 Work's ``wait()`` / ``get_future()`` raise the collective's failure; only refusals of the
 arguments (dtype, op, root) raise from the call itself, as before. ``RINGCCL_BACKEND_THREAD=0``
-runs every collective inline (no worker).
+runs every collective inline (no worker). An inline call's Work is a
+:class:`~.dispatch.DoneWork`: the same answers, its ``torch.futures.Future`` made only when
+``get_future()`` asks; an inline all_reduce of tensors autograd never sees (none requires grad,
+none is a view: :func:`~.dispatch.autograd_free`) runs in the caller's grad mode, where
+``torch.no_grad`` would change nothing. What an identical call decides again (op and dtype
+check, options, algorithm) is remembered per call signature (:mod:`.pg_front`).
 
 Each collective is the ringccl front end's flow (:mod:`ringccl.frontend`: contract → working
 buffer → schedule → engine) with ringccl.torch's tensor dialect and this group as its group
