@@ -194,6 +194,24 @@ def test_a_plan_with_a_compute_profile_times_compute_from_it(cpu_profile):
     assert [e.seconds_per_call for e in b.entries] == [e.seconds_per_call for e in a.entries]
 
 
+def test_a_profile_from_another_kind_of_device_is_warned_about(cpu_profile, tmp_path):
+    layout = {"dp": 2, "num_micro_batches": 2}
+    cluster = {"preset": "dgx-h100", "nodes": 1, "gpus_per_node": 2}
+    assert "profile" not in [w.kind for w in plan(SMALL, layout, cluster).warnings]
+    cpu = plan(SMALL, layout, {**cluster, "profile": str(cpu_profile)})
+    (warning,) = [w for w in cpu.warnings if w.kind == "profile"]
+    assert "(cpu, float32)" in str(warning) and "h100" in str(warning)
+    # the same profile as if measured on a CUDA device with the plan's dtype: nothing to say
+    data = json.loads(cpu_profile.read_text())
+    data["device"]["type"] = "cuda"
+    data["peak_flops"]["bfloat16"] = data["peak_flops"]["float32"]
+    data["gemm"] += [{**g, "dtype": "bfloat16"} for g in data["gemm"]]
+    cuda = tmp_path / "cuda.json"
+    cuda.write_text(json.dumps(data))
+    assert "profile" not in [w.kind for w in
+                             plan(SMALL, layout, {**cluster, "profile": str(cuda)}).warnings]
+
+
 def test_a_profile_given_twice_kinds_are_told_apart(cpu_profile, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("not json")

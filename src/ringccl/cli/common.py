@@ -424,7 +424,11 @@ def size_list(text: str) -> list[float]:
             while out[-1] * factor <= hi * (1 + 1e-12):
                 out.append(out[-1] * factor)
             return out
-        return [float(units.size(s)) for s in text.split(",") if s.strip()]
+        out = [float(units.size(s)) for s in text.split(",") if s.strip()]
+        if not out or min(out) <= 0:
+            raise ArgumentError(f"sizes {text!r} must be one or more sizes > 0 bytes (e.g. 4KiB, "
+                                "1MiB, 4KiB:1GiB)")
+        return out
     except RingcclError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 

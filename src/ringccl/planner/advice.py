@@ -1,6 +1,6 @@
 """Warnings on a planned step, each with the first change to try.
 
-Three kinds (:func:`plan_warnings`):
+Four kinds (:func:`plan_warnings`):
 
 * ``bubble``: the pipeline's idle time is more than :data:`BUBBLE_LIMIT` of the step (the
   1F1B bubble is (p − 1)/m of the ideal time, Narayanan et al. 2021 §2.2.1, so (p − 1)/(m + p −
@@ -8,7 +8,10 @@ Three kinds (:func:`plan_warnings`):
 * ``memory``: a stage needs more than the GPU holds;
 * ``default``: a value the plan did not get decided the result: the framework (bytes per
   parameter, sequence parallelism, FlashAttention, ...) or the global batch (the bubble, the
-  MFU and the activations in flight).
+  MFU and the activations in flight);
+* ``profile``: a compute profile (``ringccl calibrate``) measured on another kind of device than
+  the cluster's GPU (e.g. this machine's CPU for an H100 cluster) or without the plan's dtype:
+  its timings replace the GPU's, so the step is the profiled device's.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from .. import units
+from ..costmodel.compute_profile import load_compute_profile
 from .frameworks import DEFAULT_WHY, FRAMEWORKS, family
 from .parallel_dims import BATCH_RULE, ParallelDims
 from .step import StageEstimate, StepEstimate
@@ -121,7 +125,26 @@ def _defaults(p: StepEstimate) -> list[PlanWarning]:
     return out
 
 
+def _profile(p: StepEstimate) -> PlanWarning | None:
+    path = p.cluster.compute_profile
+    if not path:
+        return None
+    profile = load_compute_profile(path)
+    device = profile.data["device"]
+    kind = str(device.get("type", "")).lower()
+    gpu = p.cluster.gpu_spec
+    dtype = "bfloat16" if p.dims.precision == "bf16" else None
+    calibrated = list(profile.data["peak_flops"])
+    if kind == "cuda" and (dtype is None or dtype in calibrated):
+        return None
+    where = f"{device.get('name', '?')} ({kind or 'unknown device'}, {', '.join(calibrated)})"
+    return PlanWarning("profile", f"the compute profile {path} was measured on {where}, not on "
+                       f"the cluster's {gpu.name}: its timings replace the GPU's, so the step "
+                       "is that device's", f"ringccl calibrate --out PROFILE on a GPU of the "
+                       "cluster (CUDA, --dtype bfloat16), or plan without the compute profile")
+
+
 def plan_warnings(p: StepEstimate) -> list[PlanWarning]:
     """The warnings of the planned step ``p`` (the module docstring lists them), memory
     first."""
-    return [w for w in (_memory(p), _bubble(p)) if w is not None] + _defaults(p)
+    return [w for w in (_memory(p), _bubble(p), _profile(p)) if w is not None] + _defaults(p)
