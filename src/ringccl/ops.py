@@ -57,8 +57,8 @@ _UFUNC = {ReduceOp.SUM: np.add, ReduceOp.AVG: np.add, ReduceOp.PRODUCT: np.multi
 
 
 def parse_op(op: Any) -> ReduceOp:
-    """Return the ``ReduceOp`` for ``op``: a ReduceOp, a name ("sum", "max", ...), or a
-    ``torch.distributed.ReduceOp`` member.
+    """Return the ``ReduceOp`` for ``op``: a ReduceOp, a name ("sum", "max", ...; "product" and
+    "mean" too, in any case), or a ``torch.distributed.ReduceOp`` member.
 
     Raises:
         ArgumentError: unknown name (the message lists the valid ones).
@@ -66,10 +66,12 @@ def parse_op(op: Any) -> ReduceOp:
     if isinstance(op, ReduceOp):
         return op
     name = getattr(op, "name", None)  # torch.distributed.ReduceOp.SUM has .name == "SUM"
+    if name is None and hasattr(op, "op"):   # a torch ReduceOp object (e.g. PREMUL_SUM's)
+        name = getattr(op.op, "name", None)
     key = (name if isinstance(name, str) else str(op)).strip().lower()
     key = key.rsplit(".", 1)[-1]  # "ReduceOp.SUM" -> "sum"
     if key not in _ALIASES:
-        expected = ", ".join(o.value for o in ReduceOp)
+        expected = ", ".join(o.value for o in ReduceOp) + " (also product, mean; any case)"
         if isinstance(name, str):  # a torch ReduceOp member: its name, not its repr
             raise ArgumentError(f"op={name} is not supported by ringccl; expected one of "
                                 f"{expected}")
