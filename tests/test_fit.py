@@ -172,6 +172,14 @@ def test_cli_fit_prints_parameters_r2_and_held_out(tmp_path, capsys):
         assert text in out
 
 
+def test_cli_fit_plot_of_bench_rows_is_refused_before_fitting(tmp_path, capsys):
+    # --plot draws nccl-tests fits only: bench rows get a clear refusal, not a silent success
+    png = tmp_path / "fit.png"
+    assert main(["fit", _write(tmp_path, _rows("all_reduce", 2)), "--plot", str(png)]) == 2
+    err = capsys.readouterr().err
+    assert "--plot" in err and "nccl-tests" in err and not png.exists()
+
+
 def test_cli_fit_json(tmp_path, capsys):
     rows = _rows("all_reduce", 2) + _rows("reduce_scatter", 2, calibrate=False)
     assert main(["fit", _write(tmp_path, rows), "--json", "--predict", "--world-size", "2,16",

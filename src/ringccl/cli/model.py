@@ -362,6 +362,10 @@ def _cmd_fit(args) -> int:
     placement = None if args.placement == "any" else args.placement
     report = []
     nccl = nccl_tests_rows(rows)
+    if args.plot and not nccl:
+        raise ArgumentError(f"--plot {args.plot!r}: fit draws the fit of nccl-tests logs, and "
+                            "these rows have none (for a chart of the model: ringccl model "
+                            "--plot)")
     if nccl:  # nccl-tests logs: NCCL's own model, fitted per link level (first: the profile)
         entry = nccl_fit_report(nccl, args)
         if args.json:
