@@ -199,8 +199,8 @@ def register_show(sub) -> None:
                    help="rank columns to print: ranks and ranges, e.g. 0-7 or 0,5,9-12 (default: "
                    "as many as fit the width; a last line says how many were left out)")
     p.add_argument("--width", type=nonnegative_int, default=None,
-                   help="characters per line (default: $COLUMNS or the terminal's, 200 when "
-                   "piped; 0: no limit); longer cells end in '… +K'")
+                   help="characters per line (default: $COLUMNS or the terminal's, at least 160; "
+                   "200 when piped; 0: no limit); longer cells end in '… +K'")
     p.add_argument("--trace", metavar="OUT.json",
                    help="also write a Chrome/Perfetto trace (one track per rank)")
     p.add_argument("--msccl-xml", metavar="OUT.xml", help="also write the schedule as MSCCL XML")
