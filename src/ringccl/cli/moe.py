@@ -107,8 +107,9 @@ def _report(results: list, config: dict, nproc: int) -> dict:
 
 def _print(report: dict, fmt: str = "auto") -> None:
     n = report["nproc"]
-    print(f"token matrix: MoE expert parallelism's all-to-all on {n} processes (one expert "
-          "each), the token matrix transposed")
+    print(f"token matrix: MoE expert parallelism's all-to-all on {n} processes, the token "
+          "matrix transposed (an illustration with one expert per process; --experts sets the "
+          "MoE layer's experts below)")
     print("before, the tokens each GPU is about to dispatch:")
     for src in range(n):
         print(f"  GPU {src} (one token for each expert): "

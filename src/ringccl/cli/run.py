@@ -364,19 +364,24 @@ def register_run(sub) -> None:
     """``ringccl run``."""
     p = sub.add_parser("run", help="run on local gloo processes and compare with gloo's own")
     add_collective_args(p)
-    p.add_argument("--nproc", "-n", type=positive_int, default=4)
+    p.add_argument("--nproc", "-n", type=positive_int, default=4,
+                   help="local processes, one rank each (default 4)")
     p.add_argument("--count", "-c", type=count_arg, default=units.count("16Mi"),
                    help="elements per rank (reduce_scatter, scatter: the whole N-block input; "
                    "rounded down to a multiple of N for those and all_to_all, said on stderr; "
                    "a count that rounds to 0 is refused), default 16Mi")
     p.add_argument("--dtype", default="float32",
                    choices=[d for d in SUPPORTED_DTYPES])
-    p.add_argument("--op", default="sum")
+    p.add_argument("--op", default="sum",
+                   help="reduce op of the reducing collectives: sum, prod, min, max, avg, band, "
+                   "bor, bxor (default sum)")
     add_accumulate_option(p, " ringccl's result is still compared with the exact result "
                           "element for element: the inputs are small integers, whose sums are "
                           "exact")
-    p.add_argument("--iters", type=positive_int, default=10)
-    p.add_argument("--warmup", type=nonnegative_int, default=3)
+    p.add_argument("--iters", type=positive_int, default=10,
+                   help="timed calls of each (ringccl's and gloo's, interleaved; default 10)")
+    p.add_argument("--warmup", type=nonnegative_int, default=3,
+                   help="untimed calls of each before them (default 3)")
     p.add_argument("--timeout", type=seconds_arg, default=300.0, help="seconds before giving up")
     add_launch_options(p)
     add_trace_options(p)
