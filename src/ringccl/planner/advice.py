@@ -10,8 +10,8 @@ Four kinds (:func:`plan_warnings`):
   parameter, sequence parallelism, FlashAttention, ...) or the global batch (the bubble, the
   MFU and the activations in flight);
 * ``profile``: a compute profile (``ringccl calibrate``) measured on another kind of device than
-  the cluster's GPU (e.g. this machine's CPU for an H100 cluster) or without the plan's dtype:
-  its timings replace the GPU's, so the step is the profiled device's.
+  the cluster's GPU (e.g. this machine's CPU for an H100 cluster), or without a 16-bit dtype
+  for a bf16 plan: its timings replace the GPU's, so the step is the profiled device's.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from .. import units
-from ..costmodel.compute_profile import load_compute_profile
 from .frameworks import DEFAULT_WHY, FRAMEWORKS, family
+from .kernels import compute_profile, profile_dtype
 from .parallel_dims import BATCH_RULE, ParallelDims
 from .step import StageEstimate, StepEstimate
 
@@ -129,13 +129,14 @@ def _profile(p: StepEstimate) -> PlanWarning | None:
     path = p.cluster.compute_profile
     if not path:
         return None
-    profile = load_compute_profile(path)
+    profile = compute_profile(path)   # read once, as the pricing reads it
     device = profile.data["device"]
     kind = str(device.get("type", "")).lower()
     gpu = p.cluster.gpu_spec
-    dtype = "bfloat16" if p.dims.precision == "bf16" else None
     calibrated = list(profile.data["peak_flops"])
-    if kind == "cuda" and (dtype is None or dtype in calibrated):
+    # the pricing times a bf16 plan's GEMMs at the profile's 16-bit dtype, else its first
+    sixteen_bit = profile_dtype(profile) in ("bfloat16", "float16")
+    if kind == "cuda" and (p.dims.precision != "bf16" or sixteen_bit):
         return None
     where = f"{device.get('name', '?')} ({kind or 'unknown device'}, {', '.join(calibrated)})"
     return PlanWarning("profile", f"the compute profile {path} was measured on {where}, not on "

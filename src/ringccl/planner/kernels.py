@@ -56,7 +56,7 @@ from .gpus import GPU
 
 __all__ = ["TILES", "FLASH_EFFICIENCY", "FLASH2_EFFICIENCY", "FLASH_BLOCK", "gemm_seconds",
            "gemm_efficiency", "wave_utilisation", "tiles", "flash_attention_flops",
-           "flash_attention_seconds", "memory_seconds"]
+           "flash_attention_seconds", "memory_seconds", "compute_profile", "profile_dtype"]
 
 #: thread-block tiles (rows, columns) the library chooses from (NVIDIA's "Matrix
 #: Multiplication Background User's Guide", "Tile quantization": 256×128 and 128×256 the most
@@ -101,11 +101,12 @@ def wave_utilisation(num_tiles, sm_count: int):
 
 
 @memoize(maxsize=16)
-def _profile(path: str) -> ComputeProfile:
+def compute_profile(path: str) -> ComputeProfile:
+    """The compute profile at ``path``, read once (:func:`load_compute_profile`)."""
     return load_compute_profile(path)
 
 
-def _profile_dtype(profile: ComputeProfile) -> str:
+def profile_dtype(profile: ComputeProfile) -> str:
     """The profile's 16-bit dtype if it timed one, else its first (a CPU's float32)."""
     peaks = profile.data["peak_flops"]
     return next((d for d in ("bfloat16", "float16") if d in peaks), next(iter(peaks)))
@@ -115,13 +116,14 @@ def memory_seconds(nbytes, gpu: GPU):
     """Seconds of a kernel that streams ``nbytes`` through HBM (or at a profile's measured copy
     bandwidth)."""
     if gpu.compute_profile:
-        return np.asarray(nbytes, dtype=float) / _profile(gpu.compute_profile).memory_bandwidth
+        bandwidth = compute_profile(gpu.compute_profile).memory_bandwidth
+        return np.asarray(nbytes, dtype=float) / bandwidth
     return np.asarray(nbytes, dtype=float) / (gpu.hbm_bandwidth * gpu.memory_efficiency)
 
 
 def _profiled_gemm(m, n, k, gpu: GPU, fp8: bool, batch):
-    prof = _profile(gpu.compute_profile)
-    dtype = _profile_dtype(prof)
+    prof = compute_profile(gpu.compute_profile)
+    dtype = profile_dtype(prof)
     scale = (gpu.bf16_flops / gpu.fp8_flops) if fp8 and gpu.fp8_flops else 1.0
 
     def one(m, n, k, b):
@@ -213,8 +215,8 @@ def flash_attention_seconds(batch_heads: int, s_q: int, s_k: int, head_dim_qk: i
 def _profiled_attention_rate(gpu: GPU, seq: int, ratio: float) -> float:
     """FLOP/s of the profile's attention nearest in sequence length (else its GEMM peak at
     the preset's FlashAttention fraction), times ``ratio``."""
-    prof = _profile(gpu.compute_profile)
-    dtype = _profile_dtype(prof)
+    prof = compute_profile(gpu.compute_profile)
+    dtype = profile_dtype(prof)
     rows = [a for a in prof.data["attention"] if a["dtype"] == dtype and a.get("flops_per_s")]
     if not rows:
         return prof.peak_flops(dtype) * FLASH_EFFICIENCY[gpu.architecture][0] * ratio
