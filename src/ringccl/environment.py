@@ -18,7 +18,7 @@ from typing import Callable
 __all__ = ["get", "reader"]
 
 _DATA = getattr(os.environ, "_data", None) if os.name == "posix" else None
-if not isinstance(_DATA, dict) or any(not isinstance(k, bytes) for k in list(_DATA)[:1]):
+if not isinstance(_DATA, dict) or not isinstance(next(iter(_DATA), b""), bytes):
     _DATA = None
 _KEYS: dict = {}
 

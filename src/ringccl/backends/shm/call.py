@@ -153,8 +153,9 @@ def execute(schedule: Schedule, buffer: Any, op: ReduceOp, rank: int, bounds, se
             ops.copy(buffer, work)
         elif where is None:
             finish()
-            if described is None and lane.wanted() is not None:
-                _offer_lane(schedule, plan, rank, group, transport, dialect, op,
+            box = lane.wanted() if described is None else None
+            if box is not None:
+                _offer_lane(box, schedule, plan, rank, group, transport, dialect, op,
                             itemsize=itemsize, numel=numel, timeout=timeout)
         return buffer
     except BaseException:
@@ -173,12 +174,11 @@ def _drain_described(described: Staged | None, dialect: Dialect) -> None:
                (), (), Pieces(described.fill_runs, [dialect.view(t) for t in described.sources]))
 
 
-def _offer_lane(schedule: Schedule, plan, rank: int, group: ShmGroup, transport: Any,
-                dialect: Dialect, op: ReduceOp, *, itemsize: int, numel: int,
+def _offer_lane(box: "lane.capture", schedule: Schedule, plan, rank: int, group: ShmGroup,
+                transport: Any, dialect: Dialect, op: ReduceOp, *, itemsize: int, numel: int,
                 timeout: float | None) -> None:
-    """Offer the call that just ran on a caller's buffer to the compiled lane
-    (:mod:`ringccl.backends.shm.lane`), when the lane is wanted and no trace is recording."""
-    box = lane.wanted()
+    """Offer the call that just ran on a caller's buffer to the compiled lane's capture ``box``
+    (:mod:`ringccl.backends.shm.lane`), when no trace is recording."""
     if trace.state.recorder is None:
         box.offer(lambda: lane.lower(schedule, plan, rank, group, transport, dialect, op,
                                      itemsize=itemsize, numel=numel,
@@ -196,9 +196,8 @@ def _enter(group: ShmGroup, transport: Any, dialect: Dialect, numel: int, itemsi
     used = -(-numel * itemsize // 64) * 64
     if hybrid:
         need = max(1, numel * itemsize)
-    else:   # as _need, inline (every call)
-        need = 0 if where is not None else \
-            used + EAGER_AREA_BYTES if used <= EAGER_AREA_BYTES else used
+    else:
+        need = 0 if where is not None else _need(numel, itemsize)
     # lazy: no wait for the peers when the working area holds ``need`` (ShmGroup.enter);
     # leave() completes the agreement (a no-op after a full agreement)
     group.enter(need, timeout, lazy=not hybrid and group.world_size >= LAZY_ENTRY_MIN_WORLD)

@@ -34,12 +34,12 @@ except ImportError:   # no compiler at install time: the Python replay (same bit
     logging.getLogger(__name__).debug("ringccl.backends.shm._lanec is not built: the compiled "
                                       "lane replays in Python")
 
-__all__ = ["available", "reduction", "program", "native_runs", "SPIN_POLLS", "DONE", "CANNOT",
-           "BUFFER"]
+__all__ = ["available", "reduction", "program", "native_runs", "NATIVE_SPIN_POLLS", "DONE",
+           "CANNOT", "BUFFER"]
 
 #: polls of a control word in C before the wait returns to Python's bounded wait
 #: (:meth:`ShmGroup.wait_word`: timeout, abort word, liveness, yielding the core)
-SPIN_POLLS = 256
+NATIVE_SPIN_POLLS = 256
 
 MAGIC = 0x4C414E4543303031
 HEADER_WORDS, OP_WORDS = 20, 12
@@ -194,7 +194,8 @@ def program(lane, group, reduction: tuple, segment: np.ndarray) -> tuple[bytes, 
         add(END_WAIT, peer, word)
     header = [MAGIC, len(ops), ctrl_at, lane.serial, 2 * LINE, _address(lane.work),
               lane.numel * lane.itemsize, *reduction, lane.need, *lane.need_words,
-              lane.entered_word, seg_at, segment.nbytes, RING, SPIN_POLLS, lane.itemsize]
+              lane.entered_word, seg_at, segment.nbytes, RING, NATIVE_SPIN_POLLS,
+              lane.itemsize]
     header += [0] * (HEADER_WORDS - len(header))
     words = header + [x for o in ops for x in o]
     return struct.pack(f"{len(words)}q", *words), meta

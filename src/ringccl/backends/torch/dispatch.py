@@ -268,13 +268,8 @@ class DoneWork(dist.Work):
 
     def get_future(self) -> torch.futures.Future:
         if self._future is None:
-            future: torch.futures.Future = torch.futures.Future()
-            ok, value = self._outcome
-            if ok:
-                future.set_result(value)
-            else:
-                future.set_exception(value)
-            self._future = future
+            self._future = torch.futures.Future()
+            _settle(self._future, self._outcome)
         return self._future
 
     def is_completed(self) -> bool:
