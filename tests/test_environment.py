@@ -51,3 +51,18 @@ def test_the_portable_reads_give_the_same_answers(monkeypatch):
     assert environment.get(NAME) == "x"
     assert environment.reader((NAME,))() == ("x",)
     assert [os.fsdecode(v) for v in fast] == ["x"]
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 4, 5])
+def test_reader_reads_each_variable_in_its_place_for_any_count(monkeypatch, count):
+    names = tuple(f"{NAME}_{i}" for i in range(count))
+    for n in names:
+        monkeypatch.delenv(n, raising=False)
+    read = environment.reader(names)
+    assert read() == (None,) * count
+    for i, n in enumerate(names):
+        monkeypatch.setenv(n, f"v{i}")
+        got = read()
+        assert len(got) == count
+        assert [None if v is None else os.fsdecode(v) for v in got] == \
+            [f"v{j}" if j <= i else None for j in range(count)]

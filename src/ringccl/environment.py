@@ -42,4 +42,14 @@ def reader(names: tuple) -> Callable[[], tuple]:
         get_ = os.environ.get
         return lambda: tuple(get_(n) for n in names)
     keys, get = tuple(os.fsencode(n) for n in names), _DATA.get
+    # a tuple display costs half of tuple(map(...)) (a compiled call reads it every time)
+    if len(keys) == 1:
+        (a,) = keys
+        return lambda: (get(a),)
+    if len(keys) == 2:
+        a, b = keys
+        return lambda: (get(a), get(b))
+    if len(keys) == 4:
+        a, b, c, d = keys
+        return lambda: (get(a), get(b), get(c), get(d))
     return lambda: tuple(map(get, keys))

@@ -31,7 +31,7 @@ as it is.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Protocol, Sequence
+from typing import Any, Callable, NamedTuple, Protocol, Sequence
 
 from .. import caches, consistency
 from ..algorithms import build_schedule, default_algorithm, get_algorithm
@@ -44,7 +44,7 @@ from . import aliasing
 from .debug import execute as _execute   # RINGCCL_DEBUG=INFO/TRACE: one log line per call
 
 __all__ = ["Backend", "ArrayDialect", "GroupAdapter", "Executor", "Options", "options", "choose",
-           "in_place", "count_call", "reduce_scatter", "all_gather", "scatter", "gather", "exchange",
+           "in_place", "call_counter", "reduce_scatter", "all_gather", "scatter", "gather", "exchange",
            "all_to_all", "run_schedule", "copy_in"]
 
 
@@ -175,11 +175,15 @@ def _restore(b: Backend, opts: Options, private: bool) -> bool:
 _sequence: dict = {}   # the group's key -> ringccl collectives called on it so far
 
 
-def count_call(b: Backend, g) -> None:
-    """Count a call on ``g`` that skipped :func:`agree` (a compiled replay: its check is off),
-    so a later checked call's fingerprint has the right sequence number."""
-    key = b.key(g)
-    _sequence[key] = _sequence.get(key, 0) + 1
+def call_counter(b: Backend, g) -> Callable[[], None]:
+    """A function counting one call on ``g`` that skipped :func:`agree` (a compiled replay: its
+    check is off), so a later checked call's fingerprint has the right sequence number. It
+    holds ``g``'s key (its identity, an int), not ``g``."""
+    key, sequence = b.key(g), _sequence
+
+    def count() -> None:
+        sequence[key] = sequence.get(key, 0) + 1
+    return count
 
 
 def agree(b: Backend, g, collective: str, algorithm: str | None, params: dict, op: ReduceOp | None,

@@ -63,7 +63,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable
 
 from ... import caches, environment
 from ...consistency import debug_level
@@ -108,7 +108,6 @@ _local = threading.local()
 _ENV = ("RINGCCL_DEBUG", "RINGCCL_TIMEOUT", "RINGCCL_ALGO", "RINGCCL_TRANSPORT")
 #: their values now (:func:`ringccl.environment.reader`: no encode/decode per read)
 _environment = environment.reader(_ENV)
-_INELIGIBLE = object()   # a signature the lane cannot run: the general path, no capture
 
 
 def set_enabled(on: bool) -> None:
@@ -161,15 +160,16 @@ def finisher(b, group, op, dtype) -> Callable[[Any], None]:
     """What a replayed in-place call does after the lane, as the front end's flow
     (:func:`ringccl.frontend.in_place`): count the call on ``group`` (the caller's argument,
     resolved by the backend ``b``), divide the result by the group's size when ``op`` is AVG
-    (checked by ``b`` for ``dtype``)."""
+    (checked by ``b`` for ``dtype``). Holds the group's key, never the group (:func:`_weak`)."""
     g = b.group(group)
-    n, avg = b.size(g), b.check_op(op, dtype) is ReduceOp.AVG
-    count, weak = frontend.count_call, _weak(g)   # never keeps the group alive (:func:`_weak`)
+    count = frontend.call_counter(b, g)
+    if b.check_op(op, dtype) is not ReduceOp.AVG:
+        return lambda buffer: count()
+    n, divide = b.size(g), b.divide
 
     def done(buffer) -> None:
-        count(b, weak())
-        if avg:
-            b.divide(buffer, n)
+        count()
+        divide(buffer, n)
     return done
 
 
@@ -200,10 +200,31 @@ def wanted() -> capture | None:
     return getattr(_local, "box", None)
 
 
-class _Entry(NamedTuple):
-    group: Callable[[], Any]        # the caller's group argument (identity checked), weakly
-    lane: "Lane"
-    done: Callable[[Any], None]     # after a replay: count the call, AVG's divide
+def _never(group: Any, buffer: Any, key: tuple) -> bool:
+    return False
+
+
+_INELIGIBLE = _never   # a signature the lane cannot run: the general path, no capture
+
+
+def _entry(group: Any, lane: "Lane", done: Callable[[Any], None]):
+    """A compiled signature's table entry: ``entry(group, buffer, key)`` replays ``lane`` when
+    ``group`` is the caller's group of the first call (identity, held weakly), then ``done``
+    (e.g. :func:`finisher`'s); False when it did not run (:func:`replay`)."""
+    ref = _weak(group)
+
+    def entry(caller_group: Any, buffer: Any, key: tuple) -> bool:
+        if ref() is not caller_group:
+            return False
+        ran = lane.run(buffer)
+        if ran:
+            done(buffer)
+            return True
+        if ran is False:
+            del _lanes[key]   # the group changed: the next call compiles again
+        return False
+    entry.lane = lane
+    return entry
 
 
 def replay(key: tuple, group: Any, buffer: Any) -> bool:
@@ -215,15 +236,7 @@ def replay(key: tuple, group: Any, buffer: Any) -> bool:
         e = _lanes.get(key)
     except TypeError:   # an unhashable part (signature)
         return False
-    if e is None or e is _INELIGIBLE or e.group() is not group:
-        return False
-    ran = e.lane.run(buffer)
-    if not ran:
-        if ran is False:
-            del _lanes[key]   # the group changed: the next call compiles again
-        return False
-    e.done(buffer)
-    return True
+    return e is not None and e(group, buffer, key)
 
 
 def first_call(key: tuple | None, group: Any, general: Callable[[], None],
@@ -242,7 +255,7 @@ def first_call(key: tuple | None, group: Any, general: Callable[[], None],
         general()
     if len(_lanes) >= MAX_LANES:
         _lanes.clear()
-    _lanes[key] = _INELIGIBLE if box.lane is None else _Entry(_weak(group), box.lane, finish())
+    _lanes[key] = _INELIGIBLE if box.lane is None else _entry(group, box.lane, finish())
 
 
 def _weak(group: Any) -> Callable[[], Any]:
