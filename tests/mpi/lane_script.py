@@ -2,7 +2,8 @@
 (ringccl.backends.shm.lane) against the general path (the lane switched off), bit for bit.
 
 ``bitwise``: for algorithms auto/direct/two_shot/ring, counts 0, 1, < N, not divisible and
-either side of the one-shot/two-shot crossover, four dtypes and the five ops, each input is
+either side of the one-shot/two-shot crossover, 256 KiB (on two ranks the two_shot's
+replay in C is checked to run), four dtypes and the five ops, each input is
 reduced once with the lane off (the reference) and then in the sequence on, on, off, on (the
 first "on" compiles, the others replay, general and lane calls alternate); every result must
 equal the reference and be the same bytes on every rank, and lanes must have been compiled.
@@ -33,6 +34,8 @@ SLACK = float(os.environ.get("RINGCCL_TEST_SLACK", "5"))
 #: the stall's timeout; its compiling call (the same signature) waits for the peers' start too
 TIMEOUT = 2 + SLACK
 comm = MPI.COMM_WORLD
+#: bytes of the large call (a two-rank two_shot sends 128 KiB, beyond the eager 64 KiB)
+LARGE = 256 << 10
 rank, n = comm.Get_rank(), comm.Get_size()
 problems = []
 
@@ -42,7 +45,9 @@ def bitwise() -> None:
     cross = choice.two_shot_bytes(n, "mpi")
     for dtype in (np.float32, np.float64, np.int32, np.float16):
         size = np.dtype(dtype).itemsize
-        counts = (0, 1, n - 1, 7 * n + 3, 1001, cross // size - 1, cross // size + 1)
+        # ... and a 256 KiB call, whose sends exceed the transport's eager size
+        counts = (0, 1, n - 1, 7 * n + 3, 1001, cross // size - 1, cross // size + 1,
+                  LARGE // size - 3)
         for algorithm in (None, "direct", "two_shot", "ring"):
             for count in counts:
                 for op in ("sum", "prod", "min", "max", "avg"):
@@ -50,6 +55,7 @@ def bitwise() -> None:
                         continue
                     x = (rng.standard_normal(count) * 3).astype(dtype)
                     results = []
+                    runs = lane_native.native_runs()
                     for on in (False, True, True, False, True):
                         lane.set_enabled(on)
                         y = x.copy()
@@ -57,6 +63,10 @@ def bitwise() -> None:
                         results.append(y.tobytes())
                     lane.set_enabled(True)
                     what = (dtype.__name__, algorithm, count, op)
+                    if n == 2 and count == LARGE // size - 3 and algorithm == "two_shot" and \
+                            op == "sum" and dtype is np.float32 and lane_native.available() \
+                            and lane_native.native_runs() - runs != 2:
+                        problems.append(f"the large call was not replayed in C: {what}")
                     if any(r != results[0] for r in results):
                         problems.append(f"lane differs from the general path: {what}")
                     everyone = comm.allgather(results[-1])

@@ -13,11 +13,12 @@ option, the environment variables a call reads) runs the general path inside
 The lowering is the engine's plan, generic (no algorithm is named here): per step, its sends
 (copied into this rank's area, one copy per step and range, as the transport's eager sends) and
 its receives in plan order (the IR's reduction order, accumulator folds included), every
-view, word index and offset computed once. Any plan whose sends are each at most
-:data:`~ringccl.backends.shm.transport.EAGER_SEND_BYTES` (what the transport copies anyway;
-larger ones it reads in place, one copy fewer), whose copies fit half of this rank's slot of the
-working area, with at most ``RING // 2`` sends per peer and call, is lowered; anything else
-runs the general path at every call.
+view, word index and offset computed once. Any plan whose sends' copies fit half of this
+rank's slot of the working area, with at most ``RING // 2`` sends per peer and call, is lowered;
+anything else runs the general path at every call. (Sends above the transport's
+:data:`~ringccl.backends.shm.transport.EAGER_SEND_BYTES` cost the lane a copy the general path
+does not make, as it reads them in place; what fits half a slot, up to 256 KiB on two ranks,
+copies in less time than the general path's own work per call: measured in docs/shm.md.)
 
 The replay speaks the transport's protocol (:mod:`~ringccl.backends.shm.transport`): the same
 descriptors, the same monotone ``posted``/``released`` counters and sequence numbers (the
@@ -74,7 +75,7 @@ from ... import frontend
 from . import lane_native
 from .group import LINE, RING, ShmGroup
 from .lane_native import BEGIN_WAIT, BUFFER, CANNOT, DONE, RECV
-from .transport import EAGER_SEND_BYTES, mismatch
+from .transport import mismatch
 
 __all__ = ["Lane", "lower", "capture", "wanted", "replay", "first_call", "signature",
            "finisher", "set_enabled", "enabled", "set_native", "native", "compiled", "MAX_LANES"]
@@ -282,8 +283,6 @@ def lower(schedule, plan, rank: int, group: ShmGroup, transport, dialect, op, *,
     used, copies, per_peer = 0, {}, {}
     for st in plan.steps:
         for s in st.sends:
-            if (s.hi - s.lo) * itemsize > EAGER_SEND_BYTES:
-                return None   # the general path reads it in place: one copy fewer
             per_peer[s.peer] = per_peer.get(s.peer, 0) + 1
             key = (s.step, s.lo, s.hi)
             if key not in copies:
