@@ -33,7 +33,8 @@ all-reduce at all), the lower bound of any backend's step: ``gloo/floor`` is the
 backend can gain over gloo on that step. The FSDP2 step (``fully_shard`` on each layer and the
 model: all-gathers of the parameters, reduce-scatters of the gradients) uses the same model and
 the first batch size. ``--cold``: every call of the all_reduce sweep gets a buffer of its own,
-drawn round-robin from a pool of at least 64 MiB, so no call finds its buffer in cache (the
+taken untimed, round-robin from a pool of at least 64 MiB (:class:`measure.BufferPool`, shared
+with ``bench_shm.py`` and ``bench_mpi_shm.py``), so no call finds its buffer in cache (the
 Open MPI XHC authors' warning about reused, cache-hot buffers). ``first`` is each variant's
 first call at each size (the lane compiles there; the very first size also sets the group's
 shared memory up). Figures are medians of ``--reps`` (steps: of ``--ddp-rounds`` ×
@@ -54,18 +55,18 @@ import contextlib
 import json
 import os
 import statistics
+import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import measure  # noqa: E402
 
 
 def _sizes(spec: str) -> list[int]:
     from ringccl import units
     lo, _, hi = spec.partition(":")
-    lo_b, hi_b = int(units.size(lo)), int(units.size(hi or lo))
-    out, s = [], lo_b
-    while s <= hi_b:
-        out.append(s)
-        s *= 4
-    return out
+    return measure.powers_of_4(int(units.size(lo)), int(units.size(hi or lo)))
 
 
 #: ``--ddp-model``: "mlp", 3 layers of width² (backward costs ~2 matrix products per layer:
@@ -169,23 +170,23 @@ def _worker(rank, world_size, sizes, reps, ddp_steps, ddp_hidden, fsdp, ddp_batc
     }
     times = {(v, n): [] for v in variants for n in sizes}
     first = {}
-    # --cold: a pool of distinct buffers, >= 64 MiB together, one per call round-robin
-    pools = {n: [torch.ones(max(1, n // 4)) for _ in range(
-        max(1, (64 << 20) // max(n, 1)) if cold else 1)] for n in sizes}
+    pools = {n: measure.BufferPool(max(1, n // 4), cold=cold, wrap=torch.from_numpy)
+             for n in sizes}   # --cold: a buffer of its own per call, round-robin >= 64 MiB
     for rep in range(reps + 1):            # repetition 0 warms up (connections, caches)
         for n in sizes:
             pool = pools[n]
             for name, fn in variants.items():
                 iters = max(1, min(20, (1 << 22) // n))
+                buffers = [pool.take() for _ in range(iters)]   # untimed
                 dist.barrier(group=gloo)
                 if not rep:                # the first call of this variant at this size
                     t0 = time.perf_counter()
-                    fn(pool[0])
+                    fn(pool.take())
                     first[(name, n)] = time.perf_counter() - t0
                     dist.barrier(group=gloo)
                 t0 = time.perf_counter()
-                for i in range(iters):
-                    fn(pool[(rep * iters + i) % len(pool)])
+                for buffer in buffers:
+                    fn(buffer)
                 seconds = (time.perf_counter() - t0) / iters
                 if rep:
                     times[(name, n)].append(seconds)

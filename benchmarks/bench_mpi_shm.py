@@ -16,8 +16,10 @@ prints the raw rows.
 its first, in C where ``_lanec`` is built); "python" the same lane replayed in Python
 (``lane.set_native(False)``); "general" the same call with the lane off, interleaved with the
 others; "1st call"
-the first call of the signature (compiling it). ``--cold`` gives every timed call a fresh
-buffer (made untimed), as the Open MPI XHC authors warn that reused buffers stay cache-hot.
+the first call of the signature (compiling it). ``--cold`` gives every timed call a buffer of
+its own, round-robin from a pool of >= 64 MiB taken untimed (:class:`measure.BufferPool`), as
+the Open MPI XHC authors warn that reused buffers stay cache-hot (the zero-copy column keeps
+its one buffer: it lives in the segment).
 "8 B back to back": 200 calls in a row, µs per call (a training loop's pattern).
 
 The floor of any Python-level shared-memory collective, timed the same way (single calls
@@ -25,9 +27,12 @@ between barriers, max over ranks), after the rows above: ``shm enter/leave`` is
 the communicator's ``ShmGroup.enter`` + ``leave`` with no data (one synchronisation of every
 rank through the control block, the least a collective must do), ``numpy 4 KiB`` this rank's
 local work of a 4 KiB one-shot all_reduce without any synchronisation (copy in, one reduce per
-peer, copy out), and ``memcpy`` / ``add`` a pass over a buffer of the largest size with
-every rank at once (what bounds the large sizes: docs/shm.md). The ``MPI_Allreduce`` column
-is itself a Python call of mpi4py's ``comm.Allreduce``.
+peer, copy out), ``flag one way`` half a round trip of a word between ranks 0 and 1 over
+shared memory (Python polls; the mean over a batch of round trips), and ``memcpy`` / ``add``
+a pass over a buffer of the largest size with every rank at once, cold with ``--cold`` (what
+bounds the large sizes: docs/shm.md; the flag and the passes are :mod:`measure`'s, shared with
+``bench_shm.py``). The ``MPI_Allreduce`` column is itself a Python call of mpi4py's
+``comm.Allreduce``.
 
     python benchmarks/bench_mpi_shm.py --nproc 2 [-b 4KiB -e 64MiB] [--iters 7] [--crossover]
         [--cold] [--json]
@@ -41,29 +46,23 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
 
-SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
-sys.path.insert(0, SRC)
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.join(HERE, "..", "src")
+sys.path[:0] = [SRC, HERE]
 
+import measure  # noqa: E402
 from ringccl import units  # noqa: E402
 
 
-def _sizes(lo: int, hi: int) -> list[int]:
-    out, s = [], lo
-    while s <= hi:
-        out.append(s)
-        s *= 4
-    return out
-
-
-def floor(comm, reps: int, timed, nbytes: int) -> dict:
-    """The floor rows (module docstring): shm enter/leave with no data, the local numpy work
-    of a 4 KiB one-shot all_reduce, and memcpy / in-place add of ``nbytes`` (every rank at
-    once), interleaved round by round."""
+def floor(comm, reps: int, timed, nbytes: int, cold: bool = False) -> dict:
+    """The floor rows (module docstring): shm enter/leave with no data and the local numpy work
+    of a 4 KiB one-shot all_reduce, interleaved round by round; then half a flag round trip
+    between ranks 0 and 1, and memcpy / in-place add of ``nbytes`` (every rank at once, on
+    ``cold`` buffers in a cold run: :mod:`measure`)."""
     import numpy as np
 
     from ringccl.backends.mpi import executor
@@ -87,27 +86,23 @@ def floor(comm, reps: int, timed, nbytes: int) -> dict:
             np.add(work, peer, out=work)
         x[...] = work
 
+    variants = {"shm_enter_leave": barrier, "numpy_4KiB": local}
+    times: dict = {k: [] for k in variants}
+    for _ in range(2):
+        for fn in variants.values():
+            fn()
+    for _ in range(reps):
+        for k, fn in variants.items():
+            times[k].append(timed(fn))
+    row = {"kind": "floor", "world_size": n, "iters": reps, "cold": cold}
+    row.update({k: measure.summary(ts) for k, ts in times.items()})
+    row["flag_one_way"] = measure.flag_one_way(comm.Get_rank(), n, lambda o: comm.bcast(o, 0),
+                                               comm.Barrier, reps)
     # memory bandwidth, every rank at once, on a buffer of the largest size: what bounds the
-    # large sizes (the shm path's copy in, reduce and copy out are passes over the buffer)
-    big = np.ones(max(1, nbytes // 4), dtype=np.float32)
-    other = np.ones_like(big)
-    # two groups, each interleaved round by round: the large passes leave the cache full of
-    # dirty lines whose write-back slowed the small ones tenfold when they alternated
-    groups = ({"shm_enter_leave": barrier, "numpy_4KiB": local},
-              {"memcpy": lambda: np.copyto(big, other),
-               "add": lambda: np.add(big, other, out=big)})
-    times: dict = {}
-    for variants in groups:
-        times.update({k: [] for k in variants})
-        for _ in range(2):
-            for fn in variants.values():
-                fn()
-        for _ in range(reps):
-            for k, fn in variants.items():
-                times[k].append(timed(fn))
-    row = {"kind": "floor", "world_size": n, "iters": reps, "nbytes": big.nbytes}
-    for k, ts in times.items():
-        row[k] = {"median_s": statistics.median(ts), "min_s": min(ts), "max_s": max(ts)}
+    # large sizes (the shm path's copy in, reduce and copy out are passes over the buffer);
+    # after the small ones: the large passes leave the cache full of dirty lines whose
+    # write-back slowed the small ones tenfold when they alternated
+    row.update(measure.passes(nbytes, timed, reps, ("memcpy", "add"), cold=cold))
     return row
 
 
@@ -165,8 +160,8 @@ def worker(sizes, iters, crossover, cold=False) -> None:
         base = x.copy()
         general(lambda: rm.all_reduce(base, transport="shm"))()
         wrong = wrong or not np.array_equal(base, theirs)
-        # --cold: a fresh buffer per iteration (reused ones stay cache-hot), made untimed
-        fresh = (lambda: x.copy()) if cold else None
+        # --cold: a buffer of its own per call, taken untimed (reused ones stay cache-hot)
+        fresh = measure.BufferPool(count, cold=True).take if cold else None
 
         def on(buf):
             return lambda b=None: rm.all_reduce(buf if b is None else b, transport="shm")
@@ -192,17 +187,16 @@ def worker(sizes, iters, crossover, cold=False) -> None:
                 times[k].append(timed(fn, prepare))
         row = {"kind": label, "nbytes": count * 4, "world_size": n, "wrong": wrong,
                "iters": reps, "cold": cold, "first_call_s": first}
-        for k, ts in times.items():
-            row[k] = {"median_s": statistics.median(ts), "min_s": min(ts), "max_s": max(ts)}
+        row.update({k: measure.summary(ts) for k, ts in times.items()})
         row["ratio"] = row["mpi"]["median_s"] / row["ringccl"]["median_s"]
         row["ratio_general"] = row["mpi"]["median_s"] / row["general"]["median_s"]
         row["ratio_zero_copy"] = row["mpi"]["median_s"] / row["zero_copy"]["median_s"]
         rows.append(row)
     rows.append(back_to_back(comm, iters, general, python))
     # last: its large buffers must not disturb the rows above
-    rows.append(floor(comm, iters * 5, timed, max(sizes)))
+    rows.append(floor(comm, iters * 5, timed, max(sizes), cold))
     if rank == 0:
-        print("JSON " + json.dumps({"rows": rows, "load_before": load_before,
+        print("JSON " + json.dumps({"rows": rows, "cold": cold, "load_before": load_before,
                                     "load_after": os.getloadavg()}), flush=True)
 
 
@@ -237,8 +231,7 @@ def back_to_back(comm, rounds: int, general, python, calls: int = 200) -> dict:
             fn()
             times[k].append(comm.allreduce((time.perf_counter() - t0) / calls, op=MPI.MAX))
     row = {"kind": "back_to_back", "nbytes": 8, "calls": calls, "rounds": rounds}
-    for k, ts in times.items():
-        row[k] = {"median_s": statistics.median(ts), "min_s": min(ts), "max_s": max(ts)}
+    row.update({k: measure.summary(ts) for k, ts in times.items()})
     return row
 
 
@@ -256,7 +249,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.iters < 5:
         parser.error(f"--iters {args.iters}: at least 5 (the medians need them)")
-    sizes = _sizes(units.size(args.begin), units.size(args.end))
+    sizes = measure.powers_of_4(units.size(args.begin), units.size(args.end))
+    if not sizes:
+        parser.error(f"-b {args.begin} -e {args.end}: no size (-b must be <= -e)")
     if args.worker:
         worker(sizes, args.iters, args.crossover, args.cold)
         return
@@ -277,6 +272,11 @@ def main() -> None:
     if args.json:
         print(json.dumps(data, indent=1))
         return
+    _print(data, args)
+
+
+def _print(data: dict, args) -> None:
+    """The tables of one run (``data``: what ``--json`` prints)."""
     print(f"ringccl.mpi (shm, algorithm auto) vs MPI_Allreduce, {args.nproc} processes, float32 "
           f"sum{', cold buffers' if args.cold else ''}; load average "
           f"{data['load_before'][0]:.1f} -> {data['load_after'][0]:.1f}; ours: the compiled "
@@ -317,10 +317,17 @@ def main() -> None:
             v = floor_row[k]
             print(f"{label:>40} {v['median_s'] * 1e6:8.1f} us ({v['min_s'] * 1e6:.1f}-"
                   f"{v['max_s'] * 1e6:.1f})")
+        flag = floor_row["flag_one_way"]
+        if flag is not None:
+            f_us = {k: measure.fmt(flag[k] * 1e6) for k in ("median_s", "min_s", "max_s")}
+            print(f"{'floor: flag one way, rank 0 <-> 1':>40} {f_us['median_s']:>8} us "
+                  f"({f_us['min_s']}-{f_us['max_s']}; half a round trip over shared memory, "
+                  f"Python polls, mean of {flag['trips']})")
         size = units.format_size(floor_row["nbytes"])
         for k in ("memcpy", "add"):
             v = floor_row[k]
             print(f"{'floor: ' + k + ' ' + size + ', every rank at once':>40} "
+                  + ("(cold) " if floor_row["cold"] else "") +
                   f"{v['median_s'] * 1e6:8.1f} us = {floor_row['nbytes'] / v['median_s'] / 1e9:.1f}"
                   f" GB/s per rank (best {floor_row['nbytes'] / v['min_s'] / 1e9:.1f})")
 

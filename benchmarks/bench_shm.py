@@ -4,23 +4,34 @@ on one host, interleaved in the same run (issue 16).
 For each collective and size: the median of ``--iters`` (>= 5) interleaved samples of ours and
 gloo's (a sample: the mean of up to 64 back-to-back calls after a barrier, one call from 4 MiB
 on, since ranks leave gloo's barrier up to hundreds of µs apart; ours checked against gloo's
-result once per size), min–max, the ratio gloo/ours; plus the machine's memcpy bandwidth (one
-process alone, and each process's with all copying at once)
-measured in the same run, the zero-copy all_reduce (``shm_empty``) busbw at the largest size,
-an 8-byte all_reduce latency row (µs), the per-call µs at 4 KiB, the load average before and
-after, and each size's first call of ours (where the shared memory is set up or grown and the
-call compiled). ``--crossover`` (or ``--crossover-only``) adds the algorithms of :data:`CROSSOVER` per
+result once per size), min–max, the ratio gloo/ours; the zero-copy all_reduce
+(``shm_empty``) busbw at the largest size, an 8-byte all_reduce latency row (µs), the per-call
+µs at 4 KiB, the load average before and after.
+
+Apart from those steady-state figures: the first call of each signature (per collective and
+size, ours with each ``restore`` and gloo's; ours sets the shared memory up or grows it and
+compiles the call's lane there), and the physical floors measured after the rows
+(:mod:`measure`): half a flag round trip between ranks 0 and 1 over shared memory, a memcpy of
+the largest size (numpy, per rank) with every rank copying at once and one process alone.
+
+``--cold``: every timed call gets a buffer of its own, round-robin from a pool of >= 64 MiB
+(:class:`measure.BufferPool`), as reused buffers stay cache-hot (the Open MPI XHC authors warn
+about this); the zero-copy row keeps its one buffer (it lives in the segment). The report says
+whether the run was cold.
+
+``--crossover`` (or ``--crossover-only``) adds the algorithms of :data:`CROSSOVER` per
 collective and size, interleaved round by round (the measurement behind
 ``ringccl.costmodel.choice.TWO_SHOT_BYTES``); ``--wait-policies`` compares the wait policies of
-:data:`POLICIES` on all_reduce (behind ``ringccl.backends.shm.group.SPIN_POLLS``). ``--json`` prints
-the raw rows; ``--png FILE`` draws the ratio against size. ``--in-place`` times
-reduce_scatter in NCCL's in-place form (the output is the input's own block) per algorithm,
-interleaved round by round: out of place, in place, in place as it ran before the caller's
-input stopped being its working buffer (partial sums left in the other blocks), and gloo's
-in place.
+:data:`POLICIES` on all_reduce (behind ``ringccl.backends.shm.group.SPIN_POLLS``). ``--json``
+prints the report as the tables show it (slowest rank per iteration, medians, first calls,
+floors, ``cold``) with every rank's raw rows; ``--png FILE`` draws the ratio against size.
+``--in-place`` times reduce_scatter in NCCL's in-place form (the output is the input's own
+block) per algorithm, interleaved round by round: out of place, in place, in place as it ran
+before the caller's input stopped being its working buffer (partial sums left in the other
+blocks), and gloo's in place (its ``--json``: the raw rows of every rank).
 
     python benchmarks/bench_shm.py --nproc 2 [-b 4KiB -e 64MiB | --sizes 4KiB,1MiB]
-        [--iters 7] [--collectives all_reduce,...] [--json] [--png shm.png]
+        [--iters 7] [--collectives all_reduce,...] [--cold] [--json] [--png shm.png]
         [--crossover | --crossover-only | --wait-policies | --in-place]
 
 Figures for the note only; never timed asserts.
@@ -35,8 +46,10 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.join(HERE, "..", "src"), HERE]
 
+import measure  # noqa: E402
 from ringccl import units  # noqa: E402
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all")
@@ -44,64 +57,70 @@ BUS = {"all_reduce": lambda n: 2 * (n - 1) / n, "reduce_scatter": lambda n: (n -
        "all_gather": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0,
        "all_to_all": lambda n: (n - 1) / n}
 
-
-def _sizes(lo: int, hi: int) -> list[int]:
-    out, s = [], lo
-    while s <= hi:
-        out.append(s)
-        s *= 4
-    return out
-
-
 #: ``--crossover``: the algorithms compared per collective over shm (the measurement behind
 #: ringccl.costmodel.choice.TWO_SHOT_BYTES)
 CROSSOVER = {"all_reduce": ("direct", "two_shot", "ring"),
              "reduce_scatter": ("direct", "ring"), "all_gather": ("direct", "ring"),
              "broadcast": ("direct", "ring"), "all_to_all": ("direct", "pairwise")}
+#: the steady-state variants of the main rows: ours (restore default / False) and gloo's
+VARIANTS = ("ours", "ours_no_restore", "gloo")
 
 
-def _calls(collective, nbytes, rank, n, algorithm=None, restore=None):
-    """(ours, gloo's, result) closures on fresh float32 buffers of ``nbytes`` (the collective's
-    size: one rank's buffer for all_reduce/broadcast, the whole N-block buffer otherwise);
-    ours runs ``algorithm`` (None: "auto") with ``restore`` (None: ringccl's default, the
-    caller's tensors all or nothing; False: as gloo and NCCL, whose failed calls leave partial
-    results)."""
-    import torch
+def _layout(collective: str, nbytes: int, n: int):
+    """(elements, split): one call's float32 buffers as one flat array of ``elements`` for the
+    collective's size ``nbytes`` (one rank's buffer for all_reduce/broadcast, the whole N-block
+    buffer otherwise), and ``split(flat)`` -> its (output, input) views (in place: the same)."""
+    count = max(n, nbytes // 4 // n * n)
+    k = count // n
+    if collective in ("all_reduce", "broadcast"):
+        return count, lambda f: (f, f)
+    if collective == "reduce_scatter":
+        return k + count, lambda f: (f[:k], f[k:])
+    if collective == "all_gather":
+        return count + k, lambda f: (f[:count], f[count:])
+    return 2 * count, lambda f: (f[:count], f[count:])
+
+
+def _call(collective: str, ours: bool = True, algorithm=None, restore=None):
+    """``fn(output, input)``: ours (ringccl.torch; ``algorithm`` None: "auto"; ``restore`` None:
+    ringccl's default, the caller's tensors all or nothing; False: as gloo and NCCL, whose
+    failed calls leave partial results) or gloo's ``collective``."""
     import torch.distributed as dist
 
     import ringccl.torch as rt
 
-    count = max(n, nbytes // 4 // n * n)
-    x = torch.randint(-8, 8, (count,)).float()
+    if not ours:
+        return {"all_reduce": lambda o, i: dist.all_reduce(o),
+                "broadcast": lambda o, i: dist.broadcast(o, 0),
+                "reduce_scatter": dist.reduce_scatter_tensor,
+                "all_gather": dist.all_gather_into_tensor,
+                "all_to_all": dist.all_to_all_single}[collective]
     kw = dict(algorithm=algorithm, restore=restore)
-    if collective == "all_reduce":
-        a, b = x.clone(), x.clone()
-        return (lambda: rt.all_reduce(a, **kw), lambda: dist.all_reduce(b),
-                lambda: (a, b))
-    if collective == "broadcast":
-        a, b = x.clone(), x.clone()
-        return (lambda: rt.broadcast(a, 0, **kw), lambda: dist.broadcast(b, 0),
-                lambda: (a, b))
-    if collective == "reduce_scatter":
-        oa, ob = torch.empty(count // n), torch.empty(count // n)
-        return (lambda: rt.reduce_scatter_tensor(oa, x, **kw),
-                lambda: dist.reduce_scatter_tensor(ob, x), lambda: (oa, ob))
-    if collective == "all_gather":
-        block = x[:count // n].clone()
-        oa, ob = torch.empty(count // n * n), torch.empty(count // n * n)
-        return (lambda: rt.all_gather_into_tensor(oa, block, **kw),
-                lambda: dist.all_gather_into_tensor(ob, block), lambda: (oa, ob))
-    oa, ob = torch.empty(count), torch.empty(count)
-    return (lambda: rt.all_to_all_single(oa, x, **kw),
-            lambda: dist.all_to_all_single(ob, x), lambda: (oa, ob))
+    return {"all_reduce": lambda o, i: rt.all_reduce(o, **kw),
+            "broadcast": lambda o, i: rt.broadcast(o, 0, **kw),
+            "reduce_scatter": lambda o, i: rt.reduce_scatter_tensor(o, i, **kw),
+            "all_gather": lambda o, i: rt.all_gather_into_tensor(o, i, **kw),
+            "all_to_all": lambda o, i: rt.all_to_all_single(o, i, **kw)}[collective]
 
 
-def _time(fn, barrier, reps: int = 1) -> float:
-    """Seconds per call of ``reps`` back-to-back calls of ``fn`` after ``barrier()``."""
+def _pool(collective: str, nbytes: int, n: int, cold: bool):
+    """``take()`` -> the next call's (output, input) tensors: always the same (warm) or, with
+    ``cold``, a buffer of its own from a pool of >= 64 MiB (:class:`measure.BufferPool`)."""
+    import torch
+    elements, split = _layout(collective, nbytes, n)
+    pool = measure.BufferPool(elements, cold=cold, wrap=torch.from_numpy)
+    fixed = None if cold else split(pool.take())
+    return (lambda: split(pool.take())) if cold else (lambda: fixed)
+
+
+def _time(fn, barrier, reps: int = 1, take=None) -> float:
+    """Seconds per call of ``reps`` back-to-back calls of ``fn`` after ``barrier()``; with
+    ``take``, call i is ``fn(*take())``, its buffers taken before the barrier (untimed)."""
+    args = [take() if take is not None else () for _ in range(reps)]
     barrier()
     t0 = time.perf_counter()
-    for _ in range(reps):
-        fn()
+    for a in args:
+        fn(*a)
     return (time.perf_counter() - t0) / reps
 
 
@@ -111,23 +130,119 @@ def _reps(nbytes: int) -> int:
     return max(1, min(64, (4 << 20) // max(nbytes, 1)))
 
 
-def _memcpy_bandwidth(nbytes: int = 64 << 20, concurrent: bool = False,
-                      rank: int = 0) -> float:
-    """Bytes/s of a ``nbytes`` tensor copy, the median of 5 after a barrier: on rank 0 alone
-    while the others wait in the next barrier (``concurrent=False``: one process's memcpy), or
-    on every rank at once (``concurrent=True``: what each of N processes gets when all copy, as
-    in a collective; the ranks share the memory bus)."""
+def _first_calls(collective: str, nbytes: int, n: int, calls: dict, barrier):
+    """Each call of ``calls`` (name -> fn(output, input)) once, between barriers, on its own
+    copy of one random input: ({name: this rank's seconds}, whether every output equals
+    gloo's). For a size seen first, ours sets up or grows the shared memory and compiles."""
+    import torch
+    elements, split = _layout(collective, nbytes, n)
+    x = torch.randint(-8, 8, (elements,)).float()
+    first, outputs = {}, {}
+    for name, fn in calls.items():
+        out, inp = split(x.clone())
+        first[name] = _time(lambda: fn(out, inp), barrier)
+        outputs[name] = out
+    return first, all(bool(torch.equal(o, outputs["gloo"])) for o in outputs.values())
+
+
+def _sweep(collectives, sizes, n, iters, cold, barrier) -> list:
+    """The main rows: per collective and size, the first calls (checked against gloo's), then
+    ``iters`` samples of each of VARIANTS, interleaved."""
+    rows = []
+    for collective in collectives:
+        for nbytes in sizes:
+            calls = dict(zip(VARIANTS, (_call(collective), _call(collective, restore=False),
+                                        _call(collective, ours=False))))
+            first, correct = _first_calls(collective, nbytes, n, calls, barrier)
+            take = _pool(collective, nbytes, n, cold)
+            for fn in calls.values():
+                fn(*take())                   # warm-up on the timed buffers
+            times = {name: [] for name in calls}
+            reps = _reps(nbytes)
+            for _ in range(iters):
+                for name, fn in calls.items():
+                    times[name].append(_time(fn, barrier, reps, take))
+            rows.append(dict(collective=collective, nbytes=nbytes, correct=correct, cold=cold,
+                             first_call_s=first, **{f"{k}_s": t for k, t in times.items()}))
+    return rows
+
+
+def _back_to_back(n, cold, barrier) -> list:
+    """all_reduce of 8 bytes (200 calls) and 4 KiB (500 calls) back to back, µs per call, ours
+    and gloo's."""
+    import torch
+    rows = []
+    for label, count, calls in (("latency_8B", 2, 200), ("per_call_4KiB", 1024, 500)):
+        pool = measure.BufferPool(count, cold=cold, wrap=torch.from_numpy)
+        for name, fn in (("ours", _call("all_reduce")), ("gloo", _call("all_reduce", False))):
+            fn(pool.take(), None)
+            seconds = _time(fn, barrier, calls, lambda: (pool.take(), None))
+            rows.append(dict(collective=label, who=name, us_per_call=seconds * 1e6, cold=cold))
+    return rows
+
+
+def _zero_copy(n, nbytes, iters, barrier) -> list:
+    """all_reduce of ``nbytes`` on a buffer that lives in the segment already (``shm_empty``:
+    one buffer, whatever ``--cold``), with each ``restore``."""
+    import ringccl.torch as rt
+    rows, big = [], nbytes // 4
+    z = rt.shm_empty((big,))
+    z.fill_(1.0)
+    for restore in (None, False):   # restore: the rollback's saved copy of every chunk
+        rt.all_reduce(z, restore=restore)
+        t = [_time(lambda: rt.all_reduce(z, restore=restore), barrier) for _ in range(iters)]
+        med = statistics.median(t)
+        rows.append(dict(collective="zero_copy_all_reduce", nbytes=big * 4, seconds=t,
+                         restore=restore, busbw=big * 4 / med * BUS["all_reduce"](n),
+                         cold=False))
+    return rows
+
+
+def _crossover(collectives, sizes, n, iters, cold, barrier) -> list:
+    """Per collective and size, the algorithms of CROSSOVER, interleaved round by round."""
+    rows = []
+    for collective in collectives:
+        calls = {a: _call(collective, algorithm=a) for a in CROSSOVER[collective]}
+        for nbytes in sizes:
+            take = _pool(collective, nbytes, n, cold)
+            for fn in calls.values():
+                fn(*take())
+            t = {a: [] for a in calls}
+            reps = _reps(nbytes)
+            for _ in range(iters):    # the algorithms interleaved round by round
+                for a, fn in calls.items():
+                    t[a].append(_time(fn, barrier, reps, take))
+            rows.append(dict(collective="crossover", of=collective, nbytes=nbytes, cold=cold,
+                             **t))
+    return rows
+
+
+def _floors(rank, n, nbytes, iters, cold) -> dict:
+    """The physical floors (:mod:`measure`), ``5 iters`` samples, each the slowest rank's: half
+    a flag round trip between ranks 0 and 1, a memcpy of ``nbytes`` on every rank at once and
+    on one process alone (batched and ``cold`` as the rows)."""
     import torch
     import torch.distributed as dist
-    a, b = torch.empty(nbytes // 4), torch.empty(nbytes // 4)
-    b.copy_(a)
-    times = []
-    for _ in range(5):
+
+    def timed(fn) -> float:
         dist.barrier()
-        if concurrent or rank == 0:
-            times.append(_time(lambda: b.copy_(a), lambda: None))
-    dist.barrier()
-    return nbytes / statistics.median(times) if times else 0.0
+        t0 = time.perf_counter()
+        fn()
+        t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return float(t.item())
+
+    def share(obj):
+        box = [obj]
+        dist.broadcast_object_list(box, 0)
+        return box[0]
+
+    reps = 5 * iters
+    every = measure.passes(nbytes, timed, reps, cold=cold, batch=_reps(nbytes))
+    alone = measure.passes(nbytes, timed, reps, active=rank == 0, cold=cold, batch=_reps(nbytes))
+    return {"flag_one_way": measure.flag_one_way(rank, n, share, dist.barrier, reps),
+            "memcpy_every_rank": dict(every["memcpy"], nbytes=every["nbytes"]),
+            "memcpy_alone": dict(alone["memcpy"], nbytes=alone["nbytes"])}
 
 
 #: the wait policies ``--wait-policies`` compares: (tight polls, seconds of sched_yield polls
@@ -272,86 +387,153 @@ def _policies(args, sizes) -> None:
             _cells(results, i, args.iters)))
 
 
-def worker(rank, world_size, sizes, iters, crossover, collectives=COLLECTIVES):
-    import torch
-    import torch.distributed as dist
 
-    import ringccl.torch as rt
+def worker(rank, world_size, sizes, iters, crossover, collectives=COLLECTIVES, cold=False):
+    import torch.distributed as dist
 
     barrier = dist.barrier
     rows, n = [], world_size
     load = os.getloadavg()
-    memcpy = _memcpy_bandwidth(rank=rank)                       # rank 0's figure is read
-    memcpy_all = _memcpy_bandwidth(concurrent=True, rank=rank)
     if crossover != "only":   # --crossover-only: just the algorithms per size
-        for collective in collectives:
-            for nbytes in sizes:
-                ours, gloo, result = _calls(collective, nbytes, rank, n)
-                ours_nr, gloo_nr, result_nr = _calls(collective, nbytes, rank, n,
-                                                     restore=False)
-                first = _time(ours, barrier)   # the first call: set-up, growth, plans
-                ours_nr(), gloo(), gloo_nr()   # warm-up
-                (a, b), (a_nr, b_nr) = result(), result_nr()
-                correct = bool(torch.equal(a, b)) and bool(torch.equal(a_nr, b_nr))
-                t_ours, t_nr, t_gloo = [], [], []
-                reps = _reps(nbytes)
-                for _ in range(iters):
-                    t_ours.append(_time(ours, barrier, reps))
-                    t_nr.append(_time(ours_nr, barrier, reps))
-                    t_gloo.append(_time(gloo, barrier, reps))
-                rows.append(dict(collective=collective, nbytes=nbytes, correct=correct,
-                                 ours_s=t_ours, ours_no_restore_s=t_nr, gloo_s=t_gloo,
-                                 first_s=first))
-        # latency: 8-byte all_reduce, many calls, per call
-        x = torch.ones(2)
-        for fn, name in ((lambda: rt.all_reduce(x), "ours"), (lambda: dist.all_reduce(x), "gloo")):
-            fn()
-            reps = 200
-            barrier()
-            t0 = time.perf_counter()
-            for _ in range(reps):
-                fn()
-            rows.append(dict(collective="latency_8B", who=name,
-                             us_per_call=(time.perf_counter() - t0) / reps * 1e6))
-        # per-call overhead at 4 KiB, back to back
-        x = torch.ones(1024)
-        for fn, name in ((lambda: rt.all_reduce(x), "ours"), (lambda: dist.all_reduce(x), "gloo")):
-            fn()
-            barrier()
-            t0 = time.perf_counter()
-            for _ in range(500):
-                fn()
-            rows.append(dict(collective="per_call_4KiB", who=name,
-                             us_per_call=(time.perf_counter() - t0) / 500 * 1e6))
-        # zero copy: the buffer already lives in the segment
-        big = sizes[-1] // 4
-        z = rt.shm_empty((big,))
-        z.fill_(1.0)
-        for restore in (None, False):   # restore: the rollback's saved copy of every chunk
-            rt.all_reduce(z, restore=restore)
-            t = [_time(lambda: rt.all_reduce(z, restore=restore), barrier)
-                 for _ in range(iters)]
-            med = statistics.median(t)
-            rows.append(dict(collective="zero_copy_all_reduce", nbytes=big * 4, seconds=t,
-                             restore=restore, busbw=big * 4 / med * BUS["all_reduce"](n)))
+        rows += _sweep(collectives, sizes, n, iters, cold, barrier)
+        rows += _back_to_back(n, cold, barrier)
+        rows += _zero_copy(n, sizes[-1], iters, barrier)
     if crossover:
-        for collective in collectives:
-            algorithms = CROSSOVER[collective]
-            for nbytes in sizes:
-                calls = {a: _calls(collective, nbytes, rank, n, algorithm=a)[0]
-                         for a in algorithms}
-                rec = dict(collective="crossover", of=collective, nbytes=nbytes)
-                for fn in calls.values():
-                    fn()
-                t = {a: [] for a in algorithms}
-                reps = _reps(nbytes)
-                for _ in range(iters):    # the algorithms interleaved round by round
-                    for a, fn in calls.items():
-                        t[a].append(_time(fn, barrier, reps))
-                rec.update(t)
-                rows.append(rec)
-    return dict(rows=rows, load_before=load, load_after=os.getloadavg(), memcpy=memcpy,
-                memcpy_concurrent=memcpy_all)
+        rows += _crossover(collectives, sizes, n, iters, cold, barrier)
+    # last: its large buffers must not disturb the rows above
+    floors = _floors(rank, n, sizes[-1], iters, cold)
+    return dict(rows=rows, load_before=load, load_after=os.getloadavg(), floors=floors,
+                cold=cold)
+
+
+def _report(results, args, sizes, collectives) -> dict:
+    """The run as the tables show it (what ``--json`` prints): per row, each iteration's
+    slowest rank, their median and min-max; first calls the slowest rank's; the back-to-back
+    and zero-copy rows rank 0's; the floors; every rank's raw rows under "ranks"."""
+    r0, iters = results[0], args.iters
+    rows = []
+    for i, row in enumerate(r0["rows"]):
+        per = [r["rows"][i] for r in results]
+        c = row["collective"]
+        if "ours_s" in row:
+            out = dict(collective=c, nbytes=row["nbytes"], cold=row["cold"],
+                       correct=all(p["correct"] for p in per))
+            for name in VARIANTS:
+                samples = [max(p[f"{name}_s"][k] for p in per) for k in range(iters)]
+                out[name] = dict(measure.summary(samples), samples_s=samples)
+            out["ratio"] = out["gloo"]["median_s"] / out["ours"]["median_s"]
+            out["ratio_no_restore"] = out["gloo"]["median_s"] / out["ours_no_restore"]["median_s"]
+            out["first_call_s"] = {k: max(p["first_call_s"][k] for p in per) for k in VARIANTS}
+        elif c == "crossover":
+            out = {k: row[k] for k in ("collective", "of", "nbytes", "cold")}
+            for a in CROSSOVER[row["of"]]:
+                out[a] = measure.summary([max(p[a][k] for p in per) for k in range(iters)])
+            out["best"] = min(CROSSOVER[row["of"]], key=lambda a: out[a]["median_s"])
+        else:
+            out = dict(row)
+        rows.append(out)
+    return dict(nproc=args.nproc, iters=iters, cold=args.cold, sizes=sizes,
+                collectives=list(collectives), load_before=r0["load_before"],
+                load_after=r0["load_after"], floors=r0["floors"], rows=rows, ranks=results)
+
+
+def _print_floors(floors: dict) -> None:
+    flag = floors["flag_one_way"]
+    if flag is not None:
+        print(f"floor: flag one way (half a round trip, rank 0 <-> rank 1 over shared memory, "
+              f"Python polls, {flag['trips']} round trips per sample, {flag['rounds']} samples):"
+              f" {measure.fmt(flag['median_s'] * 1e6)} us ({measure.fmt(flag['min_s'] * 1e6)}-"
+              f"{measure.fmt(flag['max_s'] * 1e6)})")
+    for key, who in (("memcpy_every_rank", "every rank at once"),
+                     ("memcpy_alone", "one process alone")):
+        v = floors[key]
+        print(f"floor: memcpy {units.format_size(v['nbytes'])} (numpy), {who}: "
+              f"{measure.fmt(v['median_s'] * 1e6)} us ({measure.fmt(v['min_s'] * 1e6)}-"
+              f"{measure.fmt(v['max_s'] * 1e6)}) = {measure.fmt(v['bytes_per_s'] / 1e9)} GB/s "
+              f"per rank (best {measure.fmt(v['best_bytes_per_s'] / 1e9)})")
+
+
+def _print_first_calls(rows: list) -> None:
+    main = [r for r in rows if "first_call_s" in r]
+    if not main:
+        return
+    print("first call of each signature (us, slowest rank; not in the steady-state figures "
+          "above: ours sets the shared memory up or grows it and compiles the call's lane)")
+    print(f"{'collective':<16}{'size':>10}{'ours':>12}{'ours r=F':>12}{'gloo':>12}"
+          f"{'ours 1st/median':>17}")
+    for r in main:
+        f = r["first_call_s"]
+        print(f"{r['collective']:<16}{units.format_size(r['nbytes']):>10}"
+              f"{measure.fmt(f['ours'] * 1e6):>12}{measure.fmt(f['ours_no_restore'] * 1e6):>12}"
+              f"{measure.fmt(f['gloo'] * 1e6):>12}"
+              f"{measure.fmt(f['ours'] / r['ours']['median_s']):>17}")
+
+
+def _print(report: dict) -> None:
+    n, floors = report["nproc"], report["floors"]
+    print(f"{n} processes; load {report['load_before']} -> {report['load_after']}; "
+          + ("cold: every timed call its own buffer, round-robin over >= "
+             f"{units.format_size(measure.COLD_POOL_BYTES)}" if report["cold"] else
+             "warm: each variant's calls reuse one buffer (cache-hot)"))
+    print("ours: ringccl's default (restore=True: the caller's tensors all or nothing); "
+          "r=F: restore=False (as gloo: a failed call leaves partial results); ratio = gloo / "
+          "ours; times: median over iterations of the slowest rank's")
+    print(f"{'collective':<16}{'size':>10}{'ours us':>12}{'r=F us':>12}{'gloo us':>12}"
+          f"{'ratio':>8}{'ratio r=F':>10}{'ours min-max':>22}{'gloo min-max':>22}  ok")
+    for row in report["rows"]:
+        c = row["collective"]
+        if "first_call_s" in row:
+            o, nr, g = row["ours"], row["ours_no_restore"], row["gloo"]
+            print(f"{c:<16}{units.format_size(row['nbytes']):>10}{o['median_s'] * 1e6:>12.1f}"
+                  f"{nr['median_s'] * 1e6:>12.1f}{g['median_s'] * 1e6:>12.1f}"
+                  f"{row['ratio']:>8.2f}{row['ratio_no_restore']:>10.2f}"
+                  f"{o['min_s'] * 1e6:>11.1f}-{o['max_s'] * 1e6:<10.1f}"
+                  f"{g['min_s'] * 1e6:>11.1f}-{g['max_s'] * 1e6:<10.1f}  {row['correct']}")
+        elif "us_per_call" in row:
+            print(f"{c:<16}{row['who']:>10}{row['us_per_call']:>12.1f} us per call")
+        elif c == "zero_copy_all_reduce":
+            every, alone = floors["memcpy_every_rank"], floors["memcpy_alone"]
+            print(f"zero-copy all_reduce {units.format_size(row['nbytes'])}, restore="
+                  f"{row['restore'] is not False}: busbw {row['busbw'] / 1e9:.2f} GB/s = "
+                  f"{row['busbw'] / alone['bytes_per_s']:.0%} of one process's memcpy, "
+                  f"{row['busbw'] / every['bytes_per_s']:.0%} of the concurrent one "
+                  f"({units.format_size(every['nbytes'])}, floors below)"
+                  + ("; one buffer (it lives in the segment): not cold" if report["cold"]
+                     else ""))
+        elif c == "crossover":
+            med = {a: row[a]["median_s"] for a in CROSSOVER[row["of"]]}
+            print(f"crossover {row['of']:<15}{units.format_size(row['nbytes']):>10}: "
+                  + ", ".join(f"{a} {m * 1e6:.1f} us" for a, m in med.items())
+                  + f"  (best {row['best']})")
+    _print_floors(floors)
+    _print_first_calls(report["rows"])
+
+
+def _png(report: dict, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    plot: dict = {}
+    for r in report["rows"]:
+        if "first_call_s" in r:
+            plot.setdefault(r["collective"], []).append((r["nbytes"], r["ratio"],
+                                                         r["ratio_no_restore"]))
+    fig, ax = plt.subplots(figsize=(9, 4))
+    for c, pts in plot.items():
+        line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=c)
+        ax.plot([p[0] for p in pts], [p[2] for p in pts], marker="x", ls="--",
+                color=line.get_color(), label=f"{c}, restore=False")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.axhline(2.0, color="grey", lw=0.8, ls=":", label="2x (issue 16's target from 1 MiB)")
+    ax.set_xlabel("bytes")
+    ax.set_ylabel("gloo time / ringccl shm time")
+    ax.set_title(f"ringccl shm vs gloo, {report['nproc']} processes"
+                 + (", cold buffers" if report["cold"] else ""))
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
 
 
 def main() -> None:
@@ -365,6 +547,9 @@ def main() -> None:
                         help=f"comma-separated subset of {','.join(COLLECTIVES)}")
     parser.add_argument("--crossover-only", action="store_true",
                         help="only the algorithms per collective and size (CROSSOVER)")
+    parser.add_argument("--cold", action="store_true",
+                        help="every timed call gets a buffer of its own, round-robin from a "
+                        "pool of >= 64 MiB (reused buffers stay cache-hot)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--png", default=None)
     parser.add_argument("--wait-policies", action="store_true",
@@ -379,10 +564,15 @@ def main() -> None:
     args = parser.parse_args()
     if args.iters < 5:
         parser.error(f"--iters={args.iters}: at least 5 (the median of >= 5 iterations)")
+    if args.cold and (args.wait_policies or args.in_place):
+        parser.error("--cold: applies to the main rows and --crossover/--crossover-only, not "
+                     f"to {'--wait-policies' if args.wait_policies else '--in-place'}")
     from ringccl.torch.launch import launch
 
-    sizes = (_sizes(units.size(args.begin), units.size(args.end)) if args.sizes is None
-             else [units.size(v) for v in args.sizes.split(",")])
+    sizes = (measure.powers_of_4(units.size(args.begin), units.size(args.end))
+             if args.sizes is None else [units.size(v) for v in args.sizes.split(",")])
+    if not sizes:
+        parser.error(f"-b {args.begin} -e {args.end}: no size (-b must be <= -e)")
     if args.wait_policies:
         _policies(args, sizes)
         return
@@ -394,73 +584,16 @@ def main() -> None:
     unknown = [c for c in collectives if c not in COLLECTIVES]
     if unknown:
         parser.error(f"--collectives: {unknown} not in {COLLECTIVES}")
-    results = launch(worker, args.nproc, sizes, args.iters, crossover, collectives,
+    results = launch(worker, args.nproc, sizes, args.iters, crossover, collectives, args.cold,
                      timeout=1200,
-                     worker_bytes=8 * sizes[-1])
-    # a call ends when its slowest rank ends: per iteration, the max over ranks
-    r0 = results[0]
+                     worker_bytes=8 * sizes[-1] + 2 * measure.COLD_POOL_BYTES * args.cold)
+    report = _report(results, args, sizes, collectives)
     if args.json:
-        print(json.dumps(results, indent=1))
-        return
-    n = args.nproc
-    print(f"{n} processes; load {r0['load_before']} -> {r0['load_after']}; memcpy "
-          f"{r0['memcpy'] / 1e9:.1f} GB/s (one process), "
-          f"{r0['memcpy_concurrent'] / 1e9:.1f} GB/s each with all {n} copying at once")
-    print("ours: ringccl's default (restore=True: the caller's tensors all or nothing); "
-          "r=F: restore=False (as gloo: a failed call leaves partial results); ratio = gloo / "
-          "ours; times: median over iterations of the slowest rank's")
-    print(f"{'collective':<16}{'size':>10}{'ours us':>12}{'r=F us':>12}{'gloo us':>12}"
-          f"{'ratio':>8}{'ratio r=F':>10}{'ours min-max':>22}{'gloo min-max':>22}"
-          f"{'1st call us':>12}  ok")
-    plot = {}
-    for i, row in enumerate(r0["rows"]):
-        c = row["collective"]
-        if "ours_s" in row:
-            ours = [max(r["rows"][i]["ours_s"][k] for r in results) for k in range(args.iters)]
-            nr = [max(r["rows"][i]["ours_no_restore_s"][k] for r in results)
-                  for k in range(args.iters)]
-            gloo = [max(r["rows"][i]["gloo_s"][k] for r in results) for k in range(args.iters)]
-            mo, mn, mg = statistics.median(ours), statistics.median(nr), statistics.median(gloo)
-            ok = all(r["rows"][i]["correct"] for r in results)
-            plot.setdefault(c, []).append((row["nbytes"], mg / mo, mg / mn))
-            print(f"{c:<16}{units.format_size(row['nbytes']):>10}{mo * 1e6:>12.1f}"
-                  f"{mn * 1e6:>12.1f}{mg * 1e6:>12.1f}{mg / mo:>8.2f}{mg / mn:>10.2f}"
-                  f"{min(ours) * 1e6:>11.1f}-{max(ours) * 1e6:<10.1f}"
-                  f"{min(gloo) * 1e6:>11.1f}-{max(gloo) * 1e6:<10.1f}"
-                  f"{max(r['rows'][i]['first_s'] for r in results) * 1e6:>12.0f}  {ok}")
-        elif "us_per_call" in row:
-            print(f"{c:<16}{row['who']:>10}{row['us_per_call']:>12.1f} us per call")
-        elif c == "zero_copy_all_reduce":
-            print(f"zero-copy all_reduce {units.format_size(row['nbytes'])}, restore="
-                  f"{row['restore'] is not False}: busbw {row['busbw'] / 1e9:.2f} GB/s = "
-                  f"{row['busbw'] / r0['memcpy']:.0%} of one process's memcpy, "
-                  f"{row['busbw'] / r0['memcpy_concurrent']:.0%} of the concurrent one")
-        elif c == "crossover":
-            algorithms = CROSSOVER[row["of"]]
-            med = {a: statistics.median(max(r["rows"][i][a][k] for r in results)
-                                        for k in range(args.iters)) for a in algorithms}
-            print(f"crossover {row['of']:<15}{units.format_size(row['nbytes']):>10}: "
-                  + ", ".join(f"{a} {med[a] * 1e6:.1f} us" for a in algorithms)
-                  + f"  (best {min(med, key=med.get)})")
+        print(json.dumps(report, indent=1))
+    else:
+        _print(report)
     if args.png:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        fig, ax = plt.subplots(figsize=(9, 4))
-        for c, pts in plot.items():
-            line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=c)
-            ax.plot([p[0] for p in pts], [p[2] for p in pts], marker="x", ls="--",
-                    color=line.get_color(), label=f"{c}, restore=False")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.axhline(1.0, color="grey", lw=0.8)
-        ax.axhline(2.0, color="grey", lw=0.8, ls=":", label="2x (issue 16's target from 1 MiB)")
-        ax.set_xlabel("bytes")
-        ax.set_ylabel("gloo time / ringccl shm time")
-        ax.set_title(f"ringccl shm vs gloo, {n} processes")
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
-        fig.tight_layout()
-        fig.savefig(args.png, dpi=120)
+        _png(report, args.png)
 
 
 if __name__ == "__main__":
