@@ -1,4 +1,4 @@
-"""Memory of the simulator and of the torch executor (issue 6).
+"""Memory of the simulator and of the torch executor.
 
 (a) Simulator: peak memory of ``ringccl.simulate`` measured with tracemalloc (numpy reports its
     data allocations to it), as a ratio to the input array's nbytes and to the collective's

@@ -1,5 +1,5 @@
 """ringccl.mpi over shared memory (transport="shm") against ``MPI_Allreduce`` (Open MPI's own
-shared-memory path, vader/CMA) on one host, interleaved in the same run (issue 16).
+shared-memory path, vader/CMA) on one host, interleaved in the same run.
 
 For each size: the median of ``--iters`` (>= 5) interleaved iterations of ringccl's all_reduce
 (``algorithm="auto"`` over shm: one-shot ``direct`` below

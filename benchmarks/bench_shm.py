@@ -1,5 +1,5 @@
 """ringccl over shared memory (transport="shm", algorithm="auto") against gloo's own collectives
-on one host, interleaved in the same run (issue 16).
+on one host, interleaved in the same run.
 
 For each collective and size: the median of ``--iters`` (>= 5) interleaved samples of ours and
 gloo's (a sample: the mean of up to 64 back-to-back calls after a barrier, one call from 4 MiB
@@ -526,7 +526,7 @@ def _png(report: dict, path: str) -> None:
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.axhline(1.0, color="grey", lw=0.8)
-    ax.axhline(2.0, color="grey", lw=0.8, ls=":", label="2x (issue 16's target from 1 MiB)")
+    ax.axhline(2.0, color="grey", lw=0.8, ls=":", label="2x (the target from 1 MiB)")
     ax.set_xlabel("bytes")
     ax.set_ylabel("gloo time / ringccl shm time")
     ax.set_title(f"ringccl shm vs gloo, {report['nproc']} processes"

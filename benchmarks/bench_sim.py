@@ -6,7 +6,7 @@ written), so the ratio is the figure of merit. Three variants: the default call 
 ``ringccl.simulate("all_reduce", x)`` costs), the executor alone (``check=False``; a fresh output
 pays the page faults of allocating world_size x count elements) and a preallocated ``out=``
 reused across calls. Every figure is the median of --repeat runs, np.sum measured in the same run.
-Targets (issue 13): default call <= 10x np.sum, check=False <= 6x, for the first two shapes.
+Targets: default call <= 10x np.sum, check=False <= 6x, for the first two shapes.
 
     python benchmarks/bench_sim.py [--repeat 5] [--json] [--plot sim.png]
 """

@@ -11,7 +11,7 @@ detection; ``--json`` for the raw outcomes.
     python benchmarks/fault_injection.py [--trials 60] [--seed 0] [--timeout 4] [--json]
         [--transport p2p|shm]
 
-``--transport shm`` (issue 16): the collectives run over shared memory; kills alternate between
+``--transport shm``: the collectives run over shared memory; kills alternate between
 ``os._exit`` and SIGKILL, stalls are SIGSTOP, and every trial also checks that none of its
 segments is left in the shared-memory directory.
 """
