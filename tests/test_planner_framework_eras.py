@@ -58,8 +58,9 @@ def test_megatron_2022_adds_the_asynchronous_tp_backward_and_the_fused_accumulat
 
 def test_megatron_deepspeed_is_deepspeeds_engine_under_megatrons_gpt():
     d = ParallelDims(tp=8, pp=4, dp=2, framework="megatron-deepspeed")
-    # DeepSpeed v0.5.4 pipe/p2p.py: blocking send and recv; engine.py: whole outputs
-    assert (d.pp_sequential_p2p, d.pp_scatter_gather, d.overlap_p2p) == (True, False, False)
+    # DeepSpeed v0.5.4 pipe/p2p.py: blocking send and recv; engine.py: with TP each rank
+    # sends its 1/tp PartitionedTensor of the output and the receiver all-gathers it
+    assert (d.pp_sequential_p2p, d.pp_scatter_gather, d.overlap_p2p) == (True, True, False)
     assert (d.attention, d.zero_stage, d.gradient_accumulation_fusion) == ("unfused", 0, False)
     # DeepSpeed v0.3.15 partition_parameters.py: a synchronize before each per-parameter gather
     z3 = ParallelDims(dp=8, zero_stage=3, framework="megatron-deepspeed")

@@ -95,7 +95,7 @@ def test_presets_fill_what_is_left_out_and_explicit_fields_win():
     # the knobs of how each runs the step (read by ringccl.planner.overlap)
     ds = ParallelDims(dp=8, zero_stage=3, framework="deepspeed")
     assert (ds.zero3_gather, ds.pp_scatter_gather, ds.overlap_grad_reduce,
-            ds.zero3_prefetch_bucket) == ("parameter", False, True, 50_000_000)
+            ds.zero3_prefetch_bucket) == ("parameter", True, True, 50_000_000)
     assert ParallelDims(dp=8, zero_stage=1, framework="deepspeed").overlap_grad_reduce is False
     assert ParallelDims(pp=4).overlap_p2p is False
     assert ParallelDims(pp=4, schedule="interleaved", virtual_stages=2).overlap_p2p is True

@@ -185,9 +185,13 @@ _MEGATRON_DEEPSPEED = {
                                    "= False"),
     "overlap_p2p": Setting(False, f"{_DS05} deepspeed/runtime/pipe/p2p.py send and recv: "
                            "async_op must be False"),
-    "pp_scatter_gather": Setting(False, f"{_DS05} deepspeed/runtime/pipe/engine.py "
-                                 "_exec_send_activations: every TP rank sends the whole "
-                                 "stage output"),
+    "pp_scatter_gather": Setting(True, f"{_DS05} deepspeed/runtime/pipe/engine.py: "
+                                 "is_pipe_partitioned and is_grad_partitioned = "
+                                 "is_model_parallel, so with TP _exec_forward_pass sends "
+                                 "each TP rank's 1/tp PartitionedTensor of the output (and "
+                                 "_exec_send_grads of the input gradient), the receiver "
+                                 "all-gathers it over the slice (TP) group (PartitionedTensor"
+                                 ".full, runtime/utils.py)"),
     "zero3_gather": Setting("parameter", f"{_DS03} deepspeed/runtime/zero/"
                             "partition_parameters.py _allgather_param: one list-based "
                             "all_gather per parameter tensor"),

@@ -237,8 +237,12 @@ PRESETS: dict[str, dict[str, Setting]] = {
                                    "false"),
         "overlap_p2p": Setting(False, f"{_DEEPSPEED} deepspeed/runtime/pipe/engine.py: "
                                "blocking sends and receives between the schedule's steps"),
-        "pp_scatter_gather": Setting(False, f"{_DEEPSPEED} pipe/engine.py: every TP rank "
-                                     "sends the whole stage output"),
+        "pp_scatter_gather": Setting(True, f"{_DEEPSPEED} deepspeed/runtime/pipe/engine.py: "
+                                     "with TP (the grid's model axis > 1) each TP rank sends "
+                                     "its 1/tp PartitionedTensor of the stage output and of "
+                                     "the input gradient, the receiver all-gathers it over "
+                                     "the slice (TP) group; runtime/config.py pipeline "
+                                     "pipe_partitioned and grad_partitioned = True"),
         "zero3_gather": Setting("parameter", f"{_DEEPSPEED} deepspeed/runtime/zero/"
                                 "partitioned_param_coordinator.py fetch_sub_module: one "
                                 "all-gather per parameter tensor"),

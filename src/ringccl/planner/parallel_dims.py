@@ -248,8 +248,8 @@ class ParallelDims:
         overlap_p2p: PP sends and receives overlap compute (Megatron-Core's
             --overlap-p2p-communication); else exposed per micro-batch (preset).
         pp_scatter_gather: each TP rank sends 1/tp of a stage's output and the next stage
-            all-gathers it (Megatron-LM 2021 §4.1); else every TP rank sends the whole output
-            (DeepSpeed's pipeline engine) (preset).
+            all-gathers it (Megatron-LM 2021 §4.1; DeepSpeed's pipeline engine's partitioned
+            activations and gradients); else every TP rank sends the whole output (preset).
         overlap_dgrad_reduce: the column-parallel layers' input-gradient all-reduce (with SP:
             reduce-scatter) runs asynchronously behind their weight-gradient GEMM, and with SP
             the input's re-gather behind the input-gradient GEMM (Megatron-LM since 2022,
