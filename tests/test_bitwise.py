@@ -7,6 +7,11 @@ over the contributions in ascending rank, the slot's own value at its own rank's
 direct all_reduce computes x_0 ⊕ x_1 ⊕ … ⊕ x_{N-1} in the same order on every rank. The torch
 and MPI executors are checked the same way in tests/distributed/test_bitwise_torch.py and
 tests/mpi/test_bitwise_mpi.py, the engine's accumulator in tests/test_engine.py.
+
+MIN and MAX on ties between -0.0 and +0.0 and on NaNs of different payloads also depend on the
+operand order inside one ⊕ (tests/ties.py); the IR fixes that too (the lower ranks' side on the
+left), so every rank of every reducing algorithm gets the same bits, and the direct algorithms
+numpy's left fold in ascending rank.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from hypothesis import strategies as st
 import ringccl
 from ringccl.algorithms import REGISTRY, build_schedule
 from ringccl.ir import Schedule, reduce_order, reduce_rounds
+
+from . import ties
 
 EVERYONE = ("all_reduce", "all_gather", "broadcast")
 PAIRS = sorted(key for key in REGISTRY if key[0] in EVERYONE)
@@ -144,3 +151,56 @@ def test_reduce_order_is_reduce_rounds_without_accumulators(pair):
                 assert (s.src[lo:hi][t] < s.dst[lo:hi][t]).all()
             for r in order.rounds:
                 assert np.unique(d[r]).size == r.size
+
+
+# -- MIN/MAX on signed zeros and NaN payloads: the operand order ------------------------------
+
+
+def _simulate(collective, algorithm, kw, x, op):
+    with np.errstate(invalid="ignore"):
+        return ringccl.simulate(collective, x, op, algorithm=algorithm, **kw)
+
+
+def _check_min_max(collective, algorithm, kw, n, count, op, dtype, seed):
+    """all_reduce: every rank the same bits; the direct algorithms (and every algorithm on two
+    ranks, one ⊕ in all): numpy's left fold in ascending rank, bit for bit."""
+    x = ties.inputs(np.random.default_rng(seed), n, count, dtype)
+    out = _simulate(collective, algorithm, kw, x, op).outputs
+    label = f"{collective} {algorithm} {kw} n={n} {op} {dtype}"
+    if collective == "all_reduce":
+        got = ties.bits(np.asarray(out))
+        differ = np.flatnonzero((got != got[:1]).any(axis=1))
+        assert differ.size == 0, f"{label}: ranks {differ.tolist()} differ from rank 0"
+    if algorithm != "direct" and n > 2:
+        return
+    want = ties.bits(_fold(x, np.minimum if op == "min" else np.maximum))
+    if collective == "all_reduce":
+        assert (ties.bits(np.asarray(out)) == want).all(), label
+    elif collective == "reduce":
+        assert (ties.bits(out[kw["dst"]]) == want).all(), label
+    else:
+        blocks = np.array_split(np.arange(count), n)
+        for r in range(n):
+            assert (ties.bits(np.asarray(out[r])) == want[blocks[r]]).all(), f"{label} rank {r}"
+
+
+@pytest.mark.parametrize("n", range(2, 9))
+def test_min_max_on_signed_zeros_and_nans_every_algorithm(n):
+    # every reducing algorithm with its parameters (tests/ties.py), both ops, both dtypes
+    for i, (collective, algorithm, kw) in enumerate(ties.cases(n)):
+        for op in ties.OPS:
+            for dtype in ties.DTYPES:
+                count = n * (n + 3) if collective == "reduce_scatter" else 37
+                _check_min_max(collective, algorithm, kw, n, count, op, dtype, seed=i)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_min_max_on_signed_zeros_and_nans_property(data):
+    n = data.draw(st.integers(2, 8))
+    collective, algorithm, kw = data.draw(st.sampled_from(ties.cases(n)))
+    blocks = data.draw(st.integers(0, 9))
+    count = n * blocks if collective == "reduce_scatter" else data.draw(
+        st.sampled_from([1, n - 1, n + 1, 3 * n + 2, 64, 101]))
+    _check_min_max(collective, algorithm, kw, n, count, data.draw(st.sampled_from(ties.OPS)),
+                   data.draw(st.sampled_from(ties.DTYPES)), data.draw(st.integers(0, 2**32 - 1)))

@@ -21,7 +21,9 @@ from ringccl.algorithms import REGISTRY, build_schedule
 from ringccl.errors import BackendError, PeerError, RingcclTimeout
 from ringccl.ir import Schedule
 from ringccl.layout import layout
-from ringccl.ops import ReduceOp
+from ringccl.ops import ReduceOp, ufunc
+
+from . import ties
 
 PAIRS = sorted(REGISTRY)
 
@@ -146,7 +148,13 @@ class _NumpyOps:
 
     @staticmethod
     def combine(op):
-        return lambda dst, src: np.add(dst, src, out=dst)
+        f = ufunc(op)
+        return lambda dst, src: f(dst, src, out=dst)
+
+    @staticmethod
+    def combine_into(op):
+        f = ufunc(op)
+        return lambda dst, a, b: f(a, b, out=dst)
 
 
 class _Workspace(engine.Workspace):
@@ -154,8 +162,8 @@ class _Workspace(engine.Workspace):
 
     __slots__ = ("transport",)
 
-    def __init__(self, transport: _Transport):
-        super().__init__(_NumpyOps(), transport.buffer, ReduceOp.SUM, 0)
+    def __init__(self, transport: _Transport, op: ReduceOp = ReduceOp.SUM):
+        super().__init__(_NumpyOps(), transport.buffer, op, 0)
         # the transport's own staging array: it records which slots hold unapplied receives
         self.staging, self.transport = transport.staging, transport
 
@@ -379,9 +387,10 @@ class _InPlaceTransport(_Transport):
         pass
 
 
-def _run_values(schedule, buffers, *, driver, segment_elems, in_place=False):
+def _run_values(schedule, buffers, *, driver, segment_elems, in_place=False,
+                op=ReduceOp.SUM):
     """Run ``schedule`` on the in-memory transport from the given per-rank working buffers
-    (any dtype; modified in place)."""
+    (any dtype; modified in place), reducing with ``op``."""
     n = schedule.world_size
     wire = _Wire(n)
     run = engine.run_dataflow if driver == "dataflow" else engine.run_lockstep
@@ -395,7 +404,8 @@ def _run_values(schedule, buffers, *, driver, segment_elems, in_place=False):
         staging = np.zeros(0 if in_place else p.staging_elems, buffers[rank].dtype)
         transport = cls(wire, rank, buffers[rank], staging, 5.0, None)
         if p.steps:
-            run(schedule, rank, p, transport, _Workspace(transport), timeout=5.0, restore=True)
+            run(schedule, rank, p, transport, _Workspace(transport, op), timeout=5.0,
+                restore=True)
 
     threads = [threading.Thread(target=body, args=(r,)) for r in range(n)]
     for t in threads:
@@ -450,6 +460,58 @@ def test_direct_all_reduce_gives_every_rank_the_simulators_bits(driver, n):
     for r in range(n):
         assert buffers[r].view(np.uint16).tolist() == _fold16(x).view(np.uint16).tolist()
         assert sim[r].view(np.uint16).tolist() == buffers[r].view(np.uint16).tolist()
+
+
+def _engine_is_the_simulator(collective, algorithm, kw, n, count, op, dtype, seed, *, driver,
+                             segment_elems, in_place):
+    """On MIN/MAX inputs with signed zeros and NaN payloads (tests/ties.py): all_reduce's
+    ranks get the same bits from the engine, and every rank that has a result the
+    simulator's."""
+    x = ties.inputs(np.random.default_rng(seed), n, count, dtype)
+    sim = ringccl.simulate(collective, x, op, algorithm=algorithm, **kw)
+    buffers = [row.copy() for row in x]
+    for r in range(n):   # the input is the whole working buffer, as the front end lays it
+        lay = layout(sim.schedule, r, buffer_count=count)
+        assert lay.numel == count and lay.input_runs in (((0, count),), ((0, 0),))
+    _run_values(sim.schedule, buffers, driver=driver, segment_elems=segment_elems,
+                in_place=in_place, op=ReduceOp(op))
+    label = f"{collective} {algorithm} {kw} n={n} {op} {dtype} {driver}"
+    if collective == "all_reduce":
+        differ = [r for r in range(n) if ties.bits(buffers[r]).tolist() !=
+                  ties.bits(buffers[0]).tolist()]
+        assert not differ, f"{label}: ranks {differ} differ from rank 0"
+    ranks = [kw["dst"]] if collective == "reduce" else range(n)
+    for r in ranks:
+        runs = layout(sim.schedule, r, buffer_count=count).output_runs
+        got = np.concatenate([buffers[r][a:b] for a, b in runs] + [np.zeros(0, dtype)])
+        assert ties.bits(got).tolist() == ties.bits(np.asarray(sim.outputs[r])).tolist(), \
+            f"{label} rank {r}"
+
+
+@pytest.mark.parametrize("n", range(2, 9))
+def test_min_max_on_signed_zeros_and_nans_match_the_simulator(n):
+    # every reducing algorithm at this size; op, dtype, driver and transport take turns
+    for i, (collective, algorithm, kw) in enumerate(ties.cases(n)):
+        count = n * 5 if collective == "reduce_scatter" else 29
+        _engine_is_the_simulator(collective, algorithm, kw, n, count, ties.OPS[i % 2],
+                                 ties.DTYPES[i // 2 % 2], i, driver=("dataflow", "lockstep")[i % 2],
+                                 segment_elems=(0, 4)[i // 2 % 2], in_place=bool(i // 4 % 2))
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data())
+def test_min_max_on_signed_zeros_and_nans_match_the_simulator_property(data):
+    n = data.draw(st.integers(2, 8))
+    collective, algorithm, kw = data.draw(st.sampled_from(ties.cases(n)))
+    count = n * data.draw(st.integers(0, 6)) if collective == "reduce_scatter" else \
+        data.draw(st.sampled_from([1, n - 1, n + 1, 3 * n + 2, 41]))
+    _engine_is_the_simulator(collective, algorithm, kw, n, count,
+                             data.draw(st.sampled_from(ties.OPS)),
+                             data.draw(st.sampled_from(ties.DTYPES)),
+                             data.draw(st.integers(0, 2**32 - 1)),
+                             driver=data.draw(st.sampled_from(["dataflow", "lockstep"])),
+                             segment_elems=data.draw(st.integers(0, 7)),
+                             in_place=data.draw(st.booleans()))
 
 
 class _LateTransport:

@@ -79,8 +79,8 @@ def test_without_the_extension_the_lane_replays_in_python():
             "from ringccl.backends.mpi.executor import OPS\n"
             "from ringccl.ops import ReduceOp\n"
             "assert not lane_native.available() and not lane.native()\n"
-            "assert lane_native.reduction(OPS.combine(ReduceOp.SUM), np.float32, ReduceOp.SUM)"
-            " is None\n"
+            "assert lane_native.reduction(OPS.combine(ReduceOp.SUM), "
+            "OPS.combine_into(ReduceOp.SUM), np.float32, ReduceOp.SUM) is None\n"
             "assert lane_native.native_runs() == 0\n"
             "print('python replay')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -89,7 +89,8 @@ def test_without_the_extension_the_lane_replays_in_python():
 
 
 def test_the_c_reductions_match_the_backends_on_random_spans():
-    # beyond the lowering's probes: random lengths and offsets, special values mixed in
+    # beyond the lowering's probes: random lengths and offsets, special values mixed in, in
+    # both operand orders (dst ⊕ src; src ⊕ dst, a receive from a peer below)
     np = pytest.importorskip("numpy")
     from ringccl.backends.mpi.executor import OPS
     from ringccl.backends.shm import _lanec, lane_native
@@ -98,15 +99,20 @@ def test_the_c_reductions_match_the_backends_on_random_spans():
     for dtype in (np.float32, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8):
         a, b = lane_native._probes(np.dtype(dtype))
         for op in (ReduceOp.SUM, ReduceOp.PRODUCT, ReduceOp.MIN, ReduceOp.MAX):
-            verdict = lane_native.reduction(OPS.combine(op), dtype, op)
+            verdict = lane_native.reduction(OPS.combine(op), OPS.combine_into(op), dtype, op)
             assert verdict is not None, (dtype, op)   # numpy's: all of them in C
-            for _ in range(40):
+            code, opc, rule, rule_left = verdict
+            for _ in range(80):
                 n = int(rng.integers(1, 600))
                 o = int(rng.integers(0, 9))
+                left = bool(rng.integers(0, 2))
                 x = rng.choice(a, o + n)
                 y = rng.choice(b, o + n)
                 theirs, mine = x.copy(), x.copy()
                 with np.errstate(all="ignore"):
-                    OPS.combine(op)(theirs[o:], y[o:])
-                _lanec.combine(*verdict, mine[o:], y[o:])
-                assert mine.tobytes() == theirs.tobytes(), (dtype, op, n, o)
+                    if left:
+                        OPS.combine_into(op)(theirs[o:], y[o:], theirs[o:])
+                    else:
+                        OPS.combine(op)(theirs[o:], y[o:])
+                _lanec.combine(code, opc, rule_left if left else rule, left, mine[o:], y[o:])
+                assert mine.tobytes() == theirs.tobytes(), (dtype, op, n, o, left)

@@ -21,24 +21,34 @@ the left fold, in ascending rank, over the contributions, the slot's value being
 so a rank adding every peer's buffer at once (direct all_reduce) computes x_0 ⊕ x_1 ⊕ … ⊕
 x_{N-1} in the same order as every other rank, and all of them round alike. It is computed as:
 the sources below dst are folded into an accumulator (the first copied, the others combined onto
-it in ascending source), then own ⊕= accumulator, then own ⊕= each source above dst in ascending
-source (:func:`reduce_order`). A slot with at most one source below dst needs no accumulator
-(own ⊕ c_s0 is c_s0 ⊕ own), which is every step of ring, recursive doubling, halving-doubling,
-hierarchical and tree all_reduce; accumulators appear in direct all_reduce and reduce_scatter
-(N >= 3), direct reduce with root >= 2, tree reduce with some roots and the double binary tree's
-shifted tree for some odd N (7, 13, 15, ...), whose bits therefore changed with this rule (the
-last three had one result per chunk before too). Every executor (the simulator's kernel, the
-engine behind ringccl.torch and ringccl.mpi) applies this one rule, so results every rank
-receives are bitwise identical on every rank, and identical between executors that share a
-reduce function.
+it in ascending source), the accumulator is combined into own, then each source above dst in
+ascending source (:func:`reduce_order`). A slot with at most one source below dst needs no
+accumulator, which is every step of ring, recursive doubling, halving-doubling, hierarchical and
+tree all_reduce; accumulators appear in direct all_reduce and reduce_scatter (N >= 3), direct
+reduce with root >= 2, tree reduce with some roots and the double binary tree's shifted tree for
+some odd N (7, 13, 15, ...).
 
-What is guaranteed, exactly: the fold's association and ordering are fixed; the operand order
-inside one ⊕ is not (own ⊕ acc on rank dst, acc ⊕ x_dst elsewhere). Every reduce op that is
-commutative bit for bit therefore gives the same bits on every rank: SUM, PRODUCT, BAND, BOR,
-BXOR on every dtype, and MIN/MAX except for ties between -0.0 and +0.0 (numpy returns the second
-operand of a tie, torch the first). A NaN result is NaN on every rank, but when two NaNs with
-different payloads or signs meet, which survives depends on the operand order, which IEEE 754
-leaves to the implementation (on x86-64 numpy keeps the first operand's, torch the second's).
+**Operand order.** Each ⊕ also has its operands in that order, the lower ranks' side on the
+left: a reduce from a source below dst computes ``slot := source ⊕ slot``, one from a source
+above ``slot := slot ⊕ source``; the accumulator is ``acc := acc ⊕ source`` and its flush
+``slot := acc ⊕ slot``. So two ranks that compute the same combination (both partners of a
+recursive-doubling exchange, every rank of a direct all_reduce) apply the same function to the
+same operands in the same order. Every executor (the simulator's kernel, the engine behind
+ringccl.torch and ringccl.mpi, the shared-memory lane's Python and C replays) applies this one
+rule.
+
+What is guaranteed, exactly: results every rank receives are bitwise identical on every rank,
+and identical between executors that share a reduce function, wherever that function's result
+depends only on its operands and their order: every op on every dtype without NaN operands,
+and MIN/MAX on ties between -0.0 and +0.0 and on NaNs of different payloads or signs, where
+IEEE 754 lets the implementation pick the operand (numpy's float32/float64 minimum and maximum
+return the second operand of a ±0 tie and the first NaN). torch's minimum and maximum also
+depend on an element's position in their vector loop (one operand of a tie in full vectors,
+the other in the remainder): every rank reduces the same ranges (the plans split chunks alike
+on every rank), so ranks agree, but the simulator (numpy) is not torch. When two NaNs of
+different payloads meet in a sum or product, which payload survives depends on the position in
+numpy's and torch's vector loops, and for numpy on one element on which operand the result
+overwrites: the result is NaN everywhere, its payload not guaranteed.
 
 Steps are stored as small integer arrays (one entry per transfer), not as Python objects, so a
 1024-rank ring all-reduce (2046 steps x 1024 transfers) stays a few tens of MB. Transfers inside a
@@ -125,9 +135,12 @@ class ReduceOrder(NamedTuple):
     docstring). Indices are into the step's transfers.
 
     Apply, in this order: ``acc[a] := source(starts[a])`` for every accumulator a; for each
-    ``(transfers, accumulators)`` of ``folds`` in turn, ``acc[accumulators[i]] ⊕=
-    source(transfers[i])``; ``slot(starts[a]) ⊕= acc[a]`` for every a (the flush); then for each
-    round of ``rounds`` in turn, ``slot(t) ⊕= source(t)`` for its transfers t.
+    ``(transfers, accumulators)`` of ``folds`` in turn, ``acc[accumulators[i]] :=
+    acc[accumulators[i]] ⊕ source(transfers[i])``; ``slot(starts[a]) := acc[a] ⊕
+    slot(starts[a])`` for every a (the flush); then for each round of ``rounds`` in turn, for
+    its transfers t, ``slot(t) := source(t) ⊕ slot(t)`` when t's source rank is below its
+    destination rank, else ``slot(t) := slot(t) ⊕ source(t)`` (the operand order, module
+    docstring).
 
     Attributes:
         starts: int64 (A,), one per slot with at least two sources below its rank (A

@@ -9,7 +9,8 @@ first "on" compiles, the others replay, general and lane calls alternate); every
 equal the reference and be the same bytes on every rank, and lanes must have been compiled.
 ``native``: the C replay, the Python replay (``lane.set_native(False)``) and the general path,
 alternating, on every dtype and op the C loop takes, with NaNs of rank-dependent payload and
-sign, infinities, signed zeros and integer overflow. ``stall``: after a compiled call, rank 1
+sign, infinities, signed zeros and integer overflow: the same bytes on every path and every
+rank (a float sum's or product's NaN: any NaN). ``stall``: after a compiled call, rank 1
 stalls (the replayed call runs in C); the others' next (replayed) call must raise a
 PeerError naming step 0 and a peer within timeout + SLACK, the buffer as it was. Each rank
 prints "rank R: OK" or its problems; in ``stall`` the job then ends once every reporting rank
@@ -97,9 +98,12 @@ def _special(rng, dtype, count: int) -> np.ndarray:
     return x
 
 
-def _same_but_nan(a: bytes, b: bytes, dtype) -> bool:
+def _same(a: bytes, b: bytes, dtype, op: str) -> bool:
+    """Bit for bit, but a float sum's or product's NaN is any NaN: which payload survives two
+    NaNs meeting depends on numpy's loop (on one element, on which operand the result
+    overwrites: ringccl.ir, "Operand order"); min/max and integers have no such freedom."""
     x, y = np.frombuffer(a, dtype), np.frombuffer(b, dtype)
-    if x.dtype.kind != "f":
+    if x.dtype.kind != "f" or op in ("min", "max"):
         return a == b
     nan = np.isnan(x)
     return np.array_equal(nan, np.isnan(y)) and x[~nan].tobytes() == y[~nan].tobytes()
@@ -134,23 +138,14 @@ def native() -> None:
                         problems.append(f"the C and Python replays differ: {what}")
                     if any(r != general[0] for r in general):
                         problems.append(f"the general path differs from itself: {what}")
-                    # the replays against the general path: bitwise, but a NaN is any NaN (the
-                    # lane's receive combines its own data with the peer's, dst = op(own,
-                    # received), in an operand order that can differ from the general path's,
-                    # so two NaNs meeting can keep the other payload; finite values are
-                    # commutative, the same bits)
-                    if not _same_but_nan(replays[0], general[0], dtype):
+                    # the replays against the general path, and every rank: the same kernel
+                    # on the same operands in the same order everywhere (the IR's operand
+                    # order), so the same bits, the zero of a min/max tie and the NaN of two
+                    # meeting included (_same)
+                    if not _same(replays[0], general[0], dtype, op):
                         problems.append(f"replays differ from the general path: {what}")
-                    # across ranks NaNs compare as NaN and zeros as +0: one-shot reduces in a
-                    # rank-dependent operand order, and which NaN payload (numpy's loops keep
-                    # one operand's NaN in full vectors, the other's in the remainder) or which
-                    # zero of a min/max tie survives follows it, lane or not
-                    last = np.frombuffer(results[-1], dtype).copy()
-                    if last.dtype.kind == "f":
-                        last[np.isnan(last)] = np.nan
-                        last[last == 0] = 0
-                    everyone = comm.allgather(last.tobytes())
-                    if any(e != everyone[0] for e in everyone):
+                    everyone = comm.allgather(results[-1])
+                    if any(not _same(e, everyone[0], dtype, op) for e in everyone):
                         problems.append(f"ranks differ: {what}")
     if not lane_native.available():
         problems.append("ringccl.backends.shm._lanec did not import")

@@ -24,9 +24,10 @@ Two drivers, chosen by the backend, never by the algorithm:
 Receives that reduce land in a staging buffer (two halves, so consecutive steps do not collide)
 and are then combined into the working buffer, several reduces into one chunk in the IR's
 reduction order (:func:`ringccl.ir.reduce_order`: those from peers below this rank folded into an
-accumulator first when there are two or more), as the simulator does; receives that copy land
-directly in their chunk unless the step also sends that chunk (BSP: a step's sends read the
-pre-step state). A chunk is overwritten only after every send reading it has completed.
+accumulator first when there are two or more) and operand order (a peer below this rank's data
+on the left of ⊕), as the simulator does; receives that copy land directly in their chunk
+unless the step also sends that chunk (BSP: a step's sends read the pre-step state). A chunk is
+overwritten only after every send reading it has completed.
 
 Failures: every wait is bounded (by the transport's timeout). The first failing operation raises
 :class:`ringccl.errors.PeerError` (or :class:`~ringccl.errors.RingcclTimeout` when the wait ran

@@ -42,6 +42,11 @@ class SegmentRecv(NamedTuple):
     the lowest such peer); ``flush``: after folding this one in, combine the accumulator into
     ``buffer[lo:hi]`` (the highest such peer). A step's receives come in ascending peer, so
     applying them in order (both drivers do) meets these dependencies.
+
+    The IR's operand order: ``below`` (``peer`` < this rank) puts the received data on the
+    left of ⊕, ``buffer := received ⊕ buffer``, else ``buffer := buffer ⊕ received``; an
+    accumulator is ``acc := acc ⊕ received`` and its flush ``buffer := acc ⊕ buffer`` (every
+    receive through an accumulator is ``below``).
     """
 
     step: int
@@ -55,6 +60,7 @@ class SegmentRecv(NamedTuple):
     fold: int = -1
     start: bool = False
     flush: bool = False
+    below: bool = False
 
 
 class StepPlan(NamedTuple):
@@ -165,7 +171,8 @@ def plan(schedule: Schedule, rank: int, bounds: tuple, segment_elems: int) -> Pl
             for i, (a, b) in enumerate(_segments(lo, hi, segment_elems)):
                 recvs.append(SegmentRecv(step.index, r.chunk, i, a, b,
                                          offset + a - lo if staged else -1, reduce, r.peer,
-                                         fold + a - lo if fold >= 0 else -1, start, flush))
+                                         fold + a - lo if fold >= 0 else -1, start, flush,
+                                         r.peer < rank))
             if staged:
                 offset += hi - lo
         peers = tuple(sorted({s.peer for s in step.sends} | {r.peer for r in step.recvs}))

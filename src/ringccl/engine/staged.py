@@ -189,12 +189,12 @@ def plan_ranges(plan: Plan) -> PlanRanges:
     ``seeded``: the reduces that are the first thing to touch their range (no operation of an
     earlier step, no send of their step, no receive before them in their step, which is the
     order both drivers apply them in): ``dst ⊕= src`` would combine into a chunk that holds
-    just the caller's bytes, so they compute ``dst = caller ⊕ src`` from the caller's array
-    instead (:meth:`Landing`'s ``seeded``), and their ranges are not copied in up front
-    (unless the executor finds no single array holding them: it copies them then). The same
-    operation on the same operands in the same order: bitwise the same result. Two_shot's
-    reduce-scatter half and a direct reduce_scatter are such: one pass over this rank's own
-    block less.
+    just the caller's bytes, so they compute ``dst = caller ⊕ src`` (``src ⊕ caller`` from a
+    peer below this rank) from the caller's array instead (:meth:`Landing`'s ``seeded``),
+    and their ranges are not copied in up front (unless the executor finds no single array
+    holding them: it copies them then). The same operation on the same operands in the same
+    order: bitwise the same result. Two_shot's reduce-scatter half and a direct reduce_scatter
+    are such: one pass over this rank's own block less.
 
     Cached per plan (plans are memoized)."""
     hit = _ranges.get(id(plan))
@@ -297,7 +297,7 @@ class Landing(Workspace):
     copy of them (``ops.combine_into``). :meth:`rollback` puts back what landed, for the
     ``restorable`` ones."""
 
-    __slots__ = ("direct", "lazy", "fill", "filled", "landed", "seeded", "combine_into")
+    __slots__ = ("direct", "lazy", "fill", "filled", "landed", "seeded")
 
     def __init__(self, ops: ArrayOps, buffer: Any, op: ReduceOp, direct: dict,
                  lazy: frozenset = frozenset(), fill: Any = None, seeded: dict | None = None):
@@ -306,7 +306,6 @@ class Landing(Workspace):
         self.filled: set = set()
         self.landed: list = []
         self.seeded = seeded or {}
-        self.combine_into = ops.combine_into(op) if self.seeded else None
 
     def source(self, s) -> Any:
         if s in self.lazy:
@@ -326,10 +325,13 @@ class Landing(Workspace):
 
     def reduce(self, r, dst: Any, src: Any) -> None:
         """A seeded reduce (:attr:`PlanRanges.seeded`: ``seeded[r]`` is the caller's bytes of
-        its range) computes ``dst = caller ⊕ src``; any other ``dst ⊕= src``."""
+        its range) computes ``dst = caller ⊕ src`` (``src ⊕ caller`` when ``r.below``: the
+        IR's operand order); any other as :meth:`Workspace.reduce`."""
         own = self.seeded.get(r)
         if own is None:
-            self.combine(dst, src)
+            super().reduce(r, dst, src)
+        elif r.below:
+            self.combine_into(dst, src, own)
         else:
             self.combine_into(dst, own, src)
 

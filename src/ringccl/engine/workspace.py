@@ -2,11 +2,11 @@
 
 A transport only moves bytes (:class:`ringccl.engine.transport.Transport`); what happens to them
 after they arrive is the same for every backend and lives here, once: a staged receive is
-combined (REDUCE, with the dialect's in-place reduce function) or copied (COPY) into its segment
-of the working buffer, or first folded into an accumulator where the IR's reduction order asks
-for one (:meth:`Workspace.apply`), and with ``restore=True`` each segment is saved
-before this rank first writes it and restored if the call fails (:meth:`Workspace.save`,
-:meth:`Workspace.restore`).
+combined (REDUCE, with the dialect's reduce functions, operands in the IR's order) or copied
+(COPY) into its segment of the working buffer, or first folded into an accumulator where the IR's
+reduction order asks for one (:meth:`Workspace.apply`), and with ``restore=True`` each segment
+is saved before this rank first writes it and restored if the call fails
+(:meth:`Workspace.save`, :meth:`Workspace.restore`).
 
 The staging, accumulator and backup buffers are kept between calls: allocating (and
 page-faulting) a fresh one per call cost as much as the transfer itself for 64 MiB all-reduces on
@@ -41,9 +41,10 @@ class ArrayOps(Protocol):
         """In-place ``dst = op(dst, src)`` (AVG sums; the front end divides last)."""
 
     def combine_into(self, op: ReduceOp) -> Callable[[Any, Any, Any], None]:
-        """``dst = op(a, b)`` into ``dst`` (the same operation as :meth:`combine` on a ``dst``
-        holding ``a``). Only the shared-memory dialects need it
-        (:class:`ringccl.engine.staged.Landing`'s seeded reduces)."""
+        """``dst = op(a, b)`` into ``dst``, which may be ``b`` itself (the same operation as
+        :meth:`combine` on a ``dst`` holding ``a``): a received segment on the left of ⊕ (the
+        IR's operand order, :class:`ringccl.engine.plan.SegmentRecv`), and
+        :class:`ringccl.engine.staged.Landing`'s seeded reduces."""
 
     def kind(self, a: Any) -> Hashable:
         """What kept buffers are keyed by besides the thread: dtype (and device)."""
@@ -81,7 +82,8 @@ class Workspace:
             in place: no staging buffer).
     """
 
-    __slots__ = ("ops", "buffer", "staging", "backup", "accumulators", "combine", "copy")
+    __slots__ = ("ops", "buffer", "staging", "backup", "accumulators", "combine",
+                 "combine_into", "copy")
 
     def __init__(self, ops: ArrayOps, buffer: Any, op: ReduceOp, staging_elems: int):
         self.ops, self.buffer = ops, buffer
@@ -89,7 +91,8 @@ class Workspace:
             else None
         self.backup = None
         self.accumulators = None
-        self.combine, self.copy = ops.combine(op), ops.copy
+        self.combine, self.combine_into = ops.combine(op), ops.combine_into(op)
+        self.copy = ops.copy
 
     def reserve(self, accumulator_elems: int) -> None:
         """Make room for the plan's ``accumulator_elems`` (the drivers call it with
@@ -116,7 +119,8 @@ class Workspace:
         ``received`` (the transport's view of the bytes, when it reads receives in place) or
         else from its staging slot; a receive with an accumulator (``r.fold >= 0``) is copied
         (``start``) or combined into it instead, and ``flush`` combines the accumulator into the
-        segment (the IR's reduction order: :class:`ringccl.engine.plan.SegmentRecv`)."""
+        segment (the IR's reduction and operand order:
+        :class:`ringccl.engine.plan.SegmentRecv`)."""
         dst = self.buffer[r.lo:r.hi]
         src = received if received is not None else \
             self.staging[r.stage:r.stage + r.hi - r.lo]
@@ -125,9 +129,9 @@ class Workspace:
             if r.start:
                 self.copy(acc, src)
             else:
-                self.combine(acc, src)   # acc ⊕= source, in ascending peer
+                self.combine(acc, src)   # acc := acc ⊕ source, in ascending peer
             if r.flush:
-                self.reduce(r, dst, acc)   # own ⊕= accumulator
+                self.reduce(r, dst, acc)   # own := accumulator ⊕ own (r.below holds)
             return
         if r.reduce:
             self.reduce(r, dst, src)
@@ -135,8 +139,12 @@ class Workspace:
             self.copy(dst, src)
 
     def reduce(self, r: SegmentRecv, dst: Any, src: Any) -> None:
-        """``dst ⊕= src`` for receive ``r`` (a subclass may compute it otherwise)."""
-        self.combine(dst, src)
+        """``dst := src ⊕ dst`` for a receive ``r`` from below this rank, else ``dst := dst ⊕
+        src`` (a subclass may compute it otherwise)."""
+        if r.below:
+            self.combine_into(dst, src, dst)
+        else:
+            self.combine(dst, src)
 
     def save(self, lo: int, hi: int) -> None:
         """Back up ``buffer[lo:hi]`` for the rollback (memory: up to one copy of the buffer,

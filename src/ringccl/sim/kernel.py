@@ -9,9 +9,10 @@ patterns fall back to one gather (``np.take``) and one scatter (in rounds when s
 target one slot). Several reduces into one slot combine in the IR's reduction order
 (:func:`ringccl.ir.reduce_order`): a slot with two or more sources below its rank (direct
 all_reduce, reduce_scatter) folds those into a temporary accumulator first, so such steps always
-take the gather/scatter path; ring, trees and recursive algorithms never need one. BSP
-semantics: if a step writes a slot that another of its transfers reads, the sources are
-snapshotted before any write.
+take the gather/scatter path; ring, trees and recursive algorithms never need one. Each ⊕ has
+the IR's operand order: a source below the slot's rank on the left (``slot := source ⊕ slot``),
+one above on the right, the accumulator on the left of its flush. BSP semantics: if a step
+writes a slot that another of its transfers reads, the sources are snapshotted before any write.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ _BATCH_BYTES = 4 << 20  # largest temporary of a gather/scatter step (see _scatt
 # all_reduce's all-gather phase, 64 x 1Mi float32 (4 MiB per copy): 1.5x np.sum(axis=0) with
 # the ufunc, 2.1x with np.copyto; 256 x 256Ki (1 MiB per copy): 3.9x and 3.1x.
 _UFUNC_COPY_BYTES = 2 << 20
+# what a "slices" group does: copy, ``slot := slot ⊕ source`` (a source above the slot's rank),
+# ``slot := source ⊕ slot`` (below it: the IR's operand order)
+_COPY, _REDUCE, _REDUCE_BELOW = 0, 1, 2
 
 
 def _pieces(s: np.ndarray, d: np.ndarray, limit: int):
@@ -78,15 +82,17 @@ def _compile(schedule: Schedule) -> list:
         several = n_red > 1 and (np.bincount(dst_rank[red]).max() > 1
                                  and np.unique(d[red]).size < n_red)
         order = reduce_order(d, schedule.src[lo:hi], dst_rank, red) if several else None
+        below = schedule.src[lo:hi] < dst_rank   # the source is ⊕'s left operand
         groups = [] if order is None or not order.starts.size else None
-        for flag in (True, False):
-            sel = red == flag
+        # a slot's source below its rank (at most one here) before those above it
+        for kind, sel in ((_REDUCE_BELOW, red & below), (_REDUCE, red & ~below),
+                          (_COPY, ~red)):
             if groups is not None and sel.any():
                 p = _pieces(s[sel], d[sel], _MAX_PIECES)
                 if p is None:
                     groups = None
                     break
-                groups.extend((flag,) + piece for piece in p)
+                groups.extend((kind,) + piece for piece in p)
         if groups is None or len(groups) > _MAX_PIECES:
             # BSP: only sources this step also writes need a snapshot (one row per slot)
             protect = np.intersect1d(s, d)
@@ -94,7 +100,7 @@ def _compile(schedule: Schedule) -> list:
             snap = np.where((at < protect.size) & (protect[np.minimum(at, max(protect.size - 1,
                                                                                  0))] == s)
                             if protect.size else np.zeros(s.shape, bool), at, -1)
-            plan.append(("fancy", s, d, red, order, protect, snap))
+            plan.append(("fancy", s, d, red, order, protect, snap, below))
         else:
             plan.append(("slices", groups, hazard, int(hi - lo)))
     schedule._cache["sim_plan"] = plan
@@ -123,13 +129,14 @@ def _run(plan: list, flat: np.ndarray, combine: np.ufunc, inputs: np.ndarray | N
         if preload is not None:
             _copy_rows(flat, inputs, preload)
         if entry[0] == "slices":
-            # pieces run in ascending source slot, so several reduces into one slot combine in
-            # the IR's order (no slot of a "slices" step has two sources below its rank)
+            # a slot's source below its rank first, then those above in ascending source slot:
+            # several reduces into one slot combine in the IR's order (no slot of a "slices"
+            # step has two sources below its rank)
             _, groups, hazard, _t = entry
             from_inputs, onto_inputs = reads if lazy is not None else ((False,) * len(groups),) * 2
             sources = []
             at = 0
-            for (flag, s0, ss, d0, dd, n), fresh in zip(groups, from_inputs):
+            for (kind, s0, ss, d0, dd, n), fresh in zip(groups, from_inputs):
                 if fresh:  # not written yet: its input (which no step writes)
                     sources.append(_view(inputs, s0, ss, n))
                 elif hazard:  # BSP: snapshot what this step reads before anything is written
@@ -138,19 +145,23 @@ def _run(plan: list, flat: np.ndarray, combine: np.ufunc, inputs: np.ndarray | N
                     at += n
                 else:
                     sources.append(None)  # read in place, below
-            for (flag, s0, ss, d0, dd, n), src, fresh in zip(groups, sources, onto_inputs):
+            for (kind, s0, ss, d0, dd, n), src, fresh in zip(groups, sources, onto_inputs):
                 dst = _view(flat, d0, dd, n)
-                if flag:
+                if kind != _COPY:
                     # a slot not written yet holds its input: reduce onto that
-                    combine(_view(inputs, d0, dd, n) if fresh else dst,
-                            _view(flat, s0, ss, n) if src is None else src, out=dst)
+                    own = _view(inputs, d0, dd, n) if fresh else dst
+                    src = _view(flat, s0, ss, n) if src is None else src
+                    if kind == _REDUCE_BELOW:
+                        combine(src, own, out=dst)
+                    else:
+                        combine(own, src, out=dst)
                 elif src is None and n * row_bytes > _UFUNC_COPY_BYTES:
                     # within one buffer (see _UFUNC_COPY_BYTES)
                     np.positive(_view(flat_bits, s0, ss, n), out=_view(flat_bits, d0, dd, n))
                 else:
                     np.copyto(dst, _view(flat, s0, ss, n) if src is None else src)
         else:
-            _, s, d, red, order, protect, snap = entry
+            _, s, d, red, order, protect, snap, below = entry
             saved = scratch[:protect.shape[0]]
             # mode="clip" (indices are valid) writes straight into `saved`: with the default
             # mode="raise" numpy buffers `out` in a full temporary
@@ -162,9 +173,9 @@ def _run(plan: list, flat: np.ndarray, combine: np.ufunc, inputs: np.ndarray | N
                 if order.starts.size:
                     _accumulate(flat, d, src, order, combine)
                 for sel in order.rounds:
-                    _scatter(flat, d, src, sel, combine)
+                    _reduce(flat, d, src, sel, combine, below)
             elif red.any():
-                _scatter(flat, d, src, np.nonzero(red)[0], combine)
+                _reduce(flat, d, src, np.nonzero(red)[0], combine, below)
     if lazy is not None and lazy[1].size:
         _copy_rows(flat, inputs, lazy[1])  # the slots no step wrote
 
@@ -194,8 +205,8 @@ def _gather(flat: np.ndarray, src: tuple, p: np.ndarray) -> np.ndarray:
 def _accumulate(flat: np.ndarray, d: np.ndarray, src: tuple, order: ReduceOrder,
                 combine: np.ufunc) -> None:
     """The accumulated part of the IR's reduction order: per slot with two or more sources
-    below its rank, ``acc := first``, ``acc ⊕= each further one`` (ascending source), then
-    ``slot ⊕= acc`` (:class:`ringccl.ir.ReduceOrder`). Accumulators are made a batch of rows at
+    below its rank, ``acc := first``, ``acc := acc ⊕ each further one`` (ascending source),
+    then ``slot := acc ⊕ slot`` (:class:`ringccl.ir.ReduceOrder`). Accumulators are made a batch of rows at
     a time (bounded temporaries, as :func:`_scatter`): the sources are the pre-step values (the
     snapshot), so flushing one batch cannot change what a later batch reads."""
     starts = order.starts
@@ -218,15 +229,27 @@ def _accumulate(flat: np.ndarray, d: np.ndarray, src: tuple, order: ReduceOrder,
                 acc[at] = part
         idx = d[starts[a0:a1]]
         part = flat[idx]
-        combine(part, acc, out=part)  # own ⊕= accumulator
+        combine(acc, part, out=part)  # own := accumulator ⊕ own (the lower ranks' on the left)
         flat[idx] = part
 
 
+def _reduce(flat: np.ndarray, d: np.ndarray, src: tuple, pos: np.ndarray, combine: np.ufunc,
+            below: np.ndarray) -> None:
+    """The reduces ``pos`` (distinct ``d[pos]``) in the IR's operand order: ``slot := source ⊕
+    slot`` where ``below`` (the source's rank is below the slot's), else ``slot ⊕ source``."""
+    left = below[pos]
+    if left.any():
+        _scatter(flat, d, src, pos[left], combine, source_left=True)
+    if not left.all():
+        _scatter(flat, d, src, pos[~left], combine)
+
+
 def _scatter(flat: np.ndarray, d: np.ndarray, src: tuple, pos: np.ndarray,
-             combine: np.ufunc | None) -> None:
-    """``flat[d[pos]] = source rows`` (combine None) or ``combine(flat[d[pos]], source rows)``,
-    for distinct ``d[pos]``, in batches of rows (:func:`_batch_rows`). Source rows are read
-    as :func:`_gather` says. Peak memory: storage + snapshot (<= storage) + three batches."""
+             combine: np.ufunc | None, source_left: bool = False) -> None:
+    """``flat[d[pos]] = source rows`` (combine None) or ``combine(flat[d[pos]], source rows)``
+    (``source_left``: ``combine(source rows, flat[d[pos]])``), for distinct ``d[pos]``, in
+    batches of rows (:func:`_batch_rows`). Source rows are read as :func:`_gather` says. Peak
+    memory: storage + snapshot (<= storage) + three batches."""
     rows = _batch_rows(flat)
     for a in range(0, pos.shape[0], rows):
         p = pos[a:a + rows]
@@ -236,7 +259,10 @@ def _scatter(flat: np.ndarray, d: np.ndarray, src: tuple, pos: np.ndarray,
             flat[idx] = vals
         else:
             part = flat[idx]  # a copy of at most `rows` rows
-            combine(part, vals, out=part)
+            if source_left:
+                combine(vals, part, out=part)
+            else:
+                combine(part, vals, out=part)
             flat[idx] = part
 
 
@@ -285,17 +311,18 @@ def _lazy_load(schedule: Schedule, plan: list) -> tuple:
             state[preload] = True
             mixed = []
             sources, targets = [], []
-            for (flag, *_), (src, dst) in zip(groups, slots):
+            for _kind, (src, dst) in zip(groups, slots):
                 fresh = ~state[src]  # sources read pre-step values: the step-start state
                 if fresh.any() and not fresh.all():
                     mixed.append(src[fresh])
                 sources.append(bool(fresh.all()))
             after = state.copy()
-            for (flag, *_), (src, dst) in zip(groups, slots):  # writes land piece by piece
+            for (kind, *_), (src, dst) in zip(groups, slots):  # writes land piece by piece
                 fresh = ~after[dst]
-                if flag and fresh.any() and not fresh.all():
+                reduces = kind != _COPY
+                if reduces and fresh.any() and not fresh.all():
                     mixed.append(dst[fresh])
-                targets.append(bool(flag and fresh.all()))
+                targets.append(bool(reduces and fresh.all()))
                 after[dst] = True
             if not mixed:
                 break

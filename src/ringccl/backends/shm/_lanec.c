@@ -15,11 +15,13 @@
  * Python replay relies on x86-64's TSO, which check_platform requires anyway).
  *
  * Reductions: only where the result is bitwise the backend's own function (the lane checks
- * that at lowering against the backend's combine on NaN/inf/zero/overflow probes, see
- * lane_native.py): integer add/mul in unsigned arithmetic (wrap), min/max, and/or/xor; float
- * add/mul with the NaN that survives two NaN operands chosen per position (nan_rule), float
- * min/max as numpy.minimum/maximum (a NaN operand, the destination's first, returned as it
- * is; ties as `rule` says).
+ * that at lowering against the backend's functions on NaN/inf/zero/overflow probes, in both
+ * operand orders, see lane_native.py): integer add/mul in unsigned arithmetic (wrap), min/max,
+ * and/or/xor; float add/mul with the NaN that survives two NaN operands chosen per position
+ * (nan_rule), float min/max as numpy.minimum/maximum (a NaN operand, the left one's first,
+ * returned as it is; ties as `rule` says). Operand order (the IR's): d := d ⊕ s, or with `left`
+ * d := s ⊕ d (a receive from a peer below this rank, an accumulator's flush), each order with
+ * its own rule (H_RULE, H_RULE_LEFT).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -28,8 +30,8 @@
 
 /* program header words (lane_native.py writes them: keep the two in step) */
 enum { H_MAGIC, H_NOPS, H_CTRL, H_SERIAL, H_ABORT, H_WORK, H_BYTES, H_DTYPE, H_OP, H_RULE,
-       H_NEED, H_NEED0, H_NEED1, H_ENTERED, H_SEG, H_SEGBYTES, H_RING, H_SPIN, H_ITEMSIZE,
-       HDR = 20 };
+       H_RULE_LEFT, H_NEED, H_NEED0, H_NEED1, H_ENTERED, H_SEG, H_SEGBYTES, H_RING, H_SPIN,
+       H_ITEMSIZE, HDR = 20 };
 #define OPW 12
 #define MAGIC 0x4c414e4543303031LL
 enum { K_BEGIN_WAIT = 1, K_PUBLISH, K_COPY_IN, K_SEND, K_RECV, K_COPY_OUT, K_END_WAIT };
@@ -60,6 +62,7 @@ static inline int spin_ge(const int64_t *word, int64_t target, int64_t spin)
 /* ---- reductions ----------------------------------------------------------------------- */
 #define BLOCK 256
 
+/* integer ops are commutative bit for bit: d := s ⊕ d is d := d ⊕ s */
 #define INT_OPS(NAME, T, U)                                                                   \
     static void NAME(T *restrict d, const T *restrict s, int64_t n, int op)                   \
     {                                                                                         \
@@ -81,8 +84,8 @@ INT_OPS(comb_i16, int16_t, uint32_t)
 INT_OPS(comb_i32, int32_t, uint32_t)
 INT_OPS(comb_i64, int64_t, uint64_t)
 
-/* Which operand's NaN survives an add/mul whose operands are both NaN (0: the destination's,
- * 1: the source's, quieted), as the backend's own loop does at element i of n: `rule` bit 0
+/* Which operand's NaN survives an add/mul whose operands are both NaN (0: the left operand's,
+ * 1: the right one's, quieted), as the backend's own loop does at element i of n: `rule` bit 0
  * for n == 1, bit 1 for n <= W, bit 2 for the first n - n % W elements, bit 3 for the rest,
  * W = rule >> 8 (0: bit 0 everywhere). numpy's vector loops keep one operand's NaN in full
  * vectors and the other's in the remainder; the lowering finds W and the bits, then checks them. */
@@ -96,29 +99,38 @@ static inline int nan_rule(int64_t rule, int64_t n, int64_t i)
     return (int)((rule >> (i < n - n % w ? 2 : 3)) & 1);
 }
 
+/* min/max of a (left) and b (right) into d[i]: a NaN left operand, else a NaN right one, else
+ * the smaller (larger); on ties the left (rule 0) or the right (rule 1) */
+#define MINMAX_LOOP(T, A, B)                                                                  \
+    if (rule & 1) {                                                                           \
+        for (int64_t i = 0; i < n; i++) {                                                     \
+            T a = A, b = B;                                                                   \
+            d[i] = a != a ? a : b != b ? b : (mx ? a > b : a < b) ? a : b;                    \
+        }                                                                                     \
+    } else {                                                                                  \
+        for (int64_t i = 0; i < n; i++) {                                                     \
+            T a = A, b = B;                                                                   \
+            d[i] = (a != a || (mx ? a >= b : a <= b)) ? a : b;                                \
+        }                                                                                     \
+    }
+
 /* float add/mul: a block without NaN operands is order-free (IEEE results, the default NaN of
  * inf - inf included), so it runs vectorised; a block with one resolves NaNs element by element.
- * min/max: bits of an operand, never computed: a NaN destination, else a NaN source, else the
- * smaller (larger); on ties the destination (rule 0) or the source (rule 1). */
+ * min/max: bits of an operand, never computed (MINMAX_LOOP). `left`: d := s ⊕ d. */
 #define FLOAT_OPS(NAME, T, UI, QUIET)                                                         \
     static inline T NAME##_q(T x)                                                             \
     {                                                                                         \
         UI u; memcpy(&u, &x, sizeof u); u |= QUIET; memcpy(&x, &u, sizeof u); return x;      \
     }                                                                                         \
-    static void NAME(T *restrict d, const T *restrict s, int64_t n, int op, int64_t rule)     \
+    static void NAME(T *restrict d, const T *restrict s, int64_t n, int op, int64_t rule,     \
+                     int left)                                                                \
     {                                                                                         \
         if (op == O_MIN || op == O_MAX) {                                                     \
             int mx = op == O_MAX;                                                             \
-            if (rule & 1) {                                                                   \
-                for (int64_t i = 0; i < n; i++) {                                             \
-                    T a = d[i], b = s[i];                                                     \
-                    d[i] = a != a ? a : b != b ? b : (mx ? a > b : a < b) ? a : b;            \
-                }                                                                             \
+            if (left) {                                                                       \
+                MINMAX_LOOP(T, s[i], d[i])                                                    \
             } else {                                                                          \
-                for (int64_t i = 0; i < n; i++) {                                             \
-                    T a = d[i], b = s[i];                                                     \
-                    d[i] = (a != a || (mx ? a >= b : a <= b)) ? a : b;                        \
-                }                                                                             \
+                MINMAX_LOOP(T, d[i], s[i])                                                    \
             }                                                                                 \
             return;                                                                           \
         }                                                                                     \
@@ -132,7 +144,7 @@ static inline int nan_rule(int64_t rule, int64_t n, int64_t i)
                 continue;                                                                     \
             }                                                                                 \
             for (int64_t i = lo; i < hi; i++) {                                               \
-                T a = d[i], b = s[i];                                                         \
+                T a = left ? s[i] : d[i], b = left ? d[i] : s[i];                             \
                 if (a != a && b != b)                                                         \
                     d[i] = NAME##_q(nan_rule(rule, n, i) ? b : a);                            \
                 else if (a != a || b != b)                                                    \
@@ -146,11 +158,13 @@ static inline int nan_rule(int64_t rule, int64_t n, int64_t i)
 FLOAT_OPS(comb_f32, float, uint32_t, 0x00400000u)
 FLOAT_OPS(comb_f64, double, uint64_t, 0x0008000000000000ull)
 
-static void combine(int dtype, int op, int64_t rule, void *d, const void *s, int64_t nbytes)
+/* d := d ⊕ s, or with `left` d := s ⊕ d */
+static void combine(int dtype, int op, int64_t rule, int left, void *d, const void *s,
+                    int64_t nbytes)
 {
     switch (dtype) {
-    case D_F32: comb_f32(d, s, nbytes / 4, op, rule); break;
-    case D_F64: comb_f64(d, s, nbytes / 8, op, rule); break;
+    case D_F32: comb_f32(d, s, nbytes / 4, op, rule, left); break;
+    case D_F64: comb_f64(d, s, nbytes / 8, op, rule, left); break;
     case D_I8: comb_i8(d, s, nbytes, op); break;
     case D_U8: comb_u8(d, s, nbytes, op); break;
     case D_I16: comb_i16(d, s, nbytes / 2, op); break;
@@ -306,7 +320,7 @@ static PyObject *lane_run(PyObject *mod, PyObject *const *args, Py_ssize_t nargs
     char *work = (char *)(intptr_t)p[H_WORK], *seg = (char *)(intptr_t)p[H_SEG];
     int64_t serial = p[H_SERIAL], ring_n = p[H_RING], spin = p[H_SPIN], h = c & 1;
     int dtype = (int)p[H_DTYPE], op = (int)p[H_OP];
-    int64_t rule = p[H_RULE];
+    int64_t rule = p[H_RULE], rule_left = p[H_RULE_LEFT];
     PyObject *sent = PyObject_GetAttr(t, s_sent), *expected = PyObject_GetAttr(t, s_expected),
              *released = PyObject_GetAttr(t, s_released), *marks = NULL;
     long result = R_DONE;
@@ -364,8 +378,8 @@ static PyObject *lane_run(PyObject *mod, PyObject *const *args, Py_ssize_t nargs
             store_rel(w + o[9], seq + 1);
             break;
         }
-        case K_RECV: {   /* [2] dst, [3] mode, [4] fold, [5] flush, [6] nbytes, [7] posted,
-                            [8] released, [9] ring */
+        case K_RECV: {   /* [2] dst, [3] mode (lane.py), [4] fold, [5] flush, [6] nbytes,
+                            [7] posted, [8] released, [9] ring */
             if (get_item(expected, peer, &seq) < 0) { failed = 1; break; }
             if (!spin_ge(w + o[7], seq + 1, spin)) { result = 2 * i; goto out; }
             const int64_t *d = w + o[9] + (seq % ring_n) * 4;
@@ -379,16 +393,18 @@ static PyObject *lane_run(PyObject *mod, PyObject *const *args, Py_ssize_t nargs
             char *dst = (char *)(intptr_t)o[2], *fold = (char *)(intptr_t)o[4];
             const char *src = seg + off;
             if (o[3] == 1)
-                combine(dtype, op, rule, dst, src, nb);
+                combine(dtype, op, rule, 0, dst, src, nb);
+            else if (o[3] == 4)   /* from a peer below: src ⊕ dst */
+                combine(dtype, op, rule_left, 1, dst, src, nb);
             else if (o[3] == 0)
                 memcpy(dst, src, (size_t)nb);
             else {
                 if (o[3] == 2)
                     memcpy(fold, src, (size_t)nb);
                 else
-                    combine(dtype, op, rule, fold, src, nb);
-                if (o[5])
-                    combine(dtype, op, rule, dst, fold, nb);
+                    combine(dtype, op, rule, 0, fold, src, nb);
+                if (o[5])   /* the lower ranks' accumulator on the left */
+                    combine(dtype, op, rule_left, 1, dst, fold, nb);
             }
             if (set_item(released, peer, seq + 1) < 0) { failed = 1; break; }
             store_rel(w + o[8], seq + 1);
@@ -419,15 +435,16 @@ out:
     return PyLong_FromLong(result);
 }
 
-/* combine(dtype, op, rule, dst, src): the C reductions on two writable buffers (the lane's
- * lowering checks them against the backend's own function; tests compare them too) */
+/* combine(dtype, op, rule, left, dst, src): the C reductions on two buffers, dst writable
+ * (dst := dst ⊕ src, or src ⊕ dst with left; the lane's lowering checks them against the
+ * backend's own functions; tests compare them too) */
 static PyObject *lane_combine(PyObject *mod, PyObject *args)
 {
     (void)mod;
-    int dtype, op;
+    int dtype, op, left;
     long long rule;
     Py_buffer d, s;
-    if (!PyArg_ParseTuple(args, "iiLw*y*", &dtype, &op, &rule, &d, &s))
+    if (!PyArg_ParseTuple(args, "iiLpw*y*", &dtype, &op, &rule, &left, &d, &s))
         return NULL;
     if (d.len != s.len || dtype < D_F32 || dtype > D_U8 || op < O_SUM || op > O_BXOR) {
         PyBuffer_Release(&d);
@@ -435,7 +452,7 @@ static PyObject *lane_combine(PyObject *mod, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "combine: same-size buffers, known dtype and op");
         return NULL;
     }
-    combine(dtype, op, rule, d.buf, s.buf, d.len);
+    combine(dtype, op, rule, left, d.buf, s.buf, d.len);
     PyBuffer_Release(&d);
     PyBuffer_Release(&s);
     Py_RETURN_NONE;
@@ -451,7 +468,7 @@ static PyObject *lane_runs(PyObject *mod, PyObject *unused)
 static PyMethodDef methods[] = {
     {"run", (PyCFunction)(void (*)(void))lane_run, METH_FASTCALL,
      "run(program, buffer, call, position, group, transport) -> int (see _lanec.c)"},
-    {"combine", lane_combine, METH_VARARGS, "combine(dtype, op, rule, dst, src)"},
+    {"combine", lane_combine, METH_VARARGS, "combine(dtype, op, rule, left, dst, src)"},
     {"runs", lane_runs, METH_NOARGS, "calls completed by run() in this process"},
     {NULL, NULL, 0, NULL}};
 

@@ -12,8 +12,8 @@ option, the environment variables a call reads) runs the general path inside
 
 The lowering is the engine's plan, generic (no algorithm is named here): per step, its sends
 (copied into this rank's area, one copy per step and range, as the transport's eager sends) and
-its receives in plan order (the IR's reduction order, accumulator folds included), every
-view, word index and offset computed once. Any plan whose sends' copies fit half of this
+its receives in plan order (the IR's reduction and operand order, accumulator folds included),
+every view, word index and offset computed once. Any plan whose sends' copies fit half of this
 rank's slot of the working area, with at most ``RING // 2`` sends per peer and call, is lowered;
 anything else runs the general path at every call. (Sends above the transport's
 :data:`~ringccl.backends.shm.transport.EAGER_SEND_BYTES` cost the lane a copy the general path
@@ -305,7 +305,8 @@ class Lane:
         self.schedule, self.rank, self.group, self.transport = schedule, rank, g, transport
         self.timeout, self.need, self.itemsize, self.numel = timeout, need, itemsize, numel
         self.view, self.slot = dialect.view, dialect.slot
-        self.copy, self.combine = ops.copy, ops.combine(op)
+        self.copy, self.combine, self.combine_into = ops.copy, ops.combine(op), \
+            ops.combine_into(op)
         self.serial = serial = g.work_serial
         segment = dialect.slot(g, serial)
         self.work = work = ops.empty(segment, numel)
@@ -330,8 +331,10 @@ class Lane:
                               nbytes, g.ring_entry(me, s.peer, 0), g.posted_word(me, s.peer)))
             recvs = []
             for r in st.recvs:
-                # mode: 0 copy, 1 reduce, 2 start the accumulator, 3 fold into it
-                mode = (2 if r.start else 3) if r.fold >= 0 else 1 if r.reduce else 0
+                # mode: 0 copy, 1 reduce (dst ⊕ src), 2 start the accumulator, 3 fold into it,
+                # 4 reduce from a peer below (src ⊕ dst: the IR's operand order)
+                mode = (2 if r.start else 3) if r.fold >= 0 else (4 if r.below else 1) \
+                    if r.reduce else 0
                 fold = acc[r.fold:r.fold + r.hi - r.lo] if r.fold >= 0 else None
                 recvs.append((r.peer, work[r.lo:r.hi], mode, fold, r.flush,
                               (r.hi - r.lo) * itemsize, g.posted_word(r.peer, me),
@@ -345,7 +348,7 @@ class Lane:
         self.views: dict = {}   # (serial, byte offset, nbytes) -> the dialect's array
         # the C loop's program, when its reduction is bitwise the backend's (lane_native)
         self.program, self.meta = None, ()
-        reduction = lane_native.reduction(self.combine, work.dtype, op)
+        reduction = lane_native.reduction(self.combine, self.combine_into, work.dtype, op)
         if reduction is not None:
             self.program, self.meta = lane_native.program(self, g, reduction, segment)
 
@@ -474,6 +477,8 @@ class Lane:
             src = self._view(self.group, key, w[at + 3], seq, expect, peer)
         if mode == 1:
             self.combine(dst, src)
+        elif mode == 4:
+            self.combine_into(dst, src, dst)
         elif mode == 0:
             self.copy(dst, src)
         else:
@@ -482,7 +487,7 @@ class Lane:
             else:
                 self.combine(fold, src)
             if flush:
-                self.combine(dst, fold)
+                self.combine_into(dst, fold, dst)   # the lower ranks' accumulator on the left
         released[peer] = seq + 1
         w[rel] = seq + 1
 

@@ -8,11 +8,13 @@ there). Without it, or for a lane it cannot run bitwise, the lane replays in Pyt
 
 Bitwise: the C reductions are the same IEEE operations as numpy's and torch's, so only the
 NaN that survives when both operands are NaN (and, for min/max, which zero) can differ. At
-lowering, :func:`reduction` runs the backend's own combine and the C one on probes (every pair
-of NaN payloads and signs, signalling NaNs, ±0, ±inf, subnormals, overflow, the integers'
+lowering, :func:`reduction` runs the backend's own functions and the C one on probes (every
+pair of NaN payloads and signs, signalling NaNs, ±0, ±inf, subnormals, overflow, the integers'
 extremes) at lengths 1-40, 63-65, 255-257 and several offsets, for each NaN rule the C loop
-has; a (combine, dtype, op) none of them matches (torch's float product and min/max: their
-vector and scalar loops keep different NaNs) stays in Python.
+has, in both operand orders the lane uses (the IR's: ``dst := dst ⊕ src``, the backend's
+combine, and ``dst := src ⊕ dst`` for a receive from a peer below, its combine_into); a
+(backend, dtype, op) that some order does not match (torch's float product and min/max: their
+vector and scalar loops keep different NaNs and zeros) stays in Python.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ _DTYPES = {np.dtype(d): i for i, d in enumerate(
     (np.float32, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8))}
 _OPS = {ReduceOp.SUM: 0, ReduceOp.AVG: 0, ReduceOp.PRODUCT: 1, ReduceOp.MIN: 2,
         ReduceOp.MAX: 3, ReduceOp.BAND: 4, ReduceOp.BOR: 5, ReduceOp.BXOR: 6}
-_verdicts: dict = {}   # (combine, dtype, op) -> (dtype code, op code, rule) or None
+_verdicts: dict = {}   # (combine, combine_into, dtype, op) -> reduction() or None
 caches.register(_verdicts.clear)
 
 
@@ -92,37 +94,46 @@ def _probes(dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
     return a, b
 
 
-def _matches(combine: Callable, code: int, op: int, rule: int, a: np.ndarray,
+def _applies(combine: Callable, combine_into: Callable, left: bool) -> Callable:
+    """The backend's ``dst := dst ⊕ src`` (``combine``), or with ``left`` its ``dst := src ⊕
+    dst`` (``combine_into``), as a function of (dst, src)."""
+    return (lambda d, s: combine_into(d, s, d)) if left else combine
+
+
+def _matches(apply: Callable, code: int, op: int, rule: int, left: bool, a: np.ndarray,
              b: np.ndarray) -> bool:
-    """Whether the C reduction with ``rule`` gives ``combine``'s bits on the probes, at many
-    lengths and at element offsets from an aligned start (a vector loop's peeling)."""
+    """Whether the C reduction with ``rule`` and ``left`` gives ``apply``'s bits (of
+    :func:`_applies`) on the probes, at many lengths and at element offsets from an aligned
+    start (a vector loop's peeling)."""
     spans = [(o, n) for o in (0, 1, 3) for n in list(range(1, 41)) + [63, 64, 65]]
     spans += [(o, n) for o in (0, 5) for n in (255, 256, 257, a.size - 5)]
     with np.errstate(all="ignore"):
         for o, n in spans:
             theirs, mine = a.copy(), a.copy()
-            combine(theirs[o:o + n], b[o:o + n])
-            _lanec.combine(code, op, rule, mine[o:o + n], b[o:o + n])
+            apply(theirs[o:o + n], b[o:o + n])
+            _lanec.combine(code, op, rule, int(left), mine[o:o + n], b[o:o + n])
             if mine.tobytes() != theirs.tobytes():
                 return False
     return True
 
 
-def _nan_rules(combine: Callable, dtype: np.dtype) -> list:
-    """The NaN rule (``_lanec.c``'s ``nan_rule``) of ``combine`` (a float add or mul) read off
-    its results on two NaNs of different payloads at lengths 1-129; [] when none fits."""
+def _nan_rules(apply: Callable, dtype: np.dtype, left: bool) -> list:
+    """The NaN rule (``_lanec.c``'s ``nan_rule``: which operand's NaN survives, by position)
+    of ``apply`` (of :func:`_applies`, a float add or mul) read off its results on two NaNs of
+    different payloads at lengths 1-129; [] when none fits."""
     bits = np.uint32 if dtype.itemsize == 4 else np.uint64
     quiet = int(np.array(np.nan, dtype).view(bits))
     mine, other = quiet | 1, quiet | 2
+    right = mine if left else other   # the right operand's payload: the destination's if left
     seen = {}
     with np.errstate(all="ignore"):
         for n in range(1, 130):
             d = np.full(n, mine, bits).view(dtype)
-            combine(d, np.full(n, other, bits).view(dtype))
+            apply(d, np.full(n, other, bits).view(dtype))
             got = d.view(bits)
             if not np.all((got == mine) | (got == other)):
                 return []
-            seen[n] = (got == other).astype(int)
+            seen[n] = (got == right).astype(int)
     one, small = int(seen[1][0]), int(seen[2][0])
     rules = [one * 15]   # the same everywhere
     for w in (4, 8, 16, 32, 64):
@@ -134,23 +145,30 @@ def _nan_rules(combine: Callable, dtype: np.dtype) -> list:
     return rules
 
 
-def reduction(combine: Callable, dtype: Any, op: ReduceOp) -> tuple | None:
-    """``(dtype code, op code, NaN rule)`` when the C loop reproduces ``combine`` (the
-    backend's in-place ``dst = op(dst, src)`` on numpy arrays of ``dtype``) bit for bit on the
-    probes (module docstring), else None. Checked once per (combine, dtype, op)."""
+def reduction(combine: Callable, combine_into: Callable, dtype: Any,
+              op: ReduceOp) -> tuple | None:
+    """``(dtype code, op code, NaN rule, NaN rule with the source on the left)`` when the C
+    loop reproduces the backend's ``dst := dst ⊕ src`` (``combine(dst, src)``) and ``dst :=
+    src ⊕ dst`` (``combine_into(dst, src, dst)``) on numpy arrays of ``dtype`` bit for bit on
+    the probes (module docstring), else None. Checked once per (combine, combine_into, dtype,
+    op)."""
     if _lanec is None:
         return None
     dtype = np.dtype(dtype)
     code, opc = _DTYPES.get(dtype), _OPS.get(op)
     if code is None or opc is None or (dtype.kind == "f" and opc >= 4):
         return None
-    key = (combine, dtype, op)
+    key = (combine, combine_into, dtype, op)
     if key not in _verdicts:
         a, b = _probes(dtype)
-        rules = (0,) if dtype.kind != "f" else (0, 1) if opc >= 2 else \
-            _nan_rules(combine, dtype)
-        _verdicts[key] = next(((code, opc, r) for r in rules
-                               if _matches(combine, code, opc, r, a, b)), None)
+        found = []
+        for left in (False, True):
+            apply = _applies(combine, combine_into, left)
+            rules = (0,) if dtype.kind != "f" else (0, 1) if opc >= 2 else \
+                _nan_rules(apply, dtype, left)
+            found.append(next((r for r in rules if _matches(apply, code, opc, r, left, a, b)),
+                              None))
+        _verdicts[key] = None if None in found else (code, opc, *found)
     return _verdicts[key]
 
 

@@ -1,8 +1,9 @@
 """The torch backend's array dialect: torch tensors as the engine and the front end see them.
 
 :class:`TorchOps` is the engine's array dialect (:class:`ringccl.engine.ArrayOps`) on 1-D
-tensors: reductions are torch's in-place ops (:func:`combine_fn`), so every transport of the
-backend reduces with the same kernels in the same operand order (bitwise the same results).
+tensors: reductions are torch's ops (:func:`combine_fn`, :func:`combine_into_fn`), so every
+transport of the backend reduces with the same kernels in the same operand order (bitwise the
+same results).
 :class:`TorchArrays` is the front end's (:class:`ringccl.frontend.ArrayDialect`): the checks
 whose messages name ringccl.torch's arguments, flat views, scratch, copies, casts.
 """
@@ -41,13 +42,17 @@ def combine_fn(op: ReduceOp):
     return lambda dst, src: dst.bitwise_xor_(src)
 
 
-def combine_into_fn(op: ReduceOp):
-    """``dst = op(a, b)`` into ``dst`` on torch tensors: :func:`combine_fn`'s operation on a
-    ``dst`` that held ``a`` (the same kernel, operands in the same order)."""
-    f = {ReduceOp.SUM: torch.add, ReduceOp.AVG: torch.add, ReduceOp.PRODUCT: torch.mul,
+_INTO = {ReduceOp.SUM: torch.add, ReduceOp.AVG: torch.add, ReduceOp.PRODUCT: torch.mul,
          ReduceOp.MIN: torch.minimum, ReduceOp.MAX: torch.maximum,
          ReduceOp.BAND: torch.bitwise_and, ReduceOp.BOR: torch.bitwise_or,
-         ReduceOp.BXOR: torch.bitwise_xor}[op]
+         ReduceOp.BXOR: torch.bitwise_xor}
+
+
+def combine_into_fn(op: ReduceOp):
+    """``dst = op(a, b)`` into ``dst`` on torch tensors (``dst`` may be ``a`` or ``b``):
+    :func:`combine_fn`'s operation on a ``dst`` that held ``a`` (the same kernel, operands in
+    the same order)."""
+    f = _INTO[op]
     return lambda dst, a, b: f(a, b, out=dst)
 
 
@@ -63,6 +68,7 @@ class TorchOps:
         dst.copy_(src)
 
     combine = staticmethod(combine_fn)
+    combine_into = staticmethod(combine_into_fn)
 
     @staticmethod
     def kind(a: torch.Tensor):
