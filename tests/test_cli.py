@@ -115,7 +115,7 @@ torch_missing = importlib.util.find_spec("torch") is None
 
 @pytest.mark.skipif(torch_missing, reason="ringccl run needs torch")
 def test_run_accumulate_dtype_reaches_the_workers_and_is_checked_first(capsys, monkeypatch):
-    import ringccl.torch.launch as tl
+    import ringccl.backends.torch.runner as runner   # imported first: its launch is replaced
     calls = []
 
     def launch(fn, nproc, spec, *args, **kwargs):  # the bench sweep's worker and its spec
@@ -124,7 +124,7 @@ def test_run_accumulate_dtype_reaches_the_workers_and_is_checked_first(capsys, m
                "p90_s": 1e-5, "algbw": 1.6e6, "busbw": 1.6e6}
         return [[dict(row, algorithm=spec["algorithms"][0]), dict(row, algorithm="builtin")]]
 
-    monkeypatch.setattr(tl, "launch", launch)
+    monkeypatch.setattr(runner, "launch", launch)
     assert main(["run", "reduce", "-n", "2", "-c", "8", "--dtype", "float16",
                  "--accumulate-dtype", "float64", "--json"]) == 0
     assert calls[0]["accumulate_dtype"] == "float64"
@@ -141,4 +141,5 @@ def test_a_simulation_larger_than_memory_is_refused_up_front(capsys):
     assert main(["simulate", "all_reduce", "-N", "4", "-c", "64Gi"]) == 2
     err = capsys.readouterr().err
     assert "simulating all_reduce on 4 ranks x count=68719476736 needs about 2.10 TiB" in err
-    assert "more than this machine's" in err and "use a smaller --count" in err
+    assert "more than this machine's" in err and "use a smaller -c/--count" in err
+    assert err.startswith("ringccl: error: -c/--count 68719476736 is too large") and "fit" in err

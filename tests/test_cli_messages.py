@@ -416,3 +416,76 @@ def test_show_long_cells_are_clipped_with_a_count(capsys):
 ])
 def test_show_ranks_are_checked(capsys, ranks, message):
     assert message in _error(capsys, ["show", "all_reduce", "-N", "1000", "--ranks", ranks])
+
+
+# -- values parsed by one parser per kind, refused naming the flag as typed ----------------------
+
+@pytest.mark.parametrize("argv,message", [
+    # an output file: its directory, its kind (by suffix), refused before any work
+    (["explore", "all_reduce", "-o", "/nonexistent/x.html"],
+     "argument --output/-o: '/nonexistent/x.html': directory '/nonexistent' does not exist"),
+    (["explore", "all_reduce", "-o", "{tmp}/x.txt"],
+     "argument --output/-o: '{tmp}/x.txt' is written as an HTML page: its name must end in "
+     ".html, .htm"),
+    (["explore", "all_reduce", "-o", "{tmp}"],
+     "argument --output/-o: '{tmp}' is a directory; give a file name in it"),
+    (["show", "all_reduce", "--trace", "/nonexistent/t.json"],
+     "argument --trace: '/nonexistent/t.json': directory '/nonexistent' does not exist"),
+    (["model", "all_reduce", "--plot", "{tmp}/chart.txt"],
+     "argument --plot: '{tmp}/chart.txt' is written as an image: its name must end in .png"),
+    (["bench", "all_reduce", "--plot", "/nonexistent/b.png"],
+     "argument --plot: '/nonexistent/b.png': directory '/nonexistent' does not exist"),
+    # bench's segment sizes: auto, 0 or a size, each entry
+    (["bench", "all_reduce", "--segment-bytes", "-1"],
+     "argument --segment-bytes: segment size '-1' is negative: each entry must be auto (the "
+     "executor's threshold), 0 (never split) or a size such as 1MiB"),
+    (["bench", "all_reduce", "--segment-bytes", "0,1us"],
+     "argument --segment-bytes: size '1us' is not a size; examples: 4096, 4KiB, 4MiB, 100MB, "
+     "1GiB; each entry must be auto"),
+    # a bandwidth without its unit (bits or bytes?), zero included
+    (["model", "all_reduce", "--bandwidth", "0"],
+     "argument --bandwidth: bandwidth '0' has no unit; a bandwidth > 0 is bytes/s (50GB/s, "
+     "50GBps) or bits/s (400Gbps, 400Gb/s)"),
+    (["model", "all_reduce", "--bandwidth", "0GB/s"], "argument --bandwidth: bandwidth '0GB/s' "
+     "must be > 0"),
+    # a two-level machine's links: ALPHA,BANDWIDTH in model and explore, one parser
+    (["model", "all_reduce", "--nodes", "2", "--intra", "1us"],
+     "argument --intra: link '1us' must be ALPHA,BANDWIDTH: a latency >= 0 and a bandwidth > 0, "
+     "e.g. 5us,900GB/s or 2us,400Gbps"),
+    (["explore", "all_reduce", "--topology", "2x4", "--inter", "5us,1"],
+     "argument --inter: bandwidth '1' has no unit"),
+    (["explore", "all_reduce", "--topology", "2x4", "--intra", "1GB/s,5us"],
+     "argument --intra: duration '1GB/s' is not a duration"),
+    # a count is an exact integer, at most int64's largest (1e30 is not 1000000000000000019884…)
+    (["simulate", "all_reduce", "-c", "1e30"],
+     "argument --count/-c: count '1e30' is too large: at most 9223372036854775807 (2^63 - 1, "
+     "the largest int64)"),
+    (["simulate", "all_reduce", "-c", "2.5"],
+     "argument --count/-c: count '2.5' must be a whole number >= 0, got 2.5"),
+])
+def test_values_are_refused_by_flag_before_any_work(capsys, tmp_path, argv, message):
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    assert message.replace("{tmp}", str(tmp_path)) in _usage_error(capsys, argv)
+    assert list(tmp_path.iterdir()) == []   # nothing written
+
+
+def test_a_link_parses_as_the_library_reads_it():
+    from ringccl.cli.common import link_arg
+    from ringccl.costmodel.topology import parse_link
+    parsed = link_arg("5us,400Gbps")
+    assert parsed == parse_link(("5us", "400Gbps")) == pytest.approx((5e-6, 50e9))
+
+
+def test_a_count_beyond_memory_names_the_flag_and_the_largest_that_fits(capsys, monkeypatch):
+    from ringccl.sim import memory
+    monkeypatch.setattr(memory, "available_bytes", lambda: 8 << 30)
+    err = _error(capsys, ["simulate", "all_reduce", "-N", "8", "-c", "1e15"])
+    fit = int(((8 << 30) - memory.simulation_bytes("all_reduce", 8, 0, 4))
+              // (memory.simulation_bytes("all_reduce", 8, 1, 4)
+                  - memory.simulation_bytes("all_reduce", 8, 0, 4)))
+    assert err.startswith("ringccl: error: -c/--count 1000000000000000 is too large: simulating "
+                          "all_reduce on 8 ranks x count=1000000000000000 needs about 59.69 PiB")
+    assert (f"at most {fit:,} fit on -N/--world-size 8: use a smaller -c/--count or "
+            "-N/--world-size") in err
+    assert memory.simulation_bytes("all_reduce", 8, fit, 4) <= 8 << 30
+    assert memory.simulation_bytes("all_reduce", 8, fit + 1, 4) > 8 << 30

@@ -253,3 +253,247 @@ def test_demo_without_torch_skips_the_third_part_with_a_note():
     assert ("3) skipped: the part on real processes needs torch, which is not installed: pip "
             "install 'ringccl[torch]'") in done.stdout
     assert done.stderr == ""
+
+
+# -- schedules sized before they are built --------------------------------------------------------
+
+@pytest.fixture
+def built(monkeypatch):
+    """The world sizes the CLI builds schedules at (probes included), with 8 GiB available
+    whatever the machine has: what is refused must be refused before its size is built."""
+    from ringccl import clear_caches
+    from ringccl.cli import limits
+    sizes = []
+    real = limits.build_schedule
+
+    def record(collective, algorithm, world_size, **params):
+        sizes.append(world_size)
+        return real(collective, algorithm, world_size, **params)
+
+    clear_caches()
+    monkeypatch.setattr(limits, "build_schedule", record)
+    monkeypatch.setattr(resources, "available_memory", lambda: 8 << 30)
+    return sizes
+
+
+@pytest.mark.parametrize("argv,message", [
+    # the ring all-reduce's symbolic check on 10,000 ranks needs ~120 GiB (its 10^4 x 10^4
+    # slots of 157-word bit sets): refused at once, not after allocating it
+    (["show", "all_reduce", "-N", "10000"],
+     "-N/--world-size 10000: the ring all_reduce schedule on 10000 ranks would have about "
+     "221,223,808 transfers and 10,000 chunks per rank (extrapolated from 32 and 64 ranks); "
+     "building and checking it needs about 292.90 GiB, more than this machine's 8.00 GiB "
+     "available; use a smaller -N/--world-size"),
+    (["simulate", "all_reduce", "-N", "10000", "-c", "1"],
+     "-N/--world-size 10000: the ring all_reduce schedule on 10000 ranks would have about "
+     "221,223,808 transfers (extrapolated from 32 and 64 ranks); building it needs about "
+     "19.78 GiB, more than this machine's 8.00 GiB available"),
+    (["compare", "all_to_all", "-N", "20000"], "-N/--world-size 20000: the direct all_to_all"),
+    (["show", "broadcast", "--src", "5000", "-N", "10000"],
+     "-N/--world-size 10000: the ring broadcast schedule on 10000 ranks would have about"),
+    # a pipelined chain's steps grow with --segments, counted by the closed form
+    (["show", "broadcast", "--segments", "1000000000", "-N", "4"],
+     "-N/--world-size 4 --segments 1000000000: the ring broadcast schedule has 1,000,000,002 "
+     "steps, which need about 59.60 GiB, more than this machine's 8.00 GiB available; use a "
+     "smaller -N/--world-size or --segments"),
+])
+def test_a_schedule_too_large_for_memory_is_refused_before_it_is_built(capsys, built, argv,
+                                                                      message):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ringccl: error: ") and err.count("\n") == 1 and message in err, err
+    assert max(built, default=0) <= 64, built   # the probes at most
+
+
+def test_a_schedule_too_large_for_its_bound_is_refused_as_it_is_built(capsys, monkeypatch):
+    # on 64 ranks (no extrapolation) the ring all-reduce's 8,064 transfers need ~774 KB to
+    # build: with 500 KB, (500,000 - 126 steps x 64) // 96 = 5,124 transfers fit, and the
+    # group that passes them is refused before its arrays exist
+    from ringccl import clear_caches
+    from ringccl.algorithms._build import Transfers
+    clear_caches()
+    monkeypatch.setattr(resources, "available_memory", lambda: 500_000)
+    made = []
+    real = Transfers.schedule
+    monkeypatch.setattr(Transfers, "schedule",
+                        lambda *a, **k: made.append(1) or real(*a, **k))
+    assert main(["show", "all_reduce", "-N", "64"]) == 2
+    assert ("-N/--world-size 64: the ring all_reduce schedule on 64 ranks has more than 5,124 "
+            "transfers; at ~96 bytes each while it is built they need more than this machine's "
+            "488.28 KiB of available memory; use a smaller -N/--world-size") in \
+        capsys.readouterr().err
+    assert not made
+
+
+def test_a_check_too_large_for_memory_is_refused_before_it_runs(monkeypatch):
+    from ringccl.algorithms import build_schedule
+    from ringccl.check import verify_bytes
+    from ringccl.cli import limits
+    schedule = build_schedule("all_reduce", "ring", 64)
+    need = verify_bytes(schedule)
+    assert need == 18 * 64 * 64 * 1 + 48 * 8064 + 24 * 1 * 64
+    monkeypatch.setattr(resources, "available_memory", lambda: need - 1)
+    with pytest.raises(RingcclError, match=r"^-N/--world-size 64: checking the ring all_reduce "
+                       r"schedule \(64 ranks, 64 chunks per rank, 8,064 transfers\) needs about "
+                       r"451\.50 KiB, more than this machine's 451\.50 KiB available"):
+        limits.check_verify(schedule, ("-N/--world-size 64", "-N/--world-size"))
+    monkeypatch.setattr(resources, "available_memory", lambda: need)
+    limits.check_verify(schedule, ("-N/--world-size 64", "-N/--world-size"))
+
+
+def test_the_extrapolation_covers_the_built_size():
+    # the built-in algorithms grow as N, N^2 or N^2 log N: from 32 and 64 ranks the estimate
+    # at 200 is at least the truth and within MARGIN of it
+    from ringccl.algorithms import REGISTRY, build_schedule
+    from ringccl.cli import limits
+    for (collective, algorithm) in REGISTRY:
+        s = build_schedule(collective, algorithm, 200)
+        transfers, chunks, busiest = limits.estimate(collective, algorithm, 200, {})
+        assert s.num_transfers <= transfers * 1.01 and transfers <= limits.MARGIN * max(
+            s.num_transfers, 1) + 1, (collective, algorithm, s.num_transfers, transfers)
+        assert s.num_chunks <= chunks * 1.01, (collective, algorithm)
+
+
+def test_an_address_space_bound_fails_allocations_beyond_it():
+    import resource
+    before = resource.getrlimit(resource.RLIMIT_AS)
+    with resources.address_space_bound(64 << 20):
+        np.ones(1 << 20)                # 8 MiB: within
+        with pytest.raises(MemoryError):
+            np.ones(1 << 27)            # 1 GiB: refused at once, nothing touched
+    assert resource.getrlimit(resource.RLIMIT_AS) == before
+    np.ones(1 << 27)
+
+
+def test_run_names_the_process_limit_before_building_a_schedule(capsys, no_launch, built,
+                                                                  monkeypatch):
+    monkeypatch.setattr(resources, "usable_cores", lambda: 2)
+    assert main(["run", "all_reduce", "-n", "10000", "-c", "8"]) == 2
+    assert "--nproc 10000 is more than 4 processes per core" in capsys.readouterr().err
+    assert built == [] and not no_launch
+
+
+# -- the machine's limit that binds first ---------------------------------------------------------
+
+def test_bench_names_the_limit_that_binds(capsys, no_launch, monkeypatch):
+    # 2 cores hold 8 processes, 24.5 GB hold 35 of them: 64 is refused for the cores
+    monkeypatch.setattr(resources, "usable_cores", lambda: 2)
+    monkeypatch.setattr(resources, "available_memory", lambda: 24_500_000_000)
+    assert main(["bench", "all_reduce", "-n", "64"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("ringccl: error: --nproc 64 is more than 4 processes per core on this "
+                   "machine's 2 usable cores (at most 8); pass --oversubscribe to start them "
+                   "anyway")
+    # ... and with 64 cores the memory binds: 35 fit
+    monkeypatch.setattr(resources, "usable_cores", lambda: 64)
+    assert main(["bench", "all_reduce", "-n", "64"]) == 2
+    assert "available; at most 35 fit" in capsys.readouterr().err
+    assert not no_launch
+
+
+# -- the environment every worker reads, checked before any starts -------------------------------
+
+@pytest.fixture
+def no_workers(monkeypatch):
+    """The torch launcher's process creation and mpirun replaced by refusals that record: the
+    launcher's own checks run, and a refusal must come before them."""
+    pytest.importorskip("torch")
+    import ringccl.backends.mpi.launch
+    import ringccl.backends.torch.launch
+    import ringccl.backends.torch.runner
+    started = []
+
+    def refuse(*args, **kwargs):
+        started.append(args)
+        raise _Started("a worker was started")
+
+    monkeypatch.setattr(ringccl.backends.torch.launch, "_processes", refuse)
+    # the real launcher, whatever a test before left in the runner's name for it
+    monkeypatch.setattr(ringccl.backends.torch.runner, "launch",
+                        ringccl.backends.torch.launch.launch)
+    monkeypatch.setattr(ringccl.backends.mpi.launch.subprocess, "Popen", refuse)
+    for name in ("RINGCCL_TRANSPORT", "RINGCCL_TIMEOUT", "RINGCCL_DEBUG", "RINGCCL_ALGO",
+                 "RINGCCL_LANE"):
+        monkeypatch.delenv(name, raising=False)
+    return started
+
+
+def _worker_message(name: str) -> str:
+    """What a worker's call says about the variable's value: its own parser, called here."""
+    from ringccl import consistency, environment
+    from ringccl.backends import shm
+    from ringccl.backends.shm import lane
+    from ringccl.backends.torch.transport import TRANSPORTS
+    from ringccl.costmodel.choice import parse_algo_env
+    from ringccl.engine import timeout_seconds
+    parse = {"RINGCCL_TRANSPORT": lambda: shm.transport_choice("auto", TRANSPORTS),
+             "RINGCCL_TIMEOUT": lambda: timeout_seconds(None),
+             "RINGCCL_DEBUG": consistency.debug_level,
+             "RINGCCL_ALGO": lambda: parse_algo_env(environment.get("RINGCCL_ALGO")),
+             "RINGCCL_LANE": lane.check_environment}[name]
+    with pytest.raises(RingcclError) as info:
+        parse()
+    return str(info.value)
+
+
+@pytest.mark.parametrize("name,value,message", [
+    ("RINGCCL_TRANSPORT", "tcp", "RINGCCL_TRANSPORT='tcp' must be one of 'auto', 'shm', 'p2p', "
+     "'hybrid'"),
+    ("RINGCCL_TIMEOUT", "abc", "RINGCCL_TIMEOUT='abc' must be a finite number of seconds > 0"),
+    ("RINGCCL_DEBUG", "INOF", "RINGCCL_DEBUG='INOF' must be one of 0, off, false, no or unset "
+     "(nothing), INFO (a log line per call), TRACE (INFO and every step's times) or 1, on, "
+     "true, yes, check, detail (the cross-rank check); case-insensitive"),
+    ("RINGCCL_ALGO", "all_reduce:nope", "RINGCCL_ALGO entry 'all_reduce:nope': all_reduce has "
+     "no algorithm 'nope'; expected one of ring"),
+    ("RINGCCL_ALGO", "garbage", "RINGCCL_ALGO entry 'garbage' must be collective:algorithm"),
+    ("RINGCCL_LANE", "maybe", "RINGCCL_LANE='maybe' must be '1' or 'on'"),
+])
+@pytest.mark.parametrize("command", [["run", "all_reduce", "-n", "2", "-c", "8"],
+                                     ["bench", "all_reduce", "-n", "2", "-e", "4KiB"],
+                                     ["train", "--nproc", "2", "--epochs", "1", "--no-plot"]])
+def test_a_bad_environment_variable_is_refused_before_any_worker_starts(
+        capsys, monkeypatch, no_workers, command, name, value, message):
+    monkeypatch.setenv(name, value)
+    assert main(command) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"ringccl: error: {_worker_message(name)}"   # the worker's words, once
+    assert message in err and not no_workers
+
+
+def test_mpi_launches_check_their_own_transports(capsys, monkeypatch, no_workers):
+    monkeypatch.setenv("RINGCCL_TRANSPORT", "hybrid")   # the torch backend's, not ringccl.mpi's
+    assert main(["bench", "all_reduce", "--backend", "mpi", "-n", "2", "-e", "4KiB"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "ringccl: error: RINGCCL_TRANSPORT='hybrid' must be one of 'auto', 'shm', 'p2p'")
+    assert not no_workers
+
+
+def test_demo_sizes_every_part_before_printing_the_first(capsys, monkeypatch, no_launch):
+    from ringccl.sim import memory
+    monkeypatch.setattr(memory, "available_bytes", lambda: 8 << 30)
+    monkeypatch.setattr(resources, "usable_cores", lambda: 2)
+    assert main(["demo", "--sim-count", "1e12"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("ringccl: error: --sim-count 1000000000000 is too large")
+    assert "use a smaller --sim-count" in err
+    assert main(["demo", "--nproc", "64"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "--nproc 64 is more than 4 processes per core" in err
+    assert not no_launch
+
+
+def test_the_cost_models_walks_are_bounded_by_memory(capsys, monkeypatch):
+    # a two-level machine has no closed forms: model walks every algorithm's schedule on
+    # 2048 ranks (a ring all-reduce's 8.4M transfers); with 256 MiB the large ones are refused
+    # by name, the small ones (tree: 4,094 transfers) still costed
+    from ringccl import clear_caches
+    clear_caches()
+    monkeypatch.setattr(resources, "available_memory", lambda: 256 << 20)
+    assert main(["model", "all_reduce", "--nodes", "256", "--local", "8", "-s", "1MiB",
+                 "--json"]) == 0
+    table = json.loads(capsys.readouterr().out)["tables"][0]
+    assert "tree" in {r["algorithm"] for r in table["rows"]}
+    assert table["skipped"]["ring"] == (
+        "--nodes 256 --local 8: the cost model's walk of an algorithm's schedule builds a "
+        "schedule with more than 2,796,202 transfers; at ~96 bytes each they need more than "
+        "this machine's 256.00 MiB of available memory; use a smaller --nodes or --local")

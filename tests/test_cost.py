@@ -213,7 +213,10 @@ def test_explicit_placement():
     (dict(placement=[0, 0]), "distinct devices"),
     (dict(placement=[0, 99]), "distinct devices in"),
     (dict(placement="spread"), "placement='spread' is unknown"),
-    (dict(intra="5us"), "must be a pair"),
+    (dict(intra="5us"), r"intra '5us' must be ALPHA,BANDWIDTH: a latency >= 0 and a "
+                        "bandwidth > 0, e.g. 5us,900GB/s"),
+    (dict(intra=("5us",)), r"intra=\('5us',\) must be a pair \(alpha, bandwidth\)"),
+    (dict(inter="5us,50"), "bandwidth '50' has no unit"),
 ])
 def test_two_level_rejects(kwargs, message):
     args = dict(nodes=2, local=8, intra=("5us", "900GB/s"), inter=("5us", "50GB/s"))

@@ -223,7 +223,11 @@ def test_cli_model_page_and_default_path(tmp_path, capsys, monkeypatch):
     (["--topology", "2x4", "-N", "6"], "--world-size 6 differs from --topology 2x4 = 8"),
     (["-a", "nope"], "algorithm='nope' is not available for all_reduce; expected one of"),
     (["-a", "ring,tree,direct,master"], "at most 3 side by side"),
-    (["-N", "1024"], "2,095,104 transfers; the explorer draws at most 300,000"),
+    # refused before it is built: extrapolated far beyond the page's bound, or counted
+    (["-N", "1024"], "-N/--world-size 1024: the ring all_reduce schedule on 1024 ranks would "
+     "have about 2,200,827 transfers and 1,024 chunks per rank (extrapolated from 32 and 64 "
+     "ranks); the explorer draws at most 300,000"),
+    (["-N", "400"], "-N/--world-size 400: the ring all_reduce schedule on 400 ranks has "),
     (["--root", "1"], "root=1 does not apply to ring all_reduce"),
 ])
 def test_cli_refuses_bad_input_in_one_line(tmp_path, capsys, argv, message):

@@ -116,3 +116,12 @@ def test_the_c_reductions_match_the_backends_on_random_spans():
                         OPS.combine(op)(theirs[o:], y[o:])
                 _lanec.combine(code, opc, rule_left if left else rule, left, mine[o:], y[o:])
                 assert mine.tobytes() == theirs.tobytes(), (dtype, op, n, o, left)
+
+
+def test_the_launchers_check_reads_the_variable_now(monkeypatch):
+    # read afresh (the module read it at import): a launcher checks what its workers will read
+    monkeypatch.setenv("RINGCCL_LANE", "maybe")
+    with pytest.raises(ArgumentError, match="RINGCCL_LANE='maybe' must be '1' or 'on'"):
+        lane.check_environment()
+    monkeypatch.setenv("RINGCCL_LANE", "python")
+    lane.check_environment()

@@ -69,3 +69,17 @@ def test_cgroup_v1_limits(monkeypatch):
     files["/sys/fs/cgroup/memory/memory.limit_in_bytes"] = str(2 ** 63 - 4096)  # no limit
     files["/sys/fs/cgroup/cpu/cpu.cfs_quota_us"] = "-1"
     assert resources.available_memory() == 4_000_000 * 1024
+
+
+@pytest.mark.parametrize("cores,memory,message", [
+    # 64 processes of 1 GB: 2 cores hold 8, 40 GB hold 40: the cores bind, and are named
+    (2, 40 * 10 ** 9, "--nproc 64 is more than 4 processes per core on this machine's 2 usable "
+     "cores (at most 8)"),
+    # 100 cores hold 400, 40 GB still 40: the memory binds
+    (100, 40 * 10 ** 9, "available; at most 40 fit"),
+])
+def test_the_limit_named_is_the_one_that_binds(cores, memory, message):
+    with pytest.raises(ArgumentError) as info:
+        resources.check_processes(64, 10 ** 9, what="--nproc", cores=cores, memory=memory)
+    assert message in str(info.value)
+    assert ("available" in str(info.value)) == (cores == 100)

@@ -11,6 +11,7 @@ import ringccl
 from ringccl import engine
 from ringccl.cli import main
 from ringccl.engine import trace
+from ringccl.errors import ArgumentError
 from ringccl.backends.mpi.dialect import OPS  # the engine's numpy array ops (no mpi4py)
 from ringccl.ops import ReduceOp
 
@@ -130,7 +131,7 @@ def test_trace_iters_from_the_environment(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("argv,message", [
     (["run", "all_reduce", "-n", "2", "-c", "8", "--trace", "/nonexistent/t.json"],
-     "no such directory"),
+     "argument --trace: '/nonexistent/t.json': directory '/nonexistent' does not exist"),
     (["bench", "all_reduce", "--trace", "t.json"], "--trace needs --nproc"),
     (["bench", "all_reduce", "-n", "2", "--trace", "t.json", "--trace-iters", "0"],
      "0 must be >= 1"),
@@ -148,7 +149,7 @@ def test_trace_arguments_refused_up_front(argv, message, capsys):
 @pytest.mark.parametrize("value,check,level", [
     ("", False, ""), ("0", False, ""), ("off", False, ""), ("1", True, "check"),
     ("true", True, "check"), ("INFO", False, "info"), ("trace", False, "trace"),
-    ("detail", True, "check")])
+    ("detail", True, "check"), (" On ", True, "check"), ("no", False, "")])
 def test_ringccl_debug_levels(monkeypatch, value, check, level):
     from ringccl import consistency
     monkeypatch.setenv("RINGCCL_DEBUG", value)
@@ -156,3 +157,18 @@ def test_ringccl_debug_levels(monkeypatch, value, check, level):
     assert consistency.enabled(None) is check
     assert consistency.debug_level() == level
     assert consistency.enabled(True) is True and consistency.enabled(False) is False
+
+
+
+@pytest.mark.parametrize("value", ["INOF", "warn", "2", "verbose"])
+def test_ringccl_debug_refuses_what_it_does_not_know(monkeypatch, value):
+    # a typo of INFO turned the cross-rank check on (a per-call all-gather) without a log line
+    from ringccl import consistency
+    monkeypatch.setenv("RINGCCL_DEBUG", value)
+    with pytest.raises(ArgumentError, match=rf"^RINGCCL_DEBUG={value!r} must be one of 0, off, "
+                       r"false, no or unset \(nothing\), INFO .* or 1, on, true, yes, check, "
+                       r"detail \(the cross-rank check\); case-insensitive$"):
+        consistency.debug_level()
+    with pytest.raises(ArgumentError, match="RINGCCL_DEBUG"):
+        consistency.enabled(None)
+    assert consistency.enabled(False) is False   # an explicit check= reads no variable

@@ -42,9 +42,12 @@ def test_unwritable_plot_is_refused_before_training(capsys, tmp_path, monkeypatc
     monkeypatch.setattr(ringccl.torch.launch, "launch", lambda *a, **k: started.append(a))
     assert ringccl.cli.main(["train", "--plot", "/nonexistent/x.png"]) == 2
     assert ringccl.cli.main(["train", "--plot", str(tmp_path)]) == 2
+    assert ringccl.cli.main(["train", "--plot", str(tmp_path / "x.txt")]) == 2
     err = capsys.readouterr().err
     assert "plot='/nonexistent/x.png': directory '/nonexistent' does not exist" in err
     assert f"plot={str(tmp_path)!r} is a directory" in err
+    assert f"plot={str(tmp_path / 'x.txt')!r} is written as an image: its name must end in .png" \
+        in err   # the one check of the commands' output files (ringccl.args.output_problem)
     assert not started
 
 

@@ -54,3 +54,27 @@ def test_formatters():
     assert units.format_count(2**20) == "1Mi" and units.format_count(10**6) == "1M"
     assert units.format_duration(9.4e-5) == "94.00 us"
     assert units.format_bandwidth(5e10) == "50.00 GB/s"
+
+
+@pytest.mark.parametrize("text,value", [("1e18", 10**18), ("0.1M", 100_000), ("1.5Ki", 1536),
+                                        ("9223372036854775807", 2**63 - 1),
+                                        ("1e3Mi", 1000 * 2**20)])
+def test_count_is_exact(text, value):
+    # parsed as decimals, not floats: 1e18 is 10^18, not float(1e18) rounded
+    assert units.count(text) == value and type(units.count(text)) is int
+
+
+@pytest.mark.parametrize("text", ["1e30", "9223372036854775808", "1e999999999", "9.3e18"])
+def test_count_and_size_beyond_int64_are_refused(text):
+    with pytest.raises(ArgumentError, match=r"is too large: at most 9223372036854775807"):
+        units.count(text)
+    with pytest.raises(ArgumentError, match=r"is too large"):
+        units.size(text)
+
+
+def test_a_bandwidth_needs_its_unit():
+    with pytest.raises(ArgumentError, match=r"bandwidth '50e9' has no unit; a bandwidth > 0 is "
+                       r"bytes/s \(50GB/s, 50GBps\) or bits/s \(400Gbps, 400Gb/s\)"):
+        units.bandwidth("50e9")
+    assert units.bandwidth(50e9) == 50e9   # a number is bytes/s
+    assert units.format_size(2**60) == "1.00 EiB"

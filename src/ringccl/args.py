@@ -10,16 +10,27 @@ The other checks live next to what they check: ``ringccl.collectives.get_collect
 collective), ``ringccl.algorithms.get_algorithm`` (unknown algorithm), ``ringccl.ops.parse_op``,
 ``check_dtype`` and ``check_op_dtype`` (ops and dtypes), ``ringccl.collectives.split_sizes``
 (all_to_all split sizes of the simulator). :func:`lookup` is the one way to take a named entry
-(a preset, a recipe) from a table.
+(a preset, a recipe) from a table. :func:`output_problem` (and :func:`check_output_path`) is the
+one check of a file a command or a run will write when it is done, made before the work.
 """
 
 from __future__ import annotations
+
+import os
+from typing import Sequence
 
 import numpy as np
 
 from .errors import ArgumentError, ArgumentTypeError
 
-__all__ = ["check_int", "check_rank", "lookup"]
+__all__ = ["check_int", "check_rank", "lookup", "output_problem", "check_output_path",
+           "HTML_SUFFIXES", "IMAGE_SUFFIXES"]
+
+#: suffixes of a page a browser opens
+HTML_SUFFIXES = (".html", ".htm")
+#: suffixes matplotlib writes (its format follows the suffix; "": no suffix, written as PNG)
+IMAGE_SUFFIXES = (".png", ".svg", ".svgz", ".pdf", ".ps", ".eps", ".pgf", ".jpg", ".jpeg",
+                  ".tif", ".tiff", ".webp", ".raw", ".rgba", "")
 
 
 def _is_int(value) -> bool:
@@ -71,3 +82,37 @@ def lookup(table, name, argument: str, what: str, hint: str = "", lower: bool = 
     except (KeyError, TypeError):
         raise ArgumentError(f"{argument}={name!r} is not {what}; expected one of "
                             f"{', '.join(table)}{hint}") from None
+
+
+def output_problem(path: str, suffixes: Sequence[str] = (), what: str = "a file") -> str | None:
+    """Why no file can be written at ``path``, as words that follow the path in a message
+    (``": directory '/x' does not exist"``), or None: its directory missing or not writable,
+    the path a directory, or (``suffixes`` given; ``""``: no suffix) another suffix, the file
+    being ``what`` ("an image")."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        return " is a directory; give a file name in it"
+    if not os.path.isdir(directory):
+        return f": directory {directory!r} does not exist"
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return f": directory {directory!r} is not writable"
+    if suffixes and os.path.splitext(path)[1].lower() not in suffixes:
+        listed = ", ".join(x or "no suffix" for x in suffixes)
+        return f" is written as {what}: its name must end in {listed}"
+    return None
+
+
+def check_output_path(path, argument: str, suffixes: Sequence[str] = (),
+                      what: str = "a file") -> str:
+    """``path`` if a file can be written there (:func:`output_problem`).
+
+    Raises:
+        ArgumentTypeError: not a path. ArgumentError: ``"{argument}={path!r}"`` and the problem.
+    """
+    if not isinstance(path, (str, os.PathLike)) or not str(path):
+        raise ArgumentTypeError(f"{argument}={path!r} must be a file path")
+    path = os.fspath(path)
+    problem = output_problem(path, suffixes, what)
+    if problem:
+        raise ArgumentError(f"{argument}={path!r}{problem}")
+    return path

@@ -22,13 +22,20 @@ call :func:`compare`.
   ``NCCL_DEBUG=INFO`` does not: the cross-rank check stays off.
 * ``TRACE``: INFO plus, per call, one line per step with its measured posting, waiting and
   reduce times (the recorder of :mod:`ringccl.engine.trace`). No check either.
-* any other value ("1", "true", "yes", ...): the cross-rank check, as before the levels.
+* "1", "on", "true", "yes", "check", "detail" (as ``TORCH_DISTRIBUTED_DEBUG=DETAIL``): the
+  cross-rank check.
+
+Any other value is refused (:class:`~ringccl.errors.ArgumentError` naming the variable, its
+value and these), at the first call that reads it and by the launchers before any worker
+starts: a typo such as ``INOF`` would otherwise turn on the check, not the log.
 """
 
 from __future__ import annotations
 
-from . import environment
 from typing import Any
+
+from . import environment
+from .errors import ArgumentError
 
 __all__ = ["enabled", "debug_level", "fingerprint", "compare"]
 
@@ -39,21 +46,37 @@ _NAMES = {"seq": "call sequence number (ringccl collectives so far on this group
 
 _OFF = ("", "0", "off", "false", "no")
 _LOG_LEVELS = ("info", "trace")
+_CHECK = ("1", "on", "true", "yes", "check", "detail")
 
 
 def debug_level() -> str:
     """What ``RINGCCL_DEBUG`` asks for: "" (nothing), "info", "trace" (logging, see the module
-    docstring) or "check" (the cross-rank check: any other value, e.g. "1")."""
+    docstring) or "check" (the cross-rank check).
+
+    Raises:
+        ArgumentError: any other value (the message names the variable, the value and what it
+            may be).
+    """
     value = (environment.get("RINGCCL_DEBUG") or "").strip().lower()
     if value in _OFF:
         return ""
-    return value if value in _LOG_LEVELS else "check"
+    if value in _LOG_LEVELS:
+        return value
+    if value in _CHECK:
+        return "check"
+    raise ArgumentError(f"RINGCCL_DEBUG={environment.get('RINGCCL_DEBUG')!r} must be one of "
+                        f"{', '.join(_OFF[1:])} or unset (nothing), INFO (a log line per call), "
+                        f"TRACE (INFO and every step's times) or {', '.join(_CHECK)} (the "
+                        "cross-rank check); case-insensitive")
 
 
 def enabled(check: bool | None) -> bool:
-    """``check`` if given, else whether ``RINGCCL_DEBUG`` asks for the cross-rank check: set to
-    something other than "", "0", "off", "false", "no" and the logging levels "INFO" and
-    "TRACE" (case-insensitive)."""
+    """``check`` if given, else whether ``RINGCCL_DEBUG`` asks for the cross-rank check (1, on,
+    true, yes, check or detail, case-insensitive; :func:`debug_level`).
+
+    Raises:
+        ArgumentError: ``check`` None and a ``RINGCCL_DEBUG`` value :func:`debug_level` refuses.
+    """
     if check is not None:
         return bool(check)
     return debug_level() == "check"

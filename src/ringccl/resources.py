@@ -12,10 +12,14 @@ Linux sources: ``os.sched_getaffinity`` and the cgroup CPU quota (v2 ``cpu.max``
 the cgroup memory limit less its usage (v2 ``memory.max``/``memory.current``, v1
 ``memory.limit_in_bytes``/``memory.usage_in_bytes``) for memory. Elsewhere: ``os.cpu_count()``,
 and no memory check (nothing portable says what is available).
+
+:func:`address_space_bound` bounds what this process may still allocate (``RLIMIT_AS``), for
+work whose size is only known once it runs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import math
 import pickle
@@ -25,14 +29,20 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Iterator
+
+try:  # POSIX
+    import resource
+except ImportError:  # pragma: no cover - Windows
+    resource = None
 
 from . import units
 from .args import check_int
 from .errors import ArgumentError
 
-__all__ = ["tied_call", "WORKER_BYTES", "RUN_BUFFER_FACTOR", "MAX_PROCESSES_PER_CORE", "usable_cores",
-           "available_memory", "run_worker_bytes", "check_processes", "die_with_parent",
-           "end_session"]
+__all__ = ["tied_call", "WORKER_BYTES", "RUN_BUFFER_FACTOR", "MAX_PROCESSES_PER_CORE",
+           "usable_cores", "available_memory", "run_worker_bytes", "check_processes",
+           "address_space_bound", "die_with_parent", "end_session"]
 
 #: Memory of one idle worker: a Python interpreter with torch imported and a gloo process group
 #: initialised. Measured (torch 2.x CPU, Linux x86-64, 2 and 4 workers of
@@ -151,7 +161,8 @@ def check_processes(nproc: int, per_process_bytes: int = WORKER_BYTES, *,
             check where it cannot be read).
     Raises:
         ArgumentTypeError: nproc not an integer. ArgumentError: nproc < 1, or beyond the
-            machine's cores or memory (the message names the value, the limit and the way out).
+            machine's cores or memory (the message names the value, the smaller of the two
+            limits, the one that binds, and the way out).
     """
     nproc = check_int(nproc, what, minimum=1)
     if oversubscribe:
@@ -161,18 +172,58 @@ def check_processes(nproc: int, per_process_bytes: int = WORKER_BYTES, *,
     label = f"{what} {nproc}" if what.startswith("--") else f"{what}={nproc}"
     memory = available_memory() if memory is None else memory
     per = max(1, int(per_process_bytes))
-    if memory is not None and nproc * per > memory:
-        fit = memory // per
+    cores = usable_cores() if cores is None else cores
+    by_cores = MAX_PROCESSES_PER_CORE * cores
+    by_memory = None if memory is None else memory // per
+    if nproc <= by_cores and (by_memory is None or nproc <= by_memory):
+        return
+    if by_memory is not None and by_memory < by_cores:  # name the limit that binds first
         raise ArgumentError(
             f"{label} needs about {units.format_size(nproc * per)} for {nproc} worker processes "
             f"(~{units.format_size(per)} each: a Python interpreter with torch and the "
             f"collective's buffers), more than this machine's {units.format_size(memory)} "
-            f"available; at most {fit} fit; {hint}")
-    cores = usable_cores() if cores is None else cores
-    if nproc > MAX_PROCESSES_PER_CORE * cores:
-        raise ArgumentError(
-            f"{label} is more than {MAX_PROCESSES_PER_CORE} processes per core on this "
-            f"machine's {cores} usable cores (at most {MAX_PROCESSES_PER_CORE * cores}); {hint}")
+            f"available; at most {by_memory} fit; {hint}")
+    raise ArgumentError(
+        f"{label} is more than {MAX_PROCESSES_PER_CORE} processes per core on this "
+        f"machine's {cores} usable cores (at most {by_cores}); {hint}")
+
+
+def _address_space() -> int | None:
+    """This process's address space in bytes (VmSize); None where /proc does not say."""
+    status = _read("/proc/self/status")
+    for line in (status or "").splitlines():
+        if line.startswith("VmSize:"):
+            return int(line.split()[1]) * 1024
+    return None
+
+
+@contextlib.contextmanager
+def address_space_bound(extra_bytes: int | None) -> Iterator[None]:
+    """Inside it, this process's address space may grow by at most ``extra_bytes`` (Linux:
+    ``RLIMIT_AS`` set to its current size plus that, then restored): an allocation beyond it
+    raises MemoryError at once, instead of taking memory the machine does not have. For work
+    whose size cannot be known before it runs (a schedule's builder), so that it ends before
+    it takes the machine down. No bound with None, or where the size or the limit cannot be
+    read or set."""
+    now = _address_space() if extra_bytes is not None and resource is not None else None
+    if now is None:
+        yield
+        return
+    old = resource.getrlimit(resource.RLIMIT_AS)
+    want = now + max(0, int(extra_bytes))
+    if old[0] != resource.RLIM_INFINITY:
+        want = min(want, old[0])
+    if old[1] != resource.RLIM_INFINITY:
+        want = min(want, old[1])
+    try:
+        resource.setrlimit(resource.RLIMIT_AS, (want, old[1]))
+    except (ValueError, OSError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, old)
 
 
 # -- dying with the launcher --------------------------------------------------------------------

@@ -3,13 +3,15 @@
 Parsing rules (bits versus bytes kept straight: 400 Gb/s is 50 GB/s):
 
 * counts (elements): ``1000``, ``1K`` = 10^3, ``1M`` = 10^6, ``1G`` = 10^9, ``1Ki`` = 2^10,
-  ``1Mi`` = 2^20, ``16Mi``, ``1e6``; the result must be a whole number.
+  ``1Mi`` = 2^20, ``16Mi``, ``1e6``; the result must be a whole number, computed exactly (no
+  float rounding), at most :data:`MAX_INT` (2^63 - 1), as sizes.
 * sizes (bytes): ``4096``, ``4096B``, ``4KB`` = 4·10^3, ``4KiB`` = 4·2^10, ``4MB``, ``4MiB``,
   ``1GB``, ``1GiB``. A lowercase ``b`` means bits and is refused for sizes as ambiguous
   (``4Mb``); write ``4Mbit`` if bits are meant.
 * durations (seconds): ``5us`` (or ``5µs``), ``1.5ms``, ``100ns``, ``2s``.
 * bandwidths (bytes/s): ``50GB/s`` and ``50GBps`` are bytes; ``400Gbps``, ``400Gb/s`` and
-  ``400Gbit/s`` are bits, so ``400Gbps`` = 50e9 bytes/s; ``25GiB/s`` is binary.
+  ``400Gbit/s`` are bits, so ``400Gbps`` = 50e9 bytes/s; ``25GiB/s`` is binary. Text without
+  a unit (``"50e9"``) is refused: bits or bytes must be said (a number, ``5e10``, is bytes/s).
 
 Formatting follows nccl-tests: GB/s means 1e9 bytes/s.
 """
@@ -18,15 +20,19 @@ from __future__ import annotations
 
 import math
 import re
+from fractions import Fraction
 
 from .errors import ArgumentError
 
-__all__ = ["plural", "count", "size", "duration", "bandwidth", "format_count", "format_size",
-           "format_duration", "format_bandwidth"]
+__all__ = ["MAX_INT", "plural", "count", "size", "duration", "bandwidth", "format_count",
+           "format_size", "format_duration", "format_bandwidth"]
 
 _DECIMAL = {"": 1, "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15}
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
 _NUMBER = r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*"
+
+#: the largest count or size the parsers return: numpy's int64 (a larger one indexes no array)
+MAX_INT = 2 ** 63 - 1
 
 
 def plural(n: int, word: str, words: str | None = None) -> str:
@@ -47,17 +53,26 @@ def _prefix(prefix: str, text: str, what: str) -> float:
                         "K M G T Ki Mi Gi Ti")
 
 
-def _whole(value: float, text: str, what: str) -> int:
-    if not math.isfinite(value) or value < 0 or abs(value - round(value)) > 1e-9 * max(1, value):
-        raise ArgumentError(f"{what} {text!r} must be a whole number >= 0, got {value!r}")
-    return int(round(value))
+def _whole(number: str, scale: Fraction, text: str, what: str) -> int:
+    """``number`` (decimal text, maybe with an exponent) times ``scale`` as an exact int: no
+    float rounding (``1e18`` is 10^18 exactly); at most :data:`MAX_INT`."""
+    rough = float(number) * float(scale)  # first, so that 1e999999 never becomes an exact int
+    value = Fraction(number) * scale if math.isfinite(rough) and rough < 2 * MAX_INT else None
+    if value is None or value > MAX_INT:
+        raise ArgumentError(f"{what} {text!r} is too large: at most {MAX_INT} (2^63 - 1, the "
+                            "largest int64)")
+    if value.denominator != 1:
+        raise ArgumentError(f"{what} {text!r} must be a whole number >= 0, got "
+                            f"{float(value)!r}")
+    return int(value)
 
 
 def count(text: str | int) -> int:
     """Parse an element count such as ``"1Mi"`` (2^20) or ``"1M"`` (10^6); returns an int >= 0.
 
     Raises:
-        ArgumentError: malformed, negative, fractional, or an ambiguous prefix.
+        ArgumentError: malformed, negative, fractional, an ambiguous prefix, or above
+            :data:`MAX_INT`.
     """
     if isinstance(text, (int,)) and not isinstance(text, bool):
         if text < 0:
@@ -67,7 +82,7 @@ def count(text: str | int) -> int:
     if not m:
         raise ArgumentError(f"count {text!r} is not a count; examples: 1000, 1M (10^6), "
                             "1Mi (2^20), 16Mi")
-    return _whole(float(m.group(1)) * _prefix(m.group(2) or "", str(text), "count"),
+    return _whole(m.group(1), Fraction(_prefix(m.group(2) or "", str(text), "count")),
                   str(text), "count")
 
 
@@ -75,10 +90,13 @@ def size(text: str | int | float) -> int:
     """Parse a size in bytes such as ``"4MiB"`` (4·2^20) or ``"4MB"`` (4·10^6); returns int bytes.
 
     Raises:
-        ArgumentError: malformed, negative, fractional bytes, or bits (``"4Mb"``) without "bit".
+        ArgumentError: malformed, negative, fractional bytes, bits (``"4Mb"``) without "bit",
+            or above :data:`MAX_INT`.
     """
     if isinstance(text, (int, float)) and not isinstance(text, bool):
-        return _whole(float(text), str(text), "size")
+        if not math.isfinite(text) or text < 0:
+            raise ArgumentError(f"size {text!r} must be a whole number >= 0")
+        return _whole(repr(text), Fraction(1), str(text), "size")
     s = str(text)
     m = re.fullmatch(_NUMBER + r"([kKMGTP]i?)?\s*(B|bits?|b)?\s*", s)
     if not m:
@@ -88,10 +106,10 @@ def size(text: str | int | float) -> int:
         raise ArgumentError(f"size {s!r} is ambiguous: lowercase b means bits; write "
                             f"{m.group(1)}{m.group(2) or ''}B for bytes or "
                             f"{m.group(1)}{m.group(2) or ''}bit for bits")
-    value = float(m.group(1)) * _prefix(m.group(2) or "", s, "size")
+    scale = Fraction(_prefix(m.group(2) or "", s, "size"))
     if unit.startswith("bit"):
-        value /= 8
-    return _whole(value, s, "size")
+        scale /= 8
+    return _whole(m.group(1), scale, s, "size")
 
 
 def duration(text: str | int | float) -> float:
@@ -121,13 +139,17 @@ def bandwidth(text: str | int | float) -> float:
     Returns:
         bytes per second (float).
     Raises:
-        ArgumentError: malformed, not positive, or a unit without a per-second part.
+        ArgumentError: malformed, not positive, no unit (``"50e9"``: bits or bytes?), or a
+            unit without a per-second part.
     """
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         value = float(text)
     else:
         s = str(text)
         m = re.fullmatch(_NUMBER + r"([kKMGTP]i?)?\s*(B/s|Bps|bps|b/s|bit/s|bits/s)\s*", s)
+        if not m and re.fullmatch(_NUMBER, s):  # bits or bytes: the unit must say
+            raise ArgumentError(f"bandwidth {s!r} has no unit; a bandwidth > 0 is bytes/s "
+                                "(50GB/s, 50GBps) or bits/s (400Gbps, 400Gb/s)")
         if not m:
             raise ArgumentError(f"bandwidth {s!r} is not a bandwidth; examples: 50GB/s (bytes), "
                                 "400Gbps (bits), 900GB/s")
@@ -149,8 +171,8 @@ def _fmt(value: float, steps: list[tuple[float, str]], digits: int) -> str:
 
 def format_size(nbytes: float, digits: int = 2) -> str:
     """``4194304`` -> ``"4.00 MiB"`` (binary prefixes, as buffer sizes are usually powers of 2)."""
-    return _fmt(nbytes, [(2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"),
-                         (1, "B")], digits)
+    return _fmt(nbytes, [(2**60, "EiB"), (2**50, "PiB"), (2**40, "TiB"), (2**30, "GiB"),
+                         (2**20, "MiB"), (2**10, "KiB"), (1, "B")], digits)
 
 
 def format_count(n: int) -> str:

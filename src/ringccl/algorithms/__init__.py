@@ -6,6 +6,7 @@ Importing this package registers the built-in families; a user's module that cal
 
 from __future__ import annotations
 
+from ._build import transfer_limit
 from .registry import (DEFAULTS, REGISTRY, Algorithm, algorithms, build_schedule,
                        default_algorithm, get_algorithm, params_key, register)
 from . import ring  # noqa: E402  (registers the ring family)
@@ -19,4 +20,4 @@ _FAMILIES = (ring, direct, binomial, tree, recursive, bruck, pairwise, hierarchi
              scatter_allgather)
 
 __all__ = ["Algorithm", "register", "get_algorithm", "algorithms", "build_schedule", "params_key",
-           "REGISTRY", "DEFAULTS", "default_algorithm"]
+           "REGISTRY", "DEFAULTS", "default_algorithm", "transfer_limit"]

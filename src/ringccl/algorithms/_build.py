@@ -17,13 +17,33 @@ Example (ring all-gather: at step s rank r sends block (r - s) mod N to r + 1)::
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+import contextlib
+import contextvars
+import math
+from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from ..ir import Schedule
 
-__all__ = ["ceil_log2", "floor_log2", "Transfers"]
+__all__ = ["ceil_log2", "floor_log2", "Transfers", "transfer_limit"]
+
+#: [limit, transfers added so far, refusal] of the :func:`transfer_limit` in effect, or None
+_LIMIT: contextvars.ContextVar = contextvars.ContextVar("ringccl_transfer_limit", default=None)
+
+
+@contextlib.contextmanager
+def transfer_limit(limit: float, refuse: Callable[[], Exception]) -> Iterator[None]:
+    """Inside it, :meth:`Transfers.add` raises ``refuse()`` instead of making the arrays of a
+    group that would take the transfers added in all past ``limit`` (every builder called
+    inside counts, a composite's parts included; a refused group is not counted): a caller
+    bounds the memory of schedules it cannot count before building them (~20-80 bytes per
+    transfer while one is built)."""
+    token = _LIMIT.set([limit, 0, refuse])
+    try:
+        yield
+    finally:
+        _LIMIT.reset(token)
 
 
 def ceil_log2(n: int) -> int:
@@ -58,12 +78,20 @@ class Transfers:
                 one transfer per element (the step index, sending rank, receiving rank, chunk
                 read at src, chunk written at dst).
             reduce: bool array or scalar: True where the receiver reduces, False where it copies.
+        Raises:
+            what :func:`transfer_limit`'s ``refuse`` returns, beyond its limit.
         """
         if dst_chunk is None:
             dst_chunk = src_chunk
-        arrays = np.broadcast_arrays(*(np.asarray(a) for a in
-                                       (step, src, dst, src_chunk, dst_chunk)),
-                                     np.asarray(reduce, dtype=bool))
+        given = [np.asarray(a) for a in (step, src, dst, src_chunk, dst_chunk)]
+        given.append(np.asarray(reduce, dtype=bool))
+        limit = _LIMIT.get()
+        if limit is not None:  # counted before the (broadcast, copied) arrays exist
+            count = math.prod(np.broadcast_shapes(*(a.shape for a in given)))
+            if limit[1] + count > limit[0]:
+                raise limit[2]()  # not counted: a smaller schedule may still be built inside
+            limit[1] += count
+        arrays = np.broadcast_arrays(*given)
         # astype copies (a broadcast view is not ours to keep) and ravel then returns a view;
         # steps stay int64, as Schedule sorts them, the indices become the IR's int32
         self._parts.append(tuple(a.astype(dtype, order="C").ravel()

@@ -13,7 +13,8 @@ from ..bench.compute import DEFAULT_SHAPES, DTYPES, layer_attention, layer_gemms
 from ..costmodel.compute_profile import make_compute_profile
 from ..errors import ArgumentError
 from ..planner import resolve_model
-from .common import emit_json, name_list, nonnegative_int, positive_int, progress, size_arg, table
+from .common import (emit_json, name_list, nonnegative_int, output_path, positive_int, progress,
+                     size_arg, table)
 
 __all__ = ["register"]
 
@@ -127,6 +128,6 @@ def register(sub) -> None:
     p.add_argument("--warmup", type=nonnegative_int, default=3, help="untimed calls first")
     p.add_argument("--memory-bytes", type=size_arg, default=units.size("256MiB"),
                    help="buffer of the copy bandwidth probe (default 256MiB)")
-    p.add_argument("--out", metavar="JSON", help="write the profile here")
+    p.add_argument("--out", metavar="JSON", type=output_path(), help="write the profile here")
     p.add_argument("--json", action="store_true", help="print the profile")
     p.set_defaults(func=_cmd)

@@ -18,19 +18,23 @@ from typing import Sequence
 import numpy as np
 
 from .. import resources, units
-from ..algorithms import algorithms, build_schedule, get_algorithm
+from ..algorithms import algorithms, get_algorithm
+from ..args import HTML_SUFFIXES, IMAGE_SUFFIXES, output_problem
 from ..collectives import COLLECTIVES, check_root, get_collective
 from ..costmodel.model import parse_gamma
+from ..costmodel.topology import parse_link
 from ..errors import ArgumentError, RingcclError
 from ..ops import check_accumulate_dtype, check_op_dtype
 from ..sim import default_algorithm, resolve_root
+from . import limits
 
 __all__ = ["table", "TABLE_FORMATS", "stderr_console", "add_format_option", "add_launch_options",
            "check_nproc", "interrupted", "INTERRUPTED", "status", "progress", "emit_json",
-           "schedule_params", "check_call", "check_root_arg", "takes_root", "need_torch",
-           "add_collective_args", "add_accumulate_option",
-           "positive_int", "nonnegative_int", "seconds_arg", "widths_arg", "size_arg",
-           "count_arg", "size_list", "int_list", "name_list", "checked", "nonnegative",
+           "schedule_params", "check_call", "check_call_args", "check_root_arg", "takes_root",
+           "need_torch", "add_collective_args", "add_accumulate_option", "positive_int",
+           "nonnegative_int", "seconds_arg", "widths_arg", "size_arg", "count_arg", "size_list",
+           "int_list", "name_list", "checked", "nonnegative", "link_arg", "output_path",
+           "HTML_SUFFIXES", "IMAGE_SUFFIXES", "add_flat_link_args", "add_node_link_args",
            "Parser"]
 
 
@@ -222,17 +226,27 @@ def schedule_params(args) -> dict:
     return resolve_root(get_collective(args.collective), params, args.src, args.dst)
 
 
-def check_call(args, world_size: int, dtype: np.dtype, op, params: dict) -> None:
-    """Refuse what the simulator or the workers would refuse, before any input is made or any
-    process started: op × dtype, --accumulate-dtype (normalized in place: "f4" -> "float32"),
-    the root (named as the user gave it), the builder parameters."""
+def check_call_args(args, world_size: int, dtype: np.dtype, op, params: dict) -> None:
+    """Refuse the arguments the simulator or the workers would refuse, before any input is made
+    or any process started: op × dtype, --accumulate-dtype (normalized in place: "f4" ->
+    "float32"), the root (named as the user gave it). :func:`check_call` also builds."""
     spec = get_collective(args.collective)
     if spec.reduces:
         check_op_dtype(op, dtype)
     args.accumulate_dtype = check_accumulate_dtype(args.accumulate_dtype, dtype, args.collective,
                                                    spec.reduces, "--accumulate-dtype")
     check_root_arg(args, params, world_size)
-    build_schedule(args.collective, args.algorithm, world_size, **params)
+
+
+def check_call(args, world_size: int, dtype: np.dtype, op, params: dict,
+               world_flag: str = "-N/--world-size") -> None:
+    """:func:`check_call_args`, then the schedule, built as the simulator or the workers would
+    build it (its parameters refused as they would be), refused first when this machine's
+    memory cannot hold it (:func:`.limits.build`, naming ``world_flag``: the option that sets
+    ``world_size``)."""
+    check_call_args(args, world_size, dtype, op, params)
+    limits.build(args.collective, args.algorithm, world_size, params,
+                 limits.size_flags(args, world_flag, world_size))
 
 
 def check_root_arg(args, params: dict, world_size: int) -> None:
@@ -298,7 +312,8 @@ def check_nproc(args, buffer_bytes: int = 0, size_flag: str | None = None) -> No
     try:
         resources.check_processes(args.nproc, resources.WORKER_BYTES
                                   + resources.run_worker_bytes(buffer_bytes),
-                                  oversubscribe=args.oversubscribe, what="--nproc")
+                                  oversubscribe=getattr(args, "oversubscribe", False),
+                                  what="--nproc")
     except ArgumentError as exc:
         if size_flag is None or buffer_bytes == 0 or "available" not in str(exc):
             raise
@@ -465,6 +480,23 @@ def checked(parse):
     return convert
 
 
+#: a link's ``ALPHA,BANDWIDTH``, e.g. ``5us,900GB/s`` -> (seconds, bytes/s) (argparse type)
+link_arg = checked(parse_link)
+
+
+def output_path(suffixes: Sequence[str] = (), what: str = "a file"):
+    """An argparse type for a file a command writes when it is done: refused when the option is
+    read, before any work (:func:`ringccl.args.output_problem`: a missing or unwritable
+    directory, a directory, a suffix not in ``suffixes``, the file being ``what``)."""
+    def parse(text: str) -> str:
+        problem = output_problem(text, suffixes, what)
+        if problem:
+            raise argparse.ArgumentTypeError(f"{text!r}{problem}")
+        return text
+    parse.__name__ = what
+    return parse
+
+
 #: bytes: ``4KiB``, ``4KB``, ``4096`` (argparse type; >= 0)
 size_arg = nonnegative(units.size, "size", ">= 0 bytes (e.g. 4096, 4KiB, 1MiB)")
 #: elements: ``1M`` = 10^6, ``1Mi`` = 2^20 (argparse type; >= 0)
@@ -501,3 +533,15 @@ def add_flat_link_args(p) -> None:
     p.add_argument("--gamma", default=0.0, type=nonnegative(
         _gamma, "gamma", ">= 0 s per byte, or a rate > 0 (e.g. 100GB/s)"),
         help="seconds per byte reduced, or a reduction rate such as 100GB/s (default 0)")
+
+
+def add_node_link_args(p) -> None:
+    """``--intra`` and ``--inter``: a two-level machine's links as ALPHA,BANDWIDTH (one parser,
+    :func:`ringccl.costmodel.topology.parse_link`), the same flags in ``ringccl model``/``tune``
+    and ``ringccl explore``."""
+    p.add_argument("--intra", default="5us,900GB/s", type=link_arg, metavar="ALPHA,BANDWIDTH",
+                   help="two-level: latency and bandwidth of a GPU's NVLink port, e.g. "
+                   "5us,900GB/s (default)")
+    p.add_argument("--inter", default="5us,50GB/s", type=link_arg, metavar="ALPHA,BANDWIDTH",
+                   help="two-level: latency and bandwidth of one NIC, e.g. 5us,50GB/s "
+                   "(default) or 5us,400Gbps")

@@ -3,6 +3,8 @@ numpy, and the same schedule on real processes next to gloo's own."""
 
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 
 from .. import units
@@ -11,14 +13,24 @@ from ..check import verify
 from ..ops import parse_op
 from ..views.show import step_rows, step_table
 from ..errors import RingcclError
-from .common import add_collective_args, count_arg, emit_json, need_torch, positive_int
-from .run import measure_run, print_run
+from ..sim.memory import check_memory
+from .common import (add_collective_args, check_nproc, count_arg, emit_json, need_torch,
+                     positive_int)
+from .run import measure_run, print_run, run_buffer_bytes
 from .simulate import print_sim, sim_report
 
 __all__ = ["register"]
 
+#: virtual ranks of the simulation part
+_SIM_RANKS = 8
+
 
 def _cmd_demo(args) -> int:
+    # every part's size before the first is printed: the simulation's memory, the processes'
+    check_memory("all_reduce", _SIM_RANKS, args.sim_count, 4, names=("--sim-count", None))
+    if not args.no_run and importlib.util.find_spec("torch") is not None:
+        check_nproc(args, run_buffer_bytes("all_reduce", args.nproc, args.run_count, "float32"),
+                    "--run-count")
     out: dict = {}
     schedule = verify(build_schedule("all_reduce", "ring", 4))
     if not args.json:
@@ -29,7 +41,7 @@ def _cmd_demo(args) -> int:
         print("\n   verified symbolically: every rank ends with every rank's contribution to every"
               " chunk exactly once.\n")
     out["table"] = step_rows(schedule)
-    sim = sim_report("all_reduce", "ring", 8, args.sim_count, np.dtype("float32"),
+    sim = sim_report("all_reduce", "ring", _SIM_RANKS, args.sim_count, np.dtype("float32"),
                      parse_op("sum"))
     out["simulate"] = sim
     if not args.json:

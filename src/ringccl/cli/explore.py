@@ -16,23 +16,28 @@ import re
 import numpy as np
 
 from .. import units
-from ..algorithms import build_schedule, get_algorithm
-from ..check import verify
+from ..algorithms import get_algorithm
 from ..collectives import get_collective
 from ..costmodel.model import _LOCAL_NAMES, _topology_params, walk
-from ..costmodel.topology import TwoLevel, flat, two_level
+from ..costmodel.topology import Flat, TwoLevel, flat, two_level
 from ..costmodel.tuning import predict_table, tune
 from ..errors import ArgumentError
 from ..ops import SUPPORTED_DTYPES, check_dtype
-from ..views.explore import explorer_data
+from ..views.explore import MAX_TRANSFERS, explorer_data
 from ..views.explore_html import model_figure, require_plotly, write_page
-from .common import (add_collective_args, add_flat_link_args, check_root_arg, count_arg,
-                     emit_json, positive_int, schedule_params, size_list)
+from . import limits
+from .common import (HTML_SUFFIXES, add_collective_args, add_flat_link_args, add_node_link_args,
+                     check_root_arg, count_arg, emit_json, output_path, positive_int,
+                     schedule_params, size_list)
 
 __all__ = ["register", "parse_topology"]
 
 #: at most this many algorithms side by side (the page splits its width between them)
 MAX_SIDE_BY_SIDE = 3
+
+#: why a schedule with more than MAX_TRANSFERS transfers is refused (before it is built)
+_PAGE_LIMIT = (f"the explorer draws at most {MAX_TRANSFERS:,} (a 256-rank ring all-reduce has "
+               "130,560)")
 
 
 def parse_topology(text: str) -> tuple[int, int] | None:
@@ -136,7 +141,10 @@ def _cmd_explore(args) -> int:
             # on a node-major two-level machine a builder's node shape follows the machine's
             params = _topology_params(get_algorithm(args.collective, args.algorithm), topo,
                                       params)
-            schedule = verify(build_schedule(args.collective, args.algorithm, n, **params))
+            flags = (limits.size_flags(args, value=n) if isinstance(topo, Flat) else
+                     limits.size_flags(args, "--topology", args.topology))
+            schedule = limits.build(args.collective, args.algorithm, n, params, flags,
+                                    checked=True, limit=MAX_TRANSFERS, why=_PAGE_LIMIT)
             costs, result = _step_costs(schedule, nbytes, topo, gamma)
             explorers.append(explorer_data(schedule, costs, node_of=_node_of(schedule, topo),
                                            machine=topo.describe(), nbytes=nbytes))
@@ -183,8 +191,7 @@ def register(sub) -> None:
                    "machine such as 4x8 (4 nodes of 8 GPUs; --intra, --inter), which also lays "
                    "the ranks out by node")
     add_flat_link_args(p)
-    p.add_argument("--intra", default="5us,900GB/s", help="two-level: ALPHA,BANDWIDTH of NVLink")
-    p.add_argument("--inter", default="5us,50GB/s", help="two-level: ALPHA,BANDWIDTH of one NIC")
+    add_node_link_args(p)
     p.add_argument("--model", action="store_true",
                    help="write the cost model's crossover chart only (time and busbw vs size "
                    "per algorithm; every registered one unless --algorithm names some)")
@@ -192,6 +199,7 @@ def register(sub) -> None:
                    help="sizes of the crossover chart: 4KiB:1GiB (x2, default), 4KiB:1GiB:4, "
                    "or 1MiB,1GiB")
     p.add_argument("--output", "-o", metavar="PAGE.html", default=None,
+                   type=output_path(HTML_SUFFIXES, "an HTML page"),
                    help="where to write the page (default explore-COLLECTIVE.html; the path is "
                    "printed)")
     p.set_defaults(func=_cmd_explore)

@@ -22,8 +22,10 @@ from ..errors import ArgumentError
 from ..ops import SUPPORTED_DTYPES
 from ..views.plot import model_chart
 from .network import add_machine_option, nccl_fit_report, print_nccl_fit
-from .common import (add_flat_link_args, emit_json, int_list, name_list, nonnegative, positive_int, size_arg,
-                     size_list, status, table)
+from . import limits
+from .common import (IMAGE_SUFFIXES, add_flat_link_args, add_node_link_args, emit_json, int_list,
+                     name_list, nonnegative, output_path, positive_int, size_arg, size_list,
+                     status, table)
 
 __all__ = ["register_model", "register_tune", "register_fit"]
 
@@ -61,13 +63,28 @@ def _link_bytes_text(max_link_bytes: dict) -> str:
                      if kind.endswith("out")) or "-"
 
 
+def _size_flags(args) -> tuple[str, str]:
+    """The flags that size the machines (:func:`.limits.size_flags`'s form)."""
+    if args.nodes is not None:
+        return f"--nodes {args.nodes} --local {args.local}", "--nodes or --local"
+    sizes = ",".join(str(n) for n in args.world_size or ())
+    return (f"-N/--world-size {sizes}" if sizes else "the default world size",
+            "-N/--world-size")
+
+
+#: what builds schedules in model and tune (bounded by .limits.bounded)
+_WALKS = "the cost model's walk of an algorithm's schedule"
+
+
 def _model_report(args) -> dict:
     tables = []
     for topo in _machines(args):
-        rows, skipped = predict_table(args.collective, None, args.size, topo, gamma=args.gamma,
-                                      algorithms=args.algorithm, dtype=args.dtype)
-        t = tune(args.collective, None, args.size, topo, gamma=args.gamma,
-                 algorithms=args.algorithm)
+        with limits.bounded(_size_flags(args), _WALKS):
+            rows, skipped = predict_table(args.collective, None, args.size, topo,
+                                          gamma=args.gamma, algorithms=args.algorithm,
+                                          dtype=args.dtype)
+            t = tune(args.collective, None, args.size, topo, gamma=args.gamma,
+                     algorithms=args.algorithm)
         crossovers = [{"nbytes": c.nbytes, "below": c.below, "above": c.above,
                        "seconds": t.time_at(c.nbytes, c.below)} for c in t.crossovers]
         tables.append({"world_size": topo.world_size, "machine": topo.describe(), "rows": rows,
@@ -217,14 +234,17 @@ def _cmd_tune(args) -> int:
     if len(topo) != 1:
         raise ArgumentError(f"tune takes one --world-size, got {args.world_size}")
     topo = topo[0]
-    t = tune(args.collective, None, args.size, topo, gamma=args.gamma, algorithms=args.algorithm)
+    with limits.bounded(_size_flags(args), _WALKS):
+        t = tune(args.collective, None, args.size, topo, gamma=args.gamma,
+                 algorithms=args.algorithm)
+        buckets = _bucket_report(args, topo)
     ranges = [{"algorithm": r.algorithm, "low": r.low, "high": r.high,
                "seconds_low": t.time_at(r.low, r.algorithm),
                "seconds_high": t.time_at(r.high, r.algorithm)} for r in t.ranges]
     report = {"collective": args.collective, "machine": topo.describe(),
               "algorithms": list(t.algorithms), "ranges": ranges,
               "crossovers": [c._asdict() for c in t.crossovers], "skipped": t.skipped,
-              "buckets": _bucket_report(args, topo)}
+              "buckets": buckets}
     if args.json:
         emit_json(report)
         return 0
@@ -268,8 +288,7 @@ def _add_machine_args(p) -> None:
                         "(ringccl.costmodel.presets.SHARED_MEMORY)")
     g.add_argument("--nodes", type=positive_int, help="two-level: number of nodes")
     g.add_argument("--local", type=positive_int, default=8, help="two-level: GPUs per node")
-    g.add_argument("--intra", default="5us,900GB/s", help="two-level: ALPHA,BANDWIDTH of NVLink")
-    g.add_argument("--inter", default="5us,50GB/s", help="two-level: ALPHA,BANDWIDTH of one NIC")
+    add_node_link_args(g)
     g.add_argument("--nics-per-node", type=positive_int, help="two-level: default --local")
     g.add_argument("--oversubscription", type=float, default=1.0,
                    help="two-level: inter-node fabric oversubscription (>= 1)")
@@ -410,7 +429,8 @@ def register_model(sub) -> None:
     p.add_argument("--dtype", default="float32", choices=SUPPORTED_DTYPES,
                    help="element type for the count column")
     _add_machine_args(p)
-    p.add_argument("--plot", metavar="PNG", help="write a chart: time and busbw vs size")
+    p.add_argument("--plot", metavar="PNG", type=output_path(IMAGE_SUFFIXES, "an image"),
+                   help="write a chart: time and busbw vs size")
     p.add_argument("--preset", choices=["worked-examples"],
                    help="worked-examples: recompute four alpha-beta examples: ring all_reduce "
                    "bytes per rank (N = 8, 64, 256), a ring latency table (5 us, 300 GB/s), "
@@ -464,7 +484,8 @@ def register_fit(sub) -> None:
                    "'Collective test starting' line or *_perf in the text or file name), e.g. "
                    "alltoall_perf")
     add_machine_option(p)
-    p.add_argument("--plot", metavar="PNG", help="nccl-tests logs: draw measured and fitted "
+    p.add_argument("--plot", metavar="PNG", type=output_path(IMAGE_SUFFIXES, "an image"),
+                   help="nccl-tests logs: draw measured and fitted "
                    "busbw per log")
     p.add_argument("--train", help="sweep to fit the held-out check on: collective:algorithm"
                    "[:world_size] (default: the sweep with the most rows), or 'sizes': every "

@@ -19,9 +19,9 @@ from ..errors import ArgumentError, Interrupted
 from ..planner.step import exposed_seconds
 from ..views.plot import _pyplot, save_figure
 from ..backends.torch import launch as torch_launch
-from .common import (add_format_option, add_launch_options, check_nproc, checked, emit_json,
-                     interrupted, need_torch, nonnegative, positive_int, seconds_arg,
-                     stderr_console, table)
+from .common import (IMAGE_SUFFIXES, add_format_option, add_launch_options, check_nproc, checked,
+                     emit_json, interrupted, need_torch, nonnegative, output_path, positive_int,
+                     seconds_arg, stderr_console, table)
 
 __all__ = ["register", "overlap_model", "plot_timelines"]
 
@@ -222,7 +222,8 @@ def register(sub) -> None:
     p.add_argument("--iters", type=positive_int, default=5)
     p.add_argument("--algorithm", "-a", default=None, help="the all-to-all algorithm")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--plot", metavar="PNG", help="draw each rank's comm and compute lanes")
+    p.add_argument("--plot", metavar="PNG", type=output_path(IMAGE_SUFFIXES, "an image"),
+                   help="draw each rank's comm and compute lanes")
     p.add_argument("--timeout", type=seconds_arg, default=600.0)
     p.add_argument("--json", action="store_true")
     add_launch_options(p)

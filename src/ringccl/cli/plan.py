@@ -23,7 +23,8 @@ from ..planner.precision import PRECISIONS
 from ..views.explore_html import require_plotly
 from ..views.explore_plan import plan_page
 from ..views.plan_plot import plan_chart
-from .common import emit_json, positive_int, size_arg, table
+from .common import (HTML_SUFFIXES, IMAGE_SUFFIXES, emit_json, output_path, positive_int, size_arg,
+                     table)
 
 __all__ = ["register"]
 
@@ -267,11 +268,14 @@ def register(sub) -> None:
     p.add_argument("--gpus", type=positive_int, help="GPUs for --search; with a layout, its "
                    "dp x tp x cp x pp (dp left out: set to GPUs / (tp x cp x pp))")
     p.add_argument("--json", action="store_true", help="strict JSON on stdout")
-    p.add_argument("--plot", metavar="PNG", help="draw the step (with --search: the fastest "
+    p.add_argument("--plot", metavar="PNG", type=output_path(IMAGE_SUFFIXES, "an image"),
+                   help="draw the step (with --search: the fastest "
                    "layout's) as a timeline per PP stage and bars per parallelism (matplotlib)")
-    p.add_argument("--emit", metavar="STEP.json", help="write the step's inventory (every "
+    p.add_argument("--emit", metavar="STEP.json", type=output_path(),
+                   help="write the step's inventory (every "
                    "collective: group, bytes, calls, order) for ringccl replay")
-    p.add_argument("--html", metavar="PAGE.html", help="write the step (with --search: the "
+    p.add_argument("--html", metavar="PAGE.html", type=output_path(HTML_SUFFIXES, "an HTML page"),
+                   help="write the step (with --search: the "
                    "fastest layout's) as an interactive timeline page: hover, zoom; "
                    "self-contained HTML, works offline (plotly)")
     p.set_defaults(func=_cmd_plan)

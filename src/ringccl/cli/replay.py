@@ -21,9 +21,9 @@ from ..planner.emit import load_step_file, replay_calls
 from ..planner.replay import calibration_sweeps, repredict
 from ..views.plot import _pyplot, save_figure
 from ..backends.torch import launch as torch_launch
-from .common import (add_format_option, add_launch_options, check_nproc, emit_json,
-                     interrupted, need_torch, positive_int, seconds_arg, size_arg,
-                     stderr_console, table)
+from .common import (IMAGE_SUFFIXES, add_format_option, add_launch_options, check_nproc,
+                     emit_json, interrupted, need_torch, output_path, positive_int, seconds_arg,
+                     size_arg, stderr_console, table)
 
 __all__ = ["register", "plot_replay"]
 
@@ -135,7 +135,8 @@ def register(sub) -> None:
                    help="the largest call after scaling (default 4MiB)")
     p.add_argument("--iters", type=positive_int, default=10, help="timed calls per row")
     p.add_argument("--warmup", type=positive_int, default=3)
-    p.add_argument("--plot", metavar="PNG", help="predicted vs measured bars")
+    p.add_argument("--plot", metavar="PNG", type=output_path(IMAGE_SUFFIXES, "an image"),
+                   help="predicted vs measured bars")
     p.add_argument("--timeout", type=seconds_arg, default=900.0)
     p.add_argument("--json", action="store_true")
     add_launch_options(p)

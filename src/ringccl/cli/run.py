@@ -24,10 +24,12 @@ from ..errors import ArgumentError, Interrupted, RingcclError
 from ..backends.mpi.launch import launch_bench, under_mpirun
 from ..ops import SUPPORTED_DTYPES, check_dtype, parse_op
 from ..resources import run_worker_bytes
-from .common import (add_accumulate_option, add_collective_args, add_format_option,
-                     add_launch_options, check_call, check_nproc, count_arg, emit_json,
-                     interrupted, need_torch, nonnegative_int, positive_int, progress,
-                     schedule_params, seconds_arg, size_arg, status, table)
+from . import limits
+from .common import (IMAGE_SUFFIXES, add_accumulate_option, add_collective_args,
+                     add_format_option, add_launch_options, check_call_args, check_nproc,
+                     count_arg, emit_json, interrupted, need_torch, nonnegative_int, output_path,
+                     positive_int, progress, schedule_params, seconds_arg, size_arg, status,
+                     table)
 
 __all__ = ["register_run", "register_bench", "measure_run", "print_run"]
 
@@ -112,17 +114,12 @@ def print_run(r: dict, fmt: str = "auto") -> None:
 
 
 def _check_trace(args) -> None:
-    """``--trace PATH``: refused up front when it cannot be written or taken (no --nproc).
+    """``--trace PATH`` needs ``--nproc`` (its directory is checked as the option is read).
 
     Raises:
-        ArgumentError: naming --trace and the problem.
+        ArgumentError: naming --trace and --nproc.
     """
-    if args.trace is None:
-        return
-    folder = os.path.dirname(os.path.abspath(args.trace))
-    if not os.path.isdir(folder):
-        raise ArgumentError(f"--trace {args.trace}: no such directory {folder}")
-    if not getattr(args, "nproc", None):
+    if args.trace is not None and not getattr(args, "nproc", None):
         raise ArgumentError("--trace needs --nproc (the workers write their events for this "
                             "process to merge; under torchrun/mpirun there is no such parent)")
 
@@ -168,10 +165,14 @@ def _cmd_run(args) -> int:
     op = parse_op(args.op)
     params = schedule_params(args)
     get_algorithm(args.collective, args.algorithm)
-    check_call(args, args.nproc, dtype, op, params)  # in this process, before any worker starts
+    # in this process, before any worker starts: the arguments, the machine's limits, then
+    # the schedule for --nproc ranks (built after the limits: -n 10000 names the cores)
+    check_call_args(args, args.nproc, dtype, op, params)
     check_run_count(args.collective, args.count, args.nproc)
     check_nproc(args, run_buffer_bytes(args.collective, args.nproc, args.count, dtype.name,
                                        args.accumulate_dtype), "--count")
+    limits.build(args.collective, args.algorithm, args.nproc, params,
+                 limits.size_flags(args, "-n/--nproc", args.nproc))
     try:
         with _traced(args, f"ringccl run {args.algorithm} {args.collective}, "
                      f"--nproc {args.nproc} --count {args.count}"):
@@ -291,13 +292,26 @@ def _print_bench(rows: list[dict], spec, world_size: int, fmt: str = "auto") -> 
           headers, out, fmt)
 
 
-def _segment_list(text: str | None) -> tuple:
-    if text is None:
-        return (None,)
+#: what each entry of --segment-bytes may be
+_SEGMENT_ENTRIES = "auto (the executor's threshold), 0 (never split) or a size such as 1MiB"
+
+
+def _segment_list(text: str) -> tuple:
+    """``--segment-bytes``: comma-separated entries, each auto (None), 0 or a size in bytes
+    (argparse type: a refusal names the option and says what an entry may be)."""
     out = []
-    for part in text.split(","):
-        part = part.strip()
-        out.append(None if part == "auto" else units.size(part))
+    for part in (p.strip() for p in text.split(",")):
+        if part == "auto":
+            out.append(None)
+            continue
+        if part.startswith("-"):
+            raise argparse.ArgumentTypeError(f"segment size {part!r} is negative: each entry "
+                                             f"must be {_SEGMENT_ENTRIES}")
+        try:
+            out.append(units.size(part))
+        except RingcclError as exc:
+            raise argparse.ArgumentTypeError(f"{exc}; each entry must be {_SEGMENT_ENTRIES}") \
+                from None
     return tuple(out)
 
 
@@ -322,7 +336,7 @@ def _cmd_bench(args) -> int:
     spec = BenchSpec(
         args.collective, parse_algorithms(args.collective, args.algorithm), args.minbytes,
         args.maxbytes, args.stepfactor, args.iters, args.warmup_iters, bool(args.check), dtype,
-        args.op, args.root, _segment_list(args.segment_bytes),
+        args.op, args.root, args.segment_bytes or (None,),
         _placements(args), args.backend,
         not args.no_calibrate, not args.no_restore, args.accumulate_dtype).validate(args.nproc)
     stopped = None
@@ -352,7 +366,7 @@ def _cmd_bench(args) -> int:
 
 def add_trace_options(p) -> None:
     """``--trace PATH`` and ``--trace-iters N`` of run and bench."""
-    p.add_argument("--trace", metavar="JSON",
+    p.add_argument("--trace", metavar="JSON", type=output_path(),
                    help="write a Chrome/Perfetto trace of what every rank did (each send, "
                    "receive, wait, reduce, with measured times) in the last timed iteration(s) "
                    "of each ringccl row; open it in https://ui.perfetto.dev")
@@ -443,7 +457,7 @@ def register_bench(sub) -> None:
     p.add_argument("--backend", choices=["gloo", "nccl", "mpi"], default="gloo")
     p.add_argument("--nproc", "-n", "-p", type=positive_int, action=_OnceAction,
                    help="start this many local processes (else run under torchrun/mpirun)")
-    p.add_argument("--segment-bytes", metavar="LIST",
+    p.add_argument("--segment-bytes", metavar="LIST", type=_segment_list,
                    help="pipelining segments for ringccl algorithms, one sweep per entry: "
                    "auto (the executor's threshold), 0 (never split) or a size, e.g. "
                    "'0,1MiB' (default auto)")
@@ -463,7 +477,8 @@ def register_bench(sub) -> None:
     out.add_argument("--json", action="store_true", help="print JSON (input of ringccl fit)")
     out.add_argument("--csv", action="store_true",
                      help="print CSV in SI units: bytes, seconds, algbw/busbw in bytes/s")
-    p.add_argument("--plot", metavar="PNG", help="also write busbw vs size to this PNG")
+    p.add_argument("--plot", metavar="PNG", type=output_path(IMAGE_SUFFIXES, "an image"),
+                   help="also write busbw vs size to this PNG")
     p.add_argument("--timeout", type=seconds_arg, default=900.0, help="seconds before giving up")
     add_launch_options(p)
     add_trace_options(p)

@@ -12,17 +12,19 @@ import sys
 import numpy as np
 
 from .. import units
-from ..algorithms import REGISTRY, algorithms, build_schedule, get_algorithm
+from ..algorithms import REGISTRY, algorithms, get_algorithm
 from ..algorithms.registry import default_algorithm
-from ..check import verify
+from ..caches import clear_caches
 from ..collectives import COLLECTIVES, get_collective
 from ..errors import ArgumentError
 from ..ops import SUPPORTED_DTYPES, check_dtype
+from ..sim.memory import check_memory
 from ..sim.precision import output_errors
 from ..views.interop import to_chrome_trace, to_msccl_xml
 from ..views.show import parse_ranks, step_rows, step_table
+from . import limits
 from .common import (add_collective_args, check_root_arg, count_arg, emit_json, nonnegative_int,
-                     positive_int, schedule_params, status, table, takes_root)
+                     output_path, positive_int, schedule_params, status, table, takes_root)
 
 __all__ = ["register_algorithms", "register_show", "register_compare"]
 
@@ -30,7 +32,8 @@ __all__ = ["register_algorithms", "register_show", "register_compare"]
 def _cmd_show(args) -> int:
     params = schedule_params(args)
     check_root_arg(args, params, args.world_size)
-    schedule = verify(build_schedule(args.collective, args.algorithm, args.world_size, **params))
+    schedule = limits.build(args.collective, args.algorithm, args.world_size, params,
+                            limits.size_flags(args), checked=True)
     if args.trace:
         with open(args.trace, "w") as f:
             json.dump(to_chrome_trace(schedule), f)
@@ -97,7 +100,8 @@ def _compare_rows(collective: str, world_size: int, count: int, dtype, args) -> 
     rows = []
     for name in algorithms(collective):
         algo = get_algorithm(collective, name)
-        schedule = build_schedule(collective, name, world_size, **_builder_params(algo, args))
+        schedule = limits.build(collective, name, world_size, _builder_params(algo, args),
+                                limits.size_flags(args))
         sent = schedule.bytes_sent(buffer_count, dtype.itemsize)
         through = sent + schedule.bytes_received(buffer_count, dtype.itemsize)
         row = {"algorithm": name, "steps": schedule.num_steps, "steps_formula": algo.steps_formula,
@@ -113,6 +117,10 @@ def _compare_rows(collective: str, world_size: int, count: int, dtype, args) -> 
             row["max_abs_error"] = row["max_rel_error"] = None
             row["error_note"] = _EXACT
         rows.append(row)
+        # each schedule is needed once: the memo would hold every algorithm's at once, and the
+        # next one's memory bound (limits.build) is what is available after them
+        del schedule
+        clear_caches()
     return rows
 
 
@@ -128,6 +136,9 @@ def _cmd_compare(args) -> int:
                                          for a in algorithms(args.collective)):
         raise ArgumentError(f"root={args.root!r} does not apply to {args.collective}: none of "
                             "its algorithms has a root")
+    if args.precision:  # N(0, 1) inputs, their float64 reference and a simulation at a time
+        check_memory(args.collective, args.world_size, args.count,
+                     max(8, dtype.itemsize), names=("-c/--count", "-N/--world-size"))
     what = "simulating every algorithm …" if args.precision else "building schedules …"
     with status(what):
         rows = _compare_rows(args.collective, args.world_size, args.count, dtype, args)
@@ -201,9 +212,10 @@ def register_show(sub) -> None:
     p.add_argument("--width", type=nonnegative_int, default=None,
                    help="characters per line (default: $COLUMNS or the terminal's, at least 160; "
                    "200 when piped; 0: no limit); longer cells end in '… +K'")
-    p.add_argument("--trace", metavar="OUT.json",
+    p.add_argument("--trace", metavar="OUT.json", type=output_path(),
                    help="also write a Chrome/Perfetto trace (one track per rank)")
-    p.add_argument("--msccl-xml", metavar="OUT.xml", help="also write the schedule as MSCCL XML")
+    p.add_argument("--msccl-xml", metavar="OUT.xml", type=output_path(),
+                   help="also write the schedule as MSCCL XML")
     p.set_defaults(func=_cmd_show)
 
 

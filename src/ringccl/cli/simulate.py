@@ -108,7 +108,7 @@ def _cmd_simulate(args) -> int:
     _check_equal_blocks(args, params)
     check_memory(args.collective, args.world_size, args.count,
                  max(dtype.itemsize, np.dtype(args.accumulate_dtype or dtype).itemsize),
-                 names=("--count", "--world-size"))
+                 names=("-c/--count", "-N/--world-size"))
     with status(f"simulating {args.world_size} ranks …"):
         r = sim_report(args.collective, args.algorithm, args.world_size, args.count, dtype, op,
                        args.seed, params, args.accumulate_dtype)

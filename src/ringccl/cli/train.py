@@ -155,7 +155,8 @@ def register(sub) -> None:
     p.add_argument("--compression", choices=["fp16", "bf16"], default=None,
                    help="mode ddp: all-reduce buckets in fp16/bf16")
     p.add_argument("--seed", type=nonnegative_int, default=0, help="random seed (default 0)")
-    p.add_argument("--plot", default="ringccl_train.png", help="output image (default %(default)s)")
+    p.add_argument("--plot", default="ringccl_train.png",
+                   help="output image (default %(default)s; checked before training)")
     p.add_argument("--no-plot", action="store_true")
     p.add_argument("--timeout", type=seconds_arg, default=600.0, help="seconds before giving up")
     p.add_argument("--json", action="store_true")

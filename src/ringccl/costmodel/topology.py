@@ -43,18 +43,27 @@ from .. import units
 from ..args import check_int
 from ..errors import ArgumentError, ArgumentTypeError
 
-__all__ = ["Topology", "Flat", "TwoLevel", "flat", "two_level", "LinkClass"]
+__all__ = ["Topology", "Flat", "TwoLevel", "flat", "two_level", "LinkClass", "parse_link"]
 
 
-def _link(name: str, value) -> tuple[float, float]:
-    """Parse an ``(alpha, bandwidth)`` pair such as ``("5us", "900GB/s")``."""
-    if isinstance(value, str):
-        value = value.split(",")
+def parse_link(value, name: str = "link") -> tuple[float, float]:
+    """A link's latency and bandwidth: a pair such as ``("5us", "900GB/s")`` or ``(5e-6,
+    9e11)``, or the text ``"5us,900GB/s"`` (the command line's ``--intra``/``--inter``).
+
+    Returns:
+        (alpha in seconds, bandwidth in bytes/s).
+    Raises:
+        ArgumentError: not two parts (the message names ``name``), a latency that is not a
+            duration >= 0, or a bandwidth that is not > 0 (:mod:`ringccl.units`).
+    """
     try:
-        alpha, bandwidth = value
+        alpha, bandwidth = value.split(",") if isinstance(value, str) else value
     except (TypeError, ValueError):
+        if isinstance(value, str):
+            raise ArgumentError(f"{name} {value!r} must be ALPHA,BANDWIDTH: a latency >= 0 and "
+                                "a bandwidth > 0, e.g. 5us,900GB/s or 2us,400Gbps") from None
         raise ArgumentError(f"{name}={value!r} must be a pair (alpha, bandwidth), e.g. "
-                            "('5us', '900GB/s')") from None
+                            "('5us', '900GB/s'), or the text '5us,900GB/s'") from None
     return units.duration(alpha), units.bandwidth(bandwidth)
 
 
@@ -212,8 +221,8 @@ class TwoLevel(Topology):
                  oversubscription: float = 1.0, placement: str | Sequence[int] | None = None):
         self.nodes = check_int(nodes, "nodes", minimum=1)
         self.local = check_int(local, "local", minimum=1)
-        self.intra_alpha, self.intra_bandwidth = _link("intra", intra)
-        self.inter_alpha, self.inter_bandwidth = _link("inter", inter)
+        self.intra_alpha, self.intra_bandwidth = parse_link(intra, "intra")
+        self.inter_alpha, self.inter_bandwidth = parse_link(inter, "inter")
         self.nics_per_node = check_int(self.local if nics_per_node is None else nics_per_node,
                                        "nics_per_node", minimum=1)
         if self.nics_per_node > self.local:

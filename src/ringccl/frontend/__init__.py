@@ -191,10 +191,11 @@ def agree(b: Backend, g, collective: str, algorithm: str | None, params: dict, o
     """Count this call and, with ``check=True`` or RINGCCL_DEBUG set, compare its fingerprint
     across the group's ranks before any data moves (every rank raises the same
     :class:`ringccl.errors.ConsistencyError` if they disagree, :mod:`ringccl.consistency`)."""
+    on = consistency.enabled(opts.check)  # first: a refused RINGCCL_DEBUG counts no call
     key = b.key(g)
     seq = _sequence.get(key, 0)
     _sequence[key] = seq + 1
-    if not consistency.enabled(opts.check):
+    if not on:
         return
     mine = consistency.fingerprint(seq, collective, algorithm, params,
                                    None if op is None else op.value, b.dtype_name(dtype), count,

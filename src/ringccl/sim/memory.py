@@ -74,21 +74,31 @@ def available_bytes() -> int | None:
 
 
 def check_memory(collective: str, world_size: int, count: int, itemsize: int,
-                 names: tuple[str, str] = ("count", "world_size")) -> None:
+                 names: tuple[str, str | None] = ("count", "world_size")) -> None:
     """Refuse a simulation that cannot fit in this machine's memory, before any input is made
     (instead of being killed by the kernel half-way).
 
     Args:
         itemsize: bytes per element of the widest array held (the dtype or the accumulate dtype).
-        names: how the caller names count and world_size in the advice (the CLI: its options).
+        names: how the caller names count and world_size in the advice (the CLI: its options,
+            ``("-c/--count", "-N/--world-size")``; None: the world size is not the caller's).
     Raises:
-        ArgumentError: :func:`simulation_bytes` exceeds :func:`available_bytes`. Nothing is
-            checked where the system does not say its memory (numpy's MemoryError speaks then).
+        ArgumentError: :func:`simulation_bytes` exceeds :func:`available_bytes`: naming the
+            count, its value, the largest count that fits on ``world_size`` ranks (the estimate
+            grows linearly with it) and the flags to lower. Nothing is checked where the system
+            does not say its memory (numpy's MemoryError speaks then).
     """
     need = simulation_bytes(collective, world_size, count, itemsize)
     have = available_bytes()
-    if have is not None and need > have:
-        raise ArgumentError(f"simulating {collective} on {world_size} ranks x count={count} "
-                            f"needs about {format_size(need)}, more than this machine's "
-                            f"{format_size(have)} of memory (or its container's limit): "
-                            f"use a smaller {names[0]} or {names[1]}")
+    if have is None or need <= have:
+        return
+    fixed = simulation_bytes(collective, world_size, 0, itemsize)
+    per_element = simulation_bytes(collective, world_size, 1, itemsize) - fixed
+    fit = int((have - fixed) // per_element) if have > fixed and per_element > 0 else 0
+    world = f"{names[1]} {world_size}" if names[1] else f"{world_size} ranks"
+    allowed = (f"at most {fit:,} fit on {world}" if fit else f"none fit on {world}")
+    raise ArgumentError(f"{names[0]} {count} is too large: simulating {collective} on "
+                        f"{world_size} ranks x count={count} needs about {format_size(need)}, "
+                        f"more than this machine's {format_size(have)} of memory (or its "
+                        f"container's limit); {allowed}: use a smaller {names[0]}"
+                        + (f" or {names[1]}" if names[1] else ""))

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import time
 from dataclasses import asdict, dataclass
 
@@ -32,6 +31,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from ..algorithms import get_algorithm
+from ..args import IMAGE_SUFFIXES, check_output_path
 from ..errors import ArgumentError, RingcclError
 from .bucketer import GradientBucketer, check_cap_mb
 from .clip import clip_grad_norm_
@@ -109,25 +109,15 @@ class TrainConfig:
 
 
 def check_plot_path(path: str, argument: str = "plot") -> str:
-    """``path`` if a plot can be written there: its directory exists and is writable (checked
-    before training, not after minutes of it).
+    """``path`` if a plot can be written there (:func:`ringccl.args.check_output_path`: its
+    directory exists and is writable, its suffix one matplotlib writes), checked before
+    training, not after minutes of it.
 
     Raises:
-        ArgumentError: empty path, missing directory, a directory as the path, or no write
-            permission (the message names the path).
+        ArgumentTypeError: not a path. ArgumentError: a missing or unwritable directory, a
+            directory as the path, another suffix (the message names the path).
     """
-    if not isinstance(path, (str, os.PathLike)) or not str(path):
-        raise ArgumentError(f"{argument}={path!r} must be a file path (PNG, SVG, PDF)")
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        raise ArgumentError(f"{argument}={path!r} is a directory; give a file name such as "
-                            f"{os.path.join(path, 'train.png')!r}")
-    if not os.path.isdir(directory):
-        raise ArgumentError(f"{argument}={path!r}: directory {directory!r} does not exist")
-    if not os.access(directory, os.W_OK | os.X_OK):
-        raise ArgumentError(f"{argument}={path!r}: directory {directory!r} is not writable")
-    return path
+    return check_output_path(path, argument, IMAGE_SUFFIXES, "an image")
 
 
 def load_digits(seed: int = 0, test_size: int = 360) -> dict:

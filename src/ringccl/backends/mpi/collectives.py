@@ -83,7 +83,7 @@ from .dialect import NumpyArrays, check_array, clear_checked_ops
 
 __all__ = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "scatter",
            "gather", "all_to_all", "run_schedule", "release_buffers", "resolve_transport",
-           "shm_empty", "ReduceOp"]
+           "shm_empty", "ReduceOp", "TRANSPORTS"]
 
 
 _mpi: list = []  # the mpi4py.MPI module, imported on first use (importing it starts MPI)
@@ -210,7 +210,8 @@ class _Numpy(NumpyArrays):
 
 _B = _Numpy()
 
-_TRANSPORTS = ("auto", "shm", "p2p")
+#: the transports ringccl.mpi's calls accept (``transport=``, ``RINGCCL_TRANSPORT``)
+TRANSPORTS = ("auto", "shm", "p2p")
 
 
 def resolve_transport(comm, transport: Any) -> str:
@@ -227,7 +228,7 @@ def resolve_transport(comm, transport: Any) -> str:
     Raises:
         ArgumentError: another value; BackendError: "shm" on a machine that is not x86-64.
     """
-    transport = shm.transport_choice(transport, _TRANSPORTS)
+    transport = shm.transport_choice(transport, TRANSPORTS)
     if transport != "auto":
         return transport
     if comm.Get_size() == 1 or not shm.supported_platform():

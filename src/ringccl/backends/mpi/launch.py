@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import Callable
 
 from ...args import check_int
-from ...engine import timeout_seconds
 from ...errors import BackendError, Interrupted, WorkerError
 from ...resources import WORKER_BYTES, check_processes, die_with_parent, end_session
+from ..shm.variables import check_environment
+from .collectives import TRANSPORTS
 
 __all__ = ["mpi_launcher", "mpirun_command", "check_launch", "launch_bench", "under_mpirun",
            "ROW_PREFIX"]
@@ -83,18 +84,21 @@ def _env() -> dict:
 
 def check_launch(nproc: int, *, oversubscribe: bool = False, worker_bytes: int = 0) -> int:
     """What :func:`launch_bench` refuses before mpirun starts: no launcher, no mpi4py in this
-    Python (every rank would fail to import it), ``RINGCCL_TIMEOUT`` not a number, ``nproc``
-    beyond the machine's cores or memory (:func:`ringccl.resources.check_processes`).
+    Python (every rank would fail to import it), a value of the environment variables every
+    rank's calls read that they would refuse (``RINGCCL_TRANSPORT``, ``RINGCCL_TIMEOUT``,
+    ``RINGCCL_DEBUG``, ``RINGCCL_ALGO``, ``RINGCCL_LANE``:
+    :func:`ringccl.backends.shm.variables.check_environment`), ``nproc`` beyond the machine's
+    cores or memory (:func:`ringccl.resources.check_processes`).
 
     Returns:
         nproc (an int).
     Raises:
         BackendError: no mpirun/mpiexec, or mpi4py not importable.
-        ArgumentError / ArgumentTypeError: nproc, RINGCCL_TIMEOUT, cores or memory.
+        ArgumentError / ArgumentTypeError: nproc, an environment variable, cores or memory.
     """
     nproc = check_int(nproc, "nproc", minimum=1)
     check_processes(nproc, WORKER_BYTES + worker_bytes, oversubscribe=oversubscribe)
-    timeout_seconds(None)
+    check_environment(TRANSPORTS)
     mpi_launcher()
     if importlib.util.find_spec("mpi4py") is None:
         raise BackendError(f"backend 'mpi' needs mpi4py in {sys.executable}: pip install "

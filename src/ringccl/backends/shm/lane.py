@@ -78,7 +78,8 @@ from .lane_native import BEGIN_WAIT, BUFFER, CANNOT, DONE, RECV
 from .transport import mismatch
 
 __all__ = ["Lane", "lower", "capture", "wanted", "replay", "first_call", "signature",
-           "finisher", "set_enabled", "enabled", "set_native", "native", "compiled", "MAX_LANES"]
+           "finisher", "set_enabled", "enabled", "set_native", "native", "compiled", "MAX_LANES",
+           "check_environment"]
 
 #: signatures kept (the table is emptied when it is full: every rank sees the same calls)
 MAX_LANES = 256
@@ -96,6 +97,14 @@ def _from_env() -> "tuple | ArgumentError":
     return ArgumentError(f"RINGCCL_LANE={os.environ['RINGCCL_LANE']!r} must be '1' or 'on' "
                          "(compiled shared-memory calls, the default), 'python' (the same, "
                          "replayed in Python) or '0' or 'off' (every call on the general path)")
+
+
+def check_environment() -> None:
+    """Raise now the ArgumentError a call raises for ``RINGCCL_LANE``'s value (read afresh: a
+    launcher checks it before its workers, which read it at import, start)."""
+    setting = _from_env()
+    if isinstance(setting, ArgumentError):
+        raise setting
 
 
 _env = _from_env()

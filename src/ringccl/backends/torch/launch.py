@@ -34,11 +34,11 @@ from multiprocessing.reduction import ForkingPickler
 from typing import Any, Callable
 
 from ...args import check_int
-from ...engine import timeout_seconds
 from ...errors import BackendError, Interrupted, WorkerError
 from ...plugins import import_user_modules
 from ...resources import WORKER_BYTES, check_processes, tied_call, usable_cores
 from ..shm import sweep
+from ..shm.variables import check_environment
 
 _jobs = iter(range(1, 1 << 62))
 
@@ -110,11 +110,11 @@ def launch(fn: Callable[..., Any], nproc: int, *args: Any, backend: str = "gloo"
 
     Safety: before any process starts, ``nproc`` is checked against this machine's cores and
     memory (:func:`ringccl.resources.check_processes` with ``WORKER_BYTES + worker_bytes`` per
-    process) and ``RINGCCL_TIMEOUT`` is validated. Every worker dies with this process, even
-    when it is SIGKILLed (:func:`ringccl.resources.die_with_parent`), and ignores SIGINT: on
-    Ctrl-C (KeyboardInterrupt) or SIGTERM here, every worker is sent SIGTERM, then SIGKILL after
-    :data:`GRACE_S` seconds, and :class:`~ringccl.errors.Interrupted` is raised once, with no
-    worker traceback.
+    process) and the environment its calls read (:mod:`ringccl.backends.shm.variables`). Every
+    worker dies with this process, even when SIGKILLed (:func:`ringccl.resources.
+    die_with_parent`), and ignores SIGINT: on Ctrl-C or SIGTERM here, every worker is sent
+    SIGTERM, then SIGKILL after :data:`GRACE_S` s, and :class:`~ringccl.errors.Interrupted` is
+    raised once, with no worker traceback.
 
     Args:
         fn: a picklable (module-level) function; its return value must be picklable and not
@@ -135,9 +135,8 @@ def launch(fn: Callable[..., Any], nproc: int, *args: Any, backend: str = "gloo"
     Returns:
         the results in rank order.
     Raises:
-        ArgumentError: nproc < 1, nproc beyond the machine's cores or memory (unless
-            ``oversubscribe``), RINGCCL_TIMEOUT not a number of seconds > 0;
-            ArgumentTypeError: nproc not an integer.
+        ArgumentError: nproc < 1 or beyond the machine's cores or memory (unless
+            ``oversubscribe``), a bad environment variable. ArgumentTypeError: nproc not int.
         WorkerError (a BackendError): a worker raised: "rank R: ExceptionType: message".
         BackendError: a worker died, or the run timed out; backend "nccl" without NCCL or with
             fewer than ``nproc`` GPUs (before any process starts).
@@ -146,7 +145,8 @@ def launch(fn: Callable[..., Any], nproc: int, *args: Any, backend: str = "gloo"
     """
     nproc = check_int(nproc, "nproc", minimum=1)
     check_processes(nproc, WORKER_BYTES + worker_bytes, oversubscribe=oversubscribe)
-    timeout_seconds(None)  # RINGCCL_TIMEOUT=abc: one ArgumentError here, not one per worker
+    from .transport import TRANSPORTS  # imports torch
+    check_environment(TRANSPORTS)  # RINGCCL_TIMEOUT=abc: one error here, not one per rank
     if str(backend).lower() == "nccl":  # torch accepts any case
         _check_nccl(nproc)
     import torch.multiprocessing as mp
