@@ -125,3 +125,53 @@ def test_the_launchers_check_reads_the_variable_now(monkeypatch):
         lane.check_environment()
     monkeypatch.setenv("RINGCCL_LANE", "python")
     lane.check_environment()
+
+
+def test_the_c_call_decides_as_the_python_one(monkeypatch):
+    # _lanec.call (the front ends' replayed call) against lane._call_python, case by case: the
+    # lane off or refused, logged calls, an unhashable part, an unknown signature, an entry
+    # that runs, one that does not, one that raises
+    from ringccl.backends.shm import lane_native
+    if not lane_native.available():
+        pytest.skip("the extension is not built (test_the_extension_is_built says so)")
+    assert lane.call is lane_native._lanec.call
+    for name in lane._ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setitem(lane._state, "enabled", True)
+    ran = []
+    hit, miss = ("all_reduce", "hit"), ("all_reduce", "miss")
+    added = (lane.signature(*hit), lane.signature(*miss))
+    lane._lanes[added[0]] = lambda g, b, k: ran.append((g, b, k)) or True
+    lane._lanes[added[1]] = lambda g, b, k: False
+
+    def both(parts):
+        return [f(parts, "group", "buffer") for f in (lane.call, lane._call_python)]
+
+    try:
+        assert both(hit) == [True, True]
+        assert ran == [("group", "buffer", lane.signature(*hit))] * 2
+        assert both(miss) == [lane.signature(*miss)] * 2
+        assert both(("all_reduce", "unknown")) == [lane.signature("all_reduce", "unknown")] * 2
+        unhashable = ("all_reduce", ["a list"])
+        assert both(unhashable) == [lane.signature(*unhashable)] * 2
+        monkeypatch.setenv("RINGCCL_TIMEOUT", "30")   # a new signature: not the entry's
+        assert both(hit)[0] == lane.signature(*hit) and len(ran) == 2
+        monkeypatch.setenv("RINGCCL_DEBUG", "INFO")   # logged: the general path
+        assert both(hit) == [None, None]
+        monkeypatch.setenv("RINGCCL_DEBUG", "0")
+        assert both(hit)[0] == lane.signature(*hit)
+        monkeypatch.delenv("RINGCCL_DEBUG")
+        monkeypatch.delenv("RINGCCL_TIMEOUT")
+        lane._lanes[lane.signature(*miss)] = lambda g, b, k: 1 / 0
+        for f in (lane.call, lane._call_python):
+            with pytest.raises(ZeroDivisionError):
+                f(miss, "group", "buffer")
+        monkeypatch.setitem(lane._state, "enabled", False)
+        assert both(hit) == [None, None]
+        monkeypatch.setitem(lane._state, "enabled", ArgumentError("RINGCCL_LANE='x'"))
+        for f in (lane.call, lane._call_python):
+            with pytest.raises(ArgumentError, match="RINGCCL_LANE"):
+                f(hit, "group", "buffer")
+    finally:
+        for key in added:
+            lane._lanes.pop(key, None)

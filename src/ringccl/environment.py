@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from typing import Callable
 
-__all__ = ["get", "reader"]
+__all__ = ["get", "reader", "mapping", "encoded"]
 
 _DATA = getattr(os.environ, "_data", None) if os.name == "posix" else None
 if not isinstance(_DATA, dict) or not isinstance(next(iter(_DATA), b""), bytes):
@@ -53,3 +53,14 @@ def reader(names: tuple) -> Callable[[], tuple]:
         a, b, c, d = keys
         return lambda: (get(a), get(b), get(c), get(d))
     return lambda: tuple(map(get, keys))
+
+
+def mapping() -> dict | None:
+    """The mapping behind ``os.environ`` that :func:`get` reads (bytes keys and values), or
+    None where it is not readable (then only ``os.environ`` is)."""
+    return _DATA
+
+
+def encoded(names: tuple) -> tuple:
+    """``names`` as :func:`mapping`'s keys."""
+    return tuple(os.fsencode(n) for n in names)

@@ -178,10 +178,11 @@ _sequence: dict = {}   # the group's key -> ringccl collectives called on it so 
 def call_counter(b: Backend, g) -> Callable[[], None]:
     """A function counting one call on ``g`` that skipped :func:`agree` (a compiled replay: its
     check is off), so a later checked call's fingerprint has the right sequence number. It
-    holds ``g``'s key (its identity, an int), not ``g``."""
+    holds ``g``'s key (its identity, an int), not ``g``; it takes the call's result and
+    ignores it (a replay calls it as its finisher, :func:`ringccl.backends.shm.lane.finisher`)."""
     key, sequence = b.key(g), _sequence
 
-    def count() -> None:
+    def count(result: Any = None) -> None:
         sequence[key] = sequence.get(key, 0) + 1
     return count
 

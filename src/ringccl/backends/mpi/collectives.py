@@ -286,9 +286,9 @@ def all_reduce(buffer: np.ndarray, op: Any = ReduceOp.SUM, comm=None, algorithm:
     key = None
     if not params and accumulate_dtype is None and not check and type(buffer) is np.ndarray and \
             trace.state.recorder is None:
-        key = lane.signature("all_reduce", id(comm), buffer.shape, buffer.dtype, op,
-                             algorithm, segment_bytes, timeout, restore, check, transport)
-        if key is not None and lane.replay(key, comm, buffer):
+        key = lane.call(("all_reduce", id(comm), buffer.shape, buffer.dtype, op, algorithm,
+                         segment_bytes, timeout, restore, check, transport), comm, buffer)
+        if key is True:
             return buffer
 
     def general() -> None:

@@ -25,6 +25,8 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -42,8 +44,8 @@ enum { O_SUM, O_PROD, O_MIN, O_MAX, O_BAND, O_BOR, O_BXOR };
 #define R_BUFFER (-3)
 
 static long long native_runs;   /* calls completed here (tests: the native replay ran) */
-static PyObject *s_closed, *s_work_serial, *s_retired, *s_lazy, *s_calls, *s_sent, *s_expected,
-    *s_released, *s_lane_marks, *s_lane_call, *s_data_ptr, *s_is_contiguous;
+static PyObject *s_enabled, *s_closed, *s_work_serial, *s_retired, *s_lazy, *s_calls, *s_sent,
+    *s_expected, *s_released, *s_lane_marks, *s_lane_call, *s_data_ptr, *s_is_contiguous;
 
 static inline int64_t load_acq(const int64_t *w) { return __atomic_load_n(w, __ATOMIC_ACQUIRE); }
 static inline void store_rel(int64_t *w, int64_t v) { __atomic_store_n(w, v, __ATOMIC_RELEASE); }
@@ -275,46 +277,28 @@ static int buffer_address(PyObject *buf, Py_buffer *view, int *held, const int64
     return 1;
 }
 
-/* run(program, buffer, call, position, group, transport) -> int
- *   -1: the call is done; -2: the group cannot run it now, -3: the buffer is not a
- *   C-contiguous writable one of the lane's size (position 0 only; nothing done);
- *   2 * i: operation i waits for a word (Python waits, then calls again at i);
- *   2 * i + 1: receive i names a descriptor the lane does not expect (Python reads it). */
-static PyObject *lane_run(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+/* one replay of program `p` on `buf` from operation `pos` (lane_run's results), or
+ * RUN_ERROR with an exception set */
+#define RUN_ERROR (-100)
+static long run_program(const int64_t *p, PyObject *buf, int64_t c, Py_ssize_t pos,
+                        PyObject *g, PyObject *t)
 {
-    (void)mod;
-    if (nargs != 6 || !PyBytes_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "run(program: bytes, buffer, call, position, group, "
-                                         "transport)");
-        return NULL;
-    }
-    const int64_t *p = (const int64_t *)PyBytes_AS_STRING(args[0]);
-    if (PyBytes_GET_SIZE(args[0]) < HDR * 8 || p[H_MAGIC] != MAGIC ||
-        PyBytes_GET_SIZE(args[0]) != (HDR + p[H_NOPS] * OPW) * 8) {
-        PyErr_SetString(PyExc_ValueError, "lane: not a lane program");
-        return NULL;
-    }
-    int64_t c = PyLong_AsLongLong(args[2]);
-    Py_ssize_t pos = PyLong_AsSsize_t(args[3]);
-    if (PyErr_Occurred())
-        return NULL;
-    PyObject *g = args[4], *t = args[5];
     if (pos == 0) {
         int ok = can_run(p, g);
         if (ok <= 0)
-            return ok < 0 ? NULL : PyLong_FromLong(R_CANNOT);
+            return ok < 0 ? RUN_ERROR : R_CANNOT;
     }
     Py_buffer view;
     int held;
     char *mine = NULL;
-    int found = buffer_address(args[1], &view, &held, p, &mine);
+    int found = buffer_address(buf, &view, &held, p, &mine);
     if (found <= 0) {
         if (held)
             PyBuffer_Release(&view);
         if (pos == 0)
-            return PyLong_FromLong(R_BUFFER);
+            return R_BUFFER;
         PyErr_SetString(PyExc_RuntimeError, "lane: the buffer changed during the call");
-        return NULL;
+        return RUN_ERROR;
     }
     int64_t *w = (int64_t *)(intptr_t)p[H_CTRL];
     char *work = (char *)(intptr_t)p[H_WORK], *seg = (char *)(intptr_t)p[H_SEG];
@@ -430,9 +414,47 @@ out:
     Py_XDECREF(marks);
     if (held)
         PyBuffer_Release(&view);
-    if (failed)
+    return failed ? RUN_ERROR : result;
+}
+
+/* the program bytes' words, or NULL with ValueError */
+static const int64_t *program_words(PyObject *prog)
+{
+    if (!PyBytes_Check(prog)) {
+        PyErr_SetString(PyExc_TypeError, "lane: a program is bytes");
         return NULL;
-    return PyLong_FromLong(result);
+    }
+    const int64_t *p = (const int64_t *)PyBytes_AS_STRING(prog);
+    if (PyBytes_GET_SIZE(prog) < HDR * 8 || p[H_MAGIC] != MAGIC ||
+        PyBytes_GET_SIZE(prog) != (HDR + p[H_NOPS] * OPW) * 8) {
+        PyErr_SetString(PyExc_ValueError, "lane: not a lane program");
+        return NULL;
+    }
+    return p;
+}
+
+/* run(program, buffer, call, position, group, transport) -> int
+ *   -1: the call is done; -2: the group cannot run it now, -3: the buffer is not a
+ *   C-contiguous writable one of the lane's size (position 0 only; nothing done);
+ *   2 * i: operation i waits for a word (Python waits, then calls again at i);
+ *   2 * i + 1: receive i names a descriptor the lane does not expect (Python reads it). */
+static PyObject *lane_run(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)mod;
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "run(program: bytes, buffer, call, position, group, "
+                                         "transport)");
+        return NULL;
+    }
+    const int64_t *p = program_words(args[0]);
+    if (p == NULL)
+        return NULL;
+    int64_t c = PyLong_AsLongLong(args[2]);
+    Py_ssize_t pos = PyLong_AsSsize_t(args[3]);
+    if (PyErr_Occurred())
+        return NULL;
+    long r = run_program(p, args[1], c, pos, args[4], args[5]);
+    return r == RUN_ERROR ? NULL : PyLong_FromLong(r);
 }
 
 /* combine(dtype, op, rule, left, dst, src): the C reductions on two buffers, dst writable
@@ -465,11 +487,265 @@ static PyObject *lane_runs(PyObject *mod, PyObject *unused)
     return PyLong_FromLongLong(native_runs);
 }
 
+/* ---- the replayed call: a compiled signature's entry and the front ends' call ------------ */
+
+/* Entry(ref, lane, group, transport, state, done, slow): a compiled signature's table entry
+ * (lane.py's _entry) whose common case runs here: the caller's group is the first call's
+ * (ref() is it), the lane replays in C (state["native"]), the program runs to its end; then
+ * done(buffer). Anything else goes to Python: a wait longer than the loop's polls
+ * (lane._continue), a group or buffer the lane cannot run now (slow(group, buffer, key): the
+ * Python entry, which decides), an error (the group aborted, as lane.py's replay does). */
+typedef struct {
+    PyObject_HEAD
+    PyObject *ref, *lane, *program, *group, *transport, *state, *done, *slow;
+} Entry;
+
+static PyTypeObject EntryType;
+static PyObject *s_native, *s_abort, *s_continue, *s_program;
+static PyObject *call_table, *call_state, *call_env, *call_keys, *call_slow;
+
+static void abort_group(PyObject *g)
+{
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    if (attr_true(g, s_closed) == 0) {
+        PyObject *r = PyObject_CallMethodNoArgs(g, s_abort);
+        Py_XDECREF(r);
+    }
+    PyErr_Clear();
+    PyErr_Restore(et, ev, tb);
+}
+
+/* True: replayed; otherwise what the Python entry returns (False / None), or NULL */
+static PyObject *entry_run(Entry *e, PyObject *group, PyObject *buf, PyObject *key)
+{
+    PyObject *who = PyObject_CallNoArgs(e->ref);
+    if (who == NULL)
+        return NULL;
+    Py_DECREF(who);
+    if (who != group)
+        Py_RETURN_FALSE;
+    PyObject *native = PyDict_GetItemWithError(e->state, s_native);
+    if (native != Py_True) {
+        if (native == NULL && PyErr_Occurred())
+            return NULL;
+        return PyObject_CallFunctionObjArgs(e->slow, group, buf, key, NULL);
+    }
+    PyObject *calls = PyObject_GetAttr(e->group, s_calls);
+    if (calls == NULL)
+        return NULL;
+    int64_t c = PyLong_AsLongLong(calls) + 1;
+    Py_DECREF(calls);
+    if (PyErr_Occurred())
+        return NULL;
+    long r = run_program((const int64_t *)PyBytes_AS_STRING(e->program), buf, c, 0, e->group,
+                         e->transport);
+    if (r == RUN_ERROR) {
+        abort_group(e->group);
+        return NULL;
+    }
+    if (r == R_CANNOT || r == R_BUFFER)   /* nothing done: Python decides */
+        return PyObject_CallFunctionObjArgs(e->slow, group, buf, key, NULL);
+    if (r >= 0) {   /* a long wait or an unexpected descriptor: Python continues the call */
+        PyObject *pr = PyLong_FromLong(r), *pc = PyLong_FromLongLong(c), *res = NULL;
+        if (pr != NULL && pc != NULL)
+            res = PyObject_CallMethodObjArgs(e->lane, s_continue, buf, pr, pc, NULL);
+        Py_XDECREF(pr);
+        Py_XDECREF(pc);
+        if (res == NULL)
+            return NULL;
+        r = PyLong_AsLong(res);
+        Py_DECREF(res);
+        if (r == -1 && PyErr_Occurred())
+            return NULL;
+        if (r != R_DONE) {
+            PyErr_SetString(PyExc_RuntimeError, "lane: a call stopped midway");
+            return NULL;
+        }
+    }
+    PyObject *d = PyObject_CallOneArg(e->done, buf);
+    if (d == NULL)
+        return NULL;
+    Py_DECREF(d);
+    Py_RETURN_TRUE;
+}
+
+static PyObject *entry_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    Entry *e = (Entry *)type->tp_alloc(type, 0);
+    if (e == NULL)
+        return NULL;
+    static char *names[] = {"ref", "lane", "group", "transport", "state", "done", "slow", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOO!OO", names, &e->ref, &e->lane, &e->group,
+                                     &e->transport, &PyDict_Type, &e->state, &e->done,
+                                     &e->slow)) {
+        e->ref = e->lane = e->group = e->transport = e->state = e->done = e->slow = NULL;
+        Py_DECREF(e);
+        return NULL;
+    }
+    PyObject *objs[] = {e->ref, e->lane, e->group, e->transport, e->state, e->done, e->slow};
+    for (size_t i = 0; i < sizeof objs / sizeof objs[0]; i++)
+        Py_INCREF(objs[i]);
+    e->program = PyObject_GetAttr(e->lane, s_program);
+    if (e->program == NULL || program_words(e->program) == NULL) {
+        Py_DECREF(e);
+        return NULL;
+    }
+    return (PyObject *)e;
+}
+
+static int entry_traverse(Entry *e, visitproc visit, void *arg)
+{
+    Py_VISIT(e->ref);
+    Py_VISIT(e->lane);
+    Py_VISIT(e->program);
+    Py_VISIT(e->group);
+    Py_VISIT(e->transport);
+    Py_VISIT(e->state);
+    Py_VISIT(e->done);
+    Py_VISIT(e->slow);
+    return 0;
+}
+
+static int entry_clear(Entry *e)
+{
+    Py_CLEAR(e->ref);
+    Py_CLEAR(e->lane);
+    Py_CLEAR(e->program);
+    Py_CLEAR(e->group);
+    Py_CLEAR(e->transport);
+    Py_CLEAR(e->state);
+    Py_CLEAR(e->done);
+    Py_CLEAR(e->slow);
+    return 0;
+}
+
+static void entry_dealloc(Entry *e)
+{
+    PyObject_GC_UnTrack(e);
+    entry_clear(e);
+    Py_TYPE(e)->tp_free((PyObject *)e);
+}
+
+/* entry(group, buffer, key) -> bool | None, as lane.py's Python entry */
+static PyObject *entry_call(Entry *e, PyObject *args, PyObject *kw)
+{
+    PyObject *group, *buf, *key;
+    if (kw != NULL || !PyArg_UnpackTuple(args, "entry", 3, 3, &group, &buf, &key))
+        return NULL;
+    return entry_run(e, group, buf, key);
+}
+
+static PyMemberDef entry_members[] = {
+    {"lane", T_OBJECT, offsetof(Entry, lane), READONLY, "the Lane replayed"},
+    {NULL, 0, 0, 0, NULL}};
+
+static PyTypeObject EntryType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ringccl.backends.shm._lanec.Entry",
+    .tp_basicsize = sizeof(Entry),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Entry(ref, lane, group, transport, state, done, slow): a compiled signature's "
+              "table entry replayed in C (see _lanec.c)",
+    .tp_new = entry_new,
+    .tp_traverse = (traverseproc)entry_traverse,
+    .tp_clear = (inquiry)entry_clear,
+    .tp_dealloc = (destructor)entry_dealloc,
+    .tp_call = (ternaryfunc)entry_call,
+    .tp_members = entry_members,
+};
+
+/* configure(table, state, environ, names, slow): what call() reads (lane.py sets it once) */
+static PyObject *lane_configure(PyObject *mod, PyObject *args)
+{
+    (void)mod;
+    PyObject *table, *state, *env, *keys, *slow;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O", &PyDict_Type, &table, &PyDict_Type, &state,
+                          &PyDict_Type, &env, &PyTuple_Type, &keys, &slow))
+        return NULL;
+    if (PyTuple_GET_SIZE(keys) < 1) {
+        PyErr_SetString(PyExc_ValueError, "configure: names start with RINGCCL_DEBUG's");
+        return NULL;
+    }
+    PyObject **slots[] = {&call_table, &call_state, &call_env, &call_keys, &call_slow};
+    PyObject *vals[] = {table, state, env, keys, slow};
+    for (size_t i = 0; i < 5; i++) {
+        Py_INCREF(vals[i]);
+        Py_XSETREF(*slots[i], vals[i]);
+    }
+    Py_RETURN_NONE;
+}
+
+/* call(parts, group, buffer) -> True (the compiled call for this signature replayed) or the
+ * signature's key (None: no key) for the front end's first_call; lane.py's _call_python is
+ * the same in Python and runs whatever is not the common case here */
+static PyObject *lane_call(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)mod;
+    if (nargs != 3 || !PyTuple_Check(args[0]) || call_table == NULL) {
+        PyErr_SetString(PyExc_TypeError, "call(parts: tuple, group, buffer) after configure()");
+        return NULL;
+    }
+    PyObject *parts = args[0];
+    if (PyDict_GetItemWithError(call_state, s_enabled) != Py_True ||
+        PyDict_GetItemWithError(call_env, PyTuple_GET_ITEM(call_keys, 0)) != NULL ||
+        PyErr_Occurred()) {   /* off, refused, or RINGCCL_DEBUG set: Python decides */
+        PyErr_Clear();
+        return PyObject_Vectorcall(call_slow, args, 3, NULL);
+    }
+    Py_ssize_t np_ = PyTuple_GET_SIZE(parts), nk = PyTuple_GET_SIZE(call_keys);
+    PyObject *key = PyTuple_New(np_ + nk);
+    if (key == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < np_; i++) {
+        PyObject *o = PyTuple_GET_ITEM(parts, i);
+        Py_INCREF(o);
+        PyTuple_SET_ITEM(key, i, o);
+    }
+    for (Py_ssize_t i = 0; i < nk; i++) {
+        PyObject *v = PyDict_GetItemWithError(call_env, PyTuple_GET_ITEM(call_keys, i));
+        if (v == NULL) {
+            if (PyErr_Occurred()) {
+                Py_DECREF(key);
+                return NULL;
+            }
+            v = Py_None;
+        }
+        Py_INCREF(v);
+        PyTuple_SET_ITEM(key, np_ + i, v);
+    }
+    PyObject *e = PyDict_GetItemWithError(call_table, key);
+    if (e == NULL) {
+        PyErr_Clear();   /* unknown, or an unhashable part: first_call decides */
+        return key;
+    }
+    Py_INCREF(e);
+    PyObject *r = Py_IS_TYPE(e, &EntryType) ? entry_run((Entry *)e, args[1], args[2], key)
+                                            : PyObject_CallFunctionObjArgs(e, args[1], args[2],
+                                                                           key, NULL);
+    Py_DECREF(e);
+    if (r == NULL) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    int hit = r == Py_True;
+    Py_DECREF(r);
+    if (hit) {
+        Py_DECREF(key);
+        Py_RETURN_TRUE;
+    }
+    return key;
+}
+
 static PyMethodDef methods[] = {
     {"run", (PyCFunction)(void (*)(void))lane_run, METH_FASTCALL,
      "run(program, buffer, call, position, group, transport) -> int (see _lanec.c)"},
     {"combine", lane_combine, METH_VARARGS, "combine(dtype, op, rule, left, dst, src)"},
     {"runs", lane_runs, METH_NOARGS, "calls completed by run() in this process"},
+    {"configure", lane_configure, METH_VARARGS,
+     "configure(table, state, environ, names, slow): what call() reads"},
+    {"call", (PyCFunction)(void (*)(void))lane_call, METH_FASTCALL,
+     "call(parts, group, buffer) -> True or the signature's key (see _lanec.c)"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_lanec",
@@ -478,18 +754,28 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_lanec",
 
 PyMODINIT_FUNC PyInit__lanec(void)
 {
-    PyObject **names[] = {&s_closed, &s_work_serial, &s_retired, &s_lazy, &s_calls, &s_sent,
+    PyObject **names[] = {&s_enabled, &s_native, &s_abort, &s_continue, &s_program, &s_closed,
+                          &s_work_serial, &s_retired, &s_lazy, &s_calls, &s_sent,
                           &s_expected, &s_released, &s_lane_marks, &s_lane_call, &s_data_ptr,
                           &s_is_contiguous};
-    const char *text[] = {"closed", "work_serial", "retired", "lazy", "calls", "sent",
+    const char *text[] = {"enabled", "native", "abort", "_continue", "program", "closed",
+                          "work_serial", "retired", "lazy", "calls", "sent",
                           "expected", "released", "lane_marks", "lane_call", "data_ptr",
                           "is_contiguous"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if ((*names[i] = PyUnicode_InternFromString(text[i])) == NULL)
             return NULL;
+    if (PyType_Ready(&EntryType) < 0)
+        return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
+    Py_INCREF(&EntryType);
+    if (PyModule_AddObject(m, "Entry", (PyObject *)&EntryType) < 0) {
+        Py_DECREF(&EntryType);
+        Py_DECREF(m);
+        return NULL;
+    }
     if (PyModule_AddIntConstant(m, "MAGIC_LOW", (long)(MAGIC & 0x7fffffff)) < 0 ||
         PyModule_AddIntConstant(m, "HEADER_WORDS", HDR) < 0 ||
         PyModule_AddIntConstant(m, "OP_WORDS", OPW) < 0) {

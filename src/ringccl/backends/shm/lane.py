@@ -77,7 +77,7 @@ from .group import LINE, RING, ShmGroup
 from .lane_native import BEGIN_WAIT, BUFFER, CANNOT, DONE, RECV
 from .transport import mismatch
 
-__all__ = ["Lane", "lower", "capture", "wanted", "replay", "first_call", "signature",
+__all__ = ["Lane", "lower", "capture", "wanted", "call", "replay", "first_call", "signature",
            "finisher", "set_enabled", "enabled", "set_native", "native", "compiled", "MAX_LANES",
            "check_environment"]
 
@@ -174,7 +174,7 @@ def finisher(b, group, op, dtype) -> Callable[[Any], None]:
     g = b.group(group)
     count = frontend.call_counter(b, g)
     if b.check_op(op, dtype) is not ReduceOp.AVG:
-        return lambda buffer: count()
+        return count
     n, divide = b.size(g), b.divide
 
     def done(buffer) -> None:
@@ -220,7 +220,9 @@ _INELIGIBLE = _never   # a signature the lane cannot run: the general path, no c
 def _entry(group: Any, lane: "Lane", done: Callable[[Any], None]):
     """A compiled signature's table entry: ``entry(group, buffer, key)`` replays ``lane`` when
     ``group`` is the caller's group of the first call (identity, held weakly), then ``done``
-    (e.g. :func:`finisher`'s); False when it did not run (:func:`replay`)."""
+    (e.g. :func:`finisher`'s); False when it did not run (:func:`replay`). A lane the C loop
+    runs gets ``_lanec.Entry``, which runs the common case without a Python frame and hands
+    the rest to the Python entry made here."""
     ref = _weak(group)
 
     def entry(caller_group: Any, buffer: Any, key: tuple) -> bool:
@@ -234,7 +236,9 @@ def _entry(group: Any, lane: "Lane", done: Callable[[Any], None]):
             del _lanes[key]   # the group changed: the next call compiles again
         return False
     entry.lane = lane
-    return entry
+    if lane.program is None or _run_c is None:
+        return entry
+    return lane_native._lanec.Entry(ref, lane, lane.group, lane.transport, _state, done, entry)
 
 
 def replay(key: tuple, group: Any, buffer: Any) -> bool:
@@ -247,6 +251,29 @@ def replay(key: tuple, group: Any, buffer: Any) -> bool:
     except TypeError:   # an unhashable part (signature)
         return False
     return e is not None and e(group, buffer, key)
+
+
+def _call_python(parts: tuple, group: Any, buffer: Any) -> "tuple | bool | None":
+    """:func:`call` in Python (no ``_lanec``; the cases the C one hands over)."""
+    key = signature(*parts)
+    if key is not None and replay(key, group, buffer):
+        return True
+    return key
+
+
+def call(parts: tuple, group: Any, buffer: Any) -> "tuple | bool | None":
+    """A front end's replayed call: True when the call with signature ``parts`` (and the
+    environment, :func:`signature`) replayed its compiled lane on ``buffer`` over ``group``;
+    otherwise the signature's key (None when the lane is off), for :func:`first_call`. In C
+    (``_lanec.call``) where it was built and the environment's mapping is readable, with the
+    same outcome as :func:`signature` then :func:`replay`."""
+    return _call_python(parts, group, buffer)
+
+
+if _run_c is not None and environment.mapping() is not None:
+    lane_native._lanec.configure(_lanes, _state, environment.mapping(),
+                                 environment.encoded(_ENV), _call_python)
+    call = lane_native._lanec.call   # noqa: F811 (the same contract, in C)
 
 
 def first_call(key: tuple | None, group: Any, general: Callable[[], None],
@@ -376,17 +403,30 @@ class Lane:
         returns to Python (a long wait, a descriptor it does not expect) resume here."""
         if not _state["native"]:
             return self._run_python(buffer)
-        g, t, program = self.group, self.transport, self.program
+        g = self.group
         c = g.calls + 1
         try:
-            r = _run_c(program, buffer, c, 0, g, t)
+            r = _run_c(self.program, buffer, c, 0, g, self.transport)
+        except BaseException:
+            if not g.closed:
+                g.abort()
+            raise
+        if r >= 0:
+            r = self._continue(buffer, r, c)
+        return True if r == DONE else False if r == CANNOT else None
+
+    def _continue(self, buffer, r: int, c: int) -> int:
+        """Call ``c`` after the C loop returned ``r`` (an operation to wait for or read): run
+        on to its end (DONE); any error aborts the group."""
+        g, t, program = self.group, self.transport, self.program
+        try:
             while r >= 0:
                 r = _run_c(program, buffer, c, self._resume(r >> 1, r & 1, c), g, t)
         except BaseException:
             if not g.closed:
                 g.abort()
             raise
-        return True if r == DONE else False if r == CANNOT else None
+        return r
 
     def _resume(self, i: int, unexpected: int, c: int) -> int:
         """Where the C loop stopped (operation ``i``): wait boundedly, or read the unexpected

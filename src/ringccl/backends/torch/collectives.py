@@ -271,11 +271,14 @@ def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, group=None,
     key = None
     if not params and accumulate_dtype is None and not check and type(tensor) is torch.Tensor \
             and trace.state.recorder is None:
-        key = lane.signature("all_reduce", id(group), tensor.shape, tensor.dtype, tensor.device,
-                             op, algorithm, segment_bytes, timeout, restore, check, transport)
-        if key is not None and not tensor.requires_grad and not tensor._is_view() and \
-                lane.replay(key, group, tensor):
-            return tensor
+        parts = ("all_reduce", id(group), tensor.shape, tensor.dtype, tensor.device, op,
+                 algorithm, segment_bytes, timeout, restore, check, transport)
+        if tensor.requires_grad or tensor._is_view():
+            key = lane.signature(*parts)   # replayed under no_grad (_all_reduce)
+        else:
+            key = lane.call(parts, group, tensor)
+            if key is True:
+                return tensor
     return _all_reduce(key, tensor, op, group, algorithm, accumulate_dtype,
                        segment_bytes=segment_bytes, timeout=timeout, restore=restore, check=check,
                        transport=transport, **params)

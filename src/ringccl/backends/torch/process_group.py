@@ -495,9 +495,9 @@ def _all_reduce_one(g: Group, t: torch.Tensor, op: ReduceOp, algorithm: str, par
     compiling it on the way."""
     key = None
     if not params:
-        key = lane.signature("process_group.all_reduce", id(g), t.shape, t.dtype, t.device, op,
-                             algorithm, options)
-        if key is not None and lane.replay(key, g, t):
+        key = lane.call(("process_group.all_reduce", id(g), t.shape, t.dtype, t.device, op,
+                         algorithm, options), g, t)
+        if key is True:
             return
     lane.first_call(key, g,
                     lambda: frontend.in_place(FRONT, "all_reduce", t, op, g, algorithm, params,
