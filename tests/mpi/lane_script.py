@@ -75,6 +75,10 @@ def bitwise() -> None:
                         problems.append(f"ranks differ: {what}")
     if not lane.compiled():
         problems.append("no lane was compiled")
+    # no timeout: not all-or-nothing, so the C loop works on the caller's (fresh) arrays
+    if lane_native.available() and not any(e is not lane._INELIGIBLE and not e.lane.restore
+                                           for e in lane._lanes.values()):
+        problems.append("no lane ran on the caller's buffer")
 
 
 def _special(rng, dtype, count: int) -> np.ndarray:

@@ -1,10 +1,11 @@
 /* The compiled lane's replay loop in C (ringccl.backends.shm._lanec).
  *
  * One call of a lowered shared-memory all_reduce (ringccl/backends/shm/lane.py, which builds
- * the program and keeps the Python replay of the same operations as the fallback): copy the
- * caller's buffer in, per step the sends (copy into this rank's area half, descriptor, release
+ * the program and keeps the Python replay of the same operations as the fallback): on the
+ * caller's buffer itself (an all-or-nothing call: on a copy, copied in first and out after the
+ * last receive), per step the sends (copy into this rank's area half, descriptor, release
  * store of `posted`) and the receives (acquire load of `posted`, descriptor check, combine /
- * copy / fold, `released`), copy out, the begin and end waits. Every wait polls a bounded
+ * copy / fold, `released`), the begin and end waits. Every wait polls a bounded
  * number of times and otherwise returns to Python with its position (Python's bounded wait:
  * timeout, abort word, the peer's liveness, the error naming step and peer); a descriptor the
  * lane does not expect returns too (Python reads it, or raises the transport's mismatch).
@@ -31,6 +32,8 @@
 #include <string.h>
 
 /* program header words (lane_native.py writes them: keep the two in step) */
+/* H_WORK: an all-or-nothing call's working copy (0: the loop works on the caller's buffer);
+ * the sends' and receives' buffer addresses are byte offsets in the one it works on */
 enum { H_MAGIC, H_NOPS, H_CTRL, H_SERIAL, H_ABORT, H_WORK, H_BYTES, H_DTYPE, H_OP, H_RULE,
        H_RULE_LEFT, H_NEED, H_NEED0, H_NEED1, H_ENTERED, H_SEG, H_SEGBYTES, H_RING, H_SPIN,
        H_ITEMSIZE, HDR = 20 };
@@ -301,7 +304,8 @@ static long run_program(const int64_t *p, PyObject *buf, int64_t c, Py_ssize_t p
         return RUN_ERROR;
     }
     int64_t *w = (int64_t *)(intptr_t)p[H_CTRL];
-    char *work = (char *)(intptr_t)p[H_WORK], *seg = (char *)(intptr_t)p[H_SEG];
+    char *seg = (char *)(intptr_t)p[H_SEG], *work = (char *)(intptr_t)p[H_WORK];
+    char *base = work != NULL ? work : mine;
     int64_t serial = p[H_SERIAL], ring_n = p[H_RING], spin = p[H_SPIN], h = c & 1;
     int dtype = (int)p[H_DTYPE], op = (int)p[H_OP];
     int64_t rule = p[H_RULE], rule_left = p[H_RULE_LEFT];
@@ -343,13 +347,10 @@ static long run_program(const int64_t *p, PyObject *buf, int64_t c, Py_ssize_t p
             store_rel(w + p[H_ENTERED], c);
             break;
         }
-        case K_COPY_IN:
-            memcpy(work, mine, (size_t)p[H_BYTES]);
-            break;
-        case K_SEND: {   /* [2] src, [3] nbytes, [4+h] area, [6+h] offset, [8] ring, [9] posted,
+        case K_SEND: {   /* [2] src (offset), [3] nbytes, [4+h] area, [6+h] offset, [8] ring, [9] posted,
                             [10] first copy of this range */
             if (o[10])
-                memcpy((char *)(intptr_t)o[4 + h], (const char *)(intptr_t)o[2], (size_t)o[3]);
+                memcpy((char *)(intptr_t)o[4 + h], base + o[2], (size_t)o[3]);
             if (get_item(sent, peer, &seq) < 0 || set_item(sent, peer, seq + 1) < 0) {
                 failed = 1;
                 break;
@@ -362,7 +363,7 @@ static long run_program(const int64_t *p, PyObject *buf, int64_t c, Py_ssize_t p
             store_rel(w + o[9], seq + 1);
             break;
         }
-        case K_RECV: {   /* [2] dst, [3] mode (lane.py), [4] fold, [5] flush, [6] nbytes,
+        case K_RECV: {   /* [2] dst (offset), [3] mode (lane.py), [4] fold, [5] flush, [6] nbytes,
                             [7] posted, [8] released, [9] ring */
             if (get_item(expected, peer, &seq) < 0) { failed = 1; break; }
             if (!spin_ge(w + o[7], seq + 1, spin)) { result = 2 * i; goto out; }
@@ -374,7 +375,7 @@ static long run_program(const int64_t *p, PyObject *buf, int64_t c, Py_ssize_t p
                 goto out;
             }
             if (set_item(expected, peer, seq + 1) < 0) { failed = 1; break; }
-            char *dst = (char *)(intptr_t)o[2], *fold = (char *)(intptr_t)o[4];
+            char *dst = base + o[2], *fold = (char *)(intptr_t)o[4];
             const char *src = seg + off;
             if (o[3] == 1)
                 combine(dtype, op, rule, 0, dst, src, nb);
@@ -394,7 +395,10 @@ static long run_program(const int64_t *p, PyObject *buf, int64_t c, Py_ssize_t p
             store_rel(w + o[8], seq + 1);
             break;
         }
-        case K_COPY_OUT:
+        case K_COPY_IN:   /* an all-or-nothing call: the caller's buffer read once, */
+            memcpy(work, mine, (size_t)p[H_BYTES]);
+            break;
+        case K_COPY_OUT:  /* and written after the last receive */
             memcpy(mine, work, (size_t)p[H_BYTES]);
             break;
         case K_END_WAIT:   /* the peer entered this call */

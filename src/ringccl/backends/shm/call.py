@@ -156,7 +156,7 @@ def execute(schedule: Schedule, buffer: Any, op: ReduceOp, rank: int, bounds, se
             box = lane.wanted() if described is None else None
             if box is not None:
                 _offer_lane(box, schedule, plan, rank, group, transport, dialect, op,
-                            itemsize=itemsize, numel=numel, timeout=timeout)
+                            itemsize=itemsize, numel=numel, timeout=timeout, restore=restore)
         return buffer
     except BaseException:
         if isinstance(workspace, Landing) and not direct:
@@ -176,13 +176,14 @@ def _drain_described(described: Staged | None, dialect: Dialect) -> None:
 
 def _offer_lane(box: "lane.capture", schedule: Schedule, plan, rank: int, group: ShmGroup,
                 transport: Any, dialect: Dialect, op: ReduceOp, *, itemsize: int, numel: int,
-                timeout: float | None) -> None:
+                timeout: float | None, restore: bool) -> None:
     """Offer the call that just ran on a caller's buffer to the compiled lane's capture ``box``
     (:mod:`ringccl.backends.shm.lane`), when no trace is recording."""
     if trace.state.recorder is None:
         box.offer(lambda: lane.lower(schedule, plan, rank, group, transport, dialect, op,
                                      itemsize=itemsize, numel=numel,
-                                     need=_need(numel, itemsize), timeout=timeout))
+                                     need=_need(numel, itemsize), timeout=timeout,
+                                     restore=restore))
 
 
 def _enter(group: ShmGroup, transport: Any, dialect: Dialect, numel: int, itemsize: int,

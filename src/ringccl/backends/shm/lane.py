@@ -39,10 +39,14 @@ group and a rank on the lane talks to a rank on the general path. What it leaves
   peer posted its previous call's data only after reading ours), so one wait per call remains:
   for the peers' data. A ring plan, where a rank never hears from the peer it sends to, waits
   there when the peer lags: the per-rank ``released`` words are its ``done`` words.
-* the private working buffer lives outside shared memory: the caller's array is copied in,
-  the plan runs on the copy, the result is copied back after the last wait, so the caller's
-  array changes only if the call succeeds (both ``restore`` modes), with the same operations
-  on the same operands in the same order as the general path: the same bits.
+* the private working buffer lives outside shared memory: for an all-or-nothing call
+  (``restore``, ringccl.torch's default and ringccl.mpi's with a timeout) the caller's array is
+  copied in, the plan runs on the copy, the result is copied back after the last wait, so the
+  caller's array changes only if the call succeeds; otherwise (``dist.all_reduce``, whose
+  contract promises nothing of a failed call's tensor; ringccl.mpi without a timeout, where a
+  failure ends the job) the C loop runs the plan on the caller's array itself, two copies of
+  the buffer fewer. Either way the same operations on the same operands in the same order as
+  the general path: the same bits.
 
 Every wait checks its word first and only then calls :meth:`ShmGroup.wait_word` (the bounded
 wait: timeout, abort word, the peer's liveness); a failure aborts the group and raises the
@@ -50,9 +54,12 @@ drivers' PeerError / RingcclTimeout naming step and peer (:func:`ringccl.engine.
 
 The replay itself runs in C where it can (:mod:`~ringccl.backends.shm.lane_native`: the
 optional ``_lanec`` extension, for dtypes and ops whose C reduction is bitwise the backend's,
-checked when the lane is lowered); waits that last beyond a short spin, and descriptors the
-lane does not expect, return to the Python code here. Otherwise the same operations run in
-Python (:meth:`Lane._run_python`), with the same bits.
+checked when the lane is lowered), on the caller's buffer itself unless the call is
+all-or-nothing (``restore``: then on a copy, copied back after the last wait, as the Python
+replay always does; the same operations on the same values either way); waits that last beyond a
+short spin, and descriptors the lane does not expect, return to the Python code here.
+Otherwise the same operations run in Python (:meth:`Lane._run_python`), with the same bits.
+The front ends' replayed call (:func:`call`: the key, the table, the entry) runs in C too.
 
 ``RINGCCL_LANE=0`` (read at import) or :func:`set_enabled` turns the lane off: every call runs
 the general path (what tests and benchmarks compare against); ``RINGCCL_LANE=python`` or
@@ -307,10 +314,12 @@ def _weak(group: Any) -> Callable[[], Any]:
 
 
 def lower(schedule, plan, rank: int, group: ShmGroup, transport, dialect, op, *,
-          itemsize: int, numel: int, need: int, timeout: float | None) -> "Lane | None":
+          itemsize: int, numel: int, need: int, timeout: float | None,
+          restore: bool = True) -> "Lane | None":
     """``plan`` (this rank's, over ``group``) as a :class:`Lane`, or None when it does not fit
     (module docstring). Call it after a call of the same plan ended (the working area exists
-    and holds ``need``)."""
+    and holds ``need``). ``restore``: the call is all-or-nothing (the caller's buffer written
+    only after the last wait): the C loop then works on a copy too."""
     if not plan.steps or not group.work_serial or group.work_slot < need or group.retired:
         return None
     half = group.work_slot // 2
@@ -327,7 +336,7 @@ def lower(schedule, plan, rank: int, group: ShmGroup, transport, dialect, op, *,
     if used > half or any(k > RING // 2 for k in per_peer.values()):
         return None
     return Lane(schedule, plan, rank, group, transport, dialect, op, itemsize, numel, need,
-                timeout, copies, half)
+                timeout, copies, half, restore)
 
 
 class Lane:
@@ -335,11 +344,12 @@ class Lane:
 
     def __init__(self, schedule, plan, rank: int, group: ShmGroup, transport, dialect, op,
                  itemsize: int, numel: int, need: int, timeout: float | None, copies: dict,
-                 half: int):
+                 half: int, restore: bool = True):
         g, ops = group, dialect.ops
         me = g.rank
         self.schedule, self.rank, self.group, self.transport = schedule, rank, g, transport
         self.timeout, self.need, self.itemsize, self.numel = timeout, need, itemsize, numel
+        self.restore = restore
         self.view, self.slot = dialect.view, dialect.slot
         self.copy, self.combine, self.combine_into = ops.copy, ops.combine(op), \
             ops.combine_into(op)
@@ -421,20 +431,24 @@ class Lane:
         g, t, program = self.group, self.transport, self.program
         try:
             while r >= 0:
-                r = _run_c(program, buffer, c, self._resume(r >> 1, r & 1, c), g, t)
+                r = _run_c(program, buffer, c, self._resume(r >> 1, r & 1, c, buffer), g, t)
         except BaseException:
             if not g.closed:
                 g.abort()
             raise
         return r
 
-    def _resume(self, i: int, unexpected: int, c: int) -> int:
+    def _resume(self, i: int, unexpected: int, c: int, buffer) -> int:
         """Where the C loop stopped (operation ``i``): wait boundedly, or read the unexpected
-        descriptor of receive ``i``; the position to continue from."""
+        descriptor of receive ``i`` (into ``buffer``, the caller's, which the C loop works
+        on); the position to continue from."""
         kind, peer, word, recv = self.meta[i]
         t = self.transport
         if kind == RECV:
             if unexpected:
+                if not self.restore:   # the C loop works on the caller's buffer
+                    r = recv[9]
+                    recv = recv[:1] + (self.view(buffer).reshape(-1)[r.lo:r.hi],) + recv[2:]
                 self._receive(self.group.w, t.expected, t.released, recv)
                 return i + 1
             self._wait(recv[6], t.expected[peer] + 1, peer, "send", recv[9], recv[10])

@@ -198,19 +198,24 @@ def program(lane, group, reduction: tuple, segment: np.ndarray) -> tuple[bytes, 
     for peer, word in lane.released_words:
         add(BEGIN_WAIT, peer, word)
     add(PUBLISH)
-    add(COPY_IN)
+    # the sends' and receives' byte offsets: in the lane's working copy, which an
+    # all-or-nothing call copies in and out; otherwise the same offsets in the caller's buffer
+    work = _address(lane.work)
+    if lane.restore:
+        add(COPY_IN)
     for (sends, recvs) in lane.steps:
         for peer, src, areas, offsets, nbytes, ring, posted in sends:
-            add(SEND, peer, _address(src), nbytes, seg_at + offsets[0], seg_at + offsets[1],
+            add(SEND, peer, _address(src) - work, nbytes, seg_at + offsets[0], seg_at + offsets[1],
                 offsets[0], offsets[1], ring, posted, int(areas is not None))
         for recv in recvs:
             peer, dst, mode, fold, flush, expect, posted, rel, ring = recv[:9]
-            add(RECV, peer, _address(dst), mode, 0 if fold is None else _address(fold),
+            add(RECV, peer, _address(dst) - work, mode, 0 if fold is None else _address(fold),
                 int(flush), expect, posted, rel, ring, context=recv)
-    add(COPY_OUT)
+    if lane.restore:
+        add(COPY_OUT)
     for peer, word in lane.entered_words:
         add(END_WAIT, peer, word)
-    header = [MAGIC, len(ops), ctrl_at, lane.serial, 2 * LINE, _address(lane.work),
+    header = [MAGIC, len(ops), ctrl_at, lane.serial, 2 * LINE, work if lane.restore else 0,
               lane.numel * lane.itemsize, *reduction, lane.need, *lane.need_words,
               lane.entered_word, seg_at, segment.nbytes, RING, NATIVE_SPIN_POLLS,
               lane.itemsize]
