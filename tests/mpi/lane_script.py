@@ -37,6 +37,8 @@ TIMEOUT = 2 + SLACK
 comm = MPI.COMM_WORLD
 #: bytes of the large call (a two-rank two_shot sends 128 KiB, beyond the eager 64 KiB)
 LARGE = 256 << 10
+#: a call beyond the eager area, whose working area is twice its buffer (call._need)
+LARGER = 1 << 20
 rank, n = comm.Get_rank(), comm.Get_size()
 problems = []
 
@@ -46,9 +48,9 @@ def bitwise() -> None:
     cross = choice.two_shot_bytes(n, "mpi")
     for dtype in (np.float32, np.float64, np.int32, np.float16):
         size = np.dtype(dtype).itemsize
-        # ... and a 256 KiB call, whose sends exceed the transport's eager size
+        # ... a 256 KiB call, whose sends exceed the transport's eager size, and a 1 MiB one
         counts = (0, 1, n - 1, 7 * n + 3, 1001, cross // size - 1, cross // size + 1,
-                  LARGE // size - 3)
+                  LARGE // size - 3, LARGER // size + 5)
         for algorithm in (None, "direct", "two_shot", "ring"):
             for count in counts:
                 for op in ("sum", "prod", "min", "max", "avg"):
@@ -64,7 +66,8 @@ def bitwise() -> None:
                         results.append(y.tobytes())
                     lane.set_enabled(True)
                     what = (dtype.__name__, algorithm, count, op)
-                    if n == 2 and count == LARGE // size - 3 and algorithm == "two_shot" and \
+                    if n == 2 and count in (LARGE // size - 3, LARGER // size + 5) and \
+                            algorithm == "two_shot" and \
                             op == "sum" and dtype is np.float32 and lane_native.available() \
                             and lane_native.native_runs() - runs != 2:
                         problems.append(f"the large call was not replayed in C: {what}")
