@@ -1,0 +1,47 @@
+/* ringccl.backends.shm._lanec: what the module (_lanec.c) and the replay loop
+ * (_lanec_loop.c) share. */
+#ifndef RINGCCL_LANEC_H
+#define RINGCCL_LANEC_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* program header words (lane_native.py writes them: keep the two in step) */
+/* H_WORK: an all-or-nothing call's working copy (0: the loop works on the caller's buffer);
+ * the sends' and receives' buffer addresses are byte offsets in the one it works on */
+enum { H_MAGIC, H_NOPS, H_CTRL, H_SERIAL, H_ABORT, H_WORK, H_BYTES, H_DTYPE, H_OP, H_RULE,
+       H_RULE_LEFT, H_NEED, H_NEED0, H_NEED1, H_ENTERED, H_SEG, H_SEGBYTES, H_RING, H_SPIN,
+       H_ITEMSIZE, HDR = 20 };
+#define OPW 12
+#define MAGIC 0x4c414e4543303031LL
+enum { K_BEGIN_WAIT = 1, K_PUBLISH, K_COPY_IN, K_SEND, K_RECV, K_COPY_OUT, K_END_WAIT };
+enum { D_F32, D_F64, D_I8, D_I16, D_I32, D_I64, D_U8 };
+enum { O_SUM, O_PROD, O_MIN, O_MAX, O_BAND, O_BOR, O_BXOR };
+#define R_DONE (-1)
+#define R_CANNOT (-2)
+#define R_BUFFER (-3)
+
+#define RUN_ERROR (-100)
+
+/* calls the loop completed in this process (tests: the native replay ran) */
+extern long long lanec_native_runs;
+
+/* intern the attribute names the loop reads: 0, or -1 with an exception set */
+int lanec_init(void);
+
+/* one replay of program `p` on `buf` from operation `pos`: R_DONE, R_CANNOT or R_BUFFER
+ * (position 0 only, nothing done), 2 * i (operation i waits), 2 * i + 1 (receive i names a
+ * descriptor the lane does not expect), or RUN_ERROR with an exception set */
+long lanec_run(const int64_t *p, PyObject *buf, int64_t c, Py_ssize_t pos, PyObject *g,
+               PyObject *t);
+
+/* d := d ⊕ s, or with `left` d := s ⊕ d, over nbytes (the C reductions) */
+void lanec_combine(int dtype, int op, int64_t rule, int left, void *d, const void *s,
+                   int64_t nbytes);
+
+/* 1: obj.name is truthy; 0: not; -1: error */
+int lanec_attr_true(PyObject *obj, PyObject *name);
+
+#endif
