@@ -119,3 +119,23 @@ def test_flashattention_2_on_hopper_runs_at_its_own_rate():
     attn = lambda p: next(o for o in p.stages[0].compute.layers["dense"].ops  # noqa: E731
                           if o.name == "attention")
     assert attn(old).forward_s == pytest.approx(attn(new).forward_s * 0.75 / 0.35)
+
+
+def test_torchtitan_2024_is_torchtitan_with_sdpas_flashattention_2():
+    # torchtitan 9dec370's Llama calls torch SDPA, whose flash backend is FlashAttention-2;
+    # everything else is torchtitan's (FSDP2 state, fp32 reduction, deferred gradient sync)
+    new = ParallelDims(dp=8, framework="torchtitan").for_model(SMALL)
+    old = ParallelDims(dp=8, framework="torchtitan-2024").for_model(SMALL)
+    assert "torchtitan-2024" in FRAMEWORKS and family("torchtitan-2024") == "torchtitan"
+    assert (new.attention, old.attention) == ("flash", "flash2")
+    keep = ("zero_stage", "reduce_dtype", "recompute", "fsdp_prefetch", "reshard_after_forward",
+            "overlap_grad_reduce", "bucket_bytes")
+    assert all(getattr(new, k) == getattr(old, k) for k in keep)
+    assert state_bytes("torchtitan-2024", 2, "float32") == state_bytes("torchtitan", 2,
+                                                                      "float32")
+    with pytest.raises(ArgumentError, match="zero_stage=2 is not how torchtitan-2024 shards"):
+        ParallelDims(dp=8, zero_stage=2, framework="torchtitan-2024")
+    h100 = {"preset": "dgx-h100", "nodes": 1}
+    t_old = plan(SMALL, {"dp": 8, "framework": "torchtitan-2024"}, h100).step_seconds
+    t_new = plan(SMALL, {"dp": 8, "framework": "torchtitan"}, h100).step_seconds
+    assert t_old > t_new            # FlashAttention-2 runs at 35% of H100's peak, not 75%
