@@ -191,9 +191,12 @@ def _attention(b: _Builder, model: ModelConfig, heads: int, batch: int, seq: int
     g, dq, dv = b.gpu, model.qk_head_dim, model.value_head_dim
     bh = batch * heads
     if kernel in ("flash", "flash2"):
-        fwd = flash_attention_seconds(bh, seq, seq, dq, dv, True, g, kernel=kernel) / cp
+        # with CP each ring step's kernel sees seq/cp queries and keys (its measured rate's
+        # length); the whole causal square's FLOPs shared over the cp ranks
+        fwd = flash_attention_seconds(bh, seq, seq, dq, dv, True, g, kernel=kernel,
+                                      length=seq // cp) / cp
         bwd = flash_attention_seconds(bh, seq, seq, dq, dv, True, g, backward=True,
-                                      kernel=kernel) / cp
+                                      kernel=kernel, length=seq // cp) / cp
         flops = 2.0 * (dq + dv) * bh * seq * seq / 2 / cp
         b.ops.append(Op("attention", "attention", fwd, bwd, flops, core=True))
         return
