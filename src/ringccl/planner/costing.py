@@ -23,9 +23,13 @@ function per model, each taking the entry and the cluster and returning the same
 A list-based ``torch.distributed.all_gather`` / ``reduce_scatter`` (one tensor per rank, as
 DeepSpeed v0.3's ZeRO-3 calls them) costs, besides the collective, one copy kernel per rank:
 PyTorch's ``ProcessGroupNCCL`` flattens the input list / unflattens the output list
-(``outputTensors[i][j].copy_(outputFlattened[i][j], true)``), so each call launches
-world-size copies, :data:`KERNEL_LAUNCH_SECONDS` each (NVIDIA Technical Blog, "Getting
-Started with CUDA Graphs", 2019: about 4 µs per back-to-back launch of a short kernel).
+(``torch/lib/c10d/ProcessGroupNCCL.cpp``: ``flatten_for_scatter_gather`` allocates a new flat
+buffer, the reduce-scatter copies each input into it before the call, the all-gather copies
+``outputTensors[i][j].copy_(outputFlattened[i][j], true)`` out of it after), so each call
+launches world-size copies, :data:`KERNEL_LAUNCH_SECONDS` each (NVIDIA Technical Blog,
+"Getting Started with CUDA Graphs", 2019: about 4 µs per back-to-back launch of a short
+kernel), which together read and write the whole gathered (or reduced) tensor once: its bytes
+twice at HBM bandwidth (:func:`ringccl.planner.kernels.memory_seconds`).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from ..costmodel.tuning import predictors
 from ..errors import ArgumentError
 from .cluster import Cluster, Straggler
 from .groups import GroupShape
+from .kernels import memory_seconds
 
 __all__ = ["Entry", "OVERLAPS", "PRICERS", "KERNEL_LAUNCH_SECONDS", "costed",
            "nccl_machine_of", "sm_contention"]
@@ -312,6 +317,7 @@ def costed(entry: Entry, cluster: Cluster, straggler: Straggler | None = None,
      entry.bytes_sent_per_call, entry.inter_node_bytes_per_call) = PRICERS[
         cluster.collectives](entry, cluster, straggler, straggler_index)
     if entry.list_collective:
-        entry.seconds_per_call += entry.shape.size * KERNEL_LAUNCH_SECONDS
+        entry.seconds_per_call += (entry.shape.size * KERNEL_LAUNCH_SECONDS + float(
+            memory_seconds(2.0 * entry.nbytes, cluster.gpu_spec)))
     entry.params = dict(params)
     return entry
