@@ -113,6 +113,13 @@ def test_a_list_collective_also_copies_its_whole_tensor_through_hbm():
     assert extra == pytest.approx(big.shape.size * KERNEL_LAUNCH_SECONDS
                                   + float(memory_seconds(2 * big.nbytes, gpu)))
     assert float(memory_seconds(2 * big.nbytes, gpu)) > big.shape.size * KERNEL_LAUNCH_SECONDS
+    # DeepSpeed v0.3.15 gathers each parameter into a buffer it zero-fills first
+    gathers = [e for e in p.stages[0].entries if e.collective == "all_gather"]
+    assert gathers and all(e.zero_filled for e in gathers)
+    assert not any(e.zero_filled for e in p.stages[0].entries if e.collective != "all_gather")
+    filled = costed(replace(big, list_collective=False, zero_filled=True), p.cluster)
+    assert filled.seconds_per_call - plain.seconds_per_call == pytest.approx(
+        float(memory_seconds(big.nbytes, gpu)))
 
 
 # -- each knob ----------------------------------------------------------------------------------

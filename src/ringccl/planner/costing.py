@@ -136,6 +136,9 @@ class Entry:
         inter_node_bytes_per_call: bytes on the busiest NIC out per call (walk).
         per_micro_batch: True when it repeats per micro-batch (on the pipeline's path).
         list_collective: called with one tensor per rank (module doc: a copy per rank).
+        zero_filled: its output buffer is zero-filled before the call, its bytes written once
+            at HBM bandwidth (DeepSpeed v0.3.15 ``partition_parameters.py`` ``_allgather_param``:
+            ``torch.zeros`` of the whole parameter before each gather).
     """
 
     parallelism: str
@@ -157,6 +160,7 @@ class Entry:
     bytes_sent_per_call: float = 0.0
     inter_node_bytes_per_call: float = 0.0
     list_collective: bool = False
+    zero_filled: bool = False
     window: str = ""
 
     def __post_init__(self):
@@ -309,7 +313,8 @@ PRICERS = {"nccl": _nccl, "ringccl": _ringccl}
 def costed(entry: Entry, cluster: Cluster, straggler: Straggler | None = None,
            straggler_index: int | None = None) -> Entry:
     """Fill ``entry``'s algorithm, times and bytes with ``cluster.collectives``' pricing
-    (:data:`PRICERS`), plus a list-based call's copies (module doc).
+    (:data:`PRICERS`), plus a list-based call's copies (module doc) and the fill of a
+    zero-filled output (``Entry.zero_filled``).
 
     ``straggler_index``: position of the straggler in ``entry.shape.placement`` (None: none).
     """
@@ -319,5 +324,7 @@ def costed(entry: Entry, cluster: Cluster, straggler: Straggler | None = None,
     if entry.list_collective:
         entry.seconds_per_call += (entry.shape.size * KERNEL_LAUNCH_SECONDS + float(
             memory_seconds(2.0 * entry.nbytes, cluster.gpu_spec)))
+    if entry.zero_filled:
+        entry.seconds_per_call += float(memory_seconds(entry.nbytes, cluster.gpu_spec))
     entry.params = dict(params)
     return entry
