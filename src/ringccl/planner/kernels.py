@@ -31,10 +31,9 @@ kernels' reported fractions on large problems. On Hopper (and Blackwell, at Hopp
 its peak: no published figure read) the kernel's measured rate at the call's sequence length
 (:data:`HOPPER_ATTENTION_TFLOPS`, FlashAttention-3's Figures 4 and 5, interpolated in log2 of
 the length and clamped to the measured 512–16k): the causal forward at the paper's own FLOP
-count, the pairs a causal mask keeps (about ``s²/2``: its benchmark halves the FLOPs for
-the mask), so the
-measured cost of masking is the paper's; the backward, measured without a mask, on the blocks
-computed. Both times the wave quantisation of the call's ``batch·heads·ceil(s/bq)`` thread
+count, the pairs a causal mask keeps (about ``s²/2``: its benchmark halves the FLOPs for the
+mask), so the measured cost of masking is the paper's; the backward, measured without a mask,
+on the blocks computed. Both times the wave quantisation of the call's ``batch·heads·ceil(s/bq)`` thread
 blocks over the SMs, relative to the paper's benchmark (16k tokens of 16 heads: 2,048 blocks).
 
 **Memory-bound kernels** (norms, activations, softmax, dropout, rotary, casts, the optimizer
@@ -258,13 +257,13 @@ def flash_attention_seconds(batch_heads: int, s_q: int, s_k: int, head_dim_qk: i
     if backward:
         flops *= 2.5
     arch = gpu.architecture
-    kind = "backward" if backward else ("causal" if causal else "full")
-    if kind == "causal" and arch != "ampere":
-        flops = batch_heads * _causal_pairs_flops(s_q, s_k, head_dim_qk, head_dim_v, offset)
     if gpu.compute_profile:
         table = FLASH2_EFFICIENCY if kernel == "flash2" else FLASH_EFFICIENCY
         fwd_eff, bwd_eff = table[arch]
         return flops / _profiled_attention_rate(gpu, s_q, bwd_eff / fwd_eff if backward else 1.0)
+    kind = "backward" if backward else ("causal" if causal else "full")
+    if kind == "causal" and arch != "ampere":
+        flops = batch_heads * _causal_pairs_flops(s_q, s_k, head_dim_qk, head_dim_v, offset)
     eff = attention_efficiency(kind, s_k if length is None else length, arch, kernel)
     blocks = batch_heads * int(-(-s_q // FLASH_BLOCK[0]))
     util = float(wave_utilisation(blocks, gpu.sm_count))
