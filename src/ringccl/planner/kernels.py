@@ -92,7 +92,9 @@ ATTENTION_LENGTHS = (512, 1024, 2048, 4096, 8192, 16384)
 #: a mask). ``"flash"``: the cuDNN bars, the kernel Transformer Engine runs on Hopper
 #: (``transformer_engine/pytorch/attention.py`` v1.8, ``get_attention_backend``: FlashAttention
 #: disabled "to give FusedAttention preference on Hopper+"), so Megatron-Core's and NeMo's;
-#: ``"flash2"``: the FlashAttention-2 bars.
+#: ``"flash2"``: the FlashAttention-2 bars. The values are the labels printed on the bars, read
+#: through transcriptions of the figures (the forward's without a mask in two that agree, the
+#: causal forward and the backward in one each), not from the paper's PDF.
 HOPPER_ATTENTION_TFLOPS = {
     "flash": {"causal": (315, 410, 484, 518, 529, 539),
               "full": (497, 574, 617, 609, 600, 595),
