@@ -93,8 +93,9 @@ ATTENTION_LENGTHS = (512, 1024, 2048, 4096, 8192, 16384)
 #: (``transformer_engine/pytorch/attention.py`` v1.8, ``get_attention_backend``: FlashAttention
 #: disabled "to give FusedAttention preference on Hopper+"), so Megatron-Core's and NeMo's;
 #: ``"flash2"``: the FlashAttention-2 bars. The values are the labels printed on the bars, read
-#: through transcriptions of the figures (the forward's without a mask in two that agree, the
-#: causal forward and the backward in one each), not from the paper's PDF.
+#: through transcriptions of the figures (the forward without a mask in two, which agree but
+#: for cuDNN's and FlashAttention-3's bars at 512, 497 and 467 swapped; the causal forward and
+#: the backward in one each), not from the paper's PDF.
 HOPPER_ATTENTION_TFLOPS = {
     "flash": {"causal": (315, 410, 484, 518, 529, 539),
               "full": (497, 574, 617, 609, 600, 595),
