@@ -64,6 +64,8 @@ FRAMEWORK_PRESETS = (
      "after the forward, gradients reduce-scattered in fp32 once per step"),
     ("Megatron-Core r0.8.0", "megatron", "Megatron-Core (2024)"),
     ("NeMo 24.07", "megatron", "NeMo 24.07 runs Megatron-Core"),
+    ("torchtitan 9dec370", "torchtitan-2024", "torchtitan of December 2024: torch SDPA's "
+     "FlashAttention-2 kernel"),
     ("torchtitan", "torchtitan", "torchtitan"),
     ("llm-foundry", "composer", "llm-foundry trains with Composer's FSDP"),
     ("HAI-LLM", "megatron", "DeepSeek's HAI-LLM (internal): no preset; its row is a whole-run "
@@ -76,7 +78,7 @@ ROW_FLAGS = {"dp_overlap": ("overlap_grad_reduce", "overlap_param_gather"),
 
 #: frameworks whose ZeRO-2 is FSDP's SHARD_GRAD_OP: zero_stage 3 with the gathered weights
 #: kept to the backward (ParallelDims refuses zero_stage 2 under them, saying so)
-FSDP_PRESETS = ("composer", "fsdp2", "torchtitan")
+FSDP_PRESETS = ("composer", "fsdp2", "torchtitan", "torchtitan-2024")
 
 
 def framework_preset(row: dict) -> str:

@@ -125,8 +125,8 @@ def test_warnings_in_text_and_json(capsys):
                                            "layout's terms are Megatron-Core's:")
     assert "its preset decided sp=True, zero_stage=1" in framework["message"]
     assert framework["first_change"] == ("--framework deepspeed|fsdp2|torchtitan|megatron-2021|"
-                                         "megatron-2022|megatron-deepspeed|composer if your "
-                                         "job runs another")
+                                         "megatron-2022|megatron-deepspeed|composer|"
+                                         "torchtitan-2024 if your job runs another")
     assert batch["message"].startswith("the global batch (2048 sequences = 4,194,304 tokens, "
                                        "1024 micro-batches) is the default rule's: about 4M")
     assert batch["first_change"] == "--global-batch-size of your job (sequences per step)"

@@ -11,9 +11,10 @@ import pytest
 from ringccl.cli import main
 from ringccl.errors import ArgumentError, ArgumentTypeError
 from ringccl.planner import Cluster, ModelConfig, plan
-from ringccl.planner.compute import compute_precision, layer_compute
+from ringccl.planner.compute import (CROSS_ENTROPY_BYTES, compute_precision, head_compute,
+                                     layer_compute)
 from ringccl.planner.gpus import gpu_preset
-from ringccl.planner.kernels import gemm_seconds
+from ringccl.planner.kernels import gemm_seconds, memory_seconds
 from ringccl.planner.parallel_dims import ParallelDims
 
 A100, H100 = gpu_preset("a100"), gpu_preset("h100")
@@ -236,3 +237,22 @@ def test_cluster_overrides_reach_the_gpu():
     assert (g.name, g.bf16_flops, g.gemm_efficiency, g.memory_efficiency, g.hbm_bandwidth) == (
         "a100-sxm4-80gb", 300e12, 0.5, 0.8, 1e12)
     assert g.fp8_flops == 0 and c.gpu_memory == 80e9
+
+
+def test_the_cross_entropy_makes_megatrons_passes_over_the_logits():
+    # Megatron's vocab_parallel_cross_entropy on .float() logits: cast 6, max 4, subtract 8,
+    # exp 8, sum 4, divide 8 bytes per logit forward; scale 8, cast back 6 backward
+    assert CROSS_ENTROPY_BYTES == (6 + 4 + 8 + 8 + 4 + 8, 8 + 6)
+    h100 = gpu_preset("h100")
+    model = ModelConfig(num_hidden_layers=2, hidden_size=2048, num_attention_heads=16,
+                        intermediate_size=8192, vocab_size=131072, seq_length=4096,
+                        name="small-vocab-heavy")
+    for tp in (1, 4):
+        head = head_compute(model, tp, tp > 1, 1, 1, h100)
+        ce = next(o for o in head.ops if o.name == "cross_entropy")
+        logits = 4096 * 131072 / tp
+        assert ce.forward_s == pytest.approx(float(memory_seconds(38 * logits, h100)))
+        assert ce.backward_s == pytest.approx(float(memory_seconds(14 * logits, h100)))
+    # at a 2048-wide model with a 131k vocabulary the loss is a visible part of the head
+    lm = next(o for o in head.ops if o.name == "lm_head")
+    assert ce.forward_s + ce.backward_s > 0.25 * (lm.forward_s + lm.backward_s)

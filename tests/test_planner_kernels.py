@@ -12,7 +12,8 @@ import pytest
 
 from ringccl.errors import ArgumentError
 from ringccl.planner.gpus import GPU_PRESETS, gpu_preset, resolve_gpu
-from ringccl.planner.kernels import (FLASH_EFFICIENCY, TILES, flash_attention_flops,
+from ringccl.planner.kernels import (ATTENTION_LENGTHS, FLASH_EFFICIENCY, TILES,
+                                     attention_efficiency, flash_attention_flops,
                                      flash_attention_seconds, gemm_efficiency, gemm_seconds,
                                      memory_seconds, tiles, wave_utilisation)
 
@@ -148,3 +149,53 @@ def test_flash_backward_is_2_5_times_the_forward_flops_at_its_efficiency():
     flops = 64 * flash_attention_flops(4096, 4096, 128, 128, True)
     util = float(wave_utilisation(64 * 4096 // 128, A100.sm_count))
     assert fwd == pytest.approx(flops / (A100.bf16_flops * f * util))
+
+
+# -- attention on Hopper: the measured rate at the call's length --------------------------------
+
+_BENCH_UTIL = float(wave_utilisation(2048, 132))   # FlashAttention-3's benchmark: 2,048 blocks
+
+
+@pytest.mark.parametrize("kernel, seq, tflops", [("flash", 512, 315), ("flash", 4096, 518),
+                                                 ("flash2", 2048, 298), ("flash2", 16384, 335)])
+def test_hopper_causal_forward_runs_at_the_papers_figure_on_half_the_pairs(kernel, seq, tflops):
+    # FlashAttention-3 (arXiv:2407.08608) Figure 4, causal, head dim 128: the benchmark counts
+    # 4·s²·d/2 FLOPs per head; 16 heads x 16k tokens gives its own 2,048 blocks
+    heads = 16 * 16384 // seq
+    t = flash_attention_seconds(heads, seq, seq, 128, 128, True, H100, kernel=kernel)
+    pairs = seq * (seq + 1) / 2
+    assert heads * 4 * 128 * pairs / t == pytest.approx(tflops * 1e12, rel=1e-6)
+    assert attention_efficiency("causal", seq, "hopper", kernel) == pytest.approx(
+        tflops * 1e12 / 989.4e12)
+
+
+def test_hopper_backward_runs_at_the_papers_figure_on_the_blocks_computed():
+    # Figure 5, backward, head dim 128, 8k: cuDNN 518 TFLOP/s; 2.5 x the blocks' forward FLOPs
+    heads, seq = 32, 8192
+    t = flash_attention_seconds(heads, seq, seq, 128, 128, True, H100, backward=True)
+    flops = 2.5 * heads * flash_attention_flops(seq, seq, 128, 128, True)
+    util = float(wave_utilisation(heads * seq // 128, 132)) / _BENCH_UTIL
+    assert flops / t == pytest.approx(518e12 * util)
+
+
+def test_attention_rate_interpolates_in_log_length_and_clamps():
+    mid = attention_efficiency("causal", 2 ** 11.5, "hopper", "flash2")
+    assert mid * 989.4e12 == pytest.approx((298 + 319) / 2 * 1e12)
+    assert attention_efficiency("backward", 128, "hopper") == attention_efficiency(
+        "backward", 512, "hopper")
+    assert attention_efficiency("full", 1 << 20, "hopper") == pytest.approx(595e12 / 989.4e12)
+    # Ampere keeps FlashAttention-2's constant fractions at every length
+    assert attention_efficiency("causal", 512, "ampere") == FLASH_EFFICIENCY["ampere"][0]
+
+
+def test_short_sequences_run_slower_per_flop_on_hopper():
+    per_flop = []
+    for seq in (1024, 4096, 16384):
+        heads = 16 * 16384 // seq
+        t = flash_attention_seconds(heads, seq, seq, 128, 128, True, H100, kernel="flash2")
+        per_flop.append(t / (heads * seq * seq))
+    assert per_flop[0] > per_flop[1] > per_flop[2]
+    for seq in ATTENTION_LENGTHS:     # cuDNN's kernel beats FlashAttention-2's at every length
+        for kind in ("causal", "full", "backward"):
+            assert attention_efficiency(kind, seq, "hopper", "flash") > attention_efficiency(
+                kind, seq, "hopper", "flash2")

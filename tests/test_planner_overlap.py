@@ -96,6 +96,32 @@ def test_zero3_gather_modes_and_the_recompute_regather():
     assert all(e.list_collective for e in per_param.stages[0].entries)
 
 
+def test_a_list_collective_also_copies_its_whole_tensor_through_hbm():
+    # ProcessGroupNCCL flattens the per-rank list into a new buffer and copies it back (or in):
+    # the tensor's bytes read and written once, besides the world-size copy launches
+    from dataclasses import replace
+
+    from ringccl.planner.costing import costed
+    from ringccl.planner.kernels import memory_seconds
+    p = plan(SMALL, {"dp": 16, "zero_stage": 3, "global_batch_size": 16,
+                     "zero3_gather": "parameter"}, a100(2))
+    big = max(p.stages[0].entries, key=lambda e: e.nbytes)
+    plain = costed(replace(big, list_collective=False), p.cluster)
+    listed = costed(replace(big, list_collective=True), p.cluster)
+    gpu = p.cluster.gpu_spec
+    extra = listed.seconds_per_call - plain.seconds_per_call
+    assert extra == pytest.approx(big.shape.size * KERNEL_LAUNCH_SECONDS
+                                  + float(memory_seconds(2 * big.nbytes, gpu)))
+    assert float(memory_seconds(2 * big.nbytes, gpu)) > big.shape.size * KERNEL_LAUNCH_SECONDS
+    # DeepSpeed v0.3.15 gathers each parameter into a buffer it zero-fills first
+    gathers = [e for e in p.stages[0].entries if e.collective == "all_gather"]
+    assert gathers and all(e.zero_filled for e in gathers)
+    assert not any(e.zero_filled for e in p.stages[0].entries if e.collective != "all_gather")
+    filled = costed(replace(big, list_collective=False, zero_filled=True), p.cluster)
+    assert filled.seconds_per_call - plain.seconds_per_call == pytest.approx(
+        float(memory_seconds(big.nbytes, gpu)))
+
+
 # -- each knob ----------------------------------------------------------------------------------
 
 def _exposed(layout, parallelism, cluster=None):

@@ -29,8 +29,8 @@ FP8 recipes         casts of each GEMM's input and weight      casts of each out
 
 ``T = b·s/c`` tokens per rank, ``T_r = T/t`` with sequence parallelism (else T), 2-byte
 activations. The first stage adds the embedding lookup, the last the final norm, the LM head
-GEMM (BF16 in every recipe) and the vocabulary-parallel cross-entropy (fp32: 10 bytes per logit
-forward, 6 backward). Recompute adds to the backward what it recomputes: ``full`` the whole
+GEMM (BF16 in every recipe) and the vocabulary-parallel cross-entropy, pass by pass as
+Megatron's code runs it (:data:`CROSS_ENTROPY_BYTES`: 38 bytes per logit forward, 14 backward). Recompute adds to the backward what it recomputes: ``full`` the whole
 layer's forward, ``selective`` the attention core's forward (Korthikanti et al. 2022 §5).
 
 Once per step (:func:`optimizer_seconds`): the Adam step over the rank's sharded fp32 states
@@ -54,11 +54,24 @@ from .model import ModelConfig
 from .parallel_dims import ParallelDims
 from .precision import Precision, precision_recipe
 
-__all__ = ["Op", "LayerCompute", "StageCompute", "layer_compute", "head_compute",
-           "embedding_compute", "optimizer_seconds", "gradient_accumulation_seconds",
-           "stage_compute", "compute_precision"]
+__all__ = ["Op", "LayerCompute", "StageCompute", "CROSS_ENTROPY_BYTES", "layer_compute",
+           "head_compute", "embedding_compute", "optimizer_seconds",
+           "gradient_accumulation_seconds", "stage_compute", "compute_precision"]
 
 _ACT = 2.0  # bytes per activation element (BF16)
+
+#: HBM bytes per logit of the vocabulary-parallel cross-entropy, (forward, backward), as
+#: Megatron's unfused code makes its passes (Megatron-Core r0.8.0
+#: ``megatron/core/tensor_parallel/cross_entropy.py``, the default: ``--cross-entropy-loss-
+#: fusion`` is off; Megatron-LM 2021 ``megatron/mpu/cross_entropy.py`` with ``output.float()``
+#: in ``megatron/model/gpt_model.py``, the same passes). Forward: the BF16 logits cast to fp32
+#: (read 2, write 4), the max over the vocabulary (read 4), the max subtracted in place (read
+#: 4, write 4), ``exp`` in place (4 + 4), the sum (4), the division in place to the softmax
+#: kept for the backward (4 + 4): 38. Backward: the softmax scaled in place by the output
+#: gradient (4 + 4), its cast back to BF16 (read 4, write 2): 14. The same count serves the
+#: other frameworks (torch's ``F.cross_entropy`` under autocast: a cast, the log-softmax and
+#: its backward, about as many passes).
+CROSS_ENTROPY_BYTES = (38.0, 14.0)
 
 
 @dataclass(frozen=True)
@@ -191,9 +204,12 @@ def _attention(b: _Builder, model: ModelConfig, heads: int, batch: int, seq: int
     g, dq, dv = b.gpu, model.qk_head_dim, model.value_head_dim
     bh = batch * heads
     if kernel in ("flash", "flash2"):
-        fwd = flash_attention_seconds(bh, seq, seq, dq, dv, True, g, kernel=kernel) / cp
+        # with CP each ring step's kernel sees seq/cp queries and keys (its measured rate's
+        # length); the whole causal square's FLOPs shared over the cp ranks
+        fwd = flash_attention_seconds(bh, seq, seq, dq, dv, True, g, kernel=kernel,
+                                      length=seq // cp) / cp
         bwd = flash_attention_seconds(bh, seq, seq, dq, dv, True, g, backward=True,
-                                      kernel=kernel) / cp
+                                      kernel=kernel, length=seq // cp) / cp
         flops = 2.0 * (dq + dv) * bh * seq * seq / 2 / cp
         b.ops.append(Op("attention", "attention", fwd, bwd, flops, core=True))
         return
@@ -310,7 +326,7 @@ def head_compute(model: ModelConfig, tp: int, sp: bool, cp: int, micro_batch_siz
     vocab = -(-model.vocab_size // tp)
     b.linear("lm_head", vocab, h)
     logits = tokens * vocab
-    b.memory("cross_entropy", 10 * logits, 6 * logits)
+    b.memory("cross_entropy", CROSS_ENTROPY_BYTES[0] * logits, CROSS_ENTROPY_BYTES[1] * logits)
     return b.build()
 
 

@@ -23,9 +23,13 @@ function per model, each taking the entry and the cluster and returning the same
 A list-based ``torch.distributed.all_gather`` / ``reduce_scatter`` (one tensor per rank, as
 DeepSpeed v0.3's ZeRO-3 calls them) costs, besides the collective, one copy kernel per rank:
 PyTorch's ``ProcessGroupNCCL`` flattens the input list / unflattens the output list
-(``outputTensors[i][j].copy_(outputFlattened[i][j], true)``), so each call launches
-world-size copies, :data:`KERNEL_LAUNCH_SECONDS` each (NVIDIA Technical Blog, "Getting
-Started with CUDA Graphs", 2019: about 4 µs per back-to-back launch of a short kernel).
+(``torch/lib/c10d/ProcessGroupNCCL.cpp``: ``flatten_for_scatter_gather`` allocates a new flat
+buffer, the reduce-scatter copies each input into it before the call, the all-gather copies
+``outputTensors[i][j].copy_(outputFlattened[i][j], true)`` out of it after), so each call
+launches world-size copies, :data:`KERNEL_LAUNCH_SECONDS` each (NVIDIA Technical Blog,
+"Getting Started with CUDA Graphs", 2019: about 4 µs per back-to-back launch of a short
+kernel), which together read and write the whole gathered (or reduced) tensor once: its bytes
+twice at HBM bandwidth (:func:`ringccl.planner.kernels.memory_seconds`).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from ..costmodel.tuning import predictors
 from ..errors import ArgumentError
 from .cluster import Cluster, Straggler
 from .groups import GroupShape
+from .kernels import memory_seconds
 
 __all__ = ["Entry", "OVERLAPS", "PRICERS", "KERNEL_LAUNCH_SECONDS", "costed",
            "nccl_machine_of", "sm_contention"]
@@ -131,6 +136,9 @@ class Entry:
         inter_node_bytes_per_call: bytes on the busiest NIC out per call (walk).
         per_micro_batch: True when it repeats per micro-batch (on the pipeline's path).
         list_collective: called with one tensor per rank (module doc: a copy per rank).
+        zero_filled: its output buffer is zero-filled before the call, its bytes written once
+            at HBM bandwidth (DeepSpeed v0.3.15 ``partition_parameters.py`` ``_allgather_param``:
+            ``torch.zeros`` of the whole parameter before each gather).
     """
 
     parallelism: str
@@ -152,6 +160,7 @@ class Entry:
     bytes_sent_per_call: float = 0.0
     inter_node_bytes_per_call: float = 0.0
     list_collective: bool = False
+    zero_filled: bool = False
     window: str = ""
 
     def __post_init__(self):
@@ -304,7 +313,8 @@ PRICERS = {"nccl": _nccl, "ringccl": _ringccl}
 def costed(entry: Entry, cluster: Cluster, straggler: Straggler | None = None,
            straggler_index: int | None = None) -> Entry:
     """Fill ``entry``'s algorithm, times and bytes with ``cluster.collectives``' pricing
-    (:data:`PRICERS`), plus a list-based call's copies (module doc).
+    (:data:`PRICERS`), plus a list-based call's copies (module doc) and the fill of a
+    zero-filled output (``Entry.zero_filled``).
 
     ``straggler_index``: position of the straggler in ``entry.shape.placement`` (None: none).
     """
@@ -312,6 +322,9 @@ def costed(entry: Entry, cluster: Cluster, straggler: Straggler | None = None,
      entry.bytes_sent_per_call, entry.inter_node_bytes_per_call) = PRICERS[
         cluster.collectives](entry, cluster, straggler, straggler_index)
     if entry.list_collective:
-        entry.seconds_per_call += entry.shape.size * KERNEL_LAUNCH_SECONDS
+        entry.seconds_per_call += (entry.shape.size * KERNEL_LAUNCH_SECONDS + float(
+            memory_seconds(2.0 * entry.nbytes, cluster.gpu_spec)))
+    if entry.zero_filled:
+        entry.seconds_per_call += float(memory_seconds(entry.nbytes, cluster.gpu_spec))
     entry.params = dict(params)
     return entry

@@ -59,7 +59,7 @@ __all__ = ["FRAMEWORKS", "DEFAULT_FRAMEWORK", "DEFAULT_WHY", "Setting", "PRESETS
            "LAYOUT_SETTINGS", "MODEL_SETTINGS", "REDUCE_DTYPES", "StateBytes", "state_bytes",
            "preset_values", "check_framework", "defers_gradient_sync", "family"]
 
-FRAMEWORKS = ("megatron", "deepspeed", "fsdp2", "torchtitan", *ERA_PRESETS)
+FRAMEWORKS = ("megatron", "deepspeed", "fsdp2", "torchtitan", *ERA_PRESETS, "torchtitan-2024")
 DEFAULT_FRAMEWORK = "megatron"
 DEFAULT_WHY = ("the layout's terms are Megatron-Core's: the tp-cp-ep-dp-pp rank order, the "
                "interleaved schedule's virtual stages, ep folded over tp x cp x dp, sequence "
@@ -344,11 +344,29 @@ PRESETS: dict[str, dict[str, Setting]] = {
 }
 PRESETS.update(ERA_PRESETS)
 
+_TITAN24 = "torchtitan 9dec370 (2024-12-26)"
+
+#: torchtitan as its December 2024 runs ran it (``--framework torchtitan-2024``): the current
+#: preset but for the attention kernel. Its Llama calls torch's scaled_dot_product_attention
+#: (``torchtitan/models/llama/model.py``, ``is_causal=True``), and torch's SDPA of that time
+#: tries FlashAttention-2 first (``aten/src/ATen/native/transformers/cuda/sdp_utils.cpp``
+#: ``priority_order``: flash, efficient, math, cuDNN last, from PyTorch 2.5.1 to 2025);
+#: with context parallelism torchtitan allows only the flash and memory-efficient backends
+#: (``torchtitan/utils.py`` ``get_train_context``: ``sdpa_kernel([FLASH_ATTENTION,
+#: EFFICIENT_ATTENTION])``). So FlashAttention-2's kernel, not FlashAttention-3's.
+PRESETS["torchtitan-2024"] = {
+    **PRESETS["torchtitan"],
+    "attention": Setting("flash2", f"{_TITAN24} torchtitan/models/llama/model.py "
+                         "F.scaled_dot_product_attention (torch SDPA: FlashAttention-2 "
+                         "first; torchtitan/utils.py restricts CP to flash / efficient)"),
+}
+
 
 def family(framework: str) -> str:
     """The current framework ``framework`` holds state and refuses layouts like: itself, or
     for a dated preset (:mod:`.framework_eras`) the one it became."""
-    return ERA_FAMILY.get(framework, framework)
+    return ERA_FAMILY.get(framework, "torchtitan" if framework == "torchtitan-2024"
+                          else framework)
 
 
 def check_framework(framework) -> str:
@@ -376,7 +394,7 @@ def defers_gradient_sync(framework: str) -> bool:
     ``set_reshard_after_backward(False)`` (``torch/distributed/pipelining/stage.py``
     ``backward_maybe_with_nosync``), and the unsharded gradient accumulates in
     ``reduce_dtype`` (``_fsdp_param.py`` ``to_accumulated_grad_if_needed``)."""
-    return framework in ("fsdp2", "torchtitan")
+    return framework in ("fsdp2", "torchtitan", "torchtitan-2024")
 
 
 @dataclass(frozen=True)

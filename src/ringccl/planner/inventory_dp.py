@@ -171,9 +171,9 @@ def _stage_tensors(ctx: StepContext, st: StageShape) -> tuple[Counter, Counter]:
 
 def _per_parameter(ctx: StepContext, st: StageShape) -> list[Entry]:
     """DeepSpeed's ZeRO-3 (v0.3, ``partition_parameters.py``): a list-based all-gather of
-    each parameter tensor before its forward, again before the recompute's forward (full
-    recompute: the forward hook fires again) and before its backward; a list-based
-    reduce-scatter of each gradient."""
+    each parameter tensor into a zero-filled buffer (``_allgather_param``: ``torch.zeros``)
+    before its forward, again before the recompute's forward (full recompute: the forward hook
+    fires again) and before its backward; a list-based reduce-scatter of each gradient."""
     dims, m = ctx.dims, ctx.micro_batches
     # weights gathered in the working dtype, gradients reduced in the framework's reduce dtype
     per_element = {"all_gather": ctx.gather_bytes, "reduce_scatter": ctx.gradient_bytes}
@@ -193,7 +193,8 @@ def _per_parameter(ctx: StepContext, st: StageShape) -> list[Entry]:
                                 collective=collective, phase=phase, what=f"{what} ({phase})",
                                 nbytes=size * per_element[collective], calls_per_step=calls,
                                 overlap=phase, chunks=max(st.layers, 1),
-                                list_collective=True)
+                                list_collective=True,
+                                zero_filled=collective == "all_gather")
     return rows
 
 

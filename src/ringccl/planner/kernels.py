@@ -26,9 +26,15 @@ arXiv:2307.08691): the forward computes ``S = QKᵀ`` and ``O = PV`` block by bl
 so it computes, for query block i of ``bq`` rows, ``ceil((i + 1)·bq / bk)`` key blocks of ``bk``
 (FlashAttention-2 §3.1.1; blocks ``bq = 128``, ``bk = 128`` for head dimension 128). The backward
 runs 5 matmuls to the forward's 2 (it recomputes S, then dV, dP, dQ, dK): 2.5 × the forward's
-FLOPs (FlashAttention-2 §3.1.2). Rate: :data:`FLASH_EFFICIENCY` of the peak, the kernels'
-reported fractions on large problems, times the wave quantisation of its ``batch·heads·ceil(s/bq)``
-thread blocks over the SMs.
+FLOPs (FlashAttention-2 §3.1.2). Rate, on Ampere: :data:`FLASH_EFFICIENCY` of the peak, the
+kernels' reported fractions on large problems. On Hopper (and Blackwell, at Hopper's fraction of
+its peak: no published figure read) the kernel's measured rate at the call's sequence length
+(:data:`HOPPER_ATTENTION_TFLOPS`, FlashAttention-3's Figures 4 and 5, interpolated in log2 of
+the length and clamped to the measured 512–16k): the causal forward at the paper's own FLOP
+count, the pairs a causal mask keeps (about ``s²/2``: its benchmark halves the FLOPs for the
+mask), so the measured cost of masking is the paper's; the backward, measured without a mask,
+on the blocks computed. Both times the wave quantisation of the call's ``batch·heads·ceil(s/bq)`` thread
+blocks over the SMs, relative to the paper's benchmark (16k tokens of 16 heads: 2,048 blocks).
 
 **Memory-bound kernels** (norms, activations, softmax, dropout, rotary, casts, the optimizer
 step): ``bytes / (HBM bandwidth × memory_efficiency)``.
@@ -54,7 +60,8 @@ from ..caches import memoize
 from ..costmodel.compute_profile import ComputeProfile, load_compute_profile
 from .gpus import GPU
 
-__all__ = ["TILES", "FLASH_EFFICIENCY", "FLASH2_EFFICIENCY", "FLASH_BLOCK", "gemm_seconds",
+__all__ = ["TILES", "FLASH_EFFICIENCY", "FLASH2_EFFICIENCY", "FLASH_BLOCK",
+           "HOPPER_ATTENTION_TFLOPS", "ATTENTION_LENGTHS", "attention_efficiency", "gemm_seconds",
            "gemm_efficiency", "wave_utilisation", "tiles", "flash_attention_flops",
            "flash_attention_seconds", "memory_seconds", "compute_profile", "profile_dtype"]
 
@@ -65,19 +72,44 @@ TILES = ((256, 128), (128, 256), (128, 128))
 
 #: FlashAttention's fraction of the dense tensor peak on large problems, per architecture:
 #: (forward, backward). Ampere: FlashAttention-2 (arXiv:2307.08691) §4.1, A100: forward up to
-#: 73%, backward up to 63% of the theoretical maximum. Hopper: FlashAttention-3 (Shah et al.
-#: 2024, arXiv:2407.08608) §4.1, H100 SXM5 BF16: forward up to 740 TFLOP/s (75%), backward
-#: 1.5-1.75x FlashAttention-2's, about 500 TFLOP/s (50%). Blackwell: Hopper's fractions (no
-#: published figure read).
-FLASH_EFFICIENCY = {"ampere": (0.73, 0.63), "hopper": (0.75, 0.50), "blackwell": (0.75, 0.50)}
+#: 73%, backward up to 63% of the theoretical maximum. Hopper and Blackwell: the long-sequence
+#: end of :data:`HOPPER_ATTENTION_TFLOPS` (what a profile falls back to); the step's kernels
+#: take the measured rate at their own length (:func:`attention_efficiency`).
+FLASH_EFFICIENCY = {"ampere": (0.73, 0.63), "hopper": (0.54, 0.52), "blackwell": (0.54, 0.52)}
 
-#: FlashAttention-2's own kernel on each architecture (``attention="flash2"``: the kernel of
-#: 2023, before FlashAttention-3 and cuDNN's Hopper attention): Ampere as above; Hopper:
-#: FlashAttention-3 (arXiv:2407.08608), abstract and §1, "FlashAttention-2 achieving only 35%
-#: utilization on H100", and §4.1, its backward 1.5-1.75x FlashAttention-2's, so 0.50 / 1.625
-#: = 0.31. Blackwell: Hopper's (no published figure read).
-FLASH2_EFFICIENCY = {"ampere": (0.73, 0.63), "hopper": (0.35, 0.31),
-                     "blackwell": (0.35, 0.31)}
+#: FlashAttention-2's own kernel (``attention="flash2"``: the kernel of 2023 and of torch's
+#: SDPA flash backend, before FlashAttention-3 and cuDNN's Hopper attention): Ampere as above;
+#: Hopper and Blackwell: the long-sequence end of its :data:`HOPPER_ATTENTION_TFLOPS` row.
+FLASH2_EFFICIENCY = {"ampere": (0.73, 0.63), "hopper": (0.34, 0.33), "blackwell": (0.34, 0.33)}
+
+#: sequence lengths of :data:`HOPPER_ATTENTION_TFLOPS`' columns
+ATTENTION_LENGTHS = (512, 1024, 2048, 4096, 8192, 16384)
+
+#: measured TFLOP/s of attention kernels on an H100 SXM5 in BF16, head dimension 128, at the
+#: sequence lengths of :data:`ATTENTION_LENGTHS` (batch × length = 16k tokens, 16 heads):
+#: FlashAttention-3 (Shah et al. 2024, arXiv:2407.08608) §4.1, Figure 4 (forward; the causal
+#: panel at its FLOP count, half the pairs; and without a mask) and Figure 5 (backward, without
+#: a mask). ``"flash"``: the cuDNN bars, the kernel Transformer Engine runs on Hopper
+#: (``transformer_engine/pytorch/attention.py`` v1.8, ``get_attention_backend``: FlashAttention
+#: disabled "to give FusedAttention preference on Hopper+"), so Megatron-Core's and NeMo's;
+#: ``"flash2"``: the FlashAttention-2 bars. The values are the labels printed on the bars, read
+#: through transcriptions of the figures (the forward without a mask in two, which agree but
+#: for cuDNN's and FlashAttention-3's bars at 512, 497 and 467 swapped; the causal forward and
+#: the backward in one each), not from the paper's PDF.
+HOPPER_ATTENTION_TFLOPS = {
+    "flash": {"causal": (315, 410, 484, 518, 529, 539),
+              "full": (497, 574, 617, 609, 600, 595),
+              "backward": (305, 408, 465, 499, 518, 516)},
+    "flash2": {"causal": (191, 260, 298, 319, 333, 335),
+               "full": (309, 350, 362, 368, 370, 370),
+               "backward": (214, 260, 291, 310, 318, 322)},
+}
+
+#: the H100 SXM5's dense BF16 peak the figures above are fractions of (gpus.py's preset)
+_H100_BF16 = 989.4e12
+
+#: thread blocks of the FlashAttention-3 benchmark (16k tokens, 16 heads, 128-row blocks)
+_BENCH_BLOCKS = 16384 * 16 // 128
 
 #: FlashAttention-2's query and key block sizes for head dimension <= 128 (§3.1.1, §3.3)
 FLASH_BLOCK = (128, 128)
@@ -192,24 +224,55 @@ def flash_attention_flops(s_q, s_k, head_dim_qk: int, head_dim_v: int, causal: b
     return float(per_pair * np.sum(rows * keys))
 
 
+def attention_efficiency(kind: str, seq: float, architecture: str = "hopper",
+                         kernel: str = "flash") -> float:
+    """The fraction of the BF16 peak the attention kernel sustains at sequence length ``seq``
+    (module doc): ``kind`` "causal" (forward, against the exact causal FLOPs), "full" (forward
+    without a mask) or "backward"; Ampere's constant fractions (:data:`FLASH_EFFICIENCY`, both
+    kernels) whatever the length."""
+    if architecture == "ampere":
+        fwd, bwd = FLASH_EFFICIENCY["ampere"]
+        return bwd if kind == "backward" else fwd
+    row = HOPPER_ATTENTION_TFLOPS["flash2" if kernel == "flash2" else "flash"][kind]
+    x = float(np.clip(math.log2(max(seq, 1)), math.log2(ATTENTION_LENGTHS[0]),
+                      math.log2(ATTENTION_LENGTHS[-1])))
+    tflops = float(np.interp(x, np.log2(ATTENTION_LENGTHS), row))
+    return tflops * 1e12 / _H100_BF16
+
+
+def _causal_pairs_flops(s_q, s_k, head_dim_qk: int, head_dim_v: int, offset: int) -> float:
+    """Forward FLOPs of the (query, key) pairs a causal mask keeps: query i sees keys up to
+    ``offset + i`` (the FLOP count of FlashAttention-3's causal figures)."""
+    i = np.arange(int(s_q), dtype=float)
+    return float(2.0 * (head_dim_qk + head_dim_v) * np.sum(np.minimum(s_k, offset + i + 1)))
+
+
 def flash_attention_seconds(batch_heads: int, s_q: int, s_k: int, head_dim_qk: int,
                             head_dim_v: int, causal: bool, gpu: GPU, *, backward: bool = False,
-                            fp8: bool = False, offset: int = 0, kernel: str = "flash") -> float:
-    """Seconds of FlashAttention's forward (or backward: 2.5 × the FLOPs) over ``batch_heads``
-    (batch × heads) of ``s_q`` queries and ``s_k`` keys (module doc); ``kernel`` "flash" (the
-    architecture's newest, :data:`FLASH_EFFICIENCY`) or "flash2" (:data:`FLASH2_EFFICIENCY`)."""
+                            fp8: bool = False, offset: int = 0, kernel: str = "flash",
+                            length: int | None = None) -> float:
+    """Seconds of FlashAttention's forward (or backward: 2.5 × the FLOPs of the blocks it
+    computes) over ``batch_heads`` (batch × heads) of ``s_q`` queries and ``s_k`` keys (module
+    doc); ``kernel`` "flash" (the architecture's current kernel) or "flash2"; ``length``: the
+    sequence length the kernel's measured rate is read at (default ``s_k``)."""
     flops = batch_heads * flash_attention_flops(s_q, s_k, head_dim_qk, head_dim_v, causal,
                                                 offset=offset)
     if backward:
         flops *= 2.5
-    table = FLASH2_EFFICIENCY if kernel == "flash2" else FLASH_EFFICIENCY
-    fwd_eff, bwd_eff = table[gpu.architecture]
+    arch = gpu.architecture
     if gpu.compute_profile:
+        table = FLASH2_EFFICIENCY if kernel == "flash2" else FLASH_EFFICIENCY
+        fwd_eff, bwd_eff = table[arch]
         return flops / _profiled_attention_rate(gpu, s_q, bwd_eff / fwd_eff if backward else 1.0)
+    kind = "backward" if backward else ("causal" if causal else "full")
+    if kind == "causal" and arch != "ampere":
+        flops = batch_heads * _causal_pairs_flops(s_q, s_k, head_dim_qk, head_dim_v, offset)
+    eff = attention_efficiency(kind, s_k if length is None else length, arch, kernel)
     blocks = batch_heads * int(-(-s_q // FLASH_BLOCK[0]))
-    rate = gpu.peak(fp8) * (bwd_eff if backward else fwd_eff) * float(
-        wave_utilisation(blocks, gpu.sm_count))
-    return flops / rate
+    util = float(wave_utilisation(blocks, gpu.sm_count))
+    if arch != "ampere":     # the measured rates include their own benchmark's waves
+        util /= float(wave_utilisation(_BENCH_BLOCKS, 132))
+    return flops / (gpu.peak(fp8) * eff * util)
 
 
 def _profiled_attention_rate(gpu: GPU, seq: int, ratio: float) -> float:

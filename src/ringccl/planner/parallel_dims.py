@@ -233,7 +233,8 @@ class ParallelDims:
             smaller: the shards are replicated over dp / dp_shard).
         framework: one of :data:`frameworks.FRAMEWORKS` ("megatron", "deepspeed", "fsdp2",
             "torchtitan", or a dated one: "megatron-2021", "megatron-2022",
-            "megatron-deepspeed", "composer"; default :data:`frameworks.DEFAULT_FRAMEWORK`).
+            "megatron-deepspeed", "composer", "torchtitan-2024"; default
+            :data:`frameworks.DEFAULT_FRAMEWORK`).
         precision: the precision recipe ("bf16", "fp8-delayed", "fp8-tensorwise",
             "fp8-rowwise", "fp8-blockwise").
         attention: "flash" (FlashAttention, the architecture's newest kernel: no s x s scores
