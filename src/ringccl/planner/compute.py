@@ -30,7 +30,8 @@ FP8 recipes         casts of each GEMM's input and weight      casts of each out
 ``T = b·s/c`` tokens per rank, ``T_r = T/t`` with sequence parallelism (else T), 2-byte
 activations. The first stage adds the embedding lookup, the last the final norm, the LM head
 GEMM (BF16 in every recipe) and the vocabulary-parallel cross-entropy, pass by pass as
-Megatron's code runs it (:data:`CROSS_ENTROPY_BYTES`: 38 bytes per logit forward, 14 backward). Recompute adds to the backward what it recomputes: ``full`` the whole
+Megatron's code runs it (:data:`CROSS_ENTROPY_BYTES`: 38 bytes per logit forward, 14
+backward). Recompute adds to the backward what it recomputes: ``full`` the whole
 layer's forward, ``selective`` the attention core's forward (Korthikanti et al. 2022 §5).
 
 Once per step (:func:`optimizer_seconds`): the Adam step over the rank's sharded fp32 states

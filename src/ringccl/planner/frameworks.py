@@ -362,11 +362,15 @@ PRESETS["torchtitan-2024"] = {
 }
 
 
+#: the current framework each dated preset holds state like (:data:`ERA_FAMILY`, and
+#: torchtitan-2024's)
+_FAMILY = {**ERA_FAMILY, "torchtitan-2024": "torchtitan"}
+
+
 def family(framework: str) -> str:
     """The current framework ``framework`` holds state and refuses layouts like: itself, or
     for a dated preset (:mod:`.framework_eras`) the one it became."""
-    return ERA_FAMILY.get(framework, "torchtitan" if framework == "torchtitan-2024"
-                          else framework)
+    return _FAMILY.get(framework, framework)
 
 
 def check_framework(framework) -> str:

@@ -33,8 +33,9 @@ its peak: no published figure read) the kernel's measured rate at the call's seq
 the length and clamped to the measured 512–16k): the causal forward at the paper's own FLOP
 count, the pairs a causal mask keeps (about ``s²/2``: its benchmark halves the FLOPs for the
 mask), so the measured cost of masking is the paper's; the backward, measured without a mask,
-on the blocks computed. Both times the wave quantisation of the call's ``batch·heads·ceil(s/bq)`` thread
-blocks over the SMs, relative to the paper's benchmark (16k tokens of 16 heads: 2,048 blocks).
+on the blocks computed. Both times the wave quantisation of the call's
+``batch·heads·ceil(s/bq)`` thread blocks over the SMs, relative to the paper's benchmark (16k
+tokens of 16 heads: 2,048 blocks).
 
 **Memory-bound kernels** (norms, activations, softmax, dropout, rotary, casts, the optimizer
 step): ``bytes / (HBM bandwidth × memory_efficiency)``.
