@@ -37,7 +37,7 @@ TIMEOUT = 2 + SLACK
 comm = MPI.COMM_WORLD
 #: bytes of the large call (a two-rank two_shot sends 128 KiB, beyond the eager 64 KiB)
 LARGE = 256 << 10
-#: a call beyond the eager area, whose working area is twice its buffer (call._need)
+#: a call beyond the eager area: its sends fill the whole slot (one area, not two halves)
 LARGER = 1 << 20
 rank, n = comm.Get_rank(), comm.Get_size()
 problems = []

@@ -214,20 +214,11 @@ def _enter(group: ShmGroup, transport: Any, dialect: Dialect, numel: int, itemsi
     return serial, offset, eager
 
 
-#: a buffer up to this many bytes asks for a working area of twice its size: room for its
-#: compiled lane's sends, double-buffered by call parity (lane.py); a larger one runs the
-#: general path, which needs only the buffer
-LANE_BUFFER_BYTES = 4 << 20
-
-
 def _need(numel: int, itemsize: int) -> int:
     """Bytes of working area a call of ``numel`` elements copied into the slot asks for: the
-    buffer, 64-aligned, and after it the eager area when the buffer is small, or as much again
-    up to :data:`LANE_BUFFER_BYTES`."""
+    buffer, 64-aligned, and the eager area after it when the buffer is small."""
     used = -(-numel * itemsize // 64) * 64
-    if used <= EAGER_AREA_BYTES:
-        return used + EAGER_AREA_BYTES
-    return 2 * used if used <= LANE_BUFFER_BYTES else used
+    return used + EAGER_AREA_BYTES if used <= EAGER_AREA_BYTES else used
 
 
 def _staged(plan, work, op: ReduceOp, ops, described: Staged, view) -> tuple:

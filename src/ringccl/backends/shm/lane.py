@@ -13,12 +13,13 @@ option, the environment variables a call reads) runs the general path inside
 The lowering is the engine's plan, generic (no algorithm is named here): per step, its sends
 (copied into this rank's area, one copy per step and range, as the transport's eager sends) and
 its receives in plan order (the IR's reduction and operand order, accumulator folds included),
-every view, word index and offset computed once. Any plan whose sends' copies fit half of this
-rank's slot of the working area, with at most ``RING // 2`` sends per peer and call, is lowered;
-anything else runs the general path at every call. (Sends above the transport's
+every view, word index and offset computed once. Any plan whose sends' copies fit this rank's
+slot of the working area, with at most ``RING // 2`` sends per peer and call, is lowered
+(one-shot and two-shot at any size: their sends are the buffer once); anything else (a ring's
+sends are twice it) runs the general path at every call. (Sends above the transport's
 :data:`~ringccl.backends.shm.transport.EAGER_SEND_BYTES` cost the lane a copy the general path
-does not make, as it reads them in place; what fits half a slot, up to 256 KiB on two ranks,
-copies in less time than the general path's own work per call: measured in docs/shm.md.)
+does not make, as it reads them in place; the C loop's copy costs less than the general path's
+own work per call and its copies in and out of shared memory: measured in docs/shm.md.)
 
 The replay speaks the transport's protocol (:mod:`~ringccl.backends.shm.transport`): the same
 descriptors, the same monotone ``posted``/``released`` counters and sequence numbers (the
@@ -37,7 +38,10 @@ group and a rank on the lane talks to a rank on the general path. What it leaves
   every peer released what this rank sent before the previous call (after a general call: all
   it sent, as :meth:`ShmTransport.begin` does). For a one-shot plan that is already true (a
   peer posted its previous call's data only after reading ours), so one wait per call remains:
-  for the peers' data. A ring plan, where a rank never hears from the peer it sends to, waits
+  for the peers' data. Sends that fit the slot but not half of it (a large call) use one area
+  at every call, and the wait before writing it is for all this rank sent (the peers' last
+  reads of the previous call): a possible wait at the start, but half the memory touched,
+  which a large call's time is made of. A ring plan, where a rank never hears from the peer it sends to, waits
   there when the peer lags: the per-rank ``released`` words are its ``done`` words.
 * the private working buffer lives outside shared memory: for an all-or-nothing call
   (``restore``, ringccl.torch's default and ringccl.mpi's with a timeout) the caller's array is
@@ -333,8 +337,10 @@ def lower(schedule, plan, rank: int, group: ShmGroup, transport, dialect, op, *,
             if key not in copies:
                 copies[key] = used
                 used += -(-(s.hi - s.lo) * itemsize // 64) * 64
-    if used > half or any(k > RING // 2 for k in per_peer.values()):
+    if used > group.work_slot or any(k > RING // 2 for k in per_peer.values()):
         return None
+    if used > half:
+        half = 0   # one area, written at every call
     return Lane(schedule, plan, rank, group, transport, dialect, op, itemsize, numel, need,
                 timeout, copies, half, restore)
 
@@ -357,6 +363,7 @@ class Lane:
         segment = dialect.slot(g, serial)
         self.work = work = ops.empty(segment, numel)
         acc = ops.empty(segment, plan.accumulator_elems) if plan.accumulator_elems else None
+        self.single = half == 0   # one area for both parities (lower)
         bases = [me * g.work_slot + h * half for h in (0, 1)]
         self.need_words = (g.rank_word(me, 2), g.rank_word(me, 3))
         self.entered_word = g.rank_word(me, 1)
@@ -453,7 +460,7 @@ class Lane:
                 return i + 1
             self._wait(recv[6], t.expected[peer] + 1, peer, "send", recv[9], recv[10])
         elif kind == BEGIN_WAIT:
-            marks = t.lane_marks if t.lane_call == c - 1 else t.sent
+            marks = t.lane_marks if t.lane_call == c - 1 and not self.single else t.sent
             self._wait(word, marks[peer], peer, "read this rank's earlier sends",
                        *self.first.get(peer, (None, None)))
         else:
@@ -493,7 +500,7 @@ class Lane:
     def _begin(self, g: ShmGroup, w, t, c: int) -> None:
         """Enter call ``c`` (counted, need and entry published, no agreement) once the peers
         read what this rank sent before the previous call (after a general one: all of it)."""
-        marks = t.lane_marks if t.lane_call == c - 1 else t.sent
+        marks = t.lane_marks if t.lane_call == c - 1 and not self.single else t.sent
         for peer, word in self.released_words:
             if w[word] < marks[peer]:
                 self._wait(word, marks[peer], peer, "read this rank's earlier sends",

@@ -196,7 +196,7 @@ def program(lane, group, reduction: tuple, segment: np.ndarray) -> tuple[bytes, 
         meta.append((kind, peer, words[0] if kind in (BEGIN_WAIT, END_WAIT) else 0, context))
 
     for peer, word in lane.released_words:
-        add(BEGIN_WAIT, peer, word)
+        add(BEGIN_WAIT, peer, word, int(lane.single))
     add(PUBLISH)
     # the sends' and receives' byte offsets: in the lane's working copy, which an
     # all-or-nothing call copies in and out; otherwise the same offsets in the caller's buffer
