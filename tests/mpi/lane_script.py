@@ -79,9 +79,12 @@ def bitwise() -> None:
     if not lane.compiled():
         problems.append("no lane was compiled")
     # no timeout: not all-or-nothing, so the C loop works on the caller's (fresh) arrays
-    if lane_native.available() and not any(e is not lane._INELIGIBLE and not e.lane.restore
-                                           for e in lane._lanes.values()):
+    lanes = [e.lane for e in lane._lanes.values() if e is not lane._INELIGIBLE]
+    if lane_native.available() and all(one.restore for one in lanes):
         problems.append("no lane ran on the caller's buffer")
+    # the 1 MiB two_shot's sends fill its slot: one send area, not two halves
+    if not any(one.single for one in lanes):
+        problems.append("no large call was lowered with one send area")
 
 
 def _special(rng, dtype, count: int) -> np.ndarray:
