@@ -41,7 +41,7 @@ def reader(names: tuple) -> Callable[[], tuple]:
     if _DATA is None:
         get_ = os.environ.get
         return lambda: tuple(get_(n) for n in names)
-    keys, get = tuple(os.fsencode(n) for n in names), _DATA.get
+    keys, get = encoded(names), _DATA.get
     # a tuple display costs half of tuple(map(...)) (a compiled call reads it every time)
     if len(keys) == 1:
         (a,) = keys

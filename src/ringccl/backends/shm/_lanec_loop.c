@@ -61,7 +61,7 @@ static inline int spin_ge(const int64_t *word, int64_t target, int64_t spin)
 
 /* integer ops are commutative bit for bit: d := s ⊕ d is d := d ⊕ s */
 #define INT_OPS(NAME, T, U)                                                                   \
-    CLONES static void NAME(T *restrict d, const T *restrict s, int64_t n, int op)                   \
+    CLONES static void NAME(T *restrict d, const T *restrict s, int64_t n, int op)            \
     {                                                                                         \
         switch (op) {                                                                         \
         case O_SUM: for (int64_t i = 0; i < n; i++) d[i] = (T)((U)d[i] + (U)s[i]); break;     \
@@ -122,8 +122,7 @@ static inline int nan_rule(int64_t rule, int64_t n, int64_t i)
         UI u; memcpy(&u, &x, sizeof u); u |= QUIET; memcpy(&x, &u, sizeof u); return x;      \
     }                                                                                         \
     CLONES static void NAME(T *restrict d, const T *restrict s, int64_t n, int op,          \
-                            int64_t rule,                                                     \
-                     int left)                                                                \
+                            int64_t rule, int left)                                           \
     {                                                                                         \
         if (op == O_MIN || op == O_MAX) {                                                     \
             int mx = op == O_MAX;                                                             \

@@ -41,8 +41,9 @@ group and a rank on the lane talks to a rank on the general path. What it leaves
   for the peers' data. Sends that fit the slot but not half of it (a large call) use one area
   at every call, and the wait before writing it is for all this rank sent (the peers' last
   reads of the previous call): a possible wait at the start, but half the memory touched,
-  which a large call's time is made of. A ring plan, where a rank never hears from the peer it sends to, waits
-  there when the peer lags: the per-rank ``released`` words are its ``done`` words.
+  which a large call's time is made of. A ring plan, where a rank never hears from the peer
+  it sends to, waits there when the peer lags: the per-rank ``released`` words are its
+  ``done`` words.
 * the private working buffer lives outside shared memory: for an all-or-nothing call
   (``restore``, ringccl.torch's default and ringccl.mpi's with a timeout) the caller's array is
   copied in, the plan runs on the copy, the result is copied back after the last wait, so the
@@ -60,8 +61,8 @@ The replay itself runs in C where it can (:mod:`~ringccl.backends.shm.lane_nativ
 optional ``_lanec`` extension, for dtypes and ops whose C reduction is bitwise the backend's,
 checked when the lane is lowered), on the caller's buffer itself unless the call is
 all-or-nothing (``restore``: then on a copy, copied back after the last wait, as the Python
-replay always does; the same operations on the same values either way); waits that last beyond a
-short spin, and descriptors the lane does not expect, return to the Python code here.
+replay always does; the same operations on the same values either way); waits that last
+beyond a short spin, and descriptors the lane does not expect, return to the Python code here.
 Otherwise the same operations run in Python (:meth:`Lane._run_python`), with the same bits.
 The front ends' replayed call (:func:`call`: the key, the table, the entry) runs in C too.
 
