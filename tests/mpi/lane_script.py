@@ -185,8 +185,30 @@ def stall() -> None:
         problems.append("no lane the C loop replays was compiled")
 
 
+def alternating() -> None:
+    """A large call (one send area: it writes the whole slot) and small ones (double-buffered
+    halves of the same slot) back to back, replayed in C: the call after the large one must
+    not overwrite what a peer has not read yet. int64 sums: exact, so any overwrite shows."""
+    rng = np.random.default_rng(rank)
+    # five calls a round: the call after a large one takes either parity over the rounds
+    counts = ((LARGER + 4096) // 8, 100, (LARGER + 4096) // 8, 33, 7)
+    for round_ in range(40):
+        xs = [rng.integers(-1000, 1000, count, dtype=np.int64) for count in counts]
+        wants = [np.empty_like(x) for x in xs]
+        for x, want in zip(xs, wants):
+            comm.Allreduce(x, want)
+        for x in xs:   # back to back: no synchronisation between the calls
+            rm.all_reduce(x, transport="shm")
+        for x, want in zip(xs, wants):   # noted, not returned: every rank makes every call
+            if not np.array_equal(x, want):
+                problems.append(f"round {round_}, count {x.size}: wrong sum")
+    lanes = [e.lane for e in lane._lanes.values() if e is not lane._INELIGIBLE]
+    if not any(one.single for one in lanes) or all(one.single for one in lanes):
+        problems.append("not a one-area lane and a double-buffered one")
+
+
 mode = sys.argv[1]
-{"bitwise": bitwise, "stall": stall, "native": native}[mode]()
+{"bitwise": bitwise, "stall": stall, "native": native, "alternating": alternating}[mode]()
 print(f"rank {rank}: {'OK' if not problems else problems[:5]}", flush=True)
 if mode == "stall":
     end_job.end(comm, [r for r in range(n) if r != 1])

@@ -50,6 +50,17 @@ def test_the_lane_gives_the_general_paths_bits(mode, nproc):
     _nothing_left(job)
 
 
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_a_large_call_then_small_ones_keep_the_peers_data(nproc):
+    # a one-area (large) lane writes the whole slot: the double-buffered call after it waits
+    # for the peers to read it all first
+    job = f"lanea{os.getpid()}n{nproc}"
+    proc = _run(nproc, "alternating", job, 240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count(": OK") == nproc, proc.stdout
+    _nothing_left(job)
+
+
 def test_a_stalled_peer_during_a_replayed_call_is_reported():
     job = f"lane{os.getpid()}stall"
     proc = _run(3, "stall", job, 120)

@@ -339,7 +339,9 @@ long lanec_run(const int64_t *p, PyObject *buf, int64_t c, Py_ssize_t pos, PyObj
             if (copy == NULL) { failed = 1; break; }
             int rc = PyObject_SetAttr(t, s_lane_marks, copy);
             Py_DECREF(copy);
-            if (rc < 0 || set_int_attr(t, s_lane_call, c) < 0 || set_int_attr(g, s_calls, c) < 0
+            /* [2] one send area: both halves written, so the next call waits for all sent */
+            if (rc < 0 || set_int_attr(t, s_lane_call, o[2] ? -1 : c) < 0 ||
+                set_int_attr(g, s_calls, c) < 0
                 || set_int_attr(g, s_lazy, 0) < 0) { failed = 1; break; }
             store_rel(w + (h ? p[H_NEED1] : p[H_NEED0]), p[H_NEED]);
             store_rel(w + p[H_ENTERED], c);

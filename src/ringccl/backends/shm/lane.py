@@ -41,7 +41,9 @@ group and a rank on the lane talks to a rank on the general path. What it leaves
   for the peers' data. Sends that fit the slot but not half of it (a large call) use one area
   at every call, and the wait before writing it is for all this rank sent (the peers' last
   reads of the previous call): a possible wait at the start, but half the memory touched,
-  which a large call's time is made of. A ring plan, where a rank never hears from the peer
+  which a large call's time is made of. Such a call wrote both halves, so the call after it
+  waits for all sent too (the transport's ``lane_call`` names only a call that wrote its
+  parity half). A ring plan, where a rank never hears from the peer
   it sends to, waits there when the peer lags: the per-rank ``released`` words are its
   ``done`` words.
 * the private working buffer lives outside shared memory: for an all-or-nothing call
@@ -507,7 +509,7 @@ class Lane:
                 self._wait(word, marks[peer], peer, "read this rank's earlier sends",
                            *self.first.get(peer, (None, None)))
         t.lane_marks = t.sent[:]
-        t.lane_call = c
+        t.lane_call = -1 if self.single else c   # one area: the next call waits for all
         g.calls = c
         g.lazy = 0
         w[self.need_words[c & 1]] = self.need

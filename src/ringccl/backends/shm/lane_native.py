@@ -197,7 +197,7 @@ def program(lane, group, reduction: tuple, segment: np.ndarray) -> tuple[bytes, 
 
     for peer, word in lane.released_words:
         add(BEGIN_WAIT, peer, word, int(lane.single))
-    add(PUBLISH)
+    add(PUBLISH, 0, int(lane.single))
     # the sends' and receives' byte offsets: in the lane's working copy, which an
     # all-or-nothing call copies in and out; otherwise the same offsets in the caller's buffer
     work = _address(lane.work)

@@ -96,7 +96,8 @@ class ShmTransport:
         self.eager: tuple | None = None   # (serial, byte offset, bytes) of the eager area
         self.eager_used = 0
         self.eager_copies: dict = {}      # (step, lo, hi) -> byte offset of its copy
-        # the compiled lane (:mod:`~ringccl.backends.shm.lane`): the last call it ran, and
+        # the compiled lane (:mod:`~ringccl.backends.shm.lane`): the last call it ran that wrote
+        # only its parity half (-1 after one that wrote its whole send area), and
         # ``sent`` as that call began (what must be read before its parity area is reused)
         self.lane_call = 0
         self.lane_marks: list = [0] * n
