@@ -166,7 +166,11 @@ class _Tolerance:
                 tol = (fp_error_bound(dtype, n, abs_sum, total, self.accumulate)
                        + n * 2.0 ** -53 * abs_sum)
             if self.op is ReduceOp.AVG:
-                tol = tol / n + eps * np.abs(total / n)
+                # the division by n rounds once more: a relative eps, or half the smallest
+                # subnormal where the average is subnormal (round to nearest there is an
+                # absolute error)
+                tol = tol / n + eps * np.abs(total / n) + float(
+                    np.finfo(dtype).smallest_subnormal) / 2
         return tol
 
     def lower(self) -> np.ndarray:
