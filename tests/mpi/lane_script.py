@@ -43,6 +43,11 @@ rank, n = comm.Get_rank(), comm.Get_size()
 problems = []
 
 
+def _compiled() -> list:
+    """The lanes compiled in this process."""
+    return [e.lane for e in lane._lanes.values() if e is not lane._INELIGIBLE]
+
+
 def bitwise() -> None:
     rng = np.random.default_rng(rank)
     cross = choice.two_shot_bytes(n, "mpi")
@@ -79,7 +84,7 @@ def bitwise() -> None:
     if not lane.compiled():
         problems.append("no lane was compiled")
     # no timeout: not all-or-nothing, so the C loop works on the caller's (fresh) arrays
-    lanes = [e.lane for e in lane._lanes.values() if e is not lane._INELIGIBLE]
+    lanes = _compiled()
     if lane_native.available() and all(one.restore for one in lanes):
         problems.append("no lane ran on the caller's buffer")
     # the 1 MiB two_shot's sends fill its slot: one send area, not two halves
@@ -202,7 +207,7 @@ def alternating() -> None:
         for x, want in zip(xs, wants):   # noted, not returned: every rank makes every call
             if not np.array_equal(x, want):
                 problems.append(f"round {round_}, count {x.size}: wrong sum")
-    lanes = [e.lane for e in lane._lanes.values() if e is not lane._INELIGIBLE]
+    lanes = _compiled()
     if not any(one.single for one in lanes) or all(one.single for one in lanes):
         problems.append("not a one-area lane and a double-buffered one")
 

@@ -423,23 +423,17 @@ class Lane:
         returns to Python (a long wait, a descriptor it does not expect) resume here."""
         if not _state["native"]:
             return self._run_python(buffer)
-        g = self.group
-        c = g.calls + 1
-        try:
-            r = _run_c(self.program, buffer, c, 0, g, self.transport)
-        except BaseException:
-            if not g.closed:
-                g.abort()
-            raise
-        if r >= 0:
-            r = self._continue(buffer, r, c)
+        r = self._continue(buffer, None, self.group.calls + 1)
         return True if r == DONE else False if r == CANNOT else None
 
-    def _continue(self, buffer, r: int, c: int) -> int:
-        """Call ``c`` after the C loop returned ``r`` (an operation to wait for or read): run
-        on to its end (DONE); any error aborts the group."""
+    def _continue(self, buffer, r: int | None, c: int) -> int:
+        """Call ``c`` through the C loop from its start (``r`` None) or from where it returned
+        ``r`` (an operation to wait for or read), to its end (DONE; or CANNOT / BUFFER from
+        the start, nothing done); any error aborts the group."""
         g, t, program = self.group, self.transport, self.program
         try:
+            if r is None:
+                r = _run_c(program, buffer, c, 0, g, t)
             while r >= 0:
                 r = _run_c(program, buffer, c, self._resume(r >> 1, r & 1, c, buffer), g, t)
         except BaseException:
@@ -463,7 +457,7 @@ class Lane:
                 return i + 1
             self._wait(recv[6], t.expected[peer] + 1, peer, "send", recv[9], recv[10])
         elif kind == BEGIN_WAIT:
-            marks = t.lane_marks if t.lane_call == c - 1 and not self.single else t.sent
+            marks = self._marks(t, c)
             self._wait(word, marks[peer], peer, "read this rank's earlier sends",
                        *self.first.get(peer, (None, None)))
         else:
@@ -500,10 +494,16 @@ class Lane:
             raise
         return True
 
+    def _marks(self, t, c: int) -> list:
+        """Per peer, the sends call ``c`` waits for the peer to have read before writing: those
+        before the previous call when that call wrote only its parity half and this one writes
+        the other; else all (module docstring)."""
+        return t.lane_marks if t.lane_call == c - 1 and not self.single else t.sent
+
     def _begin(self, g: ShmGroup, w, t, c: int) -> None:
         """Enter call ``c`` (counted, need and entry published, no agreement) once the peers
         read what this rank sent before the previous call (after a general one: all of it)."""
-        marks = t.lane_marks if t.lane_call == c - 1 and not self.single else t.sent
+        marks = self._marks(t, c)
         for peer, word in self.released_words:
             if w[word] < marks[peer]:
                 self._wait(word, marks[peer], peer, "read this rank's earlier sends",
