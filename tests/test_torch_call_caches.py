@@ -63,7 +63,7 @@ def test_premul_sum_is_refused_at_every_call():
     for _ in range(2):
         with pytest.raises(RuntimeError, match="Cannot use ReduceOp.PREMUL_SUM with ringccl"):
             pg_front.reduce_op(op, torch.float32, "all_reduce")
-    assert not any(k[0] == op.op for k in pg_front._op_answers)
+    assert not any(k[0] == op.op.value for k in pg_front._op_answers)   # keyed by the int
 
 
 def test_reduce_op_table_is_bounded_and_cleared():

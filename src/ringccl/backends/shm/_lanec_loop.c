@@ -96,54 +96,71 @@ static inline int nan_rule(int64_t rule, int64_t n, int64_t i)
     return (int)((rule >> (i < n - n % w ? 2 : 3)) & 1);
 }
 
-/* min/max of a (left) and b (right) into d[i]: a NaN left operand, else a NaN right one, else
- * the smaller (larger); on ties the left (rule 0) or the right (rule 1) */
-#define MINMAX_LOOP(T, A, B)                                                                  \
+/* min/max of a (left) and b (right) into D[i], i < M: a NaN left operand, else a NaN right one,
+ * else the smaller (larger); on ties the left (rule 0) or the right (rule 1) */
+#define MINMAX_LOOP(T, D, A, B, M)                                                            \
     if (rule & 1) {                                                                           \
-        for (int64_t i = 0; i < n; i++) {                                                     \
+        for (int64_t i = 0; i < (M); i++) {                                                   \
             T a = A, b = B;                                                                   \
-            d[i] = a != a ? a : b != b ? b : (mx ? a > b : a < b) ? a : b;                    \
+            D[i] = a != a ? a : b != b ? b : (mx ? a > b : a < b) ? a : b;                    \
         }                                                                                     \
     } else {                                                                                  \
-        for (int64_t i = 0; i < n; i++) {                                                     \
+        for (int64_t i = 0; i < (M); i++) {                                                   \
             T a = A, b = B;                                                                   \
-            d[i] = (a != a || (mx ? a >= b : a <= b)) ? a : b;                                \
+            D[i] = (a != a || (mx ? a >= b : a <= b)) ? a : b;                                \
         }                                                                                     \
     }
 
-/* float add/mul: a block whose results hold no NaN had no NaN operand (a NaN operand gives a
- * NaN result), and its results are order-free IEEE ones: computed vectorised into a block on
- * the stack, copied out; a block with a NaN result (a NaN operand, or inf - inf, 0 * inf) is
- * done again element by element from its operands, still intact, resolving NaN operands as the
- * backend does. min/max: bits of an operand, never computed (MINMAX_LOOP). `left`: d := s ⊕ d. */
+/* float ops, block by block: a block without NaN operands is computed in place, vectorised
+ * (add/mul: order-free IEEE results, NaNs of inf - inf or 0 * inf included; min/max: compare
+ * and select, the bits of an operand); a block with a NaN operand element by element, resolving
+ * NaN operands as the backend does (MINMAX_LOOP; nan_rule). `left`: d := s ⊕ d. */
 #define FLOAT_OPS(NAME, T, UI, QUIET)                                                         \
     static inline T NAME##_q(T x)                                                             \
     {                                                                                         \
         UI u; memcpy(&u, &x, sizeof u); u |= QUIET; memcpy(&x, &u, sizeof u); return x;      \
     }                                                                                         \
+    /* d[i] := a[i] ⊕ b[i] for operands without NaN; a is d or s (one loop per case, so    \
+     * that each vectorises) */                                                               \
+    static inline void NAME##_plain(T *d, const T *a, const T *b, int64_t m, int op,         \
+                                    int right_on_ties)                                        \
+    {                                                                                         \
+        if (op == O_SUM)                                                                      \
+            for (int64_t i = 0; i < m; i++) d[i] = a[i] + b[i];                               \
+        else if (op == O_PROD)                                                                \
+            for (int64_t i = 0; i < m; i++) d[i] = a[i] * b[i];                               \
+        else if (op == O_MAX && right_on_ties)                                                \
+            for (int64_t i = 0; i < m; i++) d[i] = a[i] > b[i] ? a[i] : b[i];                 \
+        else if (op == O_MAX)                                                                 \
+            for (int64_t i = 0; i < m; i++) d[i] = a[i] >= b[i] ? a[i] : b[i];                \
+        else if (right_on_ties)                                                               \
+            for (int64_t i = 0; i < m; i++) d[i] = a[i] < b[i] ? a[i] : b[i];                 \
+        else                                                                                  \
+            for (int64_t i = 0; i < m; i++) d[i] = a[i] <= b[i] ? a[i] : b[i];                \
+    }                                                                                         \
     CLONES static void NAME(T *restrict d, const T *restrict s, int64_t n, int op,          \
                             int64_t rule, int left)                                           \
     {                                                                                         \
-        if (op == O_MIN || op == O_MAX) {                                                     \
-            int mx = op == O_MAX;                                                             \
-            if (left) {                                                                       \
-                MINMAX_LOOP(T, s[i], d[i])                                                    \
-            } else {                                                                          \
-                MINMAX_LOOP(T, d[i], s[i])                                                    \
-            }                                                                                 \
-            return;                                                                           \
-        }                                                                                     \
-        T t[BLOCK];                                                                           \
+        int mx = op == O_MAX;                                                                 \
         for (int64_t lo = 0; lo < n; lo += BLOCK) {                                           \
             int64_t m = n - lo < BLOCK ? n - lo : BLOCK, hi = lo + m;                         \
-            const T *x = d + lo, *y = s + lo;                                                 \
+            T *x = d + lo;                                                                    \
+            const T *y = s + lo;                                                              \
             int nan = 0;                                                                      \
-            if (op == O_SUM)                                                                  \
-                for (int64_t i = 0; i < m; i++) { t[i] = x[i] + y[i]; nan |= t[i] != t[i]; }  \
-            else                                                                              \
-                for (int64_t i = 0; i < m; i++) { t[i] = x[i] * y[i]; nan |= t[i] != t[i]; }  \
+            for (int64_t i = 0; i < m; i++) nan |= (x[i] != x[i]) | (y[i] != y[i]);           \
             if (!nan) {                                                                       \
-                memcpy(d + lo, t, (size_t)m * sizeof(T));                                     \
+                if (left)                                                                     \
+                    NAME##_plain(x, y, x, m, op, (int)(rule & 1));                            \
+                else                                                                          \
+                    NAME##_plain(x, x, y, m, op, (int)(rule & 1));                            \
+                continue;                                                                     \
+            }                                                                                 \
+            if (op == O_MIN || op == O_MAX) {                                                 \
+                if (left) {                                                                   \
+                    MINMAX_LOOP(T, x, y[i], x[i], m)                                          \
+                } else {                                                                      \
+                    MINMAX_LOOP(T, x, x[i], y[i], m)                                          \
+                }                                                                             \
                 continue;                                                                     \
             }                                                                                 \
             for (int64_t i = lo; i < hi; i++) {                                               \

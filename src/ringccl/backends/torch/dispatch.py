@@ -249,6 +249,9 @@ class Work(dist.Work):
         return self._future.value()
 
 
+_work_init = dist.Work.__init__
+
+
 class DoneWork(dist.Work):
     """The handle of a collective that ran inline (:meth:`Group.issue`): :class:`Work`'s
     answers from the known outcome, without a ``torch.futures.Future`` per call. The future
@@ -256,8 +259,10 @@ class DoneWork(dist.Work):
     always goes through it: ``wait()``/``result()`` raise exactly what :class:`Work`'s
     would."""
 
+    __slots__ = ("_outcome", "_future")   # made once per inline call: no instance dict
+
     def __init__(self, outcome: tuple):
-        super().__init__()
+        _work_init(self)   # dist.Work's, named once (super() costs ~0.2 us a call)
         self._outcome = outcome
         self._future: torch.futures.Future | None = None
 
