@@ -11,12 +11,19 @@ operation           forward                                   backward
 each linear layer   GEMM [T, k]·[k, n]                         data gradient [T, n]·[n, k] and
                                                                weight gradient [k, T]·[T, n]
                                                                (fp32 accumulation: 4-byte output)
+bias (where the                                                the bias gradient, a column sum of
+layer has one)                                                 the output gradient: read T·n
+                                                               (row-parallel: T_r·h); none under
+                                                               Transformer Engine (fused)
 attention, flash    FlashAttention forward                    its backward (2.5 × the FLOPs)
 attention, unfused  QKᵀ and P·V batched GEMMs; the fused       four batched GEMMs; softmax and
 (Megatron 2021-22)  scale-mask-softmax and dropout on the      dropout backward
                     a/t · b · s² scores (memory-bound)
 norms               read + write T_r·h                         read x and dy, write dx
-residual add        read 2, write 1 × T_r·h                    read + write
+residual add        read 2, write 1 × T_r·h                    read + write; and the gradient
+                                                               sum where the residual forks
+                                                               (autograd adds the two branches'
+                                                               gradients): read 2, write 1
 activation          GeLU: read + write T·I/t; SwiGLU: read 2,  GeLU: 3 passes; SwiGLU: 5
                     write 1
 rotary (RoPE)       read + write q and k                       the same
@@ -28,16 +35,22 @@ FP8 recipes         casts of each GEMM's input and weight      casts of each out
 =================== ========================================= ===================================
 
 ``T = b·s/c`` tokens per rank, ``T_r = T/t`` with sequence parallelism (else T), 2-byte
-activations. The first stage adds the embedding lookup, the last the final norm, the LM head
+activations. The residual stream forks twice per layer (into the norm and around the block), so
+the backward adds two gradients into its tensor twice per layer (torch's
+``torch/csrc/autograd/input_buffer.cpp`` ``InputBuffer::add``: the second gradient arriving
+for an input is summed with the first). The first stage adds the embedding lookup, the last the final norm, the LM head
 GEMM (BF16 in every recipe) and the vocabulary-parallel cross-entropy, pass by pass as
 Megatron's code runs it (:data:`CROSS_ENTROPY_BYTES`: 38 bytes per logit forward, 14
 backward). Recompute adds to the backward what it recomputes: ``full`` the whole
 layer's forward, ``selective`` the attention core's forward (Korthikanti et al. 2022 §5).
 
-Once per step (:func:`optimizer_seconds`): the Adam step over the rank's sharded fp32 states
-(read parameter, gradient, two moments; write three and the BF16 copy: 30 bytes per parameter),
-the gradients' cast to fp32 (6 bytes per parameter held) and, with Transformer Engine's FP8,
-the weights' casts (cached across the step's micro-batches).
+Once per step (:func:`optimizer_seconds`): under a dated Megatron-LM preset, its optimizer's
+passes one by one (:mod:`.optimizer_passes`: the gradient buffer zeroed, the gradients copied
+to fp32 and unscaled where they need it, their norm and clipping, FusedAdam, the fp32 weights
+copied back: 50 bytes per parameter with bf16); elsewhere the Adam step over the rank's sharded
+fp32 states (read parameter, gradient, two moments; write three and the BF16 copy: 30 bytes per
+parameter) and the gradients' cast to fp32 (6 bytes per parameter held); and, with Transformer
+Engine's FP8, the weights' casts (cached across the step's micro-batches).
 
 Which models use RoPE: gated-MLP (Llama-family) and multi-head-latent-attention models; GPT-3's
 learned positions cost one add on the first stage, folded into the embedding.
@@ -52,12 +65,14 @@ from .frameworks import REDUCE_DTYPES
 from .gpus import GPU
 from .kernels import flash_attention_seconds, gemm_seconds, memory_seconds
 from .model import ModelConfig
+from .optimizer_passes import MEGATRON_ERAS, megatron_optimizer_bytes
 from .parallel_dims import ParallelDims
 from .precision import Precision, precision_recipe
 
 __all__ = ["Op", "LayerCompute", "StageCompute", "CROSS_ENTROPY_BYTES", "layer_compute",
            "head_compute", "embedding_compute", "optimizer_seconds",
-           "gradient_accumulation_seconds", "stage_compute", "compute_precision"]
+           "gradient_accumulation_seconds", "stage_compute", "compute_precision",
+           "bias_grad_fused", "TRANSFORMER_ENGINE_FRAMEWORKS"]
 
 _ACT = 2.0  # bytes per activation element (BF16)
 
@@ -161,8 +176,9 @@ class LayerCompute:
 class _Builder:
     """Collects a layer's ops: GEMMs timed together (one vectorised call), memory passes."""
 
-    def __init__(self, gpu: GPU, prec: Precision, tokens: float):
+    def __init__(self, gpu: GPU, prec: Precision, tokens: float, bias_fused: bool = False):
         self.gpu, self.prec, self.tokens = gpu, prec, tokens
+        self.bias_fused = bias_fused
         self.ops: list[Op] = []
         self.weight_cast = 0.0
 
@@ -171,10 +187,15 @@ class _Builder:
                            float(memory_seconds(bwd_bytes, self.gpu)), core=core))
 
     def linear(self, name: str, n: float, k: float, *, m: float | None = None, batch: int = 1,
-               fp8_ok: bool = True, expert: bool = False, column: bool = False):
+               fp8_ok: bool = True, expert: bool = False, column: bool = False,
+               bias: bool = False, bias_tokens: float | None = None):
         """A linear layer ``[m, k]·[k, n]`` (m = the layer's tokens unless given), ``batch`` of
         them in one grouped launch: forward, data-gradient and weight-gradient GEMMs, and the
-        recipe's casts; ``column``: column-parallel (Shoeybi et al. 2019 §3)."""
+        recipe's casts; ``column``: column-parallel (Shoeybi et al. 2019 §3).
+
+        ``bias``: the layer has a bias, whose gradient is the output gradient summed over the
+        tokens, one reduction reading ``[bias_tokens, n]`` (default m) and writing n values
+        (:meth:`bias_grad`)."""
         m = self.tokens if m is None else m
         fp8 = fp8_ok and self.prec.fp8_gemms
         ib = 1.0 if fp8 else 2.0
@@ -193,6 +214,23 @@ class _Builder:
                 self.weight_cast += weight
         self.ops.append(Op(name, "gemm", fwd, bwd, 2.0 * batch * m * n * k, expert=expert,
                            column=column, weight_grad_s=float(wgrad)))
+        if bias:
+            self.bias_grad(name, batch * (m if bias_tokens is None else bias_tokens), batch * n)
+
+    def bias_grad(self, name: str, tokens: float, n: float):
+        """The bias gradient of linear layer ``name``: the output gradient ``[tokens, n]``
+        (2-byte) summed over the tokens, one column-sum reduction (read ``tokens·n·2``, write
+        ``n·2``), a backward pass of its own: Megatron-LM's ``megatron/mpu/layers.py``
+        ``LinearWithGradAccumulationAndAsyncCommunication.backward`` (2022:
+        ``grad_output.sum(dim=0)``), autograd's ``sum_to_size`` of a broadcast bias (the
+        ``skip_bias_add`` layers' bias added in ``bias_gelu`` / ``bias_dropout_add``; torch's
+        ``linear`` backward). None where Transformer Engine fuses it (:attr:`bias_fused`:
+        ``transformer_engine/pytorch/module/linear.py`` ``_Linear.backward``, the bias
+        gradient from the weight-gradient GEMM's epilogue, or ``cast_transpose_bgrad`` under
+        FP8)."""
+        if self.bias_fused:
+            return
+        self.memory(f"{name}_bias_grad", 0.0, tokens * n * _ACT + n * _ACT)
 
     def build(self) -> LayerCompute:
         return LayerCompute(tuple(self.ops), self.weight_cast)
@@ -249,14 +287,18 @@ def _mla_projections(b: _Builder, model: ModelConfig, tp: int):
              column=True)
 
 
-def _mlp(b: _Builder, model: ModelConfig, width: float, name: str, **gemm):
-    """A dense (or shared-expert) MLP of ``width`` columns per rank."""
+def _mlp(b: _Builder, model: ModelConfig, width: float, name: str,
+         region: float | None = None, **gemm):
+    """A dense (or shared-expert) MLP of ``width`` columns per rank; ``region``: the tokens
+    the row-parallel output's bias is added on (``s/t`` with sequence parallelism)."""
     gated = model.gated_mlp
-    b.linear(f"{name}_up", (2 if gated else 1) * width, model.hidden_size, column=True, **gemm)
+    bias = model.mlp_bias
+    b.linear(f"{name}_up", (2 if gated else 1) * width, model.hidden_size, column=True,
+             bias=bias, **gemm)
     m = gemm.get("m", b.tokens) * gemm.get("batch", 1)
     fwd, bwd = (3, 5) if gated else (2, 3)
     b.memory(f"{name}_activation", fwd * m * width * _ACT, bwd * m * width * _ACT)
-    b.linear(f"{name}_down", model.hidden_size, width, **gemm)
+    b.linear(f"{name}_down", model.hidden_size, width, bias=bias, bias_tokens=region, **gemm)
 
 
 def _moe(b: _Builder, model: ModelConfig, tp: int, ep: int, routed_tokens: float):
@@ -272,13 +314,13 @@ def _moe(b: _Builder, model: ModelConfig, tp: int, ep: int, routed_tokens: float
     b.memory("unpermute", 2 * moved, 2 * moved)
     if model.n_shared_experts:
         _mlp(b, model, model.n_shared_experts * model.shared_intermediate_size / tp,
-             "shared_expert")
+             "shared_expert", region=routed_tokens)
 
 
 @memoize(maxsize=4096)
 def layer_compute(model: ModelConfig, moe: bool, tp: int, sp: bool, cp: int, ep: int,
-                  micro_batch_size: int, attention: str, precision: str, gpu: GPU
-                  ) -> LayerCompute:
+                  micro_batch_size: int, attention: str, precision: str, gpu: GPU,
+                  bias_grad_fused: bool = False) -> LayerCompute:
     """One transformer layer's operations on one rank for one micro-batch (module doc).
 
     Args:
@@ -286,46 +328,52 @@ def layer_compute(model: ModelConfig, moe: bool, tp: int, sp: bool, cp: int, ep:
         tp, sp, cp, ep: the rank's parallel degrees. micro_batch_size: b.
         attention: "flash", "flash2" or "unfused". precision: a recipe of
             :data:`~ringccl.planner.precision.PRECISIONS`. gpu: the GPU.
+        bias_grad_fused: the linear layers' bias gradients come out of their GEMMs
+            (Transformer Engine, :func:`bias_grad_fused`), else a reduction pass each.
     """
     prec = precision_recipe(precision)
     s, h = model.seq_length, model.hidden_size
     tokens = micro_batch_size * s / cp
     region = tokens / tp if sp else tokens      # tokens of the norms and residual adds
-    b = _Builder(gpu, prec, tokens)
+    b = _Builder(gpu, prec, tokens, bias_grad_fused)
     nq, nkv, d = model.num_attention_heads, model.num_key_value_heads, model.head_dim
     b.memory("input_norm", 2 * region * h * _ACT, 3 * region * h * _ACT)
     if model.mla:
         _mla_projections(b, model, tp)
     else:
-        b.linear("qkv", (nq + 2 * nkv) * d / tp, h, column=True)
+        b.linear("qkv", (nq + 2 * nkv) * d / tp, h, column=True, bias=model.qkv_bias)
     if model.gated_mlp or model.mla:
         rope = model.qk_rope_head_dim if model.mla else d
         rot = 2 * tokens * (nq + (1 if model.mla else nkv)) * rope / tp * _ACT
         b.memory("rotary", rot, rot)
     _attention(b, model, nq // tp, micro_batch_size, s, cp, attention)
-    b.linear("attention_out", h, nq * model.value_head_dim / tp)
+    b.linear("attention_out", h, nq * model.value_head_dim / tp,
+             bias=model.attention_out_bias, bias_tokens=region)
     b.memory("residual_add", 3 * region * h * _ACT, 2 * region * h * _ACT)
+    b.memory("residual_grad_sum", 0.0, 3 * region * h * _ACT)
     b.memory("post_attention_norm", 2 * region * h * _ACT, 3 * region * h * _ACT)
     if moe:
         _moe(b, model, tp, ep, region)
     else:
-        _mlp(b, model, model.intermediate_size / tp, "mlp")
+        _mlp(b, model, model.intermediate_size / tp, "mlp", region=region)
     b.memory("residual_add_2", 3 * region * h * _ACT, 2 * region * h * _ACT)
+    b.memory("residual_grad_sum_2", 0.0, 3 * region * h * _ACT)
     return b.build()
 
 
 @memoize(maxsize=1024)
 def head_compute(model: ModelConfig, tp: int, sp: bool, cp: int, micro_batch_size: int,
-                 gpu: GPU) -> LayerCompute:
+                 gpu: GPU, bias_grad_fused: bool = False) -> LayerCompute:
     """The last stage's final norm, LM head GEMM (BF16) and vocabulary-parallel
-    cross-entropy on one rank, one micro-batch."""
+    cross-entropy on one rank, one micro-batch (``bias_grad_fused``: as
+    :func:`layer_compute`'s, for an LM head with a bias)."""
     tokens = micro_batch_size * model.seq_length / cp
     region = tokens / tp if sp else tokens
     h = model.hidden_size
-    b = _Builder(gpu, precision_recipe("bf16"), tokens)
+    b = _Builder(gpu, precision_recipe("bf16"), tokens, bias_grad_fused)
     b.memory("final_norm", 2 * region * h * _ACT, 3 * region * h * _ACT)
     vocab = -(-model.vocab_size // tp)
-    b.linear("lm_head", vocab, h)
+    b.linear("lm_head", vocab, h, bias=model.lm_head_bias)
     logits = tokens * vocab
     b.memory("cross_entropy", CROSS_ENTROPY_BYTES[0] * logits, CROSS_ENTROPY_BYTES[1] * logits)
     return b.build()
@@ -359,10 +407,47 @@ def gradient_accumulation_seconds(parameters: float, dims: ParallelDims, dtype_b
     return float(memory_seconds(parameters * (dtype_bytes + 2 * acc), gpu))
 
 
-def optimizer_seconds(parameters: float, sharded_parameters: float, gpu: GPU) -> float:
-    """Once per step: the gradients' cast to fp32 (6 bytes per parameter the rank holds) and
-    the Adam step over its sharded fp32 states (30 bytes per sharded parameter)."""
+def optimizer_seconds(parameters: float, sharded_parameters: float, gpu: GPU, *,
+                      framework: str | None = None, dtype_bytes: int = 2,
+                      grad_bytes: int | None = None, loss_scaling: bool = False) -> float:
+    """Once per step, the optimizer's HBM passes.
+
+    Under a dated Megatron-LM preset (:data:`~ringccl.planner.optimizer_passes.MEGATRON_ERAS`)
+    pass by pass as its ``Float16OptimizerWithFloat16Params.step`` runs them
+    (:func:`~ringccl.planner.optimizer_passes.megatron_optimizer_bytes`: e.g. 50 bytes per
+    parameter with bf16, 60 with 2021's fp16 ``.grad``), the gradient buffer's zeroing over the
+    ``parameters`` the rank holds, the rest over its ``sharded_parameters``. Elsewhere the
+    generic count: the gradients' cast to fp32 (6 bytes per parameter held) and the Adam step
+    over the sharded fp32 states (read parameter, gradient, two moments, write three and the
+    16-bit copy: 30 bytes per sharded parameter).
+
+    Args:
+        framework: the plan's framework preset. dtype_bytes: the training dtype's bytes.
+        grad_bytes: the gradient buffer's (the ``reduce_dtype``; default ``dtype_bytes``).
+        loss_scaling: fp16 training (a grad scaler's unscale pass).
+    """
+    if framework in MEGATRON_ERAS:
+        held, updated = megatron_optimizer_bytes(
+            framework, dtype_bytes, dtype_bytes if grad_bytes is None else grad_bytes,
+            loss_scaling)
+        return float(memory_seconds(held * parameters + updated * sharded_parameters, gpu))
     return float(memory_seconds(6.0 * parameters + 30.0 * sharded_parameters, gpu))
+
+
+#: frameworks whose linear layers are Transformer Engine's (Megatron-Core's default
+#: ``--transformer-impl transformer_engine``, megatron/training/arguments.py)
+TRANSFORMER_ENGINE_FRAMEWORKS = ("megatron",)
+
+
+def bias_grad_fused(framework: str | None, precision: str) -> bool:
+    """Whether the linear layers' bias gradients come out of their GEMMs: Transformer Engine's
+    ``_Linear.backward`` (``transformer_engine/pytorch/module/linear.py``: the weight-gradient
+    GEMM with ``use_bias`` returns the bias gradient from cuBLASLt's epilogue; under FP8
+    ``cast_transpose_bgrad``). Transformer Engine runs the linear layers of the current
+    Megatron-Core preset (:data:`TRANSFORMER_ENGINE_FRAMEWORKS`) and of the ``fp8-delayed``
+    recipe (:mod:`.precision`); elsewhere (Megatron-LM 2021-2022, DeepSpeed, FSDP, torchtitan)
+    the bias gradient is a reduction pass of its own (:meth:`_Builder.bias_grad`)."""
+    return framework in TRANSFORMER_ENGINE_FRAMEWORKS or precision == "fp8-delayed"
 
 
 @dataclass(frozen=True)
@@ -417,8 +502,9 @@ def stage_compute(model: ModelConfig, dims: ParallelDims, gpu: GPU, *, layers: i
     embedding (``first``) and the LM head (``last``), whose rank holds ``parameters`` and
     updates ``sharded_parameters`` (module doc)."""
     prec = compute_precision(model, dims)
+    fused = bias_grad_fused(dims.framework, prec)
     key = (model, dims.tp, dims.sp, dims.cp, dims.ep, dims.micro_batch_size, dims.attention,
-           prec, gpu)
+           prec, gpu, fused)
     parts, counts = {}, {}
     if layers - moe_layers:
         parts["dense"], counts["dense"] = layer_compute(*key[:1], False, *key[1:]), \
@@ -431,7 +517,7 @@ def stage_compute(model: ModelConfig, dims: ParallelDims, gpu: GPU, *, layers: i
         counts["embedding"] = 1
     if last:
         parts["head"] = head_compute(model, dims.tp, dims.sp, dims.cp, dims.micro_batch_size,
-                                     gpu)
+                                     gpu, fused)
         counts["head"] = 1
     fwd = sum(parts[k].forward * n for k, n in counts.items())
     bwd = sum((parts[k].backward + (parts[k].recompute(dims.recompute)
@@ -447,7 +533,11 @@ def stage_compute(model: ModelConfig, dims: ParallelDims, gpu: GPU, *, layers: i
         fwd, bwd, layer_fwd, layer_bwd,
         max((p.core_forward for p in blocks), default=0.0),
         parts["moe"].expert_forward if "moe" in parts else 0.0,
-        optimizer_seconds(parameters, sharded_parameters, gpu) + casts, parts,
+        optimizer_seconds(parameters, sharded_parameters, gpu, framework=dims.framework,
+                          dtype_bytes=model.dtype_bytes,
+                          grad_bytes=(REDUCE_DTYPES[dims.reduce_dtype] if dims.reduce_dtype
+                                      else model.dtype_bytes),
+                          loss_scaling=model.dtype in ("float16", "fp16")) + casts, parts,
         column_weight_grad=sum(parts[k].column_weight_grad * counts[k] for k in counts),
         column_input_grad=sum(parts[k].column_input_grad * counts[k] for k in counts),
         gradient_accumulation=accumulate)

@@ -236,7 +236,7 @@ def compute_of(model: ModelConfig, dims: ParallelDims, cluster: Cluster,
     key = (model, cluster.gpu_spec, st.layers, st.moe_layers, st.first, st.last,
            st.expert_load, held, sharded, dims.tp, dims.sp, dims.cp, dims.ep,
            dims.micro_batch_size, dims.attention, dims.precision, dims.recompute,
-           dims.gradient_accumulation_fusion, dims.zero_stage, dims.reduce_dtype)
+           dims.gradient_accumulation_fusion, dims.zero_stage, dims.reduce_dtype, dims.framework)
     c = _COMPUTED.get(key)
     if c is None:
         if len(_COMPUTED) > 1 << 16:
