@@ -35,13 +35,13 @@ FP8 recipes         casts of each GEMM's input and weight      casts of each out
 =================== ========================================= ===================================
 
 ``T = b·s/c`` tokens per rank, ``T_r = T/t`` with sequence parallelism (else T), 2-byte
-activations. The residual stream forks twice per layer (into the norm and around the block), so
-the backward adds two gradients into its tensor twice per layer (torch's
-``torch/csrc/autograd/input_buffer.cpp`` ``InputBuffer::add``: the second gradient arriving
-for an input is summed with the first). The first stage adds the embedding lookup, the last
-the final norm, the LM head GEMM (BF16 in every recipe) and the vocabulary-parallel
-cross-entropy, pass by pass as Megatron's code runs it (:data:`CROSS_ENTROPY_BYTES`: 38 bytes per logit forward, 14
-backward). Recompute adds to the backward what it recomputes: ``full`` the whole
+activations. The residual stream forks twice per layer (into a norm and around its block), so
+the backward sums two gradients into the stream twice per layer (torch's
+``torch/csrc/autograd/input_buffer.cpp`` ``InputBuffer::add``: a second gradient arriving for
+an input is added to the first). The first stage adds the embedding lookup, the last the final
+norm, the LM head GEMM (BF16 in every recipe) and the vocabulary-parallel cross-entropy, pass
+by pass as Megatron's code runs it (:data:`CROSS_ENTROPY_BYTES`: 38 bytes per logit forward,
+14 backward). Recompute adds to the backward what it recomputes: ``full`` the whole
 layer's forward, ``selective`` the attention core's forward (Korthikanti et al. 2022 §5).
 
 Once per step (:func:`optimizer_seconds`): under a dated Megatron-LM preset, its optimizer's
