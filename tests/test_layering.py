@@ -83,8 +83,9 @@ KNOWN_FOLDER_CYCLES: set = set()
 PLANNER_ORDER = ("model", "hf_families", "hf_config", "gpus", "precision", "framework_eras",
                  "frameworks", "pipeline", "timeline", "routing", "layout_checks",
                  "parallel_dims", "cluster", "kernels", "optimizer_passes", "compute", "tensors",
-                 "config", "groups", "stages", "costing", "overlap", "context", "entries", "inventory_cp",
-                 "inventory_ep", "inventory_dp", "inventory", "memory", "stage_memory", "step",
+                 "config", "groups", "stages", "costing", "overlap", "context", "entries",
+                 "inventory_cp", "inventory_ep", "inventory_dp", "inventory", "memory",
+                 "stage_memory", "step",
                  "advice", "search", "emit", "replay", "__init__")
 
 
