@@ -89,6 +89,15 @@ def test_bias_gradient_is_a_reduction_pass_except_under_transformer_engine():
     assert not [n for n in fused if n.endswith("_bias_grad")]
     unbiased = layer_compute(NO_BIAS, False, t, True, 1, 1, b, "unfused", "bf16", A100)
     assert not [o for o in unbiased.ops if o.name.endswith("_bias_grad")]
+    # grouped experts: each of the rank's experts reduces its own tokens' output gradient
+    moe = ModelConfig(num_hidden_layers=2, hidden_size=1024, num_attention_heads=8,
+                      intermediate_size=2048, vocab_size=32000, num_local_experts=8,
+                      num_experts_per_tok=2, seq_length=1024, mlp_bias=True, name="moe-bias")
+    ops = {o.name: o for o in layer_compute(moe, True, 1, False, 1, 4, 1, "flash", "bf16",
+                                            A100).ops}
+    per_expert, local, width = 1024 * 2 * 4 / 8, 2, 2 * 2048     # T·k·ep/E tokens, gated
+    assert ops["experts_up_bias_grad"].backward_s == pytest.approx(
+        float(memory_seconds(local * (per_expert * width + width) * 2, A100)))
     head = {o.name for o in head_compute(dataclasses.replace(GPT, lm_head_bias=True), t, True,
                                          1, b, A100).ops}
     assert "lm_head_bias_grad" in head

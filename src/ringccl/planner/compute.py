@@ -215,12 +215,12 @@ class _Builder:
         self.ops.append(Op(name, "gemm", fwd, bwd, 2.0 * batch * m * n * k, expert=expert,
                            column=column, weight_grad_s=float(wgrad)))
         if bias:
-            self.bias_grad(name, batch * (m if bias_tokens is None else bias_tokens), batch * n)
+            self.bias_grad(name, m if bias_tokens is None else bias_tokens, n, batch)
 
-    def bias_grad(self, name: str, tokens: float, n: float):
-        """The bias gradient of linear layer ``name``: the output gradient ``[tokens, n]``
-        (2-byte) summed over the tokens, one column-sum reduction (read ``tokens·n·2``, write
-        ``n·2``), a backward pass of its own: Megatron-LM's ``megatron/mpu/layers.py``
+    def bias_grad(self, name: str, tokens: float, n: float, batch: int = 1):
+        """The bias gradient of linear layer ``name`` (``batch`` of them: grouped experts): the
+        output gradient ``[tokens, n]`` (2-byte) summed over the tokens, one column-sum
+        reduction (read ``tokens·n·2``, write ``n·2``), a backward pass of its own: Megatron-LM's ``megatron/mpu/layers.py``
         ``LinearWithGradAccumulationAndAsyncCommunication.backward`` (2022:
         ``grad_output.sum(dim=0)``), autograd's ``sum_to_size`` of a broadcast bias (the
         ``skip_bias_add`` layers' bias added in ``bias_gelu`` / ``bias_dropout_add``; torch's
@@ -230,7 +230,7 @@ class _Builder:
         FP8)."""
         if self.bias_fused:
             return
-        self.memory(f"{name}_bias_grad", 0.0, tokens * n * _ACT + n * _ACT)
+        self.memory(f"{name}_bias_grad", 0.0, batch * (tokens * n + n) * _ACT)
 
     def build(self) -> LayerCompute:
         return LayerCompute(tuple(self.ops), self.weight_cast)
