@@ -39,6 +39,8 @@ Open MPI XHC authors' warning about reused, cache-hot buffers). ``first`` is eac
 first call at each size (the lane compiles there; the very first size also sets the group's
 shared memory up). Figures are medians of ``--reps`` (steps: of ``--ddp-rounds`` ×
 ``--ddp-steps``; min–max kept in the JSON), with the load average before and after the run;
+each timed batch is back-to-back calls lasting at least :data:`BATCH_SECONDS` (the count set
+by the warm-up repetition);
 never timed asserts. The DDP variants hold one model at a time, so they are interleaved by
 round (every variant once per round), not per step; the two FSDP2 variants run one after the
 other.
@@ -117,6 +119,13 @@ def _step_seconds(model, opt, x, steps: int, barrier, context=contextlib.nullcon
     return ts
 
 
+#: a timed batch of back-to-back calls lasts at least this long (up to MAX_CALLS calls): the
+#: ranks leave the barrier before it tens of microseconds apart, which a batch of 20 8-byte
+#: calls (~5-25 us each) would count as a fifth of its time
+BATCH_SECONDS = 2e-3
+MAX_CALLS = 400
+
+
 def _lane_off(lane, fn, t):
     """``fn(t)`` with the compiled lane switched off (the general path)."""
     lane.set_enabled(False)
@@ -170,13 +179,14 @@ def _worker(rank, world_size, sizes, reps, ddp_steps, ddp_hidden, fsdp, ddp_batc
     }
     times = {(v, n): [] for v in variants for n in sizes}
     first = {}
+    calls = {}   # (variant, size) -> calls per timed batch, from the warm-up repetition
     pools = {n: measure.BufferPool(max(1, n // 4), cold=cold, wrap=torch.from_numpy)
              for n in sizes}   # --cold: a buffer of its own per call, round-robin >= 64 MiB
     for rep in range(reps + 1):            # repetition 0 warms up (connections, caches)
         for n in sizes:
             pool = pools[n]
             for name, fn in variants.items():
-                iters = max(1, min(20, (1 << 22) // n))
+                iters = calls.get((name, n)) or max(1, min(20, (1 << 22) // n))
                 buffers = [pool.take() for _ in range(iters)]   # untimed
                 dist.barrier(group=gloo)
                 if not rep:                # the first call of this variant at this size
@@ -190,6 +200,12 @@ def _worker(rank, world_size, sizes, reps, ddp_steps, ddp_hidden, fsdp, ddp_batc
                 seconds = (time.perf_counter() - t0) / iters
                 if rep:
                     times[(name, n)].append(seconds)
+                else:   # batches of >= BATCH_SECONDS: the barrier's exit skew amortised;
+                    # one count for every rank (the ranks' own would differ: a hang)
+                    count = torch.tensor([max(iters, min(MAX_CALLS,
+                                                         int(BATCH_SECONDS / seconds)))])
+                    dist.all_reduce(count, op=dist.ReduceOp.MAX, group=gloo)
+                    calls[(name, n)] = int(count)
     rows = [{"variant": v, "nbytes": n, "seconds": statistics.median(ts), "min": min(ts),
              "max": max(ts), "first_call_seconds": first[(v, n)]}
             for (v, n), ts in times.items()]
