@@ -121,8 +121,12 @@ def test_the_c_reductions_match_the_backends_on_random_spans():
                         OPS.combine_into(op)(theirs[o:], y[o:], theirs[o:])
                     else:
                         OPS.combine(op)(theirs[o:], y[o:])
-                _lanec.combine(code, opc, rule_left if left else rule, left, mine[o:], y[o:])
+                # every other span also writes the result to a send area (a fused receive)
+                also = np.full(n, 3, x.dtype) if k % 2 else None
+                _lanec.combine(code, opc, rule_left if left else rule, left, mine[o:], y[o:],
+                               *(() if also is None else (also,)))
                 assert mine.tobytes() == theirs.tobytes(), (dtype, op, n, o, left)
+                assert also is None or also.tobytes() == theirs[o:].tobytes(), (dtype, op, n)
 
 
 def test_the_launchers_check_reads_the_variable_now(monkeypatch):

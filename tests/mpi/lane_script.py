@@ -90,6 +90,9 @@ def bitwise() -> None:
     # the 1 MiB two_shot's sends fill its slot: one send area, not two halves
     if not any(one.single for one in lanes):
         problems.append("no large call was lowered with one send area")
+    # two_shot's reduced chunk goes to its all-gather send area as the reduce writes it
+    if not any(r[11] is not None for one in lanes for _, recvs in one.steps for r in recvs):
+        problems.append("no receive was fused with a later send")
 
 
 def _special(rng, dtype, count: int) -> np.ndarray:

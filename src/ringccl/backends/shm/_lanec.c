@@ -51,26 +51,31 @@ static PyObject *lane_run(PyObject *mod, PyObject *const *args, Py_ssize_t nargs
     return r == RUN_ERROR ? NULL : PyLong_FromLong(r);
 }
 
-/* lanec_combine(dtype, op, rule, left, dst, src): the C reductions on two buffers, dst writable
- * (dst := dst ⊕ src, or src ⊕ dst with left; the lane's lowering checks them against the
- * backend's own functions; tests compare them too) */
+/* lanec_combine(dtype, op, rule, left, dst, src[, also]): the C reductions on two buffers, dst
+ * writable (dst := dst ⊕ src, or src ⊕ dst with left; the lane's lowering checks them against
+ * the backend's own functions; tests compare them too); the result also written to `also` */
 static PyObject *lane_combine(PyObject *mod, PyObject *args)
 {
     (void)mod;
     int dtype, op, left;
     long long rule;
-    Py_buffer d, s;
-    if (!PyArg_ParseTuple(args, "iiLpw*y*", &dtype, &op, &rule, &left, &d, &s))
+    Py_buffer d, s, a = {0};
+    if (!PyArg_ParseTuple(args, "iiLpw*y*|w*", &dtype, &op, &rule, &left, &d, &s, &a))
         return NULL;
-    if (d.len != s.len || dtype < D_F32 || dtype > D_U8 || op < O_SUM || op > O_BXOR) {
+    if (d.len != s.len || (a.buf != NULL && a.len != d.len) || dtype < D_F32 ||
+        dtype > D_U8 || op < O_SUM || op > O_BXOR) {
         PyBuffer_Release(&d);
         PyBuffer_Release(&s);
+        if (a.buf != NULL)
+            PyBuffer_Release(&a);
         PyErr_SetString(PyExc_ValueError, "combine: same-size buffers, known dtype and op");
         return NULL;
     }
-    lanec_combine(dtype, op, rule, left, d.buf, s.buf, d.len);
+    lanec_combine(dtype, op, rule, left, d.buf, s.buf, d.len, a.buf);
     PyBuffer_Release(&d);
     PyBuffer_Release(&s);
+    if (a.buf != NULL)
+        PyBuffer_Release(&a);
     Py_RETURN_NONE;
 }
 
@@ -335,7 +340,8 @@ static PyObject *lane_call(PyObject *mod, PyObject *const *args, Py_ssize_t narg
 static PyMethodDef methods[] = {
     {"run", (PyCFunction)(void (*)(void))lane_run, METH_FASTCALL,
      "run(program, buffer, call, position, group, transport) -> int (see _lanec.c)"},
-    {"combine", lane_combine, METH_VARARGS, "lanec_combine(dtype, op, rule, left, dst, src)"},
+    {"combine", lane_combine, METH_VARARGS,
+     "lanec_combine(dtype, op, rule, left, dst, src[, also])"},
     {"runs", lane_runs, METH_NOARGS, "calls completed by run() in this process"},
     {"configure", lane_configure, METH_VARARGS,
      "configure(table, state, environ, names, slow): what call() reads"},

@@ -37,9 +37,10 @@ int lanec_init(void);
 long lanec_run(const int64_t *p, PyObject *buf, int64_t c, Py_ssize_t pos, PyObject *g,
                PyObject *t);
 
-/* d := d ⊕ s, or with `left` d := s ⊕ d, over nbytes (the C reductions) */
+/* d := d ⊕ s, or with `left` d := s ⊕ d, over nbytes (the C reductions); the result also
+ * written to `also` block by block when it is not NULL */
 void lanec_combine(int dtype, int op, int64_t rule, int left, void *d, const void *s,
-                   int64_t nbytes);
+                   int64_t nbytes, void *also);
 
 /* 1: obj.name is truthy; 0: not; -1: error */
 int lanec_attr_true(PyObject *obj, PyObject *name);

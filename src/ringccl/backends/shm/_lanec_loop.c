@@ -5,10 +5,12 @@
  * caller's buffer itself (an all-or-nothing call: on a copy, copied in first and out after the
  * last receive), per step the sends (copy into this rank's area half, descriptor, release
  * store of `posted`) and the receives (acquire load of `posted`, descriptor check, combine /
- * copy / fold, `released`), the begin and end waits. Every wait polls a bounded
- * number of times and otherwise returns to Python with its position (Python's bounded wait:
- * timeout, abort word, the peer's liveness, the error naming step and peer); a descriptor the
- * lane does not expect returns too (Python reads it, or raises the transport's mismatch).
+ * copy / fold, `released`; a reduction whose result a later send sends unchanged writes
+ * that send's area too, block by block while in cache), the begin and end waits. Every wait
+ * polls a bounded number of times and otherwise returns to Python with its position (Python's
+ * bounded wait: timeout, abort word, the peer's liveness, the error naming step and peer); a
+ * descriptor the lane does not expect returns too (Python reads it, or raises the transport's
+ * mismatch).
  *
  * The transport's Python counters (lists sent / expected / released, lane_marks, lane_call, the
  * group's calls and lazy) are updated here in place, so they end as the Python replay leaves
@@ -61,7 +63,7 @@ static inline int spin_ge(const int64_t *word, int64_t target, int64_t spin)
 
 /* integer ops are commutative bit for bit: d := s ⊕ d is d := d ⊕ s */
 #define INT_OPS(NAME, T, U)                                                                   \
-    CLONES static void NAME(T *restrict d, const T *restrict s, int64_t n, int op)            \
+    CLONES static void NAME##_run(T *restrict d, const T *restrict s, int64_t n, int op)      \
     {                                                                                         \
         switch (op) {                                                                         \
         case O_SUM: for (int64_t i = 0; i < n; i++) d[i] = (T)((U)d[i] + (U)s[i]); break;     \
@@ -71,6 +73,19 @@ static inline int spin_ge(const int64_t *word, int64_t target, int64_t spin)
         case O_BAND: for (int64_t i = 0; i < n; i++) d[i] &= s[i]; break;                     \
         case O_BOR: for (int64_t i = 0; i < n; i++) d[i] |= s[i]; break;                      \
         default: for (int64_t i = 0; i < n; i++) d[i] ^= s[i]; break;                         \
+        }                                                                                     \
+    }                                                                                         \
+    /* ... and with `also`, block by block, each block copied there while it is in cache */  \
+    static void NAME(T *d, const T *s, int64_t n, int op, T *also)                            \
+    {                                                                                         \
+        if (also == NULL) {                                                                   \
+            NAME##_run(d, s, n, op);                                                          \
+            return;                                                                           \
+        }                                                                                     \
+        for (int64_t lo = 0; lo < n; lo += BLOCK) {                                           \
+            int64_t m = n - lo < BLOCK ? n - lo : BLOCK;                                      \
+            NAME##_run(d + lo, s + lo, m, op);                                                \
+            memcpy(also + lo, d + lo, (size_t)m * sizeof(T));                                 \
         }                                                                                     \
     }
 
@@ -139,7 +154,7 @@ static inline int nan_rule(int64_t rule, int64_t n, int64_t i)
             for (int64_t i = 0; i < m; i++) d[i] = a[i] <= b[i] ? a[i] : b[i];                \
     }                                                                                         \
     CLONES static void NAME(T *restrict d, const T *restrict s, int64_t n, int op,          \
-                            int64_t rule, int left)                                           \
+                            int64_t rule, int left, T *restrict also)                         \
     {                                                                                         \
         int mx = op == O_MAX;                                                                 \
         for (int64_t lo = 0; lo < n; lo += BLOCK) {                                           \
@@ -153,43 +168,43 @@ static inline int nan_rule(int64_t rule, int64_t n, int64_t i)
                     NAME##_plain(x, y, x, m, op, (int)(rule & 1));                            \
                 else                                                                          \
                     NAME##_plain(x, x, y, m, op, (int)(rule & 1));                            \
-                continue;                                                                     \
-            }                                                                                 \
-            if (op == O_MIN || op == O_MAX) {                                                 \
+            } else if (op == O_MIN || op == O_MAX) {                                          \
                 if (left) {                                                                   \
                     MINMAX_LOOP(T, x, y[i], x[i], m)                                          \
                 } else {                                                                      \
                     MINMAX_LOOP(T, x, x[i], y[i], m)                                          \
                 }                                                                             \
-                continue;                                                                     \
+            } else {                                                                          \
+                for (int64_t i = lo; i < hi; i++) {                                           \
+                    T a = left ? s[i] : d[i], b = left ? d[i] : s[i];                         \
+                    if (a != a && b != b)                                                     \
+                        d[i] = NAME##_q(nan_rule(rule, n, i) ? b : a);                        \
+                    else if (a != a || b != b)                                                \
+                        d[i] = NAME##_q(a != a ? a : b);                                      \
+                    else                                                                      \
+                        d[i] = op == O_SUM ? a + b : a * b;                                   \
+                }                                                                             \
             }                                                                                 \
-            for (int64_t i = lo; i < hi; i++) {                                               \
-                T a = left ? s[i] : d[i], b = left ? d[i] : s[i];                             \
-                if (a != a && b != b)                                                         \
-                    d[i] = NAME##_q(nan_rule(rule, n, i) ? b : a);                            \
-                else if (a != a || b != b)                                                    \
-                    d[i] = NAME##_q(a != a ? a : b);                                          \
-                else                                                                          \
-                    d[i] = op == O_SUM ? a + b : a * b;                                       \
-            }                                                                                 \
+            if (also != NULL)   /* the block, still in cache, copied to a send area too */    \
+                memcpy(also + lo, x, (size_t)m * sizeof(T));                                  \
         }                                                                                     \
     }
 
 FLOAT_OPS(comb_f32, float, uint32_t, 0x00400000u)
 FLOAT_OPS(comb_f64, double, uint64_t, 0x0008000000000000ull)
 
-/* d := d ⊕ s, or with `left` d := s ⊕ d */
+/* d := d ⊕ s, or with `left` d := s ⊕ d; the result also written to `also` (NULL: not) */
 void lanec_combine(int dtype, int op, int64_t rule, int left, void *d, const void *s,
-                    int64_t nbytes)
+                   int64_t nbytes, void *also)
 {
     switch (dtype) {
-    case D_F32: comb_f32(d, s, nbytes / 4, op, rule, left); break;
-    case D_F64: comb_f64(d, s, nbytes / 8, op, rule, left); break;
-    case D_I8: comb_i8(d, s, nbytes, op); break;
-    case D_U8: comb_u8(d, s, nbytes, op); break;
-    case D_I16: comb_i16(d, s, nbytes / 2, op); break;
-    case D_I32: comb_i32(d, s, nbytes / 4, op); break;
-    default: comb_i64(d, s, nbytes / 8, op); break;
+    case D_F32: comb_f32(d, s, nbytes / 4, op, rule, left, also); break;
+    case D_F64: comb_f64(d, s, nbytes / 8, op, rule, left, also); break;
+    case D_I8: comb_i8(d, s, nbytes, op, also); break;
+    case D_U8: comb_u8(d, s, nbytes, op, also); break;
+    case D_I16: comb_i16(d, s, nbytes / 2, op, also); break;
+    case D_I32: comb_i32(d, s, nbytes / 4, op, also); break;
+    default: comb_i64(d, s, nbytes / 8, op, also); break;
     }
 }
 
@@ -381,7 +396,8 @@ long lanec_run(const int64_t *p, PyObject *buf, int64_t c, Py_ssize_t pos, PyObj
             break;
         }
         case K_RECV: {   /* [2] dst (offset), [3] mode (lane.py), [4] fold, [5] flush, [6] nbytes,
-                            [7] posted, [8] released, [9] ring */
+                            [7] posted, [8] released, [9] ring, [10+h] the area of a later send
+                            of the result (0: none; modes 1 and 4) */
             if (get_item(expected, peer, &seq) < 0) { failed = 1; break; }
             if (!spin_ge(w + o[7], seq + 1, spin)) { result = 2 * i; goto out; }
             const int64_t *d = w + o[9] + (seq % ring_n) * 4;
@@ -393,20 +409,21 @@ long lanec_run(const int64_t *p, PyObject *buf, int64_t c, Py_ssize_t pos, PyObj
             }
             if (set_item(expected, peer, seq + 1) < 0) { failed = 1; break; }
             char *dst = base + o[2], *fold = (char *)(intptr_t)o[4];
+            char *also = (char *)(intptr_t)o[10 + h];
             const char *src = seg + off;
             if (o[3] == 1)
-                lanec_combine(dtype, op, rule, 0, dst, src, nb);
+                lanec_combine(dtype, op, rule, 0, dst, src, nb, also);
             else if (o[3] == 4)   /* from a peer below: src ⊕ dst */
-                lanec_combine(dtype, op, rule_left, 1, dst, src, nb);
+                lanec_combine(dtype, op, rule_left, 1, dst, src, nb, also);
             else if (o[3] == 0)
                 memcpy(dst, src, (size_t)nb);
             else {
                 if (o[3] == 2)
                     memcpy(fold, src, (size_t)nb);
                 else
-                    lanec_combine(dtype, op, rule, 0, fold, src, nb);
+                    lanec_combine(dtype, op, rule, 0, fold, src, nb, NULL);
                 if (o[5])   /* the lower ranks' accumulator on the left */
-                    lanec_combine(dtype, op, rule_left, 1, dst, fold, nb);
+                    lanec_combine(dtype, op, rule_left, 1, dst, fold, nb, NULL);
             }
             if (set_item(released, peer, seq + 1) < 0) { failed = 1; break; }
             store_rel(w + o[8], seq + 1);

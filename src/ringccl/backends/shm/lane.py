@@ -16,10 +16,7 @@ its receives in plan order (the IR's reduction and operand order, accumulator fo
 every view, word index and offset computed once. Any plan whose sends' copies fit this rank's
 slot of the working area, with at most ``RING // 2`` sends per peer and call, is lowered
 (one-shot and two-shot at any size: their sends are the buffer once); anything else (a ring's
-sends are twice it) runs the general path at every call. (Sends above the transport's
-:data:`~ringccl.backends.shm.transport.EAGER_SEND_BYTES` cost the lane a copy the general path
-does not make, as it reads them in place; the C loop's copy costs less than the general path's
-own work per call and its copies in and out of shared memory: measured in docs/shm.md.)
+sends are twice it) runs the general path at every call (large sends: docs/shm.md).
 
 The replay speaks the transport's protocol (:mod:`~ringccl.backends.shm.transport`): the same
 descriptors, the same monotone ``posted``/``released`` counters and sequence numbers (the
@@ -59,14 +56,15 @@ Every wait checks its word first and only then calls :meth:`ShmGroup.wait_word` 
 wait: timeout, abort word, the peer's liveness); a failure aborts the group and raises the
 drivers' PeerError / RingcclTimeout naming step and peer (:func:`ringccl.engine.step_error`).
 
-The replay itself runs in C where it can (:mod:`~ringccl.backends.shm.lane_native`: the
-optional ``_lanec`` extension, for dtypes and ops whose C reduction is bitwise the backend's,
-checked when the lane is lowered), on the caller's buffer itself unless the call is
-all-or-nothing (``restore``: then on a copy, copied back after the last wait, as the Python
-replay always does; the same operations on the same values either way); waits that last
-beyond a short spin, and descriptors the lane does not expect, return to the Python code here.
-Otherwise the same operations run in Python (:meth:`Lane._run_python`), with the same bits.
-The front ends' replayed call (:func:`call`: the key, the table, the entry) runs in C too.
+A send of a range that a receive of an earlier step reduced, unchanged since (two-shot's
+reduced chunk, a ring's), is copied by that receive: its reduction writes the send's area too,
+while the result is in cache (:func:`_fusable`).
+
+The replay runs in C where it can (:mod:`~ringccl.backends.shm.lane_native`: the optional
+``_lanec`` extension, for dtypes and ops whose C reduction is bitwise the backend's, checked at
+lowering; the Python replay, :meth:`Lane._run_python`, always works on a copy); waits beyond a
+short spin, and descriptors the lane does not expect, return to the Python code here. The front
+ends' replayed call (:func:`call`: the key, the table, the entry) runs in C too.
 
 ``RINGCCL_LANE=0`` (read at import) or :func:`set_enabled` turns the lane off: every call runs
 the general path (what tests and benchmarks compare against); ``RINGCCL_LANE=python`` or
@@ -114,8 +112,7 @@ def _from_env() -> "tuple | ArgumentError":
 
 
 def check_environment() -> None:
-    """Raise now the ArgumentError a call raises for ``RINGCCL_LANE``'s value (read afresh: a
-    launcher checks it before its workers, which read it at import, start)."""
+    """Raise now a call's ArgumentError for ``RINGCCL_LANE`` (read afresh: for launchers)."""
     setting = _from_env()
     if isinstance(setting, ArgumentError):
         raise setting
@@ -158,8 +155,7 @@ def native() -> bool:
 
 
 def compiled(native: bool = False) -> int:
-    """How many signatures hold a compiled lane now (tests: the lane did run); with ``native``,
-    how many of those the C loop can replay."""
+    """Signatures holding a compiled lane now (``native``: those the C loop can replay)."""
     return sum(1 for e in _lanes.values() if e is not _INELIGIBLE and
                (not native or e.lane.program is not None))
 
@@ -206,8 +202,7 @@ class capture:
         self.calls = 0     # shared-memory calls run inside: only a call of one is lowered
 
     def offer(self, make: Callable[[], "Lane | None"]) -> None:
-        """The shared-memory call ran successfully: ``make()`` lowers its plan (kept only when
-        it is the only call inside)."""
+        """The call ran: ``make()`` lowers its plan (kept if it is the only call inside)."""
         self.calls += 1
         self.lane = make() if self.calls == 1 else None
 
@@ -320,6 +315,17 @@ def _weak(group: Any) -> Callable[[], Any]:
         return lambda: group
 
 
+def _fusable(writes: list, lo: int, hi: int) -> list | None:
+    """The last of ``writes`` (``(lo, hi, receive)``, plan order) to write any of ``[lo, hi)``
+    if it reduced exactly that range and is not fused yet, else None: its reduction will write
+    the send's area too, from cache (two-shot, ring: half a pass over the buffer fewer)."""
+    for a, b, recv in reversed(writes):
+        if a < hi and lo < b:
+            return recv if (a, b) == (lo, hi) and recv[2] in (1, 4) and recv[11] is None \
+                else None
+    return None
+
+
 def lower(schedule, plan, rank: int, group: ShmGroup, transport, dialect, op, *,
           itemsize: int, numel: int, need: int, timeout: float | None,
           restore: bool = True) -> "Lane | None":
@@ -374,7 +380,7 @@ class Lane:
                                if p != me]
         self.entered_words = [(p, g.rank_word(p, 1)) for p in range(g.world_size) if p != me]
         done: set = set()
-        steps = []
+        steps, writes = [], []   # writes: (lo, hi, receive) in plan order
         for st in plan.steps:
             sends = []
             for s in st.sends:
@@ -383,7 +389,11 @@ class Lane:
                 done.add((s.step, s.lo, s.hi))
                 areas = tuple(segment[(b + at) // itemsize:(b + at + nbytes) // itemsize]
                               for b in bases) if first else None
-                sends.append((s.peer, work[s.lo:s.hi], areas, tuple(b + at for b in bases),
+                offsets = tuple(b + at for b in bases)
+                fused = _fusable(writes, s.lo, s.hi) if first else None
+                if fused is not None:   # the receive writes the area as it reduces
+                    fused[11], areas = (areas, offsets), None
+                sends.append((s.peer, work[s.lo:s.hi], areas, offsets,
                               nbytes, g.ring_entry(me, s.peer, 0), g.posted_word(me, s.peer)))
             recvs = []
             for r in st.recvs:
@@ -392,11 +402,13 @@ class Lane:
                 mode = (2 if r.start else 3) if r.fold >= 0 else (4 if r.below else 1) \
                     if r.reduce else 0
                 fold = acc[r.fold:r.fold + r.hi - r.lo] if r.fold >= 0 else None
-                recvs.append((r.peer, work[r.lo:r.hi], mode, fold, r.flush,
+                recvs.append([r.peer, work[r.lo:r.hi], mode, fold, r.flush,
                               (r.hi - r.lo) * itemsize, g.posted_word(r.peer, me),
-                              g.released_word(r.peer, me), g.ring_entry(r.peer, me, 0), r, st))
-            steps.append((tuple(sends), tuple(recvs)))
-        self.steps = tuple(steps)
+                              g.released_word(r.peer, me), g.ring_entry(r.peer, me, 0), r, st,
+                              None])   # [11]: a later send's (areas, offsets), fused
+                writes.append((r.lo, r.hi, recvs[-1]))
+            steps.append((tuple(sends), recvs))
+        self.steps = tuple((sends, tuple(map(tuple, recvs))) for sends, recvs in steps)
         self.first = {}   # peer -> (op, step) named when a wait before step 0 fails
         for st in reversed(plan.steps):
             for o in st.sends + st.recvs:
@@ -538,7 +550,7 @@ class Lane:
 
     def _receive(self, w, expected: list, released: list, recv: tuple) -> None:
         """One receive of the plan: wait for the peer's send, apply it, release it."""
-        peer, dst, mode, fold, flush, expect, posted, rel, ring, r, st = recv
+        peer, dst, mode, fold, flush, expect, posted, rel, ring, r, st, also = recv
         seq = expected[peer]
         expected[peer] = seq + 1
         if w[posted] <= seq:
@@ -561,6 +573,8 @@ class Lane:
                 self.combine(fold, src)
             if flush:
                 self.combine_into(dst, fold, dst)   # the lower ranks' accumulator on the left
+        if also is not None:   # a later send's copy (modes 1, 4; the C loop's block by block)
+            self.copy(also[0][self.group.calls & 1], dst)
         released[peer] = seq + 1
         w[rel] = seq + 1
 

@@ -209,8 +209,10 @@ def program(lane, group, reduction: tuple, segment: np.ndarray) -> tuple[bytes, 
                 offsets[0], offsets[1], ring, posted, int(areas is not None))
         for recv in recvs:
             peer, dst, mode, fold, flush, expect, posted, rel, ring = recv[:9]
+            also = (0, 0) if recv[11] is None else (seg_at + recv[11][1][0],
+                                                    seg_at + recv[11][1][1])
             add(RECV, peer, _address(dst) - work, mode, 0 if fold is None else _address(fold),
-                int(flush), expect, posted, rel, ring, context=recv)
+                int(flush), expect, posted, rel, ring, *also, context=recv)
     if lane.restore:
         add(COPY_OUT)
     for peer, word in lane.entered_words:
