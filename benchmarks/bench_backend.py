@@ -259,7 +259,8 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nproc", type=int, default=4)
     parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--sizes", default="4KiB:64MiB")
+    parser.add_argument("--sizes", default="4KiB:64MiB",
+                        help="LO:HI, bytes: LO, 4 LO, 16 LO, ... up to HI (e.g. 8:64KiB)")
     parser.add_argument("--ddp-steps", type=int, default=5)
     parser.add_argument("--ddp-model", choices=MODELS, default="mlp",
                         help="the DDP/FSDP2 model (MODELS): an MLP, or an embedding table "
@@ -285,8 +286,15 @@ def main(argv=None) -> None:
         batches = []
     if not batches or min(batches) < 1:
         parser.error(f"--ddp-batch={args.ddp_batch!r}: give positive batch sizes, e.g. 8,1")
+    from ringccl.errors import ArgumentError
+    try:
+        sizes = _sizes(args.sizes)
+    except ArgumentError as exc:
+        parser.error(f"--sizes={args.sizes!r}: {exc}")
+    if not sizes:
+        parser.error(f"--sizes={args.sizes!r}: LO is above HI")
     load_before = os.getloadavg()
-    result = launch(_worker, args.nproc, _sizes(args.sizes), args.reps, args.ddp_steps,
+    result = launch(_worker, args.nproc, sizes, args.reps, args.ddp_steps,
                     args.ddp_hidden, not args.no_fsdp, batches, max(1, args.ddp_rounds),
                     args.ddp_model, args.cold, backend="ringccl",
                     timeout=3000, worker_bytes=6 * 4 * 3 * args.ddp_hidden ** 2)[0]
