@@ -256,3 +256,21 @@ def test_the_cross_entropy_makes_megatrons_passes_over_the_logits():
     # at a 2048-wide model with a 131k vocabulary the loss is a visible part of the head
     lm = next(o for o in head.ops if o.name == "lm_head")
     assert ce.forward_s + ce.backward_s > 0.25 * (lm.forward_s + lm.backward_s)
+
+
+def test_causal_softmax_reads_the_lower_triangle_and_writes_the_square():
+    # Megatron's ScaledUpperTriangMaskedSoftmax loads row i's first i + 1 scores only and stores
+    # the whole row; its backward loads the gradient and the probabilities over the same
+    # triangle: 2·f + 2 bytes per score forward, 4·f + 2 backward, f = (s + 1)/(2s)
+    b, s, t = 4, 2048, 8
+    lc = layer_compute(GPT22B, False, t, False, 1, 1, b, "unfused", "bf16", A100)
+    op = {o.name: o for o in lc.ops}
+    scores = b * (GPT22B.num_attention_heads // t) * s * s
+    f = (s + 1) / (2 * s)
+    assert op["softmax"].forward_s == pytest.approx(
+        float(memory_seconds(scores * (2 * f + 2), A100)), rel=1e-12)
+    assert op["softmax"].backward_s == pytest.approx(
+        float(memory_seconds(scores * (4 * f + 2), A100)), rel=1e-12)
+    # against a kernel that read and wrote every score: 3/4 and 2/3 of the time, near enough
+    full = float(memory_seconds(scores * 4, A100))
+    assert op["softmax"].forward_s < 0.76 * full

@@ -18,7 +18,9 @@ layer has one)                                                 the output gradie
 attention, flash    FlashAttention forward                    its backward (2.5 × the FLOPs)
 attention, unfused  QKᵀ and P·V batched GEMMs; the fused       four batched GEMMs; softmax and
 (Megatron 2021-22)  scale-mask-softmax and dropout on the      dropout backward
-                    a/t · b · s² scores (memory-bound)
+                    a/t · b · s² scores (memory-bound; the
+                    causal kernel reads the lower triangle:
+                    :mod:`.softmax`)
 norms               read + write T_r·h                         read x and dy, write dx
 residual add        read 2, write 1 × T_r·h                    read + write; and the gradient
                                                                sum where the residual forks
@@ -68,6 +70,7 @@ from .model import ModelConfig
 from .optimizer_passes import MEGATRON_ERAS, megatron_optimizer_bytes
 from .parallel_dims import ParallelDims
 from .precision import Precision, precision_recipe
+from .softmax import softmax_bytes
 
 __all__ = ["Op", "LayerCompute", "StageCompute", "CROSS_ENTROPY_BYTES", "layer_compute",
            "head_compute", "embedding_compute", "optimizer_seconds",
@@ -239,7 +242,8 @@ class _Builder:
 def _attention(b: _Builder, model: ModelConfig, heads: int, batch: int, seq: int, cp: int,
                kernel: str):
     """The attention core of ``heads`` heads (per rank) × ``batch`` sequences of ``seq``
-    tokens, the queries split over ``cp`` ranks (causal)."""
+    tokens, the queries split over ``cp`` ranks (causal); unfused, the softmax's passes as
+    Megatron's fused causal kernel makes them (:mod:`.softmax`)."""
     g, dq, dv = b.gpu, model.qk_head_dim, model.value_head_dim
     bh = batch * heads
     if kernel in ("flash", "flash2"):
@@ -262,7 +266,8 @@ def _attention(b: _Builder, model: ModelConfig, heads: int, batch: int, seq: int
     pv_bwd = gemm_seconds(sq, seq, dv, g, batch=bh) + gemm_seconds(seq, dv, sq, g, batch=bh)
     b.ops.append(Op("attention_scores", "gemm", float(qk), float(qk_bwd),
                     2.0 * scores * dq, core=True))
-    b.memory("softmax", scores * 2 * _ACT, scores * 3 * _ACT, core=True)
+    fwd_bytes, bwd_bytes = softmax_bytes(seq, cp == 1)
+    b.memory("softmax", scores * fwd_bytes, scores * bwd_bytes, core=True)
     b.memory("attention_dropout", scores * (2 * _ACT + 1), scores * (2 * _ACT + 1), core=True)
     b.ops.append(Op("attention_values", "gemm", float(pv), float(pv_bwd),
                     2.0 * scores * dv, core=True))
