@@ -82,7 +82,8 @@ KNOWN_FOLDER_CYCLES: set = set()
 #: before it (a new module takes its place in this list)
 PLANNER_ORDER = ("model", "hf_families", "hf_config", "gpus", "precision", "framework_eras",
                  "frameworks", "pipeline", "timeline", "routing", "layout_checks",
-                 "parallel_dims", "cluster", "kernels", "optimizer_passes", "compute", "tensors",
+                 "parallel_dims", "cluster", "kernels", "optimizer_passes", "softmax", "compute",
+                 "tensors",
                  "config", "groups", "stages", "costing", "overlap", "context", "entries",
                  "inventory_cp", "inventory_ep", "inventory_dp", "inventory", "memory",
                  "stage_memory", "step",

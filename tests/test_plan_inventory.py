@@ -49,8 +49,8 @@ def rows(p, parallelism, collective=None, phase=None, stage=0):
             and (phase is None or e.phase == phase)]
 
 
-def calls(p, parallelism, collective, phase):
-    return sum(e.calls_per_micro_batch for e in rows(p, parallelism, collective, phase))
+def calls(p, parallelism, collective, phase, stage=0):
+    return sum(e.calls_per_micro_batch for e in rows(p, parallelism, collective, phase, stage))
 
 
 def test_megatron_tp_two_all_reduces_per_layer_each_way():
@@ -62,11 +62,30 @@ def test_megatron_tp_two_all_reduces_per_layer_each_way():
     for phase in ("forward", "backward"):
         assert calls(deep, "tp", "all_reduce", phase) - calls(small, "tp", "all_reduce",
                                                                phase) == 2 * 4
+    # + the embedding's output forward, + the LM head's input gradient backward
     assert calls(small, "tp", "all_reduce", "forward") == 2 * 4 + 1
-    assert calls(small, "tp", "all_reduce", "backward") == 2 * 4
-    # full recompute repeats the forward's two in the backward
+    assert calls(small, "tp", "all_reduce", "backward") == 2 * 4 + 1
+    # full recompute repeats the layers' forward two in the backward
     full = plan(SMALL, {"tp": 8, "recompute": "full"}, node())
-    assert calls(full, "tp", "all_reduce", "backward") == 4 * 4
+    assert calls(full, "tp", "all_reduce", "backward") == 4 * 4 + 1
+
+
+def test_embedding_and_lm_head_collectives_sit_on_their_own_stages():
+    # two stages of two layers: the vocab-parallel embedding's reduction is the first stage's
+    # (forward; under SP its scatter's gradient gathered backward), the LM head's the last's
+    # (Megatron-LM parallel_lm_logits: its input's gradient all-reduced backward; under SP its
+    # input gathered forward, its input gradient reduce-scattered backward)
+    layout = {"tp": 8, "pp": 2, "num_micro_batches": 2}
+    tp = plan(SMALL, layout, node(2))
+    assert [calls(tp, "tp", "all_reduce", "forward", s) for s in (0, 1)] == [2 * 2 + 1, 2 * 2]
+    assert [calls(tp, "tp", "all_reduce", "backward", s) for s in (0, 1)] == [2 * 2, 2 * 2 + 1]
+    sp = plan(SMALL, {**layout, "sp": True, "overlap_dgrad_reduce": False}, node(2))
+    got = {(c, ph): [calls(sp, "sp", c, ph, s) for s in (0, 1)]
+           for c in ("all_gather", "reduce_scatter") for ph in ("forward", "backward")}
+    assert got == {("all_gather", "forward"): [2 * 2 + 1, 2 * 2 + 1],
+                   ("reduce_scatter", "forward"): [2 * 2 + 1, 2 * 2],
+                   ("all_gather", "backward"): [2 * 2 + 1, 2 * 2],
+                   ("reduce_scatter", "backward"): [2 * 2, 2 * 2 + 1]}
 
 
 def test_sp_replaces_each_all_reduce_with_all_gather_plus_reduce_scatter_of_equal_bytes():
@@ -76,9 +95,11 @@ def test_sp_replaces_each_all_reduce_with_all_gather_plus_reduce_scatter_of_equa
     tp = plan(SMALL, layout, node())
     sp = plan(SMALL, {**layout, "sp": True}, node())
     assert not rows(sp, "tp")
-    for phase in ("forward", "backward"):
+    # the layers' and the LM head's backward, and the embedding's all-reduce (counted as an
+    # all-gather + a reduce-scatter), pair up; the LM head's forward gather has no pair
+    for phase, unpaired in (("forward", 1), ("backward", 0)):
         ag, rs = (calls(sp, "sp", c, phase) for c in ("all_gather", "reduce_scatter"))
-        assert ag == rs
+        assert ag == rs + unpaired
     # bytes of the layers' collectives: equal (2(N-1)/N M = (N-1)/N M + (N-1)/N M)
     ar_bytes = sum(e.bytes_sent_per_call for e in rows(tp, "tp", phase="backward")) * 8
     sp_bytes = sum(e.bytes_sent_per_call for e in rows(sp, "sp", phase="backward")) * 8

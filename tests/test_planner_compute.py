@@ -256,3 +256,50 @@ def test_the_cross_entropy_makes_megatrons_passes_over_the_logits():
     # at a 2048-wide model with a 131k vocabulary the loss is a visible part of the head
     lm = next(o for o in head.ops if o.name == "lm_head")
     assert ce.forward_s + ce.backward_s > 0.25 * (lm.forward_s + lm.backward_s)
+
+
+def test_causal_softmax_reads_the_lower_triangle_and_writes_the_square():
+    # Megatron's ScaledUpperTriangMaskedSoftmax loads row i's first i + 1 scores only and stores
+    # the whole row; its backward loads the gradient and the probabilities over the same
+    # triangle: 2·f + 2 bytes per score forward, 4·f + 2 backward, f = (s + 1)/(2s)
+    b, s, t = 4, 2048, 8
+    lc = layer_compute(GPT22B, False, t, False, 1, 1, b, "unfused", "bf16", A100)
+    op = {o.name: o for o in lc.ops}
+    scores = b * (GPT22B.num_attention_heads // t) * s * s
+    f = (s + 1) / (2 * s)
+    assert op["softmax"].forward_s == pytest.approx(
+        float(memory_seconds(scores * (2 * f + 2), A100)), rel=1e-12)
+    assert op["softmax"].backward_s == pytest.approx(
+        float(memory_seconds(scores * (4 * f + 2), A100)), rel=1e-12)
+    # against a kernel that read and wrote every score: 3/4 and 2/3 of the time, near enough
+    full = float(memory_seconds(scores * 4, A100))
+    assert op["softmax"].forward_s < 0.76 * full
+
+
+def test_megatron_softmax_falls_back_to_fp32_torch_ops_where_its_kernel_refuses():
+    # Megatron-LM aed2f75e fused_softmax.py: the fused kernel needs b·np % 4 == 0 (np: heads
+    # per rank) and 16 < s <= 2048; else input.float(), * scale, masked_fill_, Softmax,
+    # .half(): 36 bytes per score forward, 40 backward (autograd's backward of the five)
+    from ringccl.planner.softmax import FALLBACK_BYTES, fused_softmax_available
+    assert fused_softmax_available(2048, 8, 1, max_seq=2048)
+    assert not fused_softmax_available(2048, 6, 1, max_seq=2048)      # 48 heads over TP 8
+    assert fused_softmax_available(2048, 6, 2, max_seq=2048)          # two sequences: 12
+    assert not fused_softmax_available(4096, 8, 1, max_seq=2048)      # 2021: keys <= 2048
+    assert fused_softmax_available(4096, 8, 1, max_seq=4096)          # 2022: <= 4096
+    gpt = ModelConfig(num_hidden_layers=40, hidden_size=6144, num_attention_heads=48,
+                      intermediate_size=24576, vocab_size=51200, seq_length=2048,
+                      gated_mlp=False, name="gpt-18.4b")
+    s, t = 2048, 8
+    one = {o.name: o for o in layer_compute(gpt, False, t, False, 1, 1, 1, "unfused", "bf16",
+                                            A100, False, 2048).ops}
+    two = {o.name: o for o in layer_compute(gpt, False, t, False, 1, 1, 2, "unfused", "bf16",
+                                            A100, False, 2048).ops}
+    assert "softmax" not in one and "softmax" in two
+    scores = (48 // t) * s * s
+    assert one["softmax_fp32_fallback"].forward_s == pytest.approx(
+        float(memory_seconds(scores * FALLBACK_BYTES[0], A100)), rel=1e-12)
+    assert one["softmax_fp32_fallback"].backward_s == pytest.approx(
+        float(memory_seconds(scores * FALLBACK_BYTES[1], A100)), rel=1e-12)
+    # per sequence, the fallback costs about 10x the kernel's passes
+    per_seq = (one["softmax_fp32_fallback"].forward_s + one["softmax_fp32_fallback"].backward_s)
+    assert per_seq > 8 * (two["softmax"].forward_s + two["softmax"].backward_s) / 2

@@ -18,7 +18,9 @@ layer has one)                                                 the output gradie
 attention, flash    FlashAttention forward                    its backward (2.5 × the FLOPs)
 attention, unfused  QKᵀ and P·V batched GEMMs; the fused       four batched GEMMs; softmax and
 (Megatron 2021-22)  scale-mask-softmax and dropout on the      dropout backward
-                    a/t · b · s² scores (memory-bound)
+                    a/t · b · s² scores (memory-bound; the
+                    causal kernel reads the lower triangle,
+                    else an fp32 fallback: :mod:`.softmax`)
 norms               read + write T_r·h                         read x and dy, write dx
 residual add        read 2, write 1 × T_r·h                    read + write; and the gradient
                                                                sum where the residual forks
@@ -68,6 +70,7 @@ from .model import ModelConfig
 from .optimizer_passes import MEGATRON_ERAS, megatron_optimizer_bytes
 from .parallel_dims import ParallelDims
 from .precision import Precision, precision_recipe
+from .softmax import SOFTMAX_MAX_SEQ, fused_softmax_available, softmax_bytes
 
 __all__ = ["Op", "LayerCompute", "StageCompute", "CROSS_ENTROPY_BYTES", "layer_compute",
            "head_compute", "embedding_compute", "optimizer_seconds",
@@ -237,9 +240,11 @@ class _Builder:
 
 
 def _attention(b: _Builder, model: ModelConfig, heads: int, batch: int, seq: int, cp: int,
-               kernel: str):
+               kernel: str, softmax_max_seq: int = 4096):
     """The attention core of ``heads`` heads (per rank) × ``batch`` sequences of ``seq``
-    tokens, the queries split over ``cp`` ranks (causal)."""
+    tokens, the queries split over ``cp`` ranks (causal); unfused, the softmax's passes as
+    Megatron's fused causal kernel or its fp32 fallback makes them (:mod:`.softmax`, the
+    kernel taking keys up to ``softmax_max_seq``)."""
     g, dq, dv = b.gpu, model.qk_head_dim, model.value_head_dim
     bh = batch * heads
     if kernel in ("flash", "flash2"):
@@ -262,7 +267,14 @@ def _attention(b: _Builder, model: ModelConfig, heads: int, batch: int, seq: int
     pv_bwd = gemm_seconds(sq, seq, dv, g, batch=bh) + gemm_seconds(seq, dv, sq, g, batch=bh)
     b.ops.append(Op("attention_scores", "gemm", float(qk), float(qk_bwd),
                     2.0 * scores * dq, core=True))
-    b.memory("softmax", scores * 2 * _ACT, scores * 3 * _ACT, core=True)
+    fused = fused_softmax_available(seq, heads, batch, max_seq=softmax_max_seq,
+                                    float16=model.dtype not in ("float32", "fp32"))
+    if cp > 1:   # no unfused-era code splits the sequence: every score read and written
+        fwd_bytes, bwd_bytes = 2 * _ACT, 3 * _ACT
+    else:
+        fwd_bytes, bwd_bytes = softmax_bytes(seq, fused)
+    b.memory("softmax" if fused or cp > 1 else "softmax_fp32_fallback", scores * fwd_bytes,
+             scores * bwd_bytes, core=True)
     b.memory("attention_dropout", scores * (2 * _ACT + 1), scores * (2 * _ACT + 1), core=True)
     b.ops.append(Op("attention_values", "gemm", float(pv), float(pv_bwd),
                     2.0 * scores * dv, core=True))
@@ -320,7 +332,7 @@ def _moe(b: _Builder, model: ModelConfig, tp: int, ep: int, routed_tokens: float
 @memoize(maxsize=4096)
 def layer_compute(model: ModelConfig, moe: bool, tp: int, sp: bool, cp: int, ep: int,
                   micro_batch_size: int, attention: str, precision: str, gpu: GPU,
-                  bias_grad_fused: bool = False) -> LayerCompute:
+                  bias_grad_fused: bool = False, softmax_max_seq: int = 4096) -> LayerCompute:
     """One transformer layer's operations on one rank for one micro-batch (module doc).
 
     Args:
@@ -330,6 +342,8 @@ def layer_compute(model: ModelConfig, moe: bool, tp: int, sp: bool, cp: int, ep:
             :data:`~ringccl.planner.precision.PRECISIONS`. gpu: the GPU.
         bias_grad_fused: the linear layers' bias gradients come out of their GEMMs
             (Transformer Engine, :func:`bias_grad_fused`), else a reduction pass each.
+        softmax_max_seq: the longest key sequence Megatron's fused softmax takes (unfused
+            attention, :mod:`.softmax`).
     """
     prec = precision_recipe(precision)
     s, h = model.seq_length, model.hidden_size
@@ -346,7 +360,7 @@ def layer_compute(model: ModelConfig, moe: bool, tp: int, sp: bool, cp: int, ep:
         rope = model.qk_rope_head_dim if model.mla else d
         rot = 2 * tokens * (nq + (1 if model.mla else nkv)) * rope / tp * _ACT
         b.memory("rotary", rot, rot)
-    _attention(b, model, nq // tp, micro_batch_size, s, cp, attention)
+    _attention(b, model, nq // tp, micro_batch_size, s, cp, attention, softmax_max_seq)
     b.linear("attention_out", h, nq * model.value_head_dim / tp,
              bias=model.attention_out_bias, bias_tokens=region)
     b.memory("residual_add", 3 * region * h * _ACT, 2 * region * h * _ACT)
@@ -504,7 +518,7 @@ def stage_compute(model: ModelConfig, dims: ParallelDims, gpu: GPU, *, layers: i
     prec = compute_precision(model, dims)
     fused = bias_grad_fused(dims.framework, prec)
     key = (model, dims.tp, dims.sp, dims.cp, dims.ep, dims.micro_batch_size, dims.attention,
-           prec, gpu, fused)
+           prec, gpu, fused, SOFTMAX_MAX_SEQ.get(dims.framework, 4096))
     parts, counts = {}, {}
     if layers - moe_layers:
         parts["dense"], counts["dense"] = layer_compute(*key[:1], False, *key[1:]), \

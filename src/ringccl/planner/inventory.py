@@ -5,9 +5,11 @@ The map from parallelism to collectives, each built by its own function (:data:`
 * DDP: all-reduce of the gradients, in buckets, once per step (``no_sync`` on all but the last
   micro-batch), overlapping the last micro-batch's backward;
 * Megatron TP: 2 all-reduces of the activations per layer forward (attention and MLP outputs)
-  and 2 backward (Megatron-LM 2019 §3, the f/g operators); SP (Korthikanti et al. 2022 §4.2.2)
-  replaces each all-reduce with an all-gather + reduce-scatter of the same buffer — equal total
-  bytes; full recompute repeats the forward's in the backward;
+  and 2 backward (Megatron-LM 2019 §3, the f/g operators), one forward after the embedding
+  (first stage) and one backward for the LM head's input gradient (last stage); SP
+  (Korthikanti et al. 2022 §4.2.2) replaces each all-reduce with an all-gather +
+  reduce-scatter of the same buffer — equal total bytes; full recompute repeats the layers'
+  forward ones in the backward;
 * ZeRO-1/2 (Rajbhandari et al. 2020 §5, §7): reduce-scatter of the gradients + all-gather of
   the updated parameters (ZeRO-2 reduce-scatters every micro-batch: its gradients are sharded);
   ZeRO-3/FSDP: all-gather of each layer's weights in forward and again in backward, and a
@@ -53,33 +55,45 @@ __all__ = ["inventory", "BUILDERS", "tensor_parallel", "sequence_parallel", "con
 
 # -- tensor and sequence parallelism: 2 per layer forward, 2 backward (+2 with full recompute)
 
-def _tp_calls(ctx: StepContext, st: StageShape) -> tuple[int, int, int]:
-    """(forward, backward, recompute) TP collectives of one micro-batch on the stage: the
-    backward's are the column-parallel layers' input gradients, the recompute's the forward's
-    again (full recompute)."""
-    fwd, bwd = 2 * st.layers, 2 * st.layers
-    if st.first:
-        fwd += 1  # the vocab-parallel embedding's output
-    if st.last and ctx.dims.sp:
-        fwd += 1  # the LM head's input gathered from the sequence shards
+def _tp_calls(ctx: StepContext, st: StageShape) -> tuple[int, int, int, int, int]:
+    """TP collectives of one micro-batch on the stage: (forward, backward, recompute, first,
+    last). ``forward`` and ``backward`` are the layers' two each way (the row-parallel outputs
+    forward, the column-parallel layers' input gradients backward), ``recompute`` the
+    forward's again under full recompute; ``first`` and ``last`` the embedding's and the LM
+    head's one collective each way, on the stages that hold them:
+
+    * the vocab-parallel embedding reduces its output over TP in the forward (Megatron-LM
+      ``megatron/mpu/layers.py`` ``VocabParallelEmbedding.forward``: ``reduce_from_tensor_
+      model_parallel_region``; Megatron-Core's ``reduce_scatter_embeddings`` under SP); under
+      SP the gradient of its sequence scatter is all-gathered in the backward
+      (``_ScatterToSequenceParallelRegion.backward``, ``_gather_along_first_dim``);
+    * the LM head is one more column-parallel layer: without SP its input's gradient is
+      all-reduced in the backward (Megatron-LM ``megatron/model/language_model.py``
+      ``parallel_lm_logits``: ``copy_to_tensor_model_parallel_region`` of its input, whose
+      backward is the all-reduce, at aed2f75e of 2021 as at 2755bcb8 of 2022); under SP its
+      input is all-gathered forward and its input gradient reduce-scattered backward (and the
+      input gathered again for the weight gradient, ``overlap_dgrad_reduce``), as every
+      column-parallel layer's (``LinearWithGradAccumulationAndAsyncCommunication``)."""
+    fwd = bwd = 2 * st.layers
     again = 2 * st.layers if ctx.dims.recompute == "full" else 0
-    return fwd, bwd, again
+    return fwd, bwd, again, int(st.first), int(st.last)
 
 
 def tensor_parallel(ctx: StepContext, st: StageShape) -> list[Entry]:
-    """Megatron TP without SP: all-reduces of the activations (Megatron-LM 2019 §3); the
+    """Megatron TP without SP: all-reduces of the activations (Megatron-LM 2019 §3), the
+    embedding's forward and the LM head's input gradient (:func:`_tp_calls`); the
     backward's, of the column-parallel layers' input gradients, behind their weight-gradient
     GEMMs where the framework issues them asynchronously (``overlap_dgrad_reduce``)."""
     if ctx.dims.tp < 2 or ctx.dims.sp:
         return []
-    fwd, bwd, again = _tp_calls(ctx, st)
+    fwd, bwd, again, first, last = _tp_calls(ctx, st)
     act, m = ctx.activation_bytes, ctx.micro_batches
     rows = (slowest(ctx, st.stage, "tp", parallelism="tp", collective="all_reduce",
                     phase="forward", what="attention and MLP outputs", nbytes=act,
-                    calls_per_step=fwd * m)
+                    calls_per_step=(fwd + first) * m)
             + slowest(ctx, st.stage, "tp", parallelism="tp", collective="all_reduce",
                       phase="backward", what="input gradients of the column-parallel matmuls",
-                      nbytes=act, calls_per_step=bwd * m, overlap="weight gradients"))
+                      nbytes=act, calls_per_step=(bwd + last) * m, overlap="weight gradients"))
     if again:
         rows += slowest(ctx, st.stage, "tp", parallelism="tp", collective="all_reduce",
                         phase="backward", what="attention and MLP outputs again (recompute)",
@@ -93,21 +107,26 @@ def sequence_parallel(ctx: StepContext, st: StageShape) -> list[Entry]:
     gradients gathered, the column-parallel layers' input gradients reduce-scattered; with
     ``overlap_dgrad_reduce`` (Megatron's implementation) the column-parallel input is also
     re-gathered (only its shard was kept), behind the input-gradient GEMM, and the
-    reduce-scatter runs behind the weight-gradient GEMM."""
+    reduce-scatter runs behind the weight-gradient GEMM. The embedding's forward reduction is
+    counted as an all-gather + a reduce-scatter, the bytes of Megatron-LM 2022's all-reduce
+    before its sequence scatter (Megatron-Core with rotary positions reduce-scatters only: one
+    all-gather too many there), the scatter's gradient gathered backward; the LM head gathers
+    its input forward and reduce-scatters its input gradient backward (:func:`_tp_calls`)."""
     dims = ctx.dims
     if dims.tp < 2 or not dims.sp:
         return []
-    fwd, bwd, again = _tp_calls(ctx, st)
+    fwd, bwd, again, first, last = _tp_calls(ctx, st)
     act, m = ctx.activation_bytes, ctx.micro_batches
-    calls = [("forward", "all_gather", fwd, "activations (sequence shards -> full)", ""),
-             ("forward", "reduce_scatter", fwd, "partial activations (full -> sequence shards)",
-              ""),
-             ("backward", "all_gather", bwd, "output gradients of the row-parallel matmuls",
-              ""),
-             ("backward", "reduce_scatter", bwd,
+    calls = [("forward", "all_gather", fwd + first + last,
+              "activations (sequence shards -> full)", ""),
+             ("forward", "reduce_scatter", fwd + first,
+              "partial activations (full -> sequence shards)", ""),
+             ("backward", "all_gather", bwd + first,
+              "output gradients of the row-parallel matmuls", ""),
+             ("backward", "reduce_scatter", bwd + last,
               "input gradients of the column-parallel matmuls", "weight gradients")]
     if dims.overlap_dgrad_reduce:
-        calls.append(("backward", "all_gather", bwd,
+        calls.append(("backward", "all_gather", bwd + last,
                       "column-parallel inputs again (for the weight gradients)",
                       "input gradients"))
     if again:
