@@ -40,7 +40,8 @@ first call at each size (the lane compiles there; the very first size also sets 
 shared memory up). Figures are medians of ``--reps`` (steps: of ``--ddp-rounds`` ×
 ``--ddp-steps``; min–max kept in the JSON), with the load average before and after the run;
 each timed batch is back-to-back calls lasting at least :data:`BATCH_SECONDS` (the count set
-by the warm-up repetition);
+by the warm-up repetition); the physical floors of the same run follow the table (half a flag
+round trip over shared memory, a memcpy of the largest size: :func:`measure.torch_floors`);
 never timed asserts. The DDP variants hold one model at a time, so they are interleaved by
 round (every variant once per round), not per step; the two FSDP2 variants run one after the
 other.
@@ -209,6 +210,9 @@ def _worker(rank, world_size, sizes, reps, ddp_steps, ddp_hidden, fsdp, ddp_batc
     rows = [{"variant": v, "nbytes": n, "seconds": statistics.median(ts), "min": min(ts),
              "max": max(ts), "first_call_seconds": first[(v, n)]}
             for (v, n), ts in times.items()]
+    # the physical floors of the same run: a flag hand-off, a memcpy of the largest size
+    floors = measure.torch_floors(rank, world_size, max(sizes), reps, cold,
+                                  max(1, min(64, (4 << 20) // max(sizes))))
     # DDP step, ~25M parameters (--ddp-model), per batch size; "floor" is the same step under
     # no_sync() (no gradient all-reduce at all): no backend's step can be shorter
     steps, fsdp_steps = {}, {}
@@ -252,7 +256,7 @@ def _worker(rank, world_size, sizes, reps, ddp_steps, ddp_hidden, fsdp, ddp_batc
                                         parameters)
             del model, opt
     return ({"rows": rows, "ddp": steps, "fsdp2": fsdp_steps, "transports": transports,
-             "ddp_model": ddp_model} if rank == 0 else None)
+             "ddp_model": ddp_model, "floors": floors} if rank == 0 else None)
 
 
 def main(argv=None) -> None:
@@ -333,6 +337,7 @@ def print_tables(result: dict) -> None:
               f"{firsts[('ringccl', n)] * 1e6:>9.0f}"
               f" {by.get(('ringccl-python', n), float('nan')) * 1e6:>9.1f}"
               f" {by.get(('ringccl.torch-python', n), float('nan')) * 1e6:>9.1f}")
+    measure.print_floors(result["floors"])
     for name, s in result["ddp"].items():
         print(f"DDP step ({result['ddp_model']}, {s['parameters'] / 1e6:.1f}M parameters) {name}: "
               f"{s['seconds'] * 1e3:.0f} ms (min {s['min'] * 1e3:.0f}, "

@@ -217,34 +217,6 @@ def _crossover(collectives, sizes, n, iters, cold, barrier) -> list:
     return rows
 
 
-def _floors(rank, n, nbytes, iters, cold) -> dict:
-    """The physical floors (:mod:`measure`), ``5 iters`` samples, each the slowest rank's: half
-    a flag round trip between ranks 0 and 1, a memcpy of ``nbytes`` on every rank at once and
-    on one process alone (batched and ``cold`` as the rows)."""
-    import torch
-    import torch.distributed as dist
-
-    def timed(fn) -> float:
-        dist.barrier()
-        t0 = time.perf_counter()
-        fn()
-        t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return float(t.item())
-
-    def share(obj):
-        box = [obj]
-        dist.broadcast_object_list(box, 0)
-        return box[0]
-
-    reps = 5 * iters
-    every = measure.passes(nbytes, timed, reps, cold=cold, batch=_reps(nbytes))
-    alone = measure.passes(nbytes, timed, reps, active=rank == 0, cold=cold, batch=_reps(nbytes))
-    return {"flag_one_way": measure.flag_one_way(rank, n, share, dist.barrier, reps),
-            "memcpy_every_rank": dict(every["memcpy"], nbytes=every["nbytes"]),
-            "memcpy_alone": dict(alone["memcpy"], nbytes=alone["nbytes"])}
-
-
 #: the wait policies ``--wait-policies`` compares: (tight polls, seconds of sched_yield polls
 #: before the sleeps[, longest sleep]) (ringccl.backends.shm.group.SPIN_POLLS, YIELD_SECONDS,
 #: NAP_SECONDS; default 1 ms)
@@ -401,7 +373,7 @@ def worker(rank, world_size, sizes, iters, crossover, collectives=COLLECTIVES, c
     if crossover:
         rows += _crossover(collectives, sizes, n, iters, cold, barrier)
     # last: its large buffers must not disturb the rows above
-    floors = _floors(rank, n, sizes[-1], iters, cold)
+    floors = measure.torch_floors(rank, n, sizes[-1], iters, cold, _reps(sizes[-1]))
     return dict(rows=rows, load_before=load, load_after=os.getloadavg(), floors=floors,
                 cold=cold)
 
@@ -435,22 +407,6 @@ def _report(results, args, sizes, collectives) -> dict:
     return dict(nproc=args.nproc, iters=iters, cold=args.cold, sizes=sizes,
                 collectives=list(collectives), load_before=r0["load_before"],
                 load_after=r0["load_after"], floors=r0["floors"], rows=rows, ranks=results)
-
-
-def _print_floors(floors: dict) -> None:
-    flag = floors["flag_one_way"]
-    if flag is not None:
-        print(f"floor: flag one way (half a round trip, rank 0 <-> rank 1 over shared memory, "
-              f"Python polls, {flag['trips']} round trips per sample, {flag['rounds']} samples):"
-              f" {measure.fmt(flag['median_s'] * 1e6)} us ({measure.fmt(flag['min_s'] * 1e6)}-"
-              f"{measure.fmt(flag['max_s'] * 1e6)})")
-    for key, who in (("memcpy_every_rank", "every rank at once"),
-                     ("memcpy_alone", "one process alone")):
-        v = floors[key]
-        print(f"floor: memcpy {units.format_size(v['nbytes'])} (numpy), {who}: "
-              f"{measure.fmt(v['median_s'] * 1e6)} us ({measure.fmt(v['min_s'] * 1e6)}-"
-              f"{measure.fmt(v['max_s'] * 1e6)}) = {measure.fmt(v['bytes_per_s'] / 1e9)} GB/s "
-              f"per rank (best {measure.fmt(v['best_bytes_per_s'] / 1e9)})")
 
 
 def _print_first_calls(rows: list) -> None:
@@ -505,7 +461,7 @@ def _print(report: dict) -> None:
             print(f"crossover {row['of']:<15}{units.format_size(row['nbytes']):>10}: "
                   + ", ".join(f"{a} {m * 1e6:.1f} us" for a, m in med.items())
                   + f"  (best {row['best']})")
-    _print_floors(floors)
+    measure.print_floors(floors)
     _print_first_calls(report["rows"])
 
 

@@ -232,3 +232,50 @@ def flag_one_way(rank: int, world_size: int, share: Callable[[Any], Any],
     finally:
         if seg is not None:
             seg.close()
+
+
+def torch_floors(rank: int, n: int, nbytes: int, iters: int, cold: bool, batch: int) -> dict:
+    """The floors of a torch.distributed run (default group initialised): ``5 iters``
+    samples, each the slowest rank's: half a flag round trip between ranks 0 and 1
+    (:func:`flag_one_way`), a memcpy of ``nbytes`` on every rank at once and on one process
+    alone (:func:`passes`; ``batch`` copies a sample, ``cold`` as the rows)."""
+    import torch
+    import torch.distributed as dist
+
+    def timed(fn) -> float:
+        dist.barrier()
+        t0 = time.perf_counter()
+        fn()
+        t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return float(t.item())
+
+    def share(obj):
+        box = [obj]
+        dist.broadcast_object_list(box, 0)
+        return box[0]
+
+    reps = 5 * iters
+    every = passes(nbytes, timed, reps, cold=cold, batch=batch)
+    alone = passes(nbytes, timed, reps, active=rank == 0, cold=cold, batch=batch)
+    return {"flag_one_way": flag_one_way(rank, n, share, dist.barrier, reps),
+            "memcpy_every_rank": dict(every["memcpy"], nbytes=every["nbytes"]),
+            "memcpy_alone": dict(alone["memcpy"], nbytes=alone["nbytes"])}
+
+
+def print_floors(floors: dict) -> None:
+    """Print :func:`torch_floors`'s result, a line per floor."""
+    from ringccl import units
+    flag = floors["flag_one_way"]
+    if flag is not None:
+        print(f"floor: flag one way (half a round trip, rank 0 <-> rank 1 over shared memory, "
+              f"Python polls, {flag['trips']} round trips per sample, {flag['rounds']} samples):"
+              f" {fmt(flag['median_s'] * 1e6)} us ({fmt(flag['min_s'] * 1e6)}-"
+              f"{fmt(flag['max_s'] * 1e6)})")
+    for key, who in (("memcpy_every_rank", "every rank at once"),
+                     ("memcpy_alone", "one process alone")):
+        v = floors[key]
+        print(f"floor: memcpy {units.format_size(v['nbytes'])} (numpy), {who}: "
+              f"{fmt(v['median_s'] * 1e6)} us ({fmt(v['min_s'] * 1e6)}-"
+              f"{fmt(v['max_s'] * 1e6)}) = {fmt(v['bytes_per_s'] / 1e9)} GB/s "
+              f"per rank (best {fmt(v['best_bytes_per_s'] / 1e9)})")
