@@ -290,6 +290,9 @@ def main(argv=None) -> None:
         batches = []
     if not batches or min(batches) < 1:
         parser.error(f"--ddp-batch={args.ddp_batch!r}: give positive batch sizes, e.g. 8,1")
+    for name in ("nproc", "reps"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name}={getattr(args, name)}: at least 1")
     from ringccl.errors import ArgumentError
     try:
         sizes = _sizes(args.sizes)

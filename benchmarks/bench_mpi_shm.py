@@ -56,6 +56,7 @@ sys.path[:0] = [SRC, HERE]
 
 import measure  # noqa: E402
 from ringccl import units  # noqa: E402
+from ringccl.errors import ArgumentError  # noqa: E402
 
 
 def floor(comm, reps: int, timed, nbytes: int, cold: bool = False) -> dict:
@@ -249,7 +250,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.iters < 5:
         parser.error(f"--iters {args.iters}: at least 5 (the medians need them)")
-    sizes = measure.powers_of_4(units.size(args.begin), units.size(args.end))
+    try:
+        sizes = measure.powers_of_4(units.size(args.begin), units.size(args.end))
+    except ArgumentError as exc:
+        parser.error(f"-b {args.begin} -e {args.end}: {exc}")
     if not sizes:
         parser.error(f"-b {args.begin} -e {args.end}: no size (-b must be <= -e)")
     if args.worker:

@@ -1,4 +1,4 @@
-"""ringccl.torch.launch.launch's safety rails (issue 14): resources checked up front, workers
+"""ringccl.torch.launch.launch's safety rails: resources checked up front, workers
 that die with their launcher (even on SIGKILL), Ctrl-C ending every worker with one line, one
 line per failed worker."""
 
@@ -57,6 +57,7 @@ def test_ctrl_c_ends_every_worker_with_one_line(tmp_path):
         lines = err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("interrupted: "), err
         assert "2 items received" in lines[0]  # the progress items that came before it
+        assert "interrupted (Ctrl-C)" in lines[0], lines[0]   # says what ended it
         assert not marked(marker)
     finally:
         kill_all(launcher, marker)

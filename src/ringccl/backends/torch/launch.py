@@ -179,8 +179,9 @@ def launch(fn: Callable[..., Any], nproc: int, *args: Any, backend: str = "gloo"
                 sweep(job)   # every worker is gone: what is left of this job is a leak
         if interrupted:
             drain()  # what arrived before the interrupt; the workers are gone now
-            raise Interrupted(f"launch of {nproc} processes interrupted ({interrupted[0] or 'Ctrl-C'})"
-                              "; every worker was ended", partial=received) from None
+            why = str(interrupted[0]) or "Ctrl-C"   # SIGINT's KeyboardInterrupt says nothing
+            raise Interrupted(f"launch of {nproc} processes interrupted ({why}); every worker "
+                              "was ended", partial=received) from None
     return [out[r] for r in range(nproc)]
 
 
