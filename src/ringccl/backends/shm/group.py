@@ -249,17 +249,21 @@ class ShmGroup:
         return self.ring_word + ((src * self.world_size + dst) * RING + seq % RING) * 4
 
     # -- failures ----------------------------------------------------------------------------
-    def abort(self, code: int = _ABORT_ERROR) -> None:
-        """Mark the group failed (the first rank to do so is the one named)."""
+    def abort(self, code: int = _ABORT_ERROR, peer: int = -1) -> None:
+        """Mark the group failed (the first rank to do so is the one named, with the ``peer``
+        it found dead or waited for in vain, if any)."""
         if not self.closed and self.w[2 * LINE] == 0:
-            self.w[2 * LINE] = (self.rank + 1) | code << 16
+            self.w[2 * LINE] = (self.rank + 1) | code << 16 | (peer + 1) << 32
 
     def aborted(self) -> Aborted | None:
         word = self.w[2 * LINE]
         if not word:
             return None
-        who, code = (word & 0xFFFF) - 1, word >> 16
+        who, code, peer = (word & 0xFFFF) - 1, (word >> 16) & 0xFFFF, (word >> 32) - 1
         why = _WHY.get(code, '?')
+        if peer >= 0 and code in (_ABORT_DEAD, _ABORT_TIMEOUT):   # name the peer it meant
+            why = f"it found rank {peer} dead" if code == _ABORT_DEAD else \
+                f"it timed out waiting for rank {peer}"
         if who == self.rank:   # this rank's own abort, in an earlier call: no peer to name
             exc = Aborted(f"this rank aborted the group's shared memory in an earlier call "
                           f"({why}); the group cannot be used again")
@@ -305,7 +309,7 @@ class ShmGroup:
                 if w[abort_at]:
                     raise self.aborted()
                 if peer >= 0 and self.watch[peer] and not process_alive(self.pids[peer]):
-                    self.abort(_ABORT_DEAD)
+                    self.abort(_ABORT_DEAD, peer)
                     exc = PeerDied(f"rank {peer} (pid {self.pids[peer]}) died while this rank "
                                    f"waited for it to {what}")
                     exc.peer = peer
@@ -313,7 +317,7 @@ class ShmGroup:
                 if now >= deadline:
                     if w[word] >= target:
                         return
-                    self.abort(_ABORT_TIMEOUT)
+                    self.abort(_ABORT_TIMEOUT, peer)
                     exc = TimeoutError(f"rank {peer} did not {what} within {timeout:g} s")
                     exc.peer = peer
                     raise exc
@@ -456,7 +460,7 @@ class ShmGroup:
                 self.wait_word(LINE, serial, 0, f"create shared-memory segment {serial}",
                                timeout)
             except Aborted as exc:
-                if (w[2 * LINE] >> 16) == _ABORT_SPACE:
+                if (w[2 * LINE] >> 16) & 0xFFFF == _ABORT_SPACE:
                     raise BackendError(f"rank 0 could not create the group's shared memory "
                                        f"({nbytes} bytes): the shared-memory directory is too "
                                        "small (rank 0's error names the sizes)") from exc
