@@ -1,6 +1,6 @@
 """Does cutting the MoE dispatch into micro-chunks hide it behind the expert GEMMs?
 
-The lecture's question 3 on N local gloo processes: Zipf-skewed top-k routing of T random
+Measured on N local gloo processes: Zipf-skewed top-k routing of T random
 tokens per rank over E expert MLPs (:func:`ringccl.training.moe_run.scale_worker`), timed
 
 * ``unsplit``    dispatch (counts + tokens all-to-all), every local expert, combine;

@@ -1,4 +1,4 @@
-"""Run torch's own ``DistributedTest`` cases against a backend: the external check of issue 17.
+"""Run torch's own ``DistributedTest`` cases against a backend: an external check of it.
 
 torch ships ``torch.testing._internal.distributed.distributed_test``; its test runner,
 ``test/distributed/test_distributed_spawn.py``, is not installed, so this script rebuilds it:

@@ -4,8 +4,8 @@ Bruck, pairwise, hierarchical and scatter + all-gather broadcast.
 Every registered algorithm of these families is tested three ways: the symbolic checker for every
 N in 1…256, the simulator against numpy (hypothesis), and its closed forms (steps, bytes of the
 busiest rank, seconds on a flat network) against the schedule. Families whose collective
-contract is not in ``ringccl.collectives`` yet (broadcast, reduce, all_to_all: issue 3's
-primitives) are not registered, so the registry-driven tests cover them once it is.
+contract is not in ``ringccl.collectives`` yet (broadcast, reduce, all_to_all) are not
+registered, so the registry-driven tests cover them once it is.
 """
 
 import importlib
@@ -32,7 +32,7 @@ direct = importlib.import_module("ringccl.algorithms.direct")
 FAMILIES = {m.__name__ for m in (tree, recursive, bruck, pairwise, hierarchical,
                                  scatter_allgather)}
 KEYS = sorted(k for k, a in REGISTRY.items() if a.builder.__module__ in FAMILIES
-              or k == ("all_reduce", "two_shot"))   # direct.py's two-shot (issue 16)
+              or k == ("all_reduce", "two_shot"))   # direct.py's two-shot
 ROOTED = sorted(k for k in KEYS if "root" in inspect.signature(REGISTRY[k].builder).parameters)
 
 
@@ -189,7 +189,7 @@ def test_simulation_matches_numpy(case):
 
 
 @pytest.mark.skipif(not OTHER_KEYS, reason="no broadcast/reduce/all_to_all contracts yet "
-                    "(they come with issue 3's primitives branch)")
+                    "(they come with the primitives' contracts)")
 @given(sim_cases(OTHER_KEYS or [("x", "y")]))
 def test_rooted_and_all_to_all_simulation_matches_numpy(case):
     key, n, count, dtype, op, seed = case
@@ -260,7 +260,8 @@ def test_double_binary_tree_odd_n_only_rank_0_is_interior_twice(n):
 
 
 def test_double_binary_tree_halves_the_busiest_port():
-    """The seed's point: one tree moves 3M through its busiest rank, two trees 2M each way."""
+    """Two trees (Sanders et al. 2009): one tree moves 3M through its busiest rank, two trees
+    2M each way."""
     for n in (16, 100, 256):
         m = 1024 * 2 * n
         one = ringccl.schedule("all_reduce", "tree", world_size=n).bytes_sent(m, 1)
@@ -355,7 +356,7 @@ def test_hierarchical_default_local_size_and_errors():
 
 
 def test_hierarchical_crosses_nodes_only_between_same_local_ranks():
-    """Lecture question 4: 128 × 8; only the 2(nodes-1) inter-node steps leave a node, each
+    """128 nodes × 8 GPUs: only the 2(nodes-1) inter-node steps leave a node, each
     between ranks with the same local rank (one NIC each, rail-aligned)."""
     n, loc = 1024, 8
     s = hierarchical.all_reduce(n, local_size=loc)
@@ -506,7 +507,7 @@ def test_scatter_allgather_never_sends_into_the_root():
 
 
 @pytest.mark.skipif("broadcast" not in COLLECTIVES,
-                    reason="needs the broadcast contract (issue 3's primitives branch)")
+                    reason="needs the broadcast contract")
 @pytest.mark.parametrize("count", [0, 1, 3, 8, 9, 100])
 def test_scatter_allgather_with_fewer_elements_than_ranks(count):
     x = np.arange(9 * count, dtype=np.int64).reshape(9, count)

@@ -1,4 +1,4 @@
-"""One result on every rank (issue 14): the IR's reduction order in the simulator.
+"""One result on every rank: the IR's reduction order in the simulator.
 
 For every collective whose result every rank receives (all_reduce, all_gather, broadcast), every
 registered algorithm and every dtype, every rank ends with the same bytes. The rule that makes

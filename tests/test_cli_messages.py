@@ -1,4 +1,4 @@
-"""Issue 14, "Errors and checks" and "One CLI": clear one-line messages for bad values, one
+"""Clear one-line messages for bad values, one
 meaning per short flag, one default algorithm per collective, user algorithms reaching the CLI,
 and ``show`` on many ranks."""
 

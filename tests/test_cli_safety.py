@@ -1,4 +1,4 @@
-"""The CLI's safety rails and output (issue 14), without starting processes: --nproc and memory
+"""The CLI's safety rails and output, without starting processes: --nproc and memory
 refused up front, --oversubscribe, Ctrl-C's partial report, tables that never truncate,
 what ``run`` rounds, torch's non-deprecated builtins, ``demo`` without torch."""
 

@@ -17,7 +17,7 @@ def _compare(capsys, *argv):
 
 
 def test_compare_1024_ranks_ring_against_logarithmic_algorithms(capsys):
-    """Issue 3's acceptance: ring 2046 steps, the tree-based algorithms O(log N)."""
+    """Ring 2046 steps, the tree-based algorithms O(log N)."""
     report = _compare(capsys, "all_reduce", "--world-size", "1024", "--count", "1Mi")
     rows = {r["algorithm"]: r for r in report["rows"]}
     assert rows["ring"]["steps"] == 2046

@@ -66,7 +66,7 @@ def test_auto_switches_to_closed_form_above_the_walk_limit():
 
 
 def test_walk_1024_ranks_equals_closed_form():
-    """The seed's 1024-rank case walked in full: 2046 steps x 1024 transfers."""
+    """The 1024-rank ring walked in full: 2046 steps x 1024 transfers."""
     kw = dict(alpha="5us", bandwidth="300GB/s")
     w = ringccl.cost("all_reduce", "ring", 1024, 4 * 2**20, method="walk", **kw)
     c = ringccl.cost("all_reduce", "ring", 1024, 4 * 2**20, **kw)

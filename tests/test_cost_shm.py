@@ -1,4 +1,4 @@
-"""The shared-memory link class of the cost model (issue 16): ``ringccl fit`` on rows that say
+"""The shared-memory link class of the cost model: ``ringccl fit`` on rows that say
 ``"transport": "shm"`` (grouped apart, the copy in and out and a per-call ε added), the held-out
 check over sizes, the preset and ``ringccl model/tune --link shm`` predicting the
 one-shot/two-shot crossover. No processes: the rows are synthetic, made from known parameters

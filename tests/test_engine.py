@@ -362,7 +362,7 @@ def _check_program(p, program, restore):
     assert applied == {r for step in p.steps for r in step.recvs if r.stage >= 0}
 
 
-# -- the IR's reduction order: a slot with several sources below its rank (issue 14) -----------
+# -- the IR's reduction order: a slot with several sources below its rank -----------
 
 class _InPlaceTransport(_Transport):
     """:class:`_Transport` as a shared-memory transport would be: staged receives get no

@@ -1,4 +1,4 @@
-"""ringccl.torch and ringccl.mpi take the same arguments in the same order (issue 13).
+"""ringccl.torch and ringccl.mpi take the same arguments in the same order.
 
 Both are the same flow (:mod:`ringccl.frontend`) over two backends, so their signatures may
 differ only by the documented renaming of torch.distributed's names to MPI's:
@@ -42,7 +42,7 @@ ARGUMENTS = {"tensor": "buffer", "group": "comm", "output_tensor": "output",
              "input_tensor": "input"}
 # (torch function, argument): torch's default, MPI's default
 DEFAULTS = {("broadcast", "src"): (None, "0"), ("reduce", "dst"): (None, "0")}
-#: ``transport`` (issue 16: "auto", "shm", "p2p") is common to both since ringccl.mpi runs over
+#: ``transport`` ("auto", "shm", "p2p") is common to both since ringccl.mpi runs over
 #: shared memory too
 OPTIONS = ["segment_bytes", "timeout", "restore", "check", "transport"]
 #: options only ringccl.torch has, after the common ones (none at present)

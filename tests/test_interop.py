@@ -165,7 +165,7 @@ def test_msccl_xml_of_the_ring_matches_the_format():
     tbs = {(t.get("send"), t.get("recv")): t for t in gpu0.findall("tb")}
     assert set(tbs) == {("1", "-1"), ("-1", "3")}
     sends = [(s.get("type"), s.get("srcoff")) for s in tbs[("1", "-1")].findall("step")]
-    assert sends[:3] == [("s", "0"), ("s", "3"), ("s", "2")]   # the seed's order for rank 0
+    assert sends[:3] == [("s", "0"), ("s", "3"), ("s", "2")]   # the ring's order for rank 0
     recvs = [s.get("type") for s in tbs[("-1", "3")].findall("step")]
     assert recvs == ["rrc"] * 3 + ["r"] * 3
     assert text.startswith('<algo name="ringccl_ring_all_reduce_4"')

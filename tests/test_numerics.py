@@ -1,4 +1,4 @@
-"""Numerical hygiene of the simulator (issue 6): IEEE NaN/±inf propagation for every reducing
+"""Numerical hygiene of the simulator: IEEE NaN/±inf propagation for every reducing
 collective × algorithm, integer wrap-around as numpy's, and float16 sums accumulated in float32
 within the error bound stated by ringccl.sim.fp_error_bound (Higham §4.2)."""
 

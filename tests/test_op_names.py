@@ -1,4 +1,4 @@
-"""parse_op names a torch ReduceOp that ringccl does not support by its name (issue 14)."""
+"""parse_op names a torch ReduceOp that ringccl does not support by its name."""
 
 import pytest
 

@@ -60,7 +60,7 @@ def test_config_json_is_read_as_is(tmp_path):
 
 def test_cluster_units_and_presets():
     c = Cluster(inter_bandwidth="400Gbps", intra_bandwidth="900GB/s")
-    assert c.inter_bandwidth == 50e9 and c.intra_bandwidth == 900e9   # the lecture's unit trap
+    assert c.inter_bandwidth == 50e9 and c.intra_bandwidth == 900e9   # bits vs bytes
     assert cluster_preset("dgx-h100", nodes=2).world_size == 16
     with pytest.raises(ArgumentError, match="cluster='dgx-z' is not a preset"):
         cluster_preset("dgx-z")

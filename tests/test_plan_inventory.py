@@ -1,5 +1,6 @@
-"""The lecture's statements (table 0.3, section 6, question 9.3) hold in the planner's inventory,
-and every inventory's bytes are what the simulator counts for the same collective and group."""
+"""The textbook statements about DDP, TP and ZeRO traffic (Rajbhandari et al. 2020 §7; Shoeybi
+et al. 2019 §3) hold in the planner's inventory, and every inventory's bytes are what the
+simulator counts for the same collective and group."""
 
 from __future__ import annotations
 
@@ -14,18 +15,18 @@ from ringccl.costmodel.topology import two_level
 from ringccl.planner import Cluster, ModelConfig, Straggler, estimate_step
 from ringccl.planner import context, inventory
 
-#: the lecture's statements are about PyTorch DDP, Megatron TP without SP and 2-byte gradients:
+#: those statements are about PyTorch DDP, Megatron TP without SP and 2-byte gradients:
 #: these fields, unless a test gives its own, instead of the Megatron preset's distributed
 #: optimizer, SP and fp32 gradient reduction
-LECTURE = {"sp": False, "zero_stage": 0, "reduce_dtype": "bfloat16"}
+TEXTBOOK = {"sp": False, "zero_stage": 0, "reduce_dtype": "bfloat16"}
 
 
 def plan(model, layout, cluster, **kw):
-    return ringccl.planner.plan(model, {**LECTURE, **layout}, cluster, **kw)
+    return ringccl.planner.plan(model, {**TEXTBOOK, **layout}, cluster, **kw)
 
 # a 4-layer model of Llama-2-7B's width: activations of 32 MiB, so the tuner picks
 # bandwidth-optimal algorithms (at a few hundred KiB a one-step direct all-reduce wins, and it
-# sends (N-1)·M per rank: the lecture's 2(N-1)/N is a statement about those algorithms)
+# sends (N-1)·M per rank: the textbook 2(N-1)/N is a statement about those algorithms)
 SMALL = ModelConfig(num_hidden_layers=4, hidden_size=4096, num_attention_heads=32,
                     num_key_value_heads=8, intermediate_size=11008, vocab_size=32000,
                     seq_length=4096, name="small")
@@ -36,7 +37,7 @@ SMALL_MOE = ModelConfig(num_hidden_layers=4, hidden_size=4096, num_attention_hea
 
 
 def node(nodes=1, **kw):
-    # these tests state the lecture's identities about ringccl's own schedules (ring,
+    # these tests state the textbook identities about ringccl's own schedules (ring,
     # hierarchical): price the what-if, not NCCL's choice
     kw.setdefault("collectives", "ringccl")
     return Cluster(nodes=nodes, gpus_per_node=8, intra_bandwidth="450GB/s",

@@ -108,7 +108,7 @@ def test_closed_forms_equal_the_schedule(collective, algorithm):
 
 @pytest.mark.parametrize("n,expected", [(8, 7), (64, 63), (256, 255)])
 def test_direct_all_reduce_is_the_seed_naive_full_mesh(n, expected):
-    """Seed 000, section 5 table: the naive full mesh sends (N-1)·K per rank, and ring/direct is
+    """The naive full mesh sends (N-1)·K per rank, and ring/direct is
     0.250, 0.031, 0.008."""
     k = n * 4096
     naive = ringccl.schedule("all_reduce", "direct", world_size=n).bytes_sent(k, 1)
@@ -123,7 +123,7 @@ def test_master_moves_2_n_minus_1_buffers_through_the_root():
     sent, received = s.bytes_sent(k, 1), s.bytes_received(k, 1)
     assert sent[3] + received[3] == 2 * (n - 1) * k
     assert all(sent[r] == k and received[r] == k for r in range(n) if r != 3)
-    # one rank per step, as the seed's loop: the root's port carries M every step
+    # one rank per step, as a naive loop over peers: the root's port carries M every step
     assert s.num_steps == 2 * (n - 1) and all(len(step) == 1 for step in s.steps)
 
 

@@ -165,7 +165,7 @@ def test_shapes_follow_torch():
 @pytest.mark.parametrize("n", [2, 3, 4, 7, 9])
 def test_several_reduces_into_one_slot_combine_in_ascending_rank_order(n):
     """direct all_reduce and reduce: rank d folds every rank's value in ascending rank order,
-    its own at its own position (the IR's reduction order, issue 14: before, rank d started from
+    its own at its own position (the IR's reduction order: before, rank d started from
     its own value, so ranks rounded differently), for small N and larger N."""
     x = np.random.default_rng(n).standard_normal((n, 257)).astype(np.float32) * 1e4
     r = ringccl.simulate("all_reduce", x, algorithm="direct")

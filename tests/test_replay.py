@@ -1,4 +1,4 @@
-"""The step file (``ringccl plan --emit``) and the replay's mapping and re-prediction (issue 18),
+"""The step file (``ringccl plan --emit``) and the replay's mapping and re-prediction,
 without processes: the schema and its refusals, the groups kept on 4 local processes, the
 byte scaling, and the fit-then-predict on rows made from known α, β, γ."""
 

@@ -1,4 +1,4 @@
-"""Ring schedules against the seed's walk-through (seed 000) and their closed forms."""
+"""Ring schedules against the textbook ring all-reduce walk-through and their closed forms."""
 
 import numpy as np
 import pytest
@@ -14,7 +14,7 @@ def _cells(schedule):
 
 
 def test_seed_table_n4():
-    """Seed 000, section 2: the N=4 step table, entry by entry."""
+    """The textbook N=4 step table, entry by entry."""
     rows = _cells(ringccl.schedule("all_reduce", "ring", world_size=4))
     steps = [r["cells"] for r in rows if r["kind"] == "step"]
     assert steps == [
@@ -75,7 +75,7 @@ def test_closed_forms_equal_the_schedule(collective, n):
 
 @pytest.mark.parametrize("n,expected", [(8, 1.75), (64, 1.97), (256, 1.992)])
 def test_seed_bytes_per_rank_table(n, expected):
-    """Seed 000, section 5 table: per-rank bytes 1.75K, 1.97K, 1.992K; vs naive (N-1)K and 2K."""
+    """Per-rank bytes 1.75K, 1.97K, 1.992K; vs naive (N-1)K and 2K."""
     k = n * 4096
     sent = ringccl.schedule("all_reduce", "ring", world_size=n).bytes_sent(k, 1).max()
     assert round(sent / k, 3 if n == 256 else 2) == expected

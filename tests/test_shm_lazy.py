@@ -1,7 +1,7 @@
 """ringccl.shm's lazy call entry without processes: two ranks of one group as two threads (the
 set-up exchange through a barrier), so the growth protocol's interleavings can be forced: a
 rank that entered lazily joins the growth a peer asked for in the same call, inside a wait or
-when it leaves the call (issue 16)."""
+when it leaves the call."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """ringccl.shm without processes: segments (create, attach, unlink, space errors, the sweep),
-one-rank groups, the platform refusal (issue 16)."""
+one-rank groups, the platform refusal."""
 
 from __future__ import annotations
 

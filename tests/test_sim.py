@@ -111,7 +111,7 @@ def test_stats_are_exact_bytes(n, count):
 
 
 def test_seed_simulation_256_ranks_stats():
-    """The seed's claim: 2(N-1) steps and 2(N-1)/N·K bytes per rank (here K = 4 KiB)."""
+    """The ring's closed form: 2(N-1) steps and 2(N-1)/N·K bytes per rank (here K = 4 KiB)."""
     n, count = 256, 1024
     r = ringccl.simulate("all_reduce", np.ones((n, count), np.float32))
     assert r.stats.steps == 510

@@ -1,4 +1,4 @@
-"""The simulator's peak memory: at most 3× the input array (issue 6), measured with tracemalloc
+"""The simulator's peak memory: at most 3× the input array, measured with tracemalloc
 (numpy reports its data allocations to it). No timing involved."""
 
 import os

@@ -1,4 +1,4 @@
-"""DDP and FSDP2 training on backend "ringccl" and on gloo in the same processes (issue 17).
+"""DDP and FSDP2 training on backend "ringccl" and on gloo in the same processes.
 
 The default group is ringccl's; a gloo group over the same ranks runs the same training from the
 same initial weights on the same data. Both are unmodified torch: DistributedDataParallel (plain,

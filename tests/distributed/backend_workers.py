@@ -1,4 +1,4 @@
-"""Worker bodies for the "ringccl" torch.distributed backend tests (issue 17).
+"""Worker bodies for the "ringccl" torch.distributed backend tests.
 
 Every worker runs under ``launch(..., backend="ringccl")``: the default group is ringccl's, and a
 gloo group over the same ranks (``dist.new_group(backend="gloo")``) is the reference. Each check

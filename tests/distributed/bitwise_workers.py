@@ -1,5 +1,5 @@
 """Workers for tests/distributed/test_bitwise_torch.py (module level, so spawned processes can
-import them): every rank's result bytes compared with rank 0's (issue 14).
+import them): every rank's result bytes compared with rank 0's.
 
 Each result is compared by all-gathering its raw bytes (a uint8 view) with torch.distributed's
 own all_gather, so the comparison itself involves no arithmetic. Returns failure strings

@@ -39,7 +39,7 @@ class Trial:
     step: int                 # the victim fails at its first operation of this step or later
     mode: str = "kill"        # "kill": os._exit; "stall": sleep until killed; "sigkill",
     #                           "sigstop": the signal to itself
-    transport: str = "p2p"    # ringccl.torch's transport= for the trial's calls (issue 16)
+    transport: str = "p2p"    # ringccl.torch's transport= for the trial's calls
     timeout: float = 4.0      # the waits' bound, seconds: RINGCCL_TIMEOUT in every rank (the
     #                           group's own, which gloo's connect uses too, is generous)
     count: int = 0            # elements (0: 12 * world_size)

@@ -1,4 +1,4 @@
-"""The "ringccl" torch.distributed backend (issue 17) against gloo on 4 local processes.
+"""The "ringccl" torch.distributed backend against gloo on 4 local processes.
 
 One launch per worker body (each launch costs seconds here); hypothesis draws the same examples
 on every rank (derandomized, no shrinking) and each example runs on ringccl and on a gloo group

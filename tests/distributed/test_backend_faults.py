@@ -1,5 +1,5 @@
 """The ringccl backend started as torchrun starts ranks (env://), with an explicit store, and a
-rank killed mid-collective (issue 17). Plain subprocesses, so a dead rank is a real dead process.
+rank killed mid-collective. Plain subprocesses, so a dead rank is a real dead process.
 """
 
 import json

@@ -1,4 +1,4 @@
-"""Unmodified DDP and FSDP2 on backend "ringccl" match the same training on gloo (issue 17).
+"""Unmodified DDP and FSDP2 on backend "ringccl" match the same training on gloo.
 
 One launch of 4 processes trains every variant on both backends (backend_train_workers). The
 two backends differ only in the order of floating-point sums (ringccl's ring vs gloo's own

@@ -1,4 +1,4 @@
-"""One result on every rank through ringccl.torch (issue 14) on 4 local gloo processes: every
+"""One result on every rank through ringccl.torch on 4 local gloo processes: every
 collective whose result every rank receives × every algorithm × dtype (bfloat16 included), and
 the training tools (DDP's comm_hook, GradientBucketer): every rank's bytes equal rank 0's."""
 

@@ -1,4 +1,4 @@
-"""The CLI on real processes (issue 14): Ctrl-C ends a bench with one line, exit 130, the rows so
+"""The CLI on real processes: Ctrl-C ends a bench with one line, exit 130, the rows so
 far and no worker left; --oversubscribe; worker failures in one line (--verbose: traceback);
 piped tables whole at COLUMNS=40; no torch FutureWarning."""
 

@@ -1,4 +1,4 @@
-"""Hierarchical on real processes (issue 16): 2 "hosts" x 2 ranks on this machine
+"""Hierarchical on real processes: 2 "hosts" x 2 ranks on this machine
 (``RINGCCL_HOST_ID`` per rank), shared memory inside a host and gloo point-to-point across
 (``transport="hybrid"``, :mod:`ringccl.backends.shm.hierarchical`).
 

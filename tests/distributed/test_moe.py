@@ -1,4 +1,4 @@
-"""MoE expert parallelism on 4 local gloo processes (issue 18): the EP layer against the same
+"""MoE expert parallelism on 4 local gloo processes: the EP layer against the same
 layer in one process (outputs and gradients, skewed routing, ranks that receive nothing, a rank
 with no tokens, capacity drops), the refusals before any data moves, the micro-chunked pipeline
 against the unsplit run, and the 4 x 4 token matrix transposed.

@@ -1,5 +1,5 @@
 """``ringccl moe --nproc 4`` and ``ringccl plan --emit`` + ``ringccl replay --nproc 4`` on
-local gloo processes (issue 18), small sizes. No timed asserts: the numbers are reported, the
+local gloo processes, small sizes. No timed asserts: the numbers are reported, the
 tests check their shape and the transposed token matrix."""
 
 import json

@@ -1,4 +1,4 @@
-"""The shared-memory transport on real processes (issue 16): every collective and algorithm over
+"""The shared-memory transport on real processes: every collective and algorithm over
 shm against torch.distributed's own gloo result, dtypes, ops, counts 0, 1, < N and not
 divisible; bitwise identical results across ranks; growth of the working area; the zero-copy
 ``shm_empty`` path; two groups never sharing a segment; ``transport="p2p"``; a

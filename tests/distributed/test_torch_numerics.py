@@ -1,5 +1,5 @@
 """NaN/±inf, int8 wrap-around and float16 accumulation in float32 through ringccl.torch on 3
-local gloo processes (issue 6), against numpy."""
+local gloo processes, against numpy."""
 
 import numpy as np
 import pytest

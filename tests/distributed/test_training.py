@@ -1,4 +1,4 @@
-"""Training integration (issue 7) on 4 local gloo processes: equivalence, accumulation, clipping.
+"""Training integration on 4 local gloo processes: equivalence, accumulation, clipping.
 
 All variants run in ONE launch (``train_workers.everything``; each launch costs seconds here) and
 the tests below check its parts. Tolerances: variants differ from the single-process reference

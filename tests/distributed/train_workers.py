@@ -1,4 +1,4 @@
-"""Worker bodies for the training-integration tests (issue 7), run by one launch of 4 processes.
+"""Worker bodies for the training-integration tests, run by one launch of 4 processes.
 
 Every variant trains the same float64 MLP from the same initial weights on the same data, so
 final parameters may differ only by floating-point summation order. float64 keeps that

@@ -1,4 +1,4 @@
-"""Run under mpirun: one result on every rank through ringccl.mpi (issue 14).
+"""Run under mpirun: one result on every rank through ringccl.mpi.
 
 For every collective whose result every rank receives (all_reduce, all_gather, broadcast), every
 registered algorithm, every dtype and a grid of counts, each rank's result bytes are gathered

@@ -1,4 +1,4 @@
-"""Run under mpirun: ringccl.mpi over shared memory (issue 16), every collective x every
+"""Run under mpirun: ringccl.mpi over shared memory, every collective x every
 registered algorithm.
 
 For each case, on every rank:

@@ -1,4 +1,4 @@
-"""One result on every rank through ringccl.mpi (issue 14): bitwise_script.py under mpirun on 4
+"""One result on every rank through ringccl.mpi: bitwise_script.py under mpirun on 4
 local processes compares every rank's result bytes with rank 0's, for every collective whose
 result every rank receives × every algorithm × dtype × a grid of counts.
 

@@ -1,4 +1,4 @@
-"""ringccl.mpi.launch.launch_bench's safety rails (issue 14): mpirun and its ranks end with a
+"""ringccl.mpi.launch.launch_bench's safety rails: mpirun and its ranks end with a
 SIGKILLed launcher; Ctrl-C ends them with one line and keeps the rows received; mpi4py and
 RINGCCL_TIMEOUT are checked before mpirun starts."""
 

@@ -1,4 +1,4 @@
-"""ringccl.mpi over shared memory (issue 16): mpi_shm_script.py under mpirun on 2 and 4 local
+"""ringccl.mpi over shared memory: mpi_shm_script.py under mpirun on 2 and 4 local
 processes checks every collective x algorithm over transport="shm" against MPI's own
 collectives, against transport="p2p" bit for bit, the same bytes on every rank, and
 transport="auto"'s choice (shm on one host, p2p across RINGCCL_HOST_ID "hosts"); afterwards no
