@@ -70,7 +70,7 @@ from .model import ModelConfig
 from .optimizer_passes import MEGATRON_ERAS, megatron_optimizer_bytes
 from .parallel_dims import ParallelDims
 from .precision import Precision, precision_recipe
-from .softmax import SOFTMAX_MAX_SEQ, fused_softmax_available, softmax_bytes
+from .softmax import MAX_SEQ, fused_max_seq, fused_softmax_available, softmax_bytes
 
 __all__ = ["Op", "LayerCompute", "StageCompute", "CROSS_ENTROPY_BYTES", "layer_compute",
            "head_compute", "embedding_compute", "optimizer_seconds",
@@ -240,11 +240,11 @@ class _Builder:
 
 
 def _attention(b: _Builder, model: ModelConfig, heads: int, batch: int, seq: int, cp: int,
-               kernel: str, softmax_max_seq: int = 4096):
+               kernel: str, max_seq: int = MAX_SEQ):
     """The attention core of ``heads`` heads (per rank) × ``batch`` sequences of ``seq``
     tokens, the queries split over ``cp`` ranks (causal); unfused, the softmax's passes as
     Megatron's fused causal kernel or its fp32 fallback makes them (:mod:`.softmax`, the
-    kernel taking keys up to ``softmax_max_seq``)."""
+    kernel taking keys up to ``max_seq``)."""
     g, dq, dv = b.gpu, model.qk_head_dim, model.value_head_dim
     bh = batch * heads
     if kernel in ("flash", "flash2"):
@@ -267,7 +267,7 @@ def _attention(b: _Builder, model: ModelConfig, heads: int, batch: int, seq: int
     pv_bwd = gemm_seconds(sq, seq, dv, g, batch=bh) + gemm_seconds(seq, dv, sq, g, batch=bh)
     b.ops.append(Op("attention_scores", "gemm", float(qk), float(qk_bwd),
                     2.0 * scores * dq, core=True))
-    fused = fused_softmax_available(seq, heads, batch, max_seq=softmax_max_seq,
+    fused = fused_softmax_available(seq, heads, batch, max_seq=max_seq,
                                     float16=model.dtype not in ("float32", "fp32"))
     if cp > 1:   # no unfused-era code splits the sequence: every score read and written
         fwd_bytes, bwd_bytes = 2 * _ACT, 3 * _ACT
@@ -332,7 +332,7 @@ def _moe(b: _Builder, model: ModelConfig, tp: int, ep: int, routed_tokens: float
 @memoize(maxsize=4096)
 def layer_compute(model: ModelConfig, moe: bool, tp: int, sp: bool, cp: int, ep: int,
                   micro_batch_size: int, attention: str, precision: str, gpu: GPU,
-                  bias_grad_fused: bool = False, softmax_max_seq: int = 4096) -> LayerCompute:
+                  bias_grad_fused: bool = False, softmax_max_seq: int = MAX_SEQ) -> LayerCompute:
     """One transformer layer's operations on one rank for one micro-batch (module doc).
 
     Args:
@@ -518,7 +518,7 @@ def stage_compute(model: ModelConfig, dims: ParallelDims, gpu: GPU, *, layers: i
     prec = compute_precision(model, dims)
     fused = bias_grad_fused(dims.framework, prec)
     key = (model, dims.tp, dims.sp, dims.cp, dims.ep, dims.micro_batch_size, dims.attention,
-           prec, gpu, fused, SOFTMAX_MAX_SEQ.get(dims.framework, 4096))
+           prec, gpu, fused, fused_max_seq(dims.framework))
     parts, counts = {}, {}
     if layers - moe_layers:
         parts["dense"], counts["dense"] = layer_compute(*key[:1], False, *key[1:]), \

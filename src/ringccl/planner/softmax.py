@@ -32,18 +32,26 @@ per block, ``get_batch_per_block``: 4 above 128 keys, 8 at 128 and below).
 
 from __future__ import annotations
 
-__all__ = ["FALLBACK_BYTES", "SOFTMAX_MAX_SEQ", "fused_softmax_available", "softmax_bytes"]
+__all__ = ["FALLBACK_BYTES", "MAX_SEQ", "SOFTMAX_MAX_SEQ", "fused_max_seq",
+           "fused_softmax_available", "softmax_bytes"]
 
 #: HBM bytes per score of the unfused fp32 fallback, (forward, backward) (module doc)
 FALLBACK_BYTES = (36.0, 40.0)
 
-#: the longest key sequence the fused kernels take, by framework preset (module doc); others
-#: 4096 (Megatron-LM 2755bcb8 and 285068c8 ``FusedScaleMaskSoftmax.is_kernel_available``)
+#: the longest key sequence the fused kernels take (Megatron-LM 2755bcb8 and 285068c8
+#: ``FusedScaleMaskSoftmax.is_kernel_available``)
+MAX_SEQ = 4096
+#: ... where a framework preset's code took another (module doc)
 SOFTMAX_MAX_SEQ = {"megatron-2021": 2048}
 
 
+def fused_max_seq(framework: str | None) -> int:
+    """The longest key sequence the fused softmax of ``framework``'s code takes."""
+    return SOFTMAX_MAX_SEQ.get(framework, MAX_SEQ)
+
+
 def fused_softmax_available(seq: int, heads_per_rank: int, batch: int, *,
-                            max_seq: int = 4096, float16: bool = True) -> bool:
+                            max_seq: int = MAX_SEQ, float16: bool = True) -> bool:
     """Whether Megatron's fused causal softmax runs for ``batch`` sequences of ``seq`` tokens
     and ``heads_per_rank`` heads (self-attention, ``sq = sk = seq``), as the code of the
     ``max_seq`` era checks it (module doc): Megatron-LM aed2f75e's ``custom_kernel_constraint``
