@@ -211,8 +211,7 @@ def _worker(rank, world_size, sizes, reps, ddp_steps, ddp_hidden, fsdp, ddp_batc
              "max": max(ts), "first_call_seconds": first[(v, n)]}
             for (v, n), ts in times.items()]
     # the physical floors of the same run: a flag hand-off, a memcpy of the largest size
-    floors = measure.torch_floors(rank, world_size, max(sizes), reps, cold,
-                                  max(1, min(64, (4 << 20) // max(sizes))))
+    floors = measure.torch_floors(rank, world_size, max(sizes), reps, cold)
     # DDP step, ~25M parameters (--ddp-model), per batch size; "floor" is the same step under
     # no_sync() (no gradient all-reduce at all): no backend's step can be shorter
     steps, fsdp_steps = {}, {}

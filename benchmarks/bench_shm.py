@@ -124,12 +124,6 @@ def _time(fn, barrier, reps: int = 1, take=None) -> float:
     return (time.perf_counter() - t0) / reps
 
 
-def _reps(nbytes: int) -> int:
-    """Back-to-back calls per timed sample: ranks leave gloo's barrier up to hundreds of µs
-    apart, which one call of a few µs would measure instead of itself; from 4 MiB on, one."""
-    return max(1, min(64, (4 << 20) // max(nbytes, 1)))
-
-
 def _first_calls(collective: str, nbytes: int, n: int, calls: dict, barrier):
     """Each call of ``calls`` (name -> fn(output, input)) once, between barriers, on its own
     copy of one random input: ({name: this rank's seconds}, whether every output equals
@@ -158,7 +152,7 @@ def _sweep(collectives, sizes, n, iters, cold, barrier) -> list:
             for fn in calls.values():
                 fn(*take())                   # warm-up on the timed buffers
             times = {name: [] for name in calls}
-            reps = _reps(nbytes)
+            reps = measure.batch_calls(nbytes)
             for _ in range(iters):
                 for name, fn in calls.items():
                     times[name].append(_time(fn, barrier, reps, take))
@@ -208,7 +202,7 @@ def _crossover(collectives, sizes, n, iters, cold, barrier) -> list:
             for fn in calls.values():
                 fn(*take())
             t = {a: [] for a in calls}
-            reps = _reps(nbytes)
+            reps = measure.batch_calls(nbytes)
             for _ in range(iters):    # the algorithms interleaved round by round
                 for a, fn in calls.items():
                     t[a].append(_time(fn, barrier, reps, take))
@@ -242,7 +236,7 @@ def policy_worker(rank, world_size, sizes, iters):
         x = torch.ones(max(world_size, nbytes // 4))
         times = {name: [] for name in (*POLICIES, "gloo")}
         rt.all_reduce(x), dist.all_reduce(x)
-        reps = _reps(nbytes)
+        reps = measure.batch_calls(nbytes)
         for _ in range(iters):
             for name, (polls, yield_s, *nap) in POLICIES.items():
                 shm_group.SPIN_POLLS, shm_group.YIELD_SECONDS = polls, yield_s
@@ -307,7 +301,7 @@ def in_place_worker(rank, world_size, sizes, iters, algorithms=IN_PLACE_ALGORITH
         untouched = bool(torch.equal(torch.cat([inp[:rank * k], inp[(rank + 1) * k:]]),
                                      torch.cat([x[:rank * k], x[(rank + 1) * k:]])))
         t = {c: [] for c in calls}
-        reps = _reps(nbytes)
+        reps = measure.batch_calls(nbytes)
         for _ in range(iters):
             for c, fn in calls.items():
                 t[c].append(_time(fn, dist.barrier, reps))
@@ -373,7 +367,7 @@ def worker(rank, world_size, sizes, iters, crossover, collectives=COLLECTIVES, c
     if crossover:
         rows += _crossover(collectives, sizes, n, iters, cold, barrier)
     # last: its large buffers must not disturb the rows above
-    floors = measure.torch_floors(rank, n, sizes[-1], iters, cold, _reps(sizes[-1]))
+    floors = measure.torch_floors(rank, n, sizes[-1], iters, cold)
     return dict(rows=rows, load_before=load, load_after=os.getloadavg(), floors=floors,
                 cold=cold)
 

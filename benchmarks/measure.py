@@ -56,6 +56,12 @@ def powers_of_4(lo: int, hi: int) -> list[int]:
     return out
 
 
+def batch_calls(nbytes: int) -> int:
+    """Back-to-back calls per timed sample: ranks leave a barrier up to hundreds of µs apart,
+    which one call of a few µs would measure instead of itself; from 4 MiB on, one."""
+    return max(1, min(64, (4 << 20) // max(nbytes, 1)))
+
+
 def summary(seconds: list) -> dict:
     """``{"median_s", "min_s", "max_s"}`` of a non-empty list of seconds."""
     return {"median_s": statistics.median(seconds), "min_s": min(seconds),
@@ -234,11 +240,11 @@ def flag_one_way(rank: int, world_size: int, share: Callable[[Any], Any],
             seg.close()
 
 
-def torch_floors(rank: int, n: int, nbytes: int, iters: int, cold: bool, batch: int) -> dict:
+def torch_floors(rank: int, n: int, nbytes: int, iters: int, cold: bool) -> dict:
     """The floors of a torch.distributed run (default group initialised): ``5 iters``
     samples, each the slowest rank's: half a flag round trip between ranks 0 and 1
     (:func:`flag_one_way`), a memcpy of ``nbytes`` on every rank at once and on one process
-    alone (:func:`passes`; ``batch`` copies a sample, ``cold`` as the rows)."""
+    alone (:func:`passes`; :func:`batch_calls` copies a sample, ``cold`` as the rows)."""
     import torch
     import torch.distributed as dist
 
@@ -255,7 +261,7 @@ def torch_floors(rank: int, n: int, nbytes: int, iters: int, cold: bool, batch: 
         dist.broadcast_object_list(box, 0)
         return box[0]
 
-    reps = 5 * iters
+    reps, batch = 5 * iters, batch_calls(nbytes)
     every = passes(nbytes, timed, reps, cold=cold, batch=batch)
     alone = passes(nbytes, timed, reps, active=rank == 0, cold=cold, batch=batch)
     return {"flag_one_way": flag_one_way(rank, n, share, dist.barrier, reps),
