@@ -255,11 +255,15 @@ class ShmGroup:
         if not self.closed and self.w[2 * LINE] == 0:
             self.w[2 * LINE] = (self.rank + 1) | code << 16 | (peer + 1) << 32
 
-    def aborted(self) -> Aborted | None:
+    def _abort_fields(self) -> tuple[int, int, int]:
+        """The abort word as (rank that aborted, code, the peer it named or -1)."""
         word = self.w[2 * LINE]
-        if not word:
+        return (word & 0xFFFF) - 1, (word >> 16) & 0xFFFF, (word >> 32) - 1
+
+    def aborted(self) -> Aborted | None:
+        if not self.w[2 * LINE]:
             return None
-        who, code, peer = (word & 0xFFFF) - 1, (word >> 16) & 0xFFFF, (word >> 32) - 1
+        who, code, peer = self._abort_fields()
         why = _WHY.get(code, '?')
         if peer >= 0 and code in (_ABORT_DEAD, _ABORT_TIMEOUT):   # name the peer it meant
             why = f"it found rank {peer} dead" if code == _ABORT_DEAD else \
@@ -460,7 +464,7 @@ class ShmGroup:
                 self.wait_word(LINE, serial, 0, f"create shared-memory segment {serial}",
                                timeout)
             except Aborted as exc:
-                if (w[2 * LINE] >> 16) & 0xFFFF == _ABORT_SPACE:
+                if self._abort_fields()[1] == _ABORT_SPACE:
                     raise BackendError(f"rank 0 could not create the group's shared memory "
                                        f"({nbytes} bytes): the shared-memory directory is too "
                                        "small (rank 0's error names the sizes)") from exc
