@@ -142,6 +142,32 @@ def test_overlap_param_gather_hides_zero1_gathers_behind_the_forward():
             < _exposed({**layout, "overlap_param_gather": False}, "zero"))
 
 
+def test_distributed_optimizer_hides_behind_one_micro_batch_whatever_the_accumulation():
+    # Megatron-Core r0.8.0: the buckets' reduce-scatters start only in the last micro-batch's
+    # backward (param_and_grad_buffer.py register_grad_ready: is_last_microbatch, no_sync on
+    # the others) and the parameter all-gathers chain through the first forward's pre-hooks
+    # (distrib_optimizer.py zero_grad dispatches bucket 0, _finish_param_sync_helper the next);
+    # so more micro-batches per step widen neither window
+    exposed = []
+    for m in (2, 8):
+        p = plan(SMALL, {"tp": 8, "sp": True, "dp": 8, "zero_stage": 1, "micro_batch_size": 1,
+                         "global_batch_size": 8 * m}, a100(8))
+        s, c = p.stages[0], sm_contention(p.cluster)
+        zero = [e for e in s.entries if e.parallelism == "zero"]
+        rs = sum(e.seconds_per_step for e in zero if e.collective == "reduce_scatter")
+        ag = sum(e.seconds_per_step for e in zero if e.collective == "all_gather")
+        n = zero[0].chunks
+        # both longer than their one-micro-batch window, shorter than two: a window that grew
+        # with the micro-batches would hide them
+        assert s.backward_per_micro_batch < rs < 2 * s.backward_per_micro_batch
+        assert s.forward_per_micro_batch < ag < 2 * s.forward_per_micro_batch
+        assert p.exposed["zero"] == pytest.approx(
+            contended(rs, s.backward_per_micro_batch, n, c)
+            + contended(ag, s.forward_per_micro_batch, n, c), rel=1e-9)
+        exposed.append(p.exposed["zero"])
+    assert exposed[0] == pytest.approx(exposed[1], rel=1e-9)
+
+
 def test_tp_comm_overlap_leaves_one_chunk_of_tp_exposed():
     layout = {"tp": 8, "sp": True, "micro_batch_size": 4, "overlap_dgrad_reduce": False}
     off = _exposed(layout, "sp", a100(1))
