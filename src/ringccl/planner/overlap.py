@@ -47,7 +47,7 @@ embedding        nothing                       the tied embedding's all-reduce i
 
 Megatron-Core's distributed optimizer (r0.8.0, the same code at the README commit f2e5db402c;
 the same schedule at ``d98e8a64``, its hooks moved to the DDP wrapper's bucket groups): a
-bucket's reduce-scatter is issued by the gradient hook of its last parameter, only while
+bucket's reduce-scatter is launched by the gradient hook of its last parameter, only while
 ``is_last_microbatch`` (``param_and_grad_buffer.py`` ``register_grad_ready``; the schedule runs
 the other micro-batches under ``no_sync``), and waited for in ``finalize_model_grads`` before
 the optimizer: one micro-batch's backward is its window however many micro-batches accumulate. The parameter all-gathers run one bucket at a time:
