@@ -50,9 +50,10 @@ the same schedule at ``d98e8a64``, its hooks moved to the DDP wrapper's bucket g
 bucket's reduce-scatter is launched by the gradient hook of its last parameter, only while
 ``is_last_microbatch`` (``param_and_grad_buffer.py`` ``register_grad_ready``; the schedule runs
 the other micro-batches under ``no_sync``), and waited for in ``finalize_model_grads`` before
-the optimizer: one micro-batch's backward is its window however many micro-batches accumulate. The parameter all-gathers run one bucket at a time:
-``zero_grad`` dispatches the bucket the forward needs first, each forward pre-hook waits for its
-bucket and dispatches the next (``distrib_optimizer.py`` ``_make_forward_pre_hook``,
+the optimizer: one micro-batch's backward is its window however many micro-batches
+accumulate. The parameter all-gathers run one bucket at a time: ``zero_grad`` dispatches the
+bucket the forward needs first, each forward pre-hook waits for its bucket and dispatches the
+next (``distrib_optimizer.py`` ``_make_forward_pre_hook``,
 ``_finish_param_sync_helper``), so all of them fall in the first micro-batch's forward.
 
 Collectives that share a window run one after another on one communication stream: their
