@@ -53,8 +53,8 @@ the other micro-batches under ``no_sync``), and waited for in ``finalize_model_g
 the optimizer: one micro-batch's backward is its window however many micro-batches
 accumulate. The parameter all-gathers run one bucket at a time: ``zero_grad`` dispatches the
 bucket the forward needs first, each forward pre-hook waits for its bucket and dispatches the
-next (``distrib_optimizer.py`` ``_make_forward_pre_hook``,
-``_finish_param_sync_helper``), so all of them fall in the first micro-batch's forward.
+next (``distrib_optimizer.py`` ``_make_forward_pre_hook``, ``_finish_param_sync_helper``), so
+all of them fall in the first micro-batch's forward.
 
 Collectives that share a window run one after another on one communication stream: their
 seconds are added before being set against the window. What stays exposed of ``T`` seconds of
