@@ -113,16 +113,16 @@ def zero_sharded(ctx: StepContext, st: StageShape) -> list[Entry]:
         return []
     per = ctx.micro_batches if z == 2 else 1
     fallback = z == 1 and all_reduces_zero1_gradients(ctx.dims.framework)
-    reduce = ({"collective": "all_reduce", "buffer_passes": 3,
-               "what": "gradients, all-reduced in flattened buckets"} if fallback else
-              {"collective": "reduce_scatter", "what": "gradients to their shard owners"})
+    collective, what, passes = (("all_reduce", "all-reduced in flattened buckets", 3)
+                                if fallback else
+                                ("reduce_scatter", "to their shard owners", 0))
     rows: list[Entry] = []
     for g in gradient_groups(ctx, st):
-        rows += slowest(ctx, st.stage, g.group, parallelism="zero",
+        rows += slowest(ctx, st.stage, g.group, parallelism="zero", collective=collective,
                         phase="backward" if z == 2 else "step",
-                        **{**reduce, "what": f"{g.label} {reduce['what']}"}, nbytes=g.bucket,
+                        what=f"{g.label} gradients {what}", nbytes=g.bucket,
                         calls_per_step=g.buckets * per, overlap="backward", chunks=g.buckets,
-                        per_micro_batch=z == 2)
+                        per_micro_batch=z == 2, buffer_passes=passes)
         rows += slowest(ctx, st.stage, g.group, parallelism="zero", collective="all_gather",
                         phase="step", what=f"updated {g.label} parameters",
                         nbytes=g.gather_bucket, calls_per_step=g.buckets, overlap="forward",
