@@ -1,18 +1,19 @@
 """The dated framework presets (``ringccl.planner.framework_eras``): Megatron-LM of 2021 and of
 2022, the Megatron-DeepSpeed stack, Composer's FSDP; each against the code it cites, and the
 step behaviours they switch (the gradient accumulation pass, FlashAttention-2's rate on Hopper,
-the asynchronous TP backward, DeepSpeed's one-at-a-time pipeline sends)."""
+the asynchronous TP backward, DeepSpeed's one-at-a-time pipeline sends, its ZeRO-1's
+all-reduced gradient buckets)."""
 
 import dataclasses
 
 import pytest
 
+from ringccl.costmodel.nccl import price
 from ringccl.errors import ArgumentError
 from ringccl.planner import ModelConfig, ParallelDims, plan
 from ringccl.planner.compute import gradient_accumulation_seconds
-from ringccl.planner.framework_eras import ERA_FAMILY, ERA_PRESETS, WHOLE_BUFFER
-from ringccl.costmodel.nccl import price
 from ringccl.planner.costing import KERNEL_LAUNCH_SECONDS, nccl_machine_of
+from ringccl.planner.framework_eras import ERA_FAMILY, ERA_PRESETS, WHOLE_BUFFER
 from ringccl.planner.frameworks import (FRAMEWORKS, all_reduces_zero1_gradients, family,
                                         state_bytes)
 from ringccl.planner.gpus import gpu_preset
