@@ -134,6 +134,27 @@ def test_a_direct_exchange_pays_one_post_per_peer():
     assert small.link_bytes["intra"] == pytest.approx(7 * 1024)
 
 
+@pytest.mark.parametrize("coll", ["all_gather", "reduce_scatter"])
+@pytest.mark.parametrize("proto, base, intra, net", [("LL", 6.6, 0.6, 2.7),
+                                                     ("LL128", 14.0, 1.9, 4.0),
+                                                     ("Simple", 8.4, 3.4, 14.0)])
+def test_ring_latency_of_512_ranks_over_64_nodes(coll, proto, base, intra, net):
+    # tuning.cc ncclTopoTuneModel, the same in NCCL v2.18.1-1 (the NCCL of PyTorch 2.1 and of
+    # the mosaicml/pytorch:2.1.0_cu121 image) as in v2.27.7-1 for these shapes: baseLat plus,
+    # over the ring's N - 1 steps, nodes - 1 network hops (hwLat NET ring) and the rest NVLink
+    # hops raised to the per-post network overhead (getNetOverhead: 1 us on Intel, x3 for
+    # Simple). 512 ranks, 8 per node: 448 NVLink steps, 63 network ones.
+    m = nccl_machine("dgx-h100")
+    cost = price(coll, 1 << 30, 8, 64, m, algorithms=["ring"], protocols=[proto])
+    overhead = 1.0 * (3 if proto == "Simple" else 1)
+    expected_us = base + (511 - 63) * max(intra, overhead) + 63 * net
+    assert cost.latency_s * 1e6 == pytest.approx(expected_us)
+    # the step count, not the bytes, sets it: a quarter of the ranks, about a quarter of it
+    quarter = price(coll, 1 << 30, 8, 16, m, algorithms=["ring"], protocols=[proto])
+    assert quarter.latency_s * 1e6 == pytest.approx(
+        base + (127 - 15) * max(intra, overhead) + 15 * net)
+
+
 def test_ring_bytes_per_level():
     m = nccl_machine("dgx-h100")
     one = price("all_reduce", 1 << 30, 8, 1, m, algorithms=["ring"])

@@ -1,17 +1,21 @@
 """The dated framework presets (``ringccl.planner.framework_eras``): Megatron-LM of 2021 and of
 2022, the Megatron-DeepSpeed stack, Composer's FSDP; each against the code it cites, and the
 step behaviours they switch (the gradient accumulation pass, FlashAttention-2's rate on Hopper,
-the asynchronous TP backward, DeepSpeed's one-at-a-time pipeline sends)."""
+the asynchronous TP backward, DeepSpeed's one-at-a-time pipeline sends, its ZeRO-1's
+all-reduced gradient buckets)."""
 
 import dataclasses
 
 import pytest
 
+from ringccl.costmodel.nccl import price
 from ringccl.errors import ArgumentError
 from ringccl.planner import ModelConfig, ParallelDims, plan
 from ringccl.planner.compute import gradient_accumulation_seconds
+from ringccl.planner.costing import KERNEL_LAUNCH_SECONDS, nccl_machine_of
 from ringccl.planner.framework_eras import ERA_FAMILY, ERA_PRESETS, WHOLE_BUFFER
-from ringccl.planner.frameworks import FRAMEWORKS, family, state_bytes
+from ringccl.planner.frameworks import (FRAMEWORKS, all_reduces_zero1_gradients, family,
+                                        state_bytes)
 from ringccl.planner.gpus import gpu_preset
 from ringccl.planner.kernels import (FLASH2_EFFICIENCY, FLASH_EFFICIENCY,
                                      flash_attention_flops, flash_attention_seconds,
@@ -69,6 +73,43 @@ def test_megatron_deepspeed_is_deepspeeds_engine_under_megatrons_gpt():
     assert state_bytes("megatron-deepspeed", 2, "bfloat16").total == 16
     with pytest.raises(ArgumentError, match="DeepSpeed's pipeline engine refuses"):
         ParallelDims(pp=2, zero_stage=3, framework="megatron-deepspeed")
+
+
+def test_megatron_deepspeeds_zero1_all_reduces_flattened_buckets():
+    # DeepSpeed v0.5.4 engine.py _configure_zero_optimizer: contiguous_gradients off at stage 1,
+    # so zero/stage2.py reduce_ipg_grads -> buffered_reduce_fallback -> allreduce_and_copy
+    # (flatten, divide, all_reduce, copy back); step(): dist.all_gather(shard_list, ...) with one
+    # tensor per rank. Current DeepSpeed keeps contiguous gradients and reduce-scatters.
+    assert all_reduces_zero1_gradients("megatron-deepspeed")
+    assert not any(all_reduces_zero1_gradients(f) for f in ("deepspeed", "megatron",
+                                                            "megatron-2022", "composer"))
+    two_nodes = {"preset": "dgx-a100", "nodes": 2}
+    layout = {"dp": 16, "zero_stage": 1}
+    old = plan(SMALL, {**layout, "framework": "megatron-deepspeed"}, two_nodes)
+    new = plan(SMALL, {**layout, "framework": "deepspeed"}, two_nodes)
+    zero = lambda p: {e.collective: e for e in p.stages[0].entries  # noqa: E731
+                      if e.parallelism == "zero"}
+    o, n = zero(old), zero(new)
+    assert set(o) == {"all_reduce", "all_gather"} and set(n) == {"reduce_scatter", "all_gather"}
+    grads = o["all_reduce"]
+    # the same buckets (reduce_bucket_size 5e8 elements), once per step, after the backward
+    assert (grads.nbytes, grads.calls_per_step) == (n["reduce_scatter"].nbytes,
+                                                   n["reduce_scatter"].calls_per_step)
+    assert grads.phase == "step" and grads.overlap == "exposed" and grads.buffer_passes == 3
+    gpu = old.cluster.gpu_spec
+    machine = nccl_machine_of(old.cluster)
+    ppn, nodes = grads.shape.ranks_per_node, grads.shape.nodes_spanned
+    expected = (price("all_reduce", grads.nbytes, ppn, nodes, machine).seconds
+                + float(memory_seconds(6 * grads.nbytes, gpu)))
+    assert grads.seconds_per_call == pytest.approx(expected)
+    # an all-reduce moves twice the reduce-scatter's bytes
+    assert grads.seconds_per_call > 1.5 * n["reduce_scatter"].seconds_per_call
+    # the list-based gather: a copy per rank and the tensor read and written once more
+    gather = o["all_gather"]
+    assert gather.list_collective and not n["all_gather"].list_collective
+    assert gather.seconds_per_call - n["all_gather"].seconds_per_call == pytest.approx(
+        16 * KERNEL_LAUNCH_SECONDS + float(memory_seconds(2 * gather.nbytes, gpu)))
+    assert old.step_seconds > new.step_seconds
 
 
 def test_composer_is_fsdp1_with_fp32_reduction_and_flashattention_2():

@@ -30,6 +30,11 @@ launches world-size copies, :data:`KERNEL_LAUNCH_SECONDS` each (NVIDIA Technical
 "Getting Started with CUDA Graphs", 2019: about 4 µs per back-to-back launch of a short
 kernel), which together read and write the whole gathered (or reduced) tensor once: its bytes
 twice at HBM bandwidth (:func:`ringccl.planner.kernels.memory_seconds`).
+
+A call whose framework passes over its buffer around it (``Entry.buffer_passes``: DeepSpeed's
+``allreduce_and_copy`` flattens the gradient bucket, divides it in place and copies the result
+back, ``deepspeed/runtime/zero/stage2.py`` v0.5.4) costs each pass's read and write of the
+buffer at HBM bandwidth.
 """
 
 from __future__ import annotations
@@ -139,6 +144,8 @@ class Entry:
         zero_filled: its output buffer is zero-filled before the call, its bytes written once
             at HBM bandwidth (DeepSpeed v0.3.15 ``partition_parameters.py`` ``_allgather_param``:
             ``torch.zeros`` of the whole parameter before each gather).
+        buffer_passes: passes the framework makes over the call's buffer around it, each
+            reading and writing it once (module doc).
     """
 
     parallelism: str
@@ -161,6 +168,7 @@ class Entry:
     inter_node_bytes_per_call: float = 0.0
     list_collective: bool = False
     zero_filled: bool = False
+    buffer_passes: int = 0
     window: str = ""
 
     def __post_init__(self):
@@ -313,8 +321,9 @@ PRICERS = {"nccl": _nccl, "ringccl": _ringccl}
 def costed(entry: Entry, cluster: Cluster, straggler: Straggler | None = None,
            straggler_index: int | None = None) -> Entry:
     """Fill ``entry``'s algorithm, times and bytes with ``cluster.collectives``' pricing
-    (:data:`PRICERS`), plus a list-based call's copies (module doc) and the fill of a
-    zero-filled output (``Entry.zero_filled``).
+    (:data:`PRICERS`), plus a list-based call's copies (module doc), the fill of a
+    zero-filled output (``Entry.zero_filled``) and the framework's passes over the buffer
+    (``Entry.buffer_passes``).
 
     ``straggler_index``: position of the straggler in ``entry.shape.placement`` (None: none).
     """
@@ -326,5 +335,8 @@ def costed(entry: Entry, cluster: Cluster, straggler: Straggler | None = None,
             memory_seconds(2.0 * entry.nbytes, cluster.gpu_spec)))
     if entry.zero_filled:
         entry.seconds_per_call += float(memory_seconds(entry.nbytes, cluster.gpu_spec))
+    if entry.buffer_passes:
+        entry.seconds_per_call += float(memory_seconds(2.0 * entry.buffer_passes * entry.nbytes,
+                                                       cluster.gpu_spec))
     entry.params = dict(params)
     return entry

@@ -57,7 +57,8 @@ from .framework_eras import (ERA_FAMILY, ERA_PRESETS, FSDP_PREFETCH_BUCKET,
 
 __all__ = ["FRAMEWORKS", "DEFAULT_FRAMEWORK", "DEFAULT_WHY", "Setting", "PRESETS",
            "LAYOUT_SETTINGS", "MODEL_SETTINGS", "REDUCE_DTYPES", "StateBytes", "state_bytes",
-           "preset_values", "check_framework", "defers_gradient_sync", "family"]
+           "preset_values", "check_framework", "defers_gradient_sync",
+           "all_reduces_zero1_gradients", "family"]
 
 FRAMEWORKS = ("megatron", "deepspeed", "fsdp2", "torchtitan", *ERA_PRESETS, "torchtitan-2024")
 DEFAULT_FRAMEWORK = "megatron"
@@ -399,6 +400,25 @@ def defers_gradient_sync(framework: str) -> bool:
     ``backward_maybe_with_nosync``), and the unsharded gradient accumulates in
     ``reduce_dtype`` (``_fsdp_param.py`` ``to_accumulated_grad_if_needed``)."""
     return framework in ("fsdp2", "torchtitan", "torchtitan-2024")
+
+
+def all_reduces_zero1_gradients(framework: str) -> bool:
+    """Whether the framework's ZeRO stage 1 all-reduces the gradients in flattened buckets,
+    where the distributed optimizer reduce-scatters them to their shard owners, and all-gathers
+    the updated parameters with a list-based call (one output tensor per rank).
+
+    DeepSpeed v0.5.4 (``--framework megatron-deepspeed``): ``deepspeed/runtime/engine.py``
+    ``_configure_zero_optimizer`` turns ``contiguous_gradients`` off at stage 1 ("Overlap and
+    contiguous grads are meaningless in stage 1 and are ignored"), so ``zero/stage2.py``
+    ``reduce_ipg_grads`` takes ``buffered_reduce_fallback``: each bucket of up to
+    ``reduce_bucket_size`` elements is flattened, divided by the data-parallel size and
+    all-reduced (``allreduce_bucket``: ``dist.all_reduce``), then copied back into the
+    gradients (``allreduce_and_copy``); ``step()`` gathers the updated partitions with
+    ``dist.all_gather(shard_list, ...)``, one tensor per rank. DeepSpeed v0.7.0's pipeline
+    engine with its bf16 optimizer reduces the same way (``pipe/engine.py``
+    ``_bf16_reduce_grads`` -> ``buffered_allreduce_fallback``). Current DeepSpeed keeps
+    ``contiguous_gradients`` (default on) at stage 1 and reduce-scatters (``deepspeed``)."""
+    return framework == "megatron-deepspeed"
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ import numpy as np
 from .context import StepContext
 from .costing import Entry
 from .entries import slowest
+from .frameworks import all_reduces_zero1_gradients
 from .stages import StageShape, stage_layers
 from .tensors import layer_tensors
 
@@ -101,22 +102,31 @@ def data_parallel(ctx: StepContext, st: StageShape) -> list[Entry]:
 
 def zero_sharded(ctx: StepContext, st: StageShape) -> list[Entry]:
     """ZeRO-1/2 (Rajbhandari et al. 2020 §5): reduce-scatter of the gradient buckets to their
-    shard owners (ZeRO-2 every micro-batch) and all-gather of the updated parameters."""
+    shard owners (ZeRO-2 every micro-batch) and all-gather of the updated parameters.
+
+    DeepSpeed's ZeRO-1 as Megatron-DeepSpeed ran it
+    (:func:`~ringccl.planner.frameworks.all_reduces_zero1_gradients`, DeepSpeed v0.5.4
+    ``zero/stage2.py``): each bucket flattened, divided, all-reduced and copied back (three
+    passes over it), and the updated parameters all-gathered with one tensor per rank."""
     z = ctx.dims.zero_stage
     if z not in (1, 2):
         return []
     per = ctx.micro_batches if z == 2 else 1
+    fallback = z == 1 and all_reduces_zero1_gradients(ctx.dims.framework)
+    collective, what, passes = (("all_reduce", "all-reduced in flattened buckets", 3)
+                                if fallback else
+                                ("reduce_scatter", "to their shard owners", 0))
     rows: list[Entry] = []
     for g in gradient_groups(ctx, st):
-        rows += slowest(ctx, st.stage, g.group, parallelism="zero",
-                        collective="reduce_scatter", phase="backward" if z == 2 else "step",
-                        what=f"{g.label} gradients to their shard owners", nbytes=g.bucket,
+        rows += slowest(ctx, st.stage, g.group, parallelism="zero", collective=collective,
+                        phase="backward" if z == 2 else "step",
+                        what=f"{g.label} gradients {what}", nbytes=g.bucket,
                         calls_per_step=g.buckets * per, overlap="backward", chunks=g.buckets,
-                        per_micro_batch=z == 2)
+                        per_micro_batch=z == 2, buffer_passes=passes)
         rows += slowest(ctx, st.stage, g.group, parallelism="zero", collective="all_gather",
                         phase="step", what=f"updated {g.label} parameters",
                         nbytes=g.gather_bucket, calls_per_step=g.buckets, overlap="forward",
-                        chunks=g.buckets, per_micro_batch=False)
+                        chunks=g.buckets, per_micro_batch=False, list_collective=fallback)
     return rows
 
 
