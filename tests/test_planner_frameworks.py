@@ -182,6 +182,52 @@ def test_torchtitan_gathers_bf16_reduces_fp32_and_keeps_weights_gathered_with_pp
     assert _zero(flat, "reduce_scatter")[0].calls_per_step == flat.stages[0].shape.layers * m
 
 
+def _titan_split(num_stages: int, num_layers: int, input_weight: int = 1,
+                 output_weight: int = 1) -> list[int]:
+    """Transformer layers per stage as torchtitan b5bcd76c splits them
+    (torchtitan/distributed/pipeline_parallel.py ``_generate_llm_fqn_per_model_part``): the
+    embedding weighs ``input_weight`` layers, norm + lm_head ``output_weight``, the first
+    ``effective % num_stages`` stages take one more."""
+    effective = num_layers + input_weight + output_weight
+    per, extra = divmod(effective, num_stages)
+    counts = [per + (i < extra) for i in range(num_stages)]
+    counts[0] -= input_weight
+    counts[-1] -= output_weight
+    return counts
+
+
+@pytest.mark.parametrize("layers, pp, v", [(126, 16, 2), (126, 16, 8), (32, 4, 2), (80, 8, 1),
+                                           (61, 4, 3)])
+def test_torchtitan_splits_the_layers_with_the_embedding_and_output_as_one_layer_each(layers,
+                                                                                      pp, v):
+    """torchtitan's pipeline_parallel_first_stage_less_layers = last_stage_less_layers = 1
+    (torchtitan b5bcd76c configs.py): its split, chunk by chunk, is the planner's for the
+    torchtitan preset; torchtitan of December 2024 and Megatron-Core count neither."""
+    from ringccl.planner.model import ModelConfig
+    from ringccl.planner.stages import stage_layers
+    model = ModelConfig(num_hidden_layers=layers, hidden_size=1024, num_attention_heads=16,
+                        num_key_value_heads=4, intermediate_size=2816, vocab_size=32000,
+                        seq_length=1024, name="split")
+    schedule = "interleaved" if v > 1 else "1f1b"
+    dims = ParallelDims(pp=pp, dp=1, schedule=schedule, virtual_stages=v,
+                        global_batch_size=pp, framework="torchtitan")
+    assert dims.account_for_embedding_in_pipeline_split is True
+    assert dims.account_for_loss_in_pipeline_split is True
+    assert {"account_for_embedding_in_pipeline_split",
+            "account_for_loss_in_pipeline_split"} <= set(dims.from_preset)
+    want = _titan_split(pp * v, layers)
+    # chunk c sits on rank c % pp (the loop placement of torch's interleaved schedules)
+    got = [0] * (pp * v)
+    for r in range(pp):
+        for k, chunk in enumerate(stage_layers(model, dims, r)):
+            got[r + k * pp] = len(chunk)
+    assert got == want
+    for fw in ("torchtitan-2024", "megatron", "fsdp2"):
+        other = ParallelDims(pp=pp, dp=1, framework=fw)
+        assert not other.account_for_embedding_in_pipeline_split, fw
+        assert not other.account_for_loss_in_pipeline_split, fw
+
+
 def test_fsdp_pipeline_keeps_the_stage_weights_and_fp32_gradients_unsharded():
     """torch.distributed.pipelining defers FSDP's reduce-scatter to the last micro-batch and
     keeps the unsharded gradient in reduce_dtype: the stage's weights (bf16) and gradients
@@ -246,10 +292,8 @@ def _llama3(gpus: int):
     # §3.3.2: FSDP sharding the optimizer and gradients, weights not resharded after forward,
     # FP32 gradient accumulation and reduce-scatter (torchtitan's preset: reshard off with PP,
     # reduce in float32), no activation checkpointing, one layer fewer on the first and last
-    # stage
-    lay.update(framework="torchtitan", recompute="none",
-               account_for_embedding_in_pipeline_split=True,
-               account_for_loss_in_pipeline_split=True)
+    # stage (torchtitan's preset too: the embedding and the output each weigh one layer)
+    lay.update(framework="torchtitan", recompute="none")
     return plan(resolve_model(row["model"]), lay,
                 {"preset": "dgx-h100", "nodes": row["hardware"]["nodes"]})
 
