@@ -316,13 +316,49 @@ def test_llama3_405b_memory_per_stage_is_the_reports_account(gpus):
         in_flight = mem.activations / (per_layer * st.shape.layers)
         if gpus == 16384 or st.stage == 0:
             # m = p: every forward before the first backward; else the interleaved warm-up
-            # (2(p - 1) + (v - 1)p + 1)/v = 47/2 on stage 0
-            assert in_flight == pytest.approx(16 if gpus == 16384 else 23.5, rel=1e-6)
+            # (2(p - 1) + (v - 1)p + 1)/v on stage 0: 143/8 with the report's one layer per
+            # chunk (v = 8, the data file's row)
+            assert p.dims.virtual_stages == 8
+            assert in_flight == pytest.approx(16 if gpus == 16384 else 143 / 8, rel=1e-6)
     first = p.stages[0].memory.total / GiB
     # the balanced first stage fits the H100's 80 GB at 16K GPUs (16 micro-batches); at 8K GPUs
-    # (32 micro-batches) Megatron's interleaved warm-up keeps 23.5 in flight and it does not:
+    # (32 micro-batches) Megatron's interleaved warm-up keeps 17.9 in flight and it does not:
     # docs/planner.md gives the report's account beside the planner's
     assert (first < 80) == (gpus == 16384)
+
+
+def test_llama3_405b_pipeline_is_the_reports_one_layer_chunks():
+    """§3.3.2: one layer fewer on the first and last stage leaves "the first model chunk on the
+    first stage" with "only the embedding" and "the last model chunk on the last stage" with
+    "only output projection and loss calculation": one layer per chunk, V = (126 + 2)/16 = 8
+    (the data file's rows), torchtitan's split; the bubble is the report's (PP − 1)/(V·M)."""
+    from ringccl.planner.stages import stage_layers
+    for gpus in (8192, 16384):
+        p = _llama3(gpus)
+        pp, v, m = p.dims.pp, p.dims.virtual_stages, p.dims.num_micro_batches
+        assert v == (p.model.num_hidden_layers + 2) // pp == 8
+        counts = [[len(c) for c in stage_layers(p.model, p.dims, r)] for r in range(pp)]
+        assert counts[0] == [0] + [1] * 7 and counts[-1] == [1] * 7 + [0]
+        assert all(c == [1] * 8 for c in counts[1:-1])
+        assert p.bubble_fraction == pytest.approx((pp - 1) / (v * m))
+
+
+def test_llama3_rows_run_the_published_asynchronous_point_to_point():
+    """§3.3.2 "we adopt asynchronous point-to-point communication in PP": the rows' pp_overlap
+    flag, set over the torchtitan preset by benchmarks/validate_planner.py; a row without it
+    keeps its preset's."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "validate_planner", ROOT / "benchmarks/validate_planner.py")
+    vp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(vp)
+    for rid in ("llama3-t4-8192-cp1", "llama3-t4-16384-cp1", "llama3-t4-16384-cp16"):
+        assert RUNS[rid]["layout"]["pp_overlap"] is True
+        dims = vp.planner_inputs(RUNS[rid])[1]
+        assert dims.framework == "torchtitan" and dims.overlap_p2p is True
+        assert "overlap_p2p" not in dims.from_preset
+    other = vp.planner_inputs(RUNS["torchtitan-llama3.1-405b-512gpu-1f1b"])[1]
+    assert other.overlap_p2p is False and "overlap_p2p" in other.from_preset
 
 
 # -- the default global batch ----------------------------------------------------------------
