@@ -74,7 +74,8 @@ FRAMEWORK_PRESETS = (
 
 #: published flags -> ParallelDims knobs
 ROW_FLAGS = {"dp_overlap": ("overlap_grad_reduce", "overlap_param_gather"),
-             "tp_comm_overlap": ("tp_comm_overlap",)}
+             "tp_comm_overlap": ("tp_comm_overlap",),
+             "pp_overlap": ("overlap_p2p",)}
 
 #: frameworks whose ZeRO-2 is FSDP's SHARD_GRAD_OP: zero_stage 3 with the gathered weights
 #: kept to the backward (ParallelDims refuses zero_stage 2 under them, saying so)

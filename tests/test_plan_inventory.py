@@ -273,6 +273,23 @@ def test_stages_planned_once_equal_every_stage_planned(model, layout, nodes, str
         shared["stages"])   # every stage's example ranks are its own
 
 
+def test_the_split_flags_are_part_of_the_inventory_memo_key():
+    """A plan whose embedding / loss take a layer's place in the split holds other layers on
+    its first and last stages: planned after the same layout without them, it is what it is
+    planned alone (the builders' memo key carries both flags)."""
+    cfg = ringccl.planner.resolve_model(DEEP)
+    lay = {"pp": 4, "dp": 2, "tp": 2, "global_batch_size": 16}
+    split = ringccl.planner.resolve_dims({**lay, "account_for_embedding_in_pipeline_split": True,
+                                          "account_for_loss_in_pipeline_split": True})
+    ringccl.clear_caches()
+    alone = estimate_step(cfg, split, node(2)).to_dict()
+    ringccl.clear_caches()
+    estimate_step(cfg, ringccl.planner.resolve_dims(lay), node(2))
+    after = estimate_step(cfg, split, node(2)).to_dict()
+    assert [s["layers"] for s in after["stages"]] == [3, 4, 3, 2]   # 14 slots: 4, 4, 3, 3
+    assert json.dumps(after, sort_keys=True) == json.dumps(alone, sort_keys=True)
+
+
 def test_one_plan_lays_out_its_ranks_and_stages_once(monkeypatch):
     """The rank grid and the stage shapes are derived once per plan (in its StepContext) and
     read by the inventory, the step and the memory; every stage's entries are its builders'

@@ -149,13 +149,16 @@ def test_cp_refusals():
 
 def test_llama3_128k_layout_plans_with_all_gather_cp():
     # Llama 3 report Table 4, third row: 16,384 GPUs, TP 8, CP 16, PP 16, DP 8 (see
-    # benchmarks/published_runs.json for why 8 and not the printed 4), all-gather CP (§3.3.2)
+    # benchmarks/published_runs.json for why 8 and not the printed 4), all-gather CP (§3.3.2);
+    # one layer fewer on the first and last stage, one layer per chunk (v = 8, 128 chunks)
     row = RUNS["llama3-t4-16384-cp16"]
     lay = {k: row["layout"][k] for k in ("tp", "pp", "dp", "cp", "schedule", "virtual_stages",
                                          "global_batch_size", "micro_batch_size", "sp",
                                          "zero_stage")}
     p = plan(resolve_model(row["model"]), {**lay, "cp_comm_type": "all_gather",
-                                           "recompute": "selective"},
+                                           "recompute": "selective",
+                                           "account_for_embedding_in_pipeline_split": True,
+                                           "account_for_loss_in_pipeline_split": True},
              cluster_preset("dgx-h100", nodes=2048))
     cp = rows(p, "cp", stage=1)
     assert {(e.collective, e.group, e.shape.size) for e in cp} == {

@@ -182,6 +182,52 @@ def test_torchtitan_gathers_bf16_reduces_fp32_and_keeps_weights_gathered_with_pp
     assert _zero(flat, "reduce_scatter")[0].calls_per_step == flat.stages[0].shape.layers * m
 
 
+def _titan_split(num_stages: int, num_layers: int, input_weight: int = 1,
+                 output_weight: int = 1) -> list[int]:
+    """Transformer layers per stage as torchtitan b5bcd76c splits them
+    (torchtitan/distributed/pipeline_parallel.py ``_generate_llm_fqn_per_model_part``): the
+    embedding weighs ``input_weight`` layers, norm + lm_head ``output_weight``, the first
+    ``effective % num_stages`` stages take one more."""
+    effective = num_layers + input_weight + output_weight
+    per, extra = divmod(effective, num_stages)
+    counts = [per + (i < extra) for i in range(num_stages)]
+    counts[0] -= input_weight
+    counts[-1] -= output_weight
+    return counts
+
+
+@pytest.mark.parametrize("layers, pp, v", [(126, 16, 2), (126, 16, 8), (32, 4, 2), (80, 8, 1),
+                                           (61, 4, 3)])
+def test_torchtitan_splits_the_layers_with_the_embedding_and_output_as_one_layer_each(layers,
+                                                                                      pp, v):
+    """torchtitan's pipeline_parallel_first_stage_less_layers = last_stage_less_layers = 1
+    (torchtitan b5bcd76c configs.py): its split, chunk by chunk, is the planner's for the
+    torchtitan preset; torchtitan of December 2024 and Megatron-Core count neither."""
+    from ringccl.planner.model import ModelConfig
+    from ringccl.planner.stages import stage_layers
+    model = ModelConfig(num_hidden_layers=layers, hidden_size=1024, num_attention_heads=16,
+                        num_key_value_heads=4, intermediate_size=2816, vocab_size=32000,
+                        seq_length=1024, name="split")
+    schedule = "interleaved" if v > 1 else "1f1b"
+    dims = ParallelDims(pp=pp, dp=1, schedule=schedule, virtual_stages=v,
+                        global_batch_size=pp, framework="torchtitan")
+    assert dims.account_for_embedding_in_pipeline_split is True
+    assert dims.account_for_loss_in_pipeline_split is True
+    assert {"account_for_embedding_in_pipeline_split",
+            "account_for_loss_in_pipeline_split"} <= set(dims.from_preset)
+    want = _titan_split(pp * v, layers)
+    # chunk c sits on rank c % pp (the loop placement of torch's interleaved schedules)
+    got = [0] * (pp * v)
+    for r in range(pp):
+        for k, chunk in enumerate(stage_layers(model, dims, r)):
+            got[r + k * pp] = len(chunk)
+    assert got == want
+    for fw in ("torchtitan-2024", "megatron", "fsdp2"):
+        other = ParallelDims(pp=pp, dp=1, framework=fw)
+        assert not other.account_for_embedding_in_pipeline_split, fw
+        assert not other.account_for_loss_in_pipeline_split, fw
+
+
 def test_fsdp_pipeline_keeps_the_stage_weights_and_fp32_gradients_unsharded():
     """torch.distributed.pipelining defers FSDP's reduce-scatter to the last micro-batch and
     keeps the unsharded gradient in reduce_dtype: the stage's weights (bf16) and gradients
@@ -246,10 +292,8 @@ def _llama3(gpus: int):
     # §3.3.2: FSDP sharding the optimizer and gradients, weights not resharded after forward,
     # FP32 gradient accumulation and reduce-scatter (torchtitan's preset: reshard off with PP,
     # reduce in float32), no activation checkpointing, one layer fewer on the first and last
-    # stage
-    lay.update(framework="torchtitan", recompute="none",
-               account_for_embedding_in_pipeline_split=True,
-               account_for_loss_in_pipeline_split=True)
+    # stage (torchtitan's preset too: the embedding and the output each weigh one layer)
+    lay.update(framework="torchtitan", recompute="none")
     return plan(resolve_model(row["model"]), lay,
                 {"preset": "dgx-h100", "nodes": row["hardware"]["nodes"]})
 
@@ -272,13 +316,49 @@ def test_llama3_405b_memory_per_stage_is_the_reports_account(gpus):
         in_flight = mem.activations / (per_layer * st.shape.layers)
         if gpus == 16384 or st.stage == 0:
             # m = p: every forward before the first backward; else the interleaved warm-up
-            # (2(p - 1) + (v - 1)p + 1)/v = 47/2 on stage 0
-            assert in_flight == pytest.approx(16 if gpus == 16384 else 23.5, rel=1e-6)
+            # (2(p - 1) + (v - 1)p + 1)/v on stage 0: 143/8 with the report's one layer per
+            # chunk (v = 8, the data file's row)
+            assert p.dims.virtual_stages == 8
+            assert in_flight == pytest.approx(16 if gpus == 16384 else 143 / 8, rel=1e-6)
     first = p.stages[0].memory.total / GiB
     # the balanced first stage fits the H100's 80 GB at 16K GPUs (16 micro-batches); at 8K GPUs
-    # (32 micro-batches) Megatron's interleaved warm-up keeps 23.5 in flight and it does not:
+    # (32 micro-batches) Megatron's interleaved warm-up keeps 17.9 in flight and it does not:
     # docs/planner.md gives the report's account beside the planner's
     assert (first < 80) == (gpus == 16384)
+
+
+def test_llama3_405b_pipeline_is_the_reports_one_layer_chunks():
+    """§3.3.2: one layer fewer on the first and last stage leaves "the first model chunk on the
+    first stage" with "only the embedding" and "the last model chunk on the last stage" with
+    "only output projection and loss calculation": one layer per chunk, V = (126 + 2)/16 = 8
+    (the data file's rows), torchtitan's split; the bubble is the report's (PP − 1)/(V·M)."""
+    from ringccl.planner.stages import stage_layers
+    for gpus in (8192, 16384):
+        p = _llama3(gpus)
+        pp, v, m = p.dims.pp, p.dims.virtual_stages, p.dims.num_micro_batches
+        assert v == (p.model.num_hidden_layers + 2) // pp == 8
+        counts = [[len(c) for c in stage_layers(p.model, p.dims, r)] for r in range(pp)]
+        assert counts[0] == [0] + [1] * 7 and counts[-1] == [1] * 7 + [0]
+        assert all(c == [1] * 8 for c in counts[1:-1])
+        assert p.bubble_fraction == pytest.approx((pp - 1) / (v * m))
+
+
+def test_llama3_rows_run_the_published_asynchronous_point_to_point():
+    """§3.3.2 "we adopt asynchronous point-to-point communication in PP": the rows' pp_overlap
+    flag, set over the torchtitan preset by benchmarks/validate_planner.py; a row without it
+    keeps its preset's."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "validate_planner", ROOT / "benchmarks/validate_planner.py")
+    vp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(vp)
+    for rid in ("llama3-t4-8192-cp1", "llama3-t4-16384-cp1", "llama3-t4-16384-cp16"):
+        assert RUNS[rid]["layout"]["pp_overlap"] is True
+        dims = vp.planner_inputs(RUNS[rid])[1]
+        assert dims.framework == "torchtitan" and dims.overlap_p2p is True
+        assert "overlap_p2p" not in dims.from_preset
+    other = vp.planner_inputs(RUNS["torchtitan-llama3.1-405b-512gpu-1f1b"])[1]
+    assert other.overlap_p2p is False and "overlap_p2p" in other.from_preset
 
 
 # -- the default global batch ----------------------------------------------------------------

@@ -305,9 +305,11 @@ def _add_layout_args(g) -> None:
                    default=None, help="ZeRO-3/FSDP frees gathered weights after each forward")
     g.add_argument("--account-for-embedding-in-pipeline-split", action="store_true",
                    default=None, help="the embedding counts as a layer: the first stage "
-                   "holds one layer fewer (Megatron-Core)")
+                   "holds one layer fewer (Megatron-Core's flag; default: the framework's, "
+                   "on for torchtitan)")
     g.add_argument("--account-for-loss-in-pipeline-split", action="store_true", default=None,
-                   help="the loss counts as a layer: the last stage holds one layer fewer")
+                   help="the loss counts as a layer: the last stage holds one layer fewer "
+                   "(default: the framework's, on for torchtitan)")
     g.add_argument("--order", help="rank order, fastest first (default tp-cp-ep-dp-pp)")
     g.add_argument("--bucket-size", type=size_arg, help="gradient bucket, e.g. 25MiB (default: "
                    "the framework's)")

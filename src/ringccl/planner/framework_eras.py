@@ -155,6 +155,12 @@ def _megatron_era(tag: str, **changes: Setting) -> dict[str, Setting]:
                                                 "_make_param_hook main_grad.add_)"),
         "pp_sequential_p2p": Setting(False, f"{tag} megatron/p2p_communication.py: a send and "
                                      "a receive in one batch_isend_irecv"),
+        "account_for_embedding_in_pipeline_split": Setting(
+            False, f"{tag} megatron/model/transformer.py ParallelTransformer: num_layers / "
+            "pipeline size layers on every stage, no slot for the embedding"),
+        "account_for_loss_in_pipeline_split": Setting(
+            False, f"{tag} megatron/model/transformer.py ParallelTransformer: no slot for the "
+            "loss"),
         "schedule": Setting("1f1b; interleaved with --num-layers-per-virtual-pipeline-stage",
                             f"{tag} megatron/schedules.py get_forward_backward_func"),
         "num_micro_batches": Setting("global batch / (micro-batch x dp)",
@@ -204,6 +210,13 @@ _MEGATRON_DEEPSPEED = {
     "pp_sequential_p2p": Setting(True, f"{_DS05} deepspeed/runtime/pipe/engine.py: "
                                  "SendActivation, RecvActivation, SendGrad and RecvGrad are "
                                  "separate instructions; p2p.py: each a blocking send or recv"),
+    "account_for_embedding_in_pipeline_split": Setting(
+        False, "Megatron-DeepSpeed megatron/model/gpt_model.py GPTModelPipe: PipelineModule("
+        "partition_method='type:transformer'), the transformer layers balanced over the stages, "
+        "the embedding not counted"),
+    "account_for_loss_in_pipeline_split": Setting(
+        False, "Megatron-DeepSpeed gpt_model.py GPTModelPipe: partition_method="
+        "'type:transformer', the loss not counted"),
     "schedule": Setting("1f1b", f"{_DS05} deepspeed/runtime/pipe/schedule.py TrainSchedule"),
     "num_micro_batches": Setting("gradient_accumulation_steps (default 1)",
                                  f"{_DS05} deepspeed/runtime/config.py "
@@ -250,6 +263,8 @@ _COMPOSER_FSDP = {
     "gradient_accumulation_fusion": Setting(False, f"{_TORCH21}: autograd writes each "
                                             "weight gradient, FSDP accumulates it"),
     "pp_sequential_p2p": Setting(False, _NO_PP),
+    "account_for_embedding_in_pipeline_split": Setting(False, _NO_PP),
+    "account_for_loss_in_pipeline_split": Setting(False, _NO_PP),
     "schedule": Setting("1f1b", _NO_PP),
     "num_micro_batches": Setting("global batch / (device_train_microbatch_size x dp)",
                                  f"{_COMPOSER} composer/trainer/trainer.py"),

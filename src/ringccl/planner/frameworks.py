@@ -101,7 +101,8 @@ LAYOUT_SETTINGS = ("sp", "zero_stage", "recompute", "attention", "reshard_after_
                    "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
                    "overlap_p2p", "pp_scatter_gather", "zero3_gather", "zero3_prefetch_bucket",
                    "fsdp_prefetch", "overlap_dgrad_reduce", "gradient_accumulation_fusion",
-                   "pp_sequential_p2p")
+                   "pp_sequential_p2p", "account_for_embedding_in_pipeline_split",
+                   "account_for_loss_in_pipeline_split")
 MODEL_SETTINGS = ("reduce_dtype", "bucket_bytes")
 
 #: what torch's fully_shard and pipelining overlap, for fsdp2 and torchtitan alike
@@ -194,6 +195,12 @@ PRESETS: dict[str, dict[str, Setting]] = {
         "pp_sequential_p2p": Setting(False, f"{_MEGATRON} megatron/core/"
                                      "model_parallel_config.py batch_p2p_comm = True: a send "
                                      "and a receive in one batch_isend_irecv"),
+        "account_for_embedding_in_pipeline_split": Setting(
+            False, f"{_MEGATRON} megatron/core/transformer/transformer_config.py "
+            "account_for_embedding_in_pipeline_split = False"),
+        "account_for_loss_in_pipeline_split": Setting(
+            False, f"{_MEGATRON} transformer_config.py account_for_loss_in_pipeline_split = "
+            "False"),
         "align_param_gather": Setting(True, f"{_MEGATRON} arguments.py --no-align-param-gather"
                                       " (store_false): every PP stage launches its parameter "
                                       "all-gathers together"),
@@ -261,6 +268,14 @@ PRESETS: dict[str, dict[str, Setting]] = {
         "pp_sequential_p2p": Setting(True, f"{_DEEPSPEED} deepspeed/runtime/pipe/p2p.py send "
                                      "and recv: async_op must be False, one call each "
                                      "(v0.3.15 to 2025)"),
+        "account_for_embedding_in_pipeline_split": Setting(
+            False, f"{_DEEPSPEED} deepspeed/runtime/pipe/module.py PipelineModule "
+            "partition_method = 'parameters': stages balanced by parameter count, no layer "
+            "slot for the embedding", note="the embedding's parameters weigh in that count; "
+            "not modelled"),
+        "account_for_loss_in_pipeline_split": Setting(
+            False, f"{_DEEPSPEED} pipe/module.py: the loss_fn runs on the last stage beside "
+            "its layers, no layer slot of its own"),
         "zero3_param_persistence_threshold": Setting("1e5 elements", f"{_DEEPSPEED} "
                                                      "zero/config.py stage3_param_persistence"
                                                      "_threshold (smaller ones replicated)"),
@@ -297,6 +312,11 @@ PRESETS: dict[str, dict[str, Setting]] = {
         "fsdp_prefetch": Setting(1, f"{_TORCH} _fsdp_param_group.py (implicit forward "
                                  "prefetch of one group on the all-gather stream; "
                                  "_backward_prefetch one group)"),
+        "account_for_embedding_in_pipeline_split": Setting(
+            False, f"{_TORCH} torch/distributed/pipelining: the caller splits the model into "
+            "stages (no split rule of its own)"),
+        "account_for_loss_in_pipeline_split": Setting(
+            False, f"{_TORCH} torch/distributed/pipelining: the caller's split"),
         "schedule": Setting("1f1b", f"{_TORCH} torch/distributed/pipelining/schedules.py "
                             "Schedule1F1B"),
     },
@@ -336,6 +356,14 @@ PRESETS: dict[str, dict[str, Setting]] = {
         "fsdp_prefetch": Setting(1, f"{_TITAN} torchtitan/distributed/fsdp.py: torch's "
                                  "implicit one-block prefetch (explicit one-block lists only "
                                  "with EP)"),
+        "account_for_embedding_in_pipeline_split": Setting(
+            True, f"{_TITAN} configs.py parallelism.pipeline_parallel_first_stage_less_layers "
+            "= 1; torchtitan/distributed/pipeline_parallel.py _generate_llm_fqn_per_model_part: "
+            "tok_embeddings weighs one layer of the split (input_weight)",
+            note="torchtitan before its 2025 split rewrite: see torchtitan-2024"),
+        "account_for_loss_in_pipeline_split": Setting(
+            True, f"{_TITAN} configs.py parallelism.pipeline_parallel_last_stage_less_layers "
+            "= 1; pipeline_parallel.py: norm and lm_head weigh one layer (output_weight)"),
         "schedule": Setting("1f1b", f"{_TITAN} configs.py "
                             "parallelism.pipeline_parallel_schedule = \"1F1B\""),
         "num_micro_batches": Setting("1", f"{_TITAN} configs.py "
@@ -348,18 +376,30 @@ PRESETS.update(ERA_PRESETS)
 _TITAN24 = "torchtitan 9dec370 (2024-12-26)"
 
 #: torchtitan as its December 2024 runs ran it (``--framework torchtitan-2024``): the current
-#: preset but for the attention kernel. Its Llama calls torch's scaled_dot_product_attention
-#: (``torchtitan/models/llama/model.py``, ``is_causal=True``), and torch's SDPA of that time
-#: tries FlashAttention-2 first (``aten/src/ATen/native/transformers/cuda/sdp_utils.cpp``
-#: ``priority_order``: flash, efficient, math, cuDNN last, from PyTorch 2.5.1 to 2025);
+#: preset but for the attention kernel and the pipeline split. Its Llama calls torch's
+#: scaled_dot_product_attention (``torchtitan/models/llama/model.py``, ``is_causal=True``),
+#: and torch's SDPA of that time tries FlashAttention-2 first
+#: (``aten/src/ATen/native/transformers/cuda/sdp_utils.cpp`` ``priority_order``: flash,
+#: efficient, math, cuDNN last, from PyTorch 2.5.1 to 2025);
 #: with context parallelism torchtitan allows only the flash and memory-efficient backends
 #: (``torchtitan/utils.py`` ``get_train_context``: ``sdpa_kernel([FLASH_ATTENTION,
 #: EFFICIENT_ATTENTION])``). So FlashAttention-2's kernel, not FlashAttention-3's.
+#: And the pipeline split: its ``generate_split_points``
+#: (``torchtitan/parallelisms/pipelining_utils.py``) gave every stage num_layers // stages
+#: layers, the embedding and the output not counted (torchtitan counts them since 2025).
 PRESETS["torchtitan-2024"] = {
     **PRESETS["torchtitan"],
     "attention": Setting("flash2", f"{_TITAN24} torchtitan/models/llama/model.py "
                          "F.scaled_dot_product_attention (torch SDPA: FlashAttention-2 "
                          "first; torchtitan/utils.py restricts CP to flash / efficient)"),
+    "account_for_embedding_in_pipeline_split": Setting(
+        False, f"{_TITAN24} torchtitan/parallelisms/pipelining_utils.py generate_split_points: "
+        "num_layers // (pp x stages per rank) layers a stage, no slot for the embedding",
+        note="its leftover layers go to the middle stages; the planner's split gives them to "
+        "the first ones"),
+    "account_for_loss_in_pipeline_split": Setting(
+        False, f"{_TITAN24} pipelining_utils.py generate_split_points: no slot for the norm "
+        "and output"),
 }
 
 

@@ -259,7 +259,9 @@ def _builder_keys(ctx: StepContext) -> dict:
                   ctx.micro_batches,
                   dims.schedule if dims.schedule in ("dualpipe", "dualpipev") else "",
                   dims.virtual_stages, dims.micro_batch_size, dims.capacity_factor,
-                  dims.routing_imbalance, dims.routing_skew) + tuple(
+                  dims.routing_imbalance, dims.routing_skew,
+                  dims.account_for_embedding_in_pipeline_split,
+                  dims.account_for_loss_in_pipeline_split) + tuple(
             getattr(dims, f) for f in GRID_FIELDS)
         keys = {build: _Key((build,) + common + tuple(getattr(dims, f) for f in fields))
                 for build, fields in BUILDER_FIELDS.items()}

@@ -271,7 +271,9 @@ class ParallelDims:
             forward (preset).
         account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split:
             Megatron-Core's: the embedding / the loss counts as one layer of the pipeline's
-            split, so the first / last stage holds one layer fewer (Llama 3's balance).
+            split, so the first / last stage holds one layer fewer (Llama 3's balance,
+            Dubey et al. 2024 §3.3.2; torchtitan's ``pipeline_parallel_first_stage_less_layers``
+            / ``..._last_stage_less_layers`` = 1) (preset).
         from_preset: the fields filled by the framework's preset or the batch rule.
     """
 
@@ -316,15 +318,14 @@ class ParallelDims:
     framework: str | None = None
     reduce_dtype: str | None = None
     reshard_after_forward: bool | None = None
-    account_for_embedding_in_pipeline_split: bool = False
-    account_for_loss_in_pipeline_split: bool = False
+    account_for_embedding_in_pipeline_split: bool | None = None
+    account_for_loss_in_pipeline_split: bool | None = None
     from_preset: tuple = field(default=(), compare=False)
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 - frozen dataclass
         for f in (*_INT1, "schedule", "order", "precision", "cp_comm_type",
-                  "moe_token_dispatcher_type", "account_for_embedding_in_pipeline_split",
-                  "account_for_loss_in_pipeline_split"):
+                  "moe_token_dispatcher_type"):
             set_(f, check_field(f, getattr(self, f)))
         if self.capacity_factor is not None:
             set_("capacity_factor", check_field("capacity_factor", self.capacity_factor))

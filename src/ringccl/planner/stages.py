@@ -6,11 +6,14 @@ stages s and pp − 1 − s (DeepSeek-V3 §3.2.1: the two directions); for DualP
 holding s and 2·pp − 1 − s (the V). Megatron-Core's ``account_for_embedding_in_pipeline_split``
 / ``account_for_loss_in_pipeline_split`` count the embedding / the loss as one more layer of the
 split, so the first / last chunk holds one layer fewer (the Llama 3 report's balanced first and
-last stages, Dubey et al. 2024 §3.3.2). Each weight matrix is sharded over tp (the routed experts
-over ep · etp), the vocabulary-parallel embedding sits with chunk 0 and the LM head with the
-last chunk. FLOPs per token are :meth:`ModelConfig.flops_per_token`'s, split by layer; a stage's
-forward is one pass through all of its chunks (for DualPipe: one micro-batch of each direction,
-each through one of its two stages).
+last stages, Dubey et al. 2024 §3.3.2; torchtitan's default split,
+``torchtitan/distributed/pipeline_parallel.py`` ``_generate_llm_fqn_per_model_part`` with
+``input_weight = output_weight = 1``, is this one chunk by chunk). Each weight matrix is
+sharded over tp (the routed experts over ep · etp), the vocabulary-parallel embedding sits with
+chunk 0 and the LM head with the last chunk. FLOPs per token are
+:meth:`ModelConfig.flops_per_token`'s, split by layer; a stage's forward is one pass through
+all of its chunks (for DualPipe: one micro-batch of each direction, each through one of its
+two stages).
 """
 
 from __future__ import annotations
