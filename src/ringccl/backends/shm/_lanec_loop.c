@@ -271,16 +271,6 @@ static int peer_apply(const int64_t *p, const int64_t *o, char *dst, char *fold,
     return 0;
 }
 
-/* OSError(errno, strerror, i): receive i could not read the peer's memory */
-static void peer_error(int e, Py_ssize_t i)
-{
-    PyObject *exc = PyObject_CallFunction(PyExc_OSError, "isn", e, strerror(e), i);
-    if (exc != NULL) {
-        PyErr_SetObject(PyExc_OSError, exc);
-        Py_DECREF(exc);
-    }
-}
-
 /* ---- Python list counters ---------------------------------------------------------------- */
 static inline int get_item(PyObject *list, int64_t i, int64_t *out)
 {
@@ -482,18 +472,19 @@ long lanec_run(const int64_t *p, PyObject *buf, int64_t c, Py_ssize_t pos, PyObj
                 result = 2 * i + 1;
                 goto out;
             }
-            if (set_item(expected, peer, seq + 1) < 0) { failed = 1; break; }
             char *dst = base + o[2], *fold = (char *)(intptr_t)o[4];
             char *also = (char *)(intptr_t)o[10 + h];
             const char *src = seg + off;
-            int e;
-            if (remote) {
-                if ((e = peer_apply(p, o, dst, fold, also, off, nb)) != 0) {
-                    peer_error(e, i);
-                    failed = 1;
-                    break;
-                }
-            } else if (o[3] == 1)
+            /* a peer's memory that cannot be read (it is gone): Python names the failure (a
+               descriptor of the peer's memory is never unexpected otherwise) */
+            if (remote && peer_apply(p, o, dst, fold, also, off, nb) != 0) {
+                result = 2 * i + 1;
+                goto out;
+            }
+            if (set_item(expected, peer, seq + 1) < 0) { failed = 1; break; }
+            if (remote)
+                ;
+            else if (o[3] == 1)
                 lanec_combine(dtype, op, rule, 0, dst, src, nb, also);
             else if (o[3] == 4)   /* from a peer below: src ⊕ dst */
                 lanec_combine(dtype, op, rule_left, 1, dst, src, nb, also);

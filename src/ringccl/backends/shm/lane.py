@@ -413,19 +413,10 @@ class Lane:
         the start, nothing done); any error aborts the group."""
         g, t, program = self.group, self.transport, self.program
         try:
-            try:
-                if r is None:
-                    r = _run_c(program, buffer, c, 0, g, t)
-                while r >= 0:
-                    r = _run_c(program, buffer, c, self._resume(r >> 1, r & 1, c, buffer), g, t)
-            except OSError as exc:   # receive exc.filename could not read the peer's memory
-                if not isinstance(exc.filename, int) or isinstance(exc, ConnectionError):
-                    raise
-                recv = self.meta[exc.filename][3]
-                fail = peer_memory.error(exc.errno, t.peer_name(recv[0]), g.pids[recv[0]])
-                fail.peer = recv[0]
-                raise step_error(self.schedule, self.rank, t, self.timeout, recv[9], recv[10],
-                                 fail) from exc
+            if r is None:
+                r = _run_c(program, buffer, c, 0, g, t)
+            while r >= 0:
+                r = _run_c(program, buffer, c, self._resume(r >> 1, r & 1, c, buffer), g, t)
         except BaseException:
             if not g.closed:
                 g.abort()
@@ -439,6 +430,13 @@ class Lane:
         kind, peer, word, recv = self.meta[i]
         t = self.transport
         if kind == RECV:
+            at = recv[8] + t.expected[peer] % RING * 4
+            if unexpected and self.group.w[at] == PEER_MEMORY:   # the C loop could not read it
+                fail = peer_memory.failure(self.group.pids[peer], self.group.w[at + 1],
+                                           t.peer_name(peer))
+                fail.peer = peer
+                raise step_error(self.schedule, self.rank, t, self.timeout, recv[9], recv[10],
+                                 fail)
             if unexpected:
                 if not self.restore:   # the C loop works on the caller's buffer
                     r = recv[9]

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["PEER_MEMORY", "MIN_BYTES", "read", "probe", "probe_word", "address", "set_enabled",
+__all__ = ["PEER_MEMORY", "MIN_BYTES", "read", "failure", "error", "probe", "probe_word", "address", "set_enabled",
            "enabled", "ReadError"]
 
 #: a descriptor's serial word for bytes in the sender's own memory (shared segments' serials
@@ -118,6 +118,13 @@ def read(pid: int, at: int, into: Any, peer: str) -> Any:
     if e:
         raise error(e, peer, pid)
     return into
+
+
+def failure(pid: int, at: int, peer: str) -> ReadError:
+    """The :class:`ReadError` of a read at address ``at`` of process ``pid`` (rank ``peer``)
+    that failed elsewhere (the C loop): its errno found again by reading one byte there."""
+    got = np.zeros(1, dtype=np.uint8)
+    return error(_readv_into(pid, at, 1, address(got)) or _errno.EIO, peer, pid)
 
 
 def error(e: int, peer: str, pid: int) -> ReadError:
