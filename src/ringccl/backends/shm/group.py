@@ -1,5 +1,6 @@
 """One group's shared memory on one host: the control block, the data segments, the call entry,
-growth, the abort word and bounded waits (backend-neutral: numpy/mmap/os only).
+growth, the abort word and bounded waits (backend-neutral: numpy/mmap/os, and ctypes through
+:mod:`.peer_memory`).
 
 Set-up (once per group, :meth:`ShmGroup.setup`): rank 0 creates the control segment and tells
 the others its name through the backend's ``exchange`` (an all-gather of a small object:

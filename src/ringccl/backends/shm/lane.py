@@ -58,10 +58,10 @@ drivers' PeerError / RingcclTimeout naming step and peer (:func:`ringccl.engine.
 
 A send of a range that a receive of an earlier step reduced, unchanged since (two-shot's
 reduced chunk, a ring's), is copied by that receive: its reduction writes the send's area too,
-while the result is in cache (:func:`~.lane_sends.fusable`). A large send is not copied at all
+while the result is in cache (:func:`~.lane_steps.fusable`). A large send is not copied at all
 where every rank can read its peers' memory (:mod:`~ringccl.backends.shm.peer_memory`): the C
 loop publishes its address, and waits before changing those bytes, and before the call ends,
-until the peer read them (:func:`~.lane_sends.in_place_sends`).
+until the peer read them (:func:`~.lane_steps.in_place_sends`).
 
 The replay runs in C where it can (:mod:`~ringccl.backends.shm.lane_native`: the optional
 ``_lanec`` extension, for dtypes and ops whose C reduction is bitwise the backend's, checked at
@@ -87,11 +87,10 @@ from ...errors import ArgumentError
 from ...ops import ReduceOp
 from ...engine import step_error
 from ... import frontend
-from . import lane_native
+from . import lane_native, peer_memory
 from .group import LINE, RING, ShmGroup
-from . import peer_memory
-from .lane_steps import in_place_sends, lower_steps
 from .lane_native import BEGIN_WAIT, BUFFER, CANNOT, DONE, RECV, SEND_WAIT
+from .lane_steps import in_place_sends, lower_steps
 from .peer_memory import PEER_MEMORY
 from .transport import mismatch, read_peer
 
