@@ -13,9 +13,11 @@ per size (the measurement behind ``ringccl.costmodel.choice.TWO_SHOT_BYTES``). `
 prints the raw rows.
 
 "ours" is the compiled lane (:mod:`ringccl.backends.shm.lane`: a signature's later calls replay
-its first, in C where ``_lanec`` is built); "python" the same lane replayed in Python
-(``lane.set_native(False)``); "general" the same call with the lane off, interleaved with the
-others; "1st call"
+its first, in C where ``_lanec`` is built; large sends read in place from the sender's memory,
+:mod:`ringccl.backends.shm.peer_memory`); "python" the same lane replayed in Python
+(``lane.set_native(False)``); "general" the same call with the lane off; "slot copy" the lane
+with every send copied into the sender's slot (compiled with ``peer_memory`` off, on a
+duplicate of the communicator), all interleaved; "1st call"
 the first call of the signature (compiling it). ``--cold`` gives every timed call a buffer of
 its own, round-robin from a pool of >= 64 MiB taken untimed (:class:`measure.BufferPool`), as
 the Open MPI XHC authors warn that reused buffers stay cache-hot (the zero-copy column keeps
@@ -35,7 +37,7 @@ bounds the large sizes: docs/shm.md; the flag and the passes are :mod:`measure`'
 ``comm.Allreduce``.
 
     python benchmarks/bench_mpi_shm.py --nproc 2 [-b 4KiB -e 64MiB] [--iters 7] [--crossover]
-        [--cold] [--json]
+        [--cold] [--single-copy-min SIZE] [--json]
 
 The script starts itself under mpirun (``ringccl.backends.mpi.launch.mpirun_command``).
 Figures for the note only; never timed asserts.
@@ -107,16 +109,21 @@ def floor(comm, reps: int, timed, nbytes: int, cold: bool = False) -> dict:
     return row
 
 
-def worker(sizes, iters, crossover, cold=False) -> None:
+def worker(sizes, iters, crossover, cold=False, single_copy_min=None) -> None:
     import numpy as np
     from mpi4py import MPI
 
     import ringccl.mpi as rm
-    from ringccl.backends.shm import lane
+    from ringccl.backends.shm import lane, peer_memory
 
     comm = MPI.COMM_WORLD
     rank, n = comm.Get_rank(), comm.Get_size()
     assert rm.resolve_transport(comm, "auto") == "shm", "not every rank on this host"
+    # the baseline of in-place sends: the same lane on a communicator of its own, compiled
+    # with every send copied into the slot (peer_memory off while it compiles)
+    slot_comm = comm.Dup()
+    if single_copy_min is not None:   # the threshold's measurement: ours against slot copy
+        peer_memory.MIN_BYTES = single_copy_min
 
     def timed(fn, prepare=None) -> float:
         arg = prepare() if prepare is not None else None
@@ -161,6 +168,11 @@ def worker(sizes, iters, crossover, cold=False) -> None:
         base = x.copy()
         general(lambda: rm.all_reduce(base, transport="shm"))()
         wrong = wrong or not np.array_equal(base, theirs)
+        copied = x.copy()
+        peer_memory.set_enabled(False)
+        rm.all_reduce(copied, transport="shm", comm=slot_comm)   # compiles: sends copied
+        peer_memory.set_enabled(True)
+        wrong = wrong or not np.array_equal(copied, theirs)
         # --cold: a buffer of its own per call, taken untimed (reused ones stay cache-hot)
         fresh = measure.BufferPool(count, cold=True).take if cold else None
 
@@ -169,6 +181,8 @@ def worker(sizes, iters, crossover, cold=False) -> None:
         variants = {"ringccl": (on(ours), fresh),
                     "python": (python(on(ours)), fresh),
                     "general": (general(on(ours)), fresh),
+                    "slot_copy": ((lambda b=None: rm.all_reduce(
+                        copied if b is None else b, transport="shm", comm=slot_comm)), fresh),
                     "mpi": ((lambda b=None: comm.Allreduce(MPI.IN_PLACE,
                                                            theirs if b is None else b,
                                                            op=MPI.SUM)), fresh),
@@ -192,6 +206,7 @@ def worker(sizes, iters, crossover, cold=False) -> None:
         row["ratio"] = row["mpi"]["median_s"] / row["ringccl"]["median_s"]
         row["ratio_general"] = row["mpi"]["median_s"] / row["general"]["median_s"]
         row["ratio_zero_copy"] = row["mpi"]["median_s"] / row["zero_copy"]["median_s"]
+        row["ratio_slot_copy"] = row["mpi"]["median_s"] / row["slot_copy"]["median_s"]
         rows.append(row)
     rows.append(back_to_back(comm, iters, general, python))
     # last: its large buffers must not disturb the rows above
@@ -245,6 +260,9 @@ def main() -> None:
     parser.add_argument("--crossover", action="store_true")
     parser.add_argument("--cold", action="store_true",
                         help="a fresh buffer for every timed call (made untimed)")
+    parser.add_argument("--single-copy-min", default=None, metavar="SIZE",
+                        help="read sends in place from this size on (default: "
+                             "ringccl.backends.shm.peer_memory.MIN_BYTES; measures it)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -256,14 +274,22 @@ def main() -> None:
         parser.error(f"-b {args.begin} -e {args.end}: {exc}")
     if not sizes:
         parser.error(f"-b {args.begin} -e {args.end}: no size (-b must be <= -e)")
+    single_copy_min = None
+    if args.single_copy_min is not None:
+        try:
+            single_copy_min = units.size(args.single_copy_min)
+        except ArgumentError as exc:
+            parser.error(f"--single-copy-min {args.single_copy_min}: {exc}")
     if args.worker:
-        worker(sizes, args.iters, args.crossover, args.cold)
+        worker(sizes, args.iters, args.crossover, args.cold, single_copy_min)
         return
     from ringccl.backends.mpi.launch import mpirun_command
     cmd = mpirun_command(args.nproc, [sys.executable, os.path.abspath(__file__), "--worker",
                                       "-b", args.begin, "-e", args.end, "--iters",
                                       str(args.iters)] + (["--crossover"] * args.crossover)
-                          + (["--cold"] * args.cold))
+                          + (["--cold"] * args.cold)
+                          + (["--single-copy-min", str(single_copy_min)]
+                             if single_copy_min is not None else []))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         p for p in (os.path.abspath(SRC), os.environ.get("PYTHONPATH")) if p))
     if "--oversubscribe" in cmd:  # Open MPI: pass the variable on explicitly
@@ -287,8 +313,8 @@ def _print(data: dict, args) -> None:
           "lane (C loop), python: the lane replayed in Python, general: the lane off")
     head = (f"{'size':>9} {'ours us (min-max)':>24} {'python us':>10} {'general us':>11}"
             f" {'MPI us (min-max)':>24}"
-            f" {'MPI/ours':>8} {'MPI/gen':>7} {'zero-copy us':>13} {'MPI/zc':>7}"
-            f" {'1st call us':>11}")
+            f" {'MPI/ours':>8} {'MPI/gen':>7} {'slot copy us':>12} {'MPI/slot':>8}"
+            f" {'zero-copy us':>13} {'MPI/zc':>7} {'1st call us':>11}")
     if args.crossover:
         head += f" {'direct us':>10} {'two_shot us':>11}"
     print(head)
@@ -304,6 +330,7 @@ def _print(data: dict, args) -> None:
         line = (f"{size:>9} {us(r['ringccl']):>24} {r['python']['median_s'] * 1e6:10.1f}"
                 f" {r['general']['median_s'] * 1e6:11.1f}"
                 f" {us(r['mpi']):>24} {r['ratio']:8.2f} {r['ratio_general']:7.2f}"
+                f" {r['slot_copy']['median_s'] * 1e6:12.1f} {r['ratio_slot_copy']:8.2f}"
                 f" {r['zero_copy']['median_s'] * 1e6:13.1f} {r['ratio_zero_copy']:7.2f}"
                 f" {r['first_call_s'] * 1e6:11.1f}")
         if args.crossover:

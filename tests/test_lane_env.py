@@ -186,3 +186,37 @@ def test_the_c_call_decides_as_the_python_one(monkeypatch):
     finally:
         for key in added:
             lane._lanes.pop(key, None)
+
+
+def test_a_combine_in_parts_gives_the_whole_combines_bits():
+    # a reduction read from a peer's memory block by block (peer_memory) is combined part by
+    # part: each part must give the bits of that part of one combine over the whole (the NaN
+    # that survives two NaN operands depends on the position in the whole), any partition
+    np = pytest.importorskip("numpy")
+    from ringccl.backends.mpi.executor import OPS
+    from ringccl.backends.shm import _lanec, lane_native
+    from ringccl.ops import ReduceOp
+    rng = np.random.default_rng(11)
+    for dtype in (np.float32, np.float64, np.int32):
+        a, b = lane_native._probes(np.dtype(dtype))
+        for op in (ReduceOp.SUM, ReduceOp.PRODUCT, ReduceOp.MIN, ReduceOp.MAX):
+            code, opc, rule, rule_left = lane_native.reduction(
+                OPS.combine(op), OPS.combine_into(op), dtype, op)
+            for k in range(40):
+                n = int(rng.integers(1, 5000))
+                left = bool(k % 2)
+                x, y = rng.choice(a, n), rng.choice(b, n)
+                r = rule_left if left else rule
+                whole, parts = x.copy(), x.copy()
+                also = np.zeros_like(x)
+                _lanec.combine(code, opc, r, left, whole, y)
+                cuts = np.unique(np.concatenate([[0, n], rng.integers(0, n, 4)]))
+                size = x.itemsize
+                for lo, hi in zip(cuts[:-1], cuts[1:]):
+                    _lanec.combine(code, opc, r, left, parts[lo:hi], y[lo:hi], also[lo:hi],
+                                   n * size, int(lo) * size)
+                assert parts.tobytes() == whole.tobytes(), (dtype, op, n, list(cuts))
+                assert also.tobytes() == whole.tobytes()
+    with pytest.raises(ValueError):   # a part beyond the whole
+        x = np.zeros(8, np.float32)
+        _lanec.combine(0, 0, 0, False, x, x.copy(), None, 16, 4)

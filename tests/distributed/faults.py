@@ -298,12 +298,13 @@ def _call(fn, rank: int, world_size: int, port: int, timeout: float, args, resul
     os._exit(0)
 
 
-def run_ranks(fn, world_size: int, *args, timeout: float = 10.0) -> dict:
+def run_ranks(fn, world_size: int, *args, timeout: float = 10.0, report=None) -> dict:
     """``fn(rank, world_size, *args)`` on forked gloo ranks; rank -> (ok, value or error text).
 
     ``timeout`` bounds the ranks' ringccl waits (``RINGCCL_TIMEOUT``, :func:`_init_group`). A
     rank that does not report within ``bounds.job(3 * timeout + 30)`` s is missing from the
-    result.
+    result; ``report``: the ranks waited for (default all; the others are ended once these
+    reported, e.g. a rank whose process ends mid-call).
     """
     from ringccl.torch.launch import free_port
 
@@ -316,7 +317,8 @@ def run_ranks(fn, world_size: int, *args, timeout: float = 10.0) -> dict:
         p.start()
     out: dict = {}
     deadline = time.monotonic() + bounds.job(3 * timeout + 30)
-    while len(out) < world_size and time.monotonic() < deadline:
+    waited = set(range(world_size) if report is None else report)
+    while not waited <= out.keys() and time.monotonic() < deadline:
         try:
             rank, value = results.get(timeout=0.5)
         except queue.Empty:

@@ -242,3 +242,98 @@ def test_dist_all_reduce_on_the_ringccl_backend_replays_the_same_bits(world_size
         assert not r["problems"], r["problems"][:5]
         assert r["compiled"] > 0
     assert all(r["digests"] == runs[0]["digests"] for r in runs)   # every rank's bytes
+
+
+def _in_place(rank, world_size):
+    import hashlib
+
+    import ringccl
+    import ringccl.torch as rt
+    from ringccl.backends.shm import lane, lane_native, peer_memory
+
+    peer_memory.MIN_BYTES = 4096   # calls of some KiB send in place (the C loop's sends)
+    ringccl.clear_caches()
+    gen = torch.Generator().manual_seed(300 + rank)
+    problems, digests = [], []
+    before = lane_native.native_runs()
+    for dtype in (torch.float32, torch.float64, torch.int64):
+        size = torch.empty(0, dtype=dtype).element_size()
+        for count in ((4096 * world_size) // size + 5, (3 << 15) // size + 7):
+            for algorithm in (None, "two_shot"):
+                for op in ("sum", "product", "min", "max"):
+                    x = (torch.randn(count, generator=gen) * 3).to(dtype)
+                    results = []
+                    for on in (False, True, True, False, True):
+                        lane.set_enabled(on)
+                        y = x.clone()
+                        rt.all_reduce(y, op=op, algorithm=algorithm, transport="shm")
+                        results.append(y.view(torch.uint8).numpy().tobytes())
+                    lane.set_enabled(True)
+                    if any(r != results[0] for r in results):
+                        problems.append(f"differs: {dtype} {algorithm} {count} {op}")
+                    digests.append(hashlib.sha1(results[-1]).hexdigest())
+    lanes = [e.lane for e in lane._lanes.values() if e is not lane._INELIGIBLE]
+    direct = sum(1 for one in lanes for sends, _ in one.steps for s in sends if s[7])
+    return problems, digests, direct, lane_native.native_runs() - before
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_sends_read_in_place_give_the_general_paths_bits(world_size):
+    out = faults.run_ranks(_in_place, world_size, timeout=bounds.job(180))
+    for rank in range(world_size):
+        ok, value = out[rank]
+        assert ok, value
+        problems, digests, direct, native_runs = value
+        assert not problems, problems[:5]
+        assert direct > 0 and native_runs > 0   # sent in place, by the C loop
+        assert digests == out[0][1][1]
+
+
+def _dies_while_read(rank, world_size, timeout):
+    import os
+    import threading
+    import time
+
+    import ringccl
+    import ringccl.torch as rt
+    from ringccl.backends.shm import lane, peer_memory
+    from ringccl.backends.shm.group import process_alive
+    from ringccl.errors import PeerError
+
+    peer_memory.MIN_BYTES = 4096
+    ringccl.clear_caches()
+    t = torch.arange(1 << 14, dtype=torch.float32) + rank
+    rt.all_reduce(t, algorithm="two_shot", timeout=timeout)   # compiles the lane
+    one = next(e.lane for e in lane._lanes.values() if e is not lane._INELIGIBLE)
+    g, posted = one.group, one.group.posted_word(1, 0)
+    sent = one.transport.expected[1] if rank == 0 else one.transport.sent[0]
+    if rank == 1:
+        # its replayed call sends in place at once, then waits for rank 0's send: the process
+        # ends during that wait, its send posted and never read
+        def end():
+            while g.w[posted] <= sent:
+                time.sleep(0.001)
+            os._exit(0)
+        threading.Thread(target=end, daemon=True).start()
+        rt.all_reduce(t, algorithm="two_shot", timeout=timeout)
+        return "not ended"
+    deadline = time.monotonic() + timeout
+    while (g.w[posted] <= sent or process_alive(g.pids[1])) and time.monotonic() < deadline:
+        time.sleep(0.01)   # until rank 1 posted its send and is gone
+    before = t.clone()
+    try:
+        rt.all_reduce(t, algorithm="two_shot", timeout=timeout)
+    except PeerError as exc:
+        return type(exc).__name__, str(exc), exc.peer, exc.step, torch.equal(t, before)
+    return "no error"
+
+
+def test_a_peer_gone_before_its_send_is_read_in_place_is_named():
+    timeout = round(bounds.job(60), 1)
+    out = faults.run_ranks(_dies_while_read, 2, timeout, timeout=timeout, report=[0])
+    ok, value = out[0]
+    assert ok and value != "no error", value
+    kind, message, peer, step, unchanged = value
+    assert kind == "PeerError" and peer == 1 and step == 0, message
+    assert "from rank 1" in message and "is gone" in message and "in place" in message, message
+    assert unchanged   # ringccl.torch's all-or-nothing call: the tensor as it was

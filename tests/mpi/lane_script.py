@@ -7,6 +7,7 @@ replay in C is checked to run), four dtypes and the five ops, each input is
 reduced once with the lane off (the reference) and then in the sequence on, on, off, on (the
 first "on" compiles, the others replay, general and lane calls alternate); every result must
 equal the reference and be the same bytes on every rank, and lanes must have been compiled.
+``single_copy``: sends read in place from the sender's memory (``single_copy``'s docstring).
 ``native``: the C replay, the Python replay (``lane.set_native(False)``) and the general path,
 alternating, on every dtype and op the C loop takes, with NaNs of rank-dependent payload and
 sign, infinities, signed zeros and integer overflow: the same bytes on every path and every
@@ -215,8 +216,68 @@ def alternating() -> None:
         problems.append("not a one-area lane and a double-buffered one")
 
 
+def single_copy() -> None:
+    """Sends read in place from the sender's memory (peer_memory), its threshold lowered so
+    that calls of some KiB use it: the C replay everywhere, the Python replay on rank 1 while
+    the others run C, the general path on rank 1 while the others replay (their in-place sends
+    read by the general path's receive), each against the general path everywhere, bit for
+    bit, and the same on every rank. In-place sends must have been made (none by a direct
+    all_reduce, whose receives overwrite what it sends in the same step), and read from
+    Python on rank 1."""
+    import ringccl
+    from ringccl.backends.shm import peer_memory
+    peer_memory.MIN_BYTES = 4096
+    ringccl.clear_caches()   # lanes compiled from here on see the threshold
+    real, reads = peer_memory.read, [0]
+
+    def counted(*args):
+        reads[0] += 1
+        return real(*args)
+    peer_memory.read = counted
+    rng = np.random.default_rng(200 + rank)
+    before = lane_native.native_runs()
+    # (lane on, C replay) on rank 1 / on the others
+    settings = (((False, True), (False, True)), ((True, True), (True, True)),
+                ((True, True), (True, True)), ((True, False), (True, True)),
+                ((False, True), (True, True)), ((True, True), (True, True)))
+    for dtype in (np.float32, np.float64, np.int32):
+        size = np.dtype(dtype).itemsize
+        for count in (0, 1, (4096 * n) // size + 5, (3 << 15) // size + 7):
+            for algorithm in (None, "two_shot", "direct"):
+                for op in ("sum", "prod", "min", "max"):
+                    x = _special(rng, dtype, count)
+                    results = []
+                    for one, others in settings:
+                        on, c = one if rank == 1 else others
+                        lane.set_enabled(on)
+                        lane.set_native(c)
+                        y = x.copy()
+                        with np.errstate(all="ignore"):
+                            rm.all_reduce(y, op=op, algorithm=algorithm, transport="shm")
+                        results.append(y.tobytes())
+                    lane.set_enabled(True)
+                    lane.set_native(True)
+                    what = (np.dtype(dtype).name, algorithm, count, op)
+                    if any(not _same(r, results[0], dtype, op) for r in results[1:]):
+                        problems.append(f"differs from the general path: {what}")
+                    everyone = comm.allgather(results[-1])
+                    if any(not _same(e, everyone[0], dtype, op) for e in everyone):
+                        problems.append(f"ranks differ: {what}")
+    lanes = _compiled()
+    if not any(s[7] for one in lanes for sends, _ in one.steps for s in sends):
+        problems.append("no send was read in place")
+    if any(s[7] for one in lanes if one.schedule.algorithm == "direct"
+           for sends, _ in one.steps for s in sends):
+        problems.append("a direct all_reduce sent in place what it overwrites in the step")
+    if rank == 1 and not reads[0]:
+        problems.append("the Python replay and the general path never read in place")
+    if lane_native.native_runs() == before:
+        problems.append("the C loop never ran")
+
+
 mode = sys.argv[1]
-{"bitwise": bitwise, "stall": stall, "native": native, "alternating": alternating}[mode]()
+{"bitwise": bitwise, "stall": stall, "native": native, "alternating": alternating,
+ "single_copy": single_copy}[mode]()
 print(f"rank {rank}: {'OK' if not problems else problems[:5]}", flush=True)
 if mode == "stall":
     end_job.end(comm, [r for r in range(n) if r != 1])

@@ -44,7 +44,7 @@ def test_bench_mpi_shm_cold_rows_and_floors(monkeypatch):
     for kind in ("latency", "size"):
         r = rows[kind]
         assert r["cold"] is True and r["wrong"] is False and r["first_call_s"] > 0
-        for k in ("ringccl", "python", "general", "mpi", "zero_copy"):
+        for k in ("ringccl", "python", "general", "mpi", "zero_copy", "slot_copy"):
             _positive(r[k])
     floor = rows["floor"]
     assert floor["cold"] is True and floor["nbytes"] == 4096

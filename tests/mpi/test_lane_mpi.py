@@ -51,6 +51,17 @@ def test_the_lane_gives_the_general_paths_bits(mode, nproc):
 
 
 @pytest.mark.parametrize("nproc", [2, 3])
+def test_sends_read_in_place_give_the_general_paths_bits(nproc):
+    # the C loop sends large sends in place (peer_memory); the C loop, the Python replay and
+    # the general path read them
+    job = f"lanes{os.getpid()}n{nproc}"
+    proc = _run(nproc, "single_copy", job, 360)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count(": OK") == nproc, proc.stdout
+    _nothing_left(job)
+
+
+@pytest.mark.parametrize("nproc", [2, 3])
 def test_a_large_call_then_small_ones_keep_the_peers_data(nproc):
     # a one-area (large) lane writes the whole slot: the double-buffered call after it waits
     # for the peers to read it all first

@@ -51,19 +51,30 @@ static PyObject *lane_run(PyObject *mod, PyObject *const *args, Py_ssize_t nargs
     return r == RUN_ERROR ? NULL : PyLong_FromLong(r);
 }
 
-/* lanec_combine(dtype, op, rule, left, dst, src[, also]): the C reductions on two buffers, dst
- * writable (dst := dst ⊕ src, or src ⊕ dst with left; the lane's lowering checks them against
- * the backend's own functions; tests compare them too); the result also written to `also` */
+/* lanec_combine(dtype, op, rule, left, dst, src[, also[, total, at]]): the C reductions on two
+ * buffers, dst writable (dst := dst ⊕ src, or src ⊕ dst with left; the lane's lowering checks
+ * them against the backend's own functions; tests compare them too); the result also written
+ * to `also` (None: not); with `total` and `at`, as bytes [at, at + len) of a combine over
+ * `total` bytes (lanec_combine_part: a reduction read from a peer block by block) */
 static PyObject *lane_combine(PyObject *mod, PyObject *args)
 {
     (void)mod;
     int dtype, op, left;
-    long long rule;
+    long long rule, total = -1, at = 0;
     Py_buffer d, s, a = {0};
-    if (!PyArg_ParseTuple(args, "iiLpw*y*|w*", &dtype, &op, &rule, &left, &d, &s, &a))
+    PyObject *also = Py_None;
+    if (!PyArg_ParseTuple(args, "iiLpw*y*|OLL", &dtype, &op, &rule, &left, &d, &s, &also,
+                          &total, &at))
         return NULL;
+    if (also != Py_None && PyObject_GetBuffer(also, &a, PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&d);
+        PyBuffer_Release(&s);
+        return NULL;
+    }
+    if (total < 0)
+        total = d.len, at = 0;
     if (d.len != s.len || (a.buf != NULL && a.len != d.len) || dtype < D_F32 ||
-        dtype > D_U8 || op < O_SUM || op > O_BXOR) {
+        dtype > D_U8 || op < O_SUM || op > O_BXOR || at < 0 || at + d.len > total) {
         PyBuffer_Release(&d);
         PyBuffer_Release(&s);
         if (a.buf != NULL)
@@ -71,7 +82,7 @@ static PyObject *lane_combine(PyObject *mod, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "combine: same-size buffers, known dtype and op");
         return NULL;
     }
-    lanec_combine(dtype, op, rule, left, d.buf, s.buf, d.len, a.buf);
+    lanec_combine_part(dtype, op, rule, left, d.buf, s.buf, d.len, a.buf, total, at);
     PyBuffer_Release(&d);
     PyBuffer_Release(&s);
     if (a.buf != NULL)
@@ -341,7 +352,7 @@ static PyMethodDef methods[] = {
     {"run", (PyCFunction)(void (*)(void))lane_run, METH_FASTCALL,
      "run(program, buffer, call, position, group, transport) -> int (see _lanec.c)"},
     {"combine", lane_combine, METH_VARARGS,
-     "lanec_combine(dtype, op, rule, left, dst, src[, also])"},
+     "lanec_combine(dtype, op, rule, left, dst, src[, also[, total, at]])"},
     {"runs", lane_runs, METH_NOARGS, "calls completed by run() in this process"},
     {"configure", lane_configure, METH_VARARGS,
      "configure(table, state, environ, names, slow): what call() reads"},

@@ -14,9 +14,12 @@
 enum { H_MAGIC, H_NOPS, H_CTRL, H_SERIAL, H_ABORT, H_WORK, H_BYTES, H_DTYPE, H_OP, H_RULE,
        H_RULE_LEFT, H_NEED, H_NEED0, H_NEED1, H_ENTERED, H_SEG, H_SEGBYTES, H_RING, H_SPIN,
        H_ITEMSIZE, HDR = 20 };
-#define OPW 12
+#define OPW 14
 #define MAGIC 0x4c414e4543303031LL
-enum { K_BEGIN_WAIT = 1, K_PUBLISH, K_COPY_IN, K_SEND, K_RECV, K_COPY_OUT, K_END_WAIT };
+enum { K_BEGIN_WAIT = 1, K_PUBLISH, K_COPY_IN, K_SEND, K_RECV, K_COPY_OUT, K_END_WAIT,
+       K_SEND_WAIT };
+/* a descriptor's serial word naming the sender's own memory (peer_memory.py: PEER_MEMORY) */
+#define PEER_MEMORY (-1)
 enum { D_F32, D_F64, D_I8, D_I16, D_I32, D_I64, D_U8 };
 enum { O_SUM, O_PROD, O_MIN, O_MAX, O_BAND, O_BOR, O_BXOR };
 #define R_DONE (-1)
@@ -41,6 +44,12 @@ long lanec_run(const int64_t *p, PyObject *buf, int64_t c, Py_ssize_t pos, PyObj
  * written to `also` block by block when it is not NULL */
 void lanec_combine(int dtype, int op, int64_t rule, int left, void *d, const void *s,
                    int64_t nbytes, void *also);
+
+/* the same on bytes [at, at + nbytes) of a combine over `total` bytes (d, s, also point at
+ * byte `at`): the bits of that part of the whole combine (the NaN rule counts positions in
+ * the whole) */
+void lanec_combine_part(int dtype, int op, int64_t rule, int left, void *d, const void *s,
+                        int64_t nbytes, void *also, int64_t total, int64_t at);
 
 /* 1: obj.name is truthy; 0: not; -1: error */
 int lanec_attr_true(PyObject *obj, PyObject *name);

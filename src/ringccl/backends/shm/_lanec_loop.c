@@ -27,6 +27,9 @@
  * its own rule (H_RULE, H_RULE_LEFT).
  */
 #include "_lanec.h"
+#include <errno.h>
+#include <stdlib.h>
+#include <sys/uio.h>
 
 long long lanec_native_runs;
 static PyObject *s_closed, *s_work_serial, *s_retired, *s_lazy, *s_calls, *s_sent,
@@ -154,7 +157,8 @@ static inline int nan_rule(int64_t rule, int64_t n, int64_t i)
             for (int64_t i = 0; i < m; i++) d[i] = a[i] <= b[i] ? a[i] : b[i];                \
     }                                                                                         \
     CLONES static void NAME(T *restrict d, const T *restrict s, int64_t n, int op,          \
-                            int64_t rule, int left, T *restrict also)                         \
+                            int64_t rule, int left, T *restrict also, int64_t total,          \
+                            int64_t at)                                                       \
     {                                                                                         \
         int mx = op == O_MAX;                                                                 \
         for (int64_t lo = 0; lo < n; lo += BLOCK) {                                           \
@@ -178,7 +182,7 @@ static inline int nan_rule(int64_t rule, int64_t n, int64_t i)
                 for (int64_t i = lo; i < hi; i++) {                                           \
                     T a = left ? s[i] : d[i], b = left ? d[i] : s[i];                         \
                     if (a != a && b != b)                                                     \
-                        d[i] = NAME##_q(nan_rule(rule, n, i) ? b : a);                        \
+                        d[i] = NAME##_q(nan_rule(rule, total, at + i) ? b : a);               \
                     else if (a != a || b != b)                                                \
                         d[i] = NAME##_q(a != a ? a : b);                                      \
                     else                                                                      \
@@ -197,15 +201,74 @@ FLOAT_OPS(comb_f64, double, uint64_t, 0x0008000000000000ull)
 void lanec_combine(int dtype, int op, int64_t rule, int left, void *d, const void *s,
                    int64_t nbytes, void *also)
 {
+    lanec_combine_part(dtype, op, rule, left, d, s, nbytes, also, nbytes, 0);
+}
+
+void lanec_combine_part(int dtype, int op, int64_t rule, int left, void *d, const void *s,
+                        int64_t nbytes, void *also, int64_t total, int64_t at)
+{
     switch (dtype) {
-    case D_F32: comb_f32(d, s, nbytes / 4, op, rule, left, also); break;
-    case D_F64: comb_f64(d, s, nbytes / 8, op, rule, left, also); break;
+    case D_F32: comb_f32(d, s, nbytes / 4, op, rule, left, also, total / 4, at / 4); break;
+    case D_F64: comb_f64(d, s, nbytes / 8, op, rule, left, also, total / 8, at / 8); break;
     case D_I8: comb_i8(d, s, nbytes, op, also); break;
     case D_U8: comb_u8(d, s, nbytes, op, also); break;
     case D_I16: comb_i16(d, s, nbytes / 2, op, also); break;
     case D_I32: comb_i32(d, s, nbytes / 4, op, also); break;
     default: comb_i64(d, s, nbytes / 8, op, also); break;
     }
+}
+
+/* ---- a send in the peer's own memory (peer_memory.py) --------------------------------------- */
+/* bytes read from a peer per step of a reduction: the block stays in cache while it is reduced */
+#define PEER_BLOCK (128 << 10)
+static char *peer_block;
+
+/* nbytes at address `from` of process `pid` into `to` (process_vm_readv): 0, or an errno */
+static int peer_read(int64_t pid, char *to, int64_t from, int64_t nbytes)
+{
+    while (nbytes > 0) {
+        struct iovec here = {to, (size_t)nbytes}, there = {(void *)(intptr_t)from, (size_t)nbytes};
+        ssize_t k = process_vm_readv((pid_t)pid, &here, 1, &there, 1, 0);
+        if (k <= 0)
+            return k < 0 ? errno : EIO;
+        to += k;
+        from += k;
+        nbytes -= k;
+    }
+    return 0;
+}
+
+/* receive op `o` (mode o[3], lane.py) from the peer's memory at `from`: a copy read straight
+ * into place; a reduction block by block through a cached buffer, each block's part of the
+ * whole combine (the same bits as one combine over a copy); 0 or an errno */
+static int peer_apply(const int64_t *p, const int64_t *o, char *dst, char *fold, char *also,
+                      int64_t from, int64_t nb)
+{
+    int64_t pid = o[12], mode = o[3], rule = p[H_RULE], rule_left = p[H_RULE_LEFT];
+    int dtype = (int)p[H_DTYPE], op = (int)p[H_OP], e;
+    if (mode == 0)
+        return peer_read(pid, dst, from, nb);
+    if (mode == 2) {
+        if ((e = peer_read(pid, fold, from, nb)) != 0)
+            return e;
+    } else {
+        if (peer_block == NULL && (peer_block = aligned_alloc(64, PEER_BLOCK)) == NULL)
+            return ENOMEM;
+        char *acc = mode == 3 ? fold : dst;
+        for (int64_t at = 0; at < nb; at += PEER_BLOCK) {
+            int64_t m = nb - at < PEER_BLOCK ? nb - at : PEER_BLOCK;
+            if ((e = peer_read(pid, peer_block, from + at, m)) != 0)
+                return e;
+            char *copy = (mode != 3 && also != NULL) ? also + at : NULL;
+            if (mode == 4)   /* from a peer below: src ⊕ dst */
+                lanec_combine_part(dtype, op, rule_left, 1, dst + at, peer_block, m, copy, nb, at);
+            else
+                lanec_combine_part(dtype, op, rule, 0, acc + at, peer_block, m, copy, nb, at);
+        }
+    }
+    if (mode >= 2 && o[5])   /* the lower ranks' accumulator on the left */
+        lanec_combine(dtype, op, rule_left, 1, dst, fold, nb, NULL);
+    return 0;
 }
 
 /* ---- Python list counters ---------------------------------------------------------------- */
@@ -380,16 +443,17 @@ long lanec_run(const int64_t *p, PyObject *buf, int64_t c, Py_ssize_t pos, PyObj
             break;
         }
         case K_SEND: {   /* [2] src (offset), [3] nbytes, [4+h] area, [6+h] offset, [8] ring,
-                            [9] posted, [10] first copy of this range */
-            if (o[10])
+                            [9] posted, [10] first copy of this range, [11] sent in place:
+                            the descriptor names this process's memory, the peer reads it */
+            if (o[10] && !o[11])
                 memcpy((char *)(intptr_t)o[4 + h], base + o[2], (size_t)o[3]);
             if (get_item(sent, peer, &seq) < 0 || set_item(sent, peer, seq + 1) < 0) {
                 failed = 1;
                 break;
             }
             int64_t *d = w + o[8] + (seq % ring_n) * 4;
-            d[0] = serial;
-            d[1] = o[6 + h];
+            d[0] = o[11] ? PEER_MEMORY : serial;
+            d[1] = o[11] ? (int64_t)(intptr_t)(base + o[2]) : o[6 + h];
             d[2] = o[3];
             d[3] = seq;
             store_rel(w + o[9], seq + 1);
@@ -397,21 +461,30 @@ long lanec_run(const int64_t *p, PyObject *buf, int64_t c, Py_ssize_t pos, PyObj
         }
         case K_RECV: {   /* [2] dst (offset), [3] mode (lane.py), [4] fold, [5] flush, [6] nbytes,
                             [7] posted, [8] released, [9] ring, [10+h] the area of a later send
-                            of the result (0: none; modes 1 and 4) */
+                            of the result (0: none; modes 1 and 4), [12] the peer's pid */
             if (get_item(expected, peer, &seq) < 0) { failed = 1; break; }
             if (!spin_ge(w + o[7], seq + 1, spin)) { result = 2 * i; goto out; }
             const int64_t *d = w + o[9] + (seq % ring_n) * 4;
             int64_t off = d[1], nb = d[2];
-            if (d[0] != serial || nb != o[6] || d[3] != seq || off < 0 ||
-                off % p[H_ITEMSIZE] || off + nb > p[H_SEGBYTES]) {
+            int remote = d[0] == PEER_MEMORY;
+            if (nb != o[6] || d[3] != seq || (!remote && (d[0] != serial || off < 0 ||
+                off % p[H_ITEMSIZE] || off + nb > p[H_SEGBYTES]))) {
+                result = 2 * i + 1;
+                goto out;
+            }
+            char *dst = base + o[2], *fold = (char *)(intptr_t)o[4];
+            char *also = (char *)(intptr_t)o[10 + h];
+            const char *src = seg + off;
+            /* a peer's memory that cannot be read (it is gone): Python names the failure (a
+               descriptor of the peer's memory is never unexpected otherwise) */
+            if (remote && peer_apply(p, o, dst, fold, also, off, nb) != 0) {
                 result = 2 * i + 1;
                 goto out;
             }
             if (set_item(expected, peer, seq + 1) < 0) { failed = 1; break; }
-            char *dst = base + o[2], *fold = (char *)(intptr_t)o[4];
-            char *also = (char *)(intptr_t)o[10 + h];
-            const char *src = seg + off;
-            if (o[3] == 1)
+            if (remote)
+                ;
+            else if (o[3] == 1)
                 lanec_combine(dtype, op, rule, 0, dst, src, nb, also);
             else if (o[3] == 4)   /* from a peer below: src ⊕ dst */
                 lanec_combine(dtype, op, rule_left, 1, dst, src, nb, also);
@@ -438,6 +511,16 @@ long lanec_run(const int64_t *p, PyObject *buf, int64_t c, Py_ssize_t pos, PyObj
         case K_END_WAIT:   /* the peer entered this call */
             if (!spin_ge(w + o[2], c, spin)) { result = 2 * i; goto out; }
             break;
+        case K_SEND_WAIT: {   /* [2] released word, [3] k: the peer read this call's send k to
+                                 it (sent in place: before its bytes change or the call ends) */
+            PyObject *lm = PyObject_GetAttr(t, s_lane_marks);
+            if (lm == NULL) { failed = 1; break; }
+            int rc = get_item(lm, peer, &v);
+            Py_DECREF(lm);
+            if (rc < 0) { failed = 1; break; }
+            if (!spin_ge(w + o[2], v + o[3] + 1, spin)) { result = 2 * i; goto out; }
+            break;
+        }
         default:
             PyErr_SetString(PyExc_ValueError, "lane: unknown operation");
             failed = 1;

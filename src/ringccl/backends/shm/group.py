@@ -1,5 +1,6 @@
 """One group's shared memory on one host: the control block, the data segments, the call entry,
-growth, the abort word and bounded waits (backend-neutral: numpy/mmap/os only).
+growth, the abort word and bounded waits (backend-neutral: numpy/mmap/os, and ctypes through
+:mod:`.peer_memory`).
 
 Set-up (once per group, :meth:`ShmGroup.setup`): rank 0 creates the control segment and tells
 the others its name through the backend's ``exchange`` (an all-gather of a small object:
@@ -14,7 +15,8 @@ ranks write one cache line):
 * line 0: magic, world_size; line 1: ``made`` (the serial rank 0 created last); line 2: the
   abort word (0, or ``(rank + 1) | code << 16``);
 * one line per rank: pid, ``entered`` (collective calls begun), ``need`` for even and odd calls
-  (bytes of working area), ``ready`` (the serial it attached last);
+  (bytes of working area), ``ready`` (the serial it attached last), whether it can read every
+  peer's memory and where its probe word is (:mod:`.peer_memory`);
 * per directed pair (src, dst): ``posted`` (sends src made to dst) and ``released`` (of those,
   the ones dst is done reading), each on its own line, and a ring of :data:`RING` descriptors
   (serial, byte offset, nbytes, sequence number).
@@ -40,6 +42,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ...errors import BackendError
+from . import peer_memory
 from .segment import Segment, ShmSpaceError, segment_name
 
 __all__ = ["ShmGroup", "check_platform", "supported_platform", "process_alive", "RING",
@@ -216,6 +219,7 @@ class ShmGroup:
             if self.rank == 0:
                 self.w[0], self.w[1] = MAGIC, self.world_size
             self.w[self.rank_line * LINE + self.rank * LINE] = os.getpid()
+            self.w[self.rank_word(self.rank, 6)] = peer_memory.probe_word()
             everyone = self._exchange(exchange, ("ok", me))   # the barrier: all attached
             bad = [(r, m[1]) for r, m in enumerate(everyone) if m[0] != "ok"]
             if bad:
@@ -229,11 +233,23 @@ class ShmGroup:
                 ctrl.unlink()
         self.pids = [m[1] for m in everyone]
         self.watch = [p != me and process_alive(p) for p in self.pids]
+        # whether this rank can read every peer's memory (peer_memory): 1 yes, 2 no; published
+        # before this rank's first call, so a peer's lowering (after a call) sees it
+        readable = all(peer_memory.probe(p, self.w[self.rank_word(r, 6)])
+                       for r, p in enumerate(self.pids) if r != self.rank and self.watch[r])
+        self.w[self.rank_word(self.rank, 5)] = 1 if readable and all(
+            self.watch[r] for r in range(self.world_size) if r != self.rank) else 2
 
     # -- words -------------------------------------------------------------------------------
     def rank_word(self, rank: int, field: int) -> int:
-        """pid 0, entered 1, need 2/3, ready 4."""
+        """pid 0, entered 1, need 2/3, ready 4, reads its peers' memory 5 (1 yes, 2 no), its
+        probe word's address 6 (:mod:`~ringccl.backends.shm.peer_memory`)."""
         return (self.rank_line + rank) * LINE + field
+
+    def reads_peers(self, rank: int) -> bool:
+        """Whether ``rank`` said it can read every peer's memory (a send to it may be read
+        in place, :mod:`~ringccl.backends.shm.peer_memory`)."""
+        return self.w[self.rank_word(rank, 5)] == 1
 
     def entered(self, rank: int) -> int:
         """The last call ``rank`` entered (its count of :meth:`enter`)."""

@@ -58,7 +58,10 @@ drivers' PeerError / RingcclTimeout naming step and peer (:func:`ringccl.engine.
 
 A send of a range that a receive of an earlier step reduced, unchanged since (two-shot's
 reduced chunk, a ring's), is copied by that receive: its reduction writes the send's area too,
-while the result is in cache (:func:`_fusable`).
+while the result is in cache (:func:`~.lane_steps.fusable`). A large send is not copied at all
+where every rank can read its peers' memory (:mod:`~ringccl.backends.shm.peer_memory`): the C
+loop publishes its address, and waits before changing those bytes, and before the call ends,
+until the peer read them (:func:`~.lane_steps.in_place_sends`).
 
 The replay runs in C where it can (:mod:`~ringccl.backends.shm.lane_native`: the optional
 ``_lanec`` extension, for dtypes and ops whose C reduction is bitwise the backend's, checked at
@@ -84,10 +87,12 @@ from ...errors import ArgumentError
 from ...ops import ReduceOp
 from ...engine import step_error
 from ... import frontend
-from . import lane_native
+from . import lane_native, peer_memory
 from .group import LINE, RING, ShmGroup
-from .lane_native import BEGIN_WAIT, BUFFER, CANNOT, DONE, RECV
-from .transport import mismatch
+from .lane_native import BEGIN_WAIT, BUFFER, CANNOT, DONE, RECV, SEND_WAIT
+from .lane_steps import in_place_sends, lower_steps
+from .peer_memory import PEER_MEMORY
+from .transport import mismatch, read_peer
 
 __all__ = ["Lane", "lower", "capture", "wanted", "call", "replay", "first_call", "signature",
            "finisher", "set_enabled", "enabled", "set_native", "native", "compiled", "MAX_LANES",
@@ -315,17 +320,6 @@ def _weak(group: Any) -> Callable[[], Any]:
         return lambda: group
 
 
-def _fusable(writes: list, lo: int, hi: int) -> list | None:
-    """The last of ``writes`` (``(lo, hi, receive)``, plan order) to write any of ``[lo, hi)``
-    if it reduced exactly that range and is not fused yet, else None: its reduction will write
-    the send's area too, from cache (two-shot, ring: half a pass over the buffer fewer)."""
-    for a, b, recv in reversed(writes):
-        if a < hi and lo < b:
-            return recv if (a, b) == (lo, hi) and recv[2] in (1, 4) and recv[11] is None \
-                else None
-    return None
-
-
 def lower(schedule, plan, rank: int, group: ShmGroup, transport, dialect, op, *,
           itemsize: int, numel: int, need: int, timeout: float | None,
           restore: bool = True) -> "Lane | None":
@@ -373,42 +367,17 @@ class Lane:
         self.work = work = ops.empty(segment, numel)
         acc = ops.empty(segment, plan.accumulator_elems) if plan.accumulator_elems else None
         self.single = half == 0   # one area for both parities (lower)
+        self.clone = dialect.clone
+        reduction = lane_native.reduction(self.combine, self.combine_into, work.dtype, op)
         bases = [me * g.work_slot + h * half for h in (0, 1)]
         self.need_words = (g.rank_word(me, 2), g.rank_word(me, 3))
         self.entered_word = g.rank_word(me, 1)
         self.released_words = [(p, g.released_word(me, p)) for p in range(g.world_size)
                                if p != me]
         self.entered_words = [(p, g.rank_word(p, 1)) for p in range(g.world_size) if p != me]
-        done: set = set()
-        steps, writes = [], []   # writes: (lo, hi, receive) in plan order
-        for st in plan.steps:
-            sends = []
-            for s in st.sends:
-                at, nbytes = copies[(s.step, s.lo, s.hi)], (s.hi - s.lo) * itemsize
-                first = (s.step, s.lo, s.hi) not in done
-                done.add((s.step, s.lo, s.hi))
-                areas = tuple(segment[(b + at) // itemsize:(b + at + nbytes) // itemsize]
-                              for b in bases) if first else None
-                offsets = tuple(b + at for b in bases)
-                fused = _fusable(writes, s.lo, s.hi) if first else None
-                if fused is not None:   # the receive writes the area as it reduces
-                    fused[11], areas = (areas, offsets), None
-                sends.append((s.peer, work[s.lo:s.hi], areas, offsets,
-                              nbytes, g.ring_entry(me, s.peer, 0), g.posted_word(me, s.peer)))
-            recvs = []
-            for r in st.recvs:
-                # mode: 0 copy, 1 reduce (dst ⊕ src), 2 start the accumulator, 3 fold into it,
-                # 4 reduce from a peer below (src ⊕ dst: the IR's operand order)
-                mode = (2 if r.start else 3) if r.fold >= 0 else (4 if r.below else 1) \
-                    if r.reduce else 0
-                fold = acc[r.fold:r.fold + r.hi - r.lo] if r.fold >= 0 else None
-                recvs.append([r.peer, work[r.lo:r.hi], mode, fold, r.flush,
-                              (r.hi - r.lo) * itemsize, g.posted_word(r.peer, me),
-                              g.released_word(r.peer, me), g.ring_entry(r.peer, me, 0), r, st,
-                              None])   # [11]: a later send's (areas, offsets), fused
-                writes.append((r.lo, r.hi, recvs[-1]))
-            steps.append((tuple(sends), recvs))
-        self.steps = tuple((sends, tuple(map(tuple, recvs))) for sends, recvs in steps)
+        self.steps, self.read_waits = lower_steps(
+            plan, g, work, segment, acc, bases, copies, itemsize,
+            in_place_sends(g, reduction is not None))
         self.first = {}   # peer -> (op, step) named when a wait before step 0 fails
         for st in reversed(plan.steps):
             for o in st.sends + st.recvs:
@@ -416,7 +385,6 @@ class Lane:
         self.views: dict = {}   # (serial, byte offset, nbytes) -> the dialect's array
         # the C loop's program, when its reduction is bitwise the backend's (lane_native)
         self.program, self.meta = None, ()
-        reduction = lane_native.reduction(self.combine, self.combine_into, work.dtype, op)
         if reduction is not None:
             self.program, self.meta = lane_native.program(self, g, reduction, segment)
 
@@ -461,6 +429,13 @@ class Lane:
         kind, peer, word, recv = self.meta[i]
         t = self.transport
         if kind == RECV:
+            at = recv[8] + t.expected[peer] % RING * 4
+            if unexpected and self.group.w[at] == PEER_MEMORY:   # the C loop could not read it
+                fail = peer_memory.failure(self.group.pids[peer], self.group.w[at + 1],
+                                           t.peer_name(peer))
+                fail.peer = peer
+                raise step_error(self.schedule, self.rank, t, self.timeout, recv[9], recv[10],
+                                 fail)
             if unexpected:
                 if not self.restore:   # the C loop works on the caller's buffer
                     r = recv[9]
@@ -471,6 +446,9 @@ class Lane:
         elif kind == BEGIN_WAIT:
             marks = self._marks(t, c)
             self._wait(word, marks[peer], peer, "read this rank's earlier sends",
+                       *self.first.get(peer, (None, None)))
+        elif kind == SEND_WAIT:   # recv: k, this call's send to the peer read in place
+            self._wait(word, t.lane_marks[peer] + recv + 1, peer, "read this rank's send",
                        *self.first.get(peer, (None, None)))
         else:
             self._wait(word, c, peer, f"enter call {c}", *self.first.get(peer, (None, None)))
@@ -533,7 +511,7 @@ class Lane:
         receive = self._receive
         copy(work, mine)
         for sends, recvs in self.steps:
-            for peer, src, areas, offsets, nbytes, ring, posted in sends:
+            for peer, src, areas, offsets, nbytes, ring, posted, _ in sends:
                 if areas is not None:
                     copy(areas[h], src)
                 seq = sent[peer]
@@ -550,16 +528,19 @@ class Lane:
 
     def _receive(self, w, expected: list, released: list, recv: tuple) -> None:
         """One receive of the plan: wait for the peer's send, apply it, release it."""
-        peer, dst, mode, fold, flush, expect, posted, rel, ring, r, st, also = recv
+        peer, dst, mode, fold, flush, expect, posted, rel, ring, r, st, also = recv[:12]
         seq = expected[peer]
         expected[peer] = seq + 1
         if w[posted] <= seq:
             self._wait(posted, seq + 1, peer, "send", r, st)
         at = ring + seq % RING * 4
         key = (w[at], w[at + 1], w[at + 2])
-        src = self.views.get(key)
-        if src is None or w[at + 3] != seq:
-            src = self._view(self.group, key, w[at + 3], seq, expect, peer)
+        if key[0] == PEER_MEMORY:   # a send in the peer's own memory: read it out
+            src = self._read_peer(key, w[at + 3], seq, expect, dst, r, st)
+        else:
+            src = self.views.get(key)
+            if src is None or w[at + 3] != seq:
+                src = self._view(self.group, key, w[at + 3], seq, expect, peer)
         if mode == 1:
             self.combine(dst, src)
         elif mode == 4:
@@ -577,6 +558,17 @@ class Lane:
             self.copy(also[0][self.group.calls & 1], dst)
         released[peer] = seq + 1
         w[rel] = seq + 1
+
+    def _read_peer(self, key: tuple, got: int, seq: int, expect: int, dst, r, st):
+        """A private copy of the send descriptor ``key`` names in the peer's own memory."""
+        g, peer = self.group, r.peer
+        if got != seq or key[2] != expect:
+            raise mismatch(g, self.transport.peer_name(peer), key[2], expect, seq)
+        try:
+            return read_peer(g, peer, key[1], self.clone(dst), self.transport.peer_name(peer))
+        except ConnectionError as exc:
+            raise step_error(self.schedule, self.rank, self.transport, self.timeout, r, st,
+                             exc) from exc
 
     def _view(self, g: ShmGroup, key: tuple, got: int, seq: int, expect: int, peer: int):
         """The peer's bytes named by descriptor ``key`` = (serial, byte offset, nbytes), checked

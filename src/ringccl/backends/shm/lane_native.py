@@ -44,8 +44,8 @@ __all__ = ["available", "reduction", "program", "native_runs", "NATIVE_SPIN_POLL
 NATIVE_SPIN_POLLS = 256
 
 MAGIC = 0x4C414E4543303031
-HEADER_WORDS, OP_WORDS = 20, 12
-BEGIN_WAIT, PUBLISH, COPY_IN, SEND, RECV, COPY_OUT, END_WAIT = range(1, 8)
+HEADER_WORDS, OP_WORDS = 20, 14
+BEGIN_WAIT, PUBLISH, COPY_IN, SEND, RECV, COPY_OUT, END_WAIT, SEND_WAIT = range(1, 9)
 DONE, CANNOT, BUFFER = -1, -2, -3
 
 _DTYPES = {np.dtype(d): i for i, d in enumerate(
@@ -193,7 +193,8 @@ def program(lane, group, reduction: tuple, segment: np.ndarray) -> tuple[bytes, 
 
     def add(kind: int, peer: int = 0, *words: int, context: Any = None) -> None:
         ops.append([kind, peer, *words] + [0] * (OP_WORDS - 2 - len(words)))
-        meta.append((kind, peer, words[0] if kind in (BEGIN_WAIT, END_WAIT) else 0, context))
+        meta.append((kind, peer, words[0] if kind in (BEGIN_WAIT, END_WAIT, SEND_WAIT) else 0,
+                     context))
 
     for peer, word in lane.released_words:
         add(BEGIN_WAIT, peer, word, int(lane.single))
@@ -204,15 +205,19 @@ def program(lane, group, reduction: tuple, segment: np.ndarray) -> tuple[bytes, 
     if lane.restore:
         add(COPY_IN)
     for (sends, recvs) in lane.steps:
-        for peer, src, areas, offsets, nbytes, ring, posted in sends:
+        for peer, src, areas, offsets, nbytes, ring, posted, direct in sends:
             add(SEND, peer, _address(src) - work, nbytes, seg_at + offsets[0], seg_at + offsets[1],
-                offsets[0], offsets[1], ring, posted, int(areas is not None))
+                offsets[0], offsets[1], ring, posted, int(areas is not None), int(direct))
         for recv in recvs:
             peer, dst, mode, fold, flush, expect, posted, rel, ring = recv[:9]
+            for other, word, k in recv[12]:   # sends read in place it overwrites: read first
+                add(SEND_WAIT, other, word, k, context=k)
             also = (0, 0) if recv[11] is None else (seg_at + recv[11][1][0],
                                                     seg_at + recv[11][1][1])
             add(RECV, peer, _address(dst) - work, mode, 0 if fold is None else _address(fold),
-                int(flush), expect, posted, rel, ring, *also, context=recv)
+                int(flush), expect, posted, rel, ring, *also, g.pids[peer], context=recv)
+    for peer, word, k in lane.read_waits:   # the peers read this call's sends in place
+        add(SEND_WAIT, peer, word, k, context=k)
     if lane.restore:
         add(COPY_OUT)
     for peer, word in lane.entered_words:

@@ -36,6 +36,10 @@ every call: a peer entered this call (:meth:`ringccl.backends.shm.group.ShmGroup
 its previous call ended, so after it released every send of ours (after a lazy entry,
 :meth:`ShmTransport.begin` waits for the releases instead).
 
+A descriptor whose serial is :data:`~ringccl.backends.shm.peer_memory.PEER_MEMORY` names bytes
+in the sender's own memory (the compiled lane's large sends): the receive copies them out at
+once (``process_vm_readv``) and releases them.
+
 Every wait is bounded (:meth:`ringccl.backends.shm.group.ShmGroup.wait_word`).
 """
 
@@ -44,9 +48,10 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ...errors import BackendError
+from . import peer_memory
 from .group import RING, ShmGroup
 
-__all__ = ["ShmTransport", "mismatch", "EAGER_COPY_BYTES", "EAGER_SEND_BYTES", "EAGER_AREA_BYTES"]
+__all__ = ["ShmTransport", "mismatch", "read_peer", "EAGER_COPY_BYTES", "EAGER_SEND_BYTES", "EAGER_AREA_BYTES"]
 
 #: while waiting, receives up to this many bytes that have arrived are copied out at once;
 #: larger ones only once the tight spin is over (a copy of a large chunk costs more than a
@@ -59,6 +64,17 @@ EAGER_SEND_BYTES = 64 << 10
 #: bytes of eager area per rank and call a backend reserves in its slot (the sends of a call
 #: that do not fit in what is left are sent in place, as large ones)
 EAGER_AREA_BYTES = 256 << 10
+
+
+def read_peer(group: ShmGroup, peer: int, at: int, into: Any, name: str) -> Any:
+    """:func:`peer_memory.read` of rank ``peer``'s send at address ``at`` into ``into``; a
+    failure aborts ``group`` (the error names the rank, ``.peer`` its index)."""
+    try:
+        return peer_memory.read(group.pids[peer], at, into, name)
+    except peer_memory.ReadError as exc:
+        group.abort(peer=peer)
+        exc.peer = peer
+        raise
 
 
 def mismatch(group: ShmGroup, peer: str, nbytes: int, expect: int, seq: int) -> BackendError:
@@ -187,18 +203,26 @@ class ShmTransport:
             if not large and (r.hi - r.lo) * self.itemsize > EAGER_COPY_BYTES:
                 continue
             del self.pending[handle]
-            self.copied[handle] = self.clone(self._view(r, seq))
+            view, private = self._view(r, seq)
+            self.copied[handle] = view if private else self.clone(view)
             self._release(r.peer, seq)
 
-    def _view(self, r, seq: int):
-        """The dialect's view of receive ``r``'s bytes (sequence ``seq``, arrived)."""
+    def _view(self, r, seq: int) -> tuple:
+        """``(array, private)``: the dialect's view of receive ``r``'s bytes (sequence ``seq``,
+        arrived) in shared memory, or (``private``) a copy of a send the peer made in its own
+        memory (:mod:`~ringccl.backends.shm.peer_memory`), read now."""
         g = self.group
         w, at = g.w, g.ring_entry(r.peer, g.rank, seq)
         serial, offset, nbytes, got = w[at], w[at + 1], w[at + 2], w[at + 3]
         expect = (r.hi - r.lo) * self.itemsize
-        if got != seq or nbytes != expect or serial not in g.segments:
+        if got != seq or nbytes != expect or (serial not in g.segments and
+                                              serial != peer_memory.PEER_MEMORY):
             raise mismatch(g, self.name(r.peer), nbytes, expect, seq)
-        return self.view(serial, offset, nbytes)
+        if serial != peer_memory.PEER_MEMORY:
+            return self.view(serial, offset, nbytes), False
+        # an array of the dialect's type and the receive's length to read into
+        into = self.clone(self.view(self.serial, self.offset + r.lo * self.itemsize, nbytes))
+        return read_peer(g, r.peer, offset, into, self.name(r.peer)), True
 
     def wait(self, handle):
         g = self.group
@@ -222,7 +246,10 @@ class ShmTransport:
         copy = self.copied.pop(handle, None)
         if copy is not None:
             return copy
-        view = self._view(r, seq)
+        view, private = self._view(r, seq)
+        if private:   # read out of the peer's memory: nothing of the peer's is held
+            self._release(peer, seq)
+            return view
         if r.stage >= 0 and any(lo < r.hi and r.lo < hi for lo, hi in self.sending.values()):
             view = self.clone(view)   # see the module docstring: copied, released now
             self._release(peer, seq)
