@@ -17,8 +17,22 @@ from . import faults  # noqa: E402
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(bounds.job(600))]
 
 
-def _bitwise(rank, world_size):
+def _off_on(x, op, algorithm) -> list:
+    """The bytes of ``x`` all-reduced over shm with the lane off, on (compiling), on, off, on."""
     import ringccl.torch as rt
+    from ringccl.backends.shm import lane
+
+    results = []
+    for on in (False, True, True, False, True):
+        lane.set_enabled(on)
+        y = x.clone()
+        rt.all_reduce(y, op=op, algorithm=algorithm, transport="shm")
+        results.append(y.view(torch.uint8).numpy().tobytes() if x.numel() else b"")
+    lane.set_enabled(True)
+    return results
+
+
+def _bitwise(rank, world_size):
     from ringccl.backends.shm import lane
     from ringccl.costmodel import choice
 
@@ -35,13 +49,7 @@ def _bitwise(rank, world_size):
                     if op == "avg" and not dtype.is_floating_point:
                         continue
                     x = (torch.randn(count, generator=gen) * 3).to(dtype)
-                    results = []
-                    for on in (False, True, True, False, True):
-                        lane.set_enabled(on)
-                        y = x.clone()
-                        rt.all_reduce(y, op=op, algorithm=algorithm, transport="shm")
-                        results.append(y.view(torch.uint8).numpy().tobytes() if count else b"")
-                    lane.set_enabled(True)
+                    results = _off_on(x, op, algorithm)
                     if any(r != results[0] for r in results):
                         problems.append(f"lane differs: {dtype} {algorithm} {count} {op}")
                     digests.append(hash(results[-1]))
@@ -248,7 +256,6 @@ def _in_place(rank, world_size):
     import hashlib
 
     import ringccl
-    import ringccl.torch as rt
     from ringccl.backends.shm import lane, lane_native, peer_memory
 
     peer_memory.MIN_BYTES = 4096   # calls of some KiB send in place (the C loop's sends)
@@ -262,13 +269,7 @@ def _in_place(rank, world_size):
             for algorithm in (None, "two_shot"):
                 for op in ("sum", "product", "min", "max"):
                     x = (torch.randn(count, generator=gen) * 3).to(dtype)
-                    results = []
-                    for on in (False, True, True, False, True):
-                        lane.set_enabled(on)
-                        y = x.clone()
-                        rt.all_reduce(y, op=op, algorithm=algorithm, transport="shm")
-                        results.append(y.view(torch.uint8).numpy().tobytes())
-                    lane.set_enabled(True)
+                    results = _off_on(x, op, algorithm)
                     if any(r != results[0] for r in results):
                         problems.append(f"differs: {dtype} {algorithm} {count} {op}")
                     digests.append(hashlib.sha1(results[-1]).hexdigest())

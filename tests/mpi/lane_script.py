@@ -128,6 +128,22 @@ def _same(a: bytes, b: bytes, dtype, op: str) -> bool:
     return np.array_equal(nan, np.isnan(y)) and x[~nan].tobytes() == y[~nan].tobytes()
 
 
+def _reduced(x: np.ndarray, op: str, algorithm, settings) -> list:
+    """The bytes of ``x`` all-reduced once per (lane on, C replay) of ``settings``, in order
+    (the lane and the C loop back on afterwards)."""
+    results = []
+    for on, c in settings:
+        lane.set_enabled(on)
+        lane.set_native(c)
+        y = x.copy()
+        with np.errstate(all="ignore"):
+            rm.all_reduce(y, op=op, algorithm=algorithm, transport="shm")
+        results.append(y.tobytes())
+    lane.set_enabled(True)
+    lane.set_native(True)
+    return results
+
+
 def native() -> None:
     """The C replay, the Python replay and the general path give the same bits: every
     dtype and op the C loop takes, special values, counts up to several KiB."""
@@ -140,17 +156,9 @@ def native() -> None:
             for algorithm in (None, "ring"):
                 for op in ops:
                     x = _special(rng, dtype, count)
-                    results = []
-                    for on, c in ((False, True), (True, True), (True, True), (True, False),
-                                  (False, True), (True, True)):
-                        lane.set_enabled(on)
-                        lane.set_native(c)
-                        y = x.copy()
-                        with np.errstate(all="ignore"):
-                            rm.all_reduce(y, op=op, algorithm=algorithm, transport="shm")
-                        results.append(y.tobytes())
-                    lane.set_enabled(True)
-                    lane.set_native(True)
+                    results = _reduced(x, op, algorithm, (
+                        (False, True), (True, True), (True, True), (True, False),
+                        (False, True), (True, True)))
                     what = (np.dtype(dtype).name, algorithm, count, op)
                     general, replays = results[0:2] + results[4:5], results[2:4] + results[5:]
                     if any(r != replays[0] for r in replays):   # C (2, 5), Python (3)
@@ -246,17 +254,8 @@ def single_copy() -> None:
             for algorithm in (None, "two_shot", "direct"):
                 for op in ("sum", "prod", "min", "max"):
                     x = _special(rng, dtype, count)
-                    results = []
-                    for one, others in settings:
-                        on, c = one if rank == 1 else others
-                        lane.set_enabled(on)
-                        lane.set_native(c)
-                        y = x.copy()
-                        with np.errstate(all="ignore"):
-                            rm.all_reduce(y, op=op, algorithm=algorithm, transport="shm")
-                        results.append(y.tobytes())
-                    lane.set_enabled(True)
-                    lane.set_native(True)
+                    results = _reduced(x, op, algorithm, [one if rank == 1 else others
+                                                          for one, others in settings])
                     what = (np.dtype(dtype).name, algorithm, count, op)
                     if any(not _same(r, results[0], dtype, op) for r in results[1:]):
                         problems.append(f"differs from the general path: {what}")

@@ -1,6 +1,6 @@
 """ringccl.mpi's compiled shared-memory lane on real processes (lane_script.py under mpirun):
 bitwise equal to the general path over world sizes 2-4, counts, dtypes, ops and algorithms with
-lane and general calls alternating; a stalled peer during a replayed call reported as a
+lane and general calls alternating, sends read in place; a stalled peer during a replayed call reported as a
 PeerError naming step and peer; no segment left behind.
 
 Skipped, with the reason, where mpirun or mpi4py is missing (scripts/install_mpi.sh).
@@ -39,23 +39,14 @@ def _nothing_left(job: str) -> None:
 
 
 @pytest.mark.parametrize("nproc", [2, 3, 4])
-@pytest.mark.parametrize("mode", ["bitwise", "native"])
+@pytest.mark.parametrize("mode", ["bitwise", "native", "single_copy"])
 def test_the_lane_gives_the_general_paths_bits(mode, nproc):
     # bitwise: the lane (as installed) against the general path; native: the C and the Python
-    # replays against the general path on every dtype and op the C loop takes
+    # replays against the general path on every dtype and op the C loop takes; single_copy:
+    # sends read in place from the sender's memory (peer_memory), read by the C loop, the
+    # Python replay and the general path
     job = f"lane{mode[0]}{os.getpid()}n{nproc}"
     proc = _run(nproc, mode, job, 360)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.count(": OK") == nproc, proc.stdout
-    _nothing_left(job)
-
-
-@pytest.mark.parametrize("nproc", [2, 3])
-def test_sends_read_in_place_give_the_general_paths_bits(nproc):
-    # the C loop sends large sends in place (peer_memory); the C loop, the Python replay and
-    # the general path read them
-    job = f"lanes{os.getpid()}n{nproc}"
-    proc = _run(nproc, "single_copy", job, 360)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count(": OK") == nproc, proc.stdout
     _nothing_left(job)
