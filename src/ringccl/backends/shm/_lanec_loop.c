@@ -238,36 +238,43 @@ static int peer_read(int64_t pid, char *to, int64_t from, int64_t nbytes)
     return 0;
 }
 
-/* receive op `o` (mode o[3], lane.py) from the peer's memory at `from`: a copy read straight
- * into place; a reduction block by block through a cached buffer, each block's part of the
- * whole combine (the same bits as one combine over a copy); 0 or an errno */
+/* bytes [at, at + m) of receive op `o`'s operation (mode o[3], lane.py) over its nb bytes,
+ * their source at `src`: copy, reduce into dst (its result also to a later send's area), start
+ * or fold into the accumulator; each part gives the bits of that part of the whole */
+static void apply_part(const int64_t *p, const int64_t *o, char *dst, char *fold, char *also,
+                       const char *src, int64_t m, int64_t nb, int64_t at)
+{
+    int dtype = (int)p[H_DTYPE], op = (int)p[H_OP];
+    char *copy = also != NULL ? also + at : NULL;
+    switch (o[3]) {
+    case 0: memcpy(dst + at, src, (size_t)m); break;
+    case 1: lanec_combine_part(dtype, op, p[H_RULE], 0, dst + at, src, m, copy, nb, at); break;
+    case 4:   /* from a peer below: src ⊕ dst */
+        lanec_combine_part(dtype, op, p[H_RULE_LEFT], 1, dst + at, src, m, copy, nb, at);
+        break;
+    case 2: memcpy(fold + at, src, (size_t)m); break;
+    default: lanec_combine_part(dtype, op, p[H_RULE], 0, fold + at, src, m, NULL, nb, at);
+    }
+}
+
+/* receive op `o` from the peer's memory at `from`: a copy read straight into place (dst, or
+ * the accumulator it starts); a reduction block by block through a cached buffer; 0 or an
+ * errno */
 static int peer_apply(const int64_t *p, const int64_t *o, char *dst, char *fold, char *also,
                       int64_t from, int64_t nb)
 {
-    int64_t pid = o[12], mode = o[3], rule = p[H_RULE], rule_left = p[H_RULE_LEFT];
-    int dtype = (int)p[H_DTYPE], op = (int)p[H_OP], e;
-    if (mode == 0)
-        return peer_read(pid, dst, from, nb);
-    if (mode == 2) {
-        if ((e = peer_read(pid, fold, from, nb)) != 0)
+    int64_t pid = o[12];
+    int e;
+    if (o[3] == 0 || o[3] == 2)
+        return peer_read(pid, o[3] == 0 ? dst : fold, from, nb);
+    if (peer_block == NULL && (peer_block = aligned_alloc(64, PEER_BLOCK)) == NULL)
+        return ENOMEM;
+    for (int64_t at = 0; at < nb; at += PEER_BLOCK) {
+        int64_t m = nb - at < PEER_BLOCK ? nb - at : PEER_BLOCK;
+        if ((e = peer_read(pid, peer_block, from + at, m)) != 0)
             return e;
-    } else {
-        if (peer_block == NULL && (peer_block = aligned_alloc(64, PEER_BLOCK)) == NULL)
-            return ENOMEM;
-        char *acc = mode == 3 ? fold : dst;
-        for (int64_t at = 0; at < nb; at += PEER_BLOCK) {
-            int64_t m = nb - at < PEER_BLOCK ? nb - at : PEER_BLOCK;
-            if ((e = peer_read(pid, peer_block, from + at, m)) != 0)
-                return e;
-            char *copy = (mode != 3 && also != NULL) ? also + at : NULL;
-            if (mode == 4)   /* from a peer below: src ⊕ dst */
-                lanec_combine_part(dtype, op, rule_left, 1, dst + at, peer_block, m, copy, nb, at);
-            else
-                lanec_combine_part(dtype, op, rule, 0, acc + at, peer_block, m, copy, nb, at);
-        }
+        apply_part(p, o, dst, fold, also, peer_block, m, nb, at);
     }
-    if (mode >= 2 && o[5])   /* the lower ranks' accumulator on the left */
-        lanec_combine(dtype, op, rule_left, 1, dst, fold, nb, NULL);
     return 0;
 }
 
@@ -397,7 +404,7 @@ long lanec_run(const int64_t *p, PyObject *buf, int64_t c, Py_ssize_t pos, PyObj
     char *base = work != NULL ? work : mine;
     int64_t serial = p[H_SERIAL], ring_n = p[H_RING], spin = p[H_SPIN], h = c & 1;
     int dtype = (int)p[H_DTYPE], op = (int)p[H_OP];
-    int64_t rule = p[H_RULE], rule_left = p[H_RULE_LEFT];
+    int64_t rule_left = p[H_RULE_LEFT];
     PyObject *sent = PyObject_GetAttr(t, s_sent), *expected = PyObject_GetAttr(t, s_expected),
              *released = PyObject_GetAttr(t, s_released), *marks = NULL;
     long result = R_DONE;
@@ -482,22 +489,10 @@ long lanec_run(const int64_t *p, PyObject *buf, int64_t c, Py_ssize_t pos, PyObj
                 goto out;
             }
             if (set_item(expected, peer, seq + 1) < 0) { failed = 1; break; }
-            if (remote)
-                ;
-            else if (o[3] == 1)
-                lanec_combine(dtype, op, rule, 0, dst, src, nb, also);
-            else if (o[3] == 4)   /* from a peer below: src ⊕ dst */
-                lanec_combine(dtype, op, rule_left, 1, dst, src, nb, also);
-            else if (o[3] == 0)
-                memcpy(dst, src, (size_t)nb);
-            else {
-                if (o[3] == 2)
-                    memcpy(fold, src, (size_t)nb);
-                else
-                    lanec_combine(dtype, op, rule, 0, fold, src, nb, NULL);
-                if (o[5])   /* the lower ranks' accumulator on the left */
-                    lanec_combine(dtype, op, rule_left, 1, dst, fold, nb, NULL);
-            }
+            if (!remote)
+                apply_part(p, o, dst, fold, also, src, nb, nb, 0);
+            if (o[3] >= 2 && o[5])   /* the lower ranks' accumulator on the left */
+                lanec_combine(dtype, op, rule_left, 1, dst, fold, nb, NULL);
             if (set_item(released, peer, seq + 1) < 0) { failed = 1; break; }
             store_rel(w + o[8], seq + 1);
             break;
