@@ -1,7 +1,7 @@
 """ringccl.mpi's compiled shared-memory lane on real processes (lane_script.py under mpirun):
 bitwise equal to the general path over world sizes 2-4, counts, dtypes, ops and algorithms with
-lane and general calls alternating, sends read in place; a stalled peer during a replayed call reported as a
-PeerError naming step and peer; no segment left behind.
+lane and general calls alternating, sends read in place; a stalled peer during a replayed call
+reported as a PeerError naming step and peer; no segment left behind.
 
 Skipped, with the reason, where mpirun or mpi4py is missing (scripts/install_mpi.sh).
 """

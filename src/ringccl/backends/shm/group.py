@@ -235,10 +235,9 @@ class ShmGroup:
         self.watch = [p != me and process_alive(p) for p in self.pids]
         # whether this rank can read every peer's memory (peer_memory): 1 yes, 2 no; published
         # before this rank's first call, so a peer's lowering (after a call) sees it
-        readable = all(peer_memory.probe(p, self.w[self.rank_word(r, 6)])
-                       for r, p in enumerate(self.pids) if r != self.rank and self.watch[r])
-        self.w[self.rank_word(self.rank, 5)] = 1 if readable and all(
-            self.watch[r] for r in range(self.world_size) if r != self.rank) else 2
+        readable = all(self.watch[r] and peer_memory.probe(p, self.w[self.rank_word(r, 6)])
+                       for r, p in enumerate(self.pids) if r != self.rank)
+        self.w[self.rank_word(self.rank, 5)] = 1 if readable else 2
 
     # -- words -------------------------------------------------------------------------------
     def rank_word(self, rank: int, field: int) -> int:

@@ -429,14 +429,14 @@ class Lane:
         kind, peer, word, recv = self.meta[i]
         t = self.transport
         if kind == RECV:
-            at = recv[8] + t.expected[peer] % RING * 4
-            if unexpected and self.group.w[at] == PEER_MEMORY:   # the C loop could not read it
-                fail = peer_memory.failure(self.group.pids[peer], self.group.w[at + 1],
-                                           t.peer_name(peer))
-                fail.peer = peer
-                raise step_error(self.schedule, self.rank, t, self.timeout, recv[9], recv[10],
-                                 fail)
             if unexpected:
+                at = recv[8] + t.expected[peer] % RING * 4
+                if self.group.w[at] == PEER_MEMORY:   # the C loop could not read it
+                    fail = peer_memory.failure(self.group.pids[peer], self.group.w[at + 1],
+                                               t.peer_name(peer))
+                    fail.peer = peer
+                    raise step_error(self.schedule, self.rank, t, self.timeout, recv[9],
+                                     recv[10], fail)
                 if not self.restore:   # the C loop works on the caller's buffer
                     r = recv[9]
                     recv = recv[:1] + (self.view(buffer).reshape(-1)[r.lo:r.hi],) + recv[2:]

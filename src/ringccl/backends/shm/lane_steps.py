@@ -30,19 +30,25 @@ def fusable(writes: list, lo: int, hi: int) -> list | None:
     return None
 
 
-def in_place_sends(g: ShmGroup, native: bool) -> Callable[[int, int], bool]:
-    """``direct(peer, nbytes)``: whether the C loop sends ``nbytes`` to ``peer`` in place (in
-    this rank's own memory, :mod:`~ringccl.backends.shm.peer_memory`): large sends, in a lane
-    the C loop runs (``native``), in a group whose every rank reads its peers' memory (so the
-    sends of one range, to several peers, are all sent one way)."""
+def in_place_sends(g: ShmGroup, native: bool) -> Callable[[int], bool]:
+    """``direct(nbytes)``: whether the C loop sends ``nbytes`` in place (in this rank's own
+    memory, :mod:`~ringccl.backends.shm.peer_memory`): large sends, in a lane the C loop runs
+    (``native``), in a group whose every rank reads its peers' memory (so the sends of one
+    range, to several peers, are all sent one way)."""
     if not (native and peer_memory.enabled() and all(
             g.reads_peers(p) for p in range(g.world_size))):
-        return lambda peer, nbytes: False
-    return lambda peer, nbytes: nbytes >= peer_memory.MIN_BYTES
+        return lambda nbytes: False
+    return lambda nbytes: nbytes >= peer_memory.MIN_BYTES
+
+
+def _writes(r) -> bool:
+    """Whether receive ``r`` writes its range of the buffer (all but an accumulator's fold that
+    is not flushed)."""
+    return r.fold < 0 or r.flush
 
 
 def lower_steps(plan, g: ShmGroup, work: Any, segment: Any, acc: Any, bases: list, copies: dict,
-                itemsize: int, in_place: Callable[[int, int], bool]) -> tuple:
+                itemsize: int, in_place: Callable[[int], bool]) -> tuple:
     """``(steps, read_waits)`` of this rank's ``plan`` over ``g``: per step ``(sends,
     recvs)``, each send ``(peer, src, areas, offsets, nbytes, ring, posted, in place)`` and
     each receive ``(peer, dst, mode, fold, flush, nbytes, posted, released, ring, op, step,
@@ -57,9 +63,9 @@ def lower_steps(plan, g: ShmGroup, work: Any, segment: Any, acc: Any, bases: lis
     exposed, count = [], {}  # sends read in place: (lo, hi, peer, k-th send to it)
     for st in plan.steps:
         sends = []
-        # ranges its receives write: a send of one is not read in place (each rank would
-        # wait for the other to read before receiving: the send is copied instead)
-        written = [(r.lo, r.hi) for r in st.recvs if r.fold < 0 or r.flush]
+        # ranges its receives write (all but a fold not flushed): a send of one is not read in
+        # place (each rank would wait for the other to read before receiving: it is copied)
+        written = [(r.lo, r.hi) for r in st.recvs if _writes(r)]
         for s in st.sends:
             at, nbytes = copies[(s.step, s.lo, s.hi)], (s.hi - s.lo) * itemsize
             first = (s.step, s.lo, s.hi) not in done
@@ -68,7 +74,7 @@ def lower_steps(plan, g: ShmGroup, work: Any, segment: Any, acc: Any, bases: lis
                           for b in bases) if first else None
             offsets = tuple(b + at for b in bases)
             k = count[s.peer] = count.get(s.peer, -1) + 1
-            direct = in_place(s.peer, nbytes) and not any(   # (the C loop's)
+            direct = in_place(nbytes) and not any(   # (the C loop's)
                 lo < s.hi and s.lo < hi for lo, hi in written)
             fused = fusable(writes, s.lo, s.hi) if first and not direct else None
             if fused is not None:   # the receive writes the area as it reduces
@@ -86,13 +92,12 @@ def lower_steps(plan, g: ShmGroup, work: Any, segment: Any, acc: Any, bases: lis
             fold = acc[r.fold:r.fold + r.hi - r.lo] if r.fold >= 0 else None
             # [11]: a later send's (areas, offsets), fused; [12]: (peer, word, k) of the
             # sends read in place whose bytes it overwrites: read first (the C loop waits)
-            writes_dst = mode in (0, 1, 4) or r.flush
             recvs.append([r.peer, work[r.lo:r.hi], mode, fold, r.flush,
                           (r.hi - r.lo) * itemsize, g.posted_word(r.peer, me),
                           g.released_word(r.peer, me), g.ring_entry(r.peer, me, 0), r, st,
                           None, tuple((p, g.released_word(me, p), k)
                                       for lo, hi, p, k in exposed
-                                      if writes_dst and lo < r.hi and r.lo < hi)])
+                                      if lo < r.hi and r.lo < hi and _writes(r))])
             writes.append((r.lo, r.hi, recvs[-1]))
         steps.append((tuple(sends), recvs))
     # before the call ends, every peer read the last send this rank made to it in place

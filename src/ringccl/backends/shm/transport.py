@@ -51,7 +51,8 @@ from ...errors import BackendError
 from . import peer_memory
 from .group import RING, ShmGroup
 
-__all__ = ["ShmTransport", "mismatch", "read_peer", "EAGER_COPY_BYTES", "EAGER_SEND_BYTES", "EAGER_AREA_BYTES"]
+__all__ = ["ShmTransport", "mismatch", "read_peer", "EAGER_COPY_BYTES", "EAGER_SEND_BYTES",
+           "EAGER_AREA_BYTES"]
 
 #: while waiting, receives up to this many bytes that have arrived are copied out at once;
 #: larger ones only once the tight spin is over (a copy of a large chunk costs more than a
