@@ -15,7 +15,8 @@ BIN    := $(VENV)/bin
 .PHONY: demo test bench screenshots clean
 
 $(VENV)/.installed: pyproject.toml setup.py src/ringccl/backends/shm/_lanec.c \
-		src/ringccl/backends/shm/_lanec_loop.c src/ringccl/backends/shm/_lanec.h Makefile
+		src/ringccl/backends/shm/_lanec_loop.c src/ringccl/backends/shm/_lanec_data.c \
+		src/ringccl/backends/shm/_lanec.h Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet "$(TORCH)"
 	$(BIN)/python -m pip install --quiet -e ".[torch,dev]"

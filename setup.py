@@ -8,7 +8,8 @@ from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("ringccl.backends.shm._lanec",
                              sources=["src/ringccl/backends/shm/_lanec.c",
-                                      "src/ringccl/backends/shm/_lanec_loop.c"],
+                                      "src/ringccl/backends/shm/_lanec_loop.c",
+                                      "src/ringccl/backends/shm/_lanec_data.c"],
                              depends=["src/ringccl/backends/shm/_lanec.h"],
                              extra_compile_args=["-O3", "-std=c11"],
                              optional=True)])

@@ -1,4 +1,5 @@
-"""RINGCCL_LANE: its values, and a bad one refused by name at the first call."""
+"""RINGCCL_LANE and RINGCCL_SHM_THREADS: their values, and a bad one refused by name; the C
+helper's reductions against the backends' own, in parts and on threads."""
 
 import os
 
@@ -59,7 +60,8 @@ def test_the_key_follows_the_environment(monkeypatch):
     assert plain == lane.signature("all_reduce", 0)
     keys = {plain}
     for name, value in (("RINGCCL_TIMEOUT", "30"), ("RINGCCL_ALGO", "all_reduce:ring"),
-                        ("RINGCCL_TRANSPORT", "shm"), ("RINGCCL_DEBUG", "0")):
+                        ("RINGCCL_TRANSPORT", "shm"), ("RINGCCL_DEBUG", "0"),
+                        ("RINGCCL_SHM_THREADS", "2")):
         monkeypatch.setenv(name, value)
         key = lane.signature("all_reduce", 0)
         assert key not in keys, name
@@ -220,3 +222,67 @@ def test_a_combine_in_parts_gives_the_whole_combines_bits():
     with pytest.raises(ValueError):   # a part beyond the whole
         x = np.zeros(8, np.float32)
         _lanec.combine(0, 0, 0, False, x, x.copy(), None, 16, 4)
+
+
+def test_a_combine_on_threads_gives_one_threads_bits():
+    # a large operation is split over the C pool's threads (parts of at least PART_BYTES): the
+    # bits of one thread's combine for any thread count, NaN probes at every position; a forked
+    # child (the parent's workers not copied) splits as well and ends
+    np = pytest.importorskip("numpy")
+    from ringccl.backends.mpi.executor import OPS
+    from ringccl.backends.shm import _lanec, lane_native
+    from ringccl.ops import ReduceOp
+    rng = np.random.default_rng(13)
+    for dtype in (np.float32, np.float64, np.int16):
+        a, b = lane_native._probes(np.dtype(dtype))
+        for op in (ReduceOp.SUM, ReduceOp.MAX):
+            code, opc, rule, rule_left = lane_native.reduction(
+                OPS.combine(op), OPS.combine_into(op), dtype, op)
+            part = _lanec.PART_BYTES   # split into 2 and 3 parts
+            for n_bytes, left in ((2 * part + 24, False), (3 * part + 8, True)):
+                n = n_bytes // np.dtype(dtype).itemsize
+                x, y = rng.choice(a, n), rng.choice(b, n)
+                r = rule_left if left else rule
+                one, also_one = x.copy(), np.zeros_like(x)
+                _lanec.combine(code, opc, r, left, one, y, also_one)
+                for threads in (2, 3, 5):
+                    many, also = x.copy(), np.zeros_like(x)
+                    _lanec.combine(code, opc, r, left, many, y, also, -1, 0, threads)
+                    assert many.tobytes() == one.tobytes(), (dtype, op, n, threads)
+                    assert also.tobytes() == one.tobytes()
+    assert _lanec.workers() >= 2   # split indeed: the pool started its workers
+    x = np.ones(3 * _lanec.PART_BYTES // 4, np.float32)
+    pid = os.fork()
+    if pid == 0:   # pragma: no cover - the child
+        _lanec.combine(0, 0, 0, False, x, x.copy(), None, -1, 0, 3)
+        os._exit(0 if x[0] == 2 and _lanec.workers() == 2 else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    with pytest.raises(ValueError, match="threads >= 1"):
+        _lanec.combine(0, 0, 0, False, x, x.copy(), None, -1, 0, 0)
+
+
+@pytest.mark.parametrize("text,world_size,expected", [("3", 2, 3), (" 1 ", 8, 1),
+                                                      ("64", 2, 64)])
+def test_shm_threads_variable(monkeypatch, text, world_size, expected):
+    from ringccl.backends.shm import lane_native
+    monkeypatch.setenv("RINGCCL_SHM_THREADS", text)
+    assert lane_native.threads(world_size) == expected
+
+
+def test_shm_threads_default_shares_the_cores(monkeypatch):
+    from ringccl.backends.shm import lane_native
+    monkeypatch.delenv("RINGCCL_SHM_THREADS", raising=False)
+    monkeypatch.setattr(lane_native, "usable_cores", lambda: 16)
+    assert [lane_native.threads(w) for w in (1, 2, 5, 8, 32)] == [4, 4, 3, 2, 1]
+
+
+@pytest.mark.parametrize("text", ["0", "65", "two", "1.5"])
+def test_shm_threads_bad_value_names_it(monkeypatch, text):
+    from ringccl.backends.shm import lane_native, variables
+    monkeypatch.setenv("RINGCCL_SHM_THREADS", text)
+    message = f"RINGCCL_SHM_THREADS={text!r} must be an integer from 1 to 64"
+    with pytest.raises(ArgumentError, match=message.replace(".", r"\.")):
+        lane_native.threads(2)
+    with pytest.raises(ArgumentError, match="RINGCCL_SHM_THREADS"):   # a launcher's check
+        variables.check_environment(("auto", "shm"))

@@ -49,9 +49,9 @@ def reader(names: tuple) -> Callable[[], tuple]:
     if len(keys) == 2:
         a, b = keys
         return lambda: (get(a), get(b))
-    if len(keys) == 4:
-        a, b, c, d = keys
-        return lambda: (get(a), get(b), get(c), get(d))
+    if len(keys) == 5:
+        a, b, c, d, e = keys
+        return lambda: (get(a), get(b), get(c), get(d), get(e))
     return lambda: tuple(map(get, keys))
 
 

@@ -17,7 +17,7 @@ from . import faults  # noqa: E402
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(bounds.job(600))]
 
 
-def _off_on(x, op, algorithm) -> list:
+def _off_on(x, op, algorithm, restore=None) -> list:
     """The bytes of ``x`` all-reduced over shm with the lane off, on (compiling), on, off, on."""
     import ringccl.torch as rt
     from ringccl.backends.shm import lane
@@ -26,7 +26,7 @@ def _off_on(x, op, algorithm) -> list:
     for on in (False, True, True, False, True):
         lane.set_enabled(on)
         y = x.clone()
-        rt.all_reduce(y, op=op, algorithm=algorithm, transport="shm")
+        rt.all_reduce(y, op=op, algorithm=algorithm, transport="shm", restore=restore)
         results.append(y.view(torch.uint8).numpy().tobytes() if x.numel() else b"")
     lane.set_enabled(True)
     return results
@@ -290,21 +290,94 @@ def test_sends_read_in_place_give_the_general_paths_bits(world_size):
         assert digests == out[0][1][1]
 
 
-def _dies_while_read(rank, world_size, timeout):
+def _threaded(rank, world_size):
+    import hashlib
+    import os
+
+    import ringccl
+    from ringccl.backends.shm import _lanec, lane_native, peer_memory
+
+    os.environ["RINGCCL_SHM_THREADS"] = "3"   # large operations split over three threads
+    gen = torch.Generator().manual_seed(400 + rank)
+    problems, digests = [], []
+    before = lane_native.native_runs()
+    for min_bytes in (1 << 40, 4096):   # sends copied to the slot, then read in place
+        peer_memory.MIN_BYTES = min_bytes
+        ringccl.clear_caches()
+        for dtype in (torch.float32, torch.float64):
+            size = torch.empty(0, dtype=dtype).element_size()
+            # two_shot's and ring's chunks just over two parts (_lanec.PART_BYTES) each
+            count = (2 * _lanec.PART_BYTES * world_size) // size + 7
+            for algorithm in ("direct", "two_shot", "ring"):
+                for op in ("sum", "max"):
+                    x = (torch.randn(count, generator=gen) * 3).to(dtype)
+                    x[rank::997] = float("nan")   # NaN from either rank, or both
+                    # not all-or-nothing: a call this large runs the lane only without
+                    # the rollback copy (lane.RESTORE_MAX_BYTES)
+                    results = _off_on(x, op, algorithm, restore=False)
+                    if any(r != results[0] for r in results):
+                        problems.append(f"differs: {min_bytes} {dtype} {algorithm} {op}")
+                    digests.append(hashlib.sha1(results[-1]).hexdigest())
+    return problems, digests, _lanec.workers(), lane_native.native_runs() - before
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_operations_split_over_threads_give_the_general_paths_bits(world_size):
+    out = faults.run_ranks(_threaded, world_size, timeout=bounds.job(240))
+    for rank in range(world_size):
+        ok, value = out[rank]
+        assert ok, value
+        problems, digests, workers, native_runs = value
+        assert not problems, problems[:5]
+        assert workers == 2 and native_runs > 0   # split, by the C loop
+        assert digests == out[0][1][1]
+
+
+def _restore_cap(rank, world_size):
+    import ringccl
+    import ringccl.torch as rt
+    from ringccl.backends.shm import lane
+
+    ringccl.clear_caches()
+    counts = []
+    cap = lane.RESTORE_MAX_BYTES
+    for nbytes, restore in ((cap + 64, None), (cap + 64, False), (cap, None)):
+        x = torch.full((nbytes // 4,), float(rank + 1))
+        for _ in range(3):
+            y = x.clone()
+            rt.all_reduce(y, transport="shm", restore=restore)
+            assert torch.equal(y, torch.full_like(x, world_size * (world_size + 1) / 2))
+        counts.append(lane.compiled())
+    return counts
+
+
+def test_an_all_or_nothing_call_beyond_the_cap_runs_the_general_path():
+    out = faults.run_ranks(_restore_cap, 2, timeout=bounds.job(120))
+    for rank in range(2):
+        ok, value = out[rank]
+        assert ok, value
+        assert value == [0, 1, 2]   # not compiled; compiled without the rollback; at the cap
+
+
+def _dies_while_read(rank, world_size, timeout, threads):
     import os
     import threading
     import time
 
     import ringccl
     import ringccl.torch as rt
-    from ringccl.backends.shm import lane, peer_memory
+    from ringccl.backends.shm import _lanec, lane, peer_memory
     from ringccl.backends.shm.group import process_alive
     from ringccl.errors import PeerError
 
     peer_memory.MIN_BYTES = 4096
     ringccl.clear_caches()
-    t = torch.arange(1 << 14, dtype=torch.float32) + rank
-    rt.all_reduce(t, algorithm="two_shot", timeout=timeout)   # compiles the lane
+    # threads: the read split over them (halves of 2 parts), not all-or-nothing at that size
+    os.environ["RINGCCL_SHM_THREADS"] = str(threads)
+    count = 4 * _lanec.PART_BYTES // 4 if threads > 1 else 1 << 14
+    kw = dict(algorithm="two_shot", timeout=timeout, restore=False if threads > 1 else None)
+    t = torch.arange(count, dtype=torch.float32) + rank
+    rt.all_reduce(t, **kw)   # compiles the lane
     one = next(e.lane for e in lane._lanes.values() if e is not lane._INELIGIBLE)
     g, posted = one.group, one.group.posted_word(1, 0)
     sent = one.transport.expected[1] if rank == 0 else one.transport.sent[0]
@@ -316,25 +389,29 @@ def _dies_while_read(rank, world_size, timeout):
                 time.sleep(0.001)
             os._exit(0)
         threading.Thread(target=end, daemon=True).start()
-        rt.all_reduce(t, algorithm="two_shot", timeout=timeout)
+        rt.all_reduce(t, **kw)
         return "not ended"
     deadline = time.monotonic() + timeout
     while (g.w[posted] <= sent or process_alive(g.pids[1])) and time.monotonic() < deadline:
         time.sleep(0.01)   # until rank 1 posted its send and is gone
     before = t.clone()
     try:
-        rt.all_reduce(t, algorithm="two_shot", timeout=timeout)
+        rt.all_reduce(t, **kw)
     except PeerError as exc:
-        return type(exc).__name__, str(exc), exc.peer, exc.step, torch.equal(t, before)
+        return (type(exc).__name__, str(exc), exc.peer, exc.step, torch.equal(t, before),
+                _lanec.workers())
     return "no error"
 
 
-def test_a_peer_gone_before_its_send_is_read_in_place_is_named():
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_peer_gone_before_its_send_is_read_in_place_is_named(threads):
     timeout = round(bounds.job(60), 1)
-    out = faults.run_ranks(_dies_while_read, 2, timeout, timeout=timeout, report=[0])
+    out = faults.run_ranks(_dies_while_read, 2, timeout, threads, timeout=timeout, report=[0])
     ok, value = out[0]
     assert ok and value != "no error", value
-    kind, message, peer, step, unchanged = value
+    kind, message, peer, step, unchanged, workers = value
     assert kind == "PeerError" and peer == 1 and step == 0, message
     assert "from rank 1" in message and "is gone" in message and "in place" in message, message
-    assert unchanged   # ringccl.torch's all-or-nothing call: the tensor as it was
+    assert workers == threads - 1   # the read split over the threads asked for
+    # ringccl.torch's all-or-nothing call: the tensor as it was
+    assert unchanged or threads > 1

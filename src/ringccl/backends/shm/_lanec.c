@@ -51,20 +51,21 @@ static PyObject *lane_run(PyObject *mod, PyObject *const *args, Py_ssize_t nargs
     return r == RUN_ERROR ? NULL : PyLong_FromLong(r);
 }
 
-/* lanec_combine(dtype, op, rule, left, dst, src[, also[, total, at]]): the C reductions on two
- * buffers, dst writable (dst := dst ⊕ src, or src ⊕ dst with left; the lane's lowering checks
- * them against the backend's own functions; tests compare them too); the result also written
- * to `also` (None: not); with `total` and `at`, as bytes [at, at + len) of a combine over
- * `total` bytes (lanec_combine_part: a reduction read from a peer block by block) */
+/* lanec_combine(dtype, op, rule, left, dst, src[, also[, total, at[, threads]]]): the C
+ * reductions on two buffers, dst writable (dst := dst ⊕ src, or src ⊕ dst with left; the
+ * lane's lowering checks them against the backend's own functions; tests compare them too);
+ * the result also written to `also` (None: not); with `total` and `at`, as bytes
+ * [at, at + len) of a combine over `total` bytes (lanec_combine_part: a reduction read from a
+ * peer block by block); split over `threads` threads when large (the same bits) */
 static PyObject *lane_combine(PyObject *mod, PyObject *args)
 {
     (void)mod;
     int dtype, op, left;
-    long long rule, total = -1, at = 0;
+    long long rule, total = -1, at = 0, threads = 1;
     Py_buffer d, s, a = {0};
     PyObject *also = Py_None;
-    if (!PyArg_ParseTuple(args, "iiLpw*y*|OLL", &dtype, &op, &rule, &left, &d, &s, &also,
-                          &total, &at))
+    if (!PyArg_ParseTuple(args, "iiLpw*y*|OLLL", &dtype, &op, &rule, &left, &d, &s, &also,
+                          &total, &at, &threads))
         return NULL;
     if (also != Py_None && PyObject_GetBuffer(also, &a, PyBUF_WRITABLE) < 0) {
         PyBuffer_Release(&d);
@@ -74,20 +75,29 @@ static PyObject *lane_combine(PyObject *mod, PyObject *args)
     if (total < 0)
         total = d.len, at = 0;
     if (d.len != s.len || (a.buf != NULL && a.len != d.len) || dtype < D_F32 ||
-        dtype > D_U8 || op < O_SUM || op > O_BXOR || at < 0 || at + d.len > total) {
+        dtype > D_U8 || op < O_SUM || op > O_BXOR || at < 0 || at + d.len > total ||
+        threads < 1) {
         PyBuffer_Release(&d);
         PyBuffer_Release(&s);
         if (a.buf != NULL)
             PyBuffer_Release(&a);
-        PyErr_SetString(PyExc_ValueError, "combine: same-size buffers, known dtype and op");
+        PyErr_SetString(PyExc_ValueError,
+                        "combine: same-size buffers, known dtype and op, threads >= 1");
         return NULL;
     }
-    lanec_combine_part(dtype, op, rule, left, d.buf, s.buf, d.len, a.buf, total, at);
+    lanec_combine_threads(dtype, op, rule, left, d.buf, s.buf, d.len, a.buf, total, at, threads);
     PyBuffer_Release(&d);
     PyBuffer_Release(&s);
     if (a.buf != NULL)
         PyBuffer_Release(&a);
     Py_RETURN_NONE;
+}
+
+static PyObject *lane_workers(PyObject *mod, PyObject *unused)
+{
+    (void)mod;
+    (void)unused;
+    return PyLong_FromLong(lanec_workers());
 }
 
 static PyObject *lane_runs(PyObject *mod, PyObject *unused)
@@ -352,8 +362,10 @@ static PyMethodDef methods[] = {
     {"run", (PyCFunction)(void (*)(void))lane_run, METH_FASTCALL,
      "run(program, buffer, call, position, group, transport) -> int (see _lanec.c)"},
     {"combine", lane_combine, METH_VARARGS,
-     "lanec_combine(dtype, op, rule, left, dst, src[, also[, total, at]])"},
+     "lanec_combine(dtype, op, rule, left, dst, src[, also[, total, at[, threads]]])"},
     {"runs", lane_runs, METH_NOARGS, "calls completed by run() in this process"},
+    {"workers", lane_workers, METH_NOARGS,
+     "the threads started in this process to split large operations"},
     {"configure", lane_configure, METH_VARARGS,
      "configure(table, state, environ, names, slow): what call() reads"},
     {"call", (PyCFunction)(void (*)(void))lane_call, METH_FASTCALL,
@@ -375,6 +387,10 @@ PyMODINIT_FUNC PyInit__lanec(void)
             return NULL;
     if (lanec_init() < 0 || PyType_Ready(&EntryType) < 0)
         return NULL;
+    if (lanec_data_init() < 0) {
+        PyErr_SetString(PyExc_OSError, "_lanec: pthread_atfork failed");
+        return NULL;
+    }
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
@@ -386,7 +402,8 @@ PyMODINIT_FUNC PyInit__lanec(void)
     }
     if (PyModule_AddIntConstant(m, "MAGIC_LOW", (long)(MAGIC & 0x7fffffff)) < 0 ||
         PyModule_AddIntConstant(m, "HEADER_WORDS", HDR) < 0 ||
-        PyModule_AddIntConstant(m, "OP_WORDS", OPW) < 0) {
+        PyModule_AddIntConstant(m, "OP_WORDS", OPW) < 0 ||
+        PyModule_AddIntConstant(m, "PART_BYTES", PART_MIN) < 0) {
         Py_DECREF(m);
         return NULL;
     }

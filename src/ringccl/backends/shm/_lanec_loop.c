@@ -27,9 +27,7 @@
  * its own rule (H_RULE, H_RULE_LEFT).
  */
 #include "_lanec.h"
-#include <errno.h>
 #include <stdlib.h>
-#include <sys/uio.h>
 
 long long lanec_native_runs;
 static PyObject *s_closed, *s_work_serial, *s_retired, *s_lazy, *s_calls, *s_sent,
@@ -218,66 +216,6 @@ void lanec_combine_part(int dtype, int op, int64_t rule, int left, void *d, cons
     }
 }
 
-/* ---- a send in the peer's own memory (peer_memory.py) --------------------------------------- */
-/* bytes read from a peer per step of a reduction: the block stays in cache while it is reduced */
-#define PEER_BLOCK (128 << 10)
-static char *peer_block;
-
-/* nbytes at address `from` of process `pid` into `to` (process_vm_readv): 0, or an errno */
-static int peer_read(int64_t pid, char *to, int64_t from, int64_t nbytes)
-{
-    while (nbytes > 0) {
-        struct iovec here = {to, (size_t)nbytes}, there = {(void *)(intptr_t)from, (size_t)nbytes};
-        ssize_t k = process_vm_readv((pid_t)pid, &here, 1, &there, 1, 0);
-        if (k <= 0)
-            return k < 0 ? errno : EIO;
-        to += k;
-        from += k;
-        nbytes -= k;
-    }
-    return 0;
-}
-
-/* bytes [at, at + m) of receive op `o`'s operation (mode o[3], lane.py) over its nb bytes,
- * their source at `src`: copy, reduce into dst (its result also to a later send's area), start
- * or fold into the accumulator; each part gives the bits of that part of the whole */
-static void apply_part(const int64_t *p, const int64_t *o, char *dst, char *fold, char *also,
-                       const char *src, int64_t m, int64_t nb, int64_t at)
-{
-    int dtype = (int)p[H_DTYPE], op = (int)p[H_OP];
-    char *copy = also != NULL ? also + at : NULL;
-    switch (o[3]) {
-    case 0: memcpy(dst + at, src, (size_t)m); break;
-    case 1: lanec_combine_part(dtype, op, p[H_RULE], 0, dst + at, src, m, copy, nb, at); break;
-    case 4:   /* from a peer below: src ⊕ dst */
-        lanec_combine_part(dtype, op, p[H_RULE_LEFT], 1, dst + at, src, m, copy, nb, at);
-        break;
-    case 2: memcpy(fold + at, src, (size_t)m); break;
-    default: lanec_combine_part(dtype, op, p[H_RULE], 0, fold + at, src, m, NULL, nb, at);
-    }
-}
-
-/* receive op `o` from the peer's memory at `from`: a copy read straight into place (dst, or
- * the accumulator it starts); a reduction block by block through a cached buffer; 0 or an
- * errno */
-static int peer_apply(const int64_t *p, const int64_t *o, char *dst, char *fold, char *also,
-                      int64_t from, int64_t nb)
-{
-    int64_t pid = o[12];
-    int e;
-    if (o[3] == 0 || o[3] == 2)
-        return peer_read(pid, o[3] == 0 ? dst : fold, from, nb);
-    if (peer_block == NULL && (peer_block = aligned_alloc(64, PEER_BLOCK)) == NULL)
-        return ENOMEM;
-    for (int64_t at = 0; at < nb; at += PEER_BLOCK) {
-        int64_t m = nb - at < PEER_BLOCK ? nb - at : PEER_BLOCK;
-        if ((e = peer_read(pid, peer_block, from + at, m)) != 0)
-            return e;
-        apply_part(p, o, dst, fold, also, peer_block, m, nb, at);
-    }
-    return 0;
-}
-
 /* ---- Python list counters ---------------------------------------------------------------- */
 static inline int get_item(PyObject *list, int64_t i, int64_t *out)
 {
@@ -403,8 +341,6 @@ long lanec_run(const int64_t *p, PyObject *buf, int64_t c, Py_ssize_t pos, PyObj
     char *seg = (char *)(intptr_t)p[H_SEG], *work = (char *)(intptr_t)p[H_WORK];
     char *base = work != NULL ? work : mine;
     int64_t serial = p[H_SERIAL], ring_n = p[H_RING], spin = p[H_SPIN], h = c & 1;
-    int dtype = (int)p[H_DTYPE], op = (int)p[H_OP];
-    int64_t rule_left = p[H_RULE_LEFT];
     PyObject *sent = PyObject_GetAttr(t, s_sent), *expected = PyObject_GetAttr(t, s_expected),
              *released = PyObject_GetAttr(t, s_released), *marks = NULL;
     long result = R_DONE;
@@ -453,7 +389,7 @@ long lanec_run(const int64_t *p, PyObject *buf, int64_t c, Py_ssize_t pos, PyObj
                             [9] posted, [10] first copy of this range, [11] sent in place:
                             the descriptor names this process's memory, the peer reads it */
             if (o[10] && !o[11])
-                memcpy((char *)(intptr_t)o[4 + h], base + o[2], (size_t)o[3]);
+                lanec_copy(p, (char *)(intptr_t)o[4 + h], base + o[2], o[3]);
             if (get_item(sent, peer, &seq) < 0 || set_item(sent, peer, seq + 1) < 0) {
                 failed = 1;
                 break;
@@ -484,24 +420,24 @@ long lanec_run(const int64_t *p, PyObject *buf, int64_t c, Py_ssize_t pos, PyObj
             const char *src = seg + off;
             /* a peer's memory that cannot be read (it is gone): Python names the failure (a
                descriptor of the peer's memory is never unexpected otherwise) */
-            if (remote && peer_apply(p, o, dst, fold, also, off, nb) != 0) {
+            if (remote && lanec_peer_apply(p, o, dst, fold, also, off, nb) != 0) {
                 result = 2 * i + 1;
                 goto out;
             }
             if (set_item(expected, peer, seq + 1) < 0) { failed = 1; break; }
             if (!remote)
-                apply_part(p, o, dst, fold, also, src, nb, nb, 0);
+                lanec_apply(p, o, dst, fold, also, src, nb);
             if (o[3] >= 2 && o[5])   /* the lower ranks' accumulator on the left */
-                lanec_combine(dtype, op, rule_left, 1, dst, fold, nb, NULL);
+                lanec_flush(p, dst, fold, nb);
             if (set_item(released, peer, seq + 1) < 0) { failed = 1; break; }
             store_rel(w + o[8], seq + 1);
             break;
         }
         case K_COPY_IN:   /* an all-or-nothing call: the caller's buffer read once, */
-            memcpy(work, mine, (size_t)p[H_BYTES]);
+            lanec_copy(p, work, mine, p[H_BYTES]);
             break;
         case K_COPY_OUT:  /* and written after the last receive */
-            memcpy(mine, work, (size_t)p[H_BYTES]);
+            lanec_copy(p, mine, work, p[H_BYTES]);
             break;
         case K_END_WAIT:   /* the peer entered this call */
             if (!spin_ge(w + o[2], c, spin)) { result = 2 * i; goto out; }

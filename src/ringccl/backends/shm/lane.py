@@ -45,12 +45,13 @@ group and a rank on the lane talks to a rank on the general path. What it leaves
   ``done`` words.
 * the private working buffer lives outside shared memory: for an all-or-nothing call
   (``restore``, ringccl.torch's default and ringccl.mpi's with a timeout) the caller's array is
-  copied in, the plan runs on the copy, the result is copied back after the last wait, so the
-  caller's array changes only if the call succeeds; otherwise (``dist.all_reduce``, whose
-  contract promises nothing of a failed call's tensor; ringccl.mpi without a timeout, where a
-  failure ends the job) the C loop runs the plan on the caller's array itself, two copies of
-  the buffer fewer. Either way the same operations on the same operands in the same order as
-  the general path: the same bits.
+  copied in, the plan runs on the copy, the result is copied back after the last wait (the
+  caller's array changes only if the call succeeds; a call of more than
+  :data:`RESTORE_MAX_BYTES` runs the general path, whose rollback copies less); otherwise
+  (``dist.all_reduce``, whose contract promises nothing of a failed call's tensor; ringccl.mpi
+  without a timeout, where a failure ends the job) the C loop runs the plan on the caller's
+  array itself. Either way the same operations on the same operands in the same order as the
+  general path: the same bits.
 
 Every wait checks its word first and only then calls :meth:`ShmGroup.wait_word` (the bounded
 wait: timeout, abort word, the peer's liveness); a failure aborts the group and raises the
@@ -96,10 +97,13 @@ from .transport import mismatch, read_peer
 
 __all__ = ["Lane", "lower", "capture", "wanted", "call", "replay", "first_call", "signature",
            "finisher", "set_enabled", "enabled", "set_native", "native", "compiled", "MAX_LANES",
-           "check_environment"]
+           "RESTORE_MAX_BYTES", "check_environment"]
 
 #: signatures kept (the table is emptied when it is full: every rank sees the same calls)
 MAX_LANES = 256
+#: the largest all-or-nothing call the lane runs: beyond cache its copies in and out cost more
+#: than the general path's rollback (docs/shm.md "Threads for large calls" measures both)
+RESTORE_MAX_BYTES = 2 << 20
 
 # RINGCCL_LANE -> (lane on, replay in C where it can)
 _LANE_VALUES = {"": (True, True), "1": (True, True), "on": (True, True), "0": (False, True),
@@ -131,7 +135,8 @@ caches.register(_lanes.clear)
 _run_c = lane_native._lanec.run if lane_native.available() else None
 _local = threading.local()
 #: the environment variables a call reads (the key includes them: no stale plan)
-_ENV = ("RINGCCL_DEBUG", "RINGCCL_TIMEOUT", "RINGCCL_ALGO", "RINGCCL_TRANSPORT")
+_ENV = ("RINGCCL_DEBUG", "RINGCCL_TIMEOUT", "RINGCCL_ALGO", "RINGCCL_TRANSPORT",
+        "RINGCCL_SHM_THREADS")
 #: their values now (:func:`ringccl.environment.reader`: no encode/decode per read)
 _environment = environment.reader(_ENV)
 
@@ -326,8 +331,11 @@ def lower(schedule, plan, rank: int, group: ShmGroup, transport, dialect, op, *,
     """``plan`` (this rank's, over ``group``) as a :class:`Lane`, or None when it does not fit
     (module docstring). Call it after a call of the same plan ended (the working area exists
     and holds ``need``). ``restore``: the call is all-or-nothing (the caller's buffer written
-    only after the last wait): the C loop then works on a copy too."""
+    only after the last wait): the C loop then works on a copy too, and a buffer of more than
+    :data:`RESTORE_MAX_BYTES` is not lowered."""
     if not plan.steps or not group.work_serial or group.work_slot < need or group.retired:
+        return None
+    if restore and numel * itemsize > RESTORE_MAX_BYTES:
         return None
     half = group.work_slot // 2
     if 64 % itemsize:

@@ -25,8 +25,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ... import caches
+from ... import caches, environment
+from ...errors import ArgumentError
 from ...ops import ReduceOp
+from ...resources import usable_cores
 from .group import LINE, RING
 
 try:
@@ -36,15 +38,22 @@ except ImportError:   # no compiler at install time: the Python replay (same bit
     logging.getLogger(__name__).debug("ringccl.backends.shm._lanec is not built: the compiled "
                                       "lane replays in Python")
 
-__all__ = ["available", "reduction", "program", "native_runs", "NATIVE_SPIN_POLLS", "DONE",
-           "CANNOT", "BUFFER"]
+__all__ = ["available", "reduction", "program", "native_runs", "threads", "NATIVE_SPIN_POLLS",
+           "MAX_THREADS", "DEFAULT_MAX_THREADS", "DONE", "CANNOT", "BUFFER"]
 
 #: polls of a control word in C before the wait returns to Python's bounded wait
 #: (:meth:`ShmGroup.wait_word`: timeout, abort word, liveness, yielding the core)
 NATIVE_SPIN_POLLS = 256
 
+#: ``RINGCCL_SHM_THREADS``'s largest value (the C pool's size)
+MAX_THREADS = 64
+#: the default's cap: one thread's copy reaches a fraction of a socket's memory bandwidth
+#: (on this project's 2-core test machine two threads copy 1.3x as fast as one), and beyond a
+#: few threads per rank the group's threads contend for the same memory channels
+DEFAULT_MAX_THREADS = 4
+
 MAGIC = 0x4C414E4543303031
-HEADER_WORDS, OP_WORDS = 20, 14
+HEADER_WORDS, OP_WORDS = 21, 14
 BEGIN_WAIT, PUBLISH, COPY_IN, SEND, RECV, COPY_OUT, END_WAIT, SEND_WAIT = range(1, 9)
 DONE, CANNOT, BUFFER = -1, -2, -3
 
@@ -172,6 +181,34 @@ def reduction(combine: Callable, combine_into: Callable, dtype: Any,
     return _verdicts[key]
 
 
+def threads(world_size: int) -> int:
+    """Threads (the calling one included) over which one rank's compiled calls split a large
+    copy or reduction: ``RINGCCL_SHM_THREADS`` when set, else the cores this process may use
+    (:func:`ringccl.resources.usable_cores`) shared among the group's ``world_size`` ranks, at
+    most :data:`DEFAULT_MAX_THREADS`, at least 1. Part of a compiled call's signature (a change
+    takes effect at the next call). Only an
+    operation of at least 4 MiB is split, in parts of at least 2 MiB (``_lanec.PART_BYTES``:
+    smaller ones run at cache speed on one thread); every part is an element range with the
+    bits of the whole (docs/shm.md: "Threads for large calls").
+
+    Raises:
+        ArgumentError: ``RINGCCL_SHM_THREADS`` is not an integer from 1 to :data:`MAX_THREADS`.
+    """
+    text = (environment.get("RINGCCL_SHM_THREADS") or "").strip()
+    if not text:
+        return max(1, min(DEFAULT_MAX_THREADS, usable_cores() // max(1, world_size)))
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= MAX_THREADS:
+        raise ArgumentError(f"RINGCCL_SHM_THREADS={text!r} must be an integer from 1 to "
+                            f"{MAX_THREADS} (threads per rank for a large shared-memory copy "
+                            "or reduction; unset: the usable cores shared among the group's "
+                            f"ranks, at most {DEFAULT_MAX_THREADS})")
+    return n
+
+
 def _address(a: np.ndarray) -> int:
     return a.__array_interface__["data"][0]
 
@@ -181,7 +218,6 @@ def program(lane, group, reduction: tuple, segment: np.ndarray) -> tuple[bytes, 
     (int64 words: a header, then one operation of :data:`OP_WORDS` each) and, per operation,
     what Python needs when the loop returns there: ``(kind, peer, word, context)``."""
     g = group
-    me = g.rank
     # the control block's address, taken from a view dropped at once (a held export would
     # keep ShmGroup.close from releasing it; the lane never runs on a closed group)
     ctrl = np.frombuffer(g.w, dtype=np.int64)
@@ -225,7 +261,7 @@ def program(lane, group, reduction: tuple, segment: np.ndarray) -> tuple[bytes, 
     header = [MAGIC, len(ops), ctrl_at, lane.serial, 2 * LINE, work if lane.restore else 0,
               lane.numel * lane.itemsize, *reduction, lane.need, *lane.need_words,
               lane.entered_word, seg_at, segment.nbytes, RING, NATIVE_SPIN_POLLS,
-              lane.itemsize]
+              lane.itemsize, threads(g.world_size)]
     header += [0] * (HEADER_WORDS - len(header))
     words = header + [x for o in ops for x in o]
     return struct.pack(f"{len(words)}q", *words), meta

@@ -11,7 +11,8 @@ them:
 * ``RINGCCL_TIMEOUT``: :func:`ringccl.engine.timeout_seconds`;
 * ``RINGCCL_DEBUG``: :func:`ringccl.consistency.debug_level`;
 * ``RINGCCL_ALGO``: :func:`ringccl.costmodel.choice.parse_algo_env`;
-* ``RINGCCL_LANE``: :func:`ringccl.backends.shm.lane.check_environment`.
+* ``RINGCCL_LANE``: :func:`ringccl.backends.shm.lane.check_environment`;
+* ``RINGCCL_SHM_THREADS``: :func:`ringccl.backends.shm.lane_native.threads`.
 """
 
 from __future__ import annotations
@@ -20,13 +21,13 @@ from ... import environment
 from ...consistency import debug_level
 from ...costmodel.choice import parse_algo_env
 from ...engine import timeout_seconds
-from . import lane, transport_choice
+from . import lane, lane_native, transport_choice
 
 __all__ = ["VARIABLES", "check_environment"]
 
 #: the variables :func:`check_environment` checks
 VARIABLES = ("RINGCCL_TRANSPORT", "RINGCCL_TIMEOUT", "RINGCCL_DEBUG", "RINGCCL_ALGO",
-             "RINGCCL_LANE")
+             "RINGCCL_LANE", "RINGCCL_SHM_THREADS")
 
 
 def check_environment(transports: tuple) -> None:
@@ -45,3 +46,4 @@ def check_environment(transports: tuple) -> None:
     debug_level()
     parse_algo_env(environment.get("RINGCCL_ALGO") or "")
     lane.check_environment()
+    lane_native.threads(1)
