@@ -2,6 +2,7 @@
 helper's reductions against the backends' own, in parts and on threads."""
 
 import os
+import re
 
 import pytest
 
@@ -25,6 +26,53 @@ def test_the_extension_is_built():
     assert lane_native.available() and lane.native()
     assert _lanec.HEADER_WORDS == lane_native.HEADER_WORDS
     assert _lanec.OP_WORDS == lane_native.OP_WORDS
+    assert _lanec.MAX_THREADS == lane_native.MAX_THREADS
+
+
+def test_a_build_of_another_version_replays_in_python():
+    # an editable install keeps the extension built from an older checkout: its programs have
+    # another layout, so the lane replays in Python (with a warning) instead of failing calls
+    import subprocess
+    import sys
+    code = ("import logging; logging.basicConfig()\n"
+            "from ringccl.backends.shm import _lanec\n"
+            "_lanec.HEADER_WORDS -= 1\n"
+            "from ringccl.backends.shm import lane, lane_native\n"
+            "assert not lane_native.available() and not lane.native()\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "built from another version of ringccl" in out.stderr, out.stderr
+
+
+def test_no_worker_thread_leaves_one_thread_on_the_whole_range(tmp_path):
+    # pthread_create failing (a pids limit): the operation runs on the calling thread alone,
+    # every byte of it and no byte past it (parts are whole cache lines; this size is not)
+    import shutil
+    import subprocess
+    import sys
+    cc = shutil.which("cc") or shutil.which("gcc")
+    assert cc, "a C compiler builds the extension on every CI machine"
+    shim = tmp_path / "fail_create.c"
+    shim.write_text("#include <pthread.h>\n#include <errno.h>\n"
+                    "int pthread_create(pthread_t *t, const pthread_attr_t *a,\n"
+                    "                   void *(*f)(void *), void *arg)\n"
+                    "{ (void)t; (void)a; (void)f; (void)arg; return EAGAIN; }\n")
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(tmp_path / "fail_create.so"), str(shim)],
+                   check=True, timeout=120)
+    code = ("import numpy as np\n"
+            "from ringccl.backends.shm import _lanec\n"
+            "n = (2 * _lanec.PART_BYTES + 4) // 4\n"
+            "buf, ones = np.full(n + 16, 123, np.float32), np.ones(n + 16, np.float32)\n"
+            "for threads in (2, 3, 2):\n"
+            "    _lanec.combine(0, 0, 0, False, buf[:n], ones[:n], None, -1, 0, threads)\n"
+            "assert (buf[:n] == 126).all() and (buf[n:] == 123).all(), buf[n - 2:n + 2]\n"
+            "assert _lanec.workers() == 0\n")
+    env = dict(os.environ, LD_PRELOAD=str(tmp_path / "fail_create.so"),
+               OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")   # numpy's BLAS: no threads
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
 
 
 def test_lane_env_bad_value_names_it(monkeypatch):
@@ -272,17 +320,36 @@ def test_shm_threads_variable(monkeypatch, text, world_size, expected):
 
 def test_shm_threads_default_shares_the_cores(monkeypatch):
     from ringccl.backends.shm import lane_native
-    monkeypatch.delenv("RINGCCL_SHM_THREADS", raising=False)
+    for name in ("RINGCCL_SHM_THREADS",) + lane_native.LOCAL_SIZE_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(lane_native, "usable_cores", lambda: 16)
     assert [lane_native.threads(w) for w in (1, 2, 5, 8, 32)] == [4, 4, 3, 2, 1]
+    # a subgroup of 2 among the launcher's 8 processes on this host: the 8 share the cores
+    for name in lane_native.LOCAL_SIZE_VARIABLES:
+        monkeypatch.setenv(name, "8")
+        assert lane_native.threads(2) == 2, name
+        monkeypatch.delenv(name)
 
 
-@pytest.mark.parametrize("text", ["0", "65", "two", "1.5"])
+@pytest.mark.parametrize("text", ["0", "65", "two", "1.5", "2_0", "+3", "-1"])
 def test_shm_threads_bad_value_names_it(monkeypatch, text):
     from ringccl.backends.shm import lane_native, variables
     monkeypatch.setenv("RINGCCL_SHM_THREADS", text)
     message = f"RINGCCL_SHM_THREADS={text!r} must be an integer from 1 to 64"
-    with pytest.raises(ArgumentError, match=message.replace(".", r"\.")):
+    with pytest.raises(ArgumentError, match=re.escape(message)):
         lane_native.threads(2)
     with pytest.raises(ArgumentError, match="RINGCCL_SHM_THREADS"):   # a launcher's check
         variables.check_environment(("auto", "shm"))
+
+
+def test_a_bad_shm_threads_value_is_refused_before_the_call(monkeypatch):
+    # the first call of a signature compiles its lane: a value the compiled call would refuse
+    # is refused before the call (its general path) moves any data
+    monkeypatch.setenv("RINGCCL_SHM_THREADS", "many")
+    ran = []
+    with pytest.raises(ArgumentError, match="RINGCCL_SHM_THREADS='many'"):
+        lane.first_call(("all_reduce", "new signature"), None, lambda: ran.append(1),
+                        lambda: None)
+    assert ran == []
+    lane.first_call(None, None, lambda: ran.append(1), lambda: None)   # no lane: unread
+    assert ran == [1]

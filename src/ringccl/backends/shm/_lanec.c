@@ -403,7 +403,8 @@ PyMODINIT_FUNC PyInit__lanec(void)
     if (PyModule_AddIntConstant(m, "MAGIC_LOW", (long)(MAGIC & 0x7fffffff)) < 0 ||
         PyModule_AddIntConstant(m, "HEADER_WORDS", HDR) < 0 ||
         PyModule_AddIntConstant(m, "OP_WORDS", OPW) < 0 ||
-        PyModule_AddIntConstant(m, "PART_BYTES", PART_MIN) < 0) {
+        PyModule_AddIntConstant(m, "PART_BYTES", PART_MIN) < 0 ||
+        PyModule_AddIntConstant(m, "MAX_THREADS", MAX_THREADS) < 0) {
         Py_DECREF(m);
         return NULL;
     }

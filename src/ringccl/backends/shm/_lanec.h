@@ -22,10 +22,12 @@ enum { K_BEGIN_WAIT = 1, K_PUBLISH, K_COPY_IN, K_SEND, K_RECV, K_COPY_OUT, K_END
 #define PEER_MEMORY (-1)
 /* an operation is split over threads (_lanec_data.c) in parts of at least PART_MIN bytes: a
  * worker's wake-up costs tens of µs, and an operation that fits in cache runs at cache speed
- * on one thread (the float32 sum on this project's 2-core test machine, one process: two
- * threads 0.64x one at 512 KiB, 0.97x at 2 MiB, 1.18x at 4 MiB, 1.73x at 16 MiB;
- * benchmarks/bench_shm_threads.py measures it in an all_reduce) */
+ * on one thread (the float32 sum on this project's 2-core test machine, one process, two
+ * threads against one: 0.64x at 512 KiB with 256 KiB parts; with 2 MiB parts 1.00x at 2 MiB,
+ * 1.15x at 4 MiB, 1.39x at 16 MiB; benchmarks/bench_shm_threads.py measures an all_reduce) */
 #define PART_MIN (2 << 20)
+/* the most threads an operation is split over (lane_native.MAX_THREADS) */
+#define MAX_THREADS 64
 enum { D_F32, D_F64, D_I8, D_I16, D_I32, D_I64, D_U8 };
 enum { O_SUM, O_PROD, O_MIN, O_MAX, O_BAND, O_BOR, O_BXOR };
 #define R_DONE (-1)

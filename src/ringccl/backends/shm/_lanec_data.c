@@ -19,13 +19,14 @@
 #include <sys/uio.h>
 
 /* ---- the pool ------------------------------------------------------------------------- */
-#define MAX_THREADS 64
 
 typedef void (*task_fn)(void *arg, int64_t at, int64_t m);
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t go = PTHREAD_COND_INITIALIZER, done = PTHREAD_COND_INITIALIZER;
 static int started;                 /* workers running in this process */
+static int cannot_start;            /* a pthread_create failed: no more tried */
+static int in_flight;               /* a job runs (its caller waits for it) */
 static uint64_t job;                /* the current job's number */
 static uint64_t job_seen[MAX_THREADS];
 static int pending;                 /* the current job's parts its workers have not finished */
@@ -56,25 +57,32 @@ static void *worker(void *arg)
     return NULL;
 }
 
-/* workers 1 .. n - 1 running (mu held): how many parts a job can have now */
+/* workers 1 .. n - 1 running (mu held): how many parts a job can have now (after a failed
+ * pthread_create, e.g. a pids limit, no more are tried: fewer threads, the same bits) */
 static int ensure_workers(int n)
 {
-    sigset_t all, old;
+    sigset_t mask, old;
     pthread_attr_t attr;
     if (n > MAX_THREADS)
         n = MAX_THREADS;
-    if (started + 1 >= n)
-        return n;
+    if (started + 1 >= n || cannot_start)
+        return started + 1 < n ? started + 1 : n;
     pthread_attr_init(&attr);
-    pthread_attr_setstacksize(&attr, 256 << 10);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    sigfillset(&all);   /* signals go to Python's threads, never to a worker */
-    pthread_sigmask(SIG_SETMASK, &all, &old);
+    /* asynchronous signals go to Python's threads, never to a worker; a fault in a worker
+       still reaches its handler (faulthandler's traceback) */
+    sigfillset(&mask);
+    int faults[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+    for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++)
+        sigdelset(&mask, faults[i]);
+    pthread_sigmask(SIG_SETMASK, &mask, &old);
     while (started + 1 < n) {
         pthread_t t;
         job_seen[started + 1] = job;
-        if (pthread_create(&t, &attr, worker, (void *)(intptr_t)(started + 1)) != 0)
-            break;   /* fewer threads: the same bits, more time */
+        if (pthread_create(&t, &attr, worker, (void *)(intptr_t)(started + 1)) != 0) {
+            cannot_start = 1;
+            break;
+        }
         started++;
     }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
@@ -83,7 +91,9 @@ static int ensure_workers(int n)
 }
 
 /* fn over [0, nbytes): in parts of whole cache lines on up to `threads` threads when each part
- * would have at least PART_MIN bytes, else on the calling thread alone */
+ * would have at least PART_MIN bytes, else on the calling thread alone (also when no worker
+ * can start, or while another thread's job runs: the loop holds the GIL, so only a caller
+ * outside it could meet one) */
 static void parallel(task_fn fn, void *arg, int64_t nbytes, int64_t threads)
 {
     int64_t parts = nbytes / PART_MIN;
@@ -94,9 +104,15 @@ static void parallel(task_fn fn, void *arg, int64_t nbytes, int64_t threads)
         return;
     }
     pthread_mutex_lock(&mu);
-    parts = ensure_workers((int)parts);
+    parts = in_flight ? 1 : ensure_workers((int)parts);
+    if (parts <= 1) {
+        pthread_mutex_unlock(&mu);
+        fn(arg, 0, nbytes);
+        return;
+    }
     /* every element size divides 64: a part boundary never splits an element */
     int64_t part = ((nbytes + parts - 1) / parts + 63) / 64 * 64;
+    in_flight = 1;
     job_fn = fn;
     job_arg = arg;
     job_bytes = nbytes;
@@ -106,10 +122,11 @@ static void parallel(task_fn fn, void *arg, int64_t nbytes, int64_t threads)
     job++;
     pthread_cond_broadcast(&go);
     pthread_mutex_unlock(&mu);
-    fn(arg, 0, part);
+    fn(arg, 0, part < nbytes ? part : nbytes);
     pthread_mutex_lock(&mu);
     while (pending > 0)
         pthread_cond_wait(&done, &mu);
+    in_flight = 0;
     pthread_mutex_unlock(&mu);
 }
 
@@ -121,6 +138,8 @@ static void pool_after_fork(void)
     go = c;
     done = c;
     started = 0;
+    cannot_start = 0;
+    in_flight = 0;
 }
 
 int lanec_workers(void)

@@ -101,8 +101,7 @@ __all__ = ["Lane", "lower", "capture", "wanted", "call", "replay", "first_call",
 
 #: signatures kept (the table is emptied when it is full: every rank sees the same calls)
 MAX_LANES = 256
-#: the largest all-or-nothing call the lane runs: beyond cache its copies in and out cost more
-#: than the general path's rollback (docs/shm.md "Threads for large calls" measures both)
+#: the largest all-or-nothing call lowered (beyond, the general path's rollback costs less)
 RESTORE_MAX_BYTES = 2 << 20
 
 # RINGCCL_LANE -> (lane on, replay in C where it can)
@@ -297,9 +296,9 @@ if _run_c is not None and environment.mapping() is not None:
 
 def first_call(key: tuple | None, group: Any, general: Callable[[], None],
                finish: Callable[[], Callable[[Any], None]]) -> None:
-    """``general()`` (the general path); for a signature seen for the first time (``key`` not
-    None and not in the table) compiling its lane on the way, kept with ``finish()`` (what
-    :func:`replay` does after the lane, e.g. :func:`finisher`)."""
+    """``general()``; for a signature seen first (``key`` not None, not in the table) its lane
+    compiled on the way, kept with ``finish()`` (what :func:`replay` does after the lane, e.g.
+    :func:`finisher`). Raises ArgumentError for a bad ``RINGCCL_SHM_THREADS`` first."""
     try:
         known = key is None or key in _lanes
     except TypeError:   # an unhashable part (signature): never compiled
@@ -307,6 +306,7 @@ def first_call(key: tuple | None, group: Any, general: Callable[[], None],
     if known:
         general()
         return
+    lane_native.threads(1)   # before the call moves data
     with capture() as box:
         general()
     if len(_lanes) >= MAX_LANES:

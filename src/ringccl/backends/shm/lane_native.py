@@ -20,6 +20,7 @@ vector and scalar loops keep different NaNs and zeros) stays in Python.
 from __future__ import annotations
 
 import logging
+import re
 import struct
 from typing import Any, Callable
 
@@ -39,7 +40,8 @@ except ImportError:   # no compiler at install time: the Python replay (same bit
                                       "lane replays in Python")
 
 __all__ = ["available", "reduction", "program", "native_runs", "threads", "NATIVE_SPIN_POLLS",
-           "MAX_THREADS", "DEFAULT_MAX_THREADS", "DONE", "CANNOT", "BUFFER"]
+           "MAX_THREADS", "DEFAULT_MAX_THREADS", "LOCAL_SIZE_VARIABLES", "DONE", "CANNOT",
+           "BUFFER"]
 
 #: polls of a control word in C before the wait returns to Python's bounded wait
 #: (:meth:`ShmGroup.wait_word`: timeout, abort word, liveness, yielding the core)
@@ -56,6 +58,20 @@ MAGIC = 0x4C414E4543303031
 HEADER_WORDS, OP_WORDS = 21, 14
 BEGIN_WAIT, PUBLISH, COPY_IN, SEND, RECV, COPY_OUT, END_WAIT, SEND_WAIT = range(1, 9)
 DONE, CANNOT, BUFFER = -1, -2, -3
+#: launchers' names for the processes on this host (torchrun, ringccl.torch.launch; Open MPI;
+#: MPICH and Intel MPI)
+LOCAL_SIZE_VARIABLES = ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS")
+
+if _lanec is not None and tuple(getattr(_lanec, k, None) for k in (
+        "HEADER_WORDS", "OP_WORDS", "MAX_THREADS")) != (HEADER_WORDS, OP_WORDS, MAX_THREADS):
+    # a build of another version (an editable install is not rebuilt by a checkout): its
+    # programs differ, so the lane replays in Python until it is rebuilt
+    logging.getLogger(__name__).warning(
+        "ringccl.backends.shm._lanec was built from another version of ringccl (program "
+        "header of %s words, this version's %s): the compiled lane replays in Python; rebuild "
+        "it (pip install -e . or python setup.py build_ext --inplace)",
+        getattr(_lanec, "HEADER_WORDS", "?"), HEADER_WORDS)
+    _lanec = None
 
 _DTYPES = {np.dtype(d): i for i, d in enumerate(
     (np.float32, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8))}
@@ -184,8 +200,9 @@ def reduction(combine: Callable, combine_into: Callable, dtype: Any,
 def threads(world_size: int) -> int:
     """Threads (the calling one included) over which one rank's compiled calls split a large
     copy or reduction: ``RINGCCL_SHM_THREADS`` when set, else the cores this process may use
-    (:func:`ringccl.resources.usable_cores`) shared among the group's ``world_size`` ranks, at
-    most :data:`DEFAULT_MAX_THREADS`, at least 1. Part of a compiled call's signature (a change
+    (:func:`ringccl.resources.usable_cores`) shared among the processes on this host (the
+    group's ``world_size``, or the launcher's count where larger:
+    :data:`LOCAL_SIZE_VARIABLES`), at most :data:`DEFAULT_MAX_THREADS`, at least 1. Part of a compiled call's signature (a change
     takes effect at the next call). Only an
     operation of at least 4 MiB is split, in parts of at least 2 MiB (``_lanec.PART_BYTES``:
     smaller ones run at cache speed on one thread); every part is an element range with the
@@ -196,11 +213,12 @@ def threads(world_size: int) -> int:
     """
     text = (environment.get("RINGCCL_SHM_THREADS") or "").strip()
     if not text:
-        return max(1, min(DEFAULT_MAX_THREADS, usable_cores() // max(1, world_size)))
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
+        local = [world_size]
+        for name in LOCAL_SIZE_VARIABLES:
+            value = environment.get(name) or ""
+            local += [int(value)] if re.fullmatch(r"[0-9]+", value) else []
+        return max(1, min(DEFAULT_MAX_THREADS, usable_cores() // max(1, *local)))
+    n = int(text) if re.fullmatch(r"[0-9]+", text) else 0
     if not 1 <= n <= MAX_THREADS:
         raise ArgumentError(f"RINGCCL_SHM_THREADS={text!r} must be an integer from 1 to "
                             f"{MAX_THREADS} (threads per rank for a large shared-memory copy "

@@ -65,6 +65,9 @@ def _worker(rank: int, world_size: int, port: int, backend: str, timeout: float,
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    # every rank runs on this host: torchrun's names for it (what the shared-memory lane's
+    # default thread count divides the cores by, ringccl.backends.shm.lane_native.threads)
+    os.environ["LOCAL_RANK"], os.environ["LOCAL_WORLD_SIZE"] = str(rank), str(world_size)
     try:
         import_user_modules()  # the algorithms ``--import`` / RINGCCL_IMPORT registered
         import torch
