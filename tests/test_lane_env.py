@@ -10,6 +10,14 @@ from ringccl.backends.shm import lane
 from ringccl.errors import ArgumentError
 
 
+def _python(code: str, env: dict | None = None):
+    """``code`` run by this interpreter in a fresh process (its CompletedProcess, text)."""
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env=env)
+
+
 @pytest.mark.parametrize("text,on,native", [("", True, True), ("1", True, True),
                                             ("on", True, True), ("0", False, True),
                                             ("OFF", False, True), ("python", True, False),
@@ -32,15 +40,12 @@ def test_the_extension_is_built():
 def test_a_build_of_another_version_replays_in_python():
     # an editable install keeps the extension built from an older checkout: its programs have
     # another layout, so the lane replays in Python (with a warning) instead of failing calls
-    import subprocess
-    import sys
     code = ("import logging; logging.basicConfig()\n"
             "from ringccl.backends.shm import _lanec\n"
             "_lanec.HEADER_WORDS -= 1\n"
             "from ringccl.backends.shm import lane, lane_native\n"
             "assert not lane_native.available() and not lane.native()\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120)
+    out = _python(code)
     assert out.returncode == 0, out.stderr
     assert "built from another version of ringccl" in out.stderr, out.stderr
 
@@ -50,7 +55,6 @@ def test_no_worker_thread_leaves_one_thread_on_the_whole_range(tmp_path):
     # every byte of it and no byte past it (parts are whole cache lines; this size is not)
     import shutil
     import subprocess
-    import sys
     cc = shutil.which("cc") or shutil.which("gcc")
     assert cc, "a C compiler builds the extension on every CI machine"
     shim = tmp_path / "fail_create.c"
@@ -70,8 +74,7 @@ def test_no_worker_thread_leaves_one_thread_on_the_whole_range(tmp_path):
             "assert _lanec.workers() == 0\n")
     env = dict(os.environ, LD_PRELOAD=str(tmp_path / "fail_create.so"),
                OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")   # numpy's BLAS: no threads
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120, env=env)
+    out = _python(code, env)
     assert out.returncode == 0, out.stderr
 
 
@@ -121,8 +124,6 @@ def test_the_key_follows_the_environment(monkeypatch):
 def test_without_the_extension_the_lane_replays_in_python():
     # a machine without a C compiler installs without _lanec: the lane still imports, lowers
     # nothing for C and replays in Python
-    import subprocess
-    import sys
     code = ("import sys; sys.modules['ringccl.backends.shm._lanec'] = None\n"
             "import numpy as np\n"
             "from ringccl.backends.shm import lane, lane_native\n"
@@ -133,8 +134,7 @@ def test_without_the_extension_the_lane_replays_in_python():
             "OPS.combine_into(ReduceOp.SUM), np.float32, ReduceOp.SUM) is None\n"
             "assert lane_native.native_runs() == 0\n"
             "print('python replay')\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120)
+    out = _python(code)
     assert out.returncode == 0 and "python replay" in out.stdout, out.stderr
 
 
