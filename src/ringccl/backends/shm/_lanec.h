@@ -48,14 +48,10 @@ int lanec_init(void);
 long lanec_run(const int64_t *p, PyObject *buf, int64_t c, Py_ssize_t pos, PyObject *g,
                PyObject *t);
 
-/* d := d ⊕ s, or with `left` d := s ⊕ d, over nbytes (the C reductions); the result also
- * written to `also` block by block when it is not NULL */
-void lanec_combine(int dtype, int op, int64_t rule, int left, void *d, const void *s,
-                   int64_t nbytes, void *also);
-
-/* the same on bytes [at, at + nbytes) of a combine over `total` bytes (d, s, also point at
- * byte `at`): the bits of that part of the whole combine (the NaN rule counts positions in
- * the whole) */
+/* d := d ⊕ s, or with `left` d := s ⊕ d (the C reductions), on bytes [at, at + nbytes) of a
+ * combine over `total` bytes (d, s, also point at byte `at`): the bits of that part of the
+ * whole combine (the NaN rule counts positions in the whole); the result also written to
+ * `also` block by block when it is not NULL */
 void lanec_combine_part(int dtype, int op, int64_t rule, int left, void *d, const void *s,
                         int64_t nbytes, void *also, int64_t total, int64_t at);
 

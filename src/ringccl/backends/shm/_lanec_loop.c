@@ -27,7 +27,6 @@
  * its own rule (H_RULE, H_RULE_LEFT).
  */
 #include "_lanec.h"
-#include <stdlib.h>
 
 long long lanec_native_runs;
 static PyObject *s_closed, *s_work_serial, *s_retired, *s_lazy, *s_calls, *s_sent,
@@ -194,13 +193,6 @@ static inline int nan_rule(int64_t rule, int64_t n, int64_t i)
 
 FLOAT_OPS(comb_f32, float, uint32_t, 0x00400000u)
 FLOAT_OPS(comb_f64, double, uint64_t, 0x0008000000000000ull)
-
-/* d := d ⊕ s, or with `left` d := s ⊕ d; the result also written to `also` (NULL: not) */
-void lanec_combine(int dtype, int op, int64_t rule, int left, void *d, const void *s,
-                   int64_t nbytes, void *also)
-{
-    lanec_combine_part(dtype, op, rule, left, d, s, nbytes, also, nbytes, 0);
-}
 
 void lanec_combine_part(int dtype, int op, int64_t rule, int left, void *d, const void *s,
                         int64_t nbytes, void *also, int64_t total, int64_t at)

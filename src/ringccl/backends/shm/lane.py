@@ -306,7 +306,7 @@ def first_call(key: tuple | None, group: Any, general: Callable[[], None],
     if known:
         general()
         return
-    lane_native.threads(1)   # before the call moves data
+    lane_native.threads_setting()   # before the call moves data
     with capture() as box:
         general()
     if len(_lanes) >= MAX_LANES:

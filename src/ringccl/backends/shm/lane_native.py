@@ -39,7 +39,8 @@ except ImportError:   # no compiler at install time: the Python replay (same bit
     logging.getLogger(__name__).debug("ringccl.backends.shm._lanec is not built: the compiled "
                                       "lane replays in Python")
 
-__all__ = ["available", "reduction", "program", "native_runs", "threads", "NATIVE_SPIN_POLLS",
+__all__ = ["available", "reduction", "program", "native_runs", "threads", "threads_setting",
+           "NATIVE_SPIN_POLLS",
            "MAX_THREADS", "DEFAULT_MAX_THREADS", "LOCAL_SIZE_VARIABLES", "DONE", "CANNOT",
            "BUFFER"]
 
@@ -197,34 +198,50 @@ def reduction(combine: Callable, combine_into: Callable, dtype: Any,
     return _verdicts[key]
 
 
-def threads(world_size: int) -> int:
-    """Threads (the calling one included) over which one rank's compiled calls split a large
-    copy or reduction: ``RINGCCL_SHM_THREADS`` when set, else the cores this process may use
-    (:func:`ringccl.resources.usable_cores`) shared among the processes on this host (the
-    group's ``world_size``, or the launcher's count where larger:
-    :data:`LOCAL_SIZE_VARIABLES`), at most :data:`DEFAULT_MAX_THREADS`, at least 1. Part of a compiled call's signature (a change
-    takes effect at the next call). Only an
-    operation of at least 4 MiB is split, in parts of at least 2 MiB (``_lanec.PART_BYTES``:
-    smaller ones run at cache speed on one thread); every part is an element range with the
-    bits of the whole (docs/shm.md: "Threads for large calls").
+def _whole(text: str) -> int | None:
+    """``text`` as a count when it is ASCII digits only, else None."""
+    return int(text) if re.fullmatch(r"[0-9]+", text) else None
+
+
+def threads_setting() -> int | None:
+    """``RINGCCL_SHM_THREADS`` as a thread count, or None when unset (the default of
+    :func:`threads`). Nothing but the variable is read (the check before a first call).
 
     Raises:
-        ArgumentError: ``RINGCCL_SHM_THREADS`` is not an integer from 1 to :data:`MAX_THREADS`.
+        ArgumentError: the value is not an integer from 1 to :data:`MAX_THREADS`.
     """
     text = (environment.get("RINGCCL_SHM_THREADS") or "").strip()
     if not text:
-        local = [world_size]
-        for name in LOCAL_SIZE_VARIABLES:
-            value = environment.get(name) or ""
-            local += [int(value)] if re.fullmatch(r"[0-9]+", value) else []
-        return max(1, min(DEFAULT_MAX_THREADS, usable_cores() // max(1, *local)))
-    n = int(text) if re.fullmatch(r"[0-9]+", text) else 0
+        return None
+    n = _whole(text) or 0
     if not 1 <= n <= MAX_THREADS:
         raise ArgumentError(f"RINGCCL_SHM_THREADS={text!r} must be an integer from 1 to "
                             f"{MAX_THREADS} (threads per rank for a large shared-memory copy "
-                            "or reduction; unset: the usable cores shared among the group's "
-                            f"ranks, at most {DEFAULT_MAX_THREADS})")
+                            "or reduction; unset: the usable cores shared among the processes "
+                            f"on this host, at most {DEFAULT_MAX_THREADS})")
     return n
+
+
+def threads(world_size: int) -> int:
+    """Threads (the calling one included) over which one rank's compiled calls split a large
+    copy or reduction: :func:`threads_setting` when set, else the cores this process may use
+    (:func:`ringccl.resources.usable_cores`) shared among the processes on this host (the
+    group's ``world_size``, or the launcher's count where larger:
+    :data:`LOCAL_SIZE_VARIABLES`), at most :data:`DEFAULT_MAX_THREADS`, at least 1. Part of a
+    compiled call's signature (a change takes effect at the next call). Only an operation of
+    at least 4 MiB is split, in parts of at least 2 MiB (``_lanec.PART_BYTES``: smaller ones
+    run at cache speed on one thread); every part is an element range with the bits of the
+    whole (docs/shm.md: "Threads for large calls").
+
+    Raises:
+        ArgumentError: as :func:`threads_setting`.
+    """
+    n = threads_setting()
+    if n is not None:
+        return n
+    local = [world_size] + [k for k in (_whole(environment.get(name) or "")
+                                        for name in LOCAL_SIZE_VARIABLES) if k is not None]
+    return max(1, min(DEFAULT_MAX_THREADS, usable_cores() // max(1, *local)))
 
 
 def _address(a: np.ndarray) -> int:

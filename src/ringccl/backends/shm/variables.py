@@ -12,7 +12,7 @@ them:
 * ``RINGCCL_DEBUG``: :func:`ringccl.consistency.debug_level`;
 * ``RINGCCL_ALGO``: :func:`ringccl.costmodel.choice.parse_algo_env`;
 * ``RINGCCL_LANE``: :func:`ringccl.backends.shm.lane.check_environment`;
-* ``RINGCCL_SHM_THREADS``: :func:`ringccl.backends.shm.lane_native.threads`.
+* ``RINGCCL_SHM_THREADS``: :func:`ringccl.backends.shm.lane_native.threads_setting`.
 """
 
 from __future__ import annotations
@@ -46,4 +46,4 @@ def check_environment(transports: tuple) -> None:
     debug_level()
     parse_algo_env(environment.get("RINGCCL_ALGO") or "")
     lane.check_environment()
-    lane_native.threads(1)
+    lane_native.threads_setting()
