@@ -54,6 +54,29 @@ def test_plan_search_json(capsys):
     assert out["top"][0]["why_slower"] == "fastest" and len(out["top"]) <= 10
     steps = [t["summary"]["step_s"] for t in out["top"]]
     assert steps == sorted(steps)
+    # within memory: every priced layout not refused, not only those shown
+    assert out["within_memory"] == out["priced"] - out["refused_memory"] >= out["shown"] \
+        == len(out["top"])
+
+
+def test_plan_search_with_nothing_that_fits_says_so(capsys):
+    assert main(["plan", "--model", "llama3-405b", "--search", "--gpus", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "no layout of llama3-405b fits 8 GPUs of 80.00 GiB" in out
+    assert "Pareto front" not in out
+
+
+def test_plan_nodes_set_dp_and_the_first_error_names_the_ways_out(capsys):
+    assert main(["plan", "--model", "llama3-8b", "--seq-length", "2048"]) == 2
+    err = capsys.readouterr().err
+    assert "the layout's 1 GPU (dp x tp x cp x pp) does not fill nodes of 8" in err
+    assert "--gpus N or --nodes N" in err and "--dp" in err
+    assert main(["plan", "--model", "llama3-8b", "--seq-length", "2048", "--nodes", "2",
+                 "--tp", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["layout"]["dp"] == 8   # 16 GPUs / tp 2
+    assert main(["plan", "--model", "llama3-8b", "--nodes", "2", "--tp", "3"]) == 2
+    assert "--nodes 2 x 8 GPUs = 16 is not a multiple of tp x cp x pp" in \
+        capsys.readouterr().err
 
 
 def test_plan_plot_writes_a_png(tmp_path, capsys):
@@ -266,9 +289,25 @@ def test_plan_gpu_and_precision_options(capsys):
     assert main(base + ["--gpu", "h200"]) == 0
     bf16 = json.loads(capsys.readouterr().out)
     assert bf16["cluster"]["gpu"] == "h200-sxm-141gb"
-    assert bf16["cluster"]["gpu_memory"] == 141e9            # the GPU's own memory
+    assert bf16["cluster"]["gpu_memory"] == 141 * 2**30     # the GPU's own memory (binary GB)
     assert main(base + ["--gpu", "h200", "--precision", "fp8-delayed"]) == 0
     fp8 = json.loads(capsys.readouterr().out)
     assert fp8["summary"]["step_s"] < bf16["summary"]["step_s"]
     assert main(base + ["--cluster", "dgx-a100", "--precision", "fp8-delayed"]) == 2
     assert "has no FP8 tensor cores" in capsys.readouterr().err
+
+
+def test_plan_says_what_float32_and_a_one_chunk_interleave_mean(capsys):
+    base = ["plan", "--model", "llama3-8b", "--seq-length", "2048", "--json"]
+    assert main(base + ["--dp", "8", "--dtype", "float32"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert any("GEMMs at the BF16 peak" in n for n in notes)
+    assert main(base + ["--dp", "8"]) == 0
+    assert not any("BF16 peak" in n for n in json.loads(capsys.readouterr().out)["notes"])
+    assert main(base + ["--dp", "2", "--pp", "4", "--schedule", "interleaved"]) == 0
+    kinds = [w["kind"] for w in json.loads(capsys.readouterr().out)["warnings"]]
+    assert "schedule" in kinds
+    assert main(base + ["--dp", "2", "--pp", "4", "--schedule", "interleaved",
+                        "--virtual-stages", "2"]) == 0
+    kinds = [w["kind"] for w in json.loads(capsys.readouterr().out)["warnings"]]
+    assert "schedule" not in kinds

@@ -72,6 +72,27 @@ def test_cluster_units_and_presets():
         resolve_cluster({"gpus": 8})
 
 
+def test_a_gpu_has_one_memory_whether_named_or_from_its_cluster():
+    from ringccl.planner.cluster import CLUSTER_PRESETS
+    from ringccl.planner.gpus import GPU_PRESETS
+    for name, values in CLUSTER_PRESETS.items():
+        gpu = values["gpu"]
+        assert cluster_preset(name).gpu_memory == cluster_preset(name, gpu=gpu).gpu_memory \
+            == GPU_PRESETS[gpu].hbm_bytes, name
+    # a datasheet's "80GB" of HBM is 80 GiB (the driver reports an A100 80GB's 81,920 MiB)
+    assert GPU_PRESETS["a100-sxm4-80gb"].hbm_bytes == 81920 * 2**20
+
+
+def test_describe_names_a_network_profile_instead_of_the_presets_links(tmp_path):
+    path = tmp_path / "fit.json"
+    path.write_text(json.dumps({"params": {"alpha": {"value": 4e-6},
+                                           "beta": {"value": 1 / 40e9}}}))
+    plain = cluster_preset("dgx-h100").describe()
+    assert "inter 50.00 GB/s per NIC" in plain and "network fitted" not in plain
+    fitted = Cluster(network_profile=str(path)).describe()
+    assert f"network fitted in {path}" in fitted and "per NIC (" not in fitted
+
+
 def test_fitted_profile_sets_one_level(tmp_path):
     path = tmp_path / "fit.json"
     path.write_text(json.dumps([{"fit": {"params": {"alpha": {"value": 4e-6},

@@ -236,7 +236,7 @@ def test_cluster_overrides_reach_the_gpu():
     g = c.gpu_spec
     assert (g.name, g.bf16_flops, g.gemm_efficiency, g.memory_efficiency, g.hbm_bandwidth) == (
         "a100-sxm4-80gb", 300e12, 0.5, 0.8, 1e12)
-    assert g.fp8_flops == 0 and c.gpu_memory == 80e9
+    assert g.fp8_flops == 0 and c.gpu_memory == 80 * 2**30
 
 
 def test_the_cross_entropy_makes_megatrons_passes_over_the_logits():

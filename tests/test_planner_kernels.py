@@ -32,7 +32,7 @@ def test_gpu_preset_agrees_with_gpu_specs_json(name):
     assert g.bf16_flops == pytest.approx(spec["bf16_dense_tflops"] * 1e12)
     assert g.fp8_flops == pytest.approx((spec["fp8_dense_tflops"] or 0) * 1e12)
     assert g.hbm_bandwidth == pytest.approx(spec["hbm_bandwidth_gbps"] * 1e9)
-    assert g.hbm_bytes == pytest.approx(spec["hbm_gb"] * 1e9)
+    assert g.hbm_bytes == pytest.approx(spec["hbm_gb"] * 2**30)   # datasheet memory GB are binary
     assert g.nvlink_bandwidth == pytest.approx(spec["nvlink_gbps_per_direction"] * 1e9)
     assert 0 < g.gemm_efficiency <= 1 and 0 < g.memory_efficiency <= 1
 

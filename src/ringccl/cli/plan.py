@@ -181,7 +181,12 @@ def _cmd_plan(args) -> int:
     cfg = _inputs(args)
     model, layout, cluster, straggler = cfg.model, cfg.layout, cfg.cluster, cfg.straggler
     do_search, gpus = cfg.search, cfg.gpus
-    if not do_search and gpus is not None:
+    if not do_search and gpus is None and "nodes" in cluster and "dp" not in layout:
+        machine = cluster_for(cluster, 1)   # --nodes given: dp fills them, as --gpus does
+        layout = layout_for_gpus(layout, machine.nodes * machine.gpus_per_node,
+                                 f"--nodes {machine.nodes} x {machine.gpus_per_node} GPUs = "
+                                 f"{machine.nodes * machine.gpus_per_node}")
+    elif not do_search and gpus is not None:
         layout = layout_for_gpus(layout, gpus)
     if do_search and args.emit:
         raise ArgumentError("--emit writes one plan's step; it does not apply to --search")
@@ -207,14 +212,21 @@ def _cmd_plan(args) -> int:
             emit_json(result.to_dict())
             return 0
         table(f"ringccl plan --search: {model.name} on {machine.describe()}; {result.tried} "
-              f"layouts: {result.priced} priced ({len(result.plans)} shown within memory, "
-              f"{result.refused_memory} too big), {result.pruned_memory} pruned as too big and "
-              f"{result.pruned_slower} as dominated before pricing",
+              f"layouts: {result.priced} priced ({result.priced - result.refused_memory} within "
+              f"memory, the {len(result.plans)} fastest shown; {result.refused_memory} too big), "
+              f"{result.pruned_memory} pruned as too big and {result.pruned_slower} as "
+              "dominated before pricing",
               ["#", "layout", "step", "MFU", "tokens/s", "memory/GPU", "why slower than #1"],
               [[i + 1, p.dims.describe(), units.format_duration(p.step_seconds),
                 f"{100 * p.mfu:.2f}%", f"{p.tokens_per_second:,.0f}",
                 units.format_size(p.peak_memory), why]
                for i, (p, why) in enumerate(result.top(10))])
+        if not result.plans:
+            print(f"no layout of {model.name} fits {gpus} GPUs of "
+                  f"{units.format_size(machine.gpu_memory)}: every one of the {result.tried} "
+                  "is too big (priced or pruned above); give more --gpus, or plan one layout "
+                  "without --search to see its memory")
+            return 0
         table("Pareto front: no priced layout is both faster and smaller",
               ["step", "memory/GPU", "layout"],
               [[units.format_duration(p.step_seconds), units.format_size(p.peak_memory),
@@ -256,7 +268,9 @@ def register(sub) -> None:
     p.add_argument("--model", help=f"a preset ({', '.join(PRESETS)}) or a Hugging Face "
                    "config.json path")
     p.add_argument("--seq-length", type=positive_int, help="tokens per sequence")
-    p.add_argument("--dtype", help="training dtype (default bfloat16)")
+    p.add_argument("--dtype", help="the dtype parameters, gradients and activations are "
+                   "kept in (memory, bytes on the wire; default bfloat16); the GEMMs run in "
+                   "--precision's recipe")
     g = p.add_argument_group("layout")
     _add_layout_args(g)
     _add_sharding_args(g)

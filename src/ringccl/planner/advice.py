@@ -1,11 +1,13 @@
 """Warnings on a planned step, each with the first change to try.
 
-Four kinds (:func:`plan_warnings`):
+Five kinds (:func:`plan_warnings`):
 
 * ``bubble``: the pipeline's idle time is more than :data:`BUBBLE_LIMIT` of the step (the
   1F1B bubble is (p − 1)/m of the ideal time, Narayanan et al. 2021 §2.2.1, so (p − 1)/(m + p −
   1) of the step);
 * ``memory``: a stage needs more than the GPU holds;
+* ``schedule``: the interleaved schedule with one model chunk per rank (``virtual_stages`` 1),
+  which is 1F1B;
 * ``default``: a value the plan did not get decided the result: the framework (bytes per
   parameter, sequence parallelism, FlashAttention, ...) or the global batch (the bubble, the
   MFU and the activations in flight);
@@ -32,7 +34,7 @@ BUBBLE_LIMIT = 0.25
 
 @dataclass(frozen=True)
 class PlanWarning:
-    """One warning: its ``kind`` ("bubble", "memory", "default"), what the plan found
+    """One warning: its ``kind`` ("bubble", "memory", "schedule", "default", "profile"), what the plan found
     (``message``) and the first change to try (``first_change``)."""
 
     kind: str
@@ -141,11 +143,22 @@ def _profile(p: StepEstimate) -> PlanWarning | None:
     where = f"{device.get('name', '?')} ({kind or 'unknown device'}, {', '.join(calibrated)})"
     return PlanWarning("profile", f"the compute profile {path} was measured on {where}, not on "
                        f"the cluster's {gpu.name}: its timings replace the GPU's, so the step "
-                       "is that device's", f"ringccl calibrate --out PROFILE on a GPU of the "
+                       "is that device's", "ringccl calibrate --out PROFILE on a GPU of the "
                        "cluster (CUDA, --dtype bfloat16), or plan without the compute profile")
+
+
+def _schedule(p: StepEstimate) -> PlanWarning | None:
+    dims = p.dims
+    if dims.schedule != "interleaved" or dims.virtual_stages > 1 or dims.pp < 2:
+        return None
+    return PlanWarning("schedule", "schedule interleaved with one model chunk per pipeline rank "
+                       "(virtual_stages 1) is 1F1B", "--virtual-stages 2 (model chunks per "
+                       "rank: Megatron-LM's --num-layers-per-virtual-pipeline-stage = layers "
+                       "per stage / 2)")
 
 
 def plan_warnings(p: StepEstimate) -> list[PlanWarning]:
     """The warnings of the planned step ``p`` (the module docstring lists them), memory
     first."""
-    return [w for w in (_memory(p), _bubble(p), _profile(p)) if w is not None] + _defaults(p)
+    return [w for w in (_memory(p), _bubble(p), _schedule(p), _profile(p))
+            if w is not None] + _defaults(p)

@@ -121,9 +121,10 @@ def _check_file(data: dict, path: str) -> None:
                 raise _refuse(path, f"{table}.", exc) from None
 
 
-def layout_for_gpus(layout: dict, gpus: int) -> dict:
+def layout_for_gpus(layout: dict, gpus: int, given: str | None = None) -> dict:
     """``layout`` (fields of :class:`ParallelDims`) on ``gpus`` GPUs: ``dp`` filled in as
-    gpus / (tp · cp · pp) when it is left out.
+    gpus / (tp · cp · pp) when it is left out. ``given``: how the messages name where the
+    count came from (default ``--gpus N``).
 
     Raises:
         ArgumentError: the GPUs are not a multiple of tp · cp · pp, or the layout's product
@@ -133,7 +134,7 @@ def layout_for_gpus(layout: dict, gpus: int) -> dict:
     others = tp * cp * pp
     if "dp" not in layout:
         if gpus % others:
-            raise ArgumentError(f"--gpus {gpus} is not a multiple of tp x cp x pp = {tp} x {cp} "
+            raise ArgumentError(f"{given or f'--gpus {gpus}'} is not a multiple of tp x cp x pp = {tp} x {cp} "
                                 f"x {pp} = {others}, so dp = {gpus}/{others} is not whole")
         return {**layout, "dp": gpus // others}
     world = layout["dp"] * others
@@ -224,7 +225,10 @@ def cluster_for(cluster: dict, world_size: int) -> Cluster:
     if "nodes" not in values:
         base = resolve_cluster({**values, "nodes": 1})
         if world_size % base.gpus_per_node:
-            raise ArgumentError(f"{world_size} GPUs do not fill nodes of {base.gpus_per_node}; "
-                                "give --nodes and --gpus-per-node")
+            one = world_size == 1
+            raise ArgumentError(f"the layout's {world_size} GPU{'' if one else 's'} (dp x tp x "
+                                f"cp x pp) {'does' if one else 'do'} not fill nodes of "
+                                f"{base.gpus_per_node}; give --gpus N or --nodes N (dp is then "
+                                "worked out), --dp, or --gpus-per-node")
         values["nodes"] = world_size // base.gpus_per_node
     return resolve_cluster(values)

@@ -105,7 +105,9 @@ class GPU:
 
 def _gpu(name, arch, sms, bf16_tflops, fp8_tflops, hbm_gb, hbm_gbps, nvlink_gbps) -> GPU:
     gemm, mem = FITTED[arch]
-    return GPU(name, arch, sms, bf16_tflops * 1e12, fp8_tflops * 1e12, hbm_gb * 1e9,
+    # a datasheet's memory "GB" is binary (HBM stacks of 2**30-byte gigabytes: the driver
+    # reports an A100 80GB's as 81,920 MiB); its bandwidths and peaks are decimal
+    return GPU(name, arch, sms, bf16_tflops * 1e12, fp8_tflops * 1e12, hbm_gb * 2**30,
                hbm_gbps * 1e9, nvlink_gbps * 1e9, gemm, mem)
 
 

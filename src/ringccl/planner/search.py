@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterator
 
 from ..caches import memoize
 from ..errors import ArgumentError, RingcclError
@@ -356,7 +356,8 @@ class SearchResult:
         return {"model": self.model.name, "cluster": self.cluster.to_dict(),
                 "tried": self.tried, "priced": self.priced,
                 "pruned_memory": self.pruned_memory, "pruned_slower": self.pruned_slower,
-                "within_memory": len(self.plans), "refused_memory": self.refused_memory,
+                "within_memory": self.priced - self.refused_memory, "shown": len(self.plans),
+                "refused_memory": self.refused_memory,
                 "top": [{"rank": i + 1, **row(p), "why_slower": why}
                         for i, (p, why) in enumerate(self.top(n))],
                 "pareto": [row(p) for p in self.pareto]}

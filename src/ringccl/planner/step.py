@@ -437,6 +437,10 @@ def estimate_step(model: ModelConfig, dims: ParallelDims, cluster: Cluster,
     if not fits:
         notes.append(f"needs {units.format_size(peak)} on a GPU of "
                      f"{units.format_size(cluster.gpu_memory)}")
+    if model.dtype in ("float32", "fp32") and dims.precision == "bf16":
+        notes.append("float32 parameters and activations, GEMMs at the BF16 peak (the bf16 "
+                     "recipe: autocast); GEMMs in float32 itself (FP32 or TF32 peaks) are not "
+                     "modelled")
     if not math.isfinite(step) or step <= 0:  # pragma: no cover - compute is always > 0
         raise ArgumentError(f"step time {step!r} is not a positive number")
     return StepEstimate(model, dims, cluster, straggler, stages, pipeline, bubble, fraction,
