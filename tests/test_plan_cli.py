@@ -311,3 +311,13 @@ def test_plan_says_what_float32_and_a_one_chunk_interleave_mean(capsys):
                         "--virtual-stages", "2"]) == 0
     kinds = [w["kind"] for w in json.loads(capsys.readouterr().out)["warnings"]]
     assert "schedule" not in kinds
+
+
+def test_plan_refuses_fp8_as_a_dtype_and_names_the_recipes(capsys):
+    for spelling in ("fp8", "float8"):
+        assert main(["plan", "--model", "llama3-8b", "--dp", "8", "--dtype", spelling]) == 2
+        err = capsys.readouterr().err
+        assert f"dtype='{spelling}'" in err and "--precision fp8-tensorwise" in err
+    assert main(["plan", "--model", "llama3-8b", "--dp", "8", "--seq-length", "2048",
+                 "--precision", "fp8-tensorwise", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["layout"]["precision"] == "fp8-tensorwise"

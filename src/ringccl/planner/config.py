@@ -192,7 +192,7 @@ def plan_config(path: str | None = None, *, model=None, seq_length: int | None =
 
     Raises:
         ArgumentError: the file refused (:func:`load_plan_config`), no model anywhere, an
-            unknown model, a bad straggler.
+            unknown model, a bad straggler, dtype float8 (a precision recipe, not a dtype).
     """
     cfg = load_plan_config(path) if path else {}
     merged_layout = dict(cfg.get("layout", {}))
@@ -203,8 +203,16 @@ def plan_config(path: str | None = None, *, model=None, seq_length: int | None =
     if name is None:
         raise ArgumentError("--model is required (a preset: " + ", ".join(PRESETS)
                             + ", or a config.json path)")
+    kept_in = dtype or cfg.get("dtype")
+    if str(kept_in).lower() in ("float8", "fp8"):
+        # no recipe keeps weights, gradients and activations in 8 bits: the FP8 recipes keep
+        # them in 16 and cast each GEMM's operands (their casts and scales are priced there)
+        raise ArgumentError(f"dtype={kept_in!r}: FP8 training keeps parameters, gradients "
+                            "and activations in 16 bits and runs its GEMMs in FP8; use "
+                            "--precision fp8-tensorwise (or fp8-rowwise, fp8-blockwise, "
+                            "fp8-delayed) with the 16-bit --dtype")
     resolved = resolve_model(name, seq_length=seq_length or cfg.get("seq_length"),
-                             dtype=dtype or cfg.get("dtype"))
+                             dtype=kept_in)
     return PlanConfig(resolved, merged_layout, merged_cluster,
                       parse_straggler(straggler or cfg.get("straggler")),
                       bool(search) or cfg.get("search", False), gpus or cfg.get("gpus"))
