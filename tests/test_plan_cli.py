@@ -321,3 +321,11 @@ def test_plan_refuses_fp8_as_a_dtype_and_names_the_recipes(capsys):
     assert main(["plan", "--model", "llama3-8b", "--dp", "8", "--seq-length", "2048",
                  "--precision", "fp8-tensorwise", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["layout"]["precision"] == "fp8-tensorwise"
+
+
+def test_plan_refusals_name_the_flag(capsys):
+    for flag, value, field in (("--bucket-size", "0", "bucket_bytes=0"),
+                               ("--gpu-memory", "0", "gpu_memory=0"),
+                               ("--intra-bandwidth", "0GB/s", "bandwidth '0GB/s'")):
+        assert main(["plan", "--model", "llama3-8b", "--dp", "8", flag, value]) == 2
+        assert f"{flag}: {field}" in capsys.readouterr().err

@@ -176,6 +176,26 @@ def _chart(p, path: str) -> None:
 
 
 def _cmd_plan(args) -> int:
+    try:
+        return _plan(args)
+    except ArgumentError as exc:   # a field's refusal, named by the flag that set it
+        raise _by_flag(exc, args) from None
+
+
+def _by_flag(exc: ArgumentError, args) -> ArgumentError:
+    """``exc`` prefixed with the command-line flag whose field it names (``bucket_bytes=0 ...``
+    -> ``--bucket-size: bucket_bytes=0 ...``), where that flag was given; else ``exc``."""
+    text = str(exc)
+    for dest, name in {**_LAYOUT, **_CLUSTER}.items():
+        if getattr(args, dest, None) is not None and (
+                text.startswith((f"{name}=", f"{name} ")) or (
+                    dest.endswith("bandwidth") and text.startswith("bandwidth ")
+                    and str(getattr(args, dest)) in text)):
+            return ArgumentError(f"--{dest.replace('_', '-')}: {text}")
+    return exc
+
+
+def _plan(args) -> int:
     if args.html:
         require_plotly()  # before the plan (a search takes seconds)
     cfg = _inputs(args)
