@@ -128,3 +128,21 @@ def test_cli_nccl_prices_explains_and_reads_a_profile(tmp_path, capsys):
     assert fitted["machine"] == load_network_profile(profile).to_dict()
     assert main(["nccl", "all_reduce", "--algorithm", "rings"]) == 2
     assert "unknown rings" in capsys.readouterr().err
+    # one rank moves nothing: refused, rather than a row of inf algbw and nan busbw
+    assert main(["nccl", "all_reduce", "--ranks-per-node", "1", "--nodes", "1"]) == 2
+    assert "= 1 rank: a collective over one rank moves nothing" in capsys.readouterr().err
+
+
+def test_a_network_profile_with_bad_machine_fields_or_a_raw_log_is_named(tmp_path):
+    path = tmp_path / "net.json"
+    for machine, match in (({"bogus_field": 1}, "machine does not read as NcclMachine fields"),
+                           (None, "machine=None is not an object of NcclMachine fields")):
+        path.write_text(json.dumps({"format": "ringccl-network-profile", "machine": machine}))
+        with pytest.raises(ArgumentError, match=match):   # was a TypeError / KeyError
+            load_network_profile(path)
+        with pytest.raises(ArgumentError, match=match):   # the planner's loader: the same words
+            load_profile(path)
+    # the log the profile is fitted from, passed in its place
+    with pytest.raises(ArgumentError, match=r"cannot read it \(Expecting value.*\); it is "
+                                            "nccl-tests output: fit it first, `ringccl fit --json"):
+        load_network_profile(DATA / "h100_1node_all_reduce.log")

@@ -135,6 +135,10 @@ def _plot_fit(report: dict, path: str) -> None:
 
 
 def _cmd_nccl(args) -> int:
+    if args.ranks_per_node * args.nodes < 2:
+        raise ArgumentError(f"--ranks-per-node {args.ranks_per_node} x --nodes {args.nodes} = 1 "
+                            "rank: a collective over one rank moves nothing to price; give at "
+                            "least 2 ranks")
     m = _machine(args)
     rows = []
     for size in args.size:
