@@ -131,3 +131,36 @@ def test_a_zero_time_is_refused():
                 "warmup": 0}
     with pytest.raises(ArgumentError, match="a time must be > 0"):
         make_compute_profile(measured)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--hidden-size", "100", "--num-attention-heads", "3"],
+     "--hidden-size=100 must be a multiple of --num-attention-heads=3"),
+    (["--num-attention-heads", "4", "--num-key-value-heads", "3"],
+     "--num-attention-heads=4 must be a multiple of --num-key-value-heads=3"),
+    (["--memory-bytes", "0"], "--memory-bytes 0 is too small: the copy bandwidth probe needs "
+                              ">= 1024 bytes"),
+])
+def test_inconsistent_shapes_are_refused_before_any_timing(monkeypatch, capsys, extra, message):
+    # as `ringccl plan` refuses the same heads in a config (planner.model.check_shape)
+    import ringccl.cli.calibrate as calibrate
+
+    def no_timing(*args, **kwargs):
+        raise AssertionError("timed before the flags were checked")
+    monkeypatch.setattr(calibrate, "measure", no_timing)
+    assert main(["calibrate", *SMALL, *extra]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_model_field_a_flag_breaks_is_named_as_the_models(monkeypatch, tmp_path, capsys):
+    import ringccl.cli.calibrate as calibrate
+    monkeypatch.setattr(calibrate, "measure", lambda *a, **k: pytest.fail("timed"))
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+        "intermediate_size": 96, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "num_hidden_layers": 2, "vocab_size": 128, "max_position_embeddings": 32}))
+    assert main(["calibrate", "--model", str(config), "--num-attention-heads", "5",
+                 "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "--num-attention-heads=5 must be a multiple of num_key_value_heads=2 (from --model" in err

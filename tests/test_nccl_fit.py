@@ -146,3 +146,22 @@ def test_a_network_profile_with_bad_machine_fields_or_a_raw_log_is_named(tmp_pat
     with pytest.raises(ArgumentError, match=r"cannot read it \(Expecting value.*\); it is "
                                             "nccl-tests output: fit it first, `ringccl fit --json"):
         load_network_profile(DATA / "h100_1node_all_reduce.log")
+
+
+def test_cli_fit_prints_what_the_logs_left_out_and_no_nan(tmp_path, capsys):
+    source = DATA / "h100_1node_all_reduce.log"
+    lines = source.read_text().splitlines(keepends=True)
+    data = [i for i, line in enumerate(lines) if line.strip()[:1].isdigit()]
+    # wrong results at the first size; the log cut after its 32 KiB row
+    first = lines[data[0]].rstrip("\n").rsplit(None, 1)
+    lines[data[0]] = first[0] + " 3\n"
+    cut = next(i for i in data if int(lines[i].split()[0]) == 32768)
+    log = tmp_path / "h100_1node_all_reduce_perf.log"
+    log.write_text("".join(lines[:cut + 1]))
+    assert main(["fit", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert "note: " in out and "#wrong != 0 at" in out
+    assert "nan%" not in out and "n/a (no held-out row is that large" in out
+    assert main(["fit", str(log), "--json"]) == 0
+    (entry,) = json.loads(capsys.readouterr().out)
+    assert any("#wrong != 0" in n for n in entry["notes"])

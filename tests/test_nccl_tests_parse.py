@@ -131,3 +131,129 @@ def test_the_fit_loader_reads_logs_and_json_together(tmp_path):
     other.write_text("some text\n")
     with pytest.raises(ArgumentError, match="neither JSON .* nor nccl-tests output"):
         load_rows([other])
+
+
+# -- which program: a *_perf name with more after it -----------------------------------------
+
+@pytest.mark.parametrize("name", ["all_gather_perf_1node.txt", "runs/all_gather_perf_2024.log",
+                                  "h100_all_gather_perf.log", "all_gather_perf_mpi.log"])
+def test_a_file_name_with_more_after_perf_names_the_program(name):
+    # the user trial's file: nothing in the text says which program printed it
+    ag = _strip_names((DATA / "h100_1node_all_gather.log").read_text())
+    assert parse_nccl_tests(ag, name).collective == "all_gather"
+
+
+def test_a_pasted_command_line_with_a_suffix_names_the_program():
+    ag = _strip_names((DATA / "h100_1node_all_gather.log").read_text())
+    text = "$ mpirun -np 8 ./build/all_gather_perf_mpi -b 8 -e 8G\n" + ag
+    assert parse_nccl_tests(text).collective == "all_gather"
+
+
+def test_a_word_that_starts_with_perf_names_no_program_and_the_message_names_the_flag():
+    ag = _strip_names((DATA / "h100_1node_all_gather.log").read_text())
+    with pytest.raises(ArgumentError, match="cannot tell which nccl-tests program") as err:
+        parse_nccl_tests(ag, "foo_performance.txt")
+    # the flag `ringccl fit` has (--program), not one it lacks
+    assert "--program alltoall_perf" in str(err.value) and "--collective" not in str(err.value)
+
+
+# -- data lines: malformed, cut off, #wrong; what is not data still parses --------------------
+
+def _lines():
+    return (DATA / "h100_1node_all_gather.log").read_text().splitlines()
+
+
+def _data_index(lines, size):
+    return next(i for i, line in enumerate(lines) if line.split()[:1] == [str(size)])
+
+
+def test_a_malformed_data_line_is_an_error_quoting_it_with_its_number():
+    lines = _lines()
+    i = _data_index(lines, 1048576)
+    fields = lines[i].split()
+    fields[5] = "garbage"                     # the out-of-place time
+    lines[i] = "  ".join(fields)
+    with pytest.raises(ArgumentError, match=rf"x\.log, line {i + 1}: '1048576 .*garbage.*' "
+                                            "starts with a size but is not an nccl-tests data "
+                                            r"line \(expected 13 columns"):
+        parse_nccl_tests("\n".join(lines) + "\n", "x.log")
+    # too few fields in the middle of the log is no cut-off end: an error too
+    lines = _lines()
+    lines[i] = "  ".join(lines[i].split()[:7])
+    with pytest.raises(ArgumentError, match=f"line {i + 1}: '1048576"):
+        parse_nccl_tests("\n".join(lines) + "\n", "x.log")
+
+
+def test_a_cut_off_last_line_is_left_out_with_a_note():
+    lines = _lines()
+    last = max(i for i, line in enumerate(lines) if line.split()[:1] and line.split()[0].isdigit())
+    full = parse_nccl_tests("\n".join(lines) + "\n", "x.log")
+    assert full.notes == [] and all(r["log_notes"] == [] for r in full.rows)
+    # the run (or the copy) stopped mid-row: no newline after it
+    cut = "\n".join(lines[:last] + [lines[last][:40]])
+    log = parse_nccl_tests(cut, "x.log")
+    assert {r["size"] for r in full.rows} - {r["size"] for r in log.rows} == {8589934592}
+    (note,) = log.notes
+    assert f"x.log, line {last + 1}: the log's last line is cut short and was left out" in note
+    assert log.rows[0]["log_notes"] == [note]
+    # the same with a newline after the partial row: too few fields at the end of the log
+    assert parse_nccl_tests(cut + "\n", "x.log").notes == [note]
+
+
+def test_rows_with_wrong_results_are_left_out_with_a_note_naming_their_sizes():
+    lines = _lines()
+    for size, column in ((1048576, 12), (2097152, 12), (4194304, 8)):   # #wrong in, out of place
+        i = _data_index(lines, size)
+        fields = lines[i].split()
+        fields[column] = "3"
+        lines[i] = "  ".join(fields)
+    log = parse_nccl_tests("\n".join(lines) + "\n", "x.log")
+    left = {(r["size"], r["placement"]) for r in log.rows}
+    assert (1048576, "in-place") not in left and (1048576, "out-of-place") in left
+    assert (4194304, "out-of-place") not in left and (4194304, "in-place") in left
+    assert len(log.rows) == 48 - 3 and all(r["wrong"] == 0 for r in log.rows)
+    (note,) = log.notes
+    assert note.startswith("x.log: #wrong != 0 at 1048576, 2097152 bytes (in-place); 4194304 "
+                           "bytes (out-of-place): those rows are left out")
+    assert "not to be trusted" in note
+    # nothing right at all: an error, not an empty fit
+    wrong = [" ".join(line.split()[:8] + ["1"] + line.split()[9:12] + ["1"])
+             if line.split()[:1] and line.split()[0].isdigit() else line for line in _lines()]
+    with pytest.raises(ArgumentError, match="every data line has #wrong != 0"):
+        parse_nccl_tests("\n".join(wrong) + "\n", "x.log")
+
+
+def test_the_old_error_column_is_wrong_only_above_nccl_tests_tolerance():
+    lines = (DATA / "a100_1node_all_reduce_perf_v2.0.log").read_text().splitlines()
+    for size, value in ((64, "2e-07"), (128, "3e-02")):    # float: 1e-5 allowed
+        i = _data_index(lines, size)
+        lines[i] = lines[i].replace("0e+00", value, 1)     # the out-of-place error
+    log = parse_nccl_tests("\n".join(lines) + "\n", "a100_1node_all_reduce_perf_v2.0.log")
+    oop = {r["size"]: r for r in log.rows if r["placement"] == "out-of-place"}
+    assert oop[64]["wrong"] == 0 and 128 not in oop
+    assert "error above nccl-tests' tolerance at 128 bytes (out-of-place)" in log.notes[0]
+
+
+def test_what_nccl_tests_prints_that_is_not_data_still_parses():
+    lines = _lines()
+    i = _data_index(lines, 1048576)
+    fields = lines[i].split()
+    fields[8] = fields[12] = "N/A"           # -c 0: no check, nothing to leave out
+    lines[i] = "  ".join(fields)
+    lines[i + 1:i + 1] = ["[1,0]<stdout>:# a comment from the launcher",
+                          "dgx-h-01:41400:41400 [0] NCCL INFO comm 0x55 rank 0 nranks 8 - Init "
+                          "COMPLETE", "", "NCCL version 2.21.5+cuda12.4"]
+    log = parse_nccl_tests("\n".join(lines) + "\n", "x.log")
+    assert len(log.rows) == 48 and log.notes == []
+    assert {r["wrong"] for r in log.rows if r["size"] == 1048576} == {None}
+    assert log.avg_busbw is not None           # the footer as before
+
+
+def test_the_notes_travel_with_the_rows_through_the_fit_loader(tmp_path):
+    lines = _lines()
+    last = max(i for i, line in enumerate(lines) if line.split()[:1] and line.split()[0].isdigit())
+    path = tmp_path / "all_gather_perf_1node.txt"
+    path.write_text("\n".join(lines[:last] + [lines[last][:40]]))
+    rows = load_rows([path])
+    assert rows and all(len(r["log_notes"]) == 1 for r in rows)
+    assert "all_gather_perf_1node.txt, line" in rows[0]["log_notes"][0]

@@ -19,8 +19,18 @@ v2.16, ``src/util.cu`` since; ``writeDeviceReport``, ``writeResultHeader``,
 Lines may carry a prefix from the launcher (``mpirun --timestamp-output``, ``[1,0]<stdout>:``):
 fields are found by pattern, not by column position. Which test printed a log comes from its
 ``Collective test starting`` line, else from a ``*_perf`` name in the text or the file name
-(the command line users paste with it), else from the columns where they tell (busbw/algbw is
-nccl-tests' bus factor), else from the caller.
+(the command line users paste with it; ``all_gather_perf_1node.txt`` and
+``h100_all_reduce_perf.log`` name their program, ``foo_performance`` names none), else from the
+columns where they tell (busbw/algbw is nccl-tests' bus factor), else from the caller.
+
+A line under the header that starts with a size (after the launcher's prefix) is a data line:
+one that does not read as one is an error, except the log's last line when it is cut short (no
+newline at its end, or fewer fields than a row has: the run or the copy stopped mid-line),
+which is left out with a note. Rows whose ``#wrong`` is not 0 (before it: whose ``error``, the
+largest deviation, is above nccl-tests' tolerance for the type) are left out with a note naming
+their sizes: nccl-tests found wrong results there, so their times are not to be trusted.
+:attr:`NcclTestsLog.notes` holds those notes, and every row carries them as ``log_notes``
+(rows travel without their log through :func:`ringccl.costmodel.fit.load_rows`).
 """
 
 from __future__ import annotations
@@ -49,10 +59,20 @@ TYPE_SIZES = {"int8": 1, "char": 1, "uint8": 1, "int32": 4, "int": 4, "uint32": 
 _RANK = re.compile(r"#?\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+"
                    r"(\d+)\s+\[[^\]]*\]\s+(.*?)\s*$")
 _STARTING = re.compile(r"Collective test starting:\s*(\S+)")
-_PROGRAM = re.compile(r"\b([a-z_]+?)_perf(?:_mpi)?\b")
+# a *_perf name: after no letter (a path, "h100_"), before none ("_1node.txt", "_mpi", ".log"
+# follow; "foo_performance" is no program); the name may carry a prefix ("h100_1node_all_gather"):
+# _program_name takes the program it ends with
+_PROGRAM = re.compile(r"(?<![A-Za-z])([a-z][a-z_]*?)_perf(?![A-Za-z])")
 _ENV = re.compile(r"\bNCCL_(ALGO|PROTO)=([A-Za-z0-9_,^]+)")
 _AVG = re.compile(r"#\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+)")
 _NUM = r"[0-9.]+(?:[eE][+-]?\d+)?"
+#: a line that starts with a size: nccl-tests' data lines (its other lines start with "#", a
+#: launcher's or NCCL's lines with a host name or a word)
+_SIZE_FIRST = re.compile(r"\d+(?:\s|$)")
+#: the deviation the v2.0-era ``error`` column (the largest one, not a count) allowed per type
+#: (nccl-tests' DeltaMaxValue: 16-bit 5e-2, float 1e-5, double 1e-12, integers none)
+_TOLERANCE = {"half": 5e-2, "float16": 5e-2, "bfloat16": 5e-2, "float": 1e-5, "float32": 1e-5,
+              "double": 1e-12, "float64": 1e-12}
 
 
 @dataclass
@@ -68,6 +88,7 @@ class NcclTestsLog:
         avg_busbw: the footer's average busbw in bytes/s (None when absent).
         nccl_algo, nccl_proto: NCCL_ALGO / NCCL_PROTO found in the text (None: not set).
         source: the file name or "<text>".
+        notes: what was left out and why (a cut-off last line, rows with ``#wrong`` != 0).
     """
 
     collective: str
@@ -82,6 +103,7 @@ class NcclTestsLog:
     nccl_algo: str | None = None
     nccl_proto: str | None = None
     source: str = "<text>"
+    notes: list = field(default_factory=list)
 
 
 def looks_like_nccl_tests(text: str) -> bool:
@@ -114,6 +136,17 @@ def _row_pattern(names: list[str], starts: list[int]) -> re.Pattern:
     return re.compile(r"(?:^|\s)" + r"\s+".join(parts) + r"(?:\s|$)")
 
 
+def _wrong(group: dict, type_: str) -> float | None:
+    """The group's ``#wrong`` count (None for N/A); the v2.0-era ``error`` column as 0 within
+    nccl-tests' tolerance for the type, else 1 (that layout prints no count)."""
+    if "#wrong" in group:
+        return None if group["#wrong"] == "N/A" else float(group["#wrong"])
+    error = group.get("error")
+    if error in (None, "N/A"):
+        return None
+    return 0.0 if float(error) <= _TOLERANCE.get(type_, 0.0) else 1.0
+
+
 def _placement_fields(names, starts, values, where: str) -> list[dict]:
     out = []
     placements = ["out-of-place", "in-place"] if len(starts) == 2 else ["in-place"]
@@ -122,12 +155,11 @@ def _placement_fields(names, starts, values, where: str) -> list[dict]:
         time = group.get("time", group.get("cputime"))
         if time in (None, "N/A"):
             continue
-        wrong = group.get("#wrong", group.get("error"))
         try:
             out.append({"placement": placement, "time_s": float(time) * 1e-6,
                         "algbw": float(group["algbw"]) * 1e9,
                         "busbw": float(group["busbw"]) * 1e9,
-                        "wrong": None if wrong in (None, "N/A") else float(wrong)})
+                        "wrong": _wrong(group, values[2])})
         except (KeyError, ValueError):
             raise ArgumentError(f"{where}: cannot read {placement} time/algbw/busbw from "
                                 f"{values[start:start + 4]}") from None
@@ -145,6 +177,15 @@ def _placement_of_ranks(lines) -> tuple[list[str], list[str], str]:
     return ordered, list(dict.fromkeys(ordered)), devices[0] if devices else ""
 
 
+def _program_name(name: str) -> str:
+    """The program a ``*_perf`` name ends with ("h100_1node_all_gather" -> "all_gather"; the
+    longest: "x_all_reduce" is all_reduce, not reduce), else the name as found."""
+    if name in PROGRAMS:
+        return name
+    ends = [p for p in PROGRAMS if name.endswith("_" + p)]
+    return max(ends, key=len) if ends else name
+
+
 def _program(text: str, source: str, collective: str | None) -> str:
     if collective is not None:
         name = collective[:-5] if collective.endswith("_perf") else collective
@@ -155,14 +196,16 @@ def _program(text: str, source: str, collective: str | None) -> str:
                             f"reads; expected one of {', '.join(p + '_perf' for p in PROGRAMS)}")
     m = _STARTING.search(text)
     found = [m.group(1)] if m else _PROGRAM.findall(text) or _PROGRAM.findall(Path(source).name)
-    names = list(dict.fromkeys(f[:-5] if f.endswith("_perf") else f for f in found))
+    names = list(dict.fromkeys(_program_name(f[:-5] if f.endswith("_perf") else f)
+                               for f in found))
     names = [n for n in names if n in PROGRAMS] or names
     if len(names) == 1 and names[0] in PROGRAMS:
         return names[0]
     if names:
         raise ArgumentError(f"{source}: names {', '.join(n + '_perf' for n in names)}; ringccl "
                             f"reads {', '.join(p + '_perf' for p in PROGRAMS)} (pass the "
-                            "collective when the log holds one of those)")
+                            "program when the log holds one of those: ringccl fit --program "
+                            "all_reduce_perf)")
     return ""
 
 
@@ -192,8 +235,10 @@ def parse_nccl_tests(text: str, source: str = "<text>",
     Each row: ``{"kind": "collective", "source": "nccl-tests", "backend": "nccl",
     "algorithm": "nccl", "collective", "world_size", "ranks_per_node", "nodes", "size"
     (bytes), "count", "type", "redop", "root", "placement", "time_s", "algbw" and "busbw"
-    (bytes/s), "wrong" (None for N/A), "device", "file", "nccl_algo", "nccl_proto",
-    "segment_bytes": None}``.
+    (bytes/s), "wrong" (0, or None for N/A), "device", "file", "nccl_algo", "nccl_proto",
+    "segment_bytes": None, "log_notes"}``. A cut-off last line and rows whose ``#wrong`` is not
+    0 (v2.0-era logs: whose ``error`` is above nccl-tests' tolerance for the type) are left
+    out, each with a note (module doc).
 
     Args:
         text: the output as printed (prefixes from a launcher are tolerated).
@@ -203,7 +248,8 @@ def parse_nccl_tests(text: str, source: str = "<text>",
     Raises:
         ArgumentError: no column header or no data line, a test ringccl does not read, a log
             that does not say which test printed it (and ``collective`` not given), ranks
-            spread unevenly over hosts, a malformed data line (the message quotes it).
+            spread unevenly over hosts, a malformed data line other than a cut-off last one
+            (the message gives its number and quotes it), every row with ``#wrong`` != 0.
     """
     lines = text.splitlines()
     h = _header_line(lines)
@@ -212,19 +258,46 @@ def parse_nccl_tests(text: str, source: str = "<text>",
                             "... algbw  busbw' line); is this nccl-tests output?")
     names, starts = _columns(lines[h])
     pattern = _row_pattern(names, starts)
-    rows = []
-    for line in lines[h + 1:]:
-        if line.split("<stdout>:")[-1].lstrip().startswith("#"):
+    # the last line with text: a run killed mid-print (or a copy cut short) leaves it partial
+    last = max((i for i in range(h + 1, len(lines)) if lines[i].strip()), default=None)
+    cut = not text.endswith(("\n", "\r"))
+    rows, notes, wrong = [], [], {}
+    for i in range(h + 1, len(lines)):
+        line = lines[i]
+        body = line.split("<stdout>:")[-1].strip()
+        if body.startswith("#"):
             continue
         m = pattern.search(line)
         if not m:
-            continue
+            if not _SIZE_FIRST.match(body):
+                continue  # not a data line (a launcher's or NCCL's message)
+            if i == last and (cut or len(body.split()) < len(names)):
+                notes.append(f"{source}, line {i + 1}: the log's last line is cut short and "
+                             f"was left out: {body!r}")
+                continue
+            raise ArgumentError(
+                f"{source}, line {i + 1}: {line.strip()!r} starts with a size but is not an "
+                f"nccl-tests data line (expected {len(names)} columns, {' '.join(names)}, "
+                f"numbers or N/A from {names[starts[0]]!r} on)")
         values = list(m.groups())
         base = {"size": int(values[0]), "count": int(values[1]), "type": values[2],
                 "redop": values[3] if starts[0] > 3 else "",
                 "root": values[4] if starts[0] > 4 else None}
-        for placed in _placement_fields(names, starts, values, f"{source}: {line.strip()!r}"):
+        for placed in _placement_fields(names, starts, values,
+                                        f"{source}, line {i + 1}: {line.strip()!r}"):
+            if placed["wrong"]:  # nccl-tests checked the result and found it wrong
+                wrong.setdefault(placed["placement"], []).append(base["size"])
+                continue
             rows.append({**base, **placed})
+    check = "#wrong != 0" if "#wrong" in names else "error above nccl-tests' tolerance"
+    if wrong:
+        notes.append(f"{source}: {check} at " + "; ".join(
+            f"{', '.join(str(s) for s in sizes)} bytes ({placement})"
+            for placement, sizes in wrong.items()) + ": those rows are left out (nccl-tests "
+            "found wrong results there, so their times are not to be trusted)")
+    if not rows and wrong:
+        raise ArgumentError(f"{source}: every data line has {check} (nccl-tests found wrong "
+                            "results); their times are not to be trusted, so no row is left")
     if not rows:
         raise ArgumentError(f"{source}: an nccl-tests header but no data line under it")
     by_rank, hosts, device = _placement_of_ranks(lines[:h])
@@ -234,7 +307,8 @@ def parse_nccl_tests(text: str, source: str = "<text>",
     if not program:
         raise ArgumentError(f"{source}: cannot tell which nccl-tests program printed this "
                             "(no 'Collective test starting' line, no *_perf name in the text or "
-                            "file name); pass the collective, e.g. --collective alltoall_perf")
+                            "file name); pass the program, e.g. ringccl fit --program "
+                            "alltoall_perf")
     world = len(by_rank) or n_inferred
     if not world:
         raise ArgumentError(f"{source}: no '#  Rank' lines and the columns do not give the "
@@ -251,11 +325,11 @@ def parse_nccl_tests(text: str, source: str = "<text>",
     extra = {"kind": "collective", "source": SOURCE, "backend": "nccl", "algorithm": "nccl",
              "collective": coll, "world_size": world, "ranks_per_node": ppn,
              "nodes": world // ppn, "device": device, "file": source, "segment_bytes": None,
-             "nccl_algo": env.get("algo"), "nccl_proto": env.get("proto")}
+             "nccl_algo": env.get("algo"), "nccl_proto": env.get("proto"), "log_notes": notes}
     return NcclTestsLog(coll, program + "_perf", world, ppn, world // ppn, hosts, device,
                         [{**extra, **r} for r in rows],
                         float(avg.group(1)) * 1e9 if avg else None, env.get("algo"),
-                        env.get("proto"), source)
+                        env.get("proto"), source, notes)
 
 
 def read_nccl_tests(path, collective: str | None = None) -> NcclTestsLog:

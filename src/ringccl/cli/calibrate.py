@@ -19,6 +19,36 @@ from .common import (emit_json, name_list, nonnegative_int, output_path, positiv
 __all__ = ["register"]
 
 _LAYER_FIELDS = ("hidden_size", "intermediate_size", "num_attention_heads", "seq_length")
+#: the smallest copy :func:`ringccl.bench.compute.copy_bandwidth` times
+_MIN_COPY = 1024
+
+
+def _check_heads(fields: dict, given: dict, model) -> None:
+    """Refuse heads that do not divide the layer, as the plan refuses them in a model
+    (:func:`ringccl.planner.model.check_shape`): a head dimension that is no integer, query
+    heads that key/value heads do not divide. A field is named as the flag that set it, else as
+    the model's field.
+
+    Raises:
+        ArgumentError: --num-attention-heads not a multiple of --num-key-value-heads,
+            --hidden-size not a multiple of --num-attention-heads.
+    """
+    def name(f):
+        if f in given:
+            return f"--{f.replace('_', '-')}={fields[f]}"
+        return f"{f}={fields[f]} (from --model {model})"
+
+    nq, nkv = fields["num_attention_heads"], fields.get("num_key_value_heads")
+    if nkv is not None and nq % nkv:
+        raise ArgumentError(f"{name('num_attention_heads')} must be a multiple of "
+                            f"{name('num_key_value_heads')}")
+    # the layer's head dimension is hidden_size / heads; a model with its own head_dim (as
+    # Gemma's) passes the plan's check, so only a flag that changed either is held to it
+    if fields["hidden_size"] % nq and (model is None or {"hidden_size",
+                                                         "num_attention_heads"} & set(given)):
+        raise ArgumentError(f"{name('hidden_size')} must be a multiple of "
+                            f"{name('num_attention_heads')} (the head dimension, hidden size / "
+                            "heads, must be an integer)")
 
 
 def _shapes(args, device: str):
@@ -41,6 +71,7 @@ def _shapes(args, device: str):
     else:
         gemms, attention = DEFAULT_SHAPES[device]
         return list(gemms), list(attention), f"default set ({device})"
+    _check_heads(fields, given, args.model)
     gemms = layer_gemms(fields["hidden_size"], fields["intermediate_size"],
                         fields["num_attention_heads"], fields["seq_length"],
                         args.micro_batch_size, args.tp, fields.get("num_key_value_heads"),
@@ -58,6 +89,9 @@ def _cmd(args) -> int:
     if bad:
         raise ArgumentError(f"--dtype {','.join(bad)}: not timed; expected from "
                             f"{', '.join(DTYPES)}")
+    if args.memory_bytes < _MIN_COPY:  # checked here, before any timing, as the flag
+        raise ArgumentError(f"--memory-bytes {args.memory_bytes} is too small: the copy "
+                            f"bandwidth probe needs >= {_MIN_COPY} bytes (e.g. 256MiB)")
     gemms, attention, source = _shapes(args, device)
     total = (len(gemms) + len(attention)) * len(dtypes) + 1
     bar, advance = progress(total, f"calibrating on {device}")

@@ -71,6 +71,8 @@ def nccl_fit_report(rows: list[dict], args) -> dict:
                for k, v in logs.items()}
     return {"backend": "nccl", "source": "nccl-tests", "fit": main.fit.to_json(),
             "levels": profile["levels"], "profile": profile,
+            # what the logs' reading left out and why (ringccl.bench.nccl_tests)
+            "notes": list(dict.fromkeys(n for r in rows for n in r.get("log_notes", ()))),
             "held_out": {"method": "every log's even-numbered sizes fit, odd-numbered predicted",
                          "median_abs_error": held.median_error(args.min_size),
                          "min_size": args.min_size, "per_log_median_abs_error": per_log,
@@ -93,17 +95,20 @@ def print_nccl_fit(report: dict, args) -> None:
     table(f"NCCL's network fitted to nccl-tests ({prior.describe()}); alpha: one ring Simple hop",
           ["level", "alpha (preset)", "alpha (fitted)", "bandwidth (preset)",
            "bandwidth (fitted)", "per message", "per call", "rows", "median |error|"], rows)
-    for lf in net.levels.values():
-        for note in dict.fromkeys(lf.notes):
-            print(f"  note: {note}")
+    for note in dict.fromkeys([n for lf in net.levels.values() for n in lf.notes]
+                              + report["notes"]):
+        print(f"  note: {note}")
     for name, points in held.logs.items():
         table(f"held out: {name} (predicted from the fit on the other sizes)",
               ["size", "measured (us)", "predicted (us)", "error", "NCCL's choice"],
               [[units.format_size(s), f"{t * 1e6:.1f}", f"{p * 1e6:.1f}", f"{e * 100:+.1f}%", c]
                for s, t, p, e, c in points])
     med = report["held_out"]["median_abs_error"]
+    # no held-out size that large: say so rather than print nan%
+    value = (f"{100 * med:.1f}%" if np.isfinite(med) else "n/a (no held-out row is that "
+             "large; lower --min-size)")
     print(f"held-out median |error| for sizes >= {units.format_size(args.min_size)}: "
-          f"{100 * med:.1f}% (fit on every log's even-numbered sizes, predict the others); per "
+          f"{value} (fit on every log's even-numbered sizes, predict the others); per "
           "log: " + ", ".join(f"{k.split('/')[-1]} {100 * v:.1f}%" for k, v in
                                report["held_out"]["per_log_median_abs_error"].items()
                                if v is not None) + "\n")

@@ -28,10 +28,11 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..bench.nccl_tests import looks_like_nccl_tests
 from ..errors import ArgumentError
 
 __all__ = ["PROFILE_FORMAT", "ComputeProfile", "make_compute_profile", "load_compute_profile",
-           "DTYPE_BYTES"]
+           "check_compute_profile", "DTYPE_BYTES"]
 
 PROFILE_FORMAT = "ringccl-compute-profile"
 #: bytes per element of the dtypes a profile holds
@@ -130,21 +131,100 @@ class ComputeProfile:
         return max(compute, moved / self.memory_bandwidth)
 
 
+def _positive(value) -> bool:
+    """A finite number > 0 (not a bool)."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value) and value > 0)
+
+
+def _count(value) -> bool:
+    """An integer >= 1 (not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _check_entries(where: str, entries, fields: dict) -> None:
+    """Each entry an object whose ``fields`` ({name: (test, what it must be)}) pass."""
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise ArgumentError(f"{where}[{i}]={entry!r} must be an object")
+        for name, (test, what) in fields.items():
+            if not test(entry.get(name)):
+                raise ArgumentError(f"{where}[{i}].{name}={entry.get(name)!r} must be {what}")
+
+
+def check_compute_profile(data: dict, where: str = "compute profile") -> None:
+    """Check the fields a planner reads (module doc), so that a damaged profile is refused
+    when it is read, not midway through pricing.
+
+    Raises:
+        ArgumentError: a field missing or of the wrong kind; ``peak_flops`` empty or not > 0;
+            ``gemm`` empty, an entry with a dimension < 1, a time, FLOP count or efficiency
+            not > 0, or a dtype ``peak_flops`` lacks; a dtype of ``peak_flops`` no GEMM timed;
+            an ``attention`` entry without dtype or seq >= 1; ``memory_bandwidth`` not > 0.
+            The message names ``where`` (the file), the field and what it must be.
+    """
+    missing = [k for k in ("device", "peak_flops", "memory_bandwidth", "gemm", "attention")
+               if k not in data]
+    if missing:
+        raise ArgumentError(f"{where} is a {PROFILE_FORMAT} but lacks {', '.join(missing)} "
+                            "(write it again with `ringccl calibrate --out PATH`)")
+    if not isinstance(data["device"], dict):
+        raise ArgumentError(f"{where}: device={data['device']!r} must be an object (type, "
+                            "name, ...)")
+    peaks = data["peak_flops"]
+    if not isinstance(peaks, dict) or not peaks:
+        raise ArgumentError(f"{where}: peak_flops={peaks!r} must be an object of dtype: FLOP/s "
+                            "with at least one dtype (the GEMMs' best rate per dtype)")
+    for dtype, peak in peaks.items():
+        if not _positive(peak):
+            raise ArgumentError(f"{where}: peak_flops.{dtype}={peak!r} must be a FLOP/s > 0")
+    if not _positive(data["memory_bandwidth"]):
+        raise ArgumentError(f"{where}: memory_bandwidth={data['memory_bandwidth']!r} must be "
+                            "bytes/s > 0")
+    gemms = data["gemm"]
+    if not isinstance(gemms, list) or not gemms:
+        raise ArgumentError(f"{where}: gemm={gemms!r} must be a list of at least one timed "
+                            "GEMM (name, m, n, k, dtype, flops, seconds, efficiency)")
+    _check_entries(f"{where}: gemm", gemms, {
+        "m": (_count, "an integer >= 1"), "n": (_count, "an integer >= 1"),
+        "k": (_count, "an integer >= 1"),
+        "dtype": (lambda d: d in peaks, f"a dtype of peak_flops ({', '.join(peaks)})"),
+        "flops": (_positive, "a FLOP count > 0"), "seconds": (_positive, "a time > 0"),
+        "efficiency": (_positive, "a fraction of the peak > 0")})
+    untimed = [d for d in peaks if not any(g["dtype"] == d for g in gemms)]
+    if untimed:
+        raise ArgumentError(f"{where}: peak_flops has {', '.join(untimed)} but gemm has no "
+                            "entry of that dtype (each dtype needs a timed GEMM)")
+    attention = data["attention"]
+    if not isinstance(attention, list):
+        raise ArgumentError(f"{where}: attention={attention!r} must be a list (empty: none "
+                            "timed)")
+    _check_entries(f"{where}: attention", attention, {
+        "dtype": (lambda d: isinstance(d, str), "a dtype name"),
+        "seq": (_count, "an integer >= 1"),
+        "flops_per_s": (lambda r: r is None or _positive(r), "a FLOP/s > 0 (or null)")})
+
+
 def load_compute_profile(path) -> ComputeProfile:
     """Read a profile written by ``ringccl calibrate --out`` (or its ``--json`` output).
 
     Raises:
-        ArgumentError: unreadable file, not a compute profile, missing fields.
+        ArgumentError: unreadable file (for nccl-tests output, the message says what reads
+            it), not a compute profile, missing or damaged fields (:func:`check_compute_profile`:
+            the message names the file and the field).
     """
     try:
-        data = json.loads(Path(path).read_text())
+        text = Path(path).read_text()
+        data = json.loads(text)
     except (OSError, json.JSONDecodeError) as exc:
-        raise ArgumentError(f"compute profile {str(path)!r}: cannot read it ({exc})") from None
+        hint = ""
+        if isinstance(exc, json.JSONDecodeError) and looks_like_nccl_tests(text):
+            hint = ("; it looks like nccl-tests output, which `ringccl fit --json` turns into a "
+                    "network profile")
+        raise ArgumentError(f"compute profile {str(path)!r}: cannot read it ({exc}){hint}") \
+            from None
     if not isinstance(data, dict) or data.get("format") != PROFILE_FORMAT:
         raise ArgumentError(f"{str(path)!r} is not a {PROFILE_FORMAT} (write one with "
                             "`ringccl calibrate --out PATH`)")
-    missing = [k for k in ("device", "peak_flops", "memory_bandwidth", "gemm", "attention")
-               if k not in data]
-    if missing:
-        raise ArgumentError(f"{str(path)!r} lacks {', '.join(missing)}")
+    check_compute_profile(data, f"compute profile {str(path)!r}")
     return ComputeProfile(data)

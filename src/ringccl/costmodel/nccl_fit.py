@@ -37,7 +37,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..bench.nccl_tests import SOURCE
+from ..bench.nccl_tests import SOURCE, looks_like_nccl_tests
 from ..errors import ArgumentError
 from .fit import Fit, fit_rows
 from .nccl import NcclCost, NcclMachine, machine_for_device, nccl_machine, parameter, price
@@ -353,17 +353,33 @@ def load_network_profile(path) -> NcclMachine:
     (the profile itself, or the fit's JSON output holding it).
 
     Raises:
-        ArgumentError: unreadable file, no network profile in it, bad machine fields.
+        ArgumentError: unreadable file (for nccl-tests output itself, the message says to fit
+            it first), no network profile in it, missing or bad machine fields.
     """
     try:
-        data = json.loads(Path(path).read_text())
+        text = Path(path).read_text()
+        data = json.loads(text)
     except (OSError, json.JSONDecodeError) as exc:
-        raise ArgumentError(f"profile={str(path)!r}: cannot read it ({exc})") from None
+        hint = ""
+        if isinstance(exc, json.JSONDecodeError) and looks_like_nccl_tests(text):
+            # the log itself, not the profile fitted to it
+            hint = (f"; it is nccl-tests output: fit it first, `ringccl fit --json "
+                    f"{str(path)} > profile.json`, and pass profile.json")
+        raise ArgumentError(f"profile={str(path)!r}: cannot read it ({exc}){hint}") from None
     for item in data if isinstance(data, list) else [data]:
         if isinstance(item, dict) and isinstance(item.get("profile"), dict):
             item = item["profile"]
         if isinstance(item, dict) and item.get("format") == PROFILE_FORMAT:
-            return NcclMachine(**item["machine"])
+            machine = item.get("machine")
+            if not isinstance(machine, dict):
+                raise ArgumentError(f"profile={str(path)!r}: a {PROFILE_FORMAT} whose machine="
+                                    f"{machine!r} is not an object of NcclMachine fields (write "
+                                    "it again with `ringccl fit --json LOGS`)")
+            try:
+                return NcclMachine(**machine)
+            except TypeError as exc:  # a field NcclMachine lacks, or one it needs missing
+                raise ArgumentError(f"profile={str(path)!r}: the {PROFILE_FORMAT}'s machine "
+                                    f"does not read as NcclMachine fields ({exc})") from None
     raise ArgumentError(f"profile={str(path)!r} holds no {PROFILE_FORMAT} (write one with "
                         "`ringccl fit --json LOGS` on nccl-tests output)")
 

@@ -40,9 +40,11 @@ from pathlib import Path
 
 from .. import units
 from ..args import check_int
+from ..costmodel.compute_profile import PROFILE_FORMAT as COMPUTE_FORMAT
 from ..costmodel.compute_profile import load_compute_profile
 from ..costmodel.model import parse_gamma
-from ..costmodel.nccl_fit import load_network_profile
+from ..costmodel.nccl_fit import PROFILE_FORMAT as NETWORK_FORMAT
+from ..costmodel.nccl_fit import load_network_profile, looks_like_nccl_tests
 from ..errors import ArgumentError, ArgumentTypeError
 from .gpus import GPU, resolve_gpu
 
@@ -269,12 +271,15 @@ class Cluster:
         return Cluster(**values)
 
     def describe(self) -> str:
-        return (f"{self.name}: {self.nodes} nodes x {self.gpus_per_node} GPUs, intra "
-                f"{units.format_bandwidth(self.intra_bandwidth)} "
-                f"({units.format_duration(self.intra_alpha)}), inter "
-                f"{units.format_bandwidth(self.inter_bandwidth)} per NIC "
-                f"({units.format_duration(self.inter_alpha)}), {self.nics_per_node} NICs/node, "
-                f"{self.gpu} ({self.peak_flops / 1e12:g} TFLOP/s BF16, GEMMs up to "
+        links = (f"network fitted in {self.network_profile} (the preset's link figures unused)"
+                 if self.network_profile else
+                 f"intra {units.format_bandwidth(self.intra_bandwidth)} "
+                 f"({units.format_duration(self.intra_alpha)}), inter "
+                 f"{units.format_bandwidth(self.inter_bandwidth)} per NIC "
+                 f"({units.format_duration(self.inter_alpha)})")
+        return (f"{self.name}: {self.nodes} nodes x {self.gpus_per_node} GPUs, {links}, "
+                f"{self.nics_per_node} NICs/node, {self.gpu} ({self.peak_flops / 1e12:g} "
+                f"TFLOP/s BF16, GEMMs up to "
                 f"{self.compute_efficiency:g} of it), {units.format_size(self.gpu_memory)}")
 
     def to_dict(self) -> dict:
@@ -303,11 +308,11 @@ class Straggler:
 
 CLUSTER_PRESETS: dict[str, dict] = {
     "dgx-a100": dict(gpus_per_node=8, intra_bandwidth="300GB/s", inter_bandwidth="200Gbps",
-                     gpu_memory="80GiB", gpu="a100-sxm4-80gb", name="dgx-a100",
+                     gpu="a100-sxm4-80gb", name="dgx-a100",
                      source="NVIDIA DGX A100 System Architecture white paper (2020): NVLink 3 "
                      "600 GB/s per GPU bidirectional, 8 x 200 Gb/s HDR IB"),
     "dgx-h100": dict(gpus_per_node=8, intra_bandwidth="450GB/s", inter_bandwidth="400Gbps",
-                     gpu_memory="80GiB", gpu="h100-sxm5-80gb", name="dgx-h100",
+                     gpu="h100-sxm5-80gb", name="dgx-h100",
                      source="NVIDIA DGX H100 datasheet: NVLink 4 900 GB/s per GPU "
                      "bidirectional, 8 x 400 Gb/s ConnectX-7"),
     "dgx-h200": dict(gpus_per_node=8, intra_bandwidth="450GB/s", inter_bandwidth="400Gbps",
@@ -319,11 +324,11 @@ CLUSTER_PRESETS: dict[str, dict] = {
                      source="NVIDIA DGX B200 datasheet: NVLink 5 1.8 TB/s per GPU "
                      "bidirectional, 8 x 400 Gb/s ConnectX-7"),
     "h800": dict(gpus_per_node=8, intra_bandwidth="160GB/s", inter_bandwidth="50GB/s",
-                 gpu_memory="80GiB", gpu="h800-sxm5-80gb", name="h800",
+                 gpu="h800-sxm5-80gb", name="h800",
                  source="DeepSeek-V3 Technical Report (arXiv:2412.19437) §3.2.2: NVLink 160 GB/s"
                  ", InfiniBand 50 GB/s per GPU (achieved)"),
     "two-level-128x8": dict(gpus_per_node=8, nodes=128, intra_bandwidth="900GB/s",
-                            inter_bandwidth="50GB/s", gpu_memory="80GiB", gpu="a100-sxm4-80gb",
+                            inter_bandwidth="50GB/s", gpu="a100-sxm4-80gb",
                             name="two-level-128x8",
                             source="illustrative two-level machine in round figures: 128 x 8 "
                             "A100-class GPUs, NVLink 900 GB/s, InfiniBand 50 GB/s per GPU"),
@@ -341,10 +346,7 @@ def cluster_preset(name: str, **changes) -> Cluster:
     except (KeyError, AttributeError):
         raise ArgumentError(f"cluster={name!r} is not a preset; expected one of "
                             f"{', '.join(CLUSTER_PRESETS)}") from None
-    changes = {k: v for k, v in changes.items() if v is not None}
-    if "gpu" in changes and "gpu_memory" not in changes:
-        values.pop("gpu_memory", None)   # another GPU: its own memory
-    values.update(changes)
+    values.update({k: v for k, v in changes.items() if v is not None})
     return Cluster(**values)
 
 
@@ -357,15 +359,23 @@ def load_profile(path, level: str = "inter") -> dict:
     Returns:
         ``{"inter_alpha": s, "inter_bandwidth": bytes/s, "gamma": s/byte}`` (or ``intra_*``).
     Raises:
-        ArgumentError: unreadable file, no fit in it, unknown level, a β <= 0.
+        ArgumentError: unreadable file (nccl-tests output: the message says to fit it first),
+            no fit in it (a network or compute profile: what its own loader finds wrong or
+            missing), unknown level, a β <= 0.
     """
     if level not in ("inter", "intra"):
         raise ArgumentError(f"profile level={level!r} must be 'inter' or 'intra'")
     try:
-        data = json.loads(Path(path).read_text())
+        text = Path(path).read_text()
+        data = json.loads(text)
     except (OSError, json.JSONDecodeError) as exc:
+        hint = ""
+        if isinstance(exc, json.JSONDecodeError) and looks_like_nccl_tests(text):
+            hint = (f"; it is nccl-tests output: fit it first, `ringccl fit --json {str(path)} > "
+                    "profile.json`, and pass profile.json")
         raise ArgumentError(f"profile={str(path)!r}: cannot read a `ringccl fit --json` file "
-                            f"({exc})") from None
+                            f"({exc}){hint}") from None
+    raw = data
     if isinstance(data, list) and data:
         data = data[0]
     if isinstance(data, dict) and "fit" in data:
@@ -375,8 +385,29 @@ def load_profile(path, level: str = "inter") -> dict:
         alpha, beta = params["alpha"]["value"], params["beta"]["value"]
         gamma = params.get("gamma", {}).get("value", 0.0) or 0.0
     except (KeyError, TypeError):
+        # a profile of another kind: its own loader says what is wrong or missing
+        formats = set()
+        for item in raw if isinstance(raw, list) else [raw]:
+            if isinstance(item, dict) and isinstance(item.get("profile"), dict):
+                item = item["profile"]
+            if isinstance(item, dict):
+                formats.add(item.get("format"))
+        for fmt, load, kind in (
+                (COMPUTE_FORMAT, load_compute_profile,
+                 "compute profile (`ringccl calibrate`)"),
+                (NETWORK_FORMAT, load_network_profile,
+                 "network profile (`ringccl fit` on nccl-tests logs)")):
+            if fmt in formats:
+                load(path)  # raises, naming the field
+                raise ArgumentError(f"profile={str(path)!r} is a {kind}, not an α-β fit: pass "
+                                    "it as the cluster's profile, which tells the kinds apart")
         raise ArgumentError(f"profile={str(path)!r} has no fit (expected `ringccl fit --json` "
-                            "output: params.alpha.value, params.beta.value)") from None
+                            "output on `ringccl bench --json` rows: params.alpha.value, "
+                            "params.beta.value) and is no other profile ringccl reads: neither "
+                            f"a network profile (format {NETWORK_FORMAT!r}: `ringccl "
+                            "fit --json` on nccl-tests logs) nor a compute profile (format "
+                            f"{COMPUTE_FORMAT!r}: `ringccl calibrate --out`)"
+                            ) from None
     if not beta > 0:
         raise ArgumentError(f"profile={str(path)!r}: beta={beta!r} must be > 0")
     return {f"{level}_alpha": max(float(alpha), 0.0), f"{level}_bandwidth": 1.0 / float(beta),

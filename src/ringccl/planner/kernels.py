@@ -59,6 +59,7 @@ import numpy as np
 
 from ..caches import memoize
 from ..costmodel.compute_profile import ComputeProfile, load_compute_profile
+from ..errors import ArgumentError
 from .gpus import GPU
 
 __all__ = ["TILES", "FLASH_EFFICIENCY", "FLASH2_EFFICIENCY", "FLASH_BLOCK",
@@ -140,8 +141,16 @@ def compute_profile(path: str) -> ComputeProfile:
 
 
 def profile_dtype(profile: ComputeProfile) -> str:
-    """The profile's 16-bit dtype if it timed one, else its first (a CPU's float32)."""
-    peaks = profile.data["peak_flops"]
+    """The profile's 16-bit dtype if it timed one, else its first (a CPU's float32).
+
+    Raises:
+        ArgumentError: a profile without a calibrated dtype (``peak_flops`` empty or absent;
+            :func:`load_compute_profile` refuses such a file, a profile built in code may not).
+    """
+    peaks = profile.data.get("peak_flops")
+    if not isinstance(peaks, dict) or not peaks:
+        raise ArgumentError(f"compute profile: peak_flops={peaks!r} names no calibrated dtype; "
+                            "expected {dtype: FLOP/s} with at least one (`ringccl calibrate`)")
     return next((d for d in ("bfloat16", "float16") if d in peaks), next(iter(peaks)))
 
 
