@@ -110,6 +110,12 @@ def test_layer_shapes_count_the_layer_flops():
     with pytest.raises(ArgumentError, match="m"):
         GemmShape("x", 0, 1, 1)
     assert len(layer_gemms(64, 128, 4, 8, vocab_size=1000)) == 15
+    # a head dimension of its own (Gemma-7B: h 3072, 16 heads of 256): q/k/v and the output
+    # projection are 16 x 256 = 4096 wide, not h
+    gemma = {g[0]: g for g in layer_gemms(3072, 24576, 16, 8, head_dim=256)}
+    assert (gemma["qkv fwd"][2], gemma["attention out fwd"][3]) == (3 * 16 * 256, 16 * 256)
+    (attn,) = layer_attention(3072, 16, 8, head_dim=256)
+    assert attn[4] == 256   # (name, batch, heads, seq, head_dim, causal)
 
 
 def test_clear_errors(capsys):

@@ -70,9 +70,11 @@ class AttentionShape(tuple):
 def layer_gemms(hidden_size: int, intermediate_size: int, num_attention_heads: int,
                 seq_length: int, micro_batch_size: int = 1, tp: int = 1,
                 num_key_value_heads: int | None = None, gated_mlp: bool = True,
-                vocab_size: int | None = None) -> list[GemmShape]:
+                vocab_size: int | None = None, head_dim: int | None = None) -> list[GemmShape]:
     """The GEMMs of one transformer layer on one tensor-parallel rank (module doc), plus the
-    output layer when ``vocab_size`` is given. Fields are Hugging Face config names.
+    output layer when ``vocab_size`` is given. Fields are Hugging Face config names;
+    ``head_dim`` defaults to hidden_size / num_attention_heads (a model such as Gemma sets its
+    own).
 
     Raises:
         ArgumentError: a size < 1, heads or sizes not divisible by ``tp``.
@@ -88,7 +90,7 @@ def layer_gemms(hidden_size: int, intermediate_size: int, num_attention_heads: i
                         (ffn, "intermediate_size")):
         if value % tp and not (what == "num_key_value_heads" and kv < tp):
             raise ArgumentError(f"{what}={value} is not divisible by tp={tp}")
-    head_dim = h // heads
+    head_dim = h // heads if head_dim is None else check_int(head_dim, "head_dim", minimum=1)
     kv_local = max(1, kv // tp)
     forward = [("qkv", tokens, (heads // tp + 2 * kv_local) * head_dim, h),
                ("attention out", tokens, h, heads // tp * head_dim),
@@ -104,14 +106,17 @@ def layer_gemms(hidden_size: int, intermediate_size: int, num_attention_heads: i
 
 
 def layer_attention(hidden_size: int, num_attention_heads: int, seq_length: int,
-                    micro_batch_size: int = 1, tp: int = 1) -> list[AttentionShape]:
-    """The causal self-attention of one layer on one tensor-parallel rank."""
+                    micro_batch_size: int = 1, tp: int = 1,
+                    head_dim: int | None = None) -> list[AttentionShape]:
+    """The causal self-attention of one layer on one tensor-parallel rank (``head_dim`` as in
+    :func:`layer_gemms`)."""
     heads = check_int(num_attention_heads, "num_attention_heads", minimum=1)
     tp = check_int(tp, "tp", minimum=1)
     if heads % tp:
         raise ArgumentError(f"num_attention_heads={heads} is not divisible by tp={tp}")
-    return [AttentionShape("self-attention", micro_batch_size, heads // tp, seq_length,
-                           check_int(hidden_size, "hidden_size", 1) // heads)]
+    d = (check_int(hidden_size, "hidden_size", 1) // heads if head_dim is None
+         else check_int(head_dim, "head_dim", minimum=1))
+    return [AttentionShape("self-attention", micro_batch_size, heads // tp, seq_length, d)]
 
 
 #: the default sets per device: square GEMMs and causal attention at two lengths (the CPU's

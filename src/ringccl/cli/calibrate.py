@@ -63,6 +63,8 @@ def _shapes(args, device: str):
                   "vocab_size": cfg.vocab_size if args.output_layer else None}
         fields.update(given)
         gated, source = cfg.gated_mlp, f"model {cfg.name}"
+        if not {"hidden_size", "num_attention_heads"} & set(given):
+            fields["head_dim"] = cfg.head_dim   # the model's own (Gemma's is not h / heads)
     elif given:
         missing = [f"--{f.replace('_', '-')}" for f in _LAYER_FIELDS if f not in given]
         if missing:
@@ -75,9 +77,10 @@ def _shapes(args, device: str):
     gemms = layer_gemms(fields["hidden_size"], fields["intermediate_size"],
                         fields["num_attention_heads"], fields["seq_length"],
                         args.micro_batch_size, args.tp, fields.get("num_key_value_heads"),
-                        gated, fields.get("vocab_size"))
+                        gated, fields.get("vocab_size"), fields.get("head_dim"))
     attention = layer_attention(fields["hidden_size"], fields["num_attention_heads"],
-                                fields["seq_length"], args.micro_batch_size, args.tp)
+                                fields["seq_length"], args.micro_batch_size, args.tp,
+                                fields.get("head_dim"))
     return gemms, attention, (f"{source}: micro_batch_size {args.micro_batch_size}, "
                               f"tp {args.tp}")
 
