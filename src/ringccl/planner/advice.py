@@ -34,8 +34,8 @@ BUBBLE_LIMIT = 0.25
 
 @dataclass(frozen=True)
 class PlanWarning:
-    """One warning: its ``kind`` ("bubble", "memory", "schedule", "default", "profile"), what the plan found
-    (``message``) and the first change to try (``first_change``)."""
+    """One warning: its ``kind`` ("bubble", "memory", "schedule", "default", "profile"), what
+    the plan found (``message``) and the first change to try (``first_change``)."""
 
     kind: str
     message: str

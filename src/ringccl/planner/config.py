@@ -134,8 +134,9 @@ def layout_for_gpus(layout: dict, gpus: int, given: str | None = None) -> dict:
     others = tp * cp * pp
     if "dp" not in layout:
         if gpus % others:
-            raise ArgumentError(f"{given or f'--gpus {gpus}'} is not a multiple of tp x cp x pp = {tp} x {cp} "
-                                f"x {pp} = {others}, so dp = {gpus}/{others} is not whole")
+            raise ArgumentError(f"{given or f'--gpus {gpus}'} is not a multiple of tp x cp x "
+                                f"pp = {tp} x {cp} x {pp} = {others}, so dp = {gpus}/{others} "
+                                "is not whole")
         return {**layout, "dp": gpus // others}
     world = layout["dp"] * others
     if world != gpus:
