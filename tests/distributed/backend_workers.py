@@ -443,3 +443,44 @@ def transport_mismatch(rank, world_size):
         outcome = f"{type(exc).__name__}: {exc}"
     os.environ.pop("RINGCCL_TRANSPORT", None)
     return outcome
+
+
+def bad_lists_then_good(rank, world_size):
+    """List arguments gloo refuses before any data moves (pieces of the wrong size; a block to
+    itself that does not fit), refused here too with nothing written, and the group still in
+    step afterwards; the async all_gather's future value beside gloo's."""
+    gloo = dist.new_group(backend="gloo")
+    out = {}
+
+    def refused(name, call, *watched):
+        before = [t.clone() for t in watched]
+        try:
+            call()
+            out[name] = ("ok", "", True)
+        except Exception as exc:  # the class and message are what is compared
+            out[name] = (type(exc).__name__, str(exc),
+                         all(torch.equal(a, b) for a, b in zip(before, watched)))
+
+    r = float(rank)
+    piece = torch.full((4,), -1.0)
+    refused("reduce_scatter_uneven", lambda: dist.reduce_scatter(
+        piece, [torch.arange(3.0) + r] + [torch.arange(5.0) + r] * (world_size - 1)), piece)
+    outs = [torch.full((4,), -1.0) for _ in range(world_size)]
+    ins = [torch.ones(4) for _ in range(world_size)]
+    ins[rank] = torch.ones(5)   # this rank's block to itself does not fit its slot
+    refused("all_to_all_self_block", lambda: dist.all_to_all(outs, ins), *outs)
+    gathered = [torch.full((4,), -1.0)] + [torch.full((5,), -1.0)] * (world_size - 1)
+    refused("all_gather_wrong_size", lambda: dist.all_gather(gathered, torch.ones(4)),
+            *gathered)
+    mine = [torch.empty(3) for _ in range(world_size)]
+    theirs = [torch.empty(3) for _ in range(world_size)]
+    value = dist.all_gather(mine, torch.full((3,), r), async_op=True).get_future().wait()
+    gvalue = dist.all_gather(theirs, torch.full((3,), r), group=gloo,
+                             async_op=True).get_future().wait()
+    out["future"] = [type(value).__name__, len(value), value[0] is mine[0]]
+    out["gloo_future"] = [type(gvalue).__name__, len(gvalue), gvalue[0] is theirs[0]]
+    s = torch.full((2,), r + 1)
+    dist.all_reduce(s)   # still in step
+    out["after"] = s.tolist()
+    dist.barrier()
+    return out

@@ -164,3 +164,22 @@ def test_ranks_that_disagree_on_the_transport_are_refused_at_creation():
         assert outcome is not None and outcome.startswith("ArgumentError: RINGCCL_TRANSPORT "
                                                           "differs"), outcome
         assert "rank 0: 'auto'" in outcome and "rank 1: 'p2p'" in outcome, outcome
+
+
+def test_bad_lists_refused_before_data_moves_and_the_group_stays_in_step():
+    runs = launch(backend_workers.bad_lists_then_good, NPROC, backend="ringccl",
+                  timeout=bounds.job(200))
+    total = float(sum(range(1, NPROC + 1)))
+    for rank, r in enumerate(runs):
+        kind, message, untouched = r["reduce_scatter_uneven"]
+        assert (kind, untouched) == ("RuntimeError", True), (rank, message)
+        assert "input_list[0] has shape (3,), the output (4,)" in message
+        kind, message, untouched = r["all_to_all_self_block"]
+        assert (kind, untouched) == ("ArgumentError", True), (rank, message)
+        assert f"this rank (rank {rank}) sends itself input_tensor_list[{rank}].numel()=5" \
+            in message
+        kind, message, untouched = r["all_gather_wrong_size"]
+        assert (kind, untouched) == ("RuntimeError", True), (rank, message)
+        assert "invalid tensor size at index 1 (expected (4,), got (5,))" in message
+        assert r["future"] == r["gloo_future"] == ["list", NPROC, True], rank
+        assert r["after"] == [total, total], rank

@@ -93,6 +93,7 @@ from ... import frontend
 from ...args import check_rank
 from ...errors import ArgumentError
 from ...frontend import aliasing
+from ...layout import check_own_block
 from ...ops import ReduceOp
 from ..shm import host_id, lane
 from .dispatch import DoneWork, Group, Work, autograd_free, live
@@ -246,6 +247,11 @@ class RingcclProcessGroup(dist.ProcessGroup):
             if len(out) != g.size:
                 raise RuntimeError(f"ringccl all_gather: output list has {len(out)} tensors, "
                                    f"the group has {g.size} ranks")
+            for r, t in enumerate(out):   # gloo's check, before any data moves
+                if t.shape != inp.shape:
+                    raise RuntimeError(f"ringccl all_gather: invalid tensor size at index {r} "
+                                       f"(expected {tuple(inp.shape)}, got {tuple(t.shape)}): "
+                                       "output_tensor_list[r] must have the input's shape")
             aliasing.check_blocks(FRONT, "all_gather", inp, "input_tensor", out,
                                   "output_tensor_list", g.rank, False)
             plan.append((out, inp, call_algorithm(g, "all_gather", nbytes(inp) * g.size)))
@@ -259,7 +265,8 @@ class RingcclProcessGroup(dist.ProcessGroup):
                                     ("output_tensor_list", "input_tensor"))
                 for r, t in enumerate(out):
                     t.copy_(whole[r * inp.numel():(r + 1) * inp.numel()].view(t.shape))
-            return outputs
+            # the value gloo's Work carries: its one output list
+            return outputs[0] if len(outputs) == 1 else outputs
         return self._submit(job, sum(nbytes(inp) * g.size for _, inp, _ in plan))
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
@@ -303,6 +310,11 @@ class RingcclProcessGroup(dist.ProcessGroup):
             if len(inp) != g.size:
                 raise RuntimeError(f"ringccl reduce_scatter: input list has {len(inp)} tensors, "
                                    f"the group has {g.size} ranks")
+            for r, t in enumerate(inp):   # gloo's check, before any data moves
+                if t.shape != out.shape:
+                    raise RuntimeError(f"ringccl reduce_scatter: input_list[{r}] has shape "
+                                       f"{tuple(t.shape)}, the output {tuple(out.shape)}; every "
+                                       "input_list entry must have the output's shape")
             aliasing.check_blocks(FRONT, "reduce_scatter", out, "output", inp, "input_list",
                                   g.rank, True)
             plan.append((out, inp, op, call_algorithm(g, "reduce_scatter", nbytes(out) * g.size)))
@@ -380,6 +392,9 @@ class RingcclProcessGroup(dist.ProcessGroup):
             if len(tensors) != g.size:   # gloo's words
                 raise RuntimeError(f"ringccl all_to_all: {what} tensor list size {len(tensors)} "
                                    f"does not match world size {g.size}")
+        check_own_block(g.rank, inputs[g.rank].numel(), outputs[g.rank].numel(),
+                        "input_tensor_list[{}].numel()", "output_tensor_list[{}].numel()",
+                        "elements")
         options = call_options(opts.timeout)
         algorithm, params = call_algorithm(g, "all_to_all", sum(nbytes(t) for t in inputs))
 
