@@ -8,6 +8,8 @@ raised and after how many seconds (their waits' bound: RINGCCL_TIMEOUT, set by t
 MODE "kill_small": the same with small all_reduces (4 KiB, below the inline threshold: the
 dispatch policy runs them in the caller's thread); the report says whether the failed call's
 Work was already complete when the call returned (it ran inline).
+MODE "kill_barrier": the last rank exits during a stream of barriers; the others report what
+they raised.
 MODE "kill_first": the last rank exits before the group's first collective (the shared
 memory's set-up); the others report what their first all_reduce raised.
 Every report names the group's transport, and (shm, hybrid) its segments' uid, so the test can check
@@ -75,6 +77,19 @@ def main(mode: str) -> None:
         report["seconds"] = time.monotonic() - t0
         print(json.dumps(report), flush=True)
         os._exit(0)   # the group is unusable now; do not wait in its teardown
+    if mode == "kill_barrier":
+        if rank == world_size - 1:
+            time.sleep(0.3)
+            os._exit(17)
+        t0 = time.monotonic()
+        try:
+            for _ in range(100000):   # bounded: the dead rank fails one of them
+                dist.barrier()
+        except Exception as exc:  # what the survivors raise is the result
+            report["raised"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        report["seconds"] = time.monotonic() - t0
+        print(json.dumps(report), flush=True)
+        os._exit(0)
     if mode == "kill_small":
         small = torch.full((1024,), float(rank))
         report["inline_bytes"] = pg._group.inline_bytes

@@ -4,6 +4,7 @@ rank killed mid-collective. Plain subprocesses, so a dead rank is a real dead pr
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -98,6 +99,21 @@ def test_killed_rank_survivors_raise_within_the_timeout(transport):
         assert "raised" in r, r
         assert r["transport"] == transport, r
         assert r["seconds"] < WAIT_S + bounds.slack(), r   # the waits' bound, and a loaded machine
+    assert _leftover(reports[:3]) == []
+
+
+@pytest.mark.parametrize("transport", sorted(HOSTS))
+def test_killed_rank_fails_the_survivors_barrier_naming_it(transport):
+    reports = _run("kill_barrier", 4, HOSTS[transport])
+    assert reports[3].get("exit") == 17
+    for r in reports[:3]:
+        raised = r.get("raised", "")
+        assert r["transport"] == transport, r
+        assert raised.startswith(("PeerError: ", "RingcclTimeout: ")), r
+        # across "hosts" a survivor may be waiting for another survivor that failed (or left)
+        # first: the peer it names is the one it waited for
+        assert ("rank 3" in raised) if transport == "shm" else re.search(r"rank \d", raised), r
+        assert r["seconds"] < WAIT_S + bounds.slack(), r
     assert _leftover(reports[:3]) == []
 
 

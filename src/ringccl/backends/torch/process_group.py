@@ -30,7 +30,7 @@ group itself. Each group owns
   (:func:`ringccl.backends.torch.executor.run`).
 * an inner gloo group (``ProcessGroupGloo`` on a ``PrefixStore`` of the group's store) that
   carries the user's ``send``/``recv`` (their own tags), the small exchanges (the cross-rank
-  check, all_to_all's block sizes, ``barrier``, the shared-memory set-up) and, off one host,
+  check, all_to_all's block sizes, the shared-memory set-up) and, off one host,
   the schedules' messages. A raw gloo object, not a registered group: nothing is added to
   torch's group registry, ``dist.get_rank`` and friends never see it, and
   ``destroy_process_group`` on ours frees it with no second teardown.
@@ -435,13 +435,19 @@ class RingcclProcessGroup(dist.ProcessGroup):
         return self._submit(job, nbytes(outputs[0]) * g.size)
 
     def barrier(self, opts=None):
+        # an all_reduce of one int32 on the group's own transport, after every collective
+        # issued before it: no rank leaves before all have entered (each needs every rank's
+        # value), and a dead or stalled peer is named (PeerError / RingcclTimeout) as in any
+        # collective, where gloo's own barrier says "Connection closed by peer"
         g = self._group
+        options = call_options(getattr(opts, "timeout", None))
+        algorithm, params = call_algorithm(g, "all_reduce", 4)
+        token = torch.zeros(1, dtype=torch.int32)
 
         def job():
-            # after every collective issued before it (the worker's order), then gloo's own
-            g.inner.barrier().wait()
+            _all_reduce_one(g, token, ReduceOp.SUM, algorithm, params, options)
             return []
-        return self._submit(job)
+        return self._submit(job, 4)
 
     # -- point to point: straight to the inner gloo group (gloo's own Work and futures) ---------
     def send(self, tensors, dstRank: int, tag: int = 0):
