@@ -484,3 +484,44 @@ def bad_lists_then_good(rank, world_size):
     out["after"] = s.tolist()
     dist.barrier()
     return out
+
+
+def complex_reductions_vs_gloo(rank, world_size):
+    """reduce, reduce_scatter and reduce_scatter_tensor of complex64 (SUM, AVG) on ringccl and on
+    gloo, bit for bit, the futures' values the caller's complex tensors; MAX refused."""
+    gloo = dist.new_group(backend="gloo")
+    gen = torch.Generator().manual_seed(rank)
+    out = {"equal": [], "value_is_given": []}
+    for op in (dist.ReduceOp.SUM, dist.ReduceOp.AVG):
+        # whole parts: every order of the sum gives the same bits (gloo's order is its own)
+        parts = torch.randint(-50, 50, (2, 6 * world_size), generator=gen).float()
+        data = torch.complex(parts[0], parts[1])
+        results = []
+        for group in (None, gloo):
+            red = data.clone()
+            if op == dist.ReduceOp.SUM:   # gloo's reduce takes SUM, not AVG
+                dist.reduce(red, dst=1, op=op, group=group)
+            rs = torch.empty(6, dtype=torch.complex64)
+            dist.reduce_scatter(rs, list(data.clone().chunk(world_size)), op=op, group=group)
+            rst = torch.empty(6, dtype=torch.complex64)
+            work = dist.reduce_scatter_tensor(rst, data.clone(), op=op, group=group,
+                                              async_op=True)
+            if group is None:   # gloo's Work here has no future
+                out["value_is_given"].append(work.get_future().wait()[0] is rst)
+            else:
+                work.wait()
+            results.append((red, rs, rst))
+        # reduce's result is the root's (elsewhere gloo leaves partial sums)
+        same = [bool(torch.equal(a, b)) for a, b in zip(*results)]
+        out["equal"].append([same[0] or rank != 1] + same[1:])
+    try:
+        dist.reduce_scatter_tensor(torch.empty(6, dtype=torch.complex64),
+                                   torch.ones(6 * world_size, dtype=torch.complex64),
+                                   op=dist.ReduceOp.MAX)
+        out["max"] = "ok"
+    except RuntimeError as exc:
+        out["max"] = str(exc)
+    s = torch.full((2,), float(rank + 1))
+    dist.all_reduce(s)   # still in step
+    out["after"] = s.tolist()
+    return out

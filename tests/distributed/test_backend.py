@@ -183,3 +183,14 @@ def test_bad_lists_refused_before_data_moves_and_the_group_stays_in_step():
         assert "invalid tensor size at index 1 (expected (4,), got (5,))" in message
         assert r["future"] == r["gloo_future"] == ["list", NPROC, True], rank
         assert r["after"] == [total, total], rank
+
+
+def test_complex_reductions_match_gloo():
+    runs = launch(backend_workers.complex_reductions_vs_gloo, NPROC, backend="ringccl",
+                  timeout=bounds.job(200))
+    total = float(sum(range(1, NPROC + 1)))
+    for rank, r in enumerate(runs):
+        assert r["equal"] == [[True, True, True]] * 2, rank
+        assert r["value_is_given"] == [True, True], rank
+        assert "ReduceOp.MAX is not supported on complex tensors" in r["max"], rank
+        assert r["after"] == [total, total], rank

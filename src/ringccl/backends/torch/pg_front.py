@@ -35,7 +35,7 @@ from .dispatch import Group, live
 from .transport import GlooTransport
 
 __all__ = ["Front", "FRONT", "call_options", "call_algorithm", "reduce_op", "check_dtype",
-           "nbytes", "SIZE_CLASSES", "size_class", "BACKEND_NAME", "CACHE_SIZE"]
+           "real_views", "nbytes", "SIZE_CLASSES", "size_class", "BACKEND_NAME", "CACHE_SIZE"]
 
 #: the name given to ``init_process_group`` / ``new_group(backend=...)``
 BACKEND_NAME = "ringccl"
@@ -328,6 +328,29 @@ def check_dtype(tensors: Sequence[torch.Tensor], collective: str, same: bool = F
         raise RuntimeError(f"ringccl {collective}: invalid tensor type: the input and output "
                            f"tensors must have one dtype, got "
                            f"{', '.join(sorted(_dtype_name(d) for d in dtypes))}")
+
+
+def real_views(tensors: Sequence[torch.Tensor], opts_op, collective: str) -> list:
+    """``tensors`` with each complex one as its real view (``torch.view_as_real``: shape
+    (..., 2) of the real dtype, the same memory), as gloo reduces complex tensors: SUM and AVG
+    act on the real and imaginary parts apart. Other ops are refused on complex tensors, as
+    torch's all_reduce refuses them (``supports_complex``).
+
+    Raises:
+        RuntimeError: another op on a complex tensor, or complex and real tensors mixed.
+    """
+    complex_ = [t.is_complex() for t in tensors]
+    if not any(complex_):
+        return list(tensors)
+    kind = getattr(opts_op, "op", opts_op)
+    if kind not in (dist.ReduceOp.SUM, dist.ReduceOp.AVG):
+        name = str(kind).rsplit(".", 1)[-1]
+        raise RuntimeError(f"ringccl {collective}: ReduceOp.{name} is not supported on complex "
+                           "tensors (SUM and AVG are, on the real and imaginary parts)")
+    if not all(complex_):
+        raise RuntimeError(f"ringccl {collective}: invalid tensor type: complex and real "
+                           "tensors mixed")
+    return [torch.view_as_real(t) for t in tensors]
 
 
 def nbytes(t: torch.Tensor) -> int:

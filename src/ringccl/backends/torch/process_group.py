@@ -98,7 +98,7 @@ from ...ops import ReduceOp
 from ..shm import host_id, lane
 from .dispatch import DoneWork, Group, Work, autograd_free, live
 from .pg_front import (BACKEND_NAME, FRONT, SIZE_CLASSES, call_algorithm, call_options,
-                       check_dtype, nbytes, reduce_op, size_class)
+                       check_dtype, nbytes, real_views, reduce_op, size_class)
 from .transport import COLLECTIVE_TAG
 
 __all__ = ["BACKEND_NAME", "RingcclProcessGroup", "register", "create_process_group",
@@ -223,11 +223,12 @@ class RingcclProcessGroup(dist.ProcessGroup):
     def reduce(self, tensors, opts=None):
         opts = opts if opts is not None else dist.ReduceOptions()
         g, tensors = self._group, list(tensors)
-        check_dtype(tensors, "reduce")
+        work = real_views(tensors, opts.reduceOp, "reduce")   # complex: as gloo
+        check_dtype(work, "reduce")
         root = check_rank(opts.rootRank, g.size, "dst")
-        ops = [reduce_op(opts.reduceOp, t.dtype, "reduce") for t in tensors]
+        ops = [reduce_op(opts.reduceOp, t.dtype, "reduce") for t in work]
         options = call_options(opts.timeout)
-        plan = [(t, op, call_algorithm(g, "reduce", nbytes(t))) for t, op in zip(tensors, ops)]
+        plan = [(t, op, call_algorithm(g, "reduce", nbytes(t))) for t, op in zip(work, ops)]
 
         def job():
             for t, op, (algorithm, params) in plan:
@@ -301,7 +302,11 @@ class RingcclProcessGroup(dist.ProcessGroup):
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
         opts = opts if opts is not None else dist.ReduceScatterOptions()
         g = self._group
-        outputs, inputs = list(output_tensors), [list(i) for i in input_tensors]
+        given = list(output_tensors)
+        flat = real_views(given + [t for i in input_tensors for t in i], opts.reduceOp,
+                          "reduce_scatter")   # complex: as gloo
+        outputs, rest = flat[:len(given)], iter(flat[len(given):])
+        inputs = [[next(rest) for _ in i] for i in input_tensors]
         check_dtype(outputs + [t for i in inputs for t in i], "reduce_scatter", same=True)
         ops = [reduce_op(opts.reduceOp, t.dtype, "reduce_scatter") for t in outputs]
         options = call_options(opts.timeout)
@@ -324,12 +329,14 @@ class RingcclProcessGroup(dist.ProcessGroup):
                 whole = torch.cat([t.reshape(-1) for t in inp])
                 frontend.reduce_scatter(FRONT, out, whole, op, g, algorithm, params, options, None,
                                         "reduce_scatter")
-            return outputs
+            return given
         return self._submit(job, sum(nbytes(out) * g.size for out in outputs))
 
     def _reduce_scatter_base(self, output, input, opts=None):
         opts = opts if opts is not None else dist.ReduceScatterOptions()
-        g = self._group
+        g, given = self._group, output
+        output, input = real_views([output, input], opts.reduceOp,
+                                   "reduce_scatter_tensor")   # complex: as gloo
         check_dtype([output, input], "reduce_scatter_tensor", same=True)
         op = reduce_op(opts.reduceOp, input.dtype, "reduce_scatter_tensor")
         options = call_options(opts.timeout)
@@ -338,7 +345,7 @@ class RingcclProcessGroup(dist.ProcessGroup):
         def job():
             frontend.reduce_scatter(FRONT, output, input, op, g, algorithm, params, options, None,
                                     "reduce_scatter_tensor")
-            return [output]
+            return [given]
         return self._submit(job, nbytes(input))
 
     def reduce_scatter_single(self, output, input, opts=None):
