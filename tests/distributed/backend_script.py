@@ -64,32 +64,22 @@ def main(mode: str) -> None:
               "hosts": pg.hosts, "transport": pg.transport,
               "uid": [state.uid for state in registry.groups("owned")]
               + [state.uid for state in registry.groups("hybrid")]}
-    if mode == "kill":
+    if mode in ("kill", "kill_barrier"):
         if rank == world_size - 1:
             time.sleep(0.3)
             os._exit(17)
+        # bounded either way: the dead rank fails one of them
+        call, count = ((lambda: dist.all_reduce(t)), 200) if mode == "kill" else (dist.barrier,
+                                                                                  100000)
         t0 = time.monotonic()
         try:
-            for _ in range(200):
-                dist.all_reduce(t)
+            for _ in range(count):
+                call()
         except Exception as exc:  # what the survivors raise is the result
             report["raised"] = f"{type(exc).__name__}: {str(exc)[:200]}"
         report["seconds"] = time.monotonic() - t0
         print(json.dumps(report), flush=True)
         os._exit(0)   # the group is unusable now; do not wait in its teardown
-    if mode == "kill_barrier":
-        if rank == world_size - 1:
-            time.sleep(0.3)
-            os._exit(17)
-        t0 = time.monotonic()
-        try:
-            for _ in range(100000):   # bounded: the dead rank fails one of them
-                dist.barrier()
-        except Exception as exc:  # what the survivors raise is the result
-            report["raised"] = f"{type(exc).__name__}: {str(exc)[:200]}"
-        report["seconds"] = time.monotonic() - t0
-        print(json.dumps(report), flush=True)
-        os._exit(0)
     if mode == "kill_small":
         small = torch.full((1024,), float(rank))
         report["inline_bytes"] = pg._group.inline_bytes

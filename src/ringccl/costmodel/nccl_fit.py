@@ -44,7 +44,7 @@ from .nccl import NcclCost, NcclMachine, machine_for_device, nccl_machine, param
 
 __all__ = ["LevelFit", "NetworkFit", "NetworkHeldOut", "fit_network", "held_out_network",
            "predict_row", "nccl_tests_rows", "level_of", "load_network_profile",
-           "cluster_fields", "PROFILE_FORMAT", "MAX_ROUNDS"]
+           "cluster_fields", "PROFILE_FORMAT", "MAX_ROUNDS", "read_fitted_json"]
 
 PROFILE_FORMAT = "ringccl-network-profile"
 #: rounds of (choose, fit) before the best round is kept
@@ -348,6 +348,24 @@ def held_out_network(rows: Sequence[dict], machine=None,
     return NetworkHeldOut(fitted, logs, level)
 
 
+def read_fitted_json(path, cannot: str):
+    """The JSON in ``path``, a file ``ringccl fit --json`` wrote.
+
+    Raises:
+        ArgumentError: ``cannot`` and why; for nccl-tests output itself (the log, not the
+            profile fitted to it), with the command that fits it.
+    """
+    try:
+        text = Path(path).read_text()
+        return json.loads(text)
+    except (OSError, json.JSONDecodeError) as exc:
+        hint = ""
+        if isinstance(exc, json.JSONDecodeError) and looks_like_nccl_tests(text):
+            hint = (f"; it is nccl-tests output: fit it first, `ringccl fit --json "
+                    f"{str(path)} > profile.json`, and pass profile.json")
+        raise ArgumentError(f"{cannot} ({exc}){hint}") from None
+
+
 def load_network_profile(path) -> NcclMachine:
     """The fitted machine of a profile written by ``ringccl fit --json`` on nccl-tests logs
     (the profile itself, or the fit's JSON output holding it).
@@ -356,16 +374,7 @@ def load_network_profile(path) -> NcclMachine:
         ArgumentError: unreadable file (for nccl-tests output itself, the message says to fit
             it first), no network profile in it, missing or bad machine fields.
     """
-    try:
-        text = Path(path).read_text()
-        data = json.loads(text)
-    except (OSError, json.JSONDecodeError) as exc:
-        hint = ""
-        if isinstance(exc, json.JSONDecodeError) and looks_like_nccl_tests(text):
-            # the log itself, not the profile fitted to it
-            hint = (f"; it is nccl-tests output: fit it first, `ringccl fit --json "
-                    f"{str(path)} > profile.json`, and pass profile.json")
-        raise ArgumentError(f"profile={str(path)!r}: cannot read it ({exc}){hint}") from None
+    data = read_fitted_json(path, f"profile={str(path)!r}: cannot read it")
     for item in data if isinstance(data, list) else [data]:
         if isinstance(item, dict) and isinstance(item.get("profile"), dict):
             item = item["profile"]

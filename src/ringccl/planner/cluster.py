@@ -34,7 +34,6 @@ A fitted profile (``ringccl fit --json`` output) can replace the α, β (and γ)
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -44,7 +43,7 @@ from ..costmodel.compute_profile import PROFILE_FORMAT as COMPUTE_FORMAT
 from ..costmodel.compute_profile import load_compute_profile
 from ..costmodel.model import parse_gamma
 from ..costmodel.nccl_fit import PROFILE_FORMAT as NETWORK_FORMAT
-from ..costmodel.nccl_fit import load_network_profile, looks_like_nccl_tests
+from ..costmodel.nccl_fit import load_network_profile, read_fitted_json
 from ..errors import ArgumentError, ArgumentTypeError
 from .gpus import GPU, resolve_gpu
 
@@ -365,16 +364,8 @@ def load_profile(path, level: str = "inter") -> dict:
     """
     if level not in ("inter", "intra"):
         raise ArgumentError(f"profile level={level!r} must be 'inter' or 'intra'")
-    try:
-        text = Path(path).read_text()
-        data = json.loads(text)
-    except (OSError, json.JSONDecodeError) as exc:
-        hint = ""
-        if isinstance(exc, json.JSONDecodeError) and looks_like_nccl_tests(text):
-            hint = (f"; it is nccl-tests output: fit it first, `ringccl fit --json {str(path)} > "
-                    "profile.json`, and pass profile.json")
-        raise ArgumentError(f"profile={str(path)!r}: cannot read a `ringccl fit --json` file "
-                            f"({exc}){hint}") from None
+    data = read_fitted_json(path, f"profile={str(path)!r}: cannot read a `ringccl fit --json` "
+                                  "file")
     raw = data
     if isinstance(data, list) and data:
         data = data[0]
