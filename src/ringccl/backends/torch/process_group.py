@@ -252,7 +252,7 @@ class RingcclProcessGroup(dist.ProcessGroup):
                 if t.shape != inp.shape:
                     raise RuntimeError(f"ringccl all_gather: invalid tensor size at index {r} "
                                        f"(expected {tuple(inp.shape)}, got {tuple(t.shape)}): "
-                                       "output_tensor_list[r] must have the input's shape")
+                                       f"output_tensor_list[{r}] must have the input's shape")
             aliasing.check_blocks(FRONT, "all_gather", inp, "input_tensor", out,
                                   "output_tensor_list", g.rank, False)
             plan.append((out, inp, call_algorithm(g, "all_gather", nbytes(inp) * g.size)))
