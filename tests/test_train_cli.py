@@ -23,10 +23,30 @@ import ringccl.cli  # noqa: E402
      "algorithm='tree' is not available for all_gather"),
     (["--batch-size", "100000", "--nproc", "2"], "batch_size=100000 x 2 ranks exceeds the 1437 "
                                                  "training images"),
+    (["--lr", "inf"], "lr=inf must be a finite number > 0"),
+    (["--weight-decay", "-1"], "weight_decay=-1.0 must be a finite number >= 0"),
+    (["--weight-decay", "nan"], "weight_decay=nan must be a finite number >= 0"),
 ])
 def test_bad_train_arguments_exit_2(capsys, argv, message):
     assert ringccl.cli.main(["train", *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_model_too_large_for_the_memory_is_refused_before_any_worker(capsys, monkeypatch):
+    import ringccl.torch.launch
+    from ringccl import resources
+    from ringccl.training.train import BYTES_PER_PARAMETER, make_mlp, mlp_parameters
+    started = []
+    monkeypatch.setattr(ringccl.torch.launch, "launch", lambda *a, **k: started.append(a))
+    monkeypatch.setattr(resources, "available_memory", lambda: 8 << 30)
+    assert mlp_parameters((7, 5)) == sum(p.numel() for p in make_mlp((7, 5)).parameters())
+    # 4 workers of 401.5M parameters at 48 bytes each: 4 x 18 GiB, not in 8 GiB
+    assert ringccl.cli.main(["train", "-n", "4", "--hidden", "20000,20000", "--no-plot"]) == 2
+    err = capsys.readouterr().err
+    assert "--nproc 4 needs about" in err and "smaller --hidden widths (the MLP has " \
+        f"{mlp_parameters((20000, 20000)):,} parameters" in err
+    assert f"at {BYTES_PER_PARAMETER} bytes per parameter" in err
+    assert not started
 
 
 def test_hidden_widths_are_parsed():

@@ -7,10 +7,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 
-from .. import units
+from .. import resources, units
 from ..errors import ArgumentError, Interrupted
 from ..backends.torch import launch as torch_launch
-from .common import (add_format_option, add_launch_options, check_nproc, emit_json,
+from .common import (add_format_option, add_launch_options, emit_json,
                      interrupted, need_torch, nonnegative_int, positive_int, seconds_arg,
                      stderr_console, table, widths_arg)
 
@@ -60,7 +60,8 @@ class _TrainProgress:
 
 def _cmd_train(args) -> int:
     need_torch()
-    from ..training.train import MODES, TrainConfig, load_digits, plot_training, train_worker
+    from ..training.train import (BYTES_PER_PARAMETER, MODES, TrainConfig, load_digits,
+                                  mlp_parameters, plot_training, train_worker)
 
     modes = list(MODES) if args.mode == "all" else [m.strip() for m in args.mode.split(",")]
     if args.compression and "ddp" not in modes:
@@ -73,9 +74,19 @@ def _cmd_train(args) -> int:
         first_bucket_mb=args.first_bucket_mb, max_norm=args.max_norm,
         compression=args.compression if m == "ddp" else None,
         plot=None if args.no_plot else args.plot).validate()) for m in modes]
-    # refused before anything is loaded or started; a training worker holds an idle torch
-    # interpreter plus a small MLP and the digits data (a few MB): no buffer term
-    check_nproc(args)
+    # refused before anything is loaded or started: an idle torch worker plus the MLP's
+    # parameters at the measured bytes each (the digits data are a few MB)
+    parameters = mlp_parameters(tuple(args.hidden))
+    model_bytes = BYTES_PER_PARAMETER * parameters
+    try:
+        resources.check_processes(args.nproc, resources.WORKER_BYTES + model_bytes,
+                                  oversubscribe=args.oversubscribe, what="--nproc")
+    except ArgumentError as exc:
+        if "available" not in str(exc):
+            raise
+        raise ArgumentError(f"{exc}; or smaller --hidden widths (the MLP has {parameters:,} "
+                            f"parameters, about {units.format_size(model_bytes)} in each "
+                            f"worker at {BYTES_PER_PARAMETER} bytes per parameter)") from None
     data = load_digits(args.seed)  # once here: importing scikit-learn costs seconds per process
     TrainConfig(batch_size=args.batch_size).check_data(args.nproc, len(data["y_train"]))
     shown = _TrainProgress(args.epochs, quiet=args.json)

@@ -38,9 +38,17 @@ from .clip import clip_grad_norm_
 from .ddp import comm_hook
 from .zero import ShardedOptimizer, optimizer_state_bytes
 
-__all__ = ["TrainConfig", "MODES", "check_plot_path", "load_digits", "make_mlp", "train_worker", "plot_training"]
+__all__ = ["TrainConfig", "MODES", "BYTES_PER_PARAMETER", "check_plot_path", "load_digits",
+           "make_mlp", "mlp_parameters", "train_worker", "plot_training"]
 
 MODES = ("ddp", "bucketer", "zero", "torch")
+
+#: peak bytes a training worker holds per parameter of the MLP, beyond the idle worker
+#: (:data:`ringccl.resources.WORKER_BYTES`): fp32 weights, gradients, AdamW's two moments, the
+#: buckets' and the collectives' copies, the final replica check. Measured: ``ringccl train -n 2
+#: --epochs 1 --hidden 4000,4000`` (16.3M parameters) against ``--hidden 256,256``, the largest
+#: worker's peak RSS: 47 bytes per parameter in modes ddp and bucketer, 46 in zero, 39 in torch.
+BYTES_PER_PARAMETER = 48
 
 
 @dataclass
@@ -80,8 +88,10 @@ class TrainConfig:
         if self.batch_size % self.accumulation:
             raise ArgumentError(f"batch_size={self.batch_size} must be a multiple of "
                                 f"accumulation={self.accumulation}")
-        if not self.lr > 0:
-            raise ArgumentError(f"lr={self.lr!r} must be > 0")
+        if not 0 < self.lr < math.inf:
+            raise ArgumentError(f"lr={self.lr!r} must be a finite number > 0")
+        if not 0 <= self.weight_decay < math.inf:
+            raise ArgumentError(f"weight_decay={self.weight_decay!r} must be a finite number >= 0")
         if self.max_norm is not None and not self.max_norm > 0:
             raise ArgumentError(f"max_norm={self.max_norm!r} must be > 0")
         if self.compression is not None and self.mode != "ddp":
@@ -143,6 +153,12 @@ def load_digits(seed: int = 0, test_size: int = 360) -> dict:
     perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed)).numpy()
     test, train = perm[:test_size], perm[test_size:]
     return {"x_train": x[train], "y_train": y[train], "x_test": x[test], "y_test": y[test]}
+
+
+def mlp_parameters(hidden=(256, 256), inputs: int = 64, classes: int = 10) -> int:
+    """Parameters (weights and biases) of :func:`make_mlp` with these widths."""
+    widths = [inputs, *hidden, classes]
+    return sum((a + 1) * b for a, b in zip(widths, widths[1:]))
 
 
 def make_mlp(hidden=(256, 256), seed: int = 0, inputs: int = 64, classes: int = 10):
