@@ -40,6 +40,12 @@ def _one_line_error(capsys) -> str:
     (["--top-k", "9"], "top_k=9 must be <= num_experts=8"),
     (["--skew", "-1"], "skew"),
     (["--nproc", "4000", "--experts", "4000"], "--nproc 4000"),
+    (["--chunks", "100000"], "num_chunks=100000 must be <= tokens=4096"),
+    (["--tokens", "8", "--chunks", "9"], "num_chunks=9 must be <= tokens=8"),
+    (["-a", "ring"], "algorithm='ring' is not available for all_to_all; expected one of"),
+    (["--ffn-hidden-size", "10000000"], "or a smaller --ffn-hidden-size, --experts or "
+                                        "--hidden-size"),
+    (["--tokens", "100000000"], "or a smaller --tokens or --hidden-size"),
 ])
 def test_moe_refusals_before_any_process(no_launch, capsys, argv, match):
     try:
@@ -94,3 +100,12 @@ def test_replay_refuses_one_process(no_launch, tmp_path, capsys):
     capsys.readouterr()
     assert main(["replay", str(path), "--nproc", "1"]) == 2
     assert "nproc=1 must be an integer >= 2" in _one_line_error(capsys)
+
+
+def test_replay_refuses_an_nproc_that_would_make_single_rank_groups(no_launch, tmp_path, capsys):
+    path = tmp_path / "step.json"
+    assert main([*PLAN, "--emit", str(path)]) == 0
+    capsys.readouterr()
+    assert main(["replay", str(path), "--nproc", "3"]) == 2
+    assert "nproc=3: a group of 2 ranks cannot be laid over 3 processes" in \
+        _one_line_error(capsys)

@@ -135,6 +135,19 @@ def test_other_world_sizes_map_to_blocks(tmp_path):
     assert any("8 ranks replayed on 4" in n for n in rmap.notes)
 
 
+def test_a_prime_nproc_above_the_group_is_refused_not_replayed_on_single_ranks(tmp_path):
+    # 8 ranks (tp 2) on 3 processes: the only divisor of 3 up to 2 is 1, which would make every
+    # group one rank (nothing sent, a fit of 0 bytes): refused before anything starts
+    plan = ringccl.plan("llama3-8b", {"dp": 4, "tp": 2}, {"preset": "dgx-h100", "nodes": 1})
+    step = load_step_file(write_step_file(plan, tmp_path / "s.json"))
+    with pytest.raises(ArgumentError, match=r"nproc=3: a group of 2 ranks cannot be laid over 3 "
+                                            r"processes .* use an nproc such as 2, 4"):
+        replay_calls(step, 3, 1 << 20)
+    rmap = replay_calls(step, 6, 1 << 20)   # 6 = 2 x 3: pairs for tp, blocks of 3 for dp
+    assert {c.group: c.groups for c in rmap.calls} == {"tp": [[0, 1], [2, 3], [4, 5]],
+                                                       "dp": [[0, 1, 2], [3, 4, 5]]}
+
+
 @pytest.mark.parametrize("nproc,max_bytes,match", [(1, 1 << 20, "nproc=1"),
                                                     (4, 100, "max_bytes=100")])
 def test_replay_calls_refuses(dense_file, nproc, max_bytes, match):

@@ -157,9 +157,12 @@ def _cmd_moe(args) -> int:
     # a worker's buffers: its tokens, the dispatched copies (top_k of each, both ways, and
     # the pipeline's) and every expert's weights (each rank builds all E, keeps E/p)
     item = 4
-    buffers = item * (args.tokens * args.hidden_size * (2 + 4 * args.top_k)
-                      + args.experts * 2 * args.hidden_size * args.ffn_hidden_size)
-    check_nproc(args, buffers, "--tokens")
+    token_bytes = item * args.tokens * args.hidden_size * (2 + 4 * args.top_k)
+    expert_bytes = item * args.experts * 2 * args.hidden_size * args.ffn_hidden_size
+    # a refusal names the flags of the larger part
+    check_nproc(args, token_bytes + expert_bytes,
+                "--tokens or --hidden-size" if token_bytes >= expert_bytes else
+                "--ffn-hidden-size, --experts or --hidden-size")
     done = {"iters": 0}
     console = None if args.json else stderr_console()
     bar = contextlib.nullcontext()

@@ -20,8 +20,9 @@ refuses a file of another format or version, or with missing fields, before anyt
 :func:`replay_calls` maps the file onto ``nproc`` local processes: when the plan's world is
 ``nproc`` ranks, each collective runs on the plan's own groups (the rank grid of its layout, so
 dp × tp keeps its tp pairs and dp pairs, ep = 4 its one group of 4); otherwise a group of g
-ranks becomes blocks of ``min(g, nproc)`` consecutive local ranks (the largest divisor of
-``nproc`` not above g), all running at once, and the note says so. Bytes are scaled by one
+ranks becomes blocks of the largest divisor of ``nproc`` not above g consecutive local ranks
+(``min(g, nproc)`` where it divides ``nproc``), all running at once, and the note says so; an
+``nproc`` whose only such divisor is 1 (a prime above g) is refused. Bytes are scaled by one
 factor, a power of two, so the largest call fits ``max_bytes``: the mix of sizes is kept.
 """
 
@@ -203,6 +204,12 @@ class ReplayMap:
 
 def _local_groups(size: int, nproc: int) -> list[list[int]]:
     g = max(d for d in range(1, min(size, nproc) + 1) if nproc % d == 0)
+    if g == 1:   # every block one rank: nothing would be communicated or measured
+        fits = [n for n in range(2, 2 * size + 1) if any(n % d == 0 for d in range(2, size + 1))]
+        raise ArgumentError(f"nproc={nproc}: a group of {size} ranks cannot be laid over "
+                            f"{nproc} processes in equal blocks of 2 or more consecutive ranks "
+                            f"({nproc} has no divisor from 2 to {min(size, nproc)}); use an "
+                            f"nproc such as {', '.join(map(str, fits[:3]))}")
     return [list(range(s, s + g)) for s in range(0, nproc, g)]
 
 
@@ -216,7 +223,8 @@ def replay_calls(step: dict, nproc: int, max_bytes: int, itemsize: int = 4) -> R
     Returns:
         a :class:`ReplayMap`; scale is the one factor applied to every call's bytes.
     Raises:
-        ArgumentError: nproc < 2, max_bytes < 4 KiB, a step without collectives.
+        ArgumentError: nproc < 2, max_bytes < 4 KiB, a step without collectives, an nproc
+            with no divisor from 2 to a group's size (module doc).
     """
     if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 2:
         raise ArgumentError(f"nproc={nproc!r} must be an integer >= 2 (replay runs collectives)")
@@ -242,8 +250,8 @@ def replay_calls(step: dict, nproc: int, max_bytes: int, itemsize: int = 4) -> R
         grid = rank_grid(dims, step.get("gpus_per_node") or nproc)
     else:
         notes.append(f"the plan's world of {step['world_size']} ranks replayed on {nproc} "
-                     "processes: each group of g ranks as blocks of min(g, nproc) consecutive "
-                     "ranks")
+                     "processes: each group of g ranks as blocks of consecutive ranks, as many as "
+                     "the largest divisor of nproc not above g")
     calls = []
     for c in entries:
         collective = "broadcast" if c["collective"] == "send_recv" else c["collective"]

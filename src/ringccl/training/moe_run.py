@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from ..algorithms import get_algorithm
 from ..errors import ArgumentError
 from .background import Communicator
 from .moe import Expert, capacity, dispatch, pipelined_moe, unsplit_moe, zipf_prior, zipf_routing
@@ -56,6 +57,11 @@ class ScaleConfig:
         if self.num_experts % world_size:
             raise ArgumentError(f"num_experts={self.num_experts} must be a multiple of the "
                                 f"{world_size} processes (each holds E/p experts)")
+        if self.num_chunks > self.tokens:
+            raise ArgumentError(f"num_chunks={self.num_chunks} must be <= tokens={self.tokens} "
+                                "(each micro-chunk takes at least one token)")
+        if self.algorithm is not None:
+            get_algorithm("all_to_all", self.algorithm)   # ArgumentError naming what exists
         capacity(self.tokens, self.top_k, self.num_experts, self.capacity_factor)
         zipf_prior(self.num_experts, self.skew)
         return self
