@@ -82,3 +82,11 @@ def test_show_writes_trace_and_msccl_xml(tmp_path, capsys):
     assert {e["tid"] for e in events if e["ph"] == "X"} == set(range(8))
     assert ET.fromstring(xml.read_text()).get("ngpus") == "8"
     assert "Perfetto" in out.err
+
+
+def test_compare_counts_bytes_beyond_int64_exactly(capsys):
+    assert ringccl.cli.main(["compare", "all_reduce", "--count", "1e18", "--json"]) == 0
+    rows = {r["algorithm"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert rows["master"]["bytes_sent_max"] == 7 * 4 * 10 ** 18    # root sends N - 1 buffers
+    assert rows["master"]["bytes_sent_per_buffer"] == 7.0
+    assert rows["ring"]["bytes_through_max"] == 2 * 7 * 10 ** 18  # sent + received, no wrap

@@ -76,6 +76,18 @@ def test_exact_bytes_count_uneven_chunks(n, count):
     assert s.bytes_received(count, 4).sum() == sent.sum()
 
 
+@pytest.mark.parametrize("algorithm,per_buffer", [("ring", 7 / 4), ("direct", 7), ("master", 7)])
+def test_bytes_beyond_int64_are_exact(algorithm, per_buffer):
+    # 8 ranks of 10**18 float32: 7 x 4e18 bytes is past int64 (it used to wrap negative)
+    s = ringccl.schedule("all_reduce", algorithm, world_size=8)
+    count = 10 ** 18
+    sent = s.bytes_sent(count, 4)
+    assert max(sent) == per_buffer * 4 * count and min(sent) >= 0
+    assert sum(map(int, s.bytes_received(count, 4))) == sum(map(int, sent))
+    small = s.bytes_sent(10 ** 6, 4)   # within int64: int64 as before
+    assert small.dtype == np.int64 and small.max() == per_buffer * 4 * 10 ** 6
+
+
 def test_schedule_repr_and_phases():
     s = ringccl.schedule("all_reduce", "ring", world_size=3)
     assert "num_steps=4" in repr(s)

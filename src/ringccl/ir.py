@@ -514,7 +514,8 @@ class Schedule:
             chunk_sizes: (world_size, num_chunks) elements per chunk, overriding the contract's
                 (e.g. uneven all_to_all splits).
         Returns:
-            int64 array (world_size,), bytes.
+            int64 array (world_size,), bytes (an object array of Python ints where a rank's
+            total exceeds int64).
         """
         return self._bytes(self.chunk_sends(), buffer_count, itemsize, chunk_sizes)
 
@@ -529,6 +530,10 @@ class Schedule:
         sizes = self.chunk_sizes(buffer_count) if chunk_sizes is None else np.asarray(chunk_sizes)
         if sizes.ndim == 2 and sizes.strides[0] == 0:  # same sizes on every rank
             sizes = sizes[0]
+        # a total beyond int64 (counts near 2**63 / N) is summed in Python ints, exactly
+        bound = (int(counts.sum(axis=1).max(initial=0)) * int(np.max(sizes, initial=0))
+                 * itemsize)
+        kind = object if bound > np.iinfo(np.int64).max else np.int64
         if sizes.ndim == 1:
-            return counts @ sizes.astype(np.int64) * itemsize
-        return (counts * sizes).sum(axis=1).astype(np.int64) * itemsize
+            return counts.astype(kind) @ sizes.astype(kind) * itemsize
+        return (counts.astype(kind) * sizes.astype(kind)).sum(axis=1) * itemsize

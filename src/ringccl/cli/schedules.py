@@ -103,7 +103,8 @@ def _compare_rows(collective: str, world_size: int, count: int, dtype, args) -> 
         schedule = limits.build(collective, name, world_size, _builder_params(algo, args),
                                 limits.size_flags(args))
         sent = schedule.bytes_sent(buffer_count, dtype.itemsize)
-        through = sent + schedule.bytes_received(buffer_count, dtype.itemsize)
+        # Python ints: sent + received may pass int64 where each alone does not
+        through = sent.astype(object) + schedule.bytes_received(buffer_count, dtype.itemsize)
         row = {"algorithm": name, "steps": schedule.num_steps, "steps_formula": algo.steps_formula,
                "bytes_sent_max": int(sent.max()),
                "bytes_sent_per_buffer": float(sent.max()) / k if k else 0.0,
