@@ -479,7 +479,12 @@ def test_demo_sizes_every_part_before_printing_the_first(capsys, monkeypatch, no
     assert main(["demo", "--nproc", "64"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and "--nproc 64 is more than 4 processes per core" in err
+    assert "pass --oversubscribe" in err
     assert not no_launch
+    # the option the refusal names is one demo takes: it goes on to start them
+    main(["demo", "--nproc", "64", "--oversubscribe", "--sim-count", "8"])
+    capsys.readouterr()
+    assert no_launch and no_launch[0][1]["oversubscribe"] is True
 
 
 def test_the_cost_models_walks_are_bounded_by_memory(capsys, monkeypatch):

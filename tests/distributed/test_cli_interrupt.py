@@ -76,7 +76,7 @@ def test_oversubscribe_starts_a_modestly_oversubscribed_run():
     try:
         out, err = cli.communicate(timeout=bounds.job(600))
         assert cli.returncode == 0, err
-        assert f"all_reduce on {nproc} local gloo processes" in out
+        assert f"all_reduce on {nproc} local processes (ringccl over " in out
     finally:
         kill_all(cli, marker)
 

@@ -182,7 +182,8 @@ def run_report(rows: Sequence[dict], spec: BenchSpec, count: int,
     Returns:
         collective, algorithm, world_size, count (as measured), dtype, op, size_bytes, params
         (as given), accumulate_dtype, wrong (ringccl's
-        ``#wrong``), iters, warmup; ``ringccl`` and ``builtin``: time_s, min_s, p90_s (seconds),
+        ``#wrong``), iters, warmup, transport (what ringccl's row ran on: "shm" on one host
+        unless ``RINGCCL_TRANSPORT`` says otherwise; the builtin ran on gloo); ``ringccl`` and ``builtin``: time_s, min_s, p90_s (seconds),
         algbw, busbw (bytes/s), wrong; busbw_ratio (ringccl / builtin, None when the builtin's
         busbw is 0: one rank or an empty buffer) and bus_factor.
     """
@@ -195,7 +196,7 @@ def run_report(rows: Sequence[dict], spec: BenchSpec, count: int,
               "op": parse_op(spec.op).value, "size_bytes": ours["size"],
               "params": dict(params or {}),
               "accumulate_dtype": spec.accumulate_dtype, "wrong": ours["wrong"],
-              "iters": spec.iters, "warmup": spec.warmup}
+              "iters": spec.iters, "warmup": spec.warmup, "transport": ours.get("transport")}
     for name, r in (("ringccl", ours), ("builtin", builtin)):
         report[name] = {key: r[key] for key in ("time_s", "min_s", "p90_s", "algbw", "busbw",
                                                 "wrong")}

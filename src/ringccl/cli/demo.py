@@ -66,12 +66,13 @@ def _cmd_demo(args) -> int:
             print(note)
         return 0 if sim["verified"] else 1
     run = measure_run("all_reduce", "ring", args.nproc, args.run_count, "float32", "sum", 5, 2,
-                      300.0)
+                      300.0, oversubscribe=args.oversubscribe)
     out["run"] = run
     if args.json:
         emit_json(out)
     else:
-        print(f"3) The same schedule on {args.nproc} real processes (gloo over 127.0.0.1), "
+        print(f"3) The same schedule on {args.nproc} real processes (ringccl over "
+              f"{run.get('transport') or 'its transport'}, in a torch.distributed gloo group), "
               "checked against the exact result and timed against gloo's own all_reduce:\n")
         print_run(run)
         print("\n   Next: `ringccl show all_reduce --world-size 8`, `ringccl simulate all_reduce "
@@ -91,4 +92,6 @@ def register(sub) -> None:
     p.add_argument("--run-count", type=count_arg, default=units.count("4Mi"),
                    help="elements per rank on real processes (default 4Mi)")
     p.add_argument("--no-run", action="store_true", help="skip the real-process part")
+    p.add_argument("--oversubscribe", action="store_true",
+                   help="start --nproc processes even beyond this machine's cores or memory")
     p.set_defaults(func=_cmd_demo)

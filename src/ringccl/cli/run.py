@@ -63,7 +63,7 @@ def measure_run(collective: str, algorithm: str, nproc: int, count: int, dtype: 
                     warmup=warmup, params=params, accumulate_dtype=accumulate_dtype)
     worker_bytes = run_worker_bytes(run_buffer_bytes(collective, nproc, count, dtype,
                                                      accumulate_dtype))
-    with status(f"running {algorithm} {collective} on {nproc} local gloo processes …"):
+    with status(f"running {algorithm} {collective} on {nproc} local processes …"):
         rows = launch_sweep(spec, nproc, timeout=timeout, oversubscribe=oversubscribe,
                             worker_bytes=worker_bytes, verbose=verbose)
     return run_report(rows, spec, count, params)
@@ -104,8 +104,10 @@ def print_run(r: dict, fmt: str = "auto") -> None:
     extra = "".join(f", {k}={v}" for k, v in r.get("params", {}).items())
     extra += f", accumulate_dtype={r['accumulate_dtype']}" if r.get("accumulate_dtype") else ""
     op = f", op={r['op']}" if get_collective(r["collective"]).reduces else ""
-    table(f"{r['collective']} on {r['world_size']} local gloo processes{op}{extra}, "
-          f"median of {r['iters']} iterations (max over ranks)", headers, rows, fmt)
+    over = f"ringccl over {r['transport']}, " if r.get("transport") else ""
+    table(f"{r['collective']} on {r['world_size']} local processes ({over}gloo's own as the "
+          f"baseline){op}{extra}, median of {r['iters']} iterations (max over ranks)", headers,
+          rows, fmt)
     ratio = r["busbw_ratio"]
     print(f"busbw ratio ringccl/gloo: {'n/a' if ratio is None else f'{ratio:.2f}'}   "
           f"result {'matches' if r['wrong'] == 0 else 'DIFFERS FROM'} the exact "
@@ -376,7 +378,7 @@ def add_trace_options(p) -> None:
 
 def register_run(sub) -> None:
     """``ringccl run``."""
-    p = sub.add_parser("run", help="run on local gloo processes and compare with gloo's own")
+    p = sub.add_parser("run", help="run on local processes and compare with gloo's own")
     add_collective_args(p)
     p.add_argument("--nproc", "-n", type=positive_int, default=4,
                    help="local processes, one rank each (default 4)")
@@ -441,7 +443,7 @@ def register_bench(sub) -> None:
     # are long options only here): -n is --nproc below, -c is refused by name
     p.add_argument("--iters", type=positive_int, default=20,
                    help="timed iterations per row (default 20; the median is reported)")
-    p.add_argument("-w", "--warmup-iters", type=int, default=5,
+    p.add_argument("-w", "--warmup-iters", type=nonnegative_int, default=5,
                    help="untimed iterations first (default 5)")
     p.add_argument("--check", type=int, choices=[0, 1], default=1,
                    help="count wrong elements against the exact result (default 1)")
