@@ -654,7 +654,7 @@ CLI_CASES = [
     (["bench", "broadcast", "-r", "5", "-p", "2"], r"root=5 is out of range for world_size=2"),
     (["bench", "all_reduce", "-o", "avg", "-d", "int32", "-p", "2"],
      r"op=avg needs a floating dtype, got int32"),
-    (["bench", "all_reduce", "-w", "-1", "-p", "2"], r"warmup=-1 >= 0"),
+    (["bench", "all_reduce", "-w", "-1", "-p", "2"], r"argument -w/--warmup-iters: -1 must be >= 0"),
 ]
 
 

@@ -114,7 +114,8 @@ def test_parse_algorithms():
 
 
 @pytest.mark.parametrize("field,value,message", [
-    ("factor", 1, "factor=1 must be >= 2"), ("iters", 0, "iters=0"),
+    ("factor", 1, "factor=1 must be >= 2"), ("iters", 0, "iters=0 must be an integer >= 1"),
+    ("warmup", -1, "warmup=-1 must be an integer >= 0"),
     ("min_bytes", 10, "min_bytes <= max_bytes"), ("placements", ("sideways",), "placements"),
     ("segment_bytes", (-1,), "segment_bytes=-1"), ("dtype", "int32", "op=avg needs"),
 ])

@@ -129,7 +129,9 @@ def test_bad_units_are_usage_errors(capsys, argv, message):
 @pytest.mark.parametrize("argv,message", [
     (["model", "all_reduce", "--algorithm", "nope"], "algorithm='nope' is not available"),
     (["model", "all_reduce", "--nodes", "2", "--world-size", "8"], "differs from --nodes"),
-    (["tune", "all_reduce", "--world-size", "8,16"], "tune takes one --world-size"),
+    (["tune", "all_reduce", "--world-size", "8,16"], "tune takes one world size, got "
+                                                     "--world-size 8,16"),
+    (["tune", "all_reduce", "--link", "shm"], "got --link shm without --world-size"),
     (["model", "all_reduce", "--nodes", "2", "--oversubscription", "0.5"], "oversubscription"),
 ])
 def test_errors_exit_2_with_one_line(capsys, argv, message):

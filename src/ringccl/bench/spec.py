@@ -99,8 +99,10 @@ class BenchSpec:
                                 f"min_bytes={self.min_bytes}, max_bytes={self.max_bytes}")
         if self.factor < 2:
             raise ArgumentError(f"factor={self.factor} must be >= 2")
-        if self.iters < 1 or self.warmup < 0:
-            raise ArgumentError(f"iters={self.iters} must be >= 1 and warmup={self.warmup} >= 0")
+        if self.iters < 1:
+            raise ArgumentError(f"iters={self.iters} must be an integer >= 1")
+        if self.warmup < 0:
+            raise ArgumentError(f"warmup={self.warmup} must be an integer >= 0")
         bad = [p for p in self.placements if p not in PLACEMENTS]
         if bad or not self.placements:
             raise ArgumentError(f"placements={list(self.placements)} must be a non-empty subset "

@@ -232,7 +232,10 @@ def _bucket_report(args, topo) -> dict | None:
 def _cmd_tune(args) -> int:
     topo = _machines(args)
     if len(topo) != 1:
-        raise ArgumentError(f"tune takes one --world-size, got {args.world_size}")
+        given = (f"--world-size {','.join(map(str, args.world_size))}" if args.world_size else
+                 f"--link {args.link} without --world-size (it models {len(topo)} world sizes: "
+                 f"{', '.join(str(t.world_size) for t in topo)})")
+        raise ArgumentError(f"tune takes one world size, got {given}; pass one -N/--world-size")
     topo = topo[0]
     with limits.bounded(_size_flags(args), _WALKS):
         t = tune(args.collective, None, args.size, topo, gamma=args.gamma,
