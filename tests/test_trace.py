@@ -135,6 +135,8 @@ def test_trace_iters_from_the_environment(monkeypatch, tmp_path):
     (["bench", "all_reduce", "--trace", "t.json"], "--trace needs --nproc"),
     (["bench", "all_reduce", "-n", "2", "--trace", "t.json", "--trace-iters", "0"],
      "0 must be >= 1"),
+    (["run", "all_reduce", "-n", "2", "-c", "8", "--iters", "2", "--trace", "t.json",
+      "--trace-iters", "5"], "--trace-iters 5 must be <= --iters 2"),
 ])
 def test_trace_arguments_refused_up_front(argv, message, capsys):
     pytest.importorskip("torch")

@@ -116,14 +116,19 @@ def print_run(r: dict, fmt: str = "auto") -> None:
 
 
 def _check_trace(args) -> None:
-    """``--trace PATH`` needs ``--nproc`` (its directory is checked as the option is read).
+    """``--trace PATH`` needs ``--nproc`` (its directory is checked as the option is read), and
+    ``--trace-iters`` at most the timed iterations (the workers keep the last N calls).
 
     Raises:
-        ArgumentError: naming --trace and --nproc.
+        ArgumentError: naming --trace and --nproc, or --trace-iters and the iterations.
     """
     if args.trace is not None and not getattr(args, "nproc", None):
         raise ArgumentError("--trace needs --nproc (the workers write their events for this "
                             "process to merge; under torchrun/mpirun there is no such parent)")
+    if args.trace is not None and args.trace_iters > args.iters:
+        raise ArgumentError(f"--trace-iters {args.trace_iters} must be <= --iters {args.iters} "
+                            "(it traces the last timed iterations; more would trace warm-up "
+                            "calls)")
 
 
 @contextlib.contextmanager
