@@ -45,3 +45,14 @@ def test_a_stalled_rank_over_shm_is_reported_and_the_output_kept():
     from ringccl.backends.shm import shm_dir, sweep
     assert not sweep(job), "a segment was left behind"
     assert not [f for f in os.listdir(shm_dir()) if f.startswith(f"ringccl-{job}-")]
+
+
+@pytest.mark.parametrize("transport", ["auto", "shm"])
+def test_the_first_call_on_a_communicator_keeps_its_timeout(transport, monkeypatch):
+    # rank 1 refuses its own arguments: rank 0's set-up (transport="auto"'s host check, the
+    # shared memory's communicator duplicate) waited for it with no bound
+    monkeypatch.delenv("RINGCCL_TRANSPORT", raising=False)
+    job = f"mpishm{os.getpid()}first{transport}"
+    proc = mpirun.run(2, [*mpirun.python("first_call_timeout_script.py"), transport],
+                      seconds=120, env={"RINGCCL_SHM_JOB": job})
+    assert proc.stdout.count(": OK") == 2, proc.stdout + proc.stderr

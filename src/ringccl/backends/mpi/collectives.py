@@ -214,7 +214,7 @@ _B = _Numpy()
 TRANSPORTS = ("auto", "shm", "p2p")
 
 
-def resolve_transport(comm, transport: Any) -> str:
+def resolve_transport(comm, transport: Any, timeout: float | None = None) -> str:
     """``transport=`` ("auto", "shm", "p2p") as the transport this call runs on.
 
     "auto" (the default; ``RINGCCL_TRANSPORT`` overrides it): "shm" when the communicator has
@@ -227,6 +227,8 @@ def resolve_transport(comm, transport: Any) -> str:
 
     Raises:
         ArgumentError: another value; BackendError: "shm" on a machine that is not x86-64.
+        RingcclTimeout: with ``timeout`` (seconds or a timedelta; None: ``RINGCCL_TIMEOUT``), a
+            peer that did not join the first "auto" call on ``comm`` within it.
     """
     transport = shm.transport_choice(transport, TRANSPORTS)
     if transport != "auto":
@@ -234,12 +236,13 @@ def resolve_transport(comm, transport: Any) -> str:
     if comm.Get_size() == 1 or not shm.supported_platform():
         return "p2p"
     from .executor import shm_possible
-    return "shm" if shm_possible(comm) else "p2p"
+    return "shm" if shm_possible(comm, timeout) else "p2p"
 
 
 def _options(comm, segment_bytes, timeout, restore, check, transport):
+    # "auto"'s first call on comm meets the peers: within the call's timeout
     return frontend.options(_B, segment_bytes, timeout, restore, check,
-                            resolve_transport(comm, transport))
+                            resolve_transport(comm, transport, timeout))
 
 
 def run_schedule(schedule, buffer: np.ndarray, op: Any = ReduceOp.SUM, comm=None, bounds=None,

@@ -92,6 +92,25 @@ def _private(comm, schedule: Schedule, timeout: float | None) -> "MPI.Comm":
     return dup
 
 
+def joined(comm, timeout: float | None, what: str) -> None:
+    """With a timeout, an ``MPI_Ibarrier`` on ``comm`` polled until it, before a blocking
+    collective set-up (``what``) that MPI has no polled form of: every rank is then inside it,
+    so it cannot hang on a peer that never came.
+
+    Raises:
+        RingcclTimeout: a peer did not join within ``timeout`` seconds (naming ``what``).
+    """
+    if timeout is None:
+        return
+    try:
+        wait_request(comm.Ibarrier(), timeout)
+    except TimeoutError as exc:
+        raise RingcclTimeout(
+            f"ringccl.mpi timed out after {timeout:g} s on rank {comm.Get_rank()} before step "
+            f"0, {what} (the first ringccl call on the communicator, collective): a peer did "
+            "not join", rank=comm.Get_rank()) from exc
+
+
 def wait_request(request, timeout: float | None) -> None:
     """``MPI_Wait``, or with a timeout ``MPI_Test`` polled until it (then TimeoutError)."""
     if timeout is None:
@@ -159,15 +178,22 @@ def release_shm() -> None:
     registry.release_shm("mpi")
 
 
-def shm_possible(comm) -> bool:
+def shm_possible(comm, timeout: float | None = None) -> bool:
     """Whether every rank of ``comm`` can map this rank's shared memory: the shared-memory
     split (``MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)``) has the whole communicator and every
     rank reports the same :func:`ringccl.backends.shm.host_id` (``RINGCCL_HOST_ID`` splits one
     machine into several "hosts" for tests). Collective on first use per communicator (cached),
-    the same answer on every rank."""
+    the same answer on every rank; with a timeout (seconds or a timedelta; None:
+    ``RINGCCL_TIMEOUT``), the ranks first meet in a polled barrier (:func:`joined`).
+
+    Raises:
+        RingcclTimeout: with a timeout, a peer that did not join the first use.
+    """
     key = MPI.Comm.py2f(comm)
     hit = _one_host.get(key)
     if hit is None:
+        joined(comm, engine.timeout_seconds(timeout),
+               "finding the ranks that share this host's memory")
         local = comm.Split_type(MPI.COMM_TYPE_SHARED, comm.Get_rank())
         try:
             spans = local.Get_size() == comm.Get_size()
@@ -187,6 +213,7 @@ def shm_state(comm, timeout: float | None = None):
     Raises:
         BackendError: not x86-64, or the set-up failed (ShmSpaceError: the shared-memory
             directory is too small: the message names the bytes needed and available).
+        RingcclTimeout: with a timeout, a peer that did not join the first use (:func:`joined`).
     """
     key = MPI.Comm.py2f(comm)
     hit = registry.find("mpi", key)
@@ -195,6 +222,7 @@ def shm_state(comm, timeout: float | None = None):
     shm.check_platform()
     private = _comm_cache.get(key)
     if private is None:
+        joined(comm, timeout, "setting up the shared memory")
         private = _comm_cache[key] = comm.Dup()
     return registry.setup("mpi", key, None, comm.Get_rank(), comm.Get_size(), private.allgather,
                           timeout or call.DEFAULT_TIMEOUT_S)
