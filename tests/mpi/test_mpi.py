@@ -61,6 +61,12 @@ def test_a_stalled_rank_times_out_and_all_gather_output_is_restored():
     assert proc.stdout.count(": OK") == 2, proc.stdout + proc.stderr
 
 
+def test_ieee_results_raise_no_numpy_warning():
+    proc = mpirun.run(2, mpirun.python("ieee_warnings_script.py"), seconds=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count(": OK") == 2, proc.stdout + proc.stderr
+
+
 def test_check_on_some_ranks_only_is_bounded_by_the_timeout():
     """ringccl.mpi's check=True on rank 0 only, timeout=3: every rank raises RingcclTimeout
     within the timeout (rank 0's check exchange was a blocking comm.allgather that hung)."""

@@ -246,9 +246,10 @@ def _execute_shm(schedule: Schedule, buffer: np.ndarray, op: ReduceOp, comm, bou
     """:func:`execute` over the communicator's shared memory: the one shared-memory call
     (:func:`ringccl.backends.shm.call.execute`) on numpy arrays (module docstring)."""
     state, transport = shm_state(comm, timeout)
-    return call.execute(schedule, buffer, op, state.rank, bounds, segment_elems, state,
-                        transport, _dialect(buffer.dtype), itemsize=buffer.dtype.itemsize,
-                        timeout=timeout, restore=restore)
+    with np.errstate(all="ignore"):   # IEEE results (inf, NaN) are the op's, as MPI's: no warning
+        return call.execute(schedule, buffer, op, state.rank, bounds, segment_elems, state,
+                            transport, _dialect(buffer.dtype), itemsize=buffer.dtype.itemsize,
+                            timeout=timeout, restore=restore)
 
 
 def shm_empty(shape, dtype=np.float32, comm=None) -> np.ndarray:
@@ -364,6 +365,7 @@ def execute_call(schedule: Schedule, buffer: np.ndarray, op: ReduceOp, comm,
     transport = _Transport(_private(comm, schedule, wait_timeout), wait_timeout)
     if restore is None:
         restore = wait_timeout is not None
-    trace.drive(engine.run_dataflow, schedule, rank, plan, transport, workspace,
-                timeout=wait_timeout, restore=restore, itemsize=itemsize, backend="mpi")
+    with np.errstate(all="ignore"):   # IEEE results (inf, NaN) are the op's, as MPI's: no warning
+        trace.drive(engine.run_dataflow, schedule, rank, plan, transport, workspace,
+                    timeout=wait_timeout, restore=restore, itemsize=itemsize, backend="mpi")
     return buffer
