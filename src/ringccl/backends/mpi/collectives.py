@@ -35,8 +35,10 @@ function updates in place (all_reduce's buffer, reduce_scatter's and all_gather'
 scatter's buffer) must be C-contiguous, any other array may have any layout (copied). Every
 argument is checked before any data moves (ArgumentError, ArgumentTypeError naming the argument
 and its value); a check that fails on some ranks only (a root-only list) leaves the others
-waiting, as in torch.distributed: run scripts with ``python -m mpi4py script.py`` so that an
-uncaught exception aborts the whole job.
+waiting, as in torch.distributed (and if that rank goes on to another collective on the
+communicator, the waiting ranks can take its data for this call's and return a wrong result):
+run scripts with ``python -m mpi4py script.py`` so that an uncaught exception aborts the whole
+job.
 
 Every function takes, keyword-only and in this order (as :mod:`ringccl.torch`),
 ``segment_bytes=`` (pipelining; None: the transport's measured policy,

@@ -39,7 +39,9 @@ blocks). Every tensor argument, input or output (list entries included), may be
 non-contiguous: handled through a contiguous copy written back. Arguments are checked before any
 data moves (docs/errors.md); a call that raises on some ranks only
 (e.g. ``scatter_list`` given on a non-source rank, as torch.distributed also refuses) leaves the
-others waiting, as torch.distributed does.
+others waiting, as torch.distributed does, and if the refusing rank then issues another
+collective on the group, the waiting ranks can take its data for this call's and return a
+wrong result: after such an error, end the job or stop using the group.
 """
 
 from __future__ import annotations
