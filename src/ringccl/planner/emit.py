@@ -46,6 +46,9 @@ STEP_FORMAT = "ringccl-step"
 #: bumped whenever a field's meaning changes; a reader refuses any other version
 STEP_VERSION = 1
 
+#: the largest call a step file may hold (1 EB: a plan's calls are far below it)
+MAX_NBYTES = 1e18
+
 _FIELDS = {"order": int, "stage": int, "parallelism": str, "collective": str, "group": str,
            "group_size": int, "group_ranks": list, "nbytes": (int, float),
            "calls_per_step": int, "algorithm": str, "params": dict,
@@ -140,6 +143,16 @@ def load_step_file(path: str | Path) -> dict:
                                 f"{c['group_size']}, nbytes={c['nbytes']}, calls_per_step="
                                 f"{c['calls_per_step']}: outside a world of {world} ranks or "
                                 "negative")
+        ranks = c["group_ranks"]
+        if (len(ranks) != c["group_size"] or len(set(ranks)) != len(ranks) or any(
+                isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < world
+                for r in ranks)):
+            raise ArgumentError(f"step file {name!r}: collectives[{i}].group_ranks={ranks!r} "
+                                f"must be group_size={c['group_size']} distinct ranks in "
+                                f"[0, {world})")
+        if c["nbytes"] > MAX_NBYTES:
+            raise ArgumentError(f"step file {name!r}: collectives[{i}].nbytes={c['nbytes']!r} "
+                                f"is beyond any collective (at most {MAX_NBYTES:.0e} bytes)")
     return data
 
 
