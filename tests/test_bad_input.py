@@ -371,6 +371,10 @@ def _torch_cases():
          r"output_tensor \(shape \(4,\), stride \(0,\)\) has elements that share memory"),
         ("expanded in-place", lambda t, rt: rt.all_reduce(t.zeros(1, 1).expand(3, 2)), E,
          r"tensor \(shape \(3, 2\), stride \(0, 0\)\) has elements that share memory"),
+        ("sparse", lambda t, rt: rt.all_reduce(t.ones(4).to_sparse()), T,
+         r"tensor is a torch\.sparse_coo tensor; ringccl\.torch moves dense \(torch\.strided\)"),
+        ("sparse input", lambda t, rt: rt.all_gather_into_tensor(
+            t.zeros(4), t.ones(4).to_sparse()), T, r"input_tensor is a torch\.sparse_coo tensor"),
         # mixed, unsupported and op-incompatible dtypes
         ("mixed reduce_scatter", lambda t, rt: rt.reduce_scatter_tensor(
             t.zeros(4, dtype=t.float64), t.ones(4)), T,

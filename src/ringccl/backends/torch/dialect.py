@@ -94,6 +94,10 @@ def check_tensor(t: Any, argument: str, written: bool = False) -> torch.Tensor:
     if t.dtype not in SUPPORTED_DTYPES:
         raise ArgumentTypeError(f"{argument}.dtype={t.dtype} is not supported; expected one of "
                                 f"{', '.join(str(d).replace('torch.', '') for d in SUPPORTED_DTYPES)}")
+    if t.layout is not torch.strided or t.is_nested:
+        raise ArgumentTypeError(f"{argument} is a {'nested' if t.is_nested else str(t.layout)} "
+                                "tensor; ringccl.torch moves dense (torch.strided) tensors: pass "
+                                "a dense one (e.g. .to_dense())")
     if written and any(st == 0 and n > 1 for st, n in zip(t.stride(), t.shape)):
         raise ArgumentError(f"{argument} (shape {tuple(t.shape)}, stride {t.stride()}) has "
                             "elements that share memory (an expanded view) and cannot be written; "
