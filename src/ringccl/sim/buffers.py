@@ -209,15 +209,20 @@ def _in_place(spec, out, rows) -> bool:
 
 def _store_outputs(spec, out, outputs, lists, sizes, root) -> None:
     """Write each rank's output (``outputs``: :func:`simulate`'s, final) into its output
-    chunks of the (N, C·m) storage ``out`` and nothing else (an in-place call)."""
+    chunks of the (N, L) working buffer ``out`` (chunk k of rank r at the sum of its chunks
+    before k: any chunk sizes) and nothing else (an in-place call)."""
     n = out.shape[0]
-    m = out.shape[1] // sizes.shape[1]
     for r in range(n):
         chunks = np.asarray(lists[r], dtype=np.int64)
         if not chunks.size:
             continue
+        row = np.asarray(sizes[r], dtype=np.int64)
+        starts = np.cumsum(row) - row                    # unpadded offset of every chunk
+        lengths = row[chunks]
+        index = (np.repeat(starts[chunks] - (np.cumsum(lengths) - lengths), lengths)
+                 + np.arange(int(lengths.sum())))
         value = outputs if spec.name == "gather" else outputs[r]
-        out[r, _element_index(chunks, sizes[r, chunks], m)] = value
+        out[r, index] = value
 
 
 def _divide(spec, outputs, n, root, dtype):

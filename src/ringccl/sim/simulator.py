@@ -113,7 +113,8 @@ def simulate(collective: str, inputs, op: Any = "sum", algorithm: str | None = N
             dtype, L = the elements of one rank's working buffer (all_reduce and
             reduce_scatter: count; all_gather: world_size·count). When every chunk has the same
             size it *is* the simulator's storage, so repeated calls reuse memory; ``outputs``
-            then views it. Otherwise it is not used. It may share memory with ``inputs`` only
+            then views it. Otherwise it is not written (read ``outputs``), except in the
+            in-place forms below, which always write it. It may share memory with ``inputs`` only
             in NCCL's in-place forms: ``out`` is ``inputs`` itself (all_reduce, broadcast,
             reduce, reduce_scatter, scatter), or row r of ``inputs`` is ``out[r, r·count:
             (r+1)·count]`` (all_gather, gather); then only each rank's output elements of
@@ -316,7 +317,7 @@ def _simulate(spec, rows, schedule: Schedule, dtype, reduce_op, acc, out, check:
                      schedule.bytes_received(total, work_dtype.itemsize, chunk_sizes=sizes))
     mismatches, max_err = (_check_outputs(spec, rows, outputs, reduce_op, root, lay.ins, acc)
                            if check else (0, 0.0))
-    if in_place and even and work_dtype == dtype:   # after the reference read the inputs
+    if in_place:   # after the reference read the inputs; any chunk sizes, any accumulate dtype
         _store_outputs(spec, out, outputs, lay.out_lists, sizes, root)
     return SimResult(outputs, stats, mismatches == 0 if check else None, mismatches, max_err,
                      schedule)
