@@ -375,3 +375,16 @@ def test_partial_overlap_of_out_and_inputs_is_refused_naming_both():
         except ringccl.ArgumentError:
             continue   # an algorithm that does not build for 3 ranks
         assert y[0].tolist() == [21, 24, 3, 4, 5, 6], algorithm
+
+
+@pytest.mark.parametrize("collective", ["broadcast", "all_gather", "scatter", "gather",
+                                        "all_to_all"])
+def test_an_op_is_not_used_by_collectives_that_do_not_reduce(collective):
+    # band on floats has no identity (numpy's iinfo failed inside the simulator); as with
+    # op="max", the op of a collective that does not reduce is not used
+    x = np.arange(24, dtype=np.float32).reshape(4, 6)
+    got = ringccl.simulate(collective, x, op="band")
+    want = ringccl.simulate(collective, x)
+    assert got.matches_reference and len(got.outputs) == len(want.outputs)
+    for a, b in zip(got.outputs, want.outputs):
+        np.testing.assert_array_equal(a, b)
