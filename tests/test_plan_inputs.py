@@ -212,3 +212,13 @@ def test_plan_config_merges_the_file_then_the_given_values(tmp_path):
     (tmp_path / "bad.json").write_text('{"modle": "llama3-8b"}')
     with pytest.raises(ArgumentError, match="unknown key.*modle.*expected cluster"):
         load_plan_config(str(tmp_path / "bad.json"))
+
+
+def test_numpy_integers_are_integers_in_a_layout():
+    # docs/errors.md: Python and numpy integers are accepted; dp=np.int64(4) was refused
+    import numpy as np
+    given = plan("llama3-8b", {"tp": np.int32(8), "dp": np.int64(4)},
+                 {"preset": "dgx-a100", "nodes": 4})
+    plain = plan("llama3-8b", {"tp": 8, "dp": 4}, {"preset": "dgx-a100", "nodes": 4})
+    assert given.step_seconds == plain.step_seconds
+    assert type(given.dims.dp) is int and type(given.dims.tp) is int

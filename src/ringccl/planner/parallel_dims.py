@@ -52,6 +52,7 @@ adds what needs the model (the gradients' reduce dtype and bucket, and the globa
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import asdict, dataclass, field
 
 from .. import units
@@ -141,6 +142,8 @@ def check_field(name: str, value, show=repr):
         return value
     kind = type(value).__name__
     if name in _INT1 or name in _INT0 or name in ("num_micro_batches", "global_batch_size"):
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+            value = int(value)   # numpy's integers are integers (docs/errors.md)
         if isinstance(value, bool) or not isinstance(value, int):
             raise ArgumentTypeError(f"{name}={show(value)} must be {allowed}, got {kind}")
         if value < (0 if name in _INT0 else 1):
