@@ -83,3 +83,14 @@ def test_seed_bytes_per_rank_table(n, expected):
     lower = {8: 0.875, 64: 0.984, 256: 0.996}[n]
     assert round(sent / ((n - 1) * k), 3) == naive
     assert round(sent / (2 * k), 3) == lower
+
+
+def test_table_refuses_what_is_not_a_schedule_and_ranks_out_of_range():
+    s = ringccl.schedule("all_reduce", "ring", world_size=2)
+    for bad in (None, "all_reduce"):
+        with pytest.raises(ringccl.ArgumentTypeError, match="must be a ringccl Schedule"):
+            ringccl.table(bad)
+    with pytest.raises(ringccl.ArgumentError, match=r"ranks=\[5\]: 5 is not a rank of "
+                                                     r"world_size=2; ranks are 0-1"):
+        ringccl.table(s, ranks=[5])
+    assert ringccl.table(s, ranks=[1, 0]).splitlines()[1].split()[1:] == ["R1", "R0"]

@@ -6,7 +6,7 @@ from typing import Sequence
 
 from ..check import SymbolicState
 from ..collectives import get_collective
-from ..errors import ArgumentError
+from ..errors import ArgumentError, ArgumentTypeError
 from ..ir import Schedule
 from ..units import plural
 
@@ -97,9 +97,19 @@ def step_table(schedule: Schedule, max_steps: int = 200, ranks: Sequence[int] | 
             the first ranks that fit and a last line says how many were left out.
     Returns:
         the table, lines joined by newlines (no trailing newline).
+    Raises:
+        ArgumentTypeError: ``schedule`` is not a :class:`~ringccl.ir.Schedule`.
+        ArgumentError: a rank of ``ranks`` out of range.
     """
+    if not isinstance(schedule, Schedule):
+        raise ArgumentTypeError(f"schedule={schedule!r} must be a ringccl Schedule (e.g. "
+                                f"ringccl.schedule(...)), got {type(schedule).__name__}")
     n = schedule.world_size
     shown = list(range(n)) if ranks is None else list(ranks)
+    bad = [r for r in shown if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < n]
+    if bad:
+        raise ArgumentError(f"ranks={list(ranks)!r}: {bad[0]!r} is not a rank of world_size={n}; "
+                            f"ranks are 0-{n - 1}")
     rows = step_rows(schedule, max_steps, shown)
     header = ["step"] + [f"R{r}" for r in shown]
     body: list[list[str]] = []
