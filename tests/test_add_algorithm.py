@@ -65,3 +65,28 @@ def test_registration_takes_keywords_only(reverse_ring):
     with pytest.raises(ringccl.ArgumentTypeError, match="register takes an Algorithm"):
         ringccl.register(tuple(fields.values()))
     assert ringccl.Algorithm(**fields) == ringccl.Algorithm(**fields, reference="", time=None)
+
+
+def test_a_builder_registered_for_another_collective_is_refused_when_built(reverse_ring):
+    # the all_gather example registered as an all_reduce: built, simulated and recommended by
+    # tune as an all_reduce before; now its first build names the mismatch
+    algo = ringccl.get_algorithm("all_gather", "reverse_ring")
+    fields = dict(builder=algo.builder, num_steps=algo.num_steps, bytes_sent=algo.bytes_sent,
+                  steps_formula=algo.steps_formula, bytes_formula=algo.bytes_formula)
+    ringccl.register(ringccl.Algorithm(collective="all_reduce", name="mislabeled", **fields))
+    try:
+        with pytest.raises(ringccl.ArgumentError, match=r"the builder of 'mislabeled', "
+                           r"registered for all_reduce, returned all_gather on world_size=4"):
+            ringccl.schedule("all_reduce", "mislabeled", world_size=4)
+        with pytest.raises(ringccl.ArgumentError, match="registered for all_reduce"):
+            ringccl.simulate("all_reduce", np.ones((4, 3), np.float32), algorithm="mislabeled")
+    finally:
+        REGISTRY.pop(("all_reduce", "mislabeled"), None)
+        ringccl.clear_caches()
+    for bad, error in (({"name": ""}, ringccl.ArgumentError),
+                       ({"name": 5}, ringccl.ArgumentError),
+                       ({"name": "x", "builder": 5}, ringccl.ArgumentTypeError)):
+        with pytest.raises(error, match="name=|builder="):
+            ringccl.register(ringccl.Algorithm(collective="all_gather",
+                                               **{**fields, "name": "x", **bad}))
+    assert ("all_gather", "x") not in REGISTRY and ("all_gather", "") not in REGISTRY

@@ -101,13 +101,19 @@ def register(algorithm: Algorithm) -> Algorithm:
     """Add ``algorithm`` to the registry (replacing an entry with the same key); returns it.
 
     Raises:
-        ArgumentTypeError: ``algorithm`` is not an :class:`Algorithm`.
-        ArgumentError: unknown collective.
+        ArgumentTypeError: ``algorithm`` is not an :class:`Algorithm`, or its builder is not
+            callable.
+        ArgumentError: unknown collective, an empty or non-string name.
     """
     if not isinstance(algorithm, Algorithm):
         raise ArgumentTypeError(f"register takes an Algorithm(collective=..., name=..., "
                                 f"builder=..., ...), got {algorithm!r}")
     get_collective(algorithm.collective)  # unknown collective -> ArgumentError
+    if not isinstance(algorithm.name, str) or not algorithm.name.strip():
+        raise ArgumentError(f"Algorithm name={algorithm.name!r} must be a non-empty string")
+    if not callable(algorithm.builder):
+        raise ArgumentTypeError(f"Algorithm builder={algorithm.builder!r} must be callable "
+                                "(world_size, **params) -> Schedule")
     # no cache to clear: schedules are memoized per entry object, so the new entry builds anew
     REGISTRY[(algorithm.collective, algorithm.name)] = algorithm
     return algorithm
@@ -182,7 +188,16 @@ def _build(algo: Algorithm, world_size: int, params: dict) -> Schedule:
             from None
     except ValueError:  # no signature to check against: let the builder decide
         pass
-    return algo.builder(world_size, **params)
+    schedule = algo.builder(world_size, **params)
+    # what the registry promises its callers: a schedule of this collective on these ranks
+    if not isinstance(schedule, Schedule) or (schedule.collective, schedule.world_size) != (
+            algo.collective, world_size):
+        got = (f"{schedule.collective} on world_size={schedule.world_size}"
+               if isinstance(schedule, Schedule) else type(schedule).__name__)
+        raise ArgumentError(f"the builder of {algo.name!r}, registered for {algo.collective}, "
+                            f"returned {got} for world_size={world_size}; it must return a "
+                            f"{algo.collective} Schedule of world_size={world_size}")
+    return schedule
 
 
 @memoize(maxsize=64)
@@ -201,8 +216,8 @@ def build_schedule(collective: str, algorithm: str, world_size: int, **params) -
     no cache of their own; :func:`ringccl.clear_caches` empties it.
 
     Raises:
-        ArgumentError: unknown names, world_size not an int >= 1, or a parameter the builder does
-            not take.
+        ArgumentError: unknown names, world_size not an int >= 1, a parameter the builder does
+            not take, or a builder that returned no schedule of this collective and world size.
         ArgumentTypeError: world_size not an integer.
     """
     try:
