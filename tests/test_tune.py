@@ -179,3 +179,13 @@ def test_ring_at_any_size_is_cheap_to_price():
     grid = np.logspace(0, 10, 41)
     assert np.allclose(p(grid), [_ring_time(64, m) for m in grid], rtol=1e-12)
     assert p.method == "walk" and p(1e6) == pytest.approx(_ring_time(64, 1e6))
+
+
+def test_tune_takes_one_name_as_one_algorithm_and_refuses_what_it_would_ignore():
+    one = ringccl.tune("all_reduce", 8, alpha="5us", bandwidth="1GB/s", algorithms="ring")
+    assert one.algorithms == ("ring",)     # not 'r', 'i', 'n', 'g'
+    with pytest.raises(ringccl.ArgumentError, match="finite sizes > 0 bytes"):
+        ringccl.tune("all_reduce", 8, sizes=[float("inf")], alpha="5us", bandwidth="1GB/s")
+    with pytest.raises(ringccl.ArgumentError, match="algorithm='treee' is not available"):
+        ringccl.tune("all_reduce", 8, alpha="5us", bandwidth="1GB/s",
+                     params={"treee": {"segments": 0}})

@@ -74,10 +74,13 @@ def predictors(collective: str, world_size: int | None = None, topology: Topolog
     if algorithms is None:
         names = registered(collective)
     else:
-        names = list(algorithms)
+        # one name is one algorithm (a string is not iterated letter by letter)
+        names = [algorithms] if isinstance(algorithms, str) else list(algorithms)
         for name in names:
             get_algorithm(collective, name)  # unknown -> ArgumentError listing the valid names
     params = dict(params or {})
+    for name in params:   # a misspelt name would be ignored: refuse it as an unknown algorithm
+        get_algorithm(collective, name)
     out: dict[str, Predictor] = {}
     skipped: dict[str, str] = {}
     for name in names:
@@ -169,8 +172,9 @@ def tune(collective: str, world_size: int | None = None, sizes: Sequence[float] 
     """
     grid = default_sizes() if sizes is None else np.asarray(
         [units.size(s) if isinstance(s, str) else s for s in sizes], dtype=float)
-    if grid.ndim != 1 or grid.size == 0 or not np.all(grid > 0):
-        raise ArgumentError(f"sizes must be a non-empty list of sizes > 0 bytes, got {sizes!r}")
+    if grid.ndim != 1 or grid.size == 0 or not np.all((grid > 0) & np.isfinite(grid)):
+        raise ArgumentError(f"sizes must be a non-empty list of finite sizes > 0 bytes, got "
+                            f"{sizes!r}")
     grid = np.unique(grid)
     preds, skipped = predictors(collective, world_size, topology, alpha=alpha,
                                 bandwidth=bandwidth, gamma=gamma, algorithms=algorithms,
