@@ -222,3 +222,13 @@ def test_numpy_integers_are_integers_in_a_layout():
     plain = plan("llama3-8b", {"tp": 8, "dp": 4}, {"preset": "dgx-a100", "nodes": 4})
     assert given.step_seconds == plain.step_seconds
     assert type(given.dims.dp) is int and type(given.dims.tp) is int
+
+
+def test_a_layout_or_straggler_of_the_wrong_kind_is_refused_by_name():
+    from ringccl.errors import ArgumentTypeError
+    with pytest.raises(ArgumentTypeError, match=r"layout=\[\('tp', 8\), 4\] must be a "
+                                                r"ParallelDims or a dict of its fields"):
+        plan("llama3-8b", [("tp", 8), 4], "dgx-a100")
+    with pytest.raises(ArgumentTypeError, match=r"straggler=3 must be None, a Straggler or "
+                                                r"\(rank, fraction\[, link\]\)"):
+        plan("llama3-8b", {"tp": 8, "dp": 4}, {"preset": "dgx-a100", "nodes": 4}, straggler=3)

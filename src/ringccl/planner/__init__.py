@@ -23,6 +23,7 @@ step re-predicted). Formulas and sources: docs/planner.md.
 
 from __future__ import annotations
 
+from ..errors import ArgumentTypeError
 from .advice import PlanWarning, plan_warnings
 from .cluster import (CLUSTER_PRESETS, Cluster, Straggler, cluster_preset, load_profile,
                       resolve_cluster)
@@ -71,6 +72,9 @@ def plan(model, layout, cluster, *, straggler=None, seq_length: int | None = Non
     """
     cfg = resolve_model(model, seq_length=seq_length, dtype=dtype)
     if straggler is not None and not isinstance(straggler, Straggler):
+        if not isinstance(straggler, (tuple, list)) or not 2 <= len(straggler) <= 3:
+            raise ArgumentTypeError(f"straggler={straggler!r} must be None, a Straggler or "
+                                    "(rank, fraction[, link])")
         straggler = Straggler(*straggler)
     estimate = estimate_step(cfg, resolve_dims(layout), resolve_cluster(cluster), straggler)
     estimate.warnings = plan_warnings(estimate)

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 from .. import units
@@ -584,9 +585,13 @@ def resolve_dims(layout) -> ParallelDims:
 
     Raises:
         ArgumentError: an unknown key (naming the valid ones) or a bad value.
+        ArgumentTypeError: ``layout`` neither a ParallelDims nor a mapping.
     """
     if isinstance(layout, ParallelDims):
         return layout
+    if layout is not None and not isinstance(layout, Mapping):
+        raise ArgumentTypeError(f"layout={layout!r} must be a ParallelDims or a dict of its "
+                                f"fields (e.g. {{'tp': 8, 'dp': 4}}), got {type(layout).__name__}")
     values = dict(layout or {})
     known = set(ParallelDims.__dataclass_fields__) - {"from_preset"}
     unknown = sorted(set(values) - known)
