@@ -86,6 +86,8 @@ def test_bytes_beyond_int64_are_exact(algorithm, per_buffer):
     assert sum(map(int, s.bytes_received(count, 4))) == sum(map(int, sent))
     small = s.bytes_sent(10 ** 6, 4)   # within int64: int64 as before
     assert small.dtype == np.int64 and small.max() == per_buffer * 4 * 10 ** 6
+    with pytest.raises(ringccl.ArgumentError, match=r"buffer_count=\d+ must be at most 2\*\*63"):
+        s.bytes_sent(2 ** 70, 4)   # beyond int64 elements: numpy's OverflowError before
 
 
 def test_schedule_repr_and_phases():

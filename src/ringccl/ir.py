@@ -527,6 +527,9 @@ class Schedule:
     def _bytes(self, counts, buffer_count, itemsize, chunk_sizes) -> np.ndarray:
         buffer_count = check_int(buffer_count, "buffer_count")
         itemsize = check_int(itemsize, "itemsize", minimum=1)
+        if buffer_count > np.iinfo(np.int64).max:   # chunk offsets are int64
+            raise ArgumentError(f"buffer_count={buffer_count} must be at most 2**63 - 1 "
+                                "elements")
         sizes = self.chunk_sizes(buffer_count) if chunk_sizes is None else np.asarray(chunk_sizes)
         if sizes.ndim == 2 and sizes.strides[0] == 0:  # same sizes on every rank
             sizes = sizes[0]
