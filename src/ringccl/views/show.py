@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from typing import Sequence
 
 from ..check import SymbolicState
@@ -106,7 +107,8 @@ def step_table(schedule: Schedule, max_steps: int = 200, ranks: Sequence[int] | 
                                 f"ringccl.schedule(...)), got {type(schedule).__name__}")
     n = schedule.world_size
     shown = list(range(n)) if ranks is None else list(ranks)
-    bad = [r for r in shown if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < n]
+    bad = [r for r in shown
+           if isinstance(r, bool) or not isinstance(r, numbers.Integral) or not 0 <= r < n]
     if bad:
         raise ArgumentError(f"ranks={list(ranks)!r}: {bad[0]!r} is not a rank of world_size={n}; "
                             f"ranks are 0-{n - 1}")
