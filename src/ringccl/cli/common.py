@@ -299,27 +299,33 @@ def add_launch_options(p) -> None:
                    "and the cause)")
 
 
-def check_nproc(args, buffer_bytes: int = 0, size_flag: str | None = None) -> None:
+def check_nproc(args, buffer_bytes: int = 0, size_flag: str | None = None, *,
+                worker_bytes: int | None = None, hint: str | None = None) -> None:
     """Refuse ``--nproc`` processes this machine cannot hold, before any starts
     (:func:`ringccl.resources.check_processes`: cores, and memory for an idle torch worker plus
-    :func:`ringccl.resources.run_worker_bytes` of a ``buffer_bytes`` buffer), unless
-    ``--oversubscribe``.
+    :func:`ringccl.resources.run_worker_bytes` of a ``buffer_bytes`` buffer, or plus
+    ``worker_bytes`` where the caller knows its workers' own bytes), unless ``--oversubscribe``.
 
     Raises:
-        ArgumentError: naming --nproc, its value, the limit and --oversubscribe (and
-            ``size_flag``, the option that sets the buffer, when memory is the limit).
+        ArgumentError: naming --nproc, its value, the limit and --oversubscribe; when memory is
+            the limit, also ``hint`` (what to lower), or ``size_flag`` (the option that sets
+            the buffer) and the buffer.
     """
+    extra = resources.run_worker_bytes(buffer_bytes) if worker_bytes is None else worker_bytes
     try:
-        resources.check_processes(args.nproc, resources.WORKER_BYTES
-                                  + resources.run_worker_bytes(buffer_bytes),
+        resources.check_processes(args.nproc, resources.WORKER_BYTES + extra,
                                   oversubscribe=getattr(args, "oversubscribe", False),
                                   what="--nproc")
     except ArgumentError as exc:
-        if size_flag is None or buffer_bytes == 0 or "available" not in str(exc):
+        if "available" not in str(exc):
             raise
-        raise ArgumentError(f"{exc}; or a smaller {size_flag} (the collective's buffer is "
-                            f"{units.format_size(buffer_bytes)} per rank, peaking at about "
-                            f"{resources.RUN_BUFFER_FACTOR}x that in each worker)") from None
+        if hint is None:
+            if size_flag is None or buffer_bytes == 0:
+                raise
+            hint = (f"a smaller {size_flag} (the collective's buffer is "
+                    f"{units.format_size(buffer_bytes)} per rank, peaking at about "
+                    f"{resources.RUN_BUFFER_FACTOR}x that in each worker)")
+        raise ArgumentError(f"{exc}; or {hint}") from None
 
 
 def interrupted(what: str) -> int:

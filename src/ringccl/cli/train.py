@@ -7,10 +7,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 
-from .. import resources, units
+from .. import units
 from ..errors import ArgumentError, Interrupted
 from ..backends.torch import launch as torch_launch
-from .common import (add_format_option, add_launch_options, emit_json,
+from .common import (add_format_option, add_launch_options, check_nproc, emit_json,
                      interrupted, need_torch, nonnegative_int, positive_int, seconds_arg,
                      stderr_console, table, widths_arg)
 
@@ -78,15 +78,10 @@ def _cmd_train(args) -> int:
     # parameters at the measured bytes each (the digits data are a few MB)
     parameters = mlp_parameters(tuple(args.hidden))
     model_bytes = BYTES_PER_PARAMETER * parameters
-    try:
-        resources.check_processes(args.nproc, resources.WORKER_BYTES + model_bytes,
-                                  oversubscribe=args.oversubscribe, what="--nproc")
-    except ArgumentError as exc:
-        if "available" not in str(exc):
-            raise
-        raise ArgumentError(f"{exc}; or smaller --hidden widths (the MLP has {parameters:,} "
-                            f"parameters, about {units.format_size(model_bytes)} in each "
-                            f"worker at {BYTES_PER_PARAMETER} bytes per parameter)") from None
+    check_nproc(args, worker_bytes=model_bytes,
+                hint=f"smaller --hidden widths (the MLP has {parameters:,} parameters, about "
+                     f"{units.format_size(model_bytes)} in each worker at {BYTES_PER_PARAMETER} "
+                     "bytes per parameter)")
     data = load_digits(args.seed)  # once here: importing scikit-learn costs seconds per process
     TrainConfig(batch_size=args.batch_size).check_data(args.nproc, len(data["y_train"]))
     shown = _TrainProgress(args.epochs, quiet=args.json)
