@@ -41,14 +41,15 @@ def _load(rows, storage: np.ndarray, sizes: np.ndarray, lists, even: bool) -> No
     for r in range(n):  # setup, not a step: one vectorized copy per rank
         chunks = np.asarray(lists[r], dtype=np.int64)
         if chunks.size:
-            storage.reshape(n, c * m)[r, _element_index(chunks, sizes[r, chunks], m)] = rows[r]
+            storage.reshape(n, c * m)[r, _element_index(chunks * m, sizes[r, chunks])] = rows[r]
 
 
-def _element_index(chunks: np.ndarray, lengths: np.ndarray, m: int) -> np.ndarray:
-    """Offsets in a rank's (C·m) padded storage of the elements of ``chunks`` concatenated."""
+def _element_index(offsets: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Offsets in a rank's buffer of the elements of chunks that start at ``offsets`` and hold
+    ``lengths`` elements, concatenated (padded storage: ``offsets = chunks · m``)."""
     starts = np.cumsum(lengths) - lengths
     total = int(lengths.sum())
-    return np.repeat(chunks * m - starts, lengths) + np.arange(total)
+    return np.repeat(offsets - starts, lengths) + np.arange(total)
 
 
 def _unload(storage: np.ndarray, sizes: np.ndarray, lists, even: bool) -> list:
@@ -64,7 +65,7 @@ def _unload(storage: np.ndarray, sizes: np.ndarray, lists, even: bool) -> list:
     parts = []
     for r in range(n):
         chunks = np.asarray(lists[r], dtype=np.int64)
-        parts.append(storage.reshape(n, c * m)[r, _element_index(chunks, sizes[r, chunks], m)])
+        parts.append(storage.reshape(n, c * m)[r, _element_index(chunks * m, sizes[r, chunks])])
     return parts
 
 
@@ -218,11 +219,8 @@ def _store_outputs(spec, out, outputs, lists, sizes, root) -> None:
             continue
         row = np.asarray(sizes[r], dtype=np.int64)
         starts = np.cumsum(row) - row                    # unpadded offset of every chunk
-        lengths = row[chunks]
-        index = (np.repeat(starts[chunks] - (np.cumsum(lengths) - lengths), lengths)
-                 + np.arange(int(lengths.sum())))
         value = outputs if spec.name == "gather" else outputs[r]
-        out[r, index] = value
+        out[r, _element_index(starts[chunks], row[chunks])] = value
 
 
 def _divide(spec, outputs, n, root, dtype):
