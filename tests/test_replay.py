@@ -69,6 +69,7 @@ def test_load_refuses_another_version(dense_file, tmp_path):
     (lambda d: d["collectives"][0].update(group_ranks=[0, 9]), r"group_ranks=\[0, 9\] must be "
                                                                r"group_size=2 distinct ranks"),
     (lambda d: d["collectives"][0].update(group_ranks=[1, 1]), "distinct ranks in"),
+    (lambda d: d["collectives"][0].update(group_ranks=[[0], [1]]), "distinct ranks in"),
     (lambda d: d["collectives"][0].update(nbytes=1e300), "is beyond any collective"),
 ])
 def test_load_refuses_malformed_files(dense_file, tmp_path, edit, match):

@@ -144,9 +144,9 @@ def load_step_file(path: str | Path) -> dict:
                                 f"{c['calls_per_step']}: outside a world of {world} ranks or "
                                 "negative")
         ranks = c["group_ranks"]
-        if (len(ranks) != c["group_size"] or len(set(ranks)) != len(ranks) or any(
+        if (len(ranks) != c["group_size"] or any(  # types first: set() needs hashable ranks
                 isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < world
-                for r in ranks)):
+                for r in ranks) or len(set(ranks)) != len(ranks)):
             raise ArgumentError(f"step file {name!r}: collectives[{i}].group_ranks={ranks!r} "
                                 f"must be group_size={c['group_size']} distinct ranks in "
                                 f"[0, {world})")
