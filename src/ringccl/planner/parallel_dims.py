@@ -143,10 +143,9 @@ def check_field(name: str, value, show=repr):
         return value
     kind = type(value).__name__
     if name in _INT1 or name in _INT0 or name in ("num_micro_batches", "global_batch_size"):
-        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-            value = int(value)   # numpy's integers are integers (docs/errors.md)
-        if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             raise ArgumentTypeError(f"{name}={show(value)} must be {allowed}, got {kind}")
+        value = int(value)   # numpy's integers are integers too (docs/errors.md)
         if value < (0 if name in _INT0 else 1):
             raise ArgumentError(f"{name}={show(value)} must be {allowed}")
     elif name in _BOOLS:
