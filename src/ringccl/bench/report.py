@@ -181,11 +181,11 @@ def run_report(rows: Sequence[dict], spec: BenchSpec, count: int,
         params: the builder parameters as the user gave them (reported as they are).
     Returns:
         collective, algorithm, world_size, count (as measured), dtype, op, size_bytes, params
-        (as given), accumulate_dtype, wrong (ringccl's
-        ``#wrong``), iters, warmup, transport (what ringccl's row ran on: "shm" on one host
-        unless ``RINGCCL_TRANSPORT`` says otherwise; the builtin ran on gloo); ``ringccl`` and ``builtin``: time_s, min_s, p90_s (seconds),
-        algbw, busbw (bytes/s), wrong; busbw_ratio (ringccl / builtin, None when the builtin's
-        busbw is 0: one rank or an empty buffer) and bus_factor.
+        (as given), accumulate_dtype, wrong (ringccl's ``#wrong``), iters, warmup, transport
+        (what ringccl's row ran on: "shm" on one host unless ``RINGCCL_TRANSPORT`` says
+        otherwise; the builtin ran on gloo); ``ringccl`` and ``builtin``: time_s, min_s, p90_s
+        (seconds), algbw, busbw (bytes/s), wrong; busbw_ratio (ringccl / builtin, None when
+        the builtin's busbw is 0: one rank or an empty buffer) and bus_factor.
     """
     ours = next(r for r in rows if r["algorithm"] != BUILTIN)
     builtin = next(r for r in rows if r["algorithm"] == BUILTIN)

@@ -184,7 +184,7 @@ def _checked_inputs(spec, collective: str, inputs, op, accumulate_dtype, splits:
     reduce_op = parse_op(op)
     if spec.reduces:
         check_op_dtype(reduce_op, dtype)
-    else:   # no reduction: the op is not used (nor its identity, which a bitwise op on floats lacks)
+    else:   # no reduction: the op is unused (so is its identity, which band on floats lacks)
         reduce_op = ReduceOp.SUM
     acc = check_accumulate_dtype(accumulate_dtype, dtype, collective, spec.reduces)
     return rows, dtype, reduce_op, acc
