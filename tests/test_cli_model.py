@@ -133,6 +133,23 @@ def test_bad_units_are_usage_errors(capsys, argv, message):
                                                      "--world-size 8,16"),
     (["tune", "all_reduce", "--link", "shm"], "got --link shm without --world-size"),
     (["model", "all_reduce", "--nodes", "2", "--oversubscription", "0.5"], "oversubscription"),
+    # a flag the rest of the command line ignores is refused, not silently dropped
+    (["tune", "all_reduce", "--backward", "5ms"],
+     "--backward has no effect without --bucket-model or --tensor-sizes"),
+    (["tune", "all_reduce", "--bucket-algorithm", "direct"], "--bucket-algorithm has no effect"),
+    (["tune", "all_reduce", "--bucket-model", "gpt2", "--tensor-sizes", "1MiB"],
+     "--bucket-model gpt2 and --tensor-sizes both give the gradients"),
+    (["tune", "all_reduce", "-N", "2", "--link", "shm", "--gamma", "1GB/s"],
+     "--gamma has no effect with --link shm"),
+    (["model", "all_reduce", "--nodes", "2", "--alpha", "1us", "--bandwidth", "1GB/s"],
+     "--alpha, --bandwidth have no effect with --nodes"),
+    (["model", "all_reduce", "--inter", "1us,1GB/s"], "--inter has no effect without --nodes"),
+    (["model", "all_reduce", "--local", "4"], "--local has no effect without --nodes"),
+    (["explore", "all_reduce", "--topology", "2x4", "--bandwidth", "1GB/s"],
+     "--bandwidth has no effect with --topology 2x4"),
+    (["explore", "all_reduce", "--intra", "1us,1GB/s"], "--intra has no effect on a flat machine"),
+    (["explore", "all_reduce", "--model", "-c", "10"], "-c has no effect with --model"),
+    (["explore", "all_reduce", "--size", "1MiB"], "--size has no effect without the crossover"),
 ])
 def test_errors_exit_2_with_one_line(capsys, argv, message):
     assert main(argv) == 2

@@ -35,7 +35,7 @@ __all__ = ["table", "TABLE_FORMATS", "stderr_console", "add_format_option", "add
            "nonnegative_int", "seconds_arg", "widths_arg", "size_arg", "count_arg", "size_list",
            "int_list", "name_list", "checked", "nonnegative", "link_arg", "output_path",
            "HTML_SUFFIXES", "IMAGE_SUFFIXES", "add_flat_link_args", "add_node_link_args",
-           "Parser"]
+           "Parser", "Given", "refuse_unused"]
 
 
 # -- output ---------------------------------------------------------------------------------------
@@ -527,16 +527,40 @@ def _gamma(text: str) -> float:
         return parse_gamma(text)
 
 
+class Given(argparse.Action):
+    """Store the value, and remember the flag was given (``args.given``: dest -> flag as typed),
+    so that :func:`refuse_unused` can refuse one that the rest of the command line ignores."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        namespace.given = {**(getattr(namespace, "given", None) or {}),
+                           self.dest: option_string}
+
+
+def refuse_unused(args, dests, why: str) -> None:
+    """Refuse flags (:class:`Given` ones, by ``dest``) that have no effect here: ``why`` says
+    when (``"without --nodes (a flat machine)"``).
+
+    Raises:
+        ArgumentError: naming the flags given.
+    """
+    given = getattr(args, "given", None) or {}
+    flags = [given[d] for d in dests if d in given]
+    if flags:
+        raise ArgumentError(f"{', '.join(flags)} {'has' if len(flags) == 1 else 'have'} no "
+                            f"effect {why}")
+
+
 def add_flat_link_args(p) -> None:
     """``--alpha``, ``--bandwidth``, ``--gamma``: the flat machine's link, the same flags in
     ``ringccl model``/``tune`` and ``ringccl explore`` (``p``: a parser or argument group)."""
-    p.add_argument("--alpha", default="5us",
+    p.add_argument("--alpha", default="5us", action=Given,
                    type=nonnegative(units.duration, "latency", ">= 0 s (e.g. 5us)"),
                    help="flat: latency per step (default 5us)")
-    p.add_argument("--bandwidth", default="50GB/s",
+    p.add_argument("--bandwidth", default="50GB/s", action=Given,
                    type=nonnegative(units.bandwidth, "bandwidth", "> 0 (e.g. 50GB/s)"),
                    help="flat: per direction, 50GB/s or 400Gbps (default 50GB/s)")
-    p.add_argument("--gamma", default=0.0, type=nonnegative(
+    p.add_argument("--gamma", default=0.0, action=Given, type=nonnegative(
         _gamma, "gamma", ">= 0 s per byte, or a rate > 0 (e.g. 100GB/s)"),
         help="seconds per byte reduced, or a reduction rate such as 100GB/s (default 0)")
 
@@ -545,9 +569,11 @@ def add_node_link_args(p) -> None:
     """``--intra`` and ``--inter``: a two-level machine's links as ALPHA,BANDWIDTH (one parser,
     :func:`ringccl.costmodel.topology.parse_link`), the same flags in ``ringccl model``/``tune``
     and ``ringccl explore``."""
-    p.add_argument("--intra", default="5us,900GB/s", type=link_arg, metavar="ALPHA,BANDWIDTH",
+    p.add_argument("--intra", default="5us,900GB/s", action=Given, type=link_arg,
+                   metavar="ALPHA,BANDWIDTH",
                    help="two-level: latency and bandwidth of a GPU's NVLink port, e.g. "
                    "5us,900GB/s (default)")
-    p.add_argument("--inter", default="5us,50GB/s", type=link_arg, metavar="ALPHA,BANDWIDTH",
+    p.add_argument("--inter", default="5us,50GB/s", action=Given, type=link_arg,
+                   metavar="ALPHA,BANDWIDTH",
                    help="two-level: latency and bandwidth of one NIC, e.g. 5us,50GB/s "
                    "(default) or 5us,400Gbps")

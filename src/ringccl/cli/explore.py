@@ -26,9 +26,9 @@ from ..ops import SUPPORTED_DTYPES, check_dtype
 from ..views.explore import MAX_TRANSFERS, explorer_data
 from ..views.explore_html import model_figure, require_plotly, write_page
 from . import limits
-from .common import (HTML_SUFFIXES, add_collective_args, add_flat_link_args, add_node_link_args,
-                     check_root_arg, count_arg, emit_json, output_path, positive_int,
-                     schedule_params, size_list)
+from .common import (HTML_SUFFIXES, Given, add_collective_args, add_flat_link_args,
+                     add_node_link_args, check_root_arg, count_arg, emit_json, output_path,
+                     positive_int, refuse_unused, schedule_params, size_list)
 
 __all__ = ["register", "parse_topology"]
 
@@ -60,9 +60,13 @@ def _machine(args):
     """The machine of the command line, and the world size it implies."""
     shape = parse_topology(args.topology)
     if shape is None:
+        refuse_unused(args, ("intra", "inter"), "on a flat machine (--topology NODESxLOCAL "
+                      "takes them)")
         n = args.world_size or 8
         return flat(n, args.alpha, args.bandwidth), n
     nodes, local = shape
+    refuse_unused(args, ("alpha", "bandwidth"), f"with --topology {args.topology} (--intra and "
+                  "--inter give its links)")
     if args.world_size is not None and args.world_size != nodes * local:
         raise ArgumentError(f"--world-size {args.world_size} differs from --topology "
                             f"{args.topology} = {nodes * local} ranks")
@@ -123,6 +127,11 @@ def _cmd_explore(args) -> int:
               "machine": topo.describe(), "explorers": [], "model": None}
     explorers, model = [], None
     if args.model:
+        refuse_unused(args, ("count",), "with --model (the chart spans --size)")
+    elif len(names) < 2:
+        refuse_unused(args, ("size",), "without the crossover chart (--model, or two or three "
+                      "algorithms in -a)")
+    if args.model:
         model, chart, skipped = _model_chart(args, topo, names or None)
         report["model"] = {"algorithms": list(chart["seconds"]),
                            "crossovers": chart["crossovers"], "skipped": skipped}
@@ -182,7 +191,7 @@ def register(sub) -> None:
     p.set_defaults(algorithm=None)
     p.add_argument("--world-size", "-N", type=positive_int, default=None,
                    help="ranks N (default 8 on a flat machine; NODES x LOCAL with --topology)")
-    p.add_argument("--count", "-c", type=count_arg, default=units.count("1Mi"),
+    p.add_argument("--count", "-c", type=count_arg, default=units.count("1Mi"), action=Given,
                    help="elements per rank for the cost: 1M = 10^6, 1Mi = 2^20 (default 1Mi)")
     p.add_argument("--dtype", default="float32", choices=SUPPORTED_DTYPES,
                    help="element type for the cost (default float32)")
@@ -195,7 +204,7 @@ def register(sub) -> None:
     p.add_argument("--model", action="store_true",
                    help="write the cost model's crossover chart only (time and busbw vs size "
                    "per algorithm; every registered one unless --algorithm names some)")
-    p.add_argument("--size", "-s", type=size_list, default=size_list("4KiB:1GiB"),
+    p.add_argument("--size", "-s", type=size_list, default=size_list("4KiB:1GiB"), action=Given,
                    help="sizes of the crossover chart: 4KiB:1GiB (x2, default), 4KiB:1GiB:4, "
                    "or 1MiB,1GiB")
     p.add_argument("--output", "-o", metavar="PAGE.html", default=None,

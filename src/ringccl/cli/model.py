@@ -23,9 +23,9 @@ from ..ops import SUPPORTED_DTYPES
 from ..views.plot import model_chart
 from .network import add_machine_option, nccl_fit_report, print_nccl_fit
 from . import limits
-from .common import (IMAGE_SUFFIXES, add_flat_link_args, add_node_link_args, emit_json, int_list,
-                     name_list, nonnegative, output_path, positive_int, size_arg, size_list,
-                     status, table)
+from .common import (IMAGE_SUFFIXES, Given, add_flat_link_args, add_node_link_args, emit_json,
+                     int_list, name_list, nonnegative, output_path, positive_int,
+                     refuse_unused, size_arg, size_list, status, table)
 
 __all__ = ["register_model", "register_tune", "register_fit"]
 
@@ -44,10 +44,14 @@ def _machines(args) -> list:
         if args.nodes is not None:
             raise ArgumentError(f"--link {args.link} describes a flat machine; it cannot be "
                                 "combined with --nodes")
+        refuse_unused(args, _FLAT_LINK + _TWO_LEVEL,
+                      f"with --link {args.link} (its fitted alpha, bandwidth and gamma)")
         link = link_class(args.link)
         args.alpha, args.bandwidth, args.gamma = link.alpha, link.bandwidth, link.gamma
         return [link.flat(n) for n in (args.world_size or [2, 4])]
     if args.nodes is not None:
+        refuse_unused(args, _FLAT_LINK[:2], "with --nodes (a two-level machine: --intra, "
+                      "--inter)")
         topo = two_level(args.nodes, args.local, intra=args.intra, inter=args.inter,
                          nics_per_node=args.nics_per_node,
                          oversubscription=args.oversubscription, placement=args.placement)
@@ -55,7 +59,13 @@ def _machines(args) -> list:
             raise ArgumentError(f"--world-size {args.world_size} differs from --nodes x --local "
                                 f"= {topo.world_size}")
         return [topo]
+    refuse_unused(args, _TWO_LEVEL, "without --nodes (a flat machine: --alpha, --bandwidth)")
     return [flat(n, args.alpha, args.bandwidth) for n in (args.world_size or [8])]
+
+
+#: the flat machine's link flags (dests), and the two-level machine's
+_FLAT_LINK = ("alpha", "bandwidth", "gamma")
+_TWO_LEVEL = ("local", "intra", "inter", "nics_per_node", "oversubscription", "placement")
 
 
 def _link_bytes_text(max_link_bytes: dict) -> str:
@@ -210,7 +220,12 @@ def _cmd_model(args) -> int:
 
 def _bucket_report(args, topo) -> dict | None:
     if args.bucket_model is None and args.tensor_sizes is None:
+        refuse_unused(args, ("backward", "bucket_algorithm"),
+                      "without --bucket-model or --tensor-sizes (the gradients to bucket)")
         return None
+    if args.bucket_model is not None and args.tensor_sizes is not None:
+        raise ArgumentError(f"--bucket-model {args.bucket_model} and --tensor-sizes both give "
+                            "the gradients to bucket: pass one")
     sizes = (gpt2_gradient_sizes(args.bucket_model) if args.tensor_sizes is None
              else args.tensor_sizes)
     kw = dict(collective=args.collective, algorithm=args.bucket_algorithm, gamma=args.gamma,
@@ -290,13 +305,15 @@ def _add_machine_args(p) -> None:
                         "shm = ringccl's shared-memory transport "
                         "(ringccl.costmodel.presets.SHARED_MEMORY)")
     g.add_argument("--nodes", type=positive_int, help="two-level: number of nodes")
-    g.add_argument("--local", type=positive_int, default=8, help="two-level: GPUs per node")
+    g.add_argument("--local", type=positive_int, default=8, action=Given,
+                   help="two-level: GPUs per node")
     add_node_link_args(g)
-    g.add_argument("--nics-per-node", type=positive_int, help="two-level: default --local")
-    g.add_argument("--oversubscription", type=float, default=1.0,
+    g.add_argument("--nics-per-node", type=positive_int, action=Given,
+                   help="two-level: default --local")
+    g.add_argument("--oversubscription", type=float, default=1.0, action=Given,
                    help="two-level: inter-node fabric oversubscription (>= 1)")
     g.add_argument("--placement", default="node_major", choices=["node_major", "round_robin"],
-                   help="two-level: rank placement")
+                   action=Given, help="two-level: rank placement")
 
 
 def _fmt_param(name: str, value: float) -> str:
@@ -457,10 +474,11 @@ def register_tune(sub) -> None:
                    help="also find the best gradient bucket size for this model")
     p.add_argument("--tensor-sizes", type=size_list,
                    help="gradient sizes in backward order, instead of --bucket-model")
-    p.add_argument("--backward", default=0.0, type=nonnegative(
+    p.add_argument("--backward", default=0.0, action=Given, type=nonnegative(
         units.duration, "backward time", ">= 0 s (e.g. 50ms)"),
                    help="backward time the buckets overlap with (default 0)")
-    p.add_argument("--bucket-algorithm", default="ring", help="algorithm for each bucket")
+    p.add_argument("--bucket-algorithm", default="ring", action=Given,
+                   help="algorithm for each bucket")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_tune)
 
