@@ -306,6 +306,12 @@ def test_expert_field_refusals():
         ParallelDims(capacity_factor=0.5)
     with pytest.raises(ArgumentError, match=r"apply to mixture-of-experts models; gqa is dense"):
         plan(GQA, {"dp": 8, "routing_skew": 1.0}, node())
+    # an expert field on a dense model would change nothing: refused, named
+    for field, value in (("capacity_factor", 1.5), ("etp", 1),
+                         ("moe_token_dispatcher_type", "flex")):
+        with pytest.raises(ArgumentError, match=rf"{field}=.*apply to mixture-of-experts "
+                           r"models; gqa is dense"):
+            plan(GQA, {"dp": 8, field: value}, node())
     with pytest.raises(ArgumentError, match=r"etp=3 must divide the experts' width "
                        r"moe_intermediate_size=1408"):
         plan(MOE, {"tp": 1, "dp": 3, "ep": 1, "etp": 3}, Cluster(nodes=1, gpus_per_node=3))
@@ -376,3 +382,16 @@ def test_more_field_refusals():
                        r"the dense ranks .* and 1 among the expert ranks"):
         plan(MOE, {"tp": 2, "sp": True, "dp": 2, "pp": 2, "ep": 2, "etp": 1,
                    "order": "tp-pp-cp-ep-dp", "global_batch_size": 8}, node())
+
+
+def test_fields_that_would_change_nothing_are_refused():
+    """A context-parallel design without context parallelism, and resharding without ZeRO-3,
+    are refused rather than silently dropped; the framework's own preset values are not."""
+    with pytest.raises(ArgumentError, match=r"cp_comm_type='a2a' .* needs cp > 1 \(got cp=1\)"):
+        ParallelDims(dp=8, cp_comm_type="a2a")
+    with pytest.raises(ArgumentError, match=r"reshard_after_forward=True applies to zero_stage "
+                       r"3 .* got zero_stage=1"):
+        ParallelDims(dp=8, zero_stage=1, reshard_after_forward=True)
+    assert ParallelDims(dp=8, zero_stage=3, reshard_after_forward=False).zero_stage == 3
+    for fw in ("fsdp2", "torchtitan", "deepspeed", "megatron"):
+        ParallelDims(dp=8, zero_stage=0, framework=fw)   # the preset fills it: no refusal

@@ -38,7 +38,13 @@ def check_framework_shards(dims) -> None:
 
 
 def check_shards(dims) -> None:
-    """Refuse a ZeRO / FSDP shard group that does not fit (HSDP)."""
+    """Refuse a ZeRO / FSDP shard group that does not fit (HSDP), and resharding asked of a
+    stage that gathers no weights."""
+    if (dims.reshard_after_forward is not None and dims.zero_stage != 3
+            and "reshard_after_forward" not in dims.from_preset):
+        raise ArgumentError(f"reshard_after_forward={dims.reshard_after_forward} applies to "
+                            f"zero_stage 3 (FSDP's gathered weights); got "
+                            f"zero_stage={dims.zero_stage}")
     if dims.dp_shard is None:
         return
     check_int(dims.dp_shard, "dp_shard", minimum=1)
@@ -86,6 +92,9 @@ def check_experts(dims) -> None:
 def check_context(dims) -> None:
     """Refuse context-parallel fields that do not fit."""
     sizes = dims.hierarchical_context_parallel_sizes
+    if dims.cp == 1 and dims.cp_comm_type != "p2p":
+        raise ArgumentError(f"cp_comm_type={dims.cp_comm_type!r} says how context parallelism "
+                            "communicates; it needs cp > 1 (got cp=1)")
     if dims.cp_comm_type == "a2a+p2p":
         if sizes is None or len(tuple(sizes)) != 2:
             raise ArgumentError("cp_comm_type='a2a+p2p' needs "
@@ -128,10 +137,18 @@ def check_model_experts(dims, model: ModelConfig) -> None:
     if model.moe and model.expert_intermediate_size % dims.expert_tp:
         raise ArgumentError(f"etp={dims.expert_tp} must divide the experts' width "
                             f"moe_intermediate_size={model.expert_intermediate_size}")
-    if not model.moe and (dims.moe_router_group_topk is not None or dims.routing_skew
-                          or dims.routing_imbalance is not None):
-        raise ArgumentError(f"moe_router_group_topk, routing_imbalance and routing_skew "
-                            f"apply to mixture-of-experts models; {model.name} is dense")
+    if not model.moe:
+        given = [f"{name}={value!r}" for name, value, unset in (
+            ("moe_router_group_topk", dims.moe_router_group_topk, None),
+            ("routing_imbalance", dims.routing_imbalance, None),
+            ("routing_skew", dims.routing_skew, 0.0),
+            ("capacity_factor", dims.capacity_factor, None),
+            ("etp", dims.etp, None),
+            ("moe_token_dispatcher_type", dims.moe_token_dispatcher_type, "alltoall"))
+            if value != unset]
+        if given:
+            raise ArgumentError(f"{', '.join(given)}: expert fields apply to "
+                                f"mixture-of-experts models; {model.name} is dense")
 
 
 def check_model_context(dims, model: ModelConfig) -> None:
