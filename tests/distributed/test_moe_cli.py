@@ -59,3 +59,15 @@ def test_plan_emit_then_replay(capsys, tmp_path):
     assert r["scale"] < 1 and any("scaled by 1/" in n for n in r["notes"])
     assert r["median_error"] >= 0 and r["measured_total_s"] > 0
     assert png.stat().st_size > 0
+
+
+def test_replay_without_warmup(capsys, tmp_path):
+    """``--warmup 0`` times every call, the first included, as ``bench -w 0`` does."""
+    step = tmp_path / "step.json"
+    assert main(["plan", "--model", "llama3-8b", "--dp", "4", "--tp", "2", "--emit",
+                 str(step)]) == 0
+    capsys.readouterr()
+    assert main(["replay", str(step), "--nproc", "2", "--max-bytes", "64KiB", "--iters", "1",
+                 "--warmup", "0", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["rows"] and all(row["wrong"] == 0 and row["measured_s"] > 0 for row in r["rows"])

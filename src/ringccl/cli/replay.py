@@ -22,8 +22,8 @@ from ..planner.replay import calibration_sweeps, repredict
 from ..views.plot import _pyplot, save_figure
 from ..backends.torch import launch as torch_launch
 from .common import (IMAGE_SUFFIXES, add_format_option, add_launch_options, check_nproc,
-                     emit_json, interrupted, need_torch, output_path, positive_int, seconds_arg,
-                     size_arg, stderr_console, table)
+                     emit_json, interrupted, need_torch, nonnegative_int, output_path,
+                     positive_int, seconds_arg, size_arg, stderr_console, table)
 
 __all__ = ["register", "plot_replay"]
 
@@ -134,7 +134,8 @@ def register(sub) -> None:
     p.add_argument("--max-bytes", type=size_arg, default=4 << 20,
                    help="the largest call after scaling (default 4MiB)")
     p.add_argument("--iters", type=positive_int, default=10, help="timed calls per row")
-    p.add_argument("--warmup", type=positive_int, default=3)
+    p.add_argument("--warmup", type=nonnegative_int, default=3,
+                   help="untimed calls before each row's timed ones (default 3; 0 as bench -w 0)")
     p.add_argument("--plot", metavar="PNG", type=output_path(IMAGE_SUFFIXES, "an image"),
                    help="predicted vs measured bars")
     p.add_argument("--timeout", type=seconds_arg, default=900.0)
