@@ -180,9 +180,9 @@ def check_processes(nproc: int, per_process_bytes: int = WORKER_BYTES, *,
     if by_memory is not None and by_memory < by_cores:  # name the limit that binds first
         raise ArgumentError(
             f"{label} needs about {units.format_size(nproc * per)} for {nproc} worker processes "
-            f"(~{units.format_size(per)} each: a Python interpreter with torch and the "
-            f"collective's buffers), more than this machine's {units.format_size(memory)} "
-            f"available; at most {by_memory} fit; {hint}")
+            f"(~{units.format_size(per)} each: a Python interpreter with torch and its data), "
+            f"more than this machine's {units.format_size(memory)} available; at most "
+            f"{by_memory} fit; {hint}")
     raise ArgumentError(
         f"{label} is more than {MAX_PROCESSES_PER_CORE} processes per core on this "
         f"machine's {cores} usable cores (at most {by_cores}); {hint}")

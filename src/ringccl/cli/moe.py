@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 
+from .. import resources, units
 from ..errors import ArgumentError, Interrupted
 from ..planner.step import exposed_seconds
 from ..views.plot import _pyplot, save_figure
@@ -160,9 +161,12 @@ def _cmd_moe(args) -> int:
     token_bytes = item * args.tokens * args.hidden_size * (2 + 4 * args.top_k)
     expert_bytes = item * args.experts * 2 * args.hidden_size * args.ffn_hidden_size
     # a refusal names the flags of the larger part
-    check_nproc(args, token_bytes + expert_bytes,
-                "--tokens or --hidden-size" if token_bytes >= expert_bytes else
-                "--ffn-hidden-size, --experts or --hidden-size")
+    flags = ("--tokens or --hidden-size" if token_bytes >= expert_bytes else
+             "--ffn-hidden-size, --experts or --hidden-size")
+    check_nproc(args, token_bytes + expert_bytes, hint=(
+        f"a smaller {flags} (a worker's tokens are {units.format_size(token_bytes)} and its "
+        f"expert weights {units.format_size(expert_bytes)}, peaking at about "
+        f"{resources.RUN_BUFFER_FACTOR}x their sum)"))
     done = {"iters": 0}
     console = None if args.json else stderr_console()
     bar = contextlib.nullcontext()
