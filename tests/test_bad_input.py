@@ -240,6 +240,23 @@ def test_simulator_schedule_and_cost_refuse_bad_arguments(call, exc, pattern):
     _raises(call, exc, pattern)
 
 
+def test_schedule_beyond_memory_is_refused_before_it_is_built(monkeypatch):
+    """``ringccl.schedule`` sizes a schedule before building it, as the command line does:
+    30,000 ranks of direct all_reduce (~9·10⁸ transfers) is refused naming world_size, with
+    the machine's memory held at 8 GiB; the process's address-space limit is left alone."""
+    import resource
+
+    from ringccl import resources
+    monkeypatch.setattr(resources, "available_memory", lambda: 8 << 30)
+    limit = resource.getrlimit(resource.RLIMIT_AS)
+    with pytest.raises(ArgumentError, match=r"world_size=30000: the direct all_reduce schedule "
+                       r"on 30000 ranks would have about [\d,]+ transfers .* more than this "
+                       r"machine's 8\.00 GiB available; use a smaller world_size"):
+        ringccl.schedule("all_reduce", "direct", world_size=30000)
+    assert resource.getrlimit(resource.RLIMIT_AS) == limit
+    assert ringccl.schedule("all_reduce", "direct", world_size=100).num_transfers == 100 * 99
+
+
 def test_simulate_refusals_leave_inputs_and_out_bit_identical():
     x = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
     x_before = x.copy()

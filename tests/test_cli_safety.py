@@ -262,7 +262,7 @@ def built(monkeypatch):
     """The world sizes the CLI builds schedules at (probes included), with 8 GiB available
     whatever the machine has: what is refused must be refused before its size is built."""
     from ringccl import clear_caches
-    from ringccl.cli import limits
+    from ringccl.algorithms import bounded as limits
     sizes = []
     real = limits.build_schedule
 
@@ -328,7 +328,7 @@ def test_a_schedule_too_large_for_its_bound_is_refused_as_it_is_built(capsys, mo
 def test_a_check_too_large_for_memory_is_refused_before_it_runs(monkeypatch):
     from ringccl.algorithms import build_schedule
     from ringccl.check import verify_bytes
-    from ringccl.cli import limits
+    from ringccl.algorithms import bounded as limits
     schedule = build_schedule("all_reduce", "ring", 64)
     need = verify_bytes(schedule)
     assert need == 18 * 64 * 64 * 1 + 48 * 8064 + 24 * 1 * 64
@@ -345,7 +345,7 @@ def test_the_extrapolation_covers_the_built_size():
     # the built-in algorithms grow as N, N^2 or N^2 log N: from 32 and 64 ranks the estimate
     # at 200 is at least the truth and within MARGIN of it
     from ringccl.algorithms import REGISTRY, build_schedule
-    from ringccl.cli import limits
+    from ringccl.algorithms import bounded as limits
     for (collective, algorithm) in REGISTRY:
         s = build_schedule(collective, algorithm, 200)
         transfers, chunks, busiest = limits.estimate(collective, algorithm, 200, {})

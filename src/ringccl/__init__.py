@@ -33,8 +33,9 @@ from typing import Any
 from . import units
 from .caches import clear_caches
 from .costmodel import buckets, presets, topology
-from .algorithms import Algorithm, algorithms, build_schedule, get_algorithm, register
+from .algorithms import Algorithm, algorithms, bounded, get_algorithm, register
 from .algorithms.registry import default_algorithm
+from .args import check_int
 from .check import verify
 from .collectives import COLLECTIVES, get_collective
 from .costmodel.model import CostResult, Predictor, StepCost, cost, predictor, walk
@@ -72,11 +73,18 @@ def schedule(collective: str, algorithm: str | None = None, world_size: int = 4,
             and all_to_all).
 
     Raises:
-        ArgumentError: unknown collective or algorithm (listing the valid names), world_size < 1.
+        ArgumentError: unknown collective or algorithm (listing the valid names), world_size < 1;
+            a schedule this machine's available memory cannot hold, before it is built (its
+            steps from the closed form, its transfers extrapolated from 32 and 64 ranks, then
+            the build under that bound: :func:`ringccl.algorithms.bounded.build`).
     """
     if algorithm is None:
         algorithm = default_algorithm(collective)
-    return build_schedule(collective, algorithm, world_size, **params)
+    world_size = check_int(world_size, "world_size", minimum=1)
+    given = " ".join(f"{k}={v!r}" for k, v in {"world_size": world_size, **params}.items())
+    names = " or ".join(["world_size", *params])
+    return bounded.build(collective, algorithm, world_size, params, (given, names),
+                         address_space=False)
 
 
 def collectives() -> list[str]:

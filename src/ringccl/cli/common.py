@@ -18,7 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from .. import resources, units
-from ..algorithms import algorithms, get_algorithm
+from ..algorithms import algorithms, bounded, get_algorithm
 from ..args import HTML_SUFFIXES, IMAGE_SUFFIXES, output_problem
 from ..collectives import COLLECTIVES, check_root, get_collective
 from ..costmodel.model import parse_gamma
@@ -242,11 +242,11 @@ def check_call(args, world_size: int, dtype: np.dtype, op, params: dict,
                world_flag: str = "-N/--world-size") -> None:
     """:func:`check_call_args`, then the schedule, built as the simulator or the workers would
     build it (its parameters refused as they would be), refused first when this machine's
-    memory cannot hold it (:func:`.limits.build`, naming ``world_flag``: the option that sets
-    ``world_size``)."""
+    memory cannot hold it (:func:`ringccl.algorithms.bounded.build`, naming ``world_flag``: the
+    option that sets ``world_size``)."""
     check_call_args(args, world_size, dtype, op, params)
-    limits.build(args.collective, args.algorithm, world_size, params,
-                 limits.size_flags(args, world_flag, world_size))
+    bounded.build(args.collective, args.algorithm, world_size, params,
+                  limits.size_flags(args, world_flag, world_size))
 
 
 def check_root_arg(args, params: dict, world_size: int) -> None:

@@ -16,7 +16,7 @@ import re
 import numpy as np
 
 from .. import units
-from ..algorithms import get_algorithm
+from ..algorithms import bounded, get_algorithm
 from ..collectives import get_collective
 from ..costmodel.model import _LOCAL_NAMES, _topology_params, walk
 from ..costmodel.topology import Flat, TwoLevel, flat, two_level
@@ -152,8 +152,8 @@ def _cmd_explore(args) -> int:
                                       params)
             flags = (limits.size_flags(args, value=n) if isinstance(topo, Flat) else
                      limits.size_flags(args, "--topology", args.topology))
-            schedule = limits.build(args.collective, args.algorithm, n, params, flags,
-                                    checked=True, limit=MAX_TRANSFERS, why=_PAGE_LIMIT)
+            schedule = bounded.build(args.collective, args.algorithm, n, params, flags,
+                                     checked=True, limit=MAX_TRANSFERS, why=_PAGE_LIMIT)
             costs, result = _step_costs(schedule, nbytes, topo, gamma)
             explorers.append(explorer_data(schedule, costs, node_of=_node_of(schedule, topo),
                                            machine=topo.describe(), nbytes=nbytes))

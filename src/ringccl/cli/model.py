@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import units
-from ..algorithms import REGISTRY
+from ..algorithms import REGISTRY, bounded
 from ..bench import LOCAL_REDUCE
 from ..collectives import COLLECTIVES, get_collective
 from ..costmodel.buckets import (DDP_BUCKET_BYTES, DDP_FIRST_BUCKET_BYTES, best_bucket_size,
@@ -22,7 +22,6 @@ from ..errors import ArgumentError
 from ..ops import SUPPORTED_DTYPES
 from ..views.plot import model_chart
 from .network import add_machine_option, nccl_fit_report, print_nccl_fit
-from . import limits
 from .common import (IMAGE_SUFFIXES, Given, add_flat_link_args, add_node_link_args, emit_json,
                      int_list, name_list, nonnegative, output_path, positive_int,
                      refuse_unused, size_arg, size_list, status, table)
@@ -74,7 +73,8 @@ def _link_bytes_text(max_link_bytes: dict) -> str:
 
 
 def _size_flags(args) -> tuple[str, str]:
-    """The flags that size the machines (:func:`.limits.size_flags`'s form)."""
+    """The flags that size the machines (:func:`.limits.size_flags`'s form, which
+    :func:`ringccl.algorithms.bounded.bounded` names)."""
     if args.nodes is not None:
         return f"--nodes {args.nodes} --local {args.local}", "--nodes or --local"
     sizes = ",".join(str(n) for n in args.world_size or ())
@@ -82,14 +82,14 @@ def _size_flags(args) -> tuple[str, str]:
             "-N/--world-size")
 
 
-#: what builds schedules in model and tune (bounded by .limits.bounded)
+#: what builds schedules in model and tune (bounded by ringccl.algorithms.bounded.bounded)
 _WALKS = "the cost model's walk of an algorithm's schedule"
 
 
 def _model_report(args) -> dict:
     tables = []
     for topo in _machines(args):
-        with limits.bounded(_size_flags(args), _WALKS):
+        with bounded.bounded(_size_flags(args), _WALKS):
             rows, skipped = predict_table(args.collective, None, args.size, topo,
                                           gamma=args.gamma, algorithms=args.algorithm,
                                           dtype=args.dtype)
@@ -252,7 +252,7 @@ def _cmd_tune(args) -> int:
                  f"{', '.join(str(t.world_size) for t in topo)})")
         raise ArgumentError(f"tune takes one world size, got {given}; pass one -N/--world-size")
     topo = topo[0]
-    with limits.bounded(_size_flags(args), _WALKS):
+    with bounded.bounded(_size_flags(args), _WALKS):
         t = tune(args.collective, None, args.size, topo, gamma=args.gamma,
                  algorithms=args.algorithm)
         buckets = _bucket_report(args, topo)

@@ -14,7 +14,7 @@ import sys
 import tempfile
 
 from .. import units
-from ..algorithms import get_algorithm
+from ..algorithms import bounded, get_algorithm
 from ..bench import (BUILTIN, PLACEMENTS, BenchSpec, Sweep, buffer_elements, format_csv,
                      format_nccl_tests, one_size, parse_algorithms, plot_busbw, row_count,
                      row_label, run_count, run_report, sweep_sizes)
@@ -178,8 +178,8 @@ def _cmd_run(args) -> int:
     check_run_count(args.collective, args.count, args.nproc)
     check_nproc(args, run_buffer_bytes(args.collective, args.nproc, args.count, dtype.name,
                                        args.accumulate_dtype), "--count")
-    limits.build(args.collective, args.algorithm, args.nproc, params,
-                 limits.size_flags(args, "-n/--nproc", args.nproc))
+    bounded.build(args.collective, args.algorithm, args.nproc, params,
+                  limits.size_flags(args, "-n/--nproc", args.nproc))
     try:
         with _traced(args, f"ringccl run {args.algorithm} {args.collective}, "
                      f"--nproc {args.nproc} --count {args.count}"):

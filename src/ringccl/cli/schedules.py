@@ -12,7 +12,7 @@ import sys
 import numpy as np
 
 from .. import units
-from ..algorithms import REGISTRY, algorithms, get_algorithm
+from ..algorithms import REGISTRY, algorithms, bounded, get_algorithm
 from ..algorithms.registry import default_algorithm
 from ..caches import clear_caches
 from ..collectives import COLLECTIVES, get_collective
@@ -32,8 +32,8 @@ __all__ = ["register_algorithms", "register_show", "register_compare"]
 def _cmd_show(args) -> int:
     params = schedule_params(args)
     check_root_arg(args, params, args.world_size)
-    schedule = limits.build(args.collective, args.algorithm, args.world_size, params,
-                            limits.size_flags(args), checked=True)
+    schedule = bounded.build(args.collective, args.algorithm, args.world_size, params,
+                             limits.size_flags(args), checked=True)
     if args.trace:
         with open(args.trace, "w") as f:
             json.dump(to_chrome_trace(schedule), f)
@@ -100,8 +100,8 @@ def _compare_rows(collective: str, world_size: int, count: int, dtype, args) -> 
     rows = []
     for name in algorithms(collective):
         algo = get_algorithm(collective, name)
-        schedule = limits.build(collective, name, world_size, _builder_params(algo, args),
-                                limits.size_flags(args))
+        schedule = bounded.build(collective, name, world_size, _builder_params(algo, args),
+                                 limits.size_flags(args))
         sent = schedule.bytes_sent(buffer_count, dtype.itemsize)
         # Python ints: sent + received may pass int64 where each alone does not
         through = sent.astype(object) + schedule.bytes_received(buffer_count, dtype.itemsize)
@@ -119,7 +119,7 @@ def _compare_rows(collective: str, world_size: int, count: int, dtype, args) -> 
             row["error_note"] = _EXACT
         rows.append(row)
         # each schedule is needed once: the memo would hold every algorithm's at once, and the
-        # next one's memory bound (limits.build) is what is available after them
+        # next one's memory bound (bounded.build) is what is available after them
         del schedule
         clear_caches()
     return rows
