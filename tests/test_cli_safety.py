@@ -502,3 +502,18 @@ def test_the_cost_models_walks_are_bounded_by_memory(capsys, monkeypatch):
         "--nodes 256 --local 8: the cost model's walk of an algorithm's schedule builds a "
         "schedule with more than 2,796,202 transfers; at ~96 bytes each they need more than "
         "this machine's 256.00 MiB of available memory; use a smaller --nodes or --local")
+
+
+@pytest.mark.parametrize("argv,flags", [
+    (["plan", "--model", "llama3-8b"], "--seq-length, --global-batch-size or --gpus"),
+    (["simulate", "all_reduce"], "-c/--count or -N/--world-size"),
+])
+def test_out_of_memory_names_the_commands_own_size_flags(monkeypatch, capsys, argv, flags):
+    from ringccl.cli import app
+
+    def out_of_memory(args):
+        raise MemoryError("Unable to allocate 58.2 GiB")
+    monkeypatch.setattr(app, "_run", out_of_memory)
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (f"ringccl: error: not enough memory (Unable to allocate "
+                                       f"58.2 GiB); use a smaller {flags}\n")

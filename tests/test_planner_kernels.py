@@ -141,6 +141,28 @@ def test_causal_flash_with_a_partial_last_block():
         128 * 128 + 72 * 200)
 
 
+def test_causal_counts_in_closed_form_equal_the_sums_over_blocks_and_queries():
+    """The closed forms (any length, no per-block arrays) give bit for bit the sums they
+    replace: per query block (blocks (bq, bk), the queries at ``offset`` in the keys) and per
+    query (the causal pairs), over lengths not a multiple of a block and offsets past s_k."""
+    from ringccl.planner.kernels import _causal_pairs_flops
+    rng = np.random.default_rng(0)
+    for _ in range(3000):
+        bk = int(rng.choice([64, 128]))
+        bq = bk * int(rng.choice([1, 2]))
+        s_q, s_k = int(rng.integers(1, 3000)), int(rng.integers(1, 8000))
+        offset = bk * int(rng.integers(0, 40))
+        j = np.arange(-(-s_q // bq))
+        keys = np.minimum(s_k, bk * -(-(offset + bq * (j + 1)) // bk))
+        blocks = 2.0 * 256 * float(np.sum(np.minimum(bq, s_q - bq * j) * keys))
+        assert flash_attention_flops(s_q, s_k, 128, 128, True, (bq, bk), offset) == blocks
+        pairs = 2.0 * 256 * float(np.sum(np.minimum(s_k, offset + np.arange(s_q) + 1.0)))
+        assert _causal_pairs_flops(s_q, s_k, 128, 128, offset) == pairs
+    # a length no array of queries could hold (10¹² tokens): s²/2 + 64·s pairs, at once
+    assert flash_attention_flops(10**12, 10**12, 128, 128, True) == pytest.approx(
+        4 * 128 * (10**24 / 2 + 64 * 10**12), rel=1e-12)
+
+
 def test_flash_backward_is_2_5_times_the_forward_flops_at_its_efficiency():
     fwd = flash_attention_seconds(64, 4096, 4096, 128, 128, True, A100)
     bwd = flash_attention_seconds(64, 4096, 4096, 128, 128, True, A100, backward=True)

@@ -69,6 +69,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: the options that size each command's work, named when it runs out of memory (default:
+#: the count and the world size)
+_SIZE_FLAGS = {"plan": "--seq-length, --global-batch-size or --gpus",
+               "moe": "--tokens, --hidden-size, --ffn-hidden-size or --experts",
+               "train": "--hidden or --batch-size", "run": "-c/--count or -n/--nproc",
+               "bench": "-e/--maxbytes or --nproc", "replay": "--max-bytes or --nproc",
+               "calibrate": "--memory-bytes, --seq-length, --hidden-size or "
+                            "--micro-batch-size"}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ringccl`` command; returns the exit code.
 
@@ -87,7 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except MemoryError as exc:
         print(f"ringccl: error: not enough memory ({exc or 'MemoryError'}); use a smaller "
-              "--count or --world-size", file=sys.stderr)
+              f"{_SIZE_FLAGS.get(args.command, '-c/--count or -N/--world-size')}",
+              file=sys.stderr)
         return 2
     except BrokenPipeError:  # ``ringccl algorithms | head -1``: the reader has gone; say nothing
         devnull = os.open(os.devnull, os.O_WRONLY)

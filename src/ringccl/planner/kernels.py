@@ -228,10 +228,25 @@ def flash_attention_flops(s_q, s_k, head_dim_qk: int, head_dim_v: int, causal: b
         return per_pair * s_q * s_k
     bq, bk = block
     qblocks = int(-(-s_q // bq))
+    if bq % bk == 0 and offset % bk == 0:
+        # every block's last key is on a key-block edge: whole blocks of bq rows see
+        # min(s_k, offset + bq·(j + 1)) keys, a clamped arithmetic series (exact, any length)
+        whole = int(s_q // bq)
+        tail = s_q - bq * whole
+        return float(per_pair * (bq * _clamped_series(offset + bq, bq, whole, s_k)
+                                 + tail * min(s_k, offset + bq * (whole + 1))))
     rows = np.minimum(bq, s_q - bq * np.arange(qblocks))
     last_key = offset + bq * (np.arange(qblocks) + 1)     # one past the block's last query
     keys = np.minimum(s_k, bk * _ceil_div(last_key, bk))
     return float(per_pair * np.sum(rows * keys))
+
+
+def _clamped_series(first, step, count, cap) -> float:
+    """``sum(min(cap, first + step·j) for j in range(count))`` in closed form."""
+    if count <= 0:
+        return 0.0
+    below = 0 if first > cap else min(count, int((cap - first) // step) + 1)
+    return below * first + step * below * (below - 1) / 2 + (count - below) * cap
 
 
 def attention_efficiency(kind: str, seq: float, architecture: str = "hopper",
@@ -253,8 +268,8 @@ def attention_efficiency(kind: str, seq: float, architecture: str = "hopper",
 def _causal_pairs_flops(s_q, s_k, head_dim_qk: int, head_dim_v: int, offset: int) -> float:
     """Forward FLOPs of the (query, key) pairs a causal mask keeps: query i sees keys up to
     ``offset + i`` (the FLOP count of FlashAttention-3's causal figures)."""
-    i = np.arange(int(s_q), dtype=float)
-    return float(2.0 * (head_dim_qk + head_dim_v) * np.sum(np.minimum(s_k, offset + i + 1)))
+    return float(2.0 * (head_dim_qk + head_dim_v)
+                 * _clamped_series(offset + 1, 1, int(s_q), s_k))
 
 
 def flash_attention_seconds(batch_heads: int, s_q: int, s_k: int, head_dim_qk: int,
