@@ -152,6 +152,8 @@ def planner_inputs(row: dict):
     for flag, names in ROW_FLAGS.items():
         if flag in lay:
             values.update({n: bool(lay[flag]) for n in names})
+    if "bucket_bytes" in lay:       # a published bucket size (torch DDP's bucket_cap_mb)
+        values["bucket_bytes"] = lay["bucket_bytes"]
     if lay.get("distributed_optimizer") and lay["zero_stage"] == 0:
         values["zero_stage"] = 1    # Megatron's distributed optimizer shards optimizer states
     if values["framework"] in FSDP_PRESETS and values["zero_stage"] == 2:

@@ -53,7 +53,7 @@ SOURCES: dict[str, dict[str, str]] = {
 }
 
 #: architecture -> (gemm_efficiency fitted, memory_efficiency cited) (module doc)
-FITTED = {"ampere": (0.729, 0.90), "hopper": (0.588, 0.90), "blackwell": (0.588, 0.90),
+FITTED = {"ampere": (0.711, 0.90), "hopper": (0.583, 0.90), "blackwell": (0.583, 0.90),
           "source": "benchmarks/fit_planner.py on the validation rows of "
                     "benchmarks/published_runs.json (Blackwell: Hopper's, no published run)"}
 
