@@ -170,3 +170,73 @@ def test_a_model_field_a_flag_breaks_is_named_as_the_models(monkeypatch, tmp_pat
                  "--device", "cpu"]) == 2
     err = capsys.readouterr().err
     assert "--num-attention-heads=5 must be a multiple of num_key_value_heads=2 (from --model" in err
+
+
+def test_a_binary_model_file_is_refused_naming_it(tmp_path, capsys):
+    path = tmp_path / "garbage.bin"
+    path.write_bytes(bytes([0xa4, 0x8a, 0xff]) * 40)
+    assert main(["calibrate", "--model", str(path), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"ringccl: error: model={str(path)!r}: cannot read a config.json (a binary "
+                   "file, not text: byte 0xa4 at offset 0 is not UTF-8)\n")
+
+
+@pytest.mark.parametrize("extra, available, message", [
+    (["--memory-bytes", "1PiB"], 1 << 36, "--memory-bytes 1.00 PiB: the copy probe allocates "
+                                          "two buffers of it (2.00 PiB), more than 80% of the "
+                                          "64.00 GiB"),
+    # just under what is free: the two buffers would take the machine
+    (["--memory-bytes", "600MiB"], 1 << 30, "--memory-bytes 600.00 MiB: the copy probe "
+                                            "allocates two buffers of it (1.17 GiB), more than "
+                                            "80% of the 1.00 GiB of memory available"),
+    (["--seq-length", "4194304"], 1 << 30,
+     "the GEMM 'mlp in fwd' (m=4194304, n=256, k=64) needs 5.00 GiB of buffers"),
+])
+def test_buffers_beyond_the_free_memory_are_refused_before_any_timing(
+        monkeypatch, capsys, extra, available, message):
+    import ringccl.cli.calibrate as calibrate
+    monkeypatch.setattr(calibrate, "measure", lambda *a, **k: pytest.fail("timed"))
+    monkeypatch.setattr(calibrate.resources, "available_memory", lambda: available)
+    assert main(["calibrate", *SMALL, *extra]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_the_copy_is_timed_on_buffers_already_written(monkeypatch):
+    # with no warm-up, a target never written would be timed with its first-touch page faults
+    # (2.8-5.3 GB/s instead of 28-33 on a CPU): count the faults while the copy is timed
+    resource = pytest.importorskip("resource")
+    from ringccl.bench import compute
+    faults, real = [], compute._timed
+
+    def counted(fn, device, iters, warmup):
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        out = real(fn, device, iters, warmup)
+        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+        return out
+    monkeypatch.setattr(compute, "_timed", counted)
+    nbytes = 64 << 20
+    compute.copy_bandwidth(nbytes, "cpu", iters=1, warmup=0)
+    assert faults[0] < nbytes // 4096 // 20, faults   # 16384 pages of 4 KiB when untouched
+
+
+@pytest.mark.parametrize("out, message", [
+    ("", "argument --out: '' is no file name"),
+    ("/proc/x.json", "argument --out: '/proc/x.json': cannot write it"),
+])
+def test_an_output_that_cannot_be_written_is_refused_before_any_timing(monkeypatch, capsys,
+                                                                       out, message):
+    import ringccl.cli.calibrate as calibrate
+    monkeypatch.setattr(calibrate, "measure", lambda *a, **k: pytest.fail("timed"))
+    with pytest.raises(SystemExit) as info:
+        main(["calibrate", *SMALL, "--out", out])
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_checking_the_output_leaves_no_file_and_keeps_an_existing_one(tmp_path):
+    from ringccl.cli.calibrate import _out_path
+    new = tmp_path / "new.json"
+    assert _out_path(str(new)) == str(new) and not new.exists()
+    old = tmp_path / "old.json"
+    old.write_text("kept")
+    assert _out_path(str(old)) == str(old) and old.read_text() == "kept"

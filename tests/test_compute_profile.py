@@ -57,7 +57,13 @@ def test_a_whole_profile_is_read(tmp_path):
                                                       "entry of that dtype"),
     (lambda d: d["gemm"][0].update(m=0), r"gemm\[0\]\.m=0 must be an integer >= 1"),
     (lambda d: d["gemm"][1].update(efficiency=0.0), r"gemm\[1\]\.efficiency=0\.0 must be a "
-                                                    "fraction of the peak > 0"),
+                                                    r"fraction of the peak in \(0, 1\]"),
+    # a GEMM's efficiency is its rate over the best GEMM's: 50 would be 5000%
+    (lambda d: d["gemm"][0].update(efficiency=50), r"gemm\[0\]\.efficiency=50 must be a "
+                                                   r"fraction of the peak in \(0, 1\]"),
+    (lambda d: d.update(version=2), "version=2 is unknown; this ringccl reads "
+                                    "ringccl-compute-profile version 1"),
+    (lambda d: d.update(version="1"), "version='1' is unknown"),
     (lambda d: d["gemm"][1].update(seconds=None), r"gemm\[1\]\.seconds=None must be a time > 0"),
     (lambda d: d["gemm"][0].update(dtype="float16"), r"gemm\[0\]\.dtype='float16' must be a "
                                                      r"dtype of peak_flops \(float32\)"),
@@ -125,3 +131,18 @@ def test_an_nccl_tests_log_as_a_profile_says_to_fit_it_first():
     with pytest.raises(ArgumentError, match="cannot read it .*nccl-tests output, which "
                                             "`ringccl fit --json` turns into a network profile"):
         load_compute_profile(NCCL_LOG)
+
+
+def test_a_binary_file_is_refused_naming_it(tmp_path, capsys):
+    # a profile, a --config or a --model config.json that is not text: one line, no traceback
+    path = tmp_path / "garbage.bin"
+    path.write_bytes(bytes([0x8a, 0xa4, 0x91, 0xff, 0x00]) * 40)
+    with pytest.raises(ArgumentError, match=rf"compute profile '{path}': cannot read it \(a "
+                                            "binary file, not text: byte 0x8a at offset 0"):
+        load_compute_profile(path)
+    for argv in (["--model", "llama3-8b", "--gpus", "8", "--profile", str(path)],
+                 ["--model", str(path), "--gpus", "8"], ["--config", str(path)]):
+        assert main(["plan", *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("ringccl: error: ") and err.count("\n") == 1, err
+        assert str(path) in err and "a binary file, not text: byte 0x8a at offset 0" in err

@@ -197,3 +197,101 @@ def test_cli_fit_json(tmp_path, capsys):
              and p["size"] == 1 << 30)
     assert p["time_s"] == pytest.approx(30 * ALPHA + 30 / 16 * 2**30 * BETA
                                         + 15 / 16 * 2**30 * GAMMA)
+
+
+# -- hand-edited rows, α vs ε in the held-out check, the notes, flags without --predict --------
+
+@pytest.mark.parametrize("field, value, allowed", [
+    ("time_s", float("nan"), "a finite number of seconds >= 0"),
+    ("time_s", float("inf"), "a finite number of seconds >= 0"),
+    ("time_s", "0.001", "a finite number of seconds >= 0"),
+    ("time_s", -1e-3, "a finite number of seconds >= 0"),
+    ("world_size", 0, "an integer >= 1"),
+    ("world_size", "two", "an integer >= 1"),
+    ("size", -4096, "an integer number of bytes >= 0"),
+    ("params", "x", "an object of the algorithm's parameters"),
+    ("placement", 5, "in-place or out-of-place"),
+    ("collective", None, "a collective's name"),
+    ("backend", None, "a backend's name"),
+])
+def test_a_bad_field_of_a_row_is_refused_naming_file_row_field_and_value(tmp_path, capsys,
+                                                                         field, value, allowed):
+    rows = _rows("all_reduce", 2)
+    rows[2][field] = value
+    path = _write(tmp_path, rows)
+    with pytest.raises(ArgumentError) as err:
+        fitmod.load_rows([path])
+    assert str(err.value) == f"{path!r}, row 2: {field}={value!r}; expected {allowed}"
+    assert main(["fit", path]) == 2  # one line, no traceback (was LinAlgError, TypeError, ...)
+    out = capsys.readouterr().err
+    assert out.startswith("ringccl: error: ") and out.count("\n") == 1
+
+
+@pytest.mark.parametrize("field", ["size", "world_size", "time_s", "algorithm"])
+def test_a_missing_field_is_refused_naming_it(tmp_path, field):
+    rows = _rows("all_reduce", 2)
+    del rows[1][field]
+    path = _write(tmp_path, rows)
+    with pytest.raises(ArgumentError, match=rf"row 1: no '{field}' field; expected"):
+        fitmod.load_rows([path])
+
+
+def test_a_local_reduce_row_needs_its_reduced_bytes(tmp_path):
+    rows = _rows("all_reduce", 2)
+    rows[1]["reduced_bytes"] = "2048"
+    with pytest.raises(ArgumentError, match=r"row 1: reduced_bytes='2048'; expected an integer"):
+        fitmod.load_rows([_write(tmp_path, rows)])
+
+
+EPSILON = 50e-6
+
+
+def _shm_rows(algorithm, n=2):
+    """Shared-memory rows of a known α, β, γ and ε (per call), with their local-reduce rows."""
+    rows = _rows("all_reduce", n, algorithm=algorithm, calibrate=algorithm == "ring")
+    for r in rows:
+        r["transport"] = "shm"
+        if r["kind"] == "collective":
+            r["time_s"] += EPSILON + fitmod.SHM_COPIES * r["size"] * BETA
+    return rows
+
+
+def test_a_training_sweep_of_one_step_count_cannot_tell_alpha_from_epsilon():
+    # ring at 2 ranks: 2 steps at every size; direct: 1 step
+    rows = _shm_rows("ring") + _shm_rows("direct")
+    held = fitmod.held_out(rows, train="all_reduce:ring")
+    assert held.method == "none" and held.sweeps == {}  # was: α = α + ε/2, direct mispredicted
+    assert held.reason.startswith("the training sweep ring all_reduce, 2 ranks: every row takes "
+                                  "2 steps per call, so α (per step) and ε (per call) cannot be "
+                                  "told apart")
+    assert "direct all_reduce, 2 ranks" in held.reason and "--train sizes" in held.reason
+    # every sweep's even sizes: two step counts, the truth, and a check
+    sizes = fitmod.held_out(rows, train="sizes")
+    assert sizes.fit.alpha == pytest.approx(ALPHA, rel=1e-6)
+    assert sizes.fit.epsilon == pytest.approx(EPSILON, rel=1e-6)
+    assert sizes.median_error() == pytest.approx(0, abs=1e-9)
+    # the same step count in every sweep: nothing to mispredict, the check is made
+    assert fitmod.held_out(_shm_rows("ring") + _shm_rows("halving_doubling"),
+                           train="all_reduce:ring").method == "sweep"
+
+
+def test_the_epsilon_note_asks_for_what_would_pin_it():
+    f = fitmod.fit_rows(_shm_rows("ring"))  # local-reduce rows there, one step count
+    (note,) = [n for n in f.notes if n.startswith("epsilon held at 0")]
+    assert "local-reduce" not in note and "other step counts" in note
+    g = fitmod.fit_rows(_rows("all_reduce", 2, calibrate=False) + _rows("all_reduce", 4,
+                                                                        calibrate=False))
+    assert any("gamma held at 0" in n and "local-reduce" in n for n in g.notes)
+
+
+def test_cli_fit_refuses_flags_bench_rows_leave_without_effect(tmp_path, capsys):
+    path = _write(tmp_path, _rows("all_reduce", 2))
+    for argv, message in (
+            (["--sizes", "1MiB"], "--sizes has no effect without --predict"),
+            (["-N", "8", "-a", "ring"], "-N, -a have no effect without --predict"),
+            (["--program", "all_reduce_perf"], "--program all_reduce_perf: has no effect "
+             "without nccl-tests logs"),
+            (["--machine", "dgx-h100"], "--machine dgx-h100: has no effect")):
+        assert main(["fit", path, *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"ringccl: error: {message}") and err.count("\n") == 1

@@ -165,3 +165,94 @@ def test_cli_fit_prints_what_the_logs_left_out_and_no_nan(tmp_path, capsys):
     assert main(["fit", str(log), "--json"]) == 0
     (entry,) = json.loads(capsys.readouterr().out)
     assert any("#wrong != 0" in n for n in entry["notes"])
+
+
+# -- the held-out check: the fit's rows, short logs, --min-size per log; flags that do not apply
+
+def _edited(tmp_path, source, edit, name="h100_1node_all_reduce_perf.log"):
+    """``source`` with ``edit(lines, data_indices)`` applied, written to ``name``."""
+    lines = (DATA / source).read_text().splitlines(keepends=True)
+    data = [i for i, line in enumerate(lines) if line.strip()[:1].isdigit()]
+    lines = edit(lines, data) or lines
+    path = tmp_path / name
+    path.write_text("".join(lines))
+    return str(path)
+
+
+def test_a_row_of_time_zero_is_left_out_of_the_fit_and_the_check_alike(tmp_path, capsys):
+    truth = nccl_machine("dgx-h100")
+    rows = _rows(truth, "all_reduce", 8, 1, "a")
+    rows[3]["time_s"] = 0.0  # an odd-numbered size: it would be held out
+    held = held_out_network(rows)  # was a ZeroDivisionError
+    assert rows[3]["size"] not in {p[0] for p in held.logs["a"]}
+    assert len(fit_network(rows).levels["intra"].rows) == len(rows) - 1
+
+    def zero(lines, data):
+        fields = lines[data[13]].split()
+        fields[5] = fields[9] = "0.00"
+        lines[data[13]] = "  ".join(fields) + "\n"
+    log = _edited(tmp_path, "h100_1node_all_reduce.log", zero)
+    assert main(["fit", log]) == 0
+    out = capsys.readouterr().out
+    assert f"note: {log}: time 0.00 at 65536 bytes (out-of-place); 65536 bytes (in-place)" in out
+
+
+def test_a_log_of_two_sizes_is_fitted_and_the_check_says_why_it_is_not_held_out(tmp_path,
+                                                                                capsys):
+    def two(lines, data):
+        keep = {data[0], data[-1]}
+        return [line for i, line in enumerate(lines) if i not in data or i in keep]
+    log = _edited(tmp_path, "h100_1node_all_reduce.log", two)
+    held = held_out_network(load_rows([log]))  # was: refused, "holding sizes out needs 3"
+    assert held.logs == {} and "2 sizes: holding sizes out needs at least 3" in held.reason
+    assert held.fit.levels["intra"].rows
+    assert main(["fit", log, "--json"]) == 0
+    (entry,) = json.loads(capsys.readouterr().out)
+    assert "needs at least 3" in entry["held_out"]["reason"]
+    assert any(n.startswith(f"no held-out check for {log}: 2 sizes") for n in entry["notes"])
+    # the other logs keep their check
+    held = held_out_network(load_rows([log, str(DATA / "h100_1node_all_gather.log")]))
+    assert set(held.logs) == {str(DATA / "h100_1node_all_gather.log")} and not held.reason
+
+
+def test_a_log_of_one_size_is_refused_for_the_true_cause(tmp_path, capsys):
+    def one(lines, data):
+        return [line for i, line in enumerate(lines) if i not in data[:-1]]
+    log = _edited(tmp_path, "h100_1node_all_reduce.log", one)
+    assert main(["fit", log]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"ringccl: error: {log}: these 1 rows cannot separate α " \
+        "(per step) from β (per byte): every row is of one size (8.00 GiB)" in err
+    assert "all_reduce_perf -b 8 -e 8G -f 2" in err and "non-negative" not in err
+
+
+def test_per_log_medians_keep_the_sizes_min_size_keeps(capsys):
+    log = str(DATA / "h100_1node_all_reduce.log")
+    for min_size in ("64KiB", "0"):
+        assert main(["fit", log, "--json", "--min-size", min_size]) == 0
+        (entry,) = json.loads(capsys.readouterr().out)
+        held = entry["held_out"]
+        # one log: its median is the summary's, over the same sizes
+        assert held["per_log_median_abs_error"] == {log: pytest.approx(held["median_abs_error"])}
+    assert main(["fit", log]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    summary = last.split("sizes >= 64.00 KiB: ")[1].split("%")[0]
+    assert last.endswith(f"per log: h100_1node_all_reduce.log {summary}%")
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--train", "foo", "--predict"], "--train, --predict have no effect on nccl-tests logs"),
+    (["--residuals"], "--residuals has no effect on nccl-tests logs"),
+    (["-N", "8"], "-N has no effect on nccl-tests logs"),
+])
+def test_flags_for_bench_rows_are_refused_on_nccl_tests_logs(capsys, flags, named):
+    assert main(["fit", str(DATA / "h100_1node_all_reduce.log"), *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"ringccl: error: {named}") and err.count("\n") == 1
+
+
+def test_cli_refuses_a_program_the_log_contradicts(capsys):
+    log = str(DATA / "h100_1node_all_reduce.log")
+    assert main(["fit", log, "--program", "alltoall_perf"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "all_reduce_perf" in err and "alltoall_perf" in err

@@ -124,7 +124,8 @@ def test_bad_input_is_named():
 def test_the_fit_loader_reads_logs_and_json_together(tmp_path):
     import json
     bench = tmp_path / "bench.json"
-    bench.write_text(json.dumps({"rows": [{"collective": "all_reduce", "time_s": 1.0}]}))
+    bench.write_text(json.dumps({"rows": [{"collective": "all_reduce", "algorithm": "ring",
+                                           "world_size": 2, "size": 1024, "time_s": 1.0}]}))
     rows = load_rows([bench, DATA / "h100_2node_sendrecv.log"])
     assert len(rows) == 1 + 62 and rows[1]["collective"] == "send_recv"
     other = tmp_path / "notes.txt"
@@ -257,3 +258,109 @@ def test_the_notes_travel_with_the_rows_through_the_fit_loader(tmp_path):
     rows = load_rows([path])
     assert rows and all(len(r["log_notes"]) == 1 for r in rows)
     assert "all_gather_perf_1node.txt, line" in rows[0]["log_notes"][0]
+
+
+# -- time 0.00, several runs in one file, a contradicting program, a one-group header ----------
+
+def test_rows_of_time_zero_are_left_out_with_a_note_naming_size_and_line():
+    lines = _lines()
+    i = _data_index(lines, 131072)
+    fields = lines[i].split()
+    # both placements, as nccl-tests prints them: "%7.2f" of no time, the bandwidths over it
+    fields[5:8] = fields[9:12] = ["0.00", "inf", "inf"]
+    lines[i] = "  ".join(fields)
+    log = parse_nccl_tests("\n".join(lines) + "\n", "x.log")
+    assert 131072 not in {r["size"] for r in log.rows} and len(log.rows) == 48 - 2
+    assert all(r["time_s"] > 0 for r in log.rows)
+    (note,) = log.notes
+    assert note.startswith(f"x.log: time 0.00 at 131072 bytes (out-of-place); 131072 bytes "
+                           f"(in-place) (line {i + 1}): those rows are left out")
+    j = _data_index(lines, 262144)
+    fields = lines[j].split()
+    fields[9:12] = ["nan", "nan", "nan"]
+    lines[j] = "  ".join(fields)
+    (note,) = parse_nccl_tests("\n".join(lines) + "\n", "x.log").notes
+    assert note.startswith(f"x.log: time 0.00, inf or nan at 131072 bytes (out-of-place); "
+                           f"131072, 262144 bytes (in-place) (lines {i + 1}, {j + 1}): ")
+    # nothing measured at all: refused, not an empty fit
+    zero = [" ".join(line.split()[:5] + ["0.00"] + line.split()[6:9] + ["0.00"]
+                     + line.split()[10:]) if line.split()[:1] and line.split()[0].isdigit()
+            else line for line in _lines()]
+    with pytest.raises(ArgumentError, match="every data line has time 0.00"):
+        parse_nccl_tests("\n".join(zero) + "\n", "x.log")
+
+
+def _concatenated(tmp_path):
+    """all_reduce_perf, then all_gather_perf, printed into one file by a shell loop."""
+    ar = (DATA / "h100_1node_all_reduce.log").read_text()
+    ag = (DATA / "h100_1node_all_gather.log").read_text()
+    path = tmp_path / "runs.log"
+    path.write_text(ar + ag)
+    return path, len(ar.splitlines())
+
+
+def test_runs_printed_into_one_file_are_read_each_as_its_own_log(tmp_path):
+    path, first = _concatenated(tmp_path)
+    rows = load_rows([path])
+    by_file = {}
+    for r in rows:
+        by_file.setdefault(r["file"], set()).add(r["collective"])
+    assert by_file == {f"{path} (run 1 of 2)": {"all_reduce"},
+                       f"{path} (run 2 of 2)": {"all_gather"}}
+    assert len(rows) == 2 * 31 + 2 * 24
+    # read as one run, it is refused at the line where the second starts
+    with pytest.raises(ArgumentError, match=rf"runs\.log, line {first + 1}: a second "
+                                            "nccl-tests run starts here"):
+        read_nccl_tests(path)
+    # a message about the second run gives the file's line number
+    lines = path.read_text().splitlines()
+    i = next(k for k in range(first, len(lines)) if lines[k].split()[:1] == ["1048576"])
+    fields = lines[i].split()
+    fields[5] = "garbage"
+    lines[i] = "  ".join(fields)
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ArgumentError, match=rf"\(run 2 of 2\), line {i + 1}: '1048576"):
+        load_rows([path])
+
+
+def test_a_second_header_without_a_run_before_it_is_refused(tmp_path):
+    lines = _lines()
+    h = next(i for i, line in enumerate(lines) if "#wrong" in line)
+    path = tmp_path / "all_gather_perf.log"
+    path.write_text("\n".join(lines + lines[h:]) + "\n")
+    with pytest.raises(ArgumentError, match=rf"line {len(lines) + 1}: a second nccl-tests "
+                                            "column header with no run's preamble"):
+        load_rows([path])
+
+
+def test_a_program_that_contradicts_the_log_is_refused_naming_both():
+    text = (DATA / "h100_1node_all_reduce.log").read_text()
+    with pytest.raises(ArgumentError, match=r"x\.log, line 2: the log names its program, "
+                                            r"all_reduce_perf .*program='alltoall_perf' "
+                                            r"\(fit --program\) names alltoall_perf"):
+        parse_nccl_tests(text, "x.log", collective="alltoall_perf")
+    assert parse_nccl_tests(text, "x.log", collective="all_reduce_perf").collective == \
+        "all_reduce"
+    # a file name that names the program contradicts it too
+    ag = _strip_names((DATA / "h100_1node_all_gather.log").read_text())
+    with pytest.raises(ArgumentError, match="names all_gather_perf, and program='alltoall_perf'"):
+        parse_nccl_tests(ag, "all_gather_perf.log", collective="alltoall_perf")
+    # a name ringccl does not read in the text: --program stands for the log (as documented)
+    assert parse_nccl_tests("# hypercube_perf was here\n" + ag, "x.log",
+                            collective="all_gather_perf").collective == "all_gather"
+
+
+def test_a_one_group_header_takes_its_placement_from_its_label():
+    lines = _lines()
+    h = next(i for i, line in enumerate(lines) if "#wrong" in line)
+    one = [line for line in lines]
+    one[h - 1] = "#" + " " * 60 + "out-of-place"
+    one[h] = "  ".join(lines[h].split()[:10])
+    for i in range(h + 2, len(one)):
+        if one[i].split()[:1] and one[i].split()[0].isdigit():
+            one[i] = "  ".join(one[i].split()[:9])
+    log = parse_nccl_tests("\n".join(one) + "\n", "x.log")
+    assert {r["placement"] for r in log.rows} == {"out-of-place"} and len(log.rows) == 24
+    one[h - 1] = "#" + " " * 60 + "in-place"
+    assert {r["placement"] for r in parse_nccl_tests("\n".join(one) + "\n").rows} == {
+        "in-place"}

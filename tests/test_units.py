@@ -20,7 +20,8 @@ def test_count_rejects(text):
 
 @pytest.mark.parametrize("text,value", [("4MiB", 4 * 2**20), ("4MB", 4 * 10**6), ("4096", 4096),
                                         ("4KiB", 4096), ("100MB", 10**8), ("1GiB", 2**30),
-                                        ("8bit", 1), ("64Kbit", 8000), ("2 MiB", 2 * 2**20)])
+                                        ("8bit", 1), ("64Kbit", 8000), ("2 MiB", 2 * 2**20),
+                                        ("7EiB", 7 * 2**60), ("9EB", 9 * 10**18)])
 def test_size(text, value):
     assert units.size(text) == value
 
@@ -64,7 +65,8 @@ def test_count_is_exact(text, value):
     assert units.count(text) == value and type(units.count(text)) is int
 
 
-@pytest.mark.parametrize("text", ["1e30", "9223372036854775808", "1e999999999", "9.3e18"])
+@pytest.mark.parametrize("text", ["1e30", "9223372036854775808", "1e999999999", "9.3e18",
+                                  "8Ei", "16E"])
 def test_count_and_size_beyond_int64_are_refused(text):
     with pytest.raises(ArgumentError, match=r"is too large: at most 9223372036854775807"):
         units.count(text)

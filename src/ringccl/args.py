@@ -24,7 +24,7 @@ import numpy as np
 from .errors import ArgumentError, ArgumentTypeError
 
 __all__ = ["check_int", "check_rank", "lookup", "output_problem", "check_output_path",
-           "HTML_SUFFIXES", "IMAGE_SUFFIXES"]
+           "not_text", "HTML_SUFFIXES", "IMAGE_SUFFIXES"]
 
 #: suffixes of a page a browser opens
 HTML_SUFFIXES = (".html", ".htm")
@@ -116,3 +116,9 @@ def check_output_path(path, argument: str, suffixes: Sequence[str] = (),
     if problem:
         raise ArgumentError(f"{argument}={path!r}{problem}")
     return path
+
+
+def not_text(exc: UnicodeDecodeError) -> str:
+    """Why a file read as text is none: its first byte that is not UTF-8."""
+    return (f"a binary file, not text: byte {exc.object[exc.start]:#04x} at offset {exc.start} "
+            "is not UTF-8")

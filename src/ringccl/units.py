@@ -27,8 +27,9 @@ from .errors import ArgumentError
 __all__ = ["MAX_INT", "plural", "count", "size", "duration", "bandwidth", "format_count",
            "format_size", "format_duration", "format_bandwidth"]
 
-_DECIMAL = {"": 1, "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15}
-_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
+_DECIMAL = {"": 1, "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15,
+            "E": 10**18}
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _NUMBER = r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*"
 
 #: the largest count or size the parsers return: numpy's int64 (a larger one indexes no array)
@@ -78,7 +79,7 @@ def count(text: str | int) -> int:
         if text < 0:
             raise ArgumentError(f"count {text} must be >= 0")
         return int(text)
-    m = re.fullmatch(_NUMBER + r"([kKMGTP]i?)?\s*", str(text))
+    m = re.fullmatch(_NUMBER + r"([kKMGTPE]i?)?\s*", str(text))
     if not m:
         raise ArgumentError(f"count {text!r} is not a count; examples: 1000, 1M (10^6), "
                             "1Mi (2^20), 16Mi")
@@ -98,7 +99,7 @@ def size(text: str | int | float) -> int:
             raise ArgumentError(f"size {text!r} must be a whole number >= 0")
         return _whole(repr(text), Fraction(1), str(text), "size")
     s = str(text)
-    m = re.fullmatch(_NUMBER + r"([kKMGTP]i?)?\s*(B|bits?|b)?\s*", s)
+    m = re.fullmatch(_NUMBER + r"([kKMGTPE]i?)?\s*(B|bits?|b)?\s*", s)
     if not m:
         raise ArgumentError(f"size {s!r} is not a size; examples: 4096, 4KiB, 4MiB, 100MB, 1GiB")
     unit = m.group(3) or "B"

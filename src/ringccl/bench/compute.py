@@ -213,7 +213,9 @@ def copy_bandwidth(nbytes: int, device: str, iters: int = 10, warmup: int = 3) -
     import torch
     nbytes = check_int(nbytes, "memory bytes", minimum=1024)
     src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).fill_(1.0)
-    dst = torch.empty_like(src)
+    # written before timing, whatever the warm-up: a target never touched would time its
+    # first-touch page faults with the copy (a tenth of the bandwidth on a CPU)
+    dst = torch.empty_like(src).fill_(0.0)
     t = _timed(lambda: dst.copy_(src), device, iters, warmup)
     moved = 2 * src.numel() * 4
     return {"bytes": src.numel() * 4, "moved": moved, "time_s": t["time_s"],

@@ -4,13 +4,15 @@ where there is one, the CPU otherwise) and write the compute profile a planner r
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 from pathlib import Path
 
-from .. import units
+from .. import resources, units
 from ..bench.compute import DEFAULT_SHAPES, DTYPES, layer_attention, layer_gemms, measure, \
     resolve_device
-from ..costmodel.compute_profile import make_compute_profile
+from ..costmodel.compute_profile import DTYPE_BYTES, make_compute_profile
 from ..errors import ArgumentError
 from ..planner import resolve_model
 from .common import (emit_json, name_list, nonnegative_int, output_path, positive_int, progress,
@@ -21,6 +23,73 @@ __all__ = ["register"]
 _LAYER_FIELDS = ("hidden_size", "intermediate_size", "num_attention_heads", "seq_length")
 #: the smallest copy :func:`ringccl.bench.compute.copy_bandwidth` times
 _MIN_COPY = 1024
+#: the share of the memory available now that calibrate's largest buffers may take: the rest
+#: is torch's, the interpreter's and the machine's other work's
+_MEMORY_SHARE = 0.8
+
+
+def _out_path(text: str) -> str:
+    """``--out`` (argparse type): a file this process can create or overwrite, checked when
+    the option is read, before any timing (:func:`.common.output_path`, then opened for
+    writing, so that /proc or a read-only file is refused too; a file the check created is
+    removed)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is no file name: give the JSON file to "
+                                         "write, or leave --out out")
+    path = output_path()(text)
+    existed = os.path.lexists(path)
+    try:  # O_APPEND: an existing file is left as it is; O_NONBLOCK: a FIFO does not block
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK))
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: cannot write it ({exc.strerror})") \
+            from None
+    if not existed:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    return path
+
+
+def _free_memory(device: str) -> tuple[int | None, str]:
+    """(bytes free for new buffers on ``device``, what they are): the GPU's free memory on
+    CUDA, else :func:`ringccl.resources.available_memory` (None where it cannot be read)."""
+    if device == "cuda":
+        import torch
+        return int(torch.cuda.mem_get_info()[0]), "free on the GPU"
+    return resources.available_memory(), "of memory available on this machine"
+
+
+def _check_memory(args, device: str, gemms, attention, dtypes) -> None:
+    """Refuse, before any timing, buffers calibrate would allocate beyond
+    :data:`_MEMORY_SHARE` of the memory free now: the copy probe's two --memory-bytes buffers,
+    the largest GEMM's operands and product, the largest attention's q, k, v and output.
+
+    Raises:
+        ArgumentError: naming --memory-bytes, or the shape and the options that size it, the
+            bytes needed and the bytes available.
+    """
+    have, where = _free_memory(device)
+    if have is None:
+        return
+    limit = int(have * _MEMORY_SHARE)
+    avail = (f"more than {_MEMORY_SHARE:.0%} of the {units.format_size(have)} {where} now")
+    copy = 2 * (args.memory_bytes // 4 * 4)
+    if copy > limit:
+        raise ArgumentError(f"--memory-bytes {units.format_size(args.memory_bytes)}: the copy "
+                            f"probe allocates two buffers of it ({units.format_size(copy)}), "
+                            f"{avail}; give at most {units.format_size(limit // 2)} (default "
+                            "256MiB)")
+    size = max(DTYPE_BYTES.get(d, 4) for d in dtypes)
+    shapes = [(f"GEMM {name!r} (m={m}, n={n}, k={k})", size * (m * k + k * n + m * n))
+              for name, m, n, k in gemms]
+    shapes += [(f"attention {name!r} (batch={b}, heads={h}, seq={s}, head_dim={d})",
+                4 * size * b * h * s * d) for name, b, h, s, d, _ in attention]
+    what, need = max(shapes, key=lambda item: item[1])
+    if need > limit:
+        raise ArgumentError(f"the {what} needs {units.format_size(need)} of buffers, {avail}; "
+                            "time smaller shapes (a lower --seq-length or --micro-batch-size, "
+                            "a larger --tp, smaller layer options)")
 
 
 def _check_heads(fields: dict, given: dict, model) -> None:
@@ -96,6 +165,7 @@ def _cmd(args) -> int:
         raise ArgumentError(f"--memory-bytes {args.memory_bytes} is too small: the copy "
                             f"bandwidth probe needs >= {_MIN_COPY} bytes (e.g. 256MiB)")
     gemms, attention, source = _shapes(args, device)
+    _check_memory(args, device, gemms, attention, dtypes)
     total = (len(gemms) + len(attention)) * len(dtypes) + 1
     bar, advance = progress(total, f"calibrating on {device}")
     with bar:
@@ -165,6 +235,6 @@ def register(sub) -> None:
     p.add_argument("--warmup", type=nonnegative_int, default=3, help="untimed calls first")
     p.add_argument("--memory-bytes", type=size_arg, default=units.size("256MiB"),
                    help="buffer of the copy bandwidth probe (default 256MiB)")
-    p.add_argument("--out", metavar="JSON", type=output_path(), help="write the profile here")
+    p.add_argument("--out", metavar="JSON", type=_out_path, help="write the profile here")
     p.add_argument("--json", action="store_true", help="print the profile")
     p.set_defaults(func=_cmd)

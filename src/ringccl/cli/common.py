@@ -35,7 +35,7 @@ __all__ = ["table", "TABLE_FORMATS", "stderr_console", "add_format_option", "add
            "nonnegative_int", "seconds_arg", "widths_arg", "size_arg", "count_arg", "size_list",
            "int_list", "name_list", "checked", "nonnegative", "link_arg", "output_path",
            "HTML_SUFFIXES", "IMAGE_SUFFIXES", "add_flat_link_args", "add_node_link_args",
-           "Parser", "Given", "refuse_unused"]
+           "Parser", "Given", "GivenFlag", "refuse_unused"]
 
 
 # -- output ---------------------------------------------------------------------------------------
@@ -535,6 +535,16 @@ class Given(argparse.Action):
         setattr(namespace, self.dest, values)
         namespace.given = {**(getattr(namespace, "given", None) or {}),
                            self.dest: option_string}
+
+
+class GivenFlag(Given):
+    """``store_true`` that, like :class:`Given`, remembers the flag was given."""
+
+    def __init__(self, option_strings, dest, default=False, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=default, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        super().__call__(parser, namespace, True, option_string)
 
 
 def refuse_unused(args, dests, why: str) -> None:

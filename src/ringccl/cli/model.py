@@ -22,8 +22,8 @@ from ..errors import ArgumentError
 from ..ops import SUPPORTED_DTYPES
 from ..views.plot import model_chart
 from .network import add_machine_option, nccl_fit_report, print_nccl_fit
-from .common import (IMAGE_SUFFIXES, Given, add_flat_link_args, add_node_link_args, emit_json,
-                     int_list, name_list, nonnegative, output_path, positive_int,
+from .common import (IMAGE_SUFFIXES, Given, GivenFlag, add_flat_link_args, add_node_link_args,
+                     emit_json, int_list, name_list, nonnegative, output_path, positive_int,
                      refuse_unused, size_arg, size_list, status, table)
 
 __all__ = ["register_model", "register_tune", "register_fit"]
@@ -396,15 +396,38 @@ def _predictions(fit, args, data_rows) -> list[dict]:
     return out
 
 
+#: ``fit`` flags for ``ringccl bench --json`` rows only, and those only --predict uses
+_BENCH_FLAGS = ("train", "residuals", "predict", "sizes", "world_size", "collective", "algorithm")
+_PREDICT_FLAGS = ("sizes", "world_size", "collective", "algorithm")
+
+
+def _refuse_unused_fit_flags(args, nccl: bool, bench: bool) -> None:
+    """Refuse the flags these files leave without effect (naming them), before any fit."""
+    if not bench:
+        refuse_unused(args, _BENCH_FLAGS, "on nccl-tests logs (they fit NCCL's own model per "
+                      "link level; those flags are for `ringccl bench --json` rows)")
+    elif not args.predict:
+        refuse_unused(args, _PREDICT_FLAGS, "without --predict")
+    if not nccl:
+        flags = [f"{flag} {value}" for flag, value in (
+            ("--program", args.program), ("--machine", args.machine),
+            ("--nics-per-node", args.nics_per_node)) if value is not None]
+        if flags:
+            raise ArgumentError(f"{', '.join(flags)}: {'has' if len(flags) == 1 else 'have'} "
+                                "no effect without nccl-tests logs (these files hold `ringccl "
+                                "bench --json` rows only)")
+    if args.plot and not nccl:
+        raise ArgumentError(f"--plot {args.plot!r}: fit draws the fit of nccl-tests logs, and "
+                            "these rows have none (for a chart of the model: ringccl model "
+                            "--plot)")
+
+
 def _cmd_fit(args) -> int:
     rows = load_rows(args.files, args.program)
     placement = None if args.placement == "any" else args.placement
     report = []
     nccl = nccl_tests_rows(rows)
-    if args.plot and not nccl:
-        raise ArgumentError(f"--plot {args.plot!r}: fit draws the fit of nccl-tests logs, and "
-                            "these rows have none (for a chart of the model: ringccl model "
-                            "--plot)")
+    _refuse_unused_fit_flags(args, bool(nccl), len(nccl) < len(rows))
     if nccl:  # nccl-tests logs: NCCL's own model, fitted per link level (first: the profile)
         entry = nccl_fit_report(nccl, args)
         if args.json:
@@ -503,29 +526,31 @@ def register_fit(sub) -> None:
                    "nccl-tests output")
     p.add_argument("--program", help="the nccl-tests program of logs that do not name it (no "
                    "'Collective test starting' line or *_perf in the text or file name), e.g. "
-                   "alltoall_perf")
+                   "alltoall_perf; refused for a log that names another")
     add_machine_option(p)
     p.add_argument("--plot", metavar="PNG", type=output_path(IMAGE_SUFFIXES, "an image"),
                    help="nccl-tests logs: draw measured and fitted "
                    "busbw per log")
-    p.add_argument("--train", help="sweep to fit the held-out check on: collective:algorithm"
-                   "[:world_size] (default: the sweep with the most rows), or 'sizes': every "
-                   "sweep's even sizes, predicting the odd ones")
+    p.add_argument("--train", action=Given, help="bench rows: the sweep to fit the held-out "
+                   "check on, collective:algorithm[:world_size] (default: the sweep with the most "
+                   "rows), or 'sizes': every sweep's even sizes, predicting the odd ones")
     p.add_argument("--placement", choices=["in-place", "out-of-place", "any"],
                    default="in-place", help="rows to use (default in-place)")
     p.add_argument("--min-size", type=size_arg, default=units.size("64KiB"),
                    help="held-out summary over sizes >= this (default 64KiB)")
-    p.add_argument("--residuals", action="store_true", help="print every row's residual")
-    p.add_argument("--predict", action="store_true",
-                   help="print predicted times for --sizes × --world-size × algorithms")
-    p.add_argument("--sizes", type=_predict_sizes,
+    p.add_argument("--residuals", action=GivenFlag,
+                   help="bench rows: print every row's residual")
+    p.add_argument("--predict", action=GivenFlag, help="bench rows: print predicted times "
+                   "for --sizes × --world-size × algorithms")
+    p.add_argument("--sizes", type=_predict_sizes, action=Given,
                    default=[units.size(x) for x in ("64KiB", "1MiB", "16MiB", "256MiB", "1GiB")],
                    help="sizes to predict, > 0: a list or a range as for model --size (default "
                    "64KiB,1MiB,16MiB,256MiB,1GiB)")
-    p.add_argument("--world-size", "-N", type=int_list, default=[2, 8, 64, 1024],
+    p.add_argument("--world-size", "-N", type=int_list, default=[2, 8, 64, 1024], action=Given,
                    help="world sizes to predict, integers >= 1 (default 2,8,64,1024)")
-    p.add_argument("--collective", help="collectives to predict (default: those measured)")
-    p.add_argument("--algorithm", "-a", help="algorithms to predict (default: all with a "
-                   "closed form)")
+    p.add_argument("--collective", action=Given,
+                   help="collectives to predict (default: those measured)")
+    p.add_argument("--algorithm", "-a", action=Given,
+                   help="algorithms to predict (default: all with a closed form)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_fit)

@@ -4,6 +4,8 @@ held-out check, the profile)."""
 
 from __future__ import annotations
 
+import argparse
+
 import numpy as np
 
 from .. import units
@@ -12,16 +14,16 @@ from ..costmodel.nccl import (ALGORITHMS, COLLECTIVES, NCCL_MACHINES, PROTOCOLS,
                               machine_for_device, nccl_machine, price)
 from ..costmodel.nccl_fit import (fit_network, held_out_network, load_network_profile,
                                   predict_row)
-from ..errors import ArgumentError
+from ..errors import ArgumentError, RingcclError
 from ..views.plot import fit_chart
-from .common import emit_json, name_list, positive_int, size_list, status, table
+from .common import Given, emit_json, name_list, positive_int, refuse_unused, status, table
 
 __all__ = ["register_nccl", "nccl_fit_report", "print_nccl_fit", "add_machine_option"]
 
 
 def add_machine_option(p) -> None:
     """--machine / --nics-per-node: what NCCL's tuning needs that a log does not show."""
-    p.add_argument("--machine", choices=sorted(NCCL_MACHINES),
+    p.add_argument("--machine", choices=sorted(NCCL_MACHINES), action=Given,
                    help="NCCL machine preset (GPU generation, NVLink, NICs, NVLS); default: "
                    "the one the logs' device names (H100 -> dgx-h100, A100 -> dgx-a100, ...)")
     p.add_argument("--nics-per-node", type=positive_int,
@@ -34,6 +36,9 @@ def _machine(args, rows=None):
     --nics-per-node."""
     nics = args.nics_per_node
     if getattr(args, "profile", None):
+        # the profile is a whole machine, its preset among its fields: one or the other
+        refuse_unused(args, ["machine"], f"with --profile {args.profile} (the profile's "
+                      "machine replaces the preset; give one of the two)")
         m = load_network_profile(args.profile)
         return m.replace(nics_per_node=nics) if nics else m
     name = args.machine
@@ -48,7 +53,54 @@ def _machine(args, rows=None):
     return None if name is None else nccl_machine(name, nics_per_node=nics)
 
 
+#: collectives NCCL runs as sends and receives (NCCL_ALGO does not choose for them)
+_P2P = ("all_to_all", "send_recv", "scatter", "gather")
+
+
+def _bytes(text: str) -> int:
+    """One size of ``--size``: whole bytes > 0 (:func:`ringccl.units.size`)."""
+    if text.startswith("-"):
+        raise ArgumentError(f"size {text!r} is negative: must be > 0 bytes (e.g. 8B, 4KiB)")
+    value = units.size(text)
+    if value <= 0:
+        raise ArgumentError(f"size {text!r} must be > 0 bytes (e.g. 8B, 4KiB, 1GiB)")
+    return value
+
+
+def nccl_sizes(text: str) -> list[int]:
+    """``--size`` of ``ringccl nccl`` (argparse type): whole bytes > 0, a comma list
+    (``1MiB,1GiB``) or nccl-tests' range LOW:HIGH[:FACTOR] (``-b``, ``-e``, ``-f``: LOW times
+    FACTOR^k up to HIGH; FACTOR an integer >= 2, default 2, so at most 64 sizes)."""
+    try:
+        if ":" not in text:
+            out = [_bytes(s.strip()) for s in text.split(",") if s.strip()]
+            if not out:
+                raise ArgumentError(f"sizes {text!r}: give one or more sizes (e.g. 1MiB,1GiB)")
+            return out
+        parts = text.split(":")
+        if len(parts) not in (2, 3):
+            raise ArgumentError(f"size range {text!r} must be LOW:HIGH or LOW:HIGH:FACTOR")
+        lo, hi = _bytes(parts[0].strip()), _bytes(parts[1].strip())
+        try:
+            factor = int(parts[2]) if len(parts) == 3 else 2
+        except ValueError:
+            factor = None
+        if factor is None or factor < 2:
+            raise ArgumentError(f"size range {text!r}: FACTOR {parts[2]!r} must be an integer "
+                                ">= 2 (nccl-tests' -f)")
+        if hi < lo:
+            raise ArgumentError(f"size range {text!r} needs LOW <= HIGH")
+        out = [lo]
+        while out[-1] * factor <= hi:
+            out.append(out[-1] * factor)
+        return out
+    except RingcclError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _bus_factor(row: dict) -> float:
+    """busbw / algbw of a row, as nccl-tests: ringccl's collectives' own factor
+    (scatter, gather: (n-1)/n), 1 for sendrecv."""
     if row["collective"] == "send_recv":
         return 1.0
     return _CONTRACTS[row["collective"]].bus_factor(row["world_size"])
@@ -67,15 +119,18 @@ def nccl_fit_report(rows: list[dict], args) -> dict:
     for name, points in held.logs.items():
         logs[name] = [dict(zip(("size", "measured_s", "predicted_s", "relative_error",
                                 "choice"), p)) for p in points]
-    per_log = {k: float(np.median(np.abs([p["relative_error"] for p in v]))) if v else None
-               for k, v in logs.items()}
+    # what the logs' reading left out and why (ringccl.bench.nccl_tests), and which logs have
+    # too few sizes to hold any out
+    notes = list(dict.fromkeys(n for r in rows for n in r.get("log_notes", ())))
+    notes += [f"no held-out check for {name}: {why}" for name, why in held.skipped.items()]
     return {"backend": "nccl", "source": "nccl-tests", "fit": main.fit.to_json(),
-            "levels": profile["levels"], "profile": profile,
-            # what the logs' reading left out and why (ringccl.bench.nccl_tests)
-            "notes": list(dict.fromkeys(n for r in rows for n in r.get("log_notes", ()))),
+            "levels": profile["levels"], "profile": profile, "notes": notes,
             "held_out": {"method": "every log's even-numbered sizes fit, odd-numbered predicted",
                          "median_abs_error": held.median_error(args.min_size),
-                         "min_size": args.min_size, "per_log_median_abs_error": per_log,
+                         "min_size": args.min_size,
+                         # over the sizes --min-size keeps, as the median above
+                         "per_log_median_abs_error": held.per_log_median(args.min_size),
+                         "reason": held.reason or None, "not_held_out": dict(held.skipped),
                          "logs": logs},
             "_net": net, "_held": held, "_rows": rows, "_placement": placement}
 
@@ -104,14 +159,16 @@ def print_nccl_fit(report: dict, args) -> None:
               [[units.format_size(s), f"{t * 1e6:.1f}", f"{p * 1e6:.1f}", f"{e * 100:+.1f}%", c]
                for s, t, p, e, c in points])
     med = report["held_out"]["median_abs_error"]
-    # no held-out size that large: say so rather than print nan%
-    value = (f"{100 * med:.1f}%" if np.isfinite(med) else "n/a (no held-out row is that "
-             "large; lower --min-size)")
+    if not held.logs:   # every log too short to hold sizes out: the notes above say which
+        value = "n/a (no log has 3 sizes or more)"
+    else:   # no held-out size that large: say so rather than print nan%
+        value = (f"{100 * med:.1f}%" if np.isfinite(med) else
+                 "n/a (no held-out row is that large; lower --min-size)")
+    per_log = ", ".join(f"{k.split('/')[-1]} {100 * v:.1f}%" for k, v in
+                        report["held_out"]["per_log_median_abs_error"].items() if v is not None)
     print(f"held-out median |error| for sizes >= {units.format_size(args.min_size)}: "
-          f"{value} (fit on every log's even-numbered sizes, predict the others); per "
-          "log: " + ", ".join(f"{k.split('/')[-1]} {100 * v:.1f}%" for k, v in
-                               report["held_out"]["per_log_median_abs_error"].items()
-                               if v is not None) + "\n")
+          f"{value} (fit on every log's even-numbered sizes, predict the others)"
+          + (f"; per log: {per_log}" if per_log else "") + "\n")
     if getattr(args, "plot", None):
         _plot_fit(report, args.plot)
         print(f"chart written to {args.plot}")
@@ -144,13 +201,16 @@ def _cmd_nccl(args) -> int:
         raise ArgumentError(f"--ranks-per-node {args.ranks_per_node} x --nodes {args.nodes} = 1 "
                             "rank: a collective over one rank moves nothing to price; give at "
                             "least 2 ranks")
+    if args.collective in _P2P:
+        refuse_unused(args, ["algorithm"], f"on {args.collective}: NCCL_ALGO does not apply to "
+                      f"point-to-point collectives ({', '.join(_P2P)}), which NCCL runs as "
+                      "sends and receives (--protocol does)")
     m = _machine(args)
     rows = []
     for size in args.size:
         c = price(args.collective, size, args.ranks_per_node, args.nodes, m, rails=args.rails,
                   algorithms=args.algorithm, protocols=args.protocol)
-        factor = (1.0 if args.collective in ("send_recv", "scatter", "gather")
-                  else _CONTRACTS[args.collective].bus_factor(c.world_size))
+        factor = _bus_factor({"collective": args.collective, "world_size": c.world_size})
         rows.append({"size": size, "seconds": c.seconds, "algorithm": c.algorithm,
                      "protocol": c.protocol, "latency_s": c.latency_s,
                      "bandwidth_s": c.bandwidth_s, "algbw": c.algbw,
@@ -184,8 +244,9 @@ def register_nccl(sub) -> None:
         "(NCCL 2.27 src/graph/tuning.cc) picks them on a placement: ranks per node x nodes, "
         "NICs per node; bytes on each link level; why.")
     p.add_argument("collective", choices=list(COLLECTIVES))
-    p.add_argument("--size", "-s", type=size_list, default=size_list("8B:8GiB:8"),
-                   help="nccl-tests' size: 1MiB,1GiB or a range 8B:8GiB:8 (default)")
+    p.add_argument("--size", "-s", type=nccl_sizes, default=nccl_sizes("8B:8GiB:8"),
+                   help="nccl-tests' size in whole bytes: 1MiB,1GiB or a range LOW:HIGH:FACTOR "
+                   "(as -b, -e, -f: an integer factor >= 2), 8B:8GiB:8 (default)")
     p.add_argument("--ranks-per-node", type=positive_int, default=8)
     p.add_argument("--nodes", type=positive_int, default=1)
     p.add_argument("--rails", type=positive_int,
@@ -193,10 +254,13 @@ def register_nccl(sub) -> None:
     add_machine_option(p)
     p.add_argument("--profile", help="a network profile (`ringccl fit --json` on nccl-tests "
                    "logs) instead of --machine")
-    p.add_argument("--algorithm", "-a", type=name_list,
-                   help=f"as NCCL_ALGO: the algorithms allowed ({', '.join(ALGORITHMS)})")
+    p.add_argument("--algorithm", "-a", type=name_list, action=Given,
+                   help=f"as NCCL_ALGO: the algorithms allowed ({', '.join(ALGORITHMS)}; "
+                   "NCCL's NVLSTree, CollnetDirect spellings too), or ^ring,tree: all but "
+                   "those; not on point-to-point collectives")
     p.add_argument("--protocol", type=name_list,
-                   help=f"as NCCL_PROTO: the protocols allowed ({', '.join(PROTOCOLS)})")
+                   help=f"as NCCL_PROTO: the protocols allowed ({', '.join(PROTOCOLS)}), or "
+                   "^LL: all but those")
     p.add_argument("--explain", action="store_true", help="say why, for every size")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_nccl)

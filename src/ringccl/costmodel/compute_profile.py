@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..bench.nccl_tests import looks_like_nccl_tests
+from ..args import not_text
 from ..errors import ArgumentError
 
 __all__ = ["PROFILE_FORMAT", "ComputeProfile", "make_compute_profile", "load_compute_profile",
@@ -157,12 +158,18 @@ def check_compute_profile(data: dict, where: str = "compute profile") -> None:
     when it is read, not midway through pricing.
 
     Raises:
-        ArgumentError: a field missing or of the wrong kind; ``peak_flops`` empty or not > 0;
-            ``gemm`` empty, an entry with a dimension < 1, a time, FLOP count or efficiency
-            not > 0, or a dtype ``peak_flops`` lacks; a dtype of ``peak_flops`` no GEMM timed;
+        ArgumentError: a version other than 1 (absent reads as 1); a field missing or of the
+            wrong kind; ``peak_flops`` empty or not > 0; ``gemm`` empty, an entry with a
+            dimension < 1, a time or FLOP count not > 0, an efficiency outside (0, 1], or a
+            dtype ``peak_flops`` lacks; a dtype of ``peak_flops`` no GEMM timed;
             an ``attention`` entry without dtype or seq >= 1; ``memory_bandwidth`` not > 0.
             The message names ``where`` (the file), the field and what it must be.
     """
+    version = data.get("version", 1)
+    if version != 1 or isinstance(version, bool):
+        raise ArgumentError(f"{where}: version={version!r} is unknown; this ringccl reads "
+                            f"{PROFILE_FORMAT} version 1 (write it again with `ringccl "
+                            "calibrate --out PATH`)")
     missing = [k for k in ("device", "peak_flops", "memory_bandwidth", "gemm", "attention")
                if k not in data]
     if missing:
@@ -190,7 +197,8 @@ def check_compute_profile(data: dict, where: str = "compute profile") -> None:
         "k": (_count, "an integer >= 1"),
         "dtype": (lambda d: d in peaks, f"a dtype of peak_flops ({', '.join(peaks)})"),
         "flops": (_positive, "a FLOP count > 0"), "seconds": (_positive, "a time > 0"),
-        "efficiency": (_positive, "a fraction of the peak > 0")})
+        # of the best GEMM of its dtype: that one is 1, none above
+        "efficiency": (lambda e: _positive(e) and e <= 1, "a fraction of the peak in (0, 1]")})
     untimed = [d for d in peaks if not any(g["dtype"] == d for g in gemms)]
     if untimed:
         raise ArgumentError(f"{where}: peak_flops has {', '.join(untimed)} but gemm has no "
@@ -216,6 +224,9 @@ def load_compute_profile(path) -> ComputeProfile:
     try:
         text = Path(path).read_text()
         data = json.loads(text)
+    except UnicodeDecodeError as exc:
+        raise ArgumentError(f"compute profile {str(path)!r}: cannot read it ({not_text(exc)})") \
+            from None
     except (OSError, json.JSONDecodeError) as exc:
         hint = ""
         if isinstance(exc, json.JSONDecodeError) and looks_like_nccl_tests(text):

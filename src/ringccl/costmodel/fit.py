@@ -45,66 +45,36 @@ One message size (at one world size) cannot separate α from β: steps and bytes
 together, any split of the time between them fits exactly, and the fit would report β = 0.
 :func:`fit_rows` refuses such rows (ArgumentError saying so); a held-out check whose training
 rows are such (a training sweep of one size, a single sweep of fewer than 3 sizes) is not made,
-and :class:`HeldOut` says why (``method="none"``, ``reason``) instead of a nan error.
+and :class:`HeldOut` says why (``method="none"``, ``reason``) instead of a nan error. The same
+for a training sweep of shm rows of one step count (ring at one world size), which cannot tell α
+from ε: a fit on it would mispredict the sweeps of other step counts (``train="sizes"`` sees
+several).
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from ..algorithms import REGISTRY, get_algorithm
-from ..bench.nccl_tests import looks_like_nccl_tests, parse_nccl_tests
+from ..bench.nccl_tests import SOURCE
 from ..bench.spec import BUILTIN, LOCAL_REDUCE
 from ..errors import ArgumentError
 from ..units import format_size
+from .bench_rows import load_rows
 
 __all__ = ["Fit", "HeldOut", "load_rows", "sweep_key", "fit_rows", "held_out", "predict",
-           "PARAMS", "SHM_COPIES", "copy_bytes", "per_call", "row_time", "offset"]
+           "PARAMS", "SHM_COPIES", "copy_bytes", "per_call", "row_time", "offset",
+           "alpha_beta_problem"]
 
 PARAMS = ("alpha", "beta", "gamma", "delta")
 _UNITS = ("s/step", "s/byte", "s/byte reduced", "s/call")
 #: the fit's columns: PARAMS, then ε (s per collective call over shared memory, shm rows only)
 _COLUMNS = PARAMS + ("epsilon",)
-
-
-def load_rows(paths: Iterable[str | Path], program: str | None = None) -> list[dict]:
-    """Rows of ``ringccl bench --json`` files ({"rows": [...]}), plain JSON lists of rows, or
-    nccl-tests output as printed (:func:`ringccl.bench.nccl_tests.parse_nccl_tests`).
-
-    Args:
-        paths: the files.
-        program: the nccl-tests program of logs that do not name it (e.g. "alltoall_perf").
-    Raises:
-        ArgumentError: a file that is neither (the message names it), or an nccl-tests log
-            that cannot be read (as parse_nccl_tests).
-    """
-    rows: list[dict] = []
-    for path in paths:
-        try:
-            text = Path(path).read_text(errors="replace")
-        except OSError as exc:
-            raise ArgumentError(f"cannot read benchmark rows from {str(path)!r}: {exc}") from None
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            if looks_like_nccl_tests(text):
-                rows.extend(parse_nccl_tests(text, str(path), program).rows)
-                continue
-            raise ArgumentError(f"cannot read benchmark rows from {str(path)!r}: neither JSON "
-                                f"({exc}) nor nccl-tests output") from None
-        part = data.get("rows") if isinstance(data, dict) else data
-        if not isinstance(part, list) or not part or not all(isinstance(r, dict) for r in part):
-            raise ArgumentError(f"{str(path)!r} holds no benchmark rows: expected the output of "
-                                "`ringccl bench --json` or of an nccl-tests program")
-        rows.extend(part)
-    return rows
 
 
 def _closed_form(row: dict):
@@ -316,7 +286,7 @@ def fit_rows(rows: Sequence[dict], backend: str = "", placement: str | None = "i
     if not rows:
         raise ArgumentError("no benchmark rows the model can explain: need rows of registered "
                             "algorithms (not only builtin) from `ringccl bench --json`")
-    problem = _alpha_beta_problem(rows)
+    problem = alpha_beta_problem(rows)
     if problem:
         raise ArgumentError(problem)
     X = np.column_stack([np.stack([features(r) for r in rows]), [per_call(r) for r in rows]])
@@ -364,8 +334,10 @@ def _best_subset(Xw: np.ndarray, tw: np.ndarray, present: list) -> tuple | None:
 
 
 def _held_at_zero(Xw: np.ndarray, present: list, free: tuple) -> list[str]:
-    """A note for each parameter the fit held at 0, saying why."""
+    """A note for each parameter the fit held at 0, saying why (and what rows would pin it:
+    local-reduce rows only where there are none, since δ's column is present with them)."""
     notes = []
+    calibrated = 3 in present
     rank = np.linalg.matrix_rank(Xw[:, present], tol=1e-9 * np.abs(Xw).max())
     for j in present:
         if j in free:
@@ -373,14 +345,24 @@ def _held_at_zero(Xw: np.ndarray, present: list, free: tuple) -> list[str]:
         others = [i for i in present if i != j]
         if np.linalg.matrix_rank(Xw[:, others], tol=1e-9 * np.abs(Xw).max()) == rank:
             notes.append(f"{_COLUMNS[j]} held at 0: not identifiable from these rows (its column "
-                         "is a combination of the others'; add local-reduce rows or sweeps of "
-                         "other collectives)")
+                         f"is a combination of the others'; {_remedy(_COLUMNS[j], calibrated)})")
         else:
             notes.append(f"{_COLUMNS[j]} held at 0: its unconstrained estimate was negative")
     if 2 not in present:
         notes.append("gamma held at 0: no reduction in these rows (add local-reduce rows or a "
                      "reducing collective)")
     return notes
+
+
+def _remedy(column: str, calibrated: bool) -> str:
+    """What rows would make ``column`` identifiable."""
+    if column == "epsilon":  # per call, α per step: one step count cannot tell them apart
+        return "add sweeps of algorithms with other step counts, or another world size"
+    if column == "delta":
+        return "add local-reduce rows of other sizes"
+    if column == "gamma" and not calibrated:
+        return "add local-reduce rows or sweeps of other collectives"
+    return "add sweeps of other collectives, sizes or world sizes"
 
 
 def _intervals(A: np.ndarray, free: tuple, theta: np.ndarray, rss: float) -> tuple:
@@ -399,7 +381,7 @@ def _intervals(A: np.ndarray, free: tuple, theta: np.ndarray, rss: float) -> tup
     return stderr, ci
 
 
-def _alpha_beta_problem(rows: Sequence[dict]) -> str | None:
+def alpha_beta_problem(rows: Sequence[dict]) -> str | None:
     """Why ``rows`` (usable ones) cannot separate α from β, or None when they can: their α and
     β columns are proportional (one size at one world size), so a fit would put the whole time
     on one of them (β = 0, or α = 0) and every prediction at another size would be wrong by as
@@ -416,9 +398,31 @@ def _alpha_beta_problem(rows: Sequence[dict]) -> str | None:
     worlds = sorted({r["world_size"] for r in coll})
     which = (f"every row is of one size ({format_size(sizes[0])})" if len(sizes) == 1
              else f"the {len(sizes)} sizes give proportional step and byte counts")
+    how = ("all_reduce_perf -b 8 -e 8G -f 2" if any(r.get("source") == SOURCE for r in coll)
+           else "ringccl bench -b 4KiB -e 64MiB")
+    more = "at least two sizes" if len(sizes) == 1 else "sizes from small to large"
     return (f"these {len(coll)} rows cannot separate α (per step) from β (per byte): {which} "
-            f"at world size {', '.join(map(str, worlds))}; measure at least two sizes (e.g. "
-            "ringccl bench -b 4KiB -e 64MiB)")
+            f"at world size {', '.join(map(str, worlds))}; measure {more} (e.g. {how})")
+
+
+def _alpha_epsilon_problem(train: list, others: dict) -> str | None:
+    """Why one sweep's rows cannot tell α (per step) from ε (per call) while other sweeps need
+    them apart, or None: every training row takes the same steps per call, so any split of
+    α·steps + ε fits it, and a sweep of another step count is mispredicted by as much as the
+    fit's split is wrong."""
+    def steps(r):
+        return features(r)[0] / per_call(r) if per_call(r) else None
+    ratios = [steps(r) for r in train]
+    if None in ratios or max(ratios) - min(ratios) > 1e-9 * max(ratios):
+        return None
+    k = ratios[0]
+    differ = [sweep_label(key) for key, rows in others.items()
+              if any(steps(r) is None or abs(steps(r) - k) > 1e-9 * k for r in rows)]
+    if not differ:
+        return None
+    return (f"every row takes {k:g} steps per call, so α (per step) and ε (per call) cannot be "
+            f"told apart: a fit on it puts ε into α and mispredicts {', '.join(differ)} (other "
+            "step counts)")
 
 
 def predict(fit: Fit, collective: str, algorithm: str, world_size: int, nbytes: float) -> float:
@@ -494,12 +498,17 @@ def held_out(rows: Sequence[dict], train: str | None = None, backend: str = "",
     if train == "sizes":
         return _held_out_sizes(sweeps, calib, backend, placement)
     key = _train_key(sweeps, train)
-    problem = _alpha_beta_problem(sweeps[key])
-    if len(sweeps) > 1 and problem:
-        # the other sweeps may separate α from β: fit on every row, hold nothing out, say why
+    others = {k: v for k, v in sweeps.items() if k != key}
+    problem = alpha_beta_problem(sweeps[key])
+    remedy = "pass --train a sweep of at least two sizes"
+    if others and not problem:
+        problem = _alpha_epsilon_problem(sweeps[key], others)
+        remedy = "pass --train sizes (every sweep's even sizes: their step counts differ)"
+    if others and problem:
+        # the other sweeps may separate what this one cannot: fit on every row, hold nothing
+        # out, say why
         return HeldOut(sweep_label(key), fit_rows(data, backend, placement), {}, "none",
-                       f"the training sweep {sweep_label(key)}: {problem}; pass --train a sweep "
-                       "of at least two sizes")
+                       f"the training sweep {sweep_label(key)}: {problem}; {remedy}")
     if len(sweeps) > 1:
         fit = fit_rows(sweeps[key] + calib, backend, placement)
         tests = {k: v for k, v in sweeps.items() if k != key}

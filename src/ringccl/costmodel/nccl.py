@@ -190,7 +190,8 @@ def price(collective: str, nbytes: float, ranks_per_node: int, nodes: int = 1,
         machine: default :class:`NcclMachine` () (an 8-GPU Hopper node).
         rails: NICs per node the group uses (default: its share of the node's NICs,
             ``nics_per_node × ranks_per_node / gpus_per_node``, at least 1).
-        algorithms, protocols: what NCCL_ALGO / NCCL_PROTO would leave enabled (default all).
+        algorithms, protocols: what NCCL_ALGO / NCCL_PROTO would leave enabled (default all;
+            names as NCCL reads them, ``["^ring"]`` all but ring).
     Returns:
         an :class:`NcclCost` (``seconds``, ``algorithm``, ``protocol``, ``link_bytes``,
         ``explain()``).
@@ -245,15 +246,24 @@ def _rails(rails, ppn: int, m: NcclMachine) -> int:
 
 
 def _enabled(what: str, names, known: tuple) -> set:
+    """The names ``names`` leaves enabled, read as NCCL reads NCCL_ALGO / NCCL_PROTO: not case
+    sensitive, NCCL's spellings too (NVLSTree, CollnetDirect), and a first name starting with
+    ^ excludes the list (``["^ring", "tree"]``: all but those)."""
     if names is None:
         return set(known)
-    chosen = {str(x) for x in names}
-    lower = {k.lower(): k for k in known}
-    bad = sorted(x for x in chosen if x.lower() not in lower)
+    given = [str(x).strip() for x in names]
+    exclude = bool(given) and given[0].startswith("^")
+    chosen = [given[0][1:].strip()] + given[1:] if exclude else given
+    key = lambda name: name.lower().replace("_", "")  # noqa: E731
+    lookup = {key(k): k for k in known}
+    bad = [x for x in chosen if key(x) not in lookup]
     if bad:
-        raise ArgumentError(f"{what}={sorted(chosen)}: unknown {', '.join(bad)}; expected "
-                            f"names from {', '.join(known)}")
-    return {lower[x.lower()] for x in chosen}
+        unknown = ", ".join(x or "''" for x in bad)
+        raise ArgumentError(f"{what}={given}: unknown {unknown}; "
+                            f"expected names from {', '.join(known)}, or ^ and names (all but "
+                            "those)")
+    names = {lookup[key(x)] for x in chosen}
+    return set(known) - names if exclude else names
 
 
 def _terms(lat: _Lat, bw: _Bw, nbytes: float, nodes: int) -> Terms:

@@ -20,7 +20,9 @@ logs fit ``inter`` (one NIC's bandwidth and the network hop), with ``intra`` hel
 machine preset its device names (:func:`.nccl.machine_for_device`) or the caller's.
 
 Held-out check (:func:`held_out_network`): every log's sizes in order, the even-numbered ones
-fit (all levels, as above), the odd-numbered ones predicted; the relative errors are reported.
+fit (all levels, as above), the odd-numbered ones predicted; the relative errors are reported. A
+log of fewer than 3 sizes is fitted whole and not held out (the check says why). The fit and the
+check use the same rows (:func:`_fittable`).
 
 The profile (:meth:`NetworkFit.profile`) is JSON: the fitted :class:`.nccl.NcclMachine`, per
 level the fitted α and bandwidth, their fit and held-out error; :func:`load_network_profile`
@@ -38,13 +40,16 @@ from typing import Sequence
 import numpy as np
 
 from ..bench.nccl_tests import SOURCE, looks_like_nccl_tests
+from ..args import not_text
 from ..errors import ArgumentError
-from .fit import Fit, fit_rows
+from .fit import Fit, alpha_beta_problem, fit_rows
 from .nccl import NcclCost, NcclMachine, machine_for_device, nccl_machine, parameter, price
+from .nccl_machine import machine_from_json
 
 __all__ = ["LevelFit", "NetworkFit", "NetworkHeldOut", "fit_network", "held_out_network",
            "predict_row", "nccl_tests_rows", "level_of", "load_network_profile",
-           "cluster_fields", "PROFILE_FORMAT", "MAX_ROUNDS", "read_fitted_json"]
+           "network_profile_levels", "cluster_fields", "PROFILE_FORMAT", "MAX_ROUNDS",
+           "read_fitted_json"]
 
 PROFILE_FORMAT = "ringccl-network-profile"
 #: rounds of (choose, fit) before the best round is kept
@@ -200,8 +205,13 @@ def _fit_stage(rows, machine, level, slots):
         tries.append(_rounds(rows, start, slots))
     tries = [t for t in tries if t is not None]
     if not tries:
-        raise ArgumentError(f"the {len(rows)} {level}-node rows cannot be fitted (no choice of "
-                            "NCCL's algorithms leaves non-negative parameters)")
+        # the true cause when the sizes cannot separate α from β (one size): fit_rows' words
+        problem = alpha_beta_problem([{**r, "nccl_terms": _terms_for(machine, r, slots)}
+                                      for r in rows])
+        files = ", ".join(dict.fromkeys(str(r.get("file", "")) for r in rows))
+        raise ArgumentError(f"{files}: " + (problem or f"the {len(rows)} {level}-node rows "
+                            "cannot be fitted (no choice of NCCL's algorithms leaves "
+                            "non-negative parameters)"))
     return min(tries, key=lambda t: t[0])
 
 
@@ -262,6 +272,15 @@ class NetworkFit:
                 "prior": self.prior.name, "machine": self.machine.to_dict(), "levels": levels}
 
 
+def _fittable(rows: Sequence[dict], placement: str | None) -> list[dict]:
+    """The nccl-tests rows of ``placement`` (None: any) a fit and its held-out check use: a
+    result nccl-tests found right (or did not check), more than one rank, a finite time > 0
+    (the parser leaves out the others with a note: :mod:`ringccl.bench.nccl_tests`)."""
+    return [r for r in nccl_tests_rows(rows)
+            if (placement is None or r["placement"] == placement) and not r.get("wrong")
+            and r["world_size"] > 1 and 0 < r["time_s"] < math.inf]
+
+
 def fit_network(rows: Sequence[dict], machine=None,
                 placement: str | None = "in-place") -> NetworkFit:
     """Fit the levels the nccl-tests rows measure (module doc).
@@ -275,12 +294,13 @@ def fit_network(rows: Sequence[dict], machine=None,
         ArgumentError: no nccl-tests rows (of that placement), no preset for the devices,
             rows that cannot separate α from β (as :func:`.fit.fit_rows`).
     """
-    data = [r for r in nccl_tests_rows(rows)
-            if (placement is None or r["placement"] == placement) and not r.get("wrong")
-            and r["world_size"] > 1 and r["time_s"] > 0]
+    data = _fittable(rows, placement)
     if not data:
+        others = sorted({r["placement"] for r in _fittable(rows, None)})
         raise ArgumentError(f"no nccl-tests rows{'' if placement is None else ' ' + placement} "
-                            "with more than one rank to fit")
+                            "with more than one rank to fit" + (
+                                f" (the logs hold {' and '.join(others)} rows: --placement "
+                                f"{others[0] if len(others) == 1 else 'any'})" if others else ""))
     prior = _prior(data, machine)
     m, levels = prior, {}
     for level in ("intra", "inter"):
@@ -295,14 +315,23 @@ class NetworkHeldOut:
     """Predictions of the odd-numbered sizes of every log from a fit on the even ones.
 
     Attributes:
-        fit: the fit on the even sizes.
+        fit: the fit on the even sizes (and on every size of the logs not held out).
         logs: {file: [(size, measured_s, predicted_s, relative_error, "algorithm/protocol")]}.
         level: {file: "intra" or "inter"}.
+        skipped: {file: why none of its sizes is held out} (fewer than 3 sizes).
     """
 
     fit: NetworkFit
     logs: dict
     level: dict
+    skipped: dict = field(default_factory=dict)
+
+    @property
+    def reason(self) -> str:
+        """Why there is no held-out check at all ("" when some log has one)."""
+        if self.logs:
+            return ""
+        return "; ".join(f"{name}: {why}" for name, why in self.skipped.items())
 
     def errors(self, min_size: int = 0) -> np.ndarray:
         return np.array([e for rows in self.logs.values() for (s, _, _, e, _) in rows
@@ -311,6 +340,15 @@ class NetworkHeldOut:
     def median_error(self, min_size: int = 0) -> float:
         errs = np.abs(self.errors(min_size))
         return float(np.median(errs)) if errs.size else math.nan
+
+    def per_log_median(self, min_size: int = 0) -> dict:
+        """{file: median |relative error| of its held-out sizes >= ``min_size`` bytes, or None
+        where it has none}, the same rows as :meth:`median_error`."""
+        out = {}
+        for name, rows in self.logs.items():
+            errs = [abs(e) for (s, _, _, e, _) in rows if s >= min_size]
+            out[name] = float(np.median(errs)) if errs else None
+        return out
 
     def by_level(self) -> dict:
         out: dict = {}
@@ -321,18 +359,24 @@ class NetworkHeldOut:
 
 def held_out_network(rows: Sequence[dict], machine=None,
                      placement: str | None = "in-place") -> NetworkHeldOut:
-    """Fit on every log's even-numbered sizes, predict its odd-numbered ones (module doc).
+    """Fit on every log's even-numbered sizes, predict its odd-numbered ones (module doc). A
+    log of fewer than 3 sizes (its even ones alone could not separate α from β) is fitted on
+    every size and not held out; :attr:`NetworkHeldOut.skipped` says so.
 
     Raises:
-        ArgumentError: as :func:`fit_network`; a log of fewer than 3 sizes.
+        ArgumentError: as :func:`fit_network`.
     """
-    data = [r for r in nccl_tests_rows(rows) if placement is None or r["placement"] == placement]
-    train, test = [], {}
+    data = _fittable(rows, placement)
+    train, test, skipped = [], {}, {}
     for name in dict.fromkeys(r.get("file", "") for r in data):
         part = [r for r in data if r.get("file", "") == name]
         sizes = sorted({r["size"] for r in part})
         if len(sizes) < 3:
-            raise ArgumentError(f"{name}: {len(sizes)} sizes; holding sizes out needs at least 3")
+            skipped[name] = (f"{len(sizes)} size{'s' if len(sizes) > 1 else ''}: holding sizes "
+                             "out needs at least 3 (fit on every other size, predict the rest); "
+                             "fitted on every size, none held out")
+            train += part
+            continue
         even = set(sizes[::2])
         train += [r for r in part if r["size"] in even]
         test[name] = [r for r in part if r["size"] not in even]
@@ -344,20 +388,23 @@ def held_out_network(rows: Sequence[dict], machine=None,
             c = predict_row(fitted.machine, r)
             out.append((r["size"], r["time_s"], c.seconds, c.seconds / r["time_s"] - 1,
                         f"{c.algorithm}/{c.protocol}"))
-        logs[name], level[name] = out, level_of(part[0]) if part else "intra"
-    return NetworkHeldOut(fitted, logs, level)
+        logs[name], level[name] = out, level_of(part[0])
+    return NetworkHeldOut(fitted, logs, level, skipped)
 
 
 def read_fitted_json(path, cannot: str):
     """The JSON in ``path``, a file ``ringccl fit --json`` wrote.
 
     Raises:
-        ArgumentError: ``cannot`` and why; for nccl-tests output itself (the log, not the
-            profile fitted to it), with the command that fits it.
+        ArgumentError: ``cannot`` and why (a binary file: the first byte that is not UTF-8);
+            for nccl-tests output itself (the log, not the profile fitted to it), with the
+            command that fits it.
     """
     try:
         text = Path(path).read_text()
         return json.loads(text)
+    except UnicodeDecodeError as exc:
+        raise ArgumentError(f"{cannot} ({not_text(exc)})") from None
     except (OSError, json.JSONDecodeError) as exc:
         hint = ""
         if isinstance(exc, json.JSONDecodeError) and looks_like_nccl_tests(text):
@@ -372,23 +419,44 @@ def load_network_profile(path) -> NcclMachine:
 
     Raises:
         ArgumentError: unreadable file (for nccl-tests output itself, the message says to fit
-            it first), no network profile in it, missing or bad machine fields.
+            it first), no network profile in it, a version other than 1, missing, unknown or
+            bad machine fields (:func:`.nccl_machine.machine_from_json`: the message names the
+            file and the field).
     """
-    data = read_fitted_json(path, f"profile={str(path)!r}: cannot read it")
+    return machine_from_json(_network_item(path)["machine"], f"profile={str(path)!r}")
+
+
+def network_profile_levels(path) -> tuple[str, tuple[str, ...]]:
+    """(the preset the profile's fit started from, the levels it fitted: "intra", "inter")
+    of a network profile; a level it did not fit keeps that preset's figures.
+
+    Raises:
+        ArgumentError: as :func:`load_network_profile`; ``levels`` not an object of levels.
+    """
+    item = _network_item(path)
+    levels = item.get("levels", {})
+    if not isinstance(levels, dict) or set(levels) - {"intra", "inter"}:
+        raise ArgumentError(f"profile={str(path)!r}: levels={levels!r} must be an object of "
+                            "the levels fitted (intra, inter)")
+    return str(item.get("prior", item["machine"].get("name", "?"))), tuple(
+        k for k in ("intra", "inter") if k in levels)
+
+
+def _network_item(path) -> dict:
+    """The network profile in ``path`` (module doc), its version and machine checked."""
+    where = f"profile={str(path)!r}"
+    data = read_fitted_json(path, f"{where}: cannot read it")
     for item in data if isinstance(data, list) else [data]:
         if isinstance(item, dict) and isinstance(item.get("profile"), dict):
             item = item["profile"]
         if isinstance(item, dict) and item.get("format") == PROFILE_FORMAT:
-            machine = item.get("machine")
-            if not isinstance(machine, dict):
-                raise ArgumentError(f"profile={str(path)!r}: a {PROFILE_FORMAT} whose machine="
-                                    f"{machine!r} is not an object of NcclMachine fields (write "
-                                    "it again with `ringccl fit --json LOGS`)")
-            try:
-                return NcclMachine(**machine)
-            except TypeError as exc:  # a field NcclMachine lacks, or one it needs missing
-                raise ArgumentError(f"profile={str(path)!r}: the {PROFILE_FORMAT}'s machine "
-                                    f"does not read as NcclMachine fields ({exc})") from None
+            version = item.get("version", 1)   # written since the first; absent reads as 1
+            if version != 1 or isinstance(version, bool):
+                raise ArgumentError(f"{where}: version={version!r} is unknown; this ringccl "
+                                    f"reads {PROFILE_FORMAT} version 1 (write it again with "
+                                    "`ringccl fit --json LOGS`)")
+            machine_from_json(item.get("machine"), where)
+            return item
     raise ArgumentError(f"profile={str(path)!r} holds no {PROFILE_FORMAT} (write one with "
                         "`ringccl fit --json LOGS` on nccl-tests output)")
 

@@ -12,10 +12,11 @@ from dataclasses import dataclass, fields, replace
 
 from .. import units
 from ..args import check_int
-from ..errors import ArgumentError
+from ..errors import ArgumentError, ArgumentTypeError
 from .nccl_tables import HW_LATENCY_US, NCCL_MACHINES, NET_OVERHEAD_US
 
-__all__ = ["NcclMachine", "nccl_machine", "PARAMETERS", "parameter", "REFERENCE_HOP_US"]
+__all__ = ["NcclMachine", "nccl_machine", "machine_from_json", "PARAMETERS", "parameter",
+           "REFERENCE_HOP_US"]
 
 #: the hop each level's alpha stands for: a ring Simple step (hwLat[*][Ring][Simple])
 REFERENCE_HOP_US = {"nvlink": HW_LATENCY_US["nvlink"]["ring"]["Simple"],
@@ -55,7 +56,8 @@ class NcclMachine:
             node / across nodes; 0 unless fitted to measured times (``ringccl fit``).
         name, source: what it is and where its figures come from.
     Raises:
-        ArgumentError: an unknown kind, a count < 1, a rate or time that is not > 0.
+        ArgumentError: an unknown kind, a count < 1, a rate or time that is not > 0, a flag
+            (nvls, collnet, ll128) that is not a bool.
     """
 
     gpu: str = "hopper"
@@ -88,6 +90,10 @@ class NcclMachine:
                                     f"of {', '.join(allowed)}")
         for attr in ("gpus_per_node", "nics_per_node", "channels"):
             check_int(getattr(self, attr), attr, minimum=1)
+        for attr in ("nvls", "collnet", "ll128"):  # "yes" or 1 would read as true
+            value = getattr(self, attr)
+            if not isinstance(value, bool) and not (attr == "ll128" and value is None):
+                raise ArgumentError(f"{attr}={value!r} must be true or false")
         for attr in ("intra_bandwidth", "inter_bandwidth"):
             set_(attr, _positive(_parsed(units.bandwidth, getattr(self, attr), attr), attr))
         set_("intra_alpha", _alpha(self.intra_alpha, "intra_alpha", REFERENCE_HOP_US[self.intra_link]))
@@ -133,6 +139,38 @@ def nccl_machine(name: str, **changes) -> NcclMachine:
                             f"{', '.join(NCCL_MACHINES)}") from None
     values.update({k: v for k, v in changes.items() if v is not None})
     return NcclMachine(**values)
+
+
+#: fields a profile may leave out: they describe, they do not price
+_DESCRIPTIVE = ("name", "source")
+
+
+def machine_from_json(machine, where: str) -> NcclMachine:
+    """The :class:`NcclMachine` of a profile's ``machine`` object (every field but name and
+    source required, as :meth:`NcclMachine.to_dict` writes them); ``where`` names the file in
+    messages ("profile='net.json'").
+
+    Raises:
+        ArgumentError: not an object, an unknown or missing field, a bad value (the message
+            names ``where`` and the field: ``profile='net.json': machine.channels=0 must be an
+            integer >= 1``).
+    """
+    known = [f.name for f in fields(NcclMachine)]
+    if not isinstance(machine, dict):
+        raise ArgumentError(f"{where}: machine={machine!r} is not an object of NcclMachine "
+                            f"fields ({', '.join(known)})")
+    unknown = sorted(set(machine) - set(known))
+    missing = [k for k in known if k not in machine and k not in _DESCRIPTIVE]
+    if unknown or missing:
+        why = "; ".join(part for part in (
+            unknown and f"unknown field(s) {', '.join(map(str, unknown))}",
+            missing and f"missing {', '.join(missing)}") if part)
+        raise ArgumentError(f"{where}: the machine does not read as NcclMachine fields ({why}; "
+                            "write it again with `ringccl fit --json LOGS`)")
+    try:
+        return NcclMachine(**machine)
+    except (ArgumentError, ArgumentTypeError) as exc:  # its messages start with the field
+        raise ArgumentError(f"{where}: machine.{exc}") from None
 
 
 def _positive(value: float, what: str) -> float:

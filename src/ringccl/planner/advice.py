@@ -13,7 +13,10 @@ Five kinds (:func:`plan_warnings`):
   MFU and the activations in flight);
 * ``profile``: a compute profile (``ringccl calibrate``) measured on another kind of device than
   the cluster's GPU (e.g. this machine's CPU for an H100 cluster), or without a 16-bit dtype
-  for a bf16 plan: its timings replace the GPU's, so the step is the profiled device's.
+  for a bf16 plan: its timings replace the GPU's, so the step is the profiled device's; a
+  network profile (``ringccl fit`` on nccl-tests logs) fitted on another GPU generation, or
+  without a level the plan uses (one node's logs for a plan across nodes): that level is the
+  fit's starting preset's, not measured.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from .. import units
+from ..costmodel.nccl_fit import load_network_profile, network_profile_levels
+from ..errors import ArgumentError
 from .frameworks import DEFAULT_WHY, FRAMEWORKS, family
 from .kernels import compute_profile, profile_dtype
 from .parallel_dims import BATCH_RULE, ParallelDims
@@ -147,6 +152,33 @@ def _profile(p: StepEstimate) -> PlanWarning | None:
                        "cluster (CUDA, --dtype bfloat16), or plan without the compute profile")
 
 
+def _network(p: StepEstimate) -> PlanWarning | None:
+    path = p.cluster.network_profile
+    if not path:
+        return None
+    try:
+        prior, fitted = network_profile_levels(path)
+        machine = load_network_profile(path)
+    except ArgumentError:  # not a network profile: the pricing refused it already
+        return None
+    used = [k for k, n in (("intra", p.cluster.gpus_per_node), ("inter", p.cluster.nodes))
+            if n > 1]
+    unfitted = [k for k in used if k not in fitted]
+    arch = p.cluster.gpu_spec.architecture
+    problems = []
+    if unfitted:
+        problems.append(f"fitted {' and '.join(fitted) or 'no level'} only: the plan's "
+                        f"{' and '.join(unfitted)} links are the {prior} preset's, not measured")
+    if machine.gpu != arch:
+        problems.append(f"was fitted on {prior} ({machine.gpu}), not on the cluster's "
+                        f"{p.cluster.gpu_spec.name} ({arch}): its links replace the cluster's")
+    if not problems:
+        return None
+    return PlanWarning("profile", f"the network profile {path} " + "; it ".join(problems),
+                       "ringccl fit --json on nccl-tests logs of the cluster's machines (inside "
+                       "one node and across nodes), or plan without the network profile")
+
+
 def _schedule(p: StepEstimate) -> PlanWarning | None:
     dims = p.dims
     if dims.schedule != "interleaved" or dims.virtual_stages > 1 or dims.pp < 2:
@@ -160,5 +192,5 @@ def _schedule(p: StepEstimate) -> PlanWarning | None:
 def plan_warnings(p: StepEstimate) -> list[PlanWarning]:
     """The warnings of the planned step ``p`` (the module docstring lists them), memory
     first."""
-    return [w for w in (_memory(p), _bubble(p), _schedule(p), _profile(p))
+    return [w for w in (_memory(p), _bubble(p), _schedule(p), _profile(p), _network(p))
             if w is not None] + _defaults(p)

@@ -43,12 +43,13 @@ from ..costmodel.compute_profile import PROFILE_FORMAT as COMPUTE_FORMAT
 from ..costmodel.compute_profile import load_compute_profile
 from ..costmodel.model import parse_gamma
 from ..costmodel.nccl_fit import PROFILE_FORMAT as NETWORK_FORMAT
-from ..costmodel.nccl_fit import load_network_profile, read_fitted_json
+from ..costmodel.nccl_fit import load_network_profile, network_profile_levels, read_fitted_json
 from ..errors import ArgumentError, ArgumentTypeError
 from .gpus import GPU, resolve_gpu
 
 __all__ = ["COLLECTIVE_MODELS", "Cluster", "Straggler", "CLUSTER_PRESETS", "cluster_preset",
-           "load_profile", "profile_kind", "resolve_cluster", "check_cluster_field"]
+           "load_profile", "profile_kind", "profile_links", "resolve_cluster",
+           "check_cluster_field"]
 
 
 #: how the planner prices a collective (ringccl.planner.costing.PRICERS): as NCCL runs it, or
@@ -270,8 +271,7 @@ class Cluster:
         return Cluster(**values)
 
     def describe(self) -> str:
-        links = (f"network fitted in {self.network_profile} (the preset's link figures unused)"
-                 if self.network_profile else
+        links = (profile_links(self.network_profile) if self.network_profile else
                  f"intra {units.format_bandwidth(self.intra_bandwidth)} "
                  f"({units.format_duration(self.intra_alpha)}), inter "
                  f"{units.format_bandwidth(self.inter_bandwidth)} per NIC "
@@ -403,6 +403,28 @@ def load_profile(path, level: str = "inter") -> dict:
         raise ArgumentError(f"profile={str(path)!r}: beta={beta!r} must be > 0")
     return {f"{level}_alpha": max(float(alpha), 0.0), f"{level}_bandwidth": 1.0 / float(beta),
             "gamma": max(float(gamma), 0.0)}
+
+
+#: what each level of a network profile is
+_LEVEL_LINKS = {"intra": "intra (NVLink)", "inter": "inter (NICs)"}
+
+
+def profile_links(path: str) -> str:
+    """Where the network's figures come from under the network profile ``path``: the levels it
+    fitted, and the preset the fit started from for the others (not the cluster's preset,
+    whose link figures the profile replaces)."""
+    try:
+        prior, fitted = network_profile_levels(path)
+    except ArgumentError:  # not a network profile: its pricing says what is wrong
+        prior, fitted = None, ("intra", "inter")
+    unused = "the cluster preset's link figures unused"
+    others = [_LEVEL_LINKS[k] for k in ("intra", "inter") if k not in fitted]
+    if not others:
+        return f"network fitted in {path} ({unused})"
+    if not fitted:
+        return f"network of {path}: nothing fitted, every level the {prior} preset's ({unused})"
+    return (f"network fitted in {path} for {', '.join(_LEVEL_LINKS[k] for k in fitted)} only; "
+            f"{', '.join(others)} the {prior} preset's figures, not fitted ({unused})")
 
 
 def profile_kind(path) -> str:

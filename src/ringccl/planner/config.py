@@ -29,6 +29,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..args import not_text
 from ..errors import ArgumentError, ArgumentTypeError
 from .cluster import Cluster, check_cluster_field, resolve_cluster
 from .hf_config import resolve_model
@@ -58,8 +59,9 @@ def load_plan_config(path: str) -> dict:
         text = p.read_bytes()
         data = tomllib.loads(text.decode()) if p.suffix == ".toml" else json.loads(text)
     except (OSError, ValueError) as exc:
+        why = not_text(exc) if isinstance(exc, UnicodeDecodeError) else exc
         raise ArgumentError(f"--config {path!r}: cannot read it as "
-                            f"{'TOML' if p.suffix == '.toml' else 'JSON'} ({exc})") from None
+                            f"{'TOML' if p.suffix == '.toml' else 'JSON'} ({why})") from None
     if not isinstance(data, dict):
         raise ArgumentError(f"--config {path!r} must hold an object/table")
     unknown = sorted(set(data) - set(CONFIG_KEYS))

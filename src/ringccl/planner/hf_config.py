@@ -29,7 +29,7 @@ import json
 from dataclasses import fields, replace
 from pathlib import Path
 
-from ..args import check_int
+from ..args import check_int, not_text
 from ..errors import ArgumentError, ArgumentTypeError
 from .hf_families import (ALIASES, ATTENTION_LAYERS, FAMILIES, LLAMA, REFUSED, REFUSING_FIELDS,
                           refuses)
@@ -398,11 +398,15 @@ def load_config(path, *, seq_length: int | None = None, dtype: str | None = None
     """Read a Hugging Face ``config.json`` file as is (:func:`from_dict`).
 
     Raises:
-        ArgumentError: unreadable or not JSON, missing fields, bad values, a refused model.
+        ArgumentError: unreadable, binary or not JSON, missing fields, bad values, a refused
+            model.
     """
     p = Path(path)
     try:
         data = json.loads(p.read_text())
+    except UnicodeDecodeError as exc:
+        raise ArgumentError(f"model={str(path)!r}: cannot read a config.json "
+                            f"({not_text(exc)})") from None
     except (OSError, json.JSONDecodeError) as exc:
         raise ArgumentError(f"model={str(path)!r}: cannot read a config.json ({exc})") from None
     return from_dict(data, seq_length=seq_length, dtype=dtype, name=p.parent.name or p.stem,
