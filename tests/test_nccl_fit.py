@@ -11,7 +11,7 @@ from ringccl.cli import main
 from ringccl.costmodel.fit import load_rows
 from ringccl.costmodel.nccl import nccl_machine, price
 from ringccl.costmodel.nccl_fit import (cluster_fields, fit_network, held_out_network,
-                                        load_network_profile)
+                                        load_network_profile, predict_row)
 from ringccl.errors import ArgumentError
 from ringccl.planner.cluster import load_profile
 
@@ -256,3 +256,15 @@ def test_cli_refuses_a_program_the_log_contradicts(capsys):
     assert main(["fit", log, "--program", "alltoall_perf"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "all_reduce_perf" in err and "alltoall_perf" in err
+
+
+def test_a_logged_nccl_algo_exclusion_restricts_the_prediction():
+    """NCCL_ALGO=^ring in a log's environment leaves every algorithm but ring (NCCL's own
+    syntax), as ``ringccl nccl -a ^ring`` does; a plain list restricts to it."""
+    m = nccl_machine("dgx-h100")
+    row = dict(collective="all_reduce", size=1 << 30, ranks_per_node=8, nodes=2)
+    assert predict_row(m, dict(row, nccl_algo="Ring")).algorithm == "ring"
+    chosen = predict_row(m, row).algorithm
+    assert chosen != "ring"
+    assert predict_row(m, dict(row, nccl_algo=f"^{chosen}")).algorithm != chosen
+    assert predict_row(m, dict(row, collective="all_to_all", nccl_algo="^ring")).algorithm == "p2p"

@@ -68,17 +68,19 @@ def level_of(row: dict) -> str:
 
 
 def _restriction(value):
-    if not value or value.startswith("^"):
-        return None  # an exclusion list: everything that is not excluded may run
-    return [v.strip() for v in value.split(",") if v.strip()]
+    """NCCL_ALGO / NCCL_PROTO as a list of names, as :func:`~ringccl.costmodel.nccl.price`
+    reads them (a first name starting with ^ excludes the list), or None (all)."""
+    if not value:
+        return None
+    return [v.strip() for v in value.split(",") if v.strip()] or None
 
 
 def predict_row(machine: NcclMachine, row: dict) -> NcclCost:
     """NCCL's choice and time for an nccl-tests row on ``machine`` (its NCCL_ALGO and
     NCCL_PROTO, when the log shows them, restrict the choice)."""
     algos = _restriction(row.get("nccl_algo"))
-    if algos is not None:
-        algos = [a.lower() for a in algos] + ["p2p"]
+    if algos is not None and not algos[0].startswith("^"):
+        algos = algos + ["p2p"]   # all_to_all and send/recv run as sends whatever NCCL_ALGO
     return price(row["collective"], row["size"], row["ranks_per_node"], row["nodes"], machine,
                  algorithms=algos, protocols=_restriction(row.get("nccl_proto")))
 
