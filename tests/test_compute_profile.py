@@ -146,3 +146,27 @@ def test_a_binary_file_is_refused_naming_it(tmp_path, capsys):
         err = capsys.readouterr().err
         assert err.startswith("ringccl: error: ") and err.count("\n") == 1, err
         assert str(path) in err and "a binary file, not text: byte 0x8a at offset 0" in err
+
+
+def test_a_profile_timed_at_other_shapes_is_named_with_the_calibrate_line(tmp_path):
+    """A compute profile timed at other GEMM shapes than the plan's layers prices them at the
+    nearest timed FLOPs: the plan says how many it did not time and the calibrate command that
+    times them; a profile holding the layer's own shapes draws no such warning."""
+    from ringccl.bench.compute import layer_gemms
+    from ringccl.planner import ModelConfig, plan
+    model = ModelConfig(num_hidden_layers=2, hidden_size=256, num_attention_heads=4,
+                        intermediate_size=512, vocab_size=1024, seq_length=64, name="tiny")
+    cluster = resolve_cluster(dict(CLUSTER, compute_profile=str(_write(tmp_path))))
+    warn = [w for w in plan(model, {"tp": 2}, cluster).warnings if "did not time" in w.message]
+    assert len(warn) == 1 and "did not time 12 of the 12 GEMM shapes" in warn[0].message
+    assert warn[0].first_change.startswith("ringccl calibrate --hidden-size 256 --intermediate-size"
+                                        " 512 --num-attention-heads 4 --num-key-value-heads 4 "
+                                        "--seq-length 64 --micro-batch-size 1 --tp 2")
+
+    def own_shapes(d):
+        d["gemm"] = [dict(d["gemm"][1], name=g[0], m=g[1], n=g[2], k=g[3])
+                     for g in layer_gemms(256, 512, 4, 64, 1, 2, 4, True)]
+    cluster = resolve_cluster(dict(CLUSTER, compute_profile=str(_write(tmp_path, own_shapes,
+                                                                        "own.json"))))
+    assert not [w for w in plan(model, {"tp": 2}, cluster).warnings
+                if "did not time" in w.message]

@@ -13,8 +13,9 @@ Five kinds (:func:`plan_warnings`):
   MFU and the activations in flight);
 * ``profile``: a compute profile (``ringccl calibrate``) measured on another kind of device than
   the cluster's GPU (e.g. this machine's CPU for an H100 cluster), or without a 16-bit dtype
-  for a bf16 plan: its timings replace the GPU's, so the step is the profiled device's; a
-  network profile (``ringccl fit`` on nccl-tests logs) fitted on another GPU generation, or
+  for a bf16 plan: its timings replace the GPU's, so the step is the profiled device's; or
+  timed at other GEMM shapes than the plan's layers (another model, sequence, micro-batch or
+  tp), which are then priced at the nearest timed shape's efficiency; a network profile (``ringccl fit`` on nccl-tests logs) fitted on another GPU generation, or
   without a level the plan uses (one node's logs for a plan across nodes): that level is the
   fit's starting preset's, not measured.
 """
@@ -24,10 +25,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from .. import units
+from ..bench.compute import layer_gemms
 from ..costmodel.nccl_fit import load_network_profile, network_profile_levels
 from ..errors import ArgumentError
 from .frameworks import DEFAULT_WHY, FRAMEWORKS, family
 from .kernels import compute_profile, profile_dtype
+from .model import PRESETS
 from .parallel_dims import BATCH_RULE, ParallelDims
 from .step import StageEstimate, StepEstimate
 
@@ -132,6 +135,45 @@ def _defaults(p: StepEstimate) -> list[PlanWarning]:
     return out
 
 
+def _layer_gemms(p: StepEstimate) -> list:
+    """The GEMM shapes of one of the plan's dense layers on one TP rank, as ``ringccl calibrate
+    --model`` times them (the sequence divided by cp); [] for what that helper does not lay
+    out (MLA attention) or refuses."""
+    m, d = p.model, p.dims
+    if m.mla:
+        return []
+    try:
+        return layer_gemms(m.hidden_size, m.intermediate_size, m.num_attention_heads,
+                           max(1, m.seq_length // d.cp), d.micro_batch_size, d.tp,
+                           m.num_key_value_heads, m.gated_mlp, head_dim=m.head_dim)
+    except ArgumentError:
+        return []
+
+
+def _profile_shapes(p: StepEstimate) -> PlanWarning | None:
+    path = p.cluster.compute_profile
+    if not path:
+        return None
+    profile = compute_profile(path)
+    shapes = _layer_gemms(p)
+    timed = {(g["m"], g["n"], g["k"]) for g in profile.data["gemm"]}
+    missed = [g for g in shapes if tuple(g[1:]) not in timed]
+    if not missed:
+        return None
+    m, d = p.model, p.dims
+    where = profile.data.get("settings", {}).get("shapes_from", "shapes not recorded")
+    model = (f"--model {m.name}" if m.name in PRESETS else
+             f"--hidden-size {m.hidden_size} --intermediate-size {m.intermediate_size} "
+             f"--num-attention-heads {m.num_attention_heads} --num-key-value-heads "
+             f"{m.num_key_value_heads}" + ("" if m.gated_mlp else " --no-gated-mlp"))
+    return PlanWarning(
+        "profile", f"the compute profile {path} did not time {len(missed)} of the "
+        f"{len(shapes)} GEMM shapes of this plan's layers (it was measured on {where}): each "
+        "is priced at the efficiency of the timed GEMM nearest in FLOPs",
+        f"ringccl calibrate {model} --seq-length {max(1, m.seq_length // d.cp)} "
+        f"--micro-batch-size {d.micro_batch_size} --tp {d.tp} --out PROFILE")
+
+
 def _profile(p: StepEstimate) -> PlanWarning | None:
     path = p.cluster.compute_profile
     if not path:
@@ -192,5 +234,5 @@ def _schedule(p: StepEstimate) -> PlanWarning | None:
 def plan_warnings(p: StepEstimate) -> list[PlanWarning]:
     """The warnings of the planned step ``p`` (the module docstring lists them), memory
     first."""
-    return [w for w in (_memory(p), _bubble(p), _schedule(p), _profile(p), _network(p))
-            if w is not None] + _defaults(p)
+    return [w for w in (_memory(p), _bubble(p), _schedule(p), _profile(p), _profile_shapes(p),
+                        _network(p)) if w is not None] + _defaults(p)
