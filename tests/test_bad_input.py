@@ -255,6 +255,11 @@ def test_schedule_beyond_memory_is_refused_before_it_is_built(monkeypatch):
         ringccl.schedule("all_reduce", "direct", world_size=30000)
     assert resource.getrlimit(resource.RLIMIT_AS) == limit
     assert ringccl.schedule("all_reduce", "direct", world_size=100).num_transfers == 100 * 99
+    # checked once: a schedule built before is returned as it is, until clear_caches
+    first = ringccl.schedule("all_reduce", "ring", world_size=128)
+    assert ringccl.schedule("all_reduce", "ring", world_size=128) is first
+    ringccl.clear_caches()
+    assert ringccl.schedule("all_reduce", "ring", world_size=128) is not first
 
 
 def test_simulate_refusals_leave_inputs_and_out_bit_identical():

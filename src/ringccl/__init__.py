@@ -81,10 +81,7 @@ def schedule(collective: str, algorithm: str | None = None, world_size: int = 4,
     if algorithm is None:
         algorithm = default_algorithm(collective)
     world_size = check_int(world_size, "world_size", minimum=1)
-    given = " ".join(f"{k}={v!r}" for k, v in {"world_size": world_size, **params}.items())
-    names = " or ".join(["world_size", *params])
-    return bounded.build(collective, algorithm, world_size, params, (given, names),
-                         address_space=False)
+    return bounded.library_build(collective, algorithm, world_size, params)
 
 
 def collectives() -> list[str]:

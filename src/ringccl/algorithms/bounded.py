@@ -29,11 +29,12 @@ from .. import resources, units
 from ..check import verify, verify_bytes
 from ..errors import ArgumentError, RingcclError
 from ..ir import Schedule
+from ..caches import memoize
 from ._build import transfer_limit
-from .registry import build_schedule, get_algorithm
+from .registry import build_schedule, get_algorithm, params_key
 
 __all__ = ["BUILD_BYTES_PER_TRANSFER", "BUILD_BYTES_PER_STEP", "PROBES", "MARGIN",
-           "estimate", "build", "check_verify", "bounded"]
+           "estimate", "build", "check_verify", "bounded", "library_build"]
 
 #: peak bytes per transfer while a schedule is built (the builder's arrays, their concatenation,
 #: the canonical sort, the schedule's own arrays). Measured (peak resident memory, one Linux
@@ -195,6 +196,36 @@ def build(collective: str, algorithm: str, world_size: int, params: dict,
         check_verify(schedule, flags)
         verify(schedule)
     return schedule
+
+
+def library_build(collective: str, algorithm: str, world_size: int, params: dict) -> Schedule:
+    """:func:`build` for a library call (``ringccl.schedule``): refusals name its keywords
+    (``world_size=30000``), the process's address-space limit is left alone, and a schedule
+    built once is returned again without the checks (a hit costs about a microsecond, as
+    :func:`~ringccl.algorithms.registry.build_schedule`'s; :func:`ringccl.clear_caches`
+    empties both).
+
+    Raises:
+        ArgumentError: as :func:`build`.
+    """
+    try:
+        key = params_key(params)
+        hash(key)
+    except TypeError:   # an unhashable value: the builder refuses or takes it, unmemoized
+        return _library_build(collective, algorithm, world_size, params)
+    return _library_build_cached(collective, algorithm, world_size, key)
+
+
+def _library_build(collective: str, algorithm: str, world_size: int, params: dict) -> Schedule:
+    given = " ".join(f"{k}={v!r}" for k, v in {"world_size": world_size, **params}.items())
+    names = " or ".join(["world_size", *params])
+    return build(collective, algorithm, world_size, params, (given, names), address_space=False)
+
+
+@memoize(maxsize=128)
+def _library_build_cached(collective: str, algorithm: str, world_size: int,
+                          key: tuple) -> Schedule:
+    return _library_build(collective, algorithm, world_size, {k: v for k, _, v in key})
 
 
 @contextlib.contextmanager
