@@ -234,7 +234,8 @@ def test_an_output_that_cannot_be_written_is_refused_before_any_timing(monkeypat
 
 
 def test_checking_the_output_leaves_no_file_and_keeps_an_existing_one(tmp_path):
-    from ringccl.cli.calibrate import _out_path
+    from ringccl.cli.common import output_path
+    _out_path = output_path()
     new = tmp_path / "new.json"
     assert _out_path(str(new)) == str(new) and not new.exists()
     old = tmp_path / "old.json"

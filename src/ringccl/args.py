@@ -86,9 +86,13 @@ def lookup(table, name, argument: str, what: str, hint: str = "", lower: bool = 
 
 def output_problem(path: str, suffixes: Sequence[str] = (), what: str = "a file") -> str | None:
     """Why no file can be written at ``path``, as words that follow the path in a message
-    (``": directory '/x' does not exist"``), or None: its directory missing or not writable,
-    the path a directory, or (``suffixes`` given; ``""``: no suffix) another suffix, the file
-    being ``what`` ("an image")."""
+    (``": directory '/x' does not exist"``), or None: an empty name, its directory missing or
+    not writable, the path a directory, (``suffixes`` given; ``""``: no suffix) another
+    suffix, the file being ``what`` ("an image"), or a file this process cannot open for
+    writing there (/proc, a read-only file: it is opened to append, and removed again when
+    the check created it, so an existing file is left as it was)."""
+    if not str(path).strip():
+        return " is no file name"
     directory = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         return " is a directory; give a file name in it"
@@ -99,6 +103,16 @@ def output_problem(path: str, suffixes: Sequence[str] = (), what: str = "a file"
     if suffixes and os.path.splitext(path)[1].lower() not in suffixes:
         listed = ", ".join(x or "no suffix" for x in suffixes)
         return f" is written as {what}: its name must end in {listed}"
+    existed = os.path.lexists(path)
+    try:  # O_APPEND: an existing file is left as it is; O_NONBLOCK: a FIFO does not block
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK))
+    except OSError as exc:
+        return f": cannot write it ({exc.strerror})"
+    if not existed:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
     return None
 
 

@@ -4,9 +4,7 @@ where there is one, the CPU otherwise) and write the compute profile a planner r
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 from pathlib import Path
 
 from .. import resources, units
@@ -26,29 +24,6 @@ _MIN_COPY = 1024
 #: the share of the memory available now that calibrate's largest buffers may take: the rest
 #: is torch's, the interpreter's and the machine's other work's
 _MEMORY_SHARE = 0.8
-
-
-def _out_path(text: str) -> str:
-    """``--out`` (argparse type): a file this process can create or overwrite, checked when
-    the option is read, before any timing (:func:`.common.output_path`, then opened for
-    writing, so that /proc or a read-only file is refused too; a file the check created is
-    removed)."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError(f"{text!r} is no file name: give the JSON file to "
-                                         "write, or leave --out out")
-    path = output_path()(text)
-    existed = os.path.lexists(path)
-    try:  # O_APPEND: an existing file is left as it is; O_NONBLOCK: a FIFO does not block
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK))
-    except OSError as exc:
-        raise argparse.ArgumentTypeError(f"{text!r}: cannot write it ({exc.strerror})") \
-            from None
-    if not existed:
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
-    return path
 
 
 def _free_memory(device: str) -> tuple[int | None, str]:
@@ -235,6 +210,6 @@ def register(sub) -> None:
     p.add_argument("--warmup", type=nonnegative_int, default=3, help="untimed calls first")
     p.add_argument("--memory-bytes", type=size_arg, default=units.size("256MiB"),
                    help="buffer of the copy bandwidth probe (default 256MiB)")
-    p.add_argument("--out", metavar="JSON", type=_out_path, help="write the profile here")
+    p.add_argument("--out", metavar="JSON", type=output_path(), help="write the profile here")
     p.add_argument("--json", action="store_true", help="print the profile")
     p.set_defaults(func=_cmd)

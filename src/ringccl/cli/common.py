@@ -492,8 +492,9 @@ link_arg = checked(parse_link)
 
 def output_path(suffixes: Sequence[str] = (), what: str = "a file"):
     """An argparse type for a file a command writes when it is done: refused when the option is
-    read, before any work (:func:`ringccl.args.output_problem`: a missing or unwritable
-    directory, a directory, a suffix not in ``suffixes``, the file being ``what``)."""
+    read, before any work (:func:`ringccl.args.output_problem`: an empty name, a missing or
+    unwritable directory, a directory, a suffix not in ``suffixes``, the file being ``what``,
+    a place no file can be opened for writing)."""
     def parse(text: str) -> str:
         problem = output_problem(text, suffixes, what)
         if problem:
