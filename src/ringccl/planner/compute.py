@@ -20,7 +20,9 @@ attention, unfused  QKᵀ and P·V batched GEMMs; the fused       four batched G
 (Megatron 2021-22)  scale-mask-softmax and dropout on the      dropout backward
                     a/t · b · s² scores (memory-bound; the
                     causal kernel reads the lower triangle,
-                    else an fp32 fallback: :mod:`.softmax`)
+                    else an fp32 fallback: :mod:`.softmax`;
+                    at :data:`~.gpus.SCORE_PASS_EFFICIENCY`
+                    of HBM bandwidth)
 norms               read + write T_r·h                         read x and dy, write dx
 residual add        read 2, write 1 × T_r·h                    read + write; and the gradient
                                                                sum where the residual forks
@@ -64,6 +66,7 @@ from dataclasses import dataclass
 
 from ..caches import memoize
 from .frameworks import REDUCE_DTYPES
+from . import gpus
 from .gpus import GPU
 from .kernels import flash_attention_seconds, gemm_seconds, memory_seconds
 from .model import ModelConfig
@@ -273,9 +276,12 @@ def _attention(b: _Builder, model: ModelConfig, heads: int, batch: int, seq: int
         fwd_bytes, bwd_bytes = 2 * _ACT, 3 * _ACT
     else:
         fwd_bytes, bwd_bytes = softmax_bytes(seq, fused)
-    b.memory("softmax" if fused or cp > 1 else "softmax_fp32_fallback", scores * fwd_bytes,
-             scores * bwd_bytes, core=True)
-    b.memory("attention_dropout", scores * (2 * _ACT + 1), scores * (2 * _ACT + 1), core=True)
+    # the score passes run at SCORE_PASS_EFFICIENCY of HBM bandwidth, never faster than a
+    # streaming kernel: their bytes count that much more against memory_seconds' rate
+    slow = scores * max(1.0, g.memory_efficiency / gpus.SCORE_PASS_EFFICIENCY)
+    b.memory("softmax" if fused or cp > 1 else "softmax_fp32_fallback", slow * fwd_bytes,
+             slow * bwd_bytes, core=True)
+    b.memory("attention_dropout", slow * (2 * _ACT + 1), slow * (2 * _ACT + 1), core=True)
     b.ops.append(Op("attention_values", "gemm", float(pv), float(pv_bwd),
                     2.0 * scores * dv, core=True))
 

@@ -14,6 +14,18 @@ takes Hopper's). ``memory_efficiency``, the fraction of HBM bandwidth a large st
 sustains, is cited: 0.90 for transfers of 100 MB and more in Calculon's A100 and H100 system
 files (Isaev et al., SC23; calculon ``systems/a100_80g.json``, ``h100_80g_nvl8.json``).
 :data:`FITTED` holds both.
+
+One more constant is solved from a published kernel-level measurement, not from step times:
+:data:`SCORE_PASS_EFFICIENCY`, the fraction of HBM bandwidth that unfused attention's passes
+over the s × s scores sustain (Megatron's fused scale-mask-softmax and the dropout, forward and
+backward). Korthikanti et al. 2022, Table 4, times one 22B layer (t = 8, b = 4, s = 2048, A100)
+with and without selective recompute; the backward's difference is the attention core's
+forward, re-run: 13.2 − 11.9 = 1.3 ms, and 13.1 − 11.8 = 1.3 ms with sequence parallelism.
+Its two batched GEMMs at ``gemm_efficiency`` leave the rest to the score passes, whose bytes
+(:mod:`ringccl.planner.softmax`, the dropout's 2 + 2 + 1 per score) give the fraction.
+``benchmarks/fit_planner.py`` solves it together with the GEMM fraction (each depends on the
+other) to a fixed point. These passes are slower than a streaming copy: a row reduction per
+score row (softmax), a random number per score (dropout).
 """
 
 from __future__ import annotations
@@ -22,7 +34,8 @@ from dataclasses import dataclass, replace
 
 from ..errors import ArgumentError
 
-__all__ = ["GPU", "GPU_PRESETS", "SOURCES", "FITTED", "gpu_preset", "resolve_gpu"]
+__all__ = ["GPU", "GPU_PRESETS", "SOURCES", "FITTED", "SCORE_PASS_EFFICIENCY", "gpu_preset",
+           "resolve_gpu"]
 
 _A100_DS = "NVIDIA A100 Tensor Core GPU datasheet (2021, r4), spec table, SXM column"
 _A100_WP = "NVIDIA A100 Tensor Core GPU Architecture whitepaper (2020), Table 3"
@@ -53,9 +66,13 @@ SOURCES: dict[str, dict[str, str]] = {
 }
 
 #: architecture -> (gemm_efficiency fitted, memory_efficiency cited) (module doc)
-FITTED = {"ampere": (0.711, 0.90), "hopper": (0.583, 0.90), "blackwell": (0.583, 0.90),
+FITTED = {"ampere": (0.723, 0.90), "hopper": (0.583, 0.90), "blackwell": (0.583, 0.90),
           "source": "benchmarks/fit_planner.py on the validation rows of "
                     "benchmarks/published_runs.json (Blackwell: Hopper's, no published run)"}
+
+#: the fraction of HBM bandwidth unfused attention's softmax and dropout passes over the scores
+#: sustain (module doc: solved from Korthikanti et al. 2022 Table 4 by fit_planner.py)
+SCORE_PASS_EFFICIENCY = 0.606
 
 
 @dataclass(frozen=True)
