@@ -1,11 +1,15 @@
-"""`ringccl model` and `ringccl tune`: tables, --json, --plot, --preset worked-examples, errors."""
+"""`ringccl model` and `ringccl tune`: tables, --json, --plot, --preset worked-examples, errors;
+the size lists every command reads (model, tune, explore, nccl --size, fit --sizes): the same
+sizes as before they shared one parser, and a bounded number of them."""
 
 import json
+from pathlib import Path
 
 import pytest
 
 import ringccl
 from ringccl.cli import main
+from ringccl.cli.app import build_parser
 
 from .cost_helpers import registered, ring_only
 
@@ -119,6 +123,11 @@ def test_tune_json_and_buckets(capsys):
     (["model", "all_reduce", "--size", "4Mb"], "ambiguous"),
     (["model", "all_reduce", "--bandwidth", "fast"], "bandwidth"),
     (["model", "all_reduce", "--size", "1GiB:4KiB"], "LOW <= HIGH"),
+    # a FACTOR that is no number, or no finite one, is named (not argparse's "invalid value")
+    (["model", "all_reduce", "--size", "1B:1GiB:x"],
+     "size range '1B:1GiB:x': FACTOR 'x' must be a number > 1"),
+    (["model", "all_reduce", "--size", "1B:1GiB:nan"], "FACTOR 'nan' must be a number > 1"),
+    (["model", "all_reduce", "--size", "1B:1GiB:1"], "FACTOR '1' must be a number > 1"),
 ])
 def test_bad_units_are_usage_errors(capsys, argv, message):
     with pytest.raises(SystemExit) as exc:
@@ -155,3 +164,79 @@ def test_errors_exit_2_with_one_line(capsys, argv, message):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("ringccl: error: ") and message in err and err.count("\n") == 1
+
+
+# -- size lists: one parser for every command, bounded --------------------------------------------
+
+#: the option that reads a size list, per parser it replaced
+_SIZE_ARGV = {"size_list": ["model", "--size"], "nccl_sizes": ["nccl", "all_reduce", "--size"],
+              "fit_sizes": ["fit", "x.json", "--sizes"]}
+
+
+def _sizes(kind: str, text: str) -> list:
+    """The sizes the command line reads from ``text`` (parsed only: nothing runs)."""
+    args = build_parser().parse_args([*_SIZE_ARGV[kind], text])
+    return args.sizes if kind == "fit_sizes" else args.size
+
+
+def _refused(capsys, argv) -> str:
+    """argparse's one-line refusal (exit 2) of the command line, parsed only: nothing runs."""
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args(argv)
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+def test_size_lists_are_those_of_the_three_former_parsers():
+    # recorded from model's size_list, nccl's nccl_sizes and fit's --sizes before they became
+    # one parser: the same values, the same types (floats; whole bytes for nccl and fit)
+    recorded = json.loads((Path(__file__).parent / "data" / "size_lists.json").read_text())
+    assert sum(len(cases) for cases in recorded.values()) >= 30
+    for kind, cases in recorded.items():
+        for text, expected in cases.items():
+            got = _sizes(kind, text)
+            if kind == "fit_sizes" and ":" in text:
+                # but for one mend: a fractional FACTOR's whole-byte sizes that round down to
+                # the same byte count are kept once (fit's parser repeated them: 1, 1, 1, ...)
+                expected = list(dict.fromkeys(expected))
+            assert got == expected, (kind, text)
+            assert [type(x) for x in got] == [type(x) for x in expected], (kind, text)
+    # and the defaults
+    parse = build_parser().parse_args
+    assert parse(["model"]).size == recorded["size_list"]["4KiB:1GiB"]
+    assert parse(["tune", "all_reduce"]).size == recorded["size_list"]["4B:16GiB"]
+    assert parse(["nccl", "all_reduce"]).size == recorded["nccl_sizes"]["8B:8GiB:8"]
+    assert parse(["fit", "x.json"]).sizes == recorded["fit_sizes"]["64KiB,1MiB,16MiB,256MiB,1GiB"]
+
+
+def test_a_range_of_too_many_sizes_is_refused_before_any_is_built(capsys):
+    err = _refused(capsys, ["model", "-s", "1B:1GiB:1.00001"])
+    assert ("argument --size/-s: size range '1B:1GiB:1.00001' would give 2,079,452 sizes, "
+            "over the limit of 1,000: a FACTOR of at least 1.0211") in err
+    # 2^63 - 1 bytes in steps of 1 part in 10^9: counted, never built (43.7 billion sizes
+    # would not fit in memory)
+    err = _refused(capsys, ["fit", "x.json", "--sizes", "1B:8388607TiB:1.000000001"])
+    assert "would give 43,668," in err and "over the limit of 1,000" in err
+    # the limit itself is accepted, one more is not
+    assert len(_sizes("size_list", f"1000:{int(1000 * 1.01 ** 999.5)}:1.01")) == 1000
+    assert len(_sizes("fit_sizes", f"1000:{int(1000 * 1.01 ** 999.5)}:1.01")) == 1000
+    err = _refused(capsys, ["tune", "all_reduce", "-s", f"1000:{int(1000 * 1.01 ** 1000.5)}:1.01"])
+    assert "would give 1,001 sizes, over the limit of 1,000" in err
+    from ringccl.cli.common import MAX_SIZES
+    assert MAX_SIZES == 1000
+
+
+@pytest.mark.parametrize("argv", [
+    ["model", "-s"], ["tune", "all_reduce", "--tensor-sizes"], ["explore", "all_reduce", "-s"],
+    ["nccl", "all_reduce", "--size"], ["fit", "x.json", "--sizes"]])
+def test_a_comma_list_of_sizes_is_bounded_alike(capsys, argv):
+    many = ",".join(f"{i}B" for i in range(1, 2001))
+    err = _refused(capsys, [*argv, many])
+    # the text as given, shortened: the count and the limit
+    assert "sizes '1B,2B,3B," in err and ",1999B,2000B' are 2,000 sizes, over the limit of " \
+        "1,000" in err and len(err) < 300
+    exactly = ",".join(f"{i}B" for i in range(1, 1001))
+    args = build_parser().parse_args([*argv, exactly])
+    assert len(args.sizes if "--sizes" in argv else
+               args.tensor_sizes if "--tensor-sizes" in argv else args.size) == 1000

@@ -64,6 +64,10 @@ def test_sizes_are_whole_bytes_in_a_bounded_range(capsys):
         assert f"size '{big}' is too large: at most" in _refused(capsys, "all_reduce", "--size",
                                                                  big)
     assert "is negative" in _refused(capsys, "all_reduce", "--size=-1B")
+    # a list as long as a range may be: at most 1,000 sizes, refused before any is read
+    err = _refused(capsys, "all_reduce", "--size", ",".join(["1KiB"] * 1001))
+    assert "are 1,001 sizes, over the limit of 1,000" in err
+    assert len(_json(capsys, "all_reduce", "--size", ",".join(["1KiB"] * 1000))["rows"]) == 1000
 
 
 def test_algorithms_take_ncclalgo_exclusions_and_spellings(capsys):

@@ -27,15 +27,16 @@ from ..errors import ArgumentError, RingcclError
 from ..ops import check_accumulate_dtype, check_op_dtype
 from ..sim import default_algorithm, resolve_root
 from . import limits
+from .parser import Parser
 
 __all__ = ["table", "TABLE_FORMATS", "stderr_console", "add_format_option", "add_launch_options",
            "check_nproc", "interrupted", "INTERRUPTED", "status", "progress", "emit_json",
            "schedule_params", "check_call", "check_call_args", "check_root_arg", "takes_root",
            "need_torch", "add_collective_args", "add_accumulate_option", "positive_int",
            "nonnegative_int", "seconds_arg", "widths_arg", "size_arg", "count_arg", "size_list",
-           "int_list", "name_list", "checked", "nonnegative", "link_arg", "output_path",
-           "HTML_SUFFIXES", "IMAGE_SUFFIXES", "add_flat_link_args", "add_node_link_args",
-           "Parser", "Given", "GivenFlag", "refuse_unused"]
+           "MAX_SIZES", "int_list", "name_list", "checked", "nonnegative", "link_arg",
+           "output_path", "HTML_SUFFIXES", "IMAGE_SUFFIXES", "add_flat_link_args",
+           "add_node_link_args", "Parser", "Given", "GivenFlag", "refuse_unused"]
 
 
 # -- output ---------------------------------------------------------------------------------------
@@ -337,50 +338,6 @@ def interrupted(what: str) -> int:
 
 # -- argparse types ------------------------------------------------------------------------------
 
-#: a value that starts like a negative number (-1MiB, -1us, -.5): argparse alone takes these for
-#: options, unless they are plain numbers (-1, -0.5), and answers "expected one argument"
-_NEGATIVE = re.compile(r"-\.?\d")
-
-
-class Parser(argparse.ArgumentParser):
-    """An ArgumentParser that reads ``--size -1MiB`` as the option and its (negative) value, so
-    the option's type can refuse it by name ("argument --size/-s: '-1MiB' is negative: a size
-    must be > 0") instead of argparse's "expected one argument". Subparsers are of this class
-    too (argparse makes them of the parent's class)."""
-
-    def error(self, message: str):
-        """One line, as every other CLI error (argparse prints its usage block first), with
-        where to look: ``ringccl show: error: argument --world-size/-N: 0 must be >= 1 (see
-        ringccl show --help)``."""
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-    def parse_known_args(self, args=None, namespace=None):
-        args = sys.argv[1:] if args is None else list(args)
-        return super().parse_known_args(self._attach_negative_values(args), namespace)
-
-    def _attach_negative_values(self, args: list[str]) -> list[str]:
-        """``[--size, -1MiB]`` -> ``[--size=-1MiB]`` for this parser's options that take one
-        value (the form argparse reads as a value whatever it looks like)."""
-        takes_value = {opt: action for action in self._actions if action.nargs is None
-                       and action.option_strings for opt in action.option_strings}
-        out, i = [], 0
-        while i < len(args):
-            token = args[i]
-            if token == "--":
-                out.extend(args[i:])
-                break
-            action = takes_value.get(token)
-            if (action is not None and i + 1 < len(args) and _NEGATIVE.match(args[i + 1])
-                    and args[i + 1] not in self._option_string_actions):
-                long = next((o for o in action.option_strings if o.startswith("--")), None)
-                out.append(f"{long}={args[i + 1]}" if long else token + args[i + 1])
-                i += 2
-                continue
-            out.append(token)
-            i += 1
-        return out
-
-
 def _refuse_negative(text: str, noun: str, allowed: str) -> None:
     """ArgumentTypeError naming ``text`` when it is negative: "count '-1' is negative: must be
     >= 0 elements" (``noun``: what the value is; ``allowed``: what it must be)."""
@@ -427,31 +384,84 @@ def widths_arg(text: str) -> tuple:
     return widths
 
 
-def size_list(text: str) -> list[float]:
-    """``4KiB:1GiB`` (powers of two between), ``4KiB:1GiB:4`` (factor 4), or ``1KiB,4MiB``;
-    every size > 0."""
-    for part in re.split("[:,]", text)[:2] if ":" in text else text.split(","):
+#: the most sizes one :func:`size_list` argument may give, counted before any is built.
+#: nccl-tests' sweeps (-b/-e/-f: an integer factor >= 2) give at most 63 between 1 B and
+#: 2^63 - 1 B, and a fine sweep such as 4KiB:1GiB:1.02 about 630; 1,000 sizes cost
+#: ``ringccl model`` a few seconds on three world sizes, where the 2,079,452 of
+#: 1B:1GiB:1.00001 would take it most of an hour (and ~10 GB of --json)
+MAX_SIZES = 1000
+
+
+def size_list(text: str, *, whole_bytes: bool = False, integer_factor: bool = False) -> list:
+    """Message sizes (argparse type): ``4KiB:1GiB`` (LOW, 2·LOW, 4·LOW ... up to HIGH),
+    ``4KiB:1GiB:1.5`` (FACTOR: any number > 1) or a comma list ``1KiB,4MiB``; every size
+    > 0 bytes (:func:`ringccl.units.size`), at most :data:`MAX_SIZES` of them.
+
+    Returns floats; with ``whole_bytes``, ints (each size rounded down). ``integer_factor``:
+    FACTOR is nccl-tests' ``-f``, an integer >= 2, and the sizes are exact integer products.
+
+    Raises:
+        argparse.ArgumentTypeError: naming ``text``: a size malformed, negative or 0; a range
+            not LOW:HIGH[:FACTOR] or with LOW > HIGH; a FACTOR not a number > 1 (with
+            ``integer_factor``: not an integer >= 2); more than :data:`MAX_SIZES` sizes,
+            counted before any is built (a range's ⌊log(HIGH/LOW) / log(FACTOR)⌋ + 1), the
+            message saying how many and the limit.
+    """
+    parts = text.split(":")
+    for part in re.split("[:,]", text)[:2] if len(parts) > 1 else text.split(","):
         _refuse_negative(part, "size", "> 0 bytes (e.g. 4KiB, 1MiB, 4KiB:1GiB)")
+    shown = text if len(text) <= 60 else f"{text[:30]}...{text[-20:]}"
     try:
-        if ":" in text:
-            parts = text.split(":")
-            if len(parts) not in (2, 3):
-                raise ArgumentError(f"size range {text!r} must be LOW:HIGH or LOW:HIGH:FACTOR")
-            lo, hi = units.size(parts[0]), units.size(parts[1])
-            factor = float(parts[2]) if len(parts) == 3 else 2.0
-            if lo <= 0 or hi < lo or factor <= 1:
-                raise ArgumentError(f"size range {text!r} needs 0 < LOW <= HIGH and FACTOR > 1")
-            out = [float(lo)]
-            while out[-1] * factor <= hi * (1 + 1e-12):
-                out.append(out[-1] * factor)
-            return out
-        out = [float(units.size(s)) for s in text.split(",") if s.strip()]
-        if not out or min(out) <= 0:
-            raise ArgumentError(f"sizes {text!r} must be one or more sizes > 0 bytes (e.g. 4KiB, "
-                                "1MiB, 4KiB:1GiB)")
-        return out
+        if len(parts) > 1:
+            out = _size_range(text, shown, parts, integer_factor)
+        else:
+            items = [s for s in text.split(",") if s.strip()]
+            if len(items) > MAX_SIZES:
+                raise ArgumentError(f"sizes {shown!r} are {len(items):,} sizes, over the limit "
+                                    f"of {MAX_SIZES:,}")
+            out = [units.size(s) for s in items]
+            if not out or min(out) <= 0:
+                raise ArgumentError(f"sizes {text!r} must be one or more sizes > 0 bytes (e.g. "
+                                    "4KiB, 1MiB, 4KiB:1GiB)")
     except RingcclError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+    if not whole_bytes:
+        return [float(s) for s in out]
+    # a range with a fractional FACTOR rounds several small sizes down to one: keep it once
+    return list(dict.fromkeys(int(s) for s in out)) if len(parts) > 1 else [int(s) for s in out]
+
+
+def _size_range(text: str, shown: str, parts: list[str], integer_factor: bool) -> list:
+    """:func:`size_list`'s LOW:HIGH[:FACTOR] (``parts``), counted, then built: ints with
+    ``integer_factor``, else floats. RingcclError naming ``text`` (``shown``: abbreviated)."""
+    if len(parts) > 3:
+        raise ArgumentError(f"size range {text!r} must be LOW:HIGH or LOW:HIGH:FACTOR")
+    lo, hi = units.size(parts[0]), units.size(parts[1])
+    given = parts[2] if len(parts) == 3 else "2"
+    try:
+        factor = int(given) if integer_factor else float(given)
+    except ValueError:
+        factor = 0
+    if integer_factor and factor < 2:
+        raise ArgumentError(f"size range {text!r}: FACTOR {given!r} must be an integer >= 2 "
+                            "(nccl-tests' -f)")
+    if not 1 < factor < math.inf:  # nan and inf too
+        raise ArgumentError(f"size range {text!r}: FACTOR {given!r} must be a number > 1")
+    if not 0 < lo <= hi:
+        raise ArgumentError(f"size range {text!r} needs 0 < LOW <= HIGH")
+    count = math.floor(math.log(hi / lo) / math.log(factor) + 1e-9) + 1
+    if count <= MAX_SIZES + 1:  # near the limit, the loop's own count decides (at most one over)
+        top = hi if integer_factor else hi * (1 + 1e-12)
+        out = [lo] if integer_factor else [float(lo)]
+        while out[-1] * factor <= top and len(out) <= MAX_SIZES:
+            out.append(out[-1] * factor)
+        count = len(out)
+    if count > MAX_SIZES:
+        least = (hi / lo) ** (1 / (MAX_SIZES - 1))
+        least = math.ceil(least) if integer_factor else math.ceil(least * 1e4) / 1e4
+        raise ArgumentError(f"size range {shown!r} would give {count:,} sizes, over the limit of "
+                            f"{MAX_SIZES:,}: a FACTOR of at least {least:g} stays within it")
+    return out
 
 
 def int_list(text: str) -> list[int]:

@@ -507,8 +507,13 @@ def register_tune(sub) -> None:
 
 
 def _predict_sizes(text: str) -> list[int]:
-    """``fit --sizes``: :func:`size_list`, in whole bytes."""
-    return [int(s) for s in size_list(text)]
+    """``fit --sizes`` (argparse type): :func:`.common.size_list` in whole bytes (each size
+    rounded down; FACTOR any number > 1), at most :data:`.common.MAX_SIZES` of them.
+
+    Raises:
+        argparse.ArgumentTypeError: as :func:`.common.size_list` (naming ``text``).
+    """
+    return size_list(text, whole_bytes=True)
 
 
 def register_fit(sub) -> None:

@@ -4,8 +4,6 @@ held-out check, the profile)."""
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 
 from .. import units
@@ -14,9 +12,10 @@ from ..costmodel.nccl import (ALGORITHMS, COLLECTIVES, NCCL_MACHINES, PROTOCOLS,
                               machine_for_device, nccl_machine, price)
 from ..costmodel.nccl_fit import (fit_network, held_out_network, load_network_profile,
                                   predict_row)
-from ..errors import ArgumentError, RingcclError
+from ..errors import ArgumentError
 from ..views.plot import fit_chart
-from .common import Given, emit_json, name_list, positive_int, refuse_unused, status, table
+from .common import (Given, emit_json, name_list, positive_int, refuse_unused, size_list,
+                     status, table)
 
 __all__ = ["register_nccl", "nccl_fit_report", "print_nccl_fit", "add_machine_option"]
 
@@ -57,45 +56,16 @@ def _machine(args, rows=None):
 _P2P = ("all_to_all", "send_recv", "scatter", "gather")
 
 
-def _bytes(text: str) -> int:
-    """One size of ``--size``: whole bytes > 0 (:func:`ringccl.units.size`)."""
-    if text.startswith("-"):
-        raise ArgumentError(f"size {text!r} is negative: must be > 0 bytes (e.g. 8B, 4KiB)")
-    value = units.size(text)
-    if value <= 0:
-        raise ArgumentError(f"size {text!r} must be > 0 bytes (e.g. 8B, 4KiB, 1GiB)")
-    return value
-
-
 def nccl_sizes(text: str) -> list[int]:
-    """``--size`` of ``ringccl nccl`` (argparse type): whole bytes > 0, a comma list
-    (``1MiB,1GiB``) or nccl-tests' range LOW:HIGH[:FACTOR] (``-b``, ``-e``, ``-f``: LOW times
-    FACTOR^k up to HIGH; FACTOR an integer >= 2, default 2, so at most 64 sizes)."""
-    try:
-        if ":" not in text:
-            out = [_bytes(s.strip()) for s in text.split(",") if s.strip()]
-            if not out:
-                raise ArgumentError(f"sizes {text!r}: give one or more sizes (e.g. 1MiB,1GiB)")
-            return out
-        parts = text.split(":")
-        if len(parts) not in (2, 3):
-            raise ArgumentError(f"size range {text!r} must be LOW:HIGH or LOW:HIGH:FACTOR")
-        lo, hi = _bytes(parts[0].strip()), _bytes(parts[1].strip())
-        try:
-            factor = int(parts[2]) if len(parts) == 3 else 2
-        except ValueError:
-            factor = None
-        if factor is None or factor < 2:
-            raise ArgumentError(f"size range {text!r}: FACTOR {parts[2]!r} must be an integer "
-                                ">= 2 (nccl-tests' -f)")
-        if hi < lo:
-            raise ArgumentError(f"size range {text!r} needs LOW <= HIGH")
-        out = [lo]
-        while out[-1] * factor <= hi:
-            out.append(out[-1] * factor)
-        return out
-    except RingcclError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    """``--size`` of ``ringccl nccl`` (argparse type): :func:`.common.size_list` in whole bytes
+    with nccl-tests' integer FACTOR: a comma list (``1MiB,1GiB``) or LOW:HIGH[:FACTOR] as
+    ``-b``, ``-e``, ``-f`` (LOW times FACTOR^k up to HIGH; FACTOR an integer >= 2, default 2,
+    so at most 63 sizes); at most :data:`.common.MAX_SIZES` sizes in all.
+
+    Raises:
+        argparse.ArgumentTypeError: as :func:`.common.size_list` (naming ``text``).
+    """
+    return size_list(text, whole_bytes=True, integer_factor=True)
 
 
 def _bus_factor(row: dict) -> float:
