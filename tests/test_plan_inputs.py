@@ -72,6 +72,19 @@ def test_cluster_units_and_presets():
         resolve_cluster({"gpus": 8})
 
 
+def test_a_cluster_table_may_rename_its_preset_but_not_name_another():
+    """``name`` labels the cluster; a preset's name given as ``name`` is refused, pointing at
+    ``preset``, instead of silently planning the default preset under that label."""
+    renamed = resolve_cluster({"preset": "dgx-a100", "name": "my-cluster", "nodes": 2})
+    assert (renamed.name, renamed.gpu, renamed.nodes) == ("my-cluster", "a100-sxm4-80gb", 2)
+    assert resolve_cluster({"preset": "dgx-a100", "name": "DGX-A100"}).gpu == "a100-sxm4-80gb"
+    with pytest.raises(ArgumentError, match="name='dgx-a100' is a preset's name.*"
+                                            "write preset = 'dgx-a100'"):
+        resolve_cluster({"preset": "dgx-h100", "name": "dgx-a100"})
+    with pytest.raises(ArgumentError, match="write preset = 'h800'"):
+        resolve_cluster({"name": "h800"})
+
+
 def test_a_gpu_has_one_memory_whether_named_or_from_its_cluster():
     from ringccl.planner.cluster import CLUSTER_PRESETS
     from ringccl.planner.gpus import GPU_PRESETS

@@ -395,3 +395,85 @@ def test_fields_that_would_change_nothing_are_refused():
     assert ParallelDims(dp=8, zero_stage=3, reshard_after_forward=False).zero_stage == 3
     for fw in ("fsdp2", "torchtitan", "deepspeed", "megatron"):
         ParallelDims(dp=8, zero_stage=0, framework=fw)   # the preset fills it: no refusal
+
+
+@pytest.mark.parametrize("flag", ["account_for_embedding_in_pipeline_split",
+                                  "account_for_loss_in_pipeline_split"])
+def test_pipeline_split_flags_need_a_pipeline(flag):
+    """A split flag with one stage has no split to change: refused, naming pp; off, or on
+    with a pipeline, or on from the framework's preset (torchtitan's), it plans."""
+    with pytest.raises(ArgumentError, match=rf"{flag}=True counts .* needs pp > 1 \(got pp=1\)"):
+        ParallelDims(dp=8, **{flag: True})
+    assert getattr(ParallelDims(dp=8, **{flag: False}), flag) is False
+    assert getattr(ParallelDims(dp=4, pp=2, **{flag: True}), flag) is True
+    titan = ParallelDims(dp=8, framework="torchtitan")
+    assert getattr(titan, flag) is True and flag in titan.from_preset
+
+
+@pytest.mark.parametrize("layout, message", [
+    ({"zero_stage": 1, "zero3_gather": "parameter"},
+     r"zero3_gather='parameter' applies to zero_stage 3 .* got zero_stage=1"),
+    ({"zero_stage": 0, "zero3_prefetch_bucket": 5},
+     r"zero3_prefetch_bucket=5 applies to zero_stage 3 with zero3_gather='parameter' .* got "
+     r"zero_stage=0"),
+    ({"zero_stage": 2, "fsdp_prefetch": 0, "framework": "deepspeed"},
+     r"fsdp_prefetch=0 applies to zero_stage 3 with zero3_gather='layer' .* got zero_stage=2"),
+    ({"zero_stage": 3, "zero3_prefetch_bucket": 5},
+     r"zero3_prefetch_bucket=5 applies to zero_stage 3 with zero3_gather='parameter' .* got "
+     r"zero3_gather='layer'"),
+    ({"zero_stage": 3, "fsdp_prefetch": 2, "framework": "deepspeed"},
+     r"fsdp_prefetch=2 applies to zero_stage 3 with zero3_gather='layer' .* got "
+     r"zero3_gather='parameter'"),
+])
+def test_zero3_gather_fields_need_the_gathers_they_tune(layout, message):
+    with pytest.raises(ArgumentError, match=message):
+        ParallelDims(dp=8, **layout)
+
+
+def test_zero3_gather_fields_plan_where_they_apply():
+    assert ParallelDims(dp=8, zero_stage=3, zero3_gather="parameter",
+                        zero3_prefetch_bucket=0).zero3_prefetch_bucket == 0
+    assert ParallelDims(dp=8, zero_stage=3, fsdp_prefetch=0).fsdp_prefetch == 0
+    for fw in frameworks.FRAMEWORKS:       # every preset fills all three, at any ZeRO stage
+        for zero in (0, 3):
+            if frameworks.family(fw) in ("fsdp2", "torchtitan") or zero == 0:
+                ParallelDims(dp=8, zero_stage=zero, framework=fw)
+
+
+def test_zero3_gather_fields_refused_from_a_config_file(tmp_path, capsys):
+    from ringccl.cli.app import main
+    toml = tmp_path / "plan.toml"
+    toml.write_text('model = "llama3-8b"\ngpus = 64\n[layout]\nzero_stage = 1\n'
+                    'zero3_gather = "parameter"\n')
+    assert main(["plan", "--config", str(toml)]) == 2
+    assert "zero3_gather='parameter' applies to zero_stage 3" in capsys.readouterr().err
+
+
+def test_sequence_parallelism_without_tp_is_turned_off_with_a_note():
+    """Megatron-LM turns --sequence-parallel off with a warning when tp = 1
+    (megatron/training/arguments.py): the plan does the same and says so."""
+    d = ParallelDims(dp=8, sp=True)
+    assert d.sp is False and "sp" not in d.from_preset
+    assert len(d.notes) == 1 and d.notes[0].startswith("sp=True is ignored with tp=1")
+    assert "megatron/training/arguments.py" in d.notes[0]
+    assert d.for_model(GQA).notes == d.notes
+    p = plan(GQA, {"dp": 8, "sp": True, "global_batch_size": 8}, node())
+    assert d.notes[0] in p.notes and d.notes[0] in p.to_dict()["notes"]
+    assert p.dims.describe().startswith("dp=8 tp=1 pp=1")
+    # with TP, or off, or from a preset: nothing to say
+    assert ParallelDims(dp=4, tp=2, sp=True).notes == ()
+    assert ParallelDims(dp=8, sp=False).notes == ()
+    assert all(ParallelDims(dp=8, framework=fw).notes == () for fw in frameworks.FRAMEWORKS)
+    # the layout given again (replace) says it again, or not, as its own tp decides
+    assert d.replace(dp=4).notes == d.notes and d.replace(dp=4).sp is False
+    with_tp = d.replace(tp=2, dp=4)
+    assert with_tp.sp is True and with_tp.notes == ()
+    assert d.replace(sp=False).notes == ()
+
+
+def test_sequence_parallelism_note_on_the_command_line(capsys):
+    from ringccl.cli.app import main
+    assert main(["plan", "--model", "llama3-8b", "--gpus", "64", "--tp", "1", "--sp"]) == 0
+    out = capsys.readouterr().out
+    assert "note: sp=True is ignored with tp=1" in out
+    assert "tp=1+sp" not in out

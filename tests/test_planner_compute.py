@@ -326,3 +326,21 @@ def test_megatron_softmax_falls_back_to_fp32_torch_ops_where_its_kernel_refuses(
     # per sequence, the fallback costs about 10x the kernel's passes
     per_seq = (one["softmax_fp32_fallback"].forward_s + one["softmax_fp32_fallback"].backward_s)
     assert per_seq > 8 * (two["softmax"].forward_s + two["softmax"].backward_s) / 2
+
+
+def test_a_long_sequence_plan_says_what_its_mfu_is_with_causal_attention_halved():
+    """PaLM's count charges the whole score matrix (12·L·h·s per token); at a million tokens
+    that is most of the count and the MFU can pass 100%. The plan says what it is with the
+    causal half counted, from the same step time; a short sequence gets no such note."""
+    m = LLAMA
+    long = plan(m, {"tp": 8, "cp": 16}, {"preset": "dgx-h100", "nodes": 16},
+                seq_length=1 << 20)
+    L, h, s = m.num_hidden_layers, m.hidden_size, 1 << 20
+    attention = 12 * L * h * s
+    share = attention / (6 * m.matmul_parameters_per_token + attention)
+    note = [n for n in long.notes if n.startswith("attention scores")]
+    assert len(note) == 1 and f"{100 * share:.1f}% of the MFU count" in note[0]
+    assert f"the MFU is {100 * long.mfu * (1 - share / 2):.2f}% instead of " \
+           f"{100 * long.mfu:.2f}%" in note[0]
+    short = plan(m, {"tp": 8}, {"preset": "dgx-h100", "nodes": 1}, seq_length=4096)
+    assert not any(n.startswith("attention scores") for n in short.notes)

@@ -13,9 +13,10 @@ from ringccl.errors import ArgumentError
 from ringccl.planner import ModelConfig, ParallelDims, plan
 from ringccl.planner.compute import gradient_accumulation_seconds
 from ringccl.planner.costing import KERNEL_LAUNCH_SECONDS, nccl_machine_of
-from ringccl.planner.framework_eras import ERA_FAMILY, ERA_PRESETS, WHOLE_BUFFER
-from ringccl.planner.frameworks import (FRAMEWORKS, all_reduces_zero1_gradients, family,
-                                        state_bytes)
+from ringccl.planner.framework_eras import ERA_FAMILY, ERA_LIMITS, ERA_PRESETS, WHOLE_BUFFER
+from ringccl.planner.frameworks import (FRAMEWORKS, LIMITS, all_reduces_zero1_gradients,
+                                        family, state_bytes)
+from ringccl.planner.parallel_dims import check_field
 from ringccl.planner.gpus import gpu_preset
 from ringccl.planner.kernels import (FLASH2_EFFICIENCY, FLASH_EFFICIENCY,
                                      flash_attention_flops, flash_attention_seconds,
@@ -178,3 +179,107 @@ def test_torchtitan_2024_is_torchtitan_with_sdpas_flashattention_2():
     t_old = plan(SMALL, {"dp": 8, "framework": "torchtitan-2024"}, h100).step_seconds
     t_new = plan(SMALL, {"dp": 8, "framework": "torchtitan"}, h100).step_seconds
     assert t_old > t_new            # FlashAttention-2 runs at 35% of H100's peak, not 75%
+
+
+# -- what a dated framework could not run -----------------------------------------------------
+
+@pytest.mark.parametrize("framework, layout, message", [
+    # context parallelism came to Megatron-LM with Megatron-Core (2023-10)
+    ("megatron-2021", {"tp": 8, "cp": 2, "dp": 4},
+     r"cp=2: megatron-2021 runs cp 1 only \(Megatron-LM aed2f75e: no context parallelism "
+     r"\(Megatron-LM's --context-parallel-size came with Megatron-Core in 2023-10\)\)"),
+    ("megatron-2021", {"tp": 8, "dp": 8, "zero_stage": 3},
+     r"zero_stage=3: megatron-2021 runs zero_stage 0 only \(Megatron-LM aed2f75e "
+     r"megatron/arguments.py: no --use-distributed-optimizer"),
+    ("megatron-2021", {"dp": 8, "zero_stage": 1}, r"zero_stage=1: megatron-2021 runs zero_stage 0"),
+    ("megatron-2021", {"tp": 2, "dp": 4, "sp": True},
+     r"sp=True: megatron-2021 runs sp False only .*no --sequence-parallel \(added 2022-05\)"),
+    ("megatron-2021", {"dp": 8, "recompute": "selective"},
+     r"recompute='selective': megatron-2021 runs recompute 'none' or 'full' "),
+    ("megatron-2021", {"dp": 8, "attention": "flash2"},
+     r"attention='flash2': megatron-2021 runs attention 'unfused' only"),
+    ("megatron-2021", {"pp": 4, "dp": 2, "schedule": "zb-h1"},
+     r"schedule='zb-h1': megatron-2021 runs schedule '1f1b' or 'interleaved' "),
+    ("megatron-2021", {"dp": 8, "precision": "fp8-delayed"},
+     r"precision='fp8-delayed': megatron-2021 runs precision 'bf16' only"),
+    # FlashAttention: 285068c8's --use-flash-attn is FlashAttention-1, not modelled
+    ("megatron-2022", {"tp": 8, "dp": 1, "attention": "flash"},
+     r"attention='flash': megatron-2022 runs attention 'unfused' only \(Megatron-LM 2755bcb8 "
+     r"megatron/model/transformer.py CoreAttention; 285068c8 \(2023-01\) adds "
+     r"--use-flash-attn, FlashAttention-1's flash_attn_unpadded_func"),
+    ("megatron-2022", {"dp": 8, "attention": "flash2"}, r"attention='flash2': megatron-2022"),
+    ("megatron-2022", {"tp": 8, "cp": 2, "dp": 4}, r"cp=2: megatron-2022 runs cp 1 only"),
+    ("megatron-2022", {"dp": 8, "zero_stage": 2},
+     r"zero_stage=2: megatron-2022 runs zero_stage 0 or 1 \(.*--use-distributed-optimizer"),
+    ("megatron-2022", {"dp": 8, "ep": 2},
+     r"ep=2: megatron-2022 runs ep 1 only \(Megatron-LM 2755bcb8 .*SwitchMLP"),
+    ("megatron-2022", {"dp": 8, "precision": "fp8-tensorwise"},
+     r"precision='fp8-tensorwise': megatron-2022 runs precision 'bf16' or 'fp8-delayed' "),
+    # Composer v0.17.0: FSDP only, no TP (tp_config: v0.23.0) and no pipeline
+    ("composer", {"tp": 8, "pp": 4, "dp": 2},
+     r"tp=8: composer runs tp 1 only \(Composer v0.17.0: no tensor parallelism"),
+    ("composer", {"pp": 4, "dp": 2},
+     r"pp=4: composer runs pp 1 only \(Composer v0.17.0 composer/trainer/dist_strategy.py: "
+     r"FSDP or DDP, no pipeline parallelism\)"),
+    ("composer", {"dp": 8, "attention": "flash"}, r"attention='flash': composer runs attention "
+     r"'flash2' or 'unfused'"),
+    ("megatron-deepspeed", {"tp": 2, "pp": 2, "dp": 2, "schedule": "interleaved",
+                            "virtual_stages": 2},
+     r"schedule='interleaved': megatron-deepspeed runs schedule '1f1b' only \(DeepSpeed "
+     r"v0.5.4 deepspeed/runtime/pipe/schedule.py TrainSchedule"),
+    ("megatron-deepspeed", {"tp": 8, "cp": 2, "dp": 4}, r"cp=2: megatron-deepspeed runs cp 1"),
+])
+def test_a_dated_framework_refuses_what_it_could_not_run(framework, layout, message):
+    with pytest.raises(ArgumentError, match=message):
+        ParallelDims(**layout, framework=framework)
+
+
+def test_the_limits_are_a_table_of_valid_values_with_sources():
+    assert set(LIMITS) == set(FRAMEWORKS)
+    assert {fw for fw, limits in LIMITS.items() if limits} == set(ERA_LIMITS)
+    for fw, limits in LIMITS.items():
+        for name, limit in limits.items():
+            assert name in ParallelDims.__dataclass_fields__, (fw, name)
+            assert limit.source.strip() and limit.allowed, (fw, name)
+            for value in limit.allowed:
+                assert check_field(name, value) == value, (fw, name, value)
+
+
+@pytest.mark.parametrize("framework", sorted(ERA_LIMITS))
+def test_a_dated_preset_runs_its_own_values_and_every_allowed_one(framework):
+    limits = LIMITS[framework]
+    shape = {"tp": 2, "pp": 2, "dp": 2}
+    shape = {k: v for k, v in shape.items() if k not in limits or v in limits[k].allowed}
+    d = ParallelDims(**shape, framework=framework)
+    for name, limit in limits.items():
+        assert getattr(d, name) in limit.allowed, name
+        for value in limit.allowed:
+            ParallelDims(**{**shape, name: value}, framework=framework)
+
+
+def test_the_published_runs_of_the_dated_presets_still_plan():
+    """The rows benchmarks/validate_planner.py plans with a dated preset are layouts that
+    framework ran: none is refused."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+    bench = Path(__file__).resolve().parent.parent / "benchmarks" / "validate_planner.py"
+    spec = importlib.util.spec_from_file_location("validate_planner", bench)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("validate_planner", module)
+    spec.loader.exec_module(module)
+    dated = [r for r in module.DATA["runs"] if module.framework_preset(r) in ERA_LIMITS]
+    assert len(dated) >= 20
+    for row in dated:
+        module.planner_inputs(row)          # raises on a refused layout
+
+
+def test_docs_list_every_limit_with_its_source():
+    """docs/planner.md §0.1's table of what a dated preset runs is the table in the code."""
+    from pathlib import Path
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "planner.md").read_text()
+    for fw, limits in ERA_LIMITS.items():
+        for name, limit in limits.items():
+            row = (f"| `{fw}` | `{name}` | {limit.words().replace(chr(39), '')} | "
+                   f"{limit.source} |")
+            assert row in docs, row

@@ -108,7 +108,7 @@ def test_bias_gradient_is_a_reduction_pass_except_under_transformer_engine():
 
 
 def test_the_plan_drops_the_bias_pass_under_megatron_core():
-    common = {"tp": 2, "dp": 4, "sp": True, "attention": "flash", "recompute": "none"}
+    common = {"tp": 2, "dp": 4, "sp": True, "attention": "unfused", "recompute": "none"}
     core = plan(GPT, {**common, "framework": "megatron"}, CLUSTER).stages[0].compute
     m22 = plan(GPT, {**common, "framework": "megatron-2022"}, CLUSTER).stages[0].compute
     assert not [o for o in core.layers["dense"].ops if o.name.endswith("_bias_grad")]

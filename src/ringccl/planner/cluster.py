@@ -334,8 +334,9 @@ CLUSTER_PRESETS: dict[str, dict] = {
 }
 
 
-def cluster_preset(name: str, **changes) -> Cluster:
-    """The preset ``name`` with ``changes`` (e.g. ``nodes=128``).
+def cluster_preset(name: str, /, **changes) -> Cluster:
+    """The preset ``name`` with ``changes`` (e.g. ``nodes=128``, or ``name="my-cluster"`` to
+    rename it).
 
     Raises:
         ArgumentError: unknown preset, listing them.
@@ -481,6 +482,11 @@ def resolve_cluster(cluster) -> Cluster:
     if unknown:
         raise ArgumentError(f"unknown cluster field(s) {', '.join(unknown)}; expected "
                             f"{', '.join(sorted(known))}")
+    named = values.get("name")
+    if (isinstance(named, str) and named.lower() in CLUSTER_PRESETS
+            and (base is None or named.lower() != str(base).lower())):
+        raise ArgumentError(f"cluster name={named!r} is a preset's name, but name only labels "
+                            f"the cluster; to start from that preset write preset = {named!r}")
     if profile is not None:
         _profiles(values, profile, level)
     if base is not None:

@@ -104,7 +104,7 @@ def _check_file(data: dict, path: str) -> None:
                                     f"{allowed}, got {kind}")
         if types is int and value < 1:
             raise ArgumentError(f"--config {path!r}: {key}={_show(value)} must be {allowed}")
-    layout_keys = set(ParallelDims.__dataclass_fields__) - {"from_preset"}
+    layout_keys = set(ParallelDims.__dataclass_fields__) - {"from_preset", "notes"}
     cluster_keys = {f for f in Cluster.__dataclass_fields__} | {"preset", "profile",
                                                                 "profile_level"}
     for table, known, check in (("layout", layout_keys, check_field),

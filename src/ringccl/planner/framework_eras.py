@@ -12,12 +12,17 @@ the gradient accumulation into the weight-gradient GEMM in February 2022 (commit
 each value with the file and argument it comes from at the commit or tag read; the tables'
 form is :class:`Setting`'s, the same as the current frameworks' (:mod:`.frameworks`).
 
+What each dated framework could not run at all is refused (:data:`ERA_LIMITS`: a layout
+field's values it runs, each with its source), so a plan never prices a layout of a later
+framework under an earlier one's name.
+
 Versions read (paths below are relative to these):
 
 * Megatron-LM ``aed2f75e`` (2021-04-11, the code of Narayanan et al., SC21, arXiv April 2021);
 * Megatron-LM ``2755bcb8`` (2022-06-24, with Korthikanti et al. 2022's sequence parallelism
   and selective recompute); the behaviour holds to ``285068c8`` (2023-01-11, MegaScale's
-  baseline, NSDI'24 §6.1), which adds only an optional FlashAttention;
+  baseline, NSDI'24 §6.1), which adds only options that are off by default: FlashAttention
+  (``--use-flash-attn``) and Transformer Engine's FP8 (``--fp8-hybrid``);
 * DeepSpeed ``v0.3.15`` (2021-04-19, ZeRO-3 as SC21 Table 2 ran it) and ``v0.5.4`` (2021-10,
   the pipeline engine MT-NLG and BLOOM ran; unchanged in its sends and receives since);
 * Composer ``v0.17.0`` (2023-11-14; ``composer/trainer/dist_strategy.py``,
@@ -30,7 +35,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-__all__ = ["Setting", "REDUCE_DTYPES", "ERA_PRESETS", "ERA_FAMILY", "PREFETCH_BUCKET"]
+__all__ = ["Setting", "Limit", "REDUCE_DTYPES", "ERA_PRESETS", "ERA_FAMILY", "ERA_LIMITS",
+           "PREFETCH_BUCKET"]
 
 #: the dtypes gradients may be reduced in, and their bytes per element
 REDUCE_DTYPES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -309,3 +315,105 @@ ERA_PRESETS: dict[str, dict[str, Setting]] = {
 #: refuses): Megatron-LM's main gradients, ZeRO's 16 bytes, FSDP's fp32 flat parameters
 ERA_FAMILY = {"megatron-2021": "megatron", "megatron-2022": "megatron",
               "megatron-deepspeed": "deepspeed", "composer": "fsdp2"}
+
+
+@dataclass(frozen=True)
+class Limit:
+    """The values of one layout field a framework runs; any other is refused.
+
+    Attributes:
+        allowed: the values it runs.
+        source: the framework's file and argument at the version read (or when the feature
+            came), as the refusal cites it.
+    """
+
+    allowed: tuple
+    source: str
+
+    def words(self) -> str:
+        """The allowed values as a refusal lists them: ``1``, ``'none' or 'full'``."""
+        shown = [repr(v) for v in self.allowed]
+        return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " or " + shown[-1]
+
+
+_MEGATRON_CP = "Megatron-LM's --context-parallel-size came with Megatron-Core in 2023-10"
+_MEGATRON_EP = "--expert-model-parallel-size came with Megatron-Core in 2023-10"
+_MEGATRON_SCHEDULES = ("megatron/schedules.py get_forward_backward_func: no pipelining, 1F1B "
+                       "(forward_backward_pipelining_without_interleaving) or interleaved")
+
+
+def _megatron_limits(tag: str, **changes: Limit | None) -> dict[str, Limit]:
+    """What Megatron-LM of 2021 and 2022 could not run, with ``changes`` (None: no limit)."""
+    base = {
+        "cp": Limit((1,), f"{tag}: no context parallelism ({_MEGATRON_CP})"),
+        "ep": Limit((1,), f"{tag}: no expert parallelism ({_MEGATRON_EP})"),
+        "sp": Limit((False,), f"{tag} megatron/arguments.py: no --sequence-parallel (added "
+                    "2022-05)"),
+        "zero_stage": Limit((0,), f"{tag} megatron/arguments.py: no --use-distributed-optimizer "
+                            "(added 2022-02), no ZeRO-2 or ZeRO-3"),
+        "recompute": Limit(("none", "full"), f"{tag} megatron/arguments.py "
+                           "--checkpoint-activations recomputes whole layers; selective "
+                           "recompute is of 2022-05"),
+        "attention": Limit(("unfused",), f"{tag} megatron/model/transformer.py "
+                           "ParallelAttention: Megatron's core attention only (FlashAttention "
+                           "is of 2022, Megatron-LM's --use-flash-attn of 2023-01)"),
+        "schedule": Limit(("1f1b", "interleaved"), f"{tag} {_MEGATRON_SCHEDULES}"),
+        "precision": Limit(("bf16",), f"{tag} megatron/arguments.py --fp16 / --bf16: 16-bit "
+                           "GEMMs only (Megatron-LM's FP8, --fp8-hybrid, is of 2023-01)"),
+    }
+    return {k: v for k, v in {**base, **changes}.items() if v is not None}
+
+
+#: what each dated framework runs, for the layout fields where it could not run every value
+#: (a field not named runs every value): each refusal cites its source
+ERA_LIMITS: dict[str, dict[str, Limit]] = {
+    "megatron-2021": _megatron_limits(_M21),
+    "megatron-2022": _megatron_limits(
+        _M22,
+        ep=Limit((1,), f"{_M22} megatron/model/transformer.py SwitchMLP (--num-experts): every "
+                 f"expert on every rank, no expert parallelism ({_MEGATRON_EP})"),
+        sp=None,            # megatron/arguments.py --sequence-parallel
+        zero_stage=Limit((0, 1), f"{_M22} megatron/arguments.py --use-distributed-optimizer "
+                         "shards the optimizer states (ZeRO-1); no ZeRO-2 or ZeRO-3"),
+        recompute=None,     # megatron/arguments.py --recompute-granularity
+        attention=Limit(("unfused",), f"{_M22} megatron/model/transformer.py CoreAttention; "
+                        "285068c8 (2023-01) adds --use-flash-attn, FlashAttention-1's "
+                        "flash_attn_unpadded_func, a kernel not modelled (flash2 is "
+                        "FlashAttention-2, of 2023-07; flash is a later one)"),
+        precision=Limit(("bf16", "fp8-delayed"), f"{_M22} megatron/arguments.py --fp16 / "
+                        "--bf16; 285068c8 (2023-01) adds --fp8-hybrid with --transformer-impl "
+                        "transformer_engine (Transformer Engine's delayed scaling)"),
+    ),
+    "megatron-deepspeed": {
+        "cp": Limit((1,), f"{_DS05}: no context parallelism (DeepSpeed-Ulysses, "
+                    "sequence_parallel_size, is of 2023-08)"),
+        "sp": Limit((False,), f"Megatron-DeepSpeed of 2021-2022, {_M21}'s layers: no "
+                    "--sequence-parallel (Megatron-LM's of 2022-05 came with its upstream merge "
+                    "of 2023-07, 9e72d571)"),
+        "recompute": Limit(("none", "full"), "Megatron-DeepSpeed megatron/arguments.py "
+                           "--checkpoint-activations (DeepSpeed's activation checkpointing of "
+                           "whole layers); --recompute-granularity selective came with the "
+                           "upstream merge of 2023-07"),
+        "attention": Limit(("unfused",), f"{_M21} megatron/model/transformer.py "
+                           "ParallelAttention: Megatron's core attention only (FlashAttention "
+                           "is of 2022)"),
+        "schedule": Limit(("1f1b",), f"{_DS05} deepspeed/runtime/pipe/schedule.py "
+                          "TrainSchedule: 1F1B only"),
+        "precision": Limit(("bf16",), f"{_DS05} and Megatron-DeepSpeed of 2021-2022: fp16 or "
+                           "bf16 mixed precision only (FP8 came with Transformer Engine in "
+                           "2023)"),
+    },
+    "composer": {
+        "tp": Limit((1,), f"{_COMPOSER}: no tensor parallelism (Composer's tp_config came in "
+                    "v0.23.0, 2024-06)"),
+        "pp": Limit((1,), f"{_COMPOSER} composer/trainer/dist_strategy.py: FSDP or DDP, no "
+                    "pipeline parallelism"),
+        "cp": Limit((1,), f"{_COMPOSER}: no context parallelism"),
+        "attention": Limit(("flash2", "unfused"), f"{_FOUNDRY} --attn_impl flash or triton "
+                           "(FlashAttention-2) or torch (unfused); not the flash kernel of "
+                           "Hopper (cuDNN's fused attention, FlashAttention-3)"),
+        "precision": Limit(("bf16", "fp8-delayed"), f"{_COMPOSER} composer/core/precision.py: "
+                           "amp_bf16, amp_fp16, or amp_fp8 (Transformer Engine's delayed "
+                           "scaling)"),
+    },
+}

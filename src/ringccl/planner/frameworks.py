@@ -49,15 +49,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ArgumentError
-from .framework_eras import (ERA_FAMILY, ERA_PRESETS, FSDP_PREFETCH_BUCKET,
-                             PREFETCH_BUCKET as _PREFETCH, REDUCE_DTYPES, Setting,
+from .framework_eras import (ERA_FAMILY, ERA_LIMITS, ERA_PRESETS, FSDP_PREFETCH_BUCKET,
+                             PREFETCH_BUCKET as _PREFETCH, REDUCE_DTYPES, Limit, Setting,
                              deepspeed_bucket, float32_reduce as _float32_reduce,
                              megatron_reduce as _megatron_reduce,
                              model_dtype_reduce as _model_dtype_reduce)
 
-__all__ = ["FRAMEWORKS", "DEFAULT_FRAMEWORK", "DEFAULT_WHY", "Setting", "PRESETS",
-           "LAYOUT_SETTINGS", "MODEL_SETTINGS", "REDUCE_DTYPES", "StateBytes", "state_bytes",
-           "preset_values", "check_framework", "defers_gradient_sync",
+__all__ = ["FRAMEWORKS", "DEFAULT_FRAMEWORK", "DEFAULT_WHY", "Setting", "PRESETS", "Limit",
+           "LIMITS", "LAYOUT_SETTINGS", "MODEL_SETTINGS", "REDUCE_DTYPES", "StateBytes",
+           "state_bytes", "preset_values", "check_framework", "defers_gradient_sync",
            "all_reduces_zero1_gradients", "family"]
 
 FRAMEWORKS = ("megatron", "deepspeed", "fsdp2", "torchtitan", *ERA_PRESETS, "torchtitan-2024")
@@ -401,6 +401,14 @@ PRESETS["torchtitan-2024"] = {
         False, f"{_TITAN24} pipelining_utils.py generate_split_points: no slot for the norm "
         "and output"),
 }
+
+
+#: the layout values each framework runs, for the fields where it cannot run every value
+#: (:class:`Limit`, each with its source; refused by
+#: :func:`~ringccl.planner.layout_checks.check_framework_shards`): the dated presets' (what
+#: the framework of that date had not yet, :data:`ERA_LIMITS`); the current frameworks run
+#: every value of these fields (their ZeRO rules are that function's own)
+LIMITS: dict[str, dict[str, Limit]] = {name: ERA_LIMITS.get(name, {}) for name in FRAMEWORKS}
 
 
 #: the current framework each dated preset holds state like (:data:`ERA_FAMILY`, and

@@ -1,8 +1,12 @@
 """The refusals of the layout fields that say how context and expert parallelism communicate
 and how ZeRO shards (:class:`~ringccl.planner.parallel_dims.ParallelDims` calls them): MoE
 parallel folding, node-limited routing, the expert load, the CP designs, HSDP, the ZeRO stages
-a framework cannot run. Each raises
-:class:`~ringccl.errors.ArgumentError` naming the field, its value and what is allowed.
+a framework cannot run, what a dated framework could not run yet
+(:data:`~ringccl.planner.frameworks.LIMITS`), and a field given where the layout would not
+read it (a ZeRO-3 gather setting below ZeRO-3, a pipeline-split flag without a pipeline). Each
+raises :class:`~ringccl.errors.ArgumentError` naming the field, its value and what is allowed.
+Sequence parallelism asked with tp = 1 is not refused but turned off with a note, as Megatron-LM
+does (:func:`drop_ignored`).
 
 Sources: Megatron-Core (MoE parallel folding, Liu et al. 2025, arXiv:2504.14960;
 ``--cp-comm-type``, ``--hierarchical-context-parallel-sizes``); DeepSeek-V3 §2.1.2 (node-limited
@@ -14,16 +18,24 @@ from __future__ import annotations
 
 from ..args import check_int
 from ..errors import ArgumentError
-from .frameworks import family
+from .frameworks import LIMITS, family
 from .model import ModelConfig
 
 __all__ = ["check_experts", "check_context", "check_shards", "check_framework_shards",
-           "expert_hint", "check_model_experts", "check_model_context"]
+           "check_unread", "drop_ignored", "given_again", "expert_hint", "check_model_experts",
+           "check_model_context"]
 
 
 def check_framework_shards(dims) -> None:
-    """Refuse a ZeRO stage the framework (or the current one a dated preset became,
-    :func:`~ringccl.planner.frameworks.family`) cannot run."""
+    """Refuse a value the framework could not run (:data:`~ringccl.planner.frameworks.LIMITS`:
+    a dated preset's, citing its source), and a ZeRO stage the framework (or the current one a
+    dated preset became, :func:`~ringccl.planner.frameworks.family`) cannot run."""
+    for name, limit in LIMITS[dims.framework].items():
+        value = getattr(dims, name)
+        if value not in limit.allowed:
+            only = " only" if len(limit.allowed) == 1 else ""
+            raise ArgumentError(f"{name}={value!r}: {dims.framework} runs {name} "
+                                f"{limit.words()}{only} ({limit.source})")
     kind = family(dims.framework)
     if kind in ("fsdp2", "torchtitan") and dims.zero_stage in (1, 2):
         raise ArgumentError(
@@ -37,14 +49,76 @@ def check_framework_shards(dims) -> None:
             "zero_optimization_stage() < 2); use zero_stage 0 or 1 with PP, or pp=1")
 
 
+def _zero3_gathers(gather: str | None):
+    """Whether a layout gathers ZeRO-3's weights (of ``gather``: "layer", "parameter"; None:
+    either), and what it has instead, in words."""
+    def reads(dims) -> tuple[bool, str]:
+        if dims.zero_stage != 3:
+            return False, f"zero_stage={dims.zero_stage}"
+        return gather in (None, dims.zero3_gather), f"zero3_gather={dims.zero3_gather!r}"
+    return reads
+
+
+#: fields only some layouts read: the field, whether a layout reads it (and what it has
+#: instead) and what it needs, in words; given elsewhere they would change nothing
+_READ_ONLY_WITH = (
+    ("reshard_after_forward", _zero3_gathers(None), "zero_stage 3 (FSDP's gathered weights)"),
+    ("zero3_gather", _zero3_gathers(None), "zero_stage 3 (the unit ZeRO-3 gathers weights in)"),
+    ("zero3_prefetch_bucket", _zero3_gathers("parameter"), "zero_stage 3 with "
+     "zero3_gather='parameter' (DeepSpeed's stage3_prefetch_bucket_size)"),
+    ("fsdp_prefetch", _zero3_gathers("layer"), "zero_stage 3 with zero3_gather='layer' "
+     "(the layers FSDP gathers ahead)"),
+)
+
+#: the pipeline-split flags and what each counts as a layer of the split
+_SPLIT_FLAGS = (("account_for_embedding_in_pipeline_split", "the embedding"),
+                ("account_for_loss_in_pipeline_split", "the loss"))
+
+
+def check_unread(dims) -> None:
+    """Refuse a field given where the layout would not read it (:data:`_READ_ONLY_WITH`; a
+    pipeline-split flag on with pp = 1), rather than drop it; the framework's own preset values
+    are not the user's and are kept."""
+    for name, reads, needs in _READ_ONLY_WITH:
+        value = getattr(dims, name)
+        if value is None or name in dims.from_preset:
+            continue
+        ok, got = reads(dims)
+        if not ok:
+            raise ArgumentError(f"{name}={value!r} applies to {needs}; got {got}")
+    for name, what in _SPLIT_FLAGS:
+        if dims.pp == 1 and getattr(dims, name) and name not in dims.from_preset:
+            raise ArgumentError(f"{name}=True counts {what} as a layer of the pipeline's "
+                                "split; it needs pp > 1 (got pp=1)")
+
+
+#: Megatron-LM's warning when it turns sequence parallelism off for tp = 1
+_SP_WITHOUT_TP = ("sp=True is ignored with tp=1: sequence parallelism splits the sequence over "
+                  "the tensor-parallel group, and there is none; planned with sp off, as "
+                  "Megatron-LM runs it (megatron/training/arguments.py: \"Disabling sequence "
+                  "parallelism because tensor model parallelism is disabled\")")
+
+
+def drop_ignored(dims) -> tuple[str, ...]:
+    """Turn off what the framework turns off rather than refuse: sequence parallelism given
+    with tp = 1 (Megatron-LM sets ``sequence_parallel = False`` with a warning). Returns the
+    notes saying so (the plan prints them)."""
+    if dims.sp and dims.tp == 1 and "sp" not in dims.from_preset:
+        object.__setattr__(dims, "sp", False)
+        return (_SP_WITHOUT_TP,)
+    return ()
+
+
+def given_again(dims, values: dict, changes: dict) -> None:
+    """``values`` (the fields of a copy of ``dims`` with ``changes``) with what
+    :func:`drop_ignored` turned off given again, to be turned off again or not as the copy's
+    own layout decides."""
+    if _SP_WITHOUT_TP in dims.notes and "sp" not in changes:
+        values["sp"] = True
+
+
 def check_shards(dims) -> None:
-    """Refuse a ZeRO / FSDP shard group that does not fit (HSDP), and resharding asked of a
-    stage that gathers no weights."""
-    if (dims.reshard_after_forward is not None and dims.zero_stage != 3
-            and "reshard_after_forward" not in dims.from_preset):
-        raise ArgumentError(f"reshard_after_forward={dims.reshard_after_forward} applies to "
-                            f"zero_stage 3 (FSDP's gathered weights); got "
-                            f"zero_stage={dims.zero_stage}")
+    """Refuse a ZeRO / FSDP shard group that does not fit (HSDP)."""
     if dims.dp_shard is None:
         return
     check_int(dims.dp_shard, "dp_shard", minimum=1)

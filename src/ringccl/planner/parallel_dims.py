@@ -57,11 +57,11 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 from .. import units
-from ..args import check_int
 from ..errors import ArgumentError, ArgumentTypeError
 from . import frameworks
 from .layout_checks import (check_context, check_experts, check_framework_shards,
-                            check_model_context, check_model_experts, check_shards)
+                            check_model_context, check_model_experts, check_shards,
+                            check_unread, drop_ignored, given_again)
 from .model import ModelConfig
 from .pipeline import SCHEDULE_NAMES, check_schedule, chunks_per_rank
 from .precision import PRECISIONS
@@ -278,6 +278,8 @@ class ParallelDims:
             Dubey et al. 2024 §3.3.2; torchtitan's ``pipeline_parallel_first_stage_less_layers``
             / ``..._last_stage_less_layers`` = 1) (preset).
         from_preset: the fields filled by the framework's preset or the batch rule.
+        notes: what was given and turned off rather than refused (sp with tp = 1, as
+            Megatron-LM does), in words; the plan prints them.
     """
 
     dp: int = 1
@@ -324,6 +326,7 @@ class ParallelDims:
     account_for_embedding_in_pipeline_split: bool | None = None
     account_for_loss_in_pipeline_split: bool | None = None
     from_preset: tuple = field(default=(), compare=False)
+    notes: tuple = field(default=(), compare=False)
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 - frozen dataclass
@@ -358,6 +361,8 @@ class ParallelDims:
             raise ArgumentError(f"virtual_stages={self.virtual_stages} needs "
                                 f"schedule='interleaved' (got {self.schedule!r})")
         check_framework_shards(self)
+        check_unread(self)
+        set_("notes", tuple(dict.fromkeys(tuple(self.notes) + drop_ignored(self))))
         check_experts(self)
         check_context(self)
         check_shards(self)
@@ -419,19 +424,6 @@ class ParallelDims:
         """Ranks a ZeRO / FSDP shard of the dense states spans: dp_shard · cp (all dp · cp by
         default)."""
         return (self.dp_shard or self.dp) * self.cp
-
-    def _check_knobs(self) -> None:
-        for f in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
-                  "overlap_p2p", "pp_scatter_gather"):
-            if not isinstance(getattr(self, f), bool):
-                raise ArgumentTypeError(f"{f}={getattr(self, f)!r} must be true or false")
-        for f, allowed in (("precision", tuple(PRECISIONS)), ("attention", ATTENTION),
-                           ("zero3_gather", ZERO3_GATHERS)):
-            if getattr(self, f) not in allowed:
-                raise ArgumentError(f"{f}={getattr(self, f)!r} must be one of "
-                                    f"{', '.join(allowed)}")
-        check_int(self.zero3_prefetch_bucket, "zero3_prefetch_bucket", minimum=0)
-        check_int(self.fsdp_prefetch, "fsdp_prefetch", minimum=0)
 
     def for_model(self, model: ModelConfig) -> "ParallelDims":
         """This layout with what needs the model filled in: the gradients' reduce dtype and
@@ -533,7 +525,8 @@ class ParallelDims:
                 values["global_batch_size"] = values["num_micro_batches"] = None
             elif name not in changes:
                 values[name] = None
-        values["from_preset"] = ()
+        given_again(self, values, changes)
+        values["from_preset"] = values["notes"] = ()
         if "global_batch_size" not in changes and ("dp" in changes or
                                                     "micro_batch_size" in changes):
             values["num_micro_batches"] = None
@@ -592,7 +585,7 @@ def resolve_dims(layout) -> ParallelDims:
         raise ArgumentTypeError(f"layout={layout!r} must be a ParallelDims or a dict of its "
                                 f"fields (e.g. {{'tp': 8, 'dp': 4}}), got {type(layout).__name__}")
     values = dict(layout or {})
-    known = set(ParallelDims.__dataclass_fields__) - {"from_preset"}
+    known = set(ParallelDims.__dataclass_fields__) - {"from_preset", "notes"}
     unknown = sorted(set(values) - known)
     if unknown:
         raise ArgumentError(f"unknown layout field(s) {', '.join(unknown)}; expected "

@@ -395,6 +395,29 @@ def peak_memory(dims: ParallelDims, stages: list[StageEstimate]) -> int:
                most.values())
 
 
+#: the share of the MFU count in attention scores above which a plan says what the MFU would be
+#: with causal attention counted at half
+CAUSAL_NOTE_SHARE = 0.25
+
+
+def causal_count_note(model: ModelConfig, flops: float, peak_flops_seconds: float) -> str:
+    """A note when attention's score matmuls are more than :data:`CAUSAL_NOTE_SHARE` of the
+    MFU count (long sequences): PaLM's count (Chowdhery et al. 2022, Appendix B) charges the
+    whole s x s score matrix, while causal attention computes about half of it (Dao 2023,
+    FlashAttention-2, §4.1, halves its FLOPs for causal); so the MFU can pass 100% although
+    no GPU ran faster than its peak. Empty when the share is smaller."""
+    per_token = model.flops_per_token()
+    attention = 3.0 * model.attention_flops_per_token()
+    share = attention / per_token
+    if share <= CAUSAL_NOTE_SHARE:
+        return ""
+    halved = flops * (1.0 - share / 2.0)
+    return (f"attention scores are {100 * share:.1f}% of the MFU count (PaLM, Appendix B: the "
+            f"whole s x s matrix); causal attention computes half of it: counted so, the MFU "
+            f"is {100 * halved / peak_flops_seconds:.2f}% instead of "
+            f"{100 * flops / peak_flops_seconds:.2f}%")
+
+
 def estimate_step(model: ModelConfig, dims: ParallelDims, cluster: Cluster,
                   straggler: Straggler | None = None, *,
                   share_stages: bool = True) -> StepEstimate:
@@ -433,7 +456,7 @@ def estimate_step(model: ModelConfig, dims: ParallelDims, cluster: Cluster,
     flops = dims.global_batch_size * model.seq_length * model.flops_per_token()
     peak = max(s.memory.total for s in stages)
     fits = all(s.memory.fits(cluster.gpu_memory) for s in stages)
-    notes = []
+    notes = list(dims.notes)     # what the layout turned off rather than refused
     if not fits:
         notes.append(f"needs {units.format_size(peak)} on a GPU of "
                      f"{units.format_size(cluster.gpu_memory)}")
@@ -443,5 +466,8 @@ def estimate_step(model: ModelConfig, dims: ParallelDims, cluster: Cluster,
                      "modelled")
     if not math.isfinite(step) or step <= 0:  # pragma: no cover - compute is always > 0
         raise ArgumentError(f"step time {step!r} is not a positive number")
+    note = causal_count_note(model, flops, step * dims.world_size * cluster.peak_flops)
+    if note:
+        notes.append(note)
     return StepEstimate(model, dims, cluster, straggler, stages, pipeline, bubble, fraction,
                         step, flops, exposed, peak, fits, notes)
