@@ -92,8 +92,11 @@ def _call(collective: str, ours: bool = True, algorithm=None, restore=None):
     if not ours:
         return {"all_reduce": lambda o, i: dist.all_reduce(o),
                 "broadcast": lambda o, i: dist.broadcast(o, 0),
-                "reduce_scatter": dist.reduce_scatter_tensor,
-                "all_gather": dist.all_gather_into_tensor,
+                # torch 2.13's successors of the two deprecated names, where it has them
+                "reduce_scatter": getattr(dist, "reduce_scatter_single", None)
+                or dist.reduce_scatter_tensor,
+                "all_gather": getattr(dist, "all_gather_single", None)
+                or dist.all_gather_into_tensor,
                 "all_to_all": dist.all_to_all_single}[collective]
     kw = dict(algorithm=algorithm, restore=restore)
     return {"all_reduce": lambda o, i: rt.all_reduce(o, **kw),
@@ -292,7 +295,8 @@ def in_place_worker(rank, world_size, sizes, iters, algorithms=IN_PLACE_ALGORITH
                                                          inp, **kw),
             "in_place_before": before_call(lambda: rt.reduce_scatter_tensor(
                 inp_before[rank * k:(rank + 1) * k], inp_before, **kw)),
-            "gloo_in_place": lambda: dist.reduce_scatter_tensor(
+            "gloo_in_place": lambda: (getattr(dist, "reduce_scatter_single", None)
+                                      or dist.reduce_scatter_tensor)(
                 inp_gloo[rank * k:(rank + 1) * k], inp_gloo)}
         for fn in calls.values():
             fn()                   # warm-up: set-up, growth, plans

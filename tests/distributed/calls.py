@@ -15,6 +15,11 @@ from ringccl.collectives import get_collective
 from ringccl.torch import (all_gather_into_tensor, all_reduce, all_to_all_single, broadcast,
                            gather, reduce, reduce_scatter_tensor, scatter)
 
+# torch 2.13 deprecates the two names for these successors (a FutureWarning per process);
+# older torch has only the old names
+_dist_reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+_dist_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
 _TORCH_OPS = {"sum": "SUM", "prod": "PRODUCT", "min": "MIN", "max": "MAX", "band": "BAND",
               "bor": "BOR", "bxor": "BXOR", "avg": "AVG"}
 
@@ -57,11 +62,11 @@ def collective_calls(collective: str, algorithm: str, op, world_size: int, count
                       lambda x, out: x if rank == root else empty)  # non-roots: unspecified
     if collective == "reduce_scatter":
         return _Calls(lambda x, out: reduce_scatter_tensor(out, x, op, **kw),
-                      lambda x, out: dist.reduce_scatter_tensor(out, x, torch_op), fresh,
+                      lambda x, out: _dist_reduce_scatter(out, x, torch_op), fresh,
                       lambda: torch.empty(count // n, dtype=dtype), lambda x, out: out)
     if collective == "all_gather":
         return _Calls(lambda x, out: all_gather_into_tensor(out, x, **kw),
-                      lambda x, out: dist.all_gather_into_tensor(out, x), fresh,
+                      lambda x, out: _dist_all_gather(out, x), fresh,
                       lambda: torch.empty(count * n, dtype=dtype), lambda x, out: out)
     if collective == "scatter":  # count = the root's N blocks
         pieces = lambda x: list(x.view(n, count // n).unbind(0)) if rank == root else None  # noqa
