@@ -268,3 +268,21 @@ def test_a_logged_nccl_algo_exclusion_restricts_the_prediction():
     assert chosen != "ring"
     assert predict_row(m, dict(row, nccl_algo=f"^{chosen}")).algorithm != chosen
     assert predict_row(m, dict(row, collective="all_to_all", nccl_algo="^ring")).algorithm == "p2p"
+
+
+def test_a_fit_that_does_not_describe_its_rows_says_so_and_keeps_what_they_leave_open(
+        tmp_path, capsys):
+    """A multi-node all-reduce log whose time is the same at every size (a broken run) fits
+    no α and a bandwidth faster than the NIC: the fit keeps the machine's α (as its note
+    says), and notes that it misses its own rows and that the bandwidth is not a link's; a log
+    the model describes gets neither note."""
+    truth = nccl_machine("dgx-h100")
+    flat = [{**r, "time_s": 50e-6} for r in _rows(truth, "all_reduce", 8, 4, "flat")]
+    level = fit_network(flat).levels["inter"]
+    assert "inter_alpha kept at the machine's value: these rows do not determine it" in \
+        level.notes
+    assert level.alpha == truth.inter_alpha
+    assert any(n.startswith("the fit misses its own inter-node rows by") for n in level.notes)
+    assert any("faster than that link can be" in n for n in level.notes)
+    good = fit_network(_rows(truth, "all_reduce", 8, 4, "good")).levels["inter"]
+    assert not any("misses its own" in n or "faster than" in n for n in good.notes)

@@ -106,6 +106,18 @@ def test_describe_names_a_network_profile_instead_of_the_presets_links(tmp_path)
     assert f"network fitted in {path}" in fitted and "per NIC (" not in fitted
 
 
+def test_describe_says_when_an_alpha_beta_profile_prices_ringccls_algorithms(tmp_path):
+    """An α-β fit of ringccl's own runs prices ringccl's algorithms (a what-if), not NCCL's:
+    the cluster's one-line description says so; NCCL's default says nothing."""
+    path = tmp_path / "fit.json"
+    path.write_text(json.dumps({"params": {"alpha": {"value": 4e-6},
+                                           "beta": {"value": 1 / 40e9}}}))
+    machine = resolve_cluster({"preset": "dgx-h100", "profile": str(path)})
+    assert machine.collectives == "ringccl"
+    assert "collectives priced as ringccl's algorithms run them" in machine.describe()
+    assert "ringccl's algorithms" not in cluster_preset("dgx-h100").describe()
+
+
 def test_fitted_profile_sets_one_level(tmp_path):
     path = tmp_path / "fit.json"
     path.write_text(json.dumps([{"fit": {"params": {"alpha": {"value": 4e-6},

@@ -40,6 +40,7 @@ from typing import Sequence
 import numpy as np
 
 from ..bench.nccl_tests import SOURCE, looks_like_nccl_tests
+from .. import units
 from ..args import not_text
 from ..errors import ArgumentError
 from .fit import Fit, alpha_beta_problem, fit_rows
@@ -164,9 +165,10 @@ def _set(m: NcclMachine, name: str, value: float) -> NcclMachine:
     return m.replace(**{name: value})
 
 
-def _rounds(rows: list[dict], machine: NcclMachine, slots: dict):
+def _rounds(rows: list[dict], machine: NcclMachine, slots: dict, prior: NcclMachine):
     """Alternate (choose, fit) from ``machine``; the best round as (score, machine, fit,
-    costs, choices, rounds, notes), or None when no round could fit."""
+    costs, choices, rounds, notes), or None when no round could fit. A parameter the rows do
+    not determine is set back to ``prior``'s value (not the start's)."""
     m, best, previous = machine, None, None
     for rounds in range(1, MAX_ROUNDS + 1):
         annotated = [{**r, "nccl_terms": _terms_for(m, r, slots)} for r in rows]
@@ -182,6 +184,7 @@ def _rounds(rows: list[dict], machine: NcclMachine, slots: dict):
             if column in f.free and value > 0:
                 m = _set(m, name, value)
             elif column != "epsilon":
+                m = _set(m, name, parameter(prior, name))
                 notes.append(f"{name} kept at the machine's value: these rows do not "
                              "determine it")
         costs = [predict_row(m, r) for r in rows]
@@ -204,7 +207,7 @@ def _fit_stage(rows, machine, level, slots):
     for a, b in starts:
         start = _set(_set(machine, slots["alpha"], a * parameter(machine, slots["alpha"])),
                      f"{level}_beta", parameter(machine, f"{level}_beta") / b)
-        tries.append(_rounds(rows, start, slots))
+        tries.append(_rounds(rows, start, slots, machine))
     tries = [t for t in tries if t is not None]
     if not tries:
         # the true cause when the sizes cannot separate α from β (one size): fit_rows' words
@@ -234,10 +237,35 @@ def _fit_level(rows: list[dict], machine: NcclMachine, level: str) -> tuple[Nccl
         fits.append(f)
         notes += n
     costs = [predict_row(m, r) for r in rows]
+    notes += _doubts(rows, costs, level, prior[1], getattr(m, b_attr))
     return m, LevelFit(level, getattr(m, a_attr), getattr(m, b_attr), prior[0], prior[1],
                        fits[0], list(rows), [c.seconds for c in costs],
                        [f"{c.algorithm}/{c.protocol}" for c in costs], len(fits), notes,
                        getattr(m, f"{level}_message"), getattr(m, f"{level}_epsilon"))
+
+
+#: a level's fit whose median relative error on its own rows is above this does not describe
+#: them; one whose bandwidth is more than :data:`FASTER_THAN` times the machine's is faster
+#: than the link it stands for
+DOUBTFUL_ERROR = 0.25
+FASTER_THAN = 4.0
+
+
+def _doubts(rows, costs, level: str, prior_bandwidth: float, bandwidth: float) -> list[str]:
+    """Notes that a level's fit should not be planned with (its own rows' median error above
+    :data:`DOUBTFUL_ERROR`; a bandwidth :data:`FASTER_THAN` times the machine's), saying why."""
+    err = float(np.median([abs(c.seconds / r["time_s"] - 1) for c, r in zip(costs, rows)]))
+    out = []
+    if err > DOUBTFUL_ERROR:
+        out.append(f"the fit misses its own {level}-node rows by {100 * err:.1f}% (median): "
+                   "their times do not follow alpha + bytes/bandwidth under NCCL's choices "
+                   "(e.g. the same time at every size); check the log before planning with "
+                   "this profile")
+    if bandwidth > FASTER_THAN * prior_bandwidth:
+        out.append(f"the fitted {level} bandwidth, {units.format_bandwidth(bandwidth)}, is "
+                   f"{bandwidth / prior_bandwidth:.1f}x the machine's "
+                   f"{units.format_bandwidth(prior_bandwidth)}: faster than that link can be")
+    return out
 
 
 def _prior(rows: Sequence[dict], machine) -> NcclMachine:

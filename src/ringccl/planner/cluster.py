@@ -279,7 +279,9 @@ class Cluster:
         return (f"{self.name}: {self.nodes} nodes x {self.gpus_per_node} GPUs, {links}, "
                 f"{self.nics_per_node} NICs/node, {self.gpu} ({self.peak_flops / 1e12:g} "
                 f"TFLOP/s BF16, GEMMs up to "
-                f"{self.compute_efficiency:g} of it), {units.format_size(self.gpu_memory)}")
+                f"{self.compute_efficiency:g} of it), {units.format_size(self.gpu_memory)}"
+                + ("; collectives priced as ringccl's algorithms run them (a what-if: NCCL's "
+                   "by default, --collectives nccl)" if self.collectives == "ringccl" else ""))
 
     def to_dict(self) -> dict:
         return asdict(self)
