@@ -221,3 +221,42 @@ def test_short_sequences_run_slower_per_flop_on_hopper():
         for kind in ("causal", "full", "backward"):
             assert attention_efficiency(kind, seq, "hopper", "flash") > attention_efficiency(
                 kind, seq, "hopper", "flash2")
+
+
+def test_sliding_window_counts_equal_a_brute_force_over_queries_and_blocks():
+    """With a window of w keys, query p sees keys max(0, p - w + 1) .. p; FlashAttention
+    computes, per query block, the key blocks from the one holding its first query's oldest key
+    to its diagonal block. Both counts against a loop over every query and block; a window as
+    long as the keys counts as no window."""
+    from ringccl.planner.kernels import _causal_pairs_flops
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        bq = bk = int(rng.choice([64, 128]))
+        s = int(rng.integers(1, 2000))
+        w = int(rng.integers(1, 2500))
+        pairs = sum(min(p + 1, w) for p in range(s))
+        assert _causal_pairs_flops(s, s, 64, 64, 0, w) == 2.0 * 128 * pairs
+        blocks = 0
+        for j in range(-(-s // bq)):
+            first, rows = bq * j, min(bq, s - bq * j)
+            start = bk * (max(0, first - w + 1) // bk)
+            end = min(s, bk * -(-(first + bq) // bk))
+            blocks += rows * (end - start)
+        assert flash_attention_flops(s, s, 64, 64, True, (bq, bk), window=w) == 2.0 * 128 * blocks
+        if w >= s:
+            assert flash_attention_flops(s, s, 64, 64, True, (bq, bk), window=w) == \
+                flash_attention_flops(s, s, 64, 64, True, (bq, bk))
+
+
+def test_a_sliding_window_prices_attention_by_the_keys_it_computes():
+    """32K tokens with a 4K window: the forward computes about w/(s/2) = 1/4 of the causal
+    pairs (Hopper's measured rates are per causal pair); its rate read at the window's length
+    (slower per FLOP than 32K's)."""
+    from ringccl.planner.kernels import _causal_pairs_flops
+    full = flash_attention_seconds(32, 32768, 32768, 128, 128, True, H100)
+    windowed = flash_attention_seconds(32, 32768, 32768, 128, 128, True, H100, window=4096)
+    share = _causal_pairs_flops(32768, 32768, 128, 128, 0, 4096) / \
+        _causal_pairs_flops(32768, 32768, 128, 128, 0)
+    assert 0.2 < share < 0.25
+    rate = attention_efficiency("causal", 4096) / attention_efficiency("causal", 32768)
+    assert windowed == pytest.approx(full * share / rate, rel=1e-12)

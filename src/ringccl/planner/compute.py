@@ -253,11 +253,24 @@ def _attention(b: _Builder, model: ModelConfig, heads: int, batch: int, seq: int
     if kernel in ("flash", "flash2"):
         # with CP each ring step's kernel sees seq/cp queries and keys (its measured rate's
         # length); the whole causal square's FLOPs shared over the cp ranks
-        fwd = flash_attention_seconds(bh, seq, seq, dq, dv, True, g, kernel=kernel,
-                                      length=seq // cp) / cp
-        bwd = flash_attention_seconds(bh, seq, seq, dq, dv, True, g, backward=True,
-                                      kernel=kernel, length=seq // cp) / cp
-        flops = 2.0 * (dq + dv) * bh * seq * seq / 2 / cp
+        def priced(window: int) -> tuple[float, float, float]:
+            fwd = flash_attention_seconds(bh, seq, seq, dq, dv, True, g, kernel=kernel,
+                                          length=seq // cp, window=window) / cp
+            bwd = flash_attention_seconds(bh, seq, seq, dq, dv, True, g, backward=True,
+                                          kernel=kernel, length=seq // cp, window=window) / cp
+            # (query, key) pairs: half the square; with a window, the first w queries' triangle
+            # and w keys for each later one
+            pairs = (seq * seq / 2 if not window else
+                     window * (window + 1) / 2 + (seq - window) * window)
+            return fwd, bwd, 2.0 * (dq + dv) * bh * pairs / cp
+
+        fwd, bwd, flops = priced(0)
+        if model.windowed_layers:
+            # the layer stands for all L: sliding-window layers in their share
+            share = model.windowed_layers / model.num_hidden_layers
+            wf, wb, wflops = priced(model.sliding_window)
+            fwd, bwd = fwd + share * (wf - fwd), bwd + share * (wb - bwd)
+            flops += share * (wflops - flops)
         b.ops.append(Op("attention", "attention", fwd, bwd, flops, core=True))
         return
     # Megatron's core attention: baddbmm QKᵀ, fused scale-mask-softmax, dropout, bmm P·V,

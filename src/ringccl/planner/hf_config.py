@@ -303,6 +303,45 @@ def _moshi(r: _Reader) -> None:
 
 _HOOKS = {"falcon": _falcon, "opt": _opt, "lfm2": _lfm2, "moshi": _moshi}
 
+#: the layers of a family that use its sliding window when the file has no ``layer_types``
+#: (the config classes' own rule, L layers): Gemma 2 and gpt-oss every other layer from the
+#: first, Gemma 3 all but every ``sliding_window_pattern``-th (6 when the file has none),
+#: Qwen2's layers from ``max_window_layers``
+_WINDOWED = {
+    "gemma2": lambda r, L: ((L + 1) // 2, "every other layer (Gemma 2)"),
+    "gpt_oss": lambda r, L: ((L + 1) // 2, "every other layer (gpt-oss)"),
+    "gemma3_text": lambda r, L: (L - L // _pattern(r), "all but every "
+                                 f"{_pattern(r)}th layer (Gemma 3's sliding_window_pattern)"),
+    "qwen2": lambda r, L: (max(0, L - r.value("max_window_layers")),
+                           "the layers from max_window_layers on (Qwen2)")
+    if isinstance(r.value("max_window_layers"), int) else (None, ""),
+}
+
+
+def _pattern(r: _Reader) -> int:
+    p = r.value("sliding_window_pattern")
+    return p if isinstance(p, int) and not isinstance(p, bool) and p > 0 else 6
+
+
+def _read_window(r: _Reader, model_type) -> None:
+    """A causal sliding window: ``sliding_window`` keys per query, unless
+    ``use_sliding_window`` is false (Qwen2's switch); the layers that use it are the
+    ``layer_types`` entries "sliding_attention", else a family's rule (:data:`_WINDOWED`),
+    else every layer (Mistral 7B v0.1, Phi-3, Starcoder2)."""
+    if r.config.get("use_sliding_window") is False or r.read("sliding_window") is None:
+        return
+    types = r.config.get("layer_types")
+    if isinstance(types, list):
+        r.set("sliding_window_layers", sum(t == "sliding_attention" for t in types),
+              f"{r.prefix}layer_types (its sliding_attention entries)")
+        return
+    layers = r.values.get("num_hidden_layers")
+    rule = _WINDOWED.get(model_type)
+    if rule is not None and isinstance(layers, int):
+        count, why = rule(r, layers)
+        if count is not None:
+            r.set("sliding_window_layers", count, f"sliding_window_layers ({why})")
+
 
 def _language_model(config: dict) -> tuple[dict, str]:
     """The config that describes the language model, and its key prefix."""
@@ -338,6 +377,7 @@ def from_dict(config: dict, *, seq_length: int | None = None, dtype: str | None 
         # the wrapper's LM head is tied (or not) by the wrapper's own flag
         r.set("tie_word_embeddings", wrapper["tie_word_embeddings"], "tie_word_embeddings")
     _read_moe(r)
+    _read_window(r, model_type)
     hook = _HOOKS.get(model_type)
     if hook:
         hook(r)

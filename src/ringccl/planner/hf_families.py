@@ -47,6 +47,7 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "index_n_heads": ("index_n_heads",),
     "index_head_dim": ("index_head_dim",),
     "embedding_size": ("word_embed_proj_dim",),
+    "sliding_window": ("sliding_window",),
 }
 
 #: the kinds of model the planner refuses, and why (docs/planner.md, "Models the planner

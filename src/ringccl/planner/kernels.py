@@ -216,18 +216,28 @@ def gemm_efficiency(m, n, k, gpu: GPU, *, fp8: bool = False, batch=1):
 
 
 def flash_attention_flops(s_q, s_k, head_dim_qk: int, head_dim_v: int, causal: bool,
-                          block: tuple[int, int] = FLASH_BLOCK, offset: int = 0) -> float:
+                          block: tuple[int, int] = FLASH_BLOCK, offset: int = 0,
+                          window: int = 0) -> float:
     """Forward FLOPs of one (batch, head) of FlashAttention as the kernel computes them:
     ``2·(d_qk + d_v)`` per (query, key) pair of every block it computes (module doc).
 
     ``offset``: the queries' position in the key sequence (the causal diagonal is at key
     ``offset + i`` for query i; context parallelism's later chunks see earlier keys whole).
+    ``window``: causal sliding-window attention, query i seeing its ``window`` latest keys
+    (itself included; FlashAttention-2's ``window_size``, Dao 2023): a query block's key
+    blocks start at the block holding its first query's oldest key (0: no window).
     """
     per_pair = 2.0 * (head_dim_qk + head_dim_v)
     if not causal:
         return per_pair * s_q * s_k
     bq, bk = block
     qblocks = int(-(-s_q // bq))
+    if window:
+        first = offset + bq * np.arange(qblocks)
+        rows = np.minimum(bq, s_q - bq * np.arange(qblocks))
+        keys_end = np.minimum(s_k, bk * _ceil_div(first + bq, bk))
+        keys_start = bk * (np.maximum(0, first - window + 1) // bk)
+        return float(per_pair * np.sum(rows * (keys_end - keys_start)))
     if bq % bk == 0 and offset % bk == 0:
         # every block's last key is on a key-block edge: whole blocks of bq rows see
         # min(s_k, offset + bq·(j + 1)) keys, a clamped arithmetic series (exact, any length)
@@ -265,23 +275,28 @@ def attention_efficiency(kind: str, seq: float, architecture: str = "hopper",
     return tflops * 1e12 / _H100_BF16
 
 
-def _causal_pairs_flops(s_q, s_k, head_dim_qk: int, head_dim_v: int, offset: int) -> float:
+def _causal_pairs_flops(s_q, s_k, head_dim_qk: int, head_dim_v: int, offset: int,
+                        window: int = 0) -> float:
     """Forward FLOPs of the (query, key) pairs a causal mask keeps: query i sees keys up to
-    ``offset + i`` (the FLOP count of FlashAttention-3's causal figures)."""
+    ``offset + i`` (the FLOP count of FlashAttention-3's causal figures), at most ``window``
+    of them with a sliding window (0: none)."""
+    cap = min(s_k, window) if window else s_k
     return float(2.0 * (head_dim_qk + head_dim_v)
-                 * _clamped_series(offset + 1, 1, int(s_q), s_k))
+                 * _clamped_series(offset + 1, 1, int(s_q), cap))
 
 
 def flash_attention_seconds(batch_heads: int, s_q: int, s_k: int, head_dim_qk: int,
                             head_dim_v: int, causal: bool, gpu: GPU, *, backward: bool = False,
                             fp8: bool = False, offset: int = 0, kernel: str = "flash",
-                            length: int | None = None) -> float:
+                            length: int | None = None, window: int = 0) -> float:
     """Seconds of FlashAttention's forward (or backward: 2.5 × the FLOPs of the blocks it
     computes) over ``batch_heads`` (batch × heads) of ``s_q`` queries and ``s_k`` keys (module
     doc); ``kernel`` "flash" (the architecture's current kernel) or "flash2"; ``length``: the
-    sequence length the kernel's measured rate is read at (default ``s_k``)."""
+    sequence length the kernel's measured rate is read at (default ``s_k``); ``window``: a
+    causal sliding window (:func:`flash_attention_flops`), its rate read at the window's
+    length when that is shorter (each query block sees about that many keys)."""
     flops = batch_heads * flash_attention_flops(s_q, s_k, head_dim_qk, head_dim_v, causal,
-                                                offset=offset)
+                                                offset=offset, window=window)
     if backward:
         flops *= 2.5
     arch = gpu.architecture
@@ -291,8 +306,12 @@ def flash_attention_seconds(batch_heads: int, s_q: int, s_k: int, head_dim_qk: i
         return flops / _profiled_attention_rate(gpu, s_q, bwd_eff / fwd_eff if backward else 1.0)
     kind = "backward" if backward else ("causal" if causal else "full")
     if kind == "causal" and arch != "ampere":
-        flops = batch_heads * _causal_pairs_flops(s_q, s_k, head_dim_qk, head_dim_v, offset)
-    eff = attention_efficiency(kind, s_k if length is None else length, arch, kernel)
+        flops = batch_heads * _causal_pairs_flops(s_q, s_k, head_dim_qk, head_dim_v, offset,
+                                                  window)
+    rate_length = s_k if length is None else length
+    if window:
+        rate_length = min(rate_length, window)
+    eff = attention_efficiency(kind, rate_length, arch, kernel)
     blocks = batch_heads * int(-(-s_q // FLASH_BLOCK[0]))
     util = float(wave_utilisation(blocks, gpu.sm_count))
     if arch != "ampere":     # the measured rates include their own benchmark's waves

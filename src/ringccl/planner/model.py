@@ -83,7 +83,7 @@ _COUNTS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermedi
 _SIZES = ("num_local_experts", "num_experts_per_tok", "n_shared_experts",
           "first_k_dense_replace", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
           "qk_rope_head_dim", "v_head_dim", "learned_position_embeddings", "index_n_heads",
-          "index_head_dim")
+          "index_head_dim", "sliding_window")
 _OPTIONAL_COUNTS = ("num_key_value_heads", "head_dim", "moe_intermediate_size",
                     "shared_expert_intermediate_size", "embedding_size")
 _FLAGS = ("tie_word_embeddings", "gated_mlp", "qkv_bias", "attention_out_bias", "mlp_bias",
@@ -137,6 +137,12 @@ def check_shape(values: dict, label: Callable[[str], str] = str) -> None:
     if values.get("first_k_dense_replace", 0) > layers:
         raise ArgumentError(f"{name('first_k_dense_replace')} exceeds "
                             f"{name('num_hidden_layers')}")
+    windowed = values.get("sliding_window_layers")
+    if windowed is not None:
+        check_int(windowed, label("sliding_window_layers"), minimum=0)
+        if windowed > layers:
+            raise ArgumentError(f"{name('sliding_window_layers')} exceeds "
+                                f"{name('num_hidden_layers')}")
     moe_layers = values.get("moe_layers")
     if moe_layers is not None:
         if not isinstance(moe_layers, (tuple, list)) or not all(
@@ -184,6 +190,11 @@ class ModelConfig:
         attention_gate: one of :data:`ATTENTION_GATES`. embedding_size: the token
             embedding's width when it differs from h (projected in and out: OPT-350m).
         index_n_heads, index_head_dim: DeepSeek-V3.2's lightning indexer (0: none).
+        sliding_window: keys a query sees in a sliding-window attention layer, itself
+            included (Mistral 7B, Gemma 2 and 3, gpt-oss; 0: none). sliding_window_layers:
+            how many layers use it (None: every layer when sliding_window is set; Gemma 3
+            keeps one global layer in six, gpt-oss one in two). Their attention is priced over
+            the keys it computes; the MFU count keeps PaLM's whole-sequence convention.
         seq_length: tokens per sequence s. dtype: training dtype of weights and activations.
         name, source: what it is and where its shape was published.
     Raises (at construction):
@@ -232,6 +243,8 @@ class ModelConfig:
     embedding_size: int | None = None
     index_n_heads: int = 0
     index_head_dim: int = 0
+    sliding_window: int = 0
+    sliding_window_layers: int | None = None
 
     def __post_init__(self):
         if isinstance(self.moe_layers, list):
@@ -433,6 +446,15 @@ class ModelConfig:
             self.vocab_size * self.embedding_dim if self.tie_word_embeddings else 0)
 
     # -- FLOPs ----------------------------------------------------------------------------------
+
+    @property
+    def windowed_layers(self) -> int:
+        """Layers whose attention is a sliding window shorter than the sequence (0: none)."""
+        if not self.sliding_window or self.sliding_window >= self.seq_length:
+            return 0
+        if self.sliding_window_layers is None:
+            return self.num_hidden_layers
+        return self.sliding_window_layers
 
     def attention_flops_per_token(self, seq_length: int | None = None) -> float:
         """Forward FLOPs per token of the score (Q·K^T) and weighted-sum (·V) matmuls over all

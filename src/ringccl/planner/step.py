@@ -469,5 +469,12 @@ def estimate_step(model: ModelConfig, dims: ParallelDims, cluster: Cluster,
     note = causal_count_note(model, flops, step * dims.world_size * cluster.peak_flops)
     if note:
         notes.append(note)
+    if model.windowed_layers:
+        priced = ("over the keys each query sees" if dims.attention in ("flash", "flash2")
+                  else f"over the whole sequence (attention={dims.attention!r} has no window)")
+        notes.append(f"sliding-window attention ({model.sliding_window} keys per query) on "
+                     f"{model.windowed_layers} of {model.num_hidden_layers} layers: priced "
+                     f"{priced}; context parallelism still exchanges every key/value block; "
+                     "the MFU count is PaLM's, over the whole sequence")
     return StepEstimate(model, dims, cluster, straggler, stages, pipeline, bubble, fraction,
                         step, flops, exposed, peak, fits, notes)
