@@ -145,3 +145,44 @@ def test_memoized_builders_match_fresh_plans_and_plans_keep_their_own_entries():
         assert json.dumps(plan(SMALL, lay, cluster).to_dict(), sort_keys=True) == text, lay
         ringccl.clear_caches()
         assert price(SMALL, ParallelDims(**lay), cluster, {}).step_seconds == priced, lay
+
+
+@pytest.mark.parametrize("framework, allowed", [
+    # FSDP2: DDP or fully_shard, any TP/PP the search tries
+    ("fsdp2", lambda d: d.zero_stage in (0, 3)),
+    # Composer v0.17.0: FSDP or DDP, no TP, no pipeline
+    ("composer", lambda d: d.tp == 1 and d.pp == 1 and d.zero_stage in (0, 3)),
+    # Megatron-LM of 2021: no distributed optimizer, no SP, no selective recompute
+    ("megatron-2021", lambda d: d.zero_stage == 0 and not d.sp and d.recompute != "selective"
+     and d.schedule in ("1f1b", "interleaved")),
+])
+def test_search_ranks_the_layouts_a_framework_runs_under_its_preset(framework, allowed):
+    cluster = cluster_preset("dgx-h100", nodes=2)
+    lays = list(candidates(SMALL, 16, 8, global_batch_size=64, space=SPACE,
+                           framework=framework))
+    assert lays and all(d.framework == framework and allowed(d) for d in lays)
+    every = list(candidates(SMALL, 16, 8, global_batch_size=64, space=SPACE))
+    assert all(d.framework == "megatron" for d in every) and len(lays) < len(every)
+    result = search(SMALL, cluster, global_batch_size=64, framework=framework, space=SPACE)
+    best = result.plans[0]
+    assert best.dims.framework == framework and "framework" not in best.dims.from_preset
+    # priced as that framework runs the layout: the same as planning it under the framework
+    again = plan(SMALL, {k: getattr(best.dims, k) for k in (
+        "tp", "sp", "cp", "pp", "dp", "zero_stage", "micro_batch_size", "global_batch_size",
+        "recompute", "schedule", "virtual_stages", "dp_shard")} | {"framework": framework},
+                 cluster)
+    assert again.step_seconds == pytest.approx(best.step_seconds)
+    with pytest.raises(ArgumentError, match="framework='nemo' must be one of megatron"):
+        search(SMALL, cluster, global_batch_size=64, framework="nemo")
+
+
+def test_plan_search_takes_the_framework(capsys):
+    from ringccl.cli.app import main
+    assert main(["plan", "--model", "llama3-8b", "--seq-length", "2048", "--search", "--gpus",
+                 "8", "--global-batch-size", "16", "--framework", "composer", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["top"] and all(t["layout"]["framework"] == "composer" and
+                              t["layout"]["tp"] == t["layout"]["pp"] == 1 for t in out["top"])
+    assert main(["plan", "--model", "llama3-8b", "--search", "--gpus", "8", "--tp", "2"]) == 2
+    assert ("--framework and --global-batch-size apply to every layout it ranks"
+            in capsys.readouterr().err)

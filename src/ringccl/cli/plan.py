@@ -213,17 +213,19 @@ def _plan(args) -> int:
     if do_search:
         if gpus is None:
             raise ArgumentError("--search needs --gpus N")
-        fixed = sorted(k for k in layout if k != "global_batch_size")
+        fixed = sorted(k for k in layout if k not in ("global_batch_size", "framework"))
         if fixed:  # the search enumerates every dimension itself: a fixed one would be dropped
             raise ArgumentError(f"--search ranks every layout and does not take fixed layout "
                                 f"options ({', '.join(fixed)}); drop them, or plan that layout "
-                                "without --search")
+                                "without --search (--framework and --global-batch-size apply "
+                                "to every layout it ranks)")
         machine = cluster_for(cluster, gpus)
         gbs = layout.get("global_batch_size")
         bar, advance = _progress(0) if sys.stderr.isatty() and not args.json else (
             contextlib.nullcontext(), None)
         with bar:
-            result = search(model, machine, global_batch_size=gbs, progress=advance)
+            result = search(model, machine, global_batch_size=gbs, progress=advance,
+                            framework=layout.get("framework"))
         if args.plot and result.plans:
             _chart(result.plans[0], args.plot)
         if args.html and result.plans:
@@ -231,7 +233,9 @@ def _plan(args) -> int:
         if args.json:
             emit_json(result.to_dict())
             return 0
-        table(f"ringccl plan --search: {model.name} on {machine.describe()}; {result.tried} "
+        under = f" under {layout['framework']}" if "framework" in layout else ""
+        table(f"ringccl plan --search: {model.name}{under} on {machine.describe()}; "
+              f"{result.tried} "
               f"layouts: {result.priced} priced ({result.priced - result.refused_memory} within "
               f"memory, the {len(result.plans)} fastest shown; {result.refused_memory} too big), "
               f"{result.pruned_memory} pruned as too big and {result.pruned_slower} as "
@@ -298,7 +302,8 @@ def register(sub) -> None:
     p.add_argument("--straggler", help="RANK:FRACTION: that rank's NIC at a fraction of its "
                    "bandwidth")
     p.add_argument("--search", action="store_true", default=None, help="rank every valid "
-                   "layout on --gpus N by step time")
+                   "layout on --gpus N by step time (with --framework: those it runs, under "
+                   "its preset)")
     p.add_argument("--gpus", type=positive_int, help="GPUs for --search; with a layout, its "
                    "dp x tp x cp x pp (dp left out: set to GPUs / (tp x cp x pp))")
     p.add_argument("--json", action="store_true", help="strict JSON on stdout")

@@ -12,7 +12,10 @@ inside a node, replicas across) for ZeRO 1–3 where dp spans nodes; micro-batch
 schedules 1F1B, interleaved (``virtual_stages`` chunks), ZB-H1, ZB-H2, DualPipe and DualPipeV
 where they apply (GPipe is left out: 1F1B's bubble with more memory, it never wins); recompute
 none, selective, full. Every layout is checked (:meth:`ParallelDims.check`); one whose batch
-does not split is not a layout.
+does not split is not a layout. With a ``framework`` every layout is that framework's: its
+preset fills what the search does not enumerate (the overlap and gather knobs, the attention
+kernel, the reduce dtype and bucket, bytes per parameter), and a layout it refuses (a ZeRO stage
+it does not run, what a dated framework had not yet) is not a layout.
 
 **Pricing is exact and shared.** A stage's estimate (its collectives, compute, exposed
 communication, memory without activations) does not depend on the schedule among those that
@@ -46,6 +49,7 @@ from ..caches import memoize
 from ..errors import ArgumentError, RingcclError
 from .cluster import Cluster
 from .context import step_context
+from .frameworks import check_framework
 from .model import ModelConfig
 from .parallel_dims import ParallelDims
 from .pipeline import pipeline_lower_bound
@@ -146,11 +150,12 @@ def _schedules(space: SearchSpace, pp: int, m: int, layers: int) -> Iterator[dic
 
 def candidates(model: ModelConfig, world_size: int, gpus_per_node: int, *,
                global_batch_size: int, space: SearchSpace | None = None,
-               **options) -> Iterator[ParallelDims]:
+               framework: str | None = None, **options) -> Iterator[ParallelDims]:
     """Every layout the search tries (valid by :meth:`ParallelDims.check`, a batch that splits),
     layouts that share stage estimates next to each other.
 
-    ``options``: :class:`SearchSpace` fields (when ``space`` is None).
+    ``framework``: each layout's (None: the default one). ``options``: :class:`SearchSpace`
+    fields (when ``space`` is None).
     """
     space = space or SearchSpace(**options)
     L = model.num_hidden_layers
@@ -167,7 +172,8 @@ def candidates(model: ModelConfig, world_size: int, gpus_per_node: int, *,
                     continue
                 dp = world_size // (tp * cp * pp)
                 yield from _grid_layouts(model, world_size, gpus_per_node, global_batch_size,
-                                         space, dict(tp=tp, sp=sp, cp=cp, pp=pp, dp=dp))
+                                         space, dict(tp=tp, sp=sp, cp=cp, pp=pp, dp=dp,
+                                                     framework=framework))
 
 
 def _grid_layouts(model, world_size, gpus_per_node, gbs, space, base) -> Iterator[ParallelDims]:
@@ -365,7 +371,8 @@ class SearchResult:
 
 def search(model: ModelConfig, cluster: Cluster, *, global_batch_size: int | None = None,
            progress: Callable[[int, int, ParallelDims], None] | None = None, top: int = 10,
-           space: SearchSpace | None = None, prune: bool = True, **options) -> SearchResult:
+           space: SearchSpace | None = None, prune: bool = True, framework: str | None = None,
+           **options) -> SearchResult:
     """Every valid layout of ``model`` on ``cluster``'s GPUs, by step time, with the Pareto front.
 
     Args:
@@ -376,19 +383,24 @@ def search(model: ModelConfig, cluster: Cluster, *, global_batch_size: int | Non
         space / options: the :class:`SearchSpace` (or its fields).
         prune: skip the layouts that cannot fit or cannot win before pricing them (False: price
             every one; the fastest layout and the Pareto front are the same either way).
+        framework: the framework every layout runs under (None: the default,
+            :data:`~ringccl.planner.frameworks.DEFAULT_FRAMEWORK`); see the module docstring.
     Returns:
         :class:`SearchResult`.
     Raises:
-        ArgumentError: no valid layout at all.
+        ArgumentError: no valid layout at all; an unknown framework.
     """
+    if framework is not None:
+        framework = check_framework(framework)
     world = cluster.world_size
     gbs = global_batch_size or max(world, 256)
     space = space or SearchSpace(**options)
     layouts = list(candidates(model, world, cluster.gpus_per_node, global_batch_size=gbs,
-                              space=space))
+                              space=space, framework=framework))
     if not layouts:
         raise ArgumentError(f"no valid layout of {model.name} on {world} GPUs with "
-                            f"global_batch_size={gbs}")
+                            f"global_batch_size={gbs}"
+                            + (f" under framework={framework!r}" if framework else ""))
     priced, pruned_memory, pruned_slower = _price_all(model, cluster, layouts, progress, prune)
     fits = sorted((p for p in priced if p.fits), key=lambda p: p.step_seconds)
     front = _Front()
