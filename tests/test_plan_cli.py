@@ -212,11 +212,12 @@ def test_memory_warning_names_the_stage_and_the_first_change(capsys, extra, chan
      "micro-batches: it must be a multiple of dp x micro_batch_size = 4 x 1 = 4"),
     ("cluster", {"nodes": -2}, "cluster.nodes=-2 must be an integer >= 1"),
     ("cluster", {"nodes": None}, "cluster.nodes=null: leave the field out for its default"),
-    ("cluster", {"gpu_memory": True}, "cluster.gpu_memory=true must be a size > 0 such as "
-     "'80GB', or bytes, got bool"),
+    ("cluster", {"gpu_memory": True}, "cluster.gpu_memory=true must be a finite size > 0 such "
+     "as '80GB', or bytes, got bool"),
     ("cluster", {"compute_efficiency": 1.5}, "cluster.compute_efficiency=1.5 must be a number "
      "in (0, 1]"),
-    ("cluster", {"inter_alpha": -1e-6}, "cluster.inter_alpha=-1e-06 must be a duration >= 0"),
+    ("cluster", {"inter_alpha": -1e-6}, "cluster.inter_alpha=-1e-06 must be a finite duration "
+     ">= 0"),
     (None, {"search": "yes"}, 'search="yes" must be true or false, got str'),
     (None, {"seq_length": 0}, "seq_length=0 must be an integer >= 1"),
     (None, {"gpus": 2.5}, "gpus=2.5 must be an integer >= 1, got float"),
@@ -325,7 +326,7 @@ def test_plan_refuses_fp8_as_a_dtype_and_names_the_recipes(capsys):
 
 def test_plan_refusals_name_the_flag(capsys):
     for flag, value, field in (("--bucket-size", "0", "bucket_bytes=0"),
-                               ("--gpu-memory", "0", "gpu_memory=0"),
-                               ("--intra-bandwidth", "0GB/s", "bandwidth '0GB/s'")):
+                               ("--gpu-memory", "0", "gpu_memory='0'"),
+                               ("--intra-bandwidth", "0GB/s", "intra_bandwidth='0GB/s'")):
         assert main(["plan", "--model", "llama3-8b", "--dp", "8", flag, value]) == 2
         assert f"{flag}: {field}" in capsys.readouterr().err

@@ -24,10 +24,12 @@ import numpy as np
 from .errors import ArgumentError, ArgumentTypeError
 
 __all__ = ["check_int", "check_rank", "lookup", "output_problem", "check_output_path",
-           "not_text", "HTML_SUFFIXES", "IMAGE_SUFFIXES"]
+           "not_text", "HTML_SUFFIXES", "IMAGE_SUFFIXES", "JSON_SUFFIXES"]
 
 #: suffixes of a page a browser opens
 HTML_SUFFIXES = (".html", ".htm")
+#: the suffix of a JSON file a command writes (a step file, a profile)
+JSON_SUFFIXES = (".json",)
 #: suffixes matplotlib writes (its format follows the suffix; "": no suffix, written as PNG)
 IMAGE_SUFFIXES = (".png", ".svg", ".svgz", ".pdf", ".ps", ".eps", ".pgf", ".jpg", ".jpeg",
                   ".tif", ".tiff", ".webp", ".raw", ".rgba", "")
@@ -37,18 +39,23 @@ def _is_int(value) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
-def check_int(value, argument: str, minimum: int | None = 0) -> int:
-    """``value`` as an ``int`` >= ``minimum`` (None: no lower bound).
+def check_int(value, argument: str, minimum: int | None = 0,
+              maximum: int | None = None) -> int:
+    """``value`` as an ``int`` >= ``minimum`` (None: no lower bound) and <= ``maximum`` (None:
+    no upper bound).
 
     Raises:
         ArgumentTypeError: not an integer (bool and float are refused).
-        ArgumentError: below ``minimum``.
+        ArgumentError: below ``minimum`` or above ``maximum``.
     """
-    bound = "" if minimum is None else f" >= {minimum}"
+    if maximum is None:
+        bound = "" if minimum is None else f" >= {minimum}"
+    else:
+        bound = f" <= {maximum}" if minimum is None else f" in [{minimum}, {maximum}]"
     if not _is_int(value):
         raise ArgumentTypeError(f"{argument}={value!r} must be an integer{bound}, got "
                                 f"{type(value).__name__}")
-    if minimum is not None and value < minimum:
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
         raise ArgumentError(f"{argument}={value!r} must be an integer{bound}")
     return int(value)
 

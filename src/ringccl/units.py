@@ -54,6 +54,18 @@ def _prefix(prefix: str, text: str, what: str) -> float:
                         "K M G T Ki Mi Gi Ti")
 
 
+def _refuse_negative(text: str, what: str, allowed: str, parse) -> None:
+    """Refuse text that reads as a ``what`` but for its minus sign ("duration '-1us' is
+    negative: a duration must be >= 0"), rather than calling it no ``what`` at all."""
+    s = text.strip()
+    if s.startswith("-"):
+        try:
+            parse(s[1:])
+        except ArgumentError:
+            return                          # not a value either way: the parser says so
+        raise ArgumentError(f"{what} {text!r} is negative: a {what} must be {allowed}")
+
+
 def _whole(number: str, scale: Fraction, text: str, what: str) -> int:
     """``number`` (decimal text, maybe with an exponent) times ``scale`` as an exact int: no
     float rounding (``1e18`` is 10^18 exactly); at most :data:`MAX_INT`."""
@@ -81,6 +93,7 @@ def count(text: str | int) -> int:
         return int(text)
     m = re.fullmatch(_NUMBER + r"([kKMGTPE]i?)?\s*", str(text))
     if not m:
+        _refuse_negative(str(text), "count", ">= 0", count)
         raise ArgumentError(f"count {text!r} is not a count; examples: 1000, 1M (10^6), "
                             "1Mi (2^20), 16Mi")
     return _whole(m.group(1), Fraction(_prefix(m.group(2) or "", str(text), "count")),
@@ -101,6 +114,7 @@ def size(text: str | int | float) -> int:
     s = str(text)
     m = re.fullmatch(_NUMBER + r"([kKMGTPE]i?)?\s*(B|bits?|b)?\s*", s)
     if not m:
+        _refuse_negative(s, "size", ">= 0", size)
         raise ArgumentError(f"size {s!r} is not a size; examples: 4096, 4KiB, 4MiB, 100MB, 1GiB")
     unit = m.group(3) or "B"
     if unit == "b":
@@ -117,7 +131,8 @@ def duration(text: str | int | float) -> float:
     """Parse a duration such as ``"5us"``, ``"1.5ms"``; numbers are seconds. Returns seconds.
 
     Raises:
-        ArgumentError: malformed or negative.
+        ArgumentError: malformed, negative (said so: "duration '-1us' is negative") or not
+            finite.
     """
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         value = float(text)
@@ -125,6 +140,7 @@ def duration(text: str | int | float) -> float:
         s = str(text)
         m = re.fullmatch(_NUMBER + r"(ns|us|µs|μs|ms|s|min)?\s*", s)
         if not m:
+            _refuse_negative(s, "duration", ">= 0", duration)
             raise ArgumentError(f"duration {s!r} is not a duration; examples: 5us, 1.5ms, 2s")
         scale = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0,
                  "min": 60.0, None: 1.0}[m.group(2)]
@@ -148,6 +164,8 @@ def bandwidth(text: str | int | float) -> float:
     else:
         s = str(text)
         m = re.fullmatch(_NUMBER + r"([kKMGTP]i?)?\s*(B/s|Bps|bps|b/s|bit/s|bits/s)\s*", s)
+        if not m:
+            _refuse_negative(s, "bandwidth", "> 0", bandwidth)
         if not m and re.fullmatch(_NUMBER, s):  # bits or bytes: the unit must say
             raise ArgumentError(f"bandwidth {s!r} has no unit; a bandwidth > 0 is bytes/s "
                                 "(50GB/s, 50GBps) or bits/s (400Gbps, 400Gb/s)")

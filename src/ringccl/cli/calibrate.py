@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from .. import resources, units
+from ..args import JSON_SUFFIXES
 from ..bench.compute import DEFAULT_SHAPES, DTYPES, layer_attention, layer_gemms, measure, \
     resolve_device
 from ..costmodel.compute_profile import DTYPE_BYTES, make_compute_profile
@@ -210,6 +211,7 @@ def register(sub) -> None:
     p.add_argument("--warmup", type=nonnegative_int, default=3, help="untimed calls first")
     p.add_argument("--memory-bytes", type=size_arg, default=units.size("256MiB"),
                    help="buffer of the copy bandwidth probe (default 256MiB)")
-    p.add_argument("--out", metavar="JSON", type=output_path(), help="write the profile here")
+    p.add_argument("--out", metavar="JSON", type=output_path(JSON_SUFFIXES, "a JSON compute "
+                   "profile"), help="write the profile here (a name ending in .json)")
     p.add_argument("--json", action="store_true", help="print the profile")
     p.set_defaults(func=_cmd)

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import sys
 
 from .. import units
+from ..args import JSON_SUFFIXES
 from ..errors import ArgumentError
 from ..planner import plan, search
-from ..planner.cluster import CLUSTER_PRESETS, COLLECTIVE_MODELS
+from ..planner.cluster import (CLUSTER_PRESETS, COLLECTIVE_MODELS, MAX_GPUS,
+                               check_cluster_field)
 from ..planner.config import PlanConfig, cluster_for, layout_for_gpus, plan_config
 from ..planner.emit import write_step_file
 from ..planner.frameworks import DEFAULT_FRAMEWORK, DEFAULT_WHY, FRAMEWORKS, REDUCE_DTYPES
@@ -78,12 +81,45 @@ def _number(low: float, high: float | None, what: str):
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a number ({what})") from None
+        bound = f"in ({low:g}, {high:g}]" if high is not None else f"> {low:g}"
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text} is not finite: must be {bound} ({what})")
         if not value > low or (high is not None and value > high):
-            bound = f"in ({low:g}, {high:g}]" if high is not None else f"> {low:g}"
             raise argparse.ArgumentTypeError(f"{text} must be {bound} ({what})")
         return value
     parse.__name__ = what
     return parse
+
+
+def _gpus(text: str) -> int:
+    """``--gpus`` (argparse type): an integer in [1, :data:`MAX_GPUS`]."""
+    value = positive_int(text)
+    if value > MAX_GPUS:
+        raise argparse.ArgumentTypeError(f"{value} must be an integer in [1, {MAX_GPUS}] (the "
+                                         "GPUs a plan takes)")
+    return value
+
+
+def _check_given(args) -> None:
+    """Refuse, before the model is read or anything planned, a cluster option whose value the
+    cluster would refuse (its field named: :func:`_by_flag` adds the option)."""
+    for dest, name in _CLUSTER.items():
+        value = getattr(args, dest)
+        if value is not None:
+            check_cluster_field(name, value)
+
+
+def _check_world(gpus: int | None, layout: dict) -> None:
+    """Refuse more GPUs than a plan takes (:data:`MAX_GPUS`), from a config file's ``gpus``
+    or the layout's own sizes, before any rank is laid out."""
+    if gpus is not None and gpus > MAX_GPUS:
+        raise ArgumentError(f"gpus={gpus} must be an integer in [1, {MAX_GPUS}] (the GPUs a "
+                            "plan takes)")
+    sizes = [layout.get(k, 1) for k in ("dp", "tp", "cp", "pp")]
+    if math.prod(sizes) > MAX_GPUS:
+        raise ArgumentError(f"the layout's dp x tp x cp x pp = {' x '.join(map(str, sizes))} = "
+                            f"{math.prod(sizes):,} GPUs, more than the {MAX_GPUS:,} a plan "
+                            "takes")
 
 
 def _framework_row(p) -> str:
@@ -198,9 +234,11 @@ def _by_flag(exc: ArgumentError, args) -> ArgumentError:
 def _plan(args) -> int:
     if args.html:
         require_plotly()  # before the plan (a search takes seconds)
+    _check_given(args)
     cfg = _inputs(args)
     model, layout, cluster, straggler = cfg.model, cfg.layout, cfg.cluster, cfg.straggler
     do_search, gpus = cfg.search, cfg.gpus
+    _check_world(gpus, layout)
     if not do_search and gpus is None and "nodes" in cluster and "dp" not in layout:
         machine = cluster_for(cluster, 1)   # --nodes given: dp fills them, as --gpus does
         layout = layout_for_gpus(layout, machine.nodes * machine.gpus_per_node,
@@ -304,15 +342,18 @@ def register(sub) -> None:
     p.add_argument("--search", action="store_true", default=None, help="rank every valid "
                    "layout on --gpus N by step time (with --framework: those it runs, under "
                    "its preset)")
-    p.add_argument("--gpus", type=positive_int, help="GPUs for --search; with a layout, its "
-                   "dp x tp x cp x pp (dp left out: set to GPUs / (tp x cp x pp))")
+    p.add_argument("--gpus", type=_gpus, help="GPUs for --search; with a layout, its "
+                   "dp x tp x cp x pp (dp left out: set to GPUs / (tp x cp x pp)); at most "
+                   f"{MAX_GPUS:,} (2^20), as for the layout and --nodes x --gpus-per-node")
     p.add_argument("--json", action="store_true", help="strict JSON on stdout")
     p.add_argument("--plot", metavar="PNG", type=output_path(IMAGE_SUFFIXES, "an image"),
                    help="draw the step (with --search: the fastest "
                    "layout's) as a timeline per PP stage and bars per parallelism (matplotlib)")
-    p.add_argument("--emit", metavar="STEP.json", type=output_path(),
+    p.add_argument("--emit", metavar="STEP.json",
+                   type=output_path(JSON_SUFFIXES, "a JSON step file"),
                    help="write the step's inventory (every "
-                   "collective: group, bytes, calls, order) for ringccl replay")
+                   "collective: group, bytes, calls, order) for ringccl replay, as JSON (a name "
+                   "ending in .json)")
     p.add_argument("--html", metavar="PAGE.html", type=output_path(HTML_SUFFIXES, "an HTML page"),
                    help="write the step (with --search: the "
                    "fastest layout's) as an interactive timeline page: hover, zoom; "
@@ -401,10 +442,10 @@ def _add_cluster_args(c) -> None:
     c.add_argument("--compute-efficiency", type=_number(0, 1, "a fraction of peak"),
                    help="fraction of peak (0, 1]")
     c.add_argument("--gpu-memory", help="e.g. 80GB")
-    c.add_argument("--profile", action="append", help="a profile (repeatable): a network "
-                   "profile (`ringccl fit` on nccl-tests logs), a compute profile (`ringccl "
-                   "calibrate`), or a `ringccl fit --json` alpha-beta fit")
+    c.add_argument("--profile", action="append", help="a profile (repeatable, one of each "
+                   "kind): a network profile (`ringccl fit` on nccl-tests logs), a compute "
+                   "profile (`ringccl calibrate`), or a `ringccl fit --json` alpha-beta fit")
     c.add_argument("--collectives", choices=COLLECTIVE_MODELS, help="price collectives as "
                    "NCCL runs them (default) or as ringccl's own schedules would (what-if)")
-    c.add_argument("--profile-level", choices=("inter", "intra"), help="which link the fit "
-                   "measured (default inter)")
+    c.add_argument("--profile-level", choices=("inter", "intra"), help="which link the "
+                   "--profile alpha-beta fit measured (default inter); only with one")

@@ -34,105 +34,151 @@ A fitted profile (``ringccl fit --json`` output) can replace the α, β (and γ)
 
 from __future__ import annotations
 
+import math
+import numbers
+import re
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+
+import numpy as np
 
 from .. import units
 from ..args import check_int
 from ..costmodel.compute_profile import PROFILE_FORMAT as COMPUTE_FORMAT
 from ..costmodel.compute_profile import load_compute_profile
-from ..costmodel.model import parse_gamma
 from ..costmodel.nccl_fit import PROFILE_FORMAT as NETWORK_FORMAT
 from ..costmodel.nccl_fit import load_network_profile, network_profile_levels, read_fitted_json
 from ..errors import ArgumentError, ArgumentTypeError
 from .gpus import GPU, resolve_gpu
 
-__all__ = ["COLLECTIVE_MODELS", "Cluster", "Straggler", "CLUSTER_PRESETS", "cluster_preset",
-           "load_profile", "profile_kind", "profile_links", "resolve_cluster",
-           "check_cluster_field"]
+__all__ = ["COLLECTIVE_MODELS", "MAX_GPUS", "PROFILE_LEVELS", "Cluster", "Straggler",
+           "CLUSTER_PRESETS", "cluster_preset", "load_profile", "profile_kind", "profile_links",
+           "resolve_cluster", "check_cluster_field"]
 
 
 #: how the planner prices a collective (ringccl.planner.costing.PRICERS): as NCCL runs it, or
 #: ringccl's own schedules (the what-if)
 COLLECTIVE_MODELS = ("nccl", "ringccl")
 
-
-def _rate(value, what: str) -> float:
-    return units.bandwidth(value) if isinstance(value, str) else _positive(value, what)
-
-
-def _flops(value, what: str) -> float:
-    if isinstance(value, str):
-        try:
-            value = float(value.upper().replace("TFLOPS", "e12").replace("TFLOP/S", "e12"))
-        except ValueError:
-            raise ArgumentError(f"{what}={value!r} must be FLOP/s, e.g. 989e12 or "
-                                "'989TFLOPS'") from None
-    return _positive(value, what)
-
-
-def _positive(value, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ArgumentError(f"{what}={value!r} must be a number > 0")
-    return float(value)
+#: the most GPUs a cluster (and so a plan) may have: 2^20 = 1,048,576, several times the largest
+#: training clusters built; a plan of one layout on that many takes about a second
+MAX_GPUS = 2 ** 20
 
 
 #: what each cluster field (and a cluster table's preset / profile keys) takes, in words
-_RATE = "a rate > 0 such as '450GB/s' or '400Gbps', or bytes/s"
+_RATE = "a finite rate > 0 such as '450GB/s' or '400Gbps', or bytes/s"
 _CLUSTER_KINDS = {
     "nodes": "an integer >= 1", "gpus_per_node": "an integer >= 1",
     "nics_per_node": "an integer >= 1", "intra_bandwidth": _RATE, "inter_bandwidth": _RATE,
-    "hbm_bandwidth": _RATE, "intra_alpha": "a duration >= 0 such as '2us', or seconds",
-    "inter_alpha": "a duration >= 0 such as '5us', or seconds",
-    "peak_flops": "FLOP/s > 0 such as 989e12 or '989TFLOPS'",
-    "fp8_peak_flops": "FLOP/s > 0 such as 1979e12 or '1979TFLOPS'",
-    "gpu_memory": "a size > 0 such as '80GB', or bytes",
-    "gamma": "seconds per byte >= 0 or a rate such as '100GB/s'",
+    "hbm_bandwidth": _RATE, "intra_alpha": "a finite duration >= 0 such as '2us', or seconds",
+    "inter_alpha": "a finite duration >= 0 such as '5us', or seconds",
+    "peak_flops": "finite FLOP/s > 0 such as 989e12 or '989TFLOPS'",
+    "fp8_peak_flops": "finite FLOP/s > 0 such as 1979e12 or '1979TFLOPS'",
+    "gpu_memory": "a finite size > 0 such as '80GB', or bytes",
+    "gamma": "finite seconds per byte >= 0 or a rate such as '100GB/s'",
     "compute_efficiency": "a number in (0, 1]", "memory_efficiency": "a number in (0, 1]",
-    "oversubscription": "a number >= 1", "gpu": "a GPU preset name (a string)",
+    "oversubscription": "a finite number >= 1", "gpu": "a GPU preset name (a string)",
     "collectives": "one of " + ", ".join(COLLECTIVE_MODELS), "name": "a string",
     "source": "a string", "preset": "a preset name (a string)",
     "network_profile": "a path (a string)", "compute_profile": "a path (a string)",
     "profile": "a path or a list of paths", "profile_level": "'inter' or 'intra'"}
 _TEXTS = ("name", "source", "preset", "profile_level", "gpu", "collectives", "network_profile",
           "compute_profile")
-_FRACTIONS = ("compute_efficiency", "memory_efficiency")
+_COUNTS = ("nodes", "gpus_per_node", "nics_per_node")
+#: the levels a profile's α-β fit may be of
+PROFILE_LEVELS = ("inter", "intra")
+
+
+def _flops_text(text: str) -> float:
+    return float(text.upper().replace("TFLOPS", "e12").replace("TFLOP/S", "e12"))
+
+
+#: how a numeric field's text reads (a number is SI already)
+_READ = {"intra_bandwidth": units.bandwidth, "inter_bandwidth": units.bandwidth,
+         "hbm_bandwidth": units.bandwidth, "intra_alpha": units.duration,
+         "inter_alpha": units.duration, "gpu_memory": units.size, "peak_flops": _flops_text,
+         "fp8_peak_flops": _flops_text, "gamma": lambda text: 1.0 / units.bandwidth(text)}
+#: the range of each numeric field: (least, whether the least itself is allowed, most); the
+#: others are > 0
+_RANGE = {"intra_alpha": (0, True, math.inf), "inter_alpha": (0, True, math.inf),
+          "gamma": (0, True, math.inf), "oversubscription": (1, True, math.inf),
+          "compute_efficiency": (0, False, 1), "memory_efficiency": (0, False, 1)}
+#: what a unit parser's refusal adds to the field's own words: a malformed or out-of-range
+#: value says nothing more; an ambiguous unit, an unknown prefix, a missing unit do
+_SAYS_NOTHING_MORE = re.compile(r"is not a |must be (> 0|a finite)|is negative")
+
+
+def _figure(name: str, value, show=repr) -> float:
+    """The numeric cluster field ``name`` in SI units: text read as the field reads it
+    (``"400Gbps"``, ``"5us"``, ``"80GB"``, ``"989TFLOPS"``), a number as it is.
+
+    Raises:
+        ArgumentTypeError: neither a number nor (where the field reads text) a string.
+        ArgumentError: text that does not read, or a value that is not finite or is out of the
+            field's range, naming the field, the value as ``show`` renders it and what is
+            allowed (and what the unit parser found, where it says more: "ambiguous").
+    """
+    allowed = _CLUSTER_KINDS[name]
+
+    def refuse(why: str = "") -> ArgumentError:
+        return ArgumentError(f"{name}={show(value)} must be {allowed}{why}")
+    if isinstance(value, str) and name in _READ:
+        if value.strip().startswith("-"):
+            raise refuse(" (it is negative)")
+        try:
+            number = _READ[name](value)
+        except (ArgumentError, ValueError) as exc:
+            text = str(exc)
+            more = isinstance(exc, ArgumentError) and not _SAYS_NOTHING_MORE.search(text)
+            raise refuse(f" ({text})" if more else "") from None
+    elif isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):
+        number = value
+    else:
+        kind = "null" if value is None else type(value).__name__
+        raise ArgumentTypeError(f"{name}={show(value)} must be {allowed}, got {kind}")
+    least, inclusive, most = _RANGE.get(name, (0, False, math.inf))
+    try:
+        number = float(number)
+    except OverflowError:   # an int beyond any float
+        raise refuse() from None
+    if not (math.isfinite(number) and (number >= least if inclusive else number > least)
+            and number <= most):
+        raise refuse()
+    return number
 
 
 def check_cluster_field(name: str, value, show=repr) -> None:
-    """Refuse a cluster field's null, wrong type or negative value, naming the field and the
-    value as ``show`` renders it (``repr``, or a ``--config`` file's syntax). Strings that do
-    not parse are refused by :class:`Cluster` itself (:mod:`ringccl.units`).
+    """Refuse a cluster field's null, wrong type, text that does not read or value out of its
+    range, naming the field and the value as ``show`` renders it (``repr``, or a ``--config``
+    file's syntax) and what the field takes: the checks :class:`Cluster` makes of one field,
+    made before a cluster is built. A count is at most :data:`MAX_GPUS`.
 
     Raises:
         ArgumentTypeError: null, a bool, or a type the field does not take.
-        ArgumentError: a number out of the field's range.
+        ArgumentError: text that does not read, a number not finite or out of the field's
+            range, a name that is not one of the field's.
     """
     allowed = _CLUSTER_KINDS.get(name)
     if allowed is None:
         return
     kind = "null" if value is None else type(value).__name__
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    counts = ("nodes", "gpus_per_node", "nics_per_node")
     if name in _TEXTS:
         ok = isinstance(value, str)
     elif name == "profile":
         ok = isinstance(value, str) or (isinstance(value, list)
                                         and all(isinstance(v, str) for v in value))
-    elif name in counts:
+    elif name in _COUNTS:
         ok = isinstance(value, int) and not isinstance(value, bool)
-    elif name in (*_FRACTIONS, "oversubscription"):
-        ok = number
     else:
-        ok = number or isinstance(value, str)
+        _figure(name, value, show)
+        return
     if not ok:
         raise ArgumentTypeError(f"{name}={show(value)} must be {allowed}, got {kind}")
-    if not number:
-        return
-    low_ok = {"intra_alpha": value >= 0, "inter_alpha": value >= 0, "gamma": value >= 0,
-              "compute_efficiency": 0 < value <= 1, "memory_efficiency": 0 < value <= 1,
-              "oversubscription": value >= 1}
-    if not low_ok.get(name, value > 0 if name not in counts else value >= 1):
+    if name in _COUNTS and not 1 <= value <= MAX_GPUS:
+        raise ArgumentError(f"{name}={show(value)} must be "
+                            + (f"an integer in [1, {MAX_GPUS}]" if value > 1 else allowed))
+    if (name == "collectives" and value not in COLLECTIVE_MODELS
+            or name == "profile_level" and value not in PROFILE_LEVELS):
         raise ArgumentError(f"{name}={show(value)} must be {allowed}")
 
 
@@ -165,8 +211,9 @@ class Cluster:
             timings replacing the GPU preset's model.
         name, source: what it is and where its figures come from.
     Raises:
-        ArgumentError: a count < 1, a rate or time that does not parse or is not > 0,
-            efficiency outside (0, 1].
+        ArgumentError: a count < 1, more than :data:`MAX_GPUS` GPUs, a rate, time, size or
+            FLOP/s that does not parse, is not finite or is out of its range (each field's range
+            is :func:`check_cluster_field`'s), efficiency outside (0, 1].
     """
 
     nodes: int = 1
@@ -194,6 +241,10 @@ class Cluster:
     def __post_init__(self):
         check_int(self.nodes, "nodes", minimum=1)
         check_int(self.gpus_per_node, "gpus_per_node", minimum=1)
+        if self.nodes * self.gpus_per_node > MAX_GPUS:
+            raise ArgumentError(f"nodes={self.nodes} x gpus_per_node={self.gpus_per_node} = "
+                                f"{self.nodes * self.gpus_per_node:,} GPUs, more than the "
+                                f"{MAX_GPUS:,} a plan takes")
         nics = self.gpus_per_node if self.nics_per_node is None else self.nics_per_node
         check_int(nics, "nics_per_node", minimum=1)
         if nics > self.gpus_per_node:
@@ -201,34 +252,27 @@ class Cluster:
                                 f"{self.gpus_per_node} (rail-aligned NICs)")
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 - frozen dataclass
         set_("nics_per_node", nics)
-        set_("intra_bandwidth", _rate(self.intra_bandwidth, "intra_bandwidth"))
-        set_("inter_bandwidth", _rate(self.inter_bandwidth, "inter_bandwidth"))
-        for f in ("intra_alpha", "inter_alpha"):
-            v = getattr(self, f)
-            set_(f, units.duration(v) if isinstance(v, str) else v)
-            if not isinstance(getattr(self, f), (int, float)) or getattr(self, f) < 0:
-                raise ArgumentError(f"{f}={v!r} must be a duration >= 0 such as '5us'")
+        for f in ("intra_bandwidth", "inter_bandwidth", "intra_alpha", "inter_alpha", "gamma",
+                  "oversubscription"):
+            set_(f, _figure(f, getattr(self, f)))
         base = resolve_gpu(self.gpu)
-        peak = base.bf16_flops if self.peak_flops is None else _flops(self.peak_flops,
-                                                                      "peak_flops")
+        given = lambda f, default: (default if getattr(self, f) is None  # noqa: E731
+                                    else _figure(f, getattr(self, f)))
+        peak = given("peak_flops", base.bf16_flops)
         fp8 = (base.fp8_flops * peak / base.bf16_flops if self.fp8_peak_flops is None
                else 0.0 if self.fp8_peak_flops == 0  # a GPU without FP8 tensor cores
-               else _flops(self.fp8_peak_flops, "fp8_peak_flops"))
-        hbm = base.hbm_bandwidth if self.hbm_bandwidth is None else _rate(self.hbm_bandwidth,
-                                                                           "hbm_bandwidth")
-        memory = base.hbm_bytes if self.gpu_memory is None else self.gpu_memory
-        if isinstance(memory, str):
-            memory = float(units.size(memory))
+               else _figure("fp8_peak_flops", self.fp8_peak_flops))
+        hbm = given("hbm_bandwidth", base.hbm_bandwidth)
+        set_("gpu_memory", given("gpu_memory", base.hbm_bytes))
         e = base.gemm_efficiency if self.compute_efficiency is None else self.compute_efficiency
         me = (base.memory_efficiency if self.memory_efficiency is None
               else self.memory_efficiency)
         for name, v in (("compute_efficiency", e), ("memory_efficiency", me)):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
-                raise ArgumentError(f"{name}={v!r} must be in (0, 1]")
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0 < v <= 1:
+                raise ArgumentError(f"{name}={v!r} must be in (0, 1]")  # nan and inf too
         set_("peak_flops", peak)
         set_("fp8_peak_flops", fp8)
         set_("hbm_bandwidth", hbm)
-        set_("gpu_memory", _positive(memory, "gpu_memory"))
         set_("compute_efficiency", float(e))
         set_("memory_efficiency", float(me))
         set_("gpu", base.name)
@@ -236,13 +280,9 @@ class Cluster:
             base, bf16_flops=peak, fp8_flops=fp8, hbm_bandwidth=hbm, hbm_bytes=self.gpu_memory,
             gemm_efficiency=float(e), memory_efficiency=float(me),
             compute_profile=str(self.compute_profile or "")))
-        set_("gamma", parse_gamma(self.gamma))
         if self.collectives not in COLLECTIVE_MODELS:
             raise ArgumentError(f"collectives={self.collectives!r} must be one of "
                                 f"{', '.join(COLLECTIVE_MODELS)}")
-        o = self.oversubscription
-        if isinstance(o, bool) or not isinstance(o, (int, float)) or not o >= 1:
-            raise ArgumentError(f"oversubscription={o!r} must be a number >= 1")
 
     @property
     def world_size(self) -> int:
@@ -448,27 +488,53 @@ def profile_kind(path) -> str:
     return "alpha-beta"
 
 
-def _profiles(values: dict, profile, level: str) -> None:
+#: what a profile of each kind is called
+_PROFILE_KINDS = {"network": "network profiles", "compute": "compute profiles",
+                  "alpha-beta": "α-β fits"}
+
+
+def _profiles(values: dict, profile, level: str | None) -> None:
     """Each profile path (one or a list) into ``values``: a network profile's path, a compute
-    profile's path, or an α-β fit's fields (:func:`load_profile`)."""
-    for path in [profile] if isinstance(profile, (str, Path)) else list(profile):
+    profile's path, or an α-β fit's fields (:func:`load_profile`) for ``level`` (None:
+    "inter").
+
+    Raises:
+        ArgumentError: two profiles of one kind (a cluster has one network, one compute profile
+            and one α-β fit: the second would replace the first), ``level`` given without an
+            α-β fit among the profiles (it says which link a fit measured).
+    """
+    paths = [profile] if isinstance(profile, (str, Path)) else list(profile)
+    kinds: dict[str, str] = {}
+    for path in paths:
         kind = profile_kind(path)
+        if kind in kinds:
+            raise ArgumentError(f"profile={str(kinds[kind])!r} and {str(path)!r} are both "
+                                f"{_PROFILE_KINDS[kind]}; a cluster takes one of each kind "
+                                "(network, compute, α-β fit): give one")
+        kinds[kind] = str(path)
+    if level is not None and "alpha-beta" not in kinds:
+        given = ", ".join(f"{p!r} is a {k} profile" for k, p in kinds.items())
+        raise ArgumentError(f"profile_level={level!r} applies to a profile's α-β fit, and "
+                            f"{given}: leave profile_level out")
+    for kind, path in kinds.items():
         if kind == "network":
-            values["network_profile"] = str(path)
+            values["network_profile"] = path
         elif kind == "compute":
-            values["compute_profile"] = str(path)
+            values["compute_profile"] = path
         else:
-            values.update(load_profile(path, level))
+            values.update(load_profile(path, level or "inter"))
             values.setdefault("collectives", "ringccl")  # an α-β fit prices ringccl's walk
 
 
 def resolve_cluster(cluster) -> Cluster:
     """A :class:`Cluster` from a cluster, a preset name or a dictionary of its fields (with an
-    optional ``preset`` key and ``profile`` (one path or a list: network, compute or α-β
-    profiles, :func:`profile_kind`) / ``profile_level``).
+    optional ``preset`` key and ``profile`` (one path or a list: at most one network, one
+    compute profile and one α-β fit, :func:`profile_kind`) / ``profile_level`` (the link the
+    α-β fit measured: :data:`PROFILE_LEVELS`, default "inter"; only with an α-β fit).
 
     Raises:
-        ArgumentError: unknown preset or field, bad values.
+        ArgumentError: unknown preset or field, bad values, two profiles of one kind, a
+            ``profile_level`` that is no level or is given without an α-β fit.
     """
     if isinstance(cluster, Cluster):
         return cluster
@@ -478,7 +544,12 @@ def resolve_cluster(cluster) -> Cluster:
         raise ArgumentTypeError(f"cluster={cluster!r} must be a Cluster, a preset name or a dict")
     values = dict(cluster)
     base = values.pop("preset", None)
-    profile, level = values.pop("profile", None), values.pop("profile_level", "inter")
+    profile, level = values.pop("profile", None), values.pop("profile_level", None)
+    if level is not None and level not in PROFILE_LEVELS:
+        raise ArgumentError(f"profile_level={level!r} must be 'inter' or 'intra'")
+    if level is not None and not profile:
+        raise ArgumentError(f"profile_level={level!r} applies to a profile's α-β fit, and no "
+                            "profile is given: give the profile, or leave profile_level out")
     known = {f.name for f in fields(Cluster)}
     unknown = sorted(set(values) - known)
     if unknown:
@@ -489,7 +560,7 @@ def resolve_cluster(cluster) -> Cluster:
             and (base is None or named.lower() != str(base).lower())):
         raise ArgumentError(f"cluster name={named!r} is a preset's name, but name only labels "
                             f"the cluster; to start from that preset write preset = {named!r}")
-    if profile is not None:
+    if profile:
         _profiles(values, profile, level)
     if base is not None:
         return cluster_preset(base, **values)

@@ -42,10 +42,12 @@ pp_mirror      pp ∈ {s, pp-1-s}            DualPipe: the two ranks holding the
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..args import check_rank
 from ..caches import memoize
 from ..errors import ArgumentError
 from .parallel_dims import ParallelDims
@@ -120,11 +122,12 @@ class RankGrid:
         self.gpus_per_node = gpus_per_node
         self.nics_per_node = nics_per_node or gpus_per_node
         self.world_size = dims.world_size
-        ranks = np.arange(self.world_size, dtype=np.int64)
         self.sizes = {"tp": dims.tp, "cp": dims.cp, "dp": dims.dp, "pp": dims.pp,
                       "etp": dims.expert_tp, "ep": dims.ep, "edp": dims.expert_dp}
         self.stride: dict[str, int] = {}
-        self.coord: dict[str, np.ndarray] = {}
+        #: per rank, its coordinate along each dimension (``coord["pp"][rank]``), computed
+        #: when asked: a grid keeps no per-rank arrays (a search holds many grids)
+        self.coord = _Coordinates(self)
         dense = {"tp": "tp", "cp": "cp", "dp": "dp", "pp": "pp"}
         expert = {"tp": "etp", "ep": "ep", "dp": "edp", "pp": "pp"}
         pp_stride = []
@@ -137,7 +140,6 @@ class RankGrid:
                 if name == "pp":
                     pp_stride.append(stride)
                 self.stride[name] = stride
-                self.coord[name] = (ranks // stride) % self.sizes[name]
                 stride *= self.sizes[name]
         if dims.pp > 1 and pp_stride[0] != pp_stride[1]:
             raise ArgumentError(
@@ -160,7 +162,11 @@ class RankGrid:
         """Split dimension ``dim`` into ``fast`` (its first ``inner`` coordinates) and ``slow``."""
         self.sizes[fast], self.sizes[slow] = inner, self.sizes[dim] // inner
         self.stride[fast], self.stride[slow] = self.stride[dim], self.stride[dim] * inner
-        self.coord[fast], self.coord[slow] = self.coord[dim] % inner, self.coord[dim] // inner
+
+    def coordinate(self, name: str, ranks) -> np.ndarray:
+        """The coordinates of the global ``ranks`` along dimension ``name`` (a split part such
+        as ``cp_a2a`` too: its stride and size make it one more digit of the rank)."""
+        return (np.asarray(ranks, dtype=np.int64) // self.stride[name]) % self.sizes[name]
 
     def stage_offset(self, stage: int) -> int | None:
         """Global-rank offset that carries stage 0's ranks onto stage ``stage``'s, when it
@@ -182,13 +188,18 @@ class RankGrid:
         """Global ranks of PP stage ``stage``."""
         if not 0 <= stage < self.dims.pp:
             raise ArgumentError(f"stage={stage} is out of range for pp={self.dims.pp}")
-        return np.nonzero(self.coord["pp"] == stage)[0]
+        # each run of pp x stride ranks holds stage s at [s x stride, (s + 1) x stride)
+        inner = self.stride["pp"]
+        outer = np.arange(self.world_size // (inner * self.dims.pp), dtype=np.int64)
+        return (outer[:, None] * inner * self.dims.pp + stage * inner
+                + np.arange(inner, dtype=np.int64)).ravel()
 
     def _group_ids(self, kind: str) -> np.ndarray:
         """Per rank, the lowest rank of its group of ``kind`` (the group's id)."""
-        gid = np.arange(self.world_size, dtype=np.int64)
+        ranks = np.arange(self.world_size, dtype=np.int64)
+        gid = ranks.copy()
         for dim in GROUP_KINDS[kind]:
-            gid = gid - self.coord[dim] * self.stride[dim]
+            gid -= self.coordinate(dim, ranks) * self.stride[dim]
         return gid
 
     def group(self, kind: str, rank: int) -> tuple[int, ...]:
@@ -200,63 +211,130 @@ class RankGrid:
         if kind not in GROUP_KINDS:
             raise ArgumentError(f"group kind={kind!r} is unknown; expected one of "
                                 f"{', '.join(GROUP_KINDS)}")
-        gid = self._group_ids(kind)
-        members = self._pp_filter(kind, np.nonzero(gid == gid[rank])[0], rank)
-        return tuple(int(r) for r in members)
+        check_rank(rank, self.world_size, "rank")
+        return tuple(self._pp_filter(kind, self._members(kind, rank), rank).tolist())
+
+    def _members(self, kind: str, rank: int) -> np.ndarray:
+        """The ranks (ascending) of ``rank``'s group of ``kind``: its lowest rank plus every
+        combination of the varied coordinates (linear in the group's size)."""
+        varied = GROUP_KINDS[kind]
+        members = np.array([rank - sum(int(self.coordinate(d, rank)) * self.stride[d]
+                                       for d in varied)], dtype=np.int64)
+        for d in varied:
+            step = np.arange(self.sizes[d], dtype=np.int64) * self.stride[d]
+            members = (members[:, None] + step).ravel()
+        return np.sort(members)
 
     def _pp_filter(self, kind: str, members: np.ndarray, rank: int) -> np.ndarray:
         """The embedding group: the first and the last stage; DualPipe's mirror: stages s and
         pp − 1 − s of ``rank``'s stage s."""
         if kind not in ("embedding", "pp_mirror"):
             return members
-        pp, last = self.coord["pp"][members], self.dims.pp - 1
+        pp, last = self.coordinate("pp", members), self.dims.pp - 1
         if kind == "embedding":
             return members[(pp == 0) | (pp == last)]
-        s = int(self.coord["pp"][rank])
+        s = int(self.coordinate("pp", rank))
         return members[(pp == s) | (pp == last - s)]
 
     def shapes(self, kind: str, ranks: np.ndarray | None = None) -> list[GroupShape]:
         """The distinct shapes of the groups of ``kind`` containing any of ``ranks`` (default:
-        all), the largest span first."""
+        all), the largest span first; of groups with one placement, the lowest-numbered is the
+        example.
+
+        Every group's ranks come from one sort of the group ids (linear in the world size);
+        groups that are the same ranks moved by whole nodes share a shape, so only one group of
+        each such class is measured: a grid of a million ranks takes a fraction of a second."""
         gid = self._group_ids(kind)
-        ids = np.unique(gid if ranks is None else gid[np.asarray(ranks)])
+        size = int(np.prod([self.sizes[d] for d in GROUP_KINDS[kind]]))
+        rows = np.argsort(gid, kind="stable").reshape(-1, size)  # a group's ranks, ascending
+        if ranks is not None:
+            rows = rows[np.isin(gid[rows[:, 0]], gid[np.asarray(ranks)])]
         seen: dict[tuple, GroupShape] = {}
-        for g in ids:
-            members = np.nonzero(gid == g)[0]
-            if kind in ("embedding", "pp_mirror"):
-                here = members if ranks is None else np.intersect1d(members, ranks)
-                members = self._pp_filter(kind, members, int(here[0]))
+        for _, members in sorted(self._representatives(kind, rows, ranks), key=lambda r: r[0]):
             shape = self.shape_of(members)
             seen.setdefault(shape.placement, shape)
         return sorted(seen.values(), key=lambda s: (-s.nodes_spanned, -s.nic_sharing,
                                                      s.placement))
+
+    def _representatives(self, kind: str, rows: np.ndarray, ranks) -> list:
+        """(row, ranks) of the first group (row of ``rows``) of each class of groups that are
+        the same ranks moved by whole nodes; the embedding and mirror groups keep the ranks of
+        their two stages (:meth:`_pp_filter`)."""
+        blocks = [(np.arange(len(rows)), rows)]
+        if kind in ("embedding", "pp_mirror"):
+            # a PP group's ranks ascend with the stage: column s is stage s
+            last = self.dims.pp - 1
+            if kind == "embedding" or ranks is None:
+                stage = np.zeros(len(rows), dtype=np.int64)
+            else:
+                inside = np.isin(rows, np.asarray(ranks))
+                stage = self.coordinate("pp", rows[np.arange(len(rows)), inside.argmax(axis=1)])
+            blocks = [(np.nonzero(stage == s)[0],
+                       rows[stage == s][:, sorted({int(s), int(last - s)})])
+                      for s in np.unique(stage)]
+        out = []
+        for index, members in blocks:
+            if not len(members):
+                continue
+            key = members - (members[:, :1] // self.gpus_per_node) * self.gpus_per_node
+            # each row's bytes as one value: one sort, however wide the groups
+            key = np.ascontiguousarray(key)
+            rows_as_bytes = key.view(np.dtype((np.void, key.itemsize * key.shape[1]))).ravel()
+            _, first = np.unique(rows_as_bytes, return_index=True)
+            out.extend((int(index[i]), members[i]) for i in first)
+        return out
 
     def shape_of(self, members) -> GroupShape:
         """The :class:`GroupShape` of the global ranks ``members`` (ascending)."""
         members = np.sort(np.asarray(members, dtype=np.int64))
         local = self.gpus_per_node
         node, local_index = members // local, members % local
-        _, first = np.unique(node, return_index=True)
-        order = node[np.sort(first)]                       # nodes in order of appearance
-        relabel = {int(n): k for k, n in enumerate(order)}
-        placement = tuple(relabel[int(n)] * local + int(i) for n, i in zip(node, local_index))
-        per_node = np.bincount(node - node.min())
-        per_node = per_node[per_node > 0]
+        # ascending ranks: nodes appear in ascending order, the k-th distinct one is node k
+        nodes, relabel = np.unique(node, return_inverse=True)
+        shared = _ints(self.world_size + local).__getitem__
+        placement = tuple(map(shared, (relabel * local + local_index).tolist()))
+        per_node = np.bincount(relabel)
         # SPMD: every GPU of a node is in some group of this kind, all communicating at once;
         # a NIC serves local/nics rails-worth of GPUs, of which this group owns only some
         nics = self.nics_per_node
         rail = local_index * nics // local
         sharing = 1
-        if len(order) > 1:
+        if len(nodes) > 1:
             gpus_per_nic = local // nics
-            for n in np.unique(node):
-                mine = np.bincount(rail[node == n], minlength=nics)
-                used = mine[mine > 0]
-                sharing = max(sharing, int(-(-gpus_per_nic // int(used.min()))))
+            mine = np.bincount(relabel * nics + rail, minlength=len(nodes) * nics)
+            mine = mine.reshape(len(nodes), nics)
+            fewest = np.where(mine > 0, mine, np.iinfo(np.int64).max).min(axis=1)
+            sharing = max(sharing, int((-(-gpus_per_nic // fewest)).max()))
         return GroupShape(size=int(members.size), ranks_per_node=int(per_node.max()),
-                          nodes_spanned=int(len(order)), placement=placement,
-                          nic_sharing=sharing, example=tuple(int(r) for r in members),
+                          nodes_spanned=int(len(nodes)), placement=placement,
+                          nic_sharing=sharing, example=tuple(map(shared, members.tolist())),
                           _local=local)
+
+
+@memoize(maxsize=4)
+def _ints(n: int) -> list[int]:
+    """The ints 0 .. n - 1, one object each, which every placement and example of a world
+    size shares: a group of a million ranks then costs its tuples 8 MB each, not 40."""
+    return list(range(n))
+
+
+class _Coordinates(Mapping):
+    """:attr:`RankGrid.coord`: dimension name -> every rank's coordinate along it, computed
+    when looked up (:meth:`RankGrid.coordinate`)."""
+
+    def __init__(self, grid: RankGrid):
+        self._grid = grid
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._grid.stride:
+            raise KeyError(name)
+        return self._grid.coordinate(name, np.arange(self._grid.world_size))
+
+    def __iter__(self):
+        return iter(self._grid.stride)
+
+    def __len__(self) -> int:
+        return len(self._grid.stride)
 
 
 @memoize(maxsize=256)

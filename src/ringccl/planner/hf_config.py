@@ -31,9 +31,10 @@ from pathlib import Path
 
 from ..args import check_int, not_text
 from ..errors import ArgumentError, ArgumentTypeError
+from ..units import MAX_INT
 from .hf_families import (ALIASES, ATTENTION_LAYERS, FAMILIES, LLAMA, REFUSED, REFUSING_FIELDS,
                           refuses)
-from .model import PRESETS, ModelConfig, check_shape, preset
+from .model import MAX_LAYERS, PRESETS, ModelConfig, check_shape, preset
 
 __all__ = ["from_dict", "load_config", "resolve_model"]
 
@@ -193,8 +194,9 @@ def _read_moe(r: _Reader) -> None:
         v["n_shared_experts"] = 1          # Qwen2-MoE: one shared expert of that width
     if r.family.shared_experts and "n_shared_experts" not in v:
         v["n_shared_experts"] = r.family.shared_experts
-    if not isinstance(v["num_hidden_layers"], int) or isinstance(v["num_hidden_layers"], bool):
-        return                              # check_shape names it
+    layers = v["num_hidden_layers"]
+    if not isinstance(layers, int) or isinstance(layers, bool) or not 1 <= layers <= MAX_LAYERS:
+        return                              # check_shape names it (before any layer is read)
     moe_layers, first_k = _moe_layers(r, v["num_hidden_layers"])
     v["first_k_dense_replace"] = first_k
     if moe_layers is not None:
@@ -213,6 +215,8 @@ def _read_shape(r: _Reader) -> None:
               "v_head_dim", "embedding_size"):
         r.read(f)
     h = v.get("hidden_size")
+    if isinstance(h, int) and h > MAX_INT:
+        h = None                            # check_shape names it (a width from it overflows)
     if "intermediate_size" not in v and fam.width is not None and isinstance(h, int):
         factor = fam.width if isinstance(fam.width, (int, float)) else r.value(fam.width)
         if isinstance(factor, (int, float)) and not isinstance(factor, bool):
@@ -282,8 +286,9 @@ def _lfm2(r: _Reader) -> None:
     up to block_multiple_of, when block_auto_adjust_ff_dim (its modeling code)."""
     v = r.values
     width = v.get("intermediate_size")
-    if not isinstance(width, int) or not r.truth("block_auto_adjust_ff_dim"):
-        return
+    if not isinstance(width, int) or width > MAX_INT or not r.truth(
+            "block_auto_adjust_ff_dim"):
+        return                              # check_shape names a width beyond int64
     width = int(2 * width / 3)
     mult = r.value("block_ffn_dim_multiplier")
     if isinstance(mult, (int, float)) and not isinstance(mult, bool):

@@ -56,10 +56,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from ..args import check_int, lookup
+from ..units import MAX_INT
 from ..errors import ArgumentError, ArgumentTypeError
 
 __all__ = ["ModelConfig", "PRESETS", "preset", "check_shape", "DTYPE_BYTES", "NORM_TYPES",
-           "QK_NORMS", "ATTENTION_GATES"]
+           "QK_NORMS", "ATTENTION_GATES", "MAX_LAYERS", "MAX_EXPERTS"]
 
 #: bytes per element of the training dtypes
 DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2,
@@ -78,6 +79,13 @@ QK_NORMS = ("", "head", "all_heads")
 #: one per head (h·n_q)
 ATTENTION_GATES = ("", "elementwise", "headwise")
 
+#: the most decoder layers a model may have: 10 times the deepest transformer trained (DeepNet,
+#: Wang et al. 2022, arXiv:2203.00555: 1,000 layers); a plan walks its layers one by one
+MAX_LAYERS = 10_000
+#: the most routed experts a model may have: 2^20 = 1,048,576, as many as PEER's (He 2024,
+#: "Mixture of A Million Experts", arXiv:2407.04202)
+MAX_EXPERTS = 2 ** 20
+
 _COUNTS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size",
            "vocab_size", "seq_length", "norms_per_layer")
 _SIZES = ("num_local_experts", "num_experts_per_tok", "n_shared_experts",
@@ -91,6 +99,22 @@ _FLAGS = ("tie_word_embeddings", "gated_mlp", "qkv_bias", "attention_out_bias", 
           "parallel_block", "final_norm")
 
 
+#: the fields bounded below int64's largest value, and their bound
+_MAXIMA = {"num_hidden_layers": MAX_LAYERS, "num_local_experts": MAX_EXPERTS}
+
+
+def _check_count(value, label: str, minimum: int, maximum: int | None) -> None:
+    """A count in [minimum, maximum] (its message states the range), or (no maximum) >= minimum
+    and at most :data:`~ringccl.units.MAX_INT` (2^63 - 1: a larger one is no int64, nor always
+    a float)."""
+    if maximum is not None:
+        check_int(value, label, minimum, maximum)
+        return
+    check_int(value, label, minimum)
+    if value > MAX_INT:
+        check_int(value, label, minimum, MAX_INT)
+
+
 def check_shape(values: dict, label: Callable[[str], str] = str) -> None:
     """Check a model's fields: types, ranges and their consistency.
 
@@ -100,7 +124,8 @@ def check_shape(values: dict, label: Callable[[str], str] = str) -> None:
 
     Raises:
         ArgumentTypeError: a count that is not an integer, a flag that is not a bool.
-        ArgumentError: a count < 1 (or < 0 where 0 means "none"), n_q not a multiple of n_kv,
+        ArgumentError: a count < 1 (or < 0 where 0 means "none"), above 2^63 - 1, layers above
+            :data:`MAX_LAYERS`, experts above :data:`MAX_EXPERTS`, n_q not a multiple of n_kv,
             h not a multiple of n_q without an explicit head_dim, k outside [1, E], an MoE
             layer index outside the model, an unknown dtype, norm type or q/k norm.
     """
@@ -113,10 +138,10 @@ def check_shape(values: dict, label: Callable[[str], str] = str) -> None:
 
     for f in _COUNTS + _OPTIONAL_COUNTS:
         if values.get(f) is not None:
-            check_int(values[f], label(f), minimum=1)
+            _check_count(values[f], label(f), 1, _MAXIMA.get(f))
     for f in _SIZES:
         if f in values:
-            check_int(values[f], label(f), minimum=0)
+            _check_count(values[f], label(f), 0, _MAXIMA.get(f))
     for f in _FLAGS:
         if f in values and not isinstance(values[f], bool):
             raise ArgumentTypeError(f"{name(f)} must be true or false, got "
