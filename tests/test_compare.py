@@ -90,3 +90,21 @@ def test_compare_counts_bytes_beyond_int64_exactly(capsys):
     assert rows["master"]["bytes_sent_max"] == 7 * 4 * 10 ** 18    # root sends N - 1 buffers
     assert rows["master"]["bytes_sent_per_buffer"] == 7.0
     assert rows["ring"]["bytes_through_max"] == 2 * 7 * 10 ** 18  # sent + received, no wrap
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["show", "all_reduce", "--world-size", "4", "--trace", "t.png"], "--trace"),
+    (["show", "all_reduce", "--world-size", "4", "--msccl-xml", "a.json"], "--msccl-xml"),
+    (["run", "all_reduce", "--world-size", "2", "--trace", "t.txt"], "--trace"),
+])
+def test_a_trace_or_xml_name_of_another_kind_is_refused_before_any_work(argv, named, capsys,
+                                                                         tmp_path,
+                                                                         monkeypatch):
+    """A trace is JSON and MSCCL's schedule XML: a name ending otherwise is refused when the
+    option is read (exit 2, the option named), and nothing is written."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        ringccl.cli.main(argv)
+    assert exit_.value.code == 2
+    assert f"argument {named}" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())

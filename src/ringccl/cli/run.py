@@ -14,6 +14,7 @@ import sys
 import tempfile
 
 from .. import units
+from ..args import JSON_SUFFIXES
 from ..algorithms import bounded, get_algorithm
 from ..bench import (BUILTIN, PLACEMENTS, BenchSpec, Sweep, buffer_elements, format_csv,
                      format_nccl_tests, one_size, parse_algorithms, plot_busbw, row_count,
@@ -373,7 +374,7 @@ def _cmd_bench(args) -> int:
 
 def add_trace_options(p) -> None:
     """``--trace PATH`` and ``--trace-iters N`` of run and bench."""
-    p.add_argument("--trace", metavar="JSON", type=output_path(),
+    p.add_argument("--trace", metavar="JSON", type=output_path(JSON_SUFFIXES, "a JSON trace"),
                    help="write a Chrome/Perfetto trace of what every rank did (each send, "
                    "receive, wait, reduce, with measured times) in the last timed iteration(s) "
                    "of each ringccl row; open it in https://ui.perfetto.dev")

@@ -12,6 +12,7 @@ import sys
 import numpy as np
 
 from .. import units
+from ..args import JSON_SUFFIXES
 from ..algorithms import REGISTRY, algorithms, bounded, get_algorithm
 from ..algorithms.registry import default_algorithm
 from ..caches import clear_caches
@@ -213,9 +214,9 @@ def register_show(sub) -> None:
     p.add_argument("--width", type=nonnegative_int, default=None,
                    help="characters per line (default: $COLUMNS or the terminal's, at least 160; "
                    "200 when piped; 0: no limit); longer cells end in '… +K'")
-    p.add_argument("--trace", metavar="OUT.json", type=output_path(),
+    p.add_argument("--trace", metavar="OUT.json", type=output_path(JSON_SUFFIXES, "a JSON trace"),
                    help="also write a Chrome/Perfetto trace (one track per rank)")
-    p.add_argument("--msccl-xml", metavar="OUT.xml", type=output_path(),
+    p.add_argument("--msccl-xml", metavar="OUT.xml", type=output_path((".xml",), "MSCCL XML"),
                    help="also write the schedule as MSCCL XML")
     p.set_defaults(func=_cmd_show)
 
