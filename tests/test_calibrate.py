@@ -1,6 +1,7 @@
 """`ringccl calibrate` on the CPU with small shapes: the compute profile's structure, its numbers
 positive and consistent, the layer's GEMM shapes, the loader a planner calls. No timed
-asserts: the checks bound ratios of measured rates loosely, never a duration."""
+asserts: nothing compares one measured time or rate with another (a loaded machine makes any
+such bound flaky), only the profile's arithmetic on what was measured."""
 
 import json
 import math
@@ -47,13 +48,6 @@ def test_the_profile_has_its_structure_and_positive_numbers(profile):
         assert a["flops"] == 2 * a["batch"] * a["heads"] * a["seq"] ** 2 * a["head_dim"]
     assert data["memory_bandwidth"] > 0
     assert data["settings"]["shapes_from"].startswith("layer options")
-
-
-def test_larger_gemms_are_not_ten_times_slower_per_flop(profile):
-    data = json.loads(profile.read_text())
-    rows = sorted((g for g in data["gemm"] if g["dtype"] == "float32"),
-                  key=lambda g: g["flops"])
-    assert rows[-1]["flops_per_s"] >= rows[0]["flops_per_s"] / 10
 
 
 def test_the_loader_prices_measured_and_unmeasured_shapes(profile):
