@@ -85,6 +85,6 @@ def test_a_group_and_a_stage_are_their_ranks_without_a_pass_over_the_world():
     assert grid.group("embedding", 5) == (1, 9)
     assert grid.group("pp_mirror", 5) == (5,)
     assert np.array_equal(grid.ranks_of_stage(1), np.arange(4, 8))
-    assert np.array_equal(grid.coord["pp"], np.repeat([0, 1, 2], 4))
+    assert np.array_equal(grid.coordinate("pp", np.arange(12)), np.repeat([0, 1, 2], 4))
     with pytest.raises(Exception, match=r"rank=12 is out of range for world_size=12"):
         grid.group("tp", 12)

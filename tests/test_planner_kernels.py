@@ -145,7 +145,7 @@ def test_causal_counts_in_closed_form_equal_the_sums_over_blocks_and_queries():
     """The closed forms (any length, no per-block arrays) give bit for bit the sums they
     replace: per query block (blocks (bq, bk), the queries at ``offset`` in the keys) and per
     query (the causal pairs), over lengths not a multiple of a block and offsets past s_k."""
-    from ringccl.planner.kernels import _causal_pairs_flops
+    from ringccl.planner.kernels import causal_pairs_flops
     rng = np.random.default_rng(0)
     for _ in range(3000):
         bk = int(rng.choice([64, 128]))
@@ -157,7 +157,7 @@ def test_causal_counts_in_closed_form_equal_the_sums_over_blocks_and_queries():
         blocks = 2.0 * 256 * float(np.sum(np.minimum(bq, s_q - bq * j) * keys))
         assert flash_attention_flops(s_q, s_k, 128, 128, True, (bq, bk), offset) == blocks
         pairs = 2.0 * 256 * float(np.sum(np.minimum(s_k, offset + np.arange(s_q) + 1.0)))
-        assert _causal_pairs_flops(s_q, s_k, 128, 128, offset) == pairs
+        assert causal_pairs_flops(s_q, s_k, 128, 128, offset) == pairs
     # a length no array of queries could hold (10¹² tokens): s²/2 + 64·s pairs, at once
     assert flash_attention_flops(10**12, 10**12, 128, 128, True) == pytest.approx(
         4 * 128 * (10**24 / 2 + 64 * 10**12), rel=1e-12)
@@ -228,14 +228,14 @@ def test_sliding_window_counts_equal_a_brute_force_over_queries_and_blocks():
     computes, per query block, the key blocks from the one holding its first query's oldest key
     to its diagonal block. Both counts against a loop over every query and block; a window as
     long as the keys counts as no window."""
-    from ringccl.planner.kernels import _causal_pairs_flops
+    from ringccl.planner.kernels import causal_pairs_flops
     rng = np.random.default_rng(1)
     for _ in range(300):
         bq = bk = int(rng.choice([64, 128]))
         s = int(rng.integers(1, 2000))
         w = int(rng.integers(1, 2500))
         pairs = sum(min(p + 1, w) for p in range(s))
-        assert _causal_pairs_flops(s, s, 64, 64, 0, w) == 2.0 * 128 * pairs
+        assert causal_pairs_flops(s, s, 64, 64, 0, w) == 2.0 * 128 * pairs
         blocks = 0
         for j in range(-(-s // bq)):
             first, rows = bq * j, min(bq, s - bq * j)
@@ -252,11 +252,11 @@ def test_a_sliding_window_prices_attention_by_the_keys_it_computes():
     """32K tokens with a 4K window: the forward computes about w/(s/2) = 1/4 of the causal
     pairs (Hopper's measured rates are per causal pair); its rate read at the window's length
     (slower per FLOP than 32K's)."""
-    from ringccl.planner.kernels import _causal_pairs_flops
+    from ringccl.planner.kernels import causal_pairs_flops
     full = flash_attention_seconds(32, 32768, 32768, 128, 128, True, H100)
     windowed = flash_attention_seconds(32, 32768, 32768, 128, 128, True, H100, window=4096)
-    share = _causal_pairs_flops(32768, 32768, 128, 128, 0, 4096) / \
-        _causal_pairs_flops(32768, 32768, 128, 128, 0)
+    share = causal_pairs_flops(32768, 32768, 128, 128, 0, 4096) / \
+        causal_pairs_flops(32768, 32768, 128, 128, 0)
     assert 0.2 < share < 0.25
     rate = attention_efficiency("causal", 4096) / attention_efficiency("causal", 32768)
     assert windowed == pytest.approx(full * share / rate, rel=1e-12)

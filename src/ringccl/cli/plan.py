@@ -13,7 +13,7 @@ from .. import units
 from ..args import JSON_SUFFIXES
 from ..errors import ArgumentError
 from ..planner import plan, search
-from ..planner.cluster import (CLUSTER_PRESETS, COLLECTIVE_MODELS, MAX_GPUS,
+from ..planner.cluster import (CLUSTER_PRESETS, COLLECTIVE_MODELS, MAX_GPUS, PROFILE_LEVELS,
                                check_cluster_field)
 from ..planner.config import PlanConfig, cluster_for, layout_for_gpus, plan_config
 from ..planner.emit import write_step_file
@@ -447,5 +447,5 @@ def _add_cluster_args(c) -> None:
                    "profile (`ringccl calibrate`), or a `ringccl fit --json` alpha-beta fit")
     c.add_argument("--collectives", choices=COLLECTIVE_MODELS, help="price collectives as "
                    "NCCL runs them (default) or as ringccl's own schedules would (what-if)")
-    c.add_argument("--profile-level", choices=("inter", "intra"), help="which link the "
+    c.add_argument("--profile-level", choices=PROFILE_LEVELS, help="which link the "
                    "--profile alpha-beta fit measured (default inter); only with one")

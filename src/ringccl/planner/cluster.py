@@ -405,7 +405,7 @@ def load_profile(path, level: str = "inter") -> dict:
             no fit in it (a network or compute profile: what its own loader finds wrong or
             missing), unknown level, a β <= 0.
     """
-    if level not in ("inter", "intra"):
+    if level not in PROFILE_LEVELS:
         raise ArgumentError(f"profile level={level!r} must be 'inter' or 'intra'")
     data = read_fitted_json(path, f"profile={str(path)!r}: cannot read a `ringccl fit --json` "
                                   "file")

@@ -68,7 +68,8 @@ from ..caches import memoize
 from .frameworks import REDUCE_DTYPES
 from . import gpus
 from .gpus import GPU
-from .kernels import flash_attention_seconds, gemm_seconds, memory_seconds
+from .kernels import (causal_pairs_flops, flash_attention_seconds, gemm_seconds,
+                      memory_seconds)
 from .model import ModelConfig
 from .optimizer_passes import MEGATRON_ERAS, megatron_optimizer_bytes
 from .parallel_dims import ParallelDims
@@ -258,11 +259,10 @@ def _attention(b: _Builder, model: ModelConfig, heads: int, batch: int, seq: int
                                           length=seq // cp, window=window) / cp
             bwd = flash_attention_seconds(bh, seq, seq, dq, dv, True, g, backward=True,
                                           kernel=kernel, length=seq // cp, window=window) / cp
-            # (query, key) pairs: half the square; with a window, the first w queries' triangle
-            # and w keys for each later one
-            pairs = (seq * seq / 2 if not window else
-                     window * (window + 1) / 2 + (seq - window) * window)
-            return fwd, bwd, 2.0 * (dq + dv) * bh * pairs / cp
+            # half the square's (query, key) pairs; with a window, the pairs it keeps
+            pairs = (2.0 * (dq + dv) * seq * seq / 2 if not window else
+                     causal_pairs_flops(seq, seq, dq, dv, 0, window))
+            return fwd, bwd, bh * pairs / cp
 
         fwd, bwd, flops = priced(0)
         if model.windowed_layers:

@@ -122,5 +122,5 @@ def step_context(model: ModelConfig, dims: ParallelDims, cluster: Cluster,
     grid = rank_grid(dims, cluster.gpus_per_node, cluster.nics_per_node)
     _check_node_limit(model, dims, grid)
     stages = stage_shapes(model, dims)
-    slow_stage = None if straggler is None else int(grid.coord["pp"][straggler.rank])
+    slow_stage = None if straggler is None else int(grid.coordinate("pp", straggler.rank))
     return StepContext(model, dims, cluster, straggler, grid, stages, slow_stage)

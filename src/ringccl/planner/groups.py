@@ -42,7 +42,6 @@ pp_mirror      pp ∈ {s, pp-1-s}            DualPipe: the two ranks holding the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -124,10 +123,9 @@ class RankGrid:
         self.world_size = dims.world_size
         self.sizes = {"tp": dims.tp, "cp": dims.cp, "dp": dims.dp, "pp": dims.pp,
                       "etp": dims.expert_tp, "ep": dims.ep, "edp": dims.expert_dp}
+        # a rank's coordinates come from its strides (coordinate()): a grid keeps no per-rank
+        # arrays (a search holds many grids)
         self.stride: dict[str, int] = {}
-        #: per rank, its coordinate along each dimension (``coord["pp"][rank]``), computed
-        #: when asked: a grid keeps no per-rank arrays (a search holds many grids)
-        self.coord = _Coordinates(self)
         dense = {"tp": "tp", "cp": "cp", "dp": "dp", "pp": "pp"}
         expert = {"tp": "etp", "ep": "ep", "dp": "edp", "pp": "pp"}
         pp_stride = []
@@ -316,25 +314,6 @@ def _ints(n: int) -> list[int]:
     """The ints 0 .. n - 1, one object each, which every placement and example of a world
     size shares: a group of a million ranks then costs its tuples 8 MB each, not 40."""
     return list(range(n))
-
-
-class _Coordinates(Mapping):
-    """:attr:`RankGrid.coord`: dimension name -> every rank's coordinate along it, computed
-    when looked up (:meth:`RankGrid.coordinate`)."""
-
-    def __init__(self, grid: RankGrid):
-        self._grid = grid
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        if name not in self._grid.stride:
-            raise KeyError(name)
-        return self._grid.coordinate(name, np.arange(self._grid.world_size))
-
-    def __iter__(self):
-        return iter(self._grid.stride)
-
-    def __len__(self) -> int:
-        return len(self._grid.stride)
 
 
 @memoize(maxsize=256)

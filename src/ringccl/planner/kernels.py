@@ -65,7 +65,7 @@ from .gpus import GPU
 __all__ = ["TILES", "FLASH_EFFICIENCY", "FLASH2_EFFICIENCY", "FLASH_BLOCK",
            "HOPPER_ATTENTION_TFLOPS", "ATTENTION_LENGTHS", "attention_efficiency", "gemm_seconds",
            "gemm_efficiency", "wave_utilisation", "tiles", "flash_attention_flops",
-           "flash_attention_seconds", "memory_seconds", "compute_profile", "profile_dtype"]
+           "causal_pairs_flops", "flash_attention_seconds", "memory_seconds", "compute_profile", "profile_dtype"]
 
 #: thread-block tiles (rows, columns) the library chooses from (NVIDIA's "Matrix
 #: Multiplication Background User's Guide", "Tile quantization": 256×128 and 128×256 the most
@@ -232,13 +232,7 @@ def flash_attention_flops(s_q, s_k, head_dim_qk: int, head_dim_v: int, causal: b
         return per_pair * s_q * s_k
     bq, bk = block
     qblocks = int(-(-s_q // bq))
-    if window:
-        first = offset + bq * np.arange(qblocks)
-        rows = np.minimum(bq, s_q - bq * np.arange(qblocks))
-        keys_end = np.minimum(s_k, bk * _ceil_div(first + bq, bk))
-        keys_start = bk * (np.maximum(0, first - window + 1) // bk)
-        return float(per_pair * np.sum(rows * (keys_end - keys_start)))
-    if bq % bk == 0 and offset % bk == 0:
+    if not window and bq % bk == 0 and offset % bk == 0:
         # every block's last key is on a key-block edge: whole blocks of bq rows see
         # min(s_k, offset + bq·(j + 1)) keys, a clamped arithmetic series (exact, any length)
         whole = int(s_q // bq)
@@ -248,6 +242,8 @@ def flash_attention_flops(s_q, s_k, head_dim_qk: int, head_dim_v: int, causal: b
     rows = np.minimum(bq, s_q - bq * np.arange(qblocks))
     last_key = offset + bq * (np.arange(qblocks) + 1)     # one past the block's last query
     keys = np.minimum(s_k, bk * _ceil_div(last_key, bk))
+    if window:      # less the key blocks before the one holding the first query's oldest key
+        keys = keys - bk * (np.maximum(0, last_key - bq - window + 1) // bk)
     return float(per_pair * np.sum(rows * keys))
 
 
@@ -275,7 +271,7 @@ def attention_efficiency(kind: str, seq: float, architecture: str = "hopper",
     return tflops * 1e12 / _H100_BF16
 
 
-def _causal_pairs_flops(s_q, s_k, head_dim_qk: int, head_dim_v: int, offset: int,
+def causal_pairs_flops(s_q, s_k, head_dim_qk: int, head_dim_v: int, offset: int,
                         window: int = 0) -> float:
     """Forward FLOPs of the (query, key) pairs a causal mask keeps: query i sees keys up to
     ``offset + i`` (the FLOP count of FlashAttention-3's causal figures), at most ``window``
@@ -306,7 +302,7 @@ def flash_attention_seconds(batch_heads: int, s_q: int, s_k: int, head_dim_qk: i
         return flops / _profiled_attention_rate(gpu, s_q, bwd_eff / fwd_eff if backward else 1.0)
     kind = "backward" if backward else ("causal" if causal else "full")
     if kind == "causal" and arch != "ampere":
-        flops = batch_heads * _causal_pairs_flops(s_q, s_k, head_dim_qk, head_dim_v, offset,
+        flops = batch_heads * causal_pairs_flops(s_q, s_k, head_dim_qk, head_dim_v, offset,
                                                   window)
     rate_length = s_k if length is None else length
     if window:
