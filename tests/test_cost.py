@@ -291,3 +291,45 @@ def test_two_level_with_one_level_is_flat(n, alpha, bandwidth, one_node):
     on_two = ringccl.cost("all_reduce", "ring", None, 1e8, topology=topo)
     on_flat = ringccl.cost("all_reduce", "ring", n, 1e8, alpha=alpha, bandwidth=bandwidth)
     assert on_two.seconds == pytest.approx(on_flat.seconds, rel=1e-12)
+
+
+@given(nodes=st.integers(2, 6), local=st.sampled_from([2, 4, 8]), nics=st.sampled_from([1, 2]),
+       over=st.sampled_from([1.0, 2.0]), seed=st.integers(0, 2**31 - 1),
+       size=st.integers(2, 12))
+def test_used_links_cover_every_route(nodes, local, nics, over, seed, size):
+    """A walk counts bytes only on ``used_links()``: every link any pair of the machine's ranks
+    routes over must be in it, whatever the placement (sparse, shuffled, oversubscribed)."""
+    rng = np.random.default_rng(seed)
+    devices = nodes * local
+    placement = rng.choice(devices, size=min(size, devices), replace=False)
+    topo = two_level(nodes, local, ("2us", "900GB/s"), ("5us", "50GB/s"),
+                     nics_per_node=min(nics, local), oversubscription=over,
+                     placement=placement)
+    n = topo.world_size
+    src, dst = (a.ravel() for a in np.meshgrid(np.arange(n), np.arange(n)))
+    links = topo.route(src[src != dst], dst[src != dst])
+    assert set(links[links >= 0].tolist()) <= set(topo.used_links().tolist())
+
+
+@pytest.mark.parametrize("collective", ["all_reduce", "all_gather", "reduce_scatter",
+                                        "all_to_all"])
+def test_one_rank_per_node_of_a_large_machine_walks_as_the_flat_machine(collective):
+    """A group with one rank on each of 16 nodes of 8 GPUs (a data-parallel group beside
+    TP = 8) sends every byte over its own NIC: each algorithm's walk, per step, is the flat
+    machine's with the NIC's alpha and bandwidth (the walk skips the 120 GPUs the group does not
+    use without changing a number)."""
+    nodes, local = 16, 8
+    topo = two_level(nodes, local, ("2us", "900GB/s"), ("5us", "50GB/s"),
+                     placement=np.arange(nodes) * local)
+    for name in ringccl.algorithms(collective):
+        try:
+            on_two = ringccl.cost(collective, name, None, 3e7, topology=topo)
+        except ArgumentError:
+            continue   # e.g. hierarchical: needs ranks per node
+        on_flat = ringccl.cost(collective, name, nodes, 3e7, alpha="5us", bandwidth="50GB/s",
+                               method="walk")
+        assert on_two.seconds == pytest.approx(on_flat.seconds, rel=1e-12), name
+        assert [s.seconds for s in on_two.steps] == pytest.approx(
+            [s.seconds for s in on_flat.steps], rel=1e-12), name
+        assert on_two.max_link_bytes["nic out"] == pytest.approx(
+            on_flat.max_link_bytes["port out"], rel=1e-12), name

@@ -311,3 +311,31 @@ def test_one_plan_lays_out_its_ranks_and_stages_once(monkeypatch):
         built = [e for build in inventory.BUILDERS for e in build(ctx, ctx.stages[s.stage])]
         assert [e.to_dict() for e in built] == [e.to_dict() for e in s.entries]
         assert s.shape == ctx.stages[s.stage]
+
+
+def test_ringccl_pricing_refuses_a_group_too_large_to_walk(monkeypatch, capsys):
+    """collectives='ringccl' walks each schedule step by step (about N(N - 1) transfers over N
+    ranks): a data-parallel group beyond WALK_MAX_RANKS is refused in one line naming the
+    option, the group and its size, and the default pricing that takes it, before any
+    schedule of that group is built."""
+    from ringccl.cli.app import main
+    from ringccl.planner import costing
+
+    limit = costing.WALK_MAX_RANKS
+    real = costing._choice
+
+    def guarded(collective, placement, *args):
+        assert len(placement) <= limit, "a group beyond the limit was walked"
+        return real(collective, placement, *args)
+    monkeypatch.setattr(costing, "_choice", guarded)
+    n = 2 * limit
+    code = main(["plan", "--model", "llama3-8b", "--tp", "1", "--dp", str(n), "--nodes",
+                 str(n // 8), "--collectives", "ringccl", "--zero", "3"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    line = err.strip().splitlines()[-1]
+    assert "--collectives" in line and f"dp group's {n:,} ranks" in line
+    assert f"{n * (n - 1):,} transfers" in line and "--collectives nccl" in line
+    # the same layout under the default pricing plans
+    assert main(["plan", "--model", "llama3-8b", "--tp", "1", "--dp", str(n), "--nodes",
+                 str(n // 8), "--zero", "3", "--json"]) == 0

@@ -232,18 +232,22 @@ class _Profile:
             schedule.world_size, schedule.num_chunks, 1.0)
         self.phases = schedule.phase_names
         self.topology = topology
-        pairs = np.stack([topology.link_alpha, topology.link_bandwidth], axis=1)
+        n_steps, n_links, n = self.num_steps, topology.num_links, schedule.world_size
+        # only the links the ranks can reach are counted (a sparse group on a large machine)
+        used = topology.used_links()
+        to_used = np.full(n_links, -1, dtype=np.int64)
+        to_used[used] = np.arange(used.size)
+        pairs = np.stack([topology.link_alpha[used], topology.link_bandwidth[used]], axis=1)
         classes, link_class = np.unique(pairs, axis=0, return_inverse=True)
         link_class = link_class.ravel()
         self.class_alpha, self.class_bandwidth = classes[:, 0], classes[:, 1]
         members = [np.nonzero(link_class == k)[0] for k in range(len(classes))]
-        n_steps, n_links, n = self.num_steps, topology.num_links, schedule.world_size
         self.units = np.zeros((n_steps, len(classes)))
         self.argmax_link = np.zeros((n_steps, len(classes)), dtype=np.int64)
         self.reduce_units = np.zeros(n_steps)
-        self.link_units = np.zeros(n_links)
+        counted = np.zeros(used.size)
         ptr = schedule.step_ptr
-        block = max(1, _BLOCK_CELLS // max(n_links, n))
+        block = max(1, _BLOCK_CELLS // max(used.size, n))
         for s0 in range(0, n_steps, block):
             s1 = min(n_steps, s0 + block)
             t0, t1 = int(ptr[s0]), int(ptr[s1])
@@ -251,20 +255,27 @@ class _Profile:
                 continue
             local_step = np.repeat(np.arange(s1 - s0, dtype=np.int64), np.diff(ptr[s0:s1 + 1]))
             links = topology.route(schedule.src[t0:t1], schedule.dst[t0:t1])
-            keys = local_step[:, None] * n_links + links
-            counts = np.bincount(keys[links >= 0], minlength=(s1 - s0) * n_links).reshape(
-                s1 - s0, n_links)
-            self.link_units += counts.sum(axis=0)
+            on = links >= 0
+            idx = to_used[links[on]]
+            if (idx < 0).any():   # pragma: no cover - a topology whose used_links is wrong
+                raise RuntimeError(f"{type(topology).__name__}.used_links() misses a link its "
+                                   "route uses")
+            keys = np.broadcast_to(local_step[:, None], links.shape)[on] * used.size + idx
+            counts = np.bincount(keys, minlength=(s1 - s0) * used.size).reshape(
+                s1 - s0, used.size)
+            counted += counts.sum(axis=0)
             for k, cols in enumerate(members):
-                sub = counts if cols.size == n_links else counts[:, cols]
+                sub = counts if cols.size == used.size else counts[:, cols]
                 arg = sub.argmax(axis=1)
-                self.argmax_link[s0:s1, k] = cols[arg]
+                self.argmax_link[s0:s1, k] = used[cols[arg]]
                 self.units[s0:s1, k] = sub[np.arange(s1 - s0), arg]
             red = schedule.reduce[t0:t1]
             if red.any():
                 rkeys = local_step[red] * n + schedule.dst[t0:t1][red]
                 self.reduce_units[s0:s1] = np.bincount(rkeys, minlength=(s1 - s0) * n).reshape(
                     s1 - s0, n).max(axis=1)
+        self.link_units = np.zeros(n_links)
+        self.link_units[used] = counted
 
     def price(self, nbytes: np.ndarray, gamma: float):
         """Per-step components for each size: arrays (m, num_steps) and the winning class."""

@@ -99,6 +99,13 @@ class Topology:
         """True where the registry's closed forms hold: one homogeneous port per rank."""
         return False
 
+    def used_links(self) -> np.ndarray:
+        """Sorted ids of the links a transfer between two of this machine's ranks can cross
+        (a superset of what any schedule uses): all of them unless a subclass knows better.
+        The walk counts bytes only on these, so a group placed sparsely on a large machine
+        costs what its own links do."""
+        return np.arange(self.num_links, dtype=np.int64)
+
     def route(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         """Links used by each transfer ``src[i] -> dst[i]``.
 
@@ -296,6 +303,17 @@ class TwoLevel(Topology):
             cols += [np.where(same, -1, o[4] + self.node_of[src]),
                      np.where(same, -1, o[5] + self.node_of[dst])]
         return np.stack(cols, axis=1)
+
+    def used_links(self) -> np.ndarray:
+        """The ranks' own NVLink ports and NICs (and their nodes' uplinks): a group with one
+        rank per node of a large cluster touches 2 of each node's 2 × ``local`` NIC and port
+        links."""
+        o = self._offsets
+        parts = [o[0] + self.placement, o[1] + self.placement, o[2] + self._nic,
+                 o[3] + self._nic]
+        if len(o) > 5:
+            parts += [o[4] + self.node_of, o[5] + self.node_of]
+        return np.unique(np.concatenate(parts))
 
     def link_ids(self, kind: str, node: int | None = None) -> np.ndarray:
         """Ids of the links of ``kind``, all nodes' or only ``node``'s.

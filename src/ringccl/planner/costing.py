@@ -54,7 +54,7 @@ from .cluster import Cluster, Straggler
 from .groups import GroupShape
 from .kernels import memory_seconds
 
-__all__ = ["Entry", "OVERLAPS", "PRICERS", "KERNEL_LAUNCH_SECONDS", "costed",
+__all__ = ["Entry", "OVERLAPS", "PRICERS", "KERNEL_LAUNCH_SECONDS", "WALK_MAX_RANKS", "costed",
            "nccl_machine_of", "sm_contention"]
 
 #: how the row's time can hide behind compute
@@ -222,11 +222,29 @@ def _choice(collective: str, placement: tuple, local: int, intra: tuple, inter: 
             float(result.max_link_bytes.get("nic out", 0.0)))
 
 
+#: the largest group ``collectives="ringccl"`` walks: a collective's schedule over N ranks
+#: holds about N(N - 1) transfers (each chunk to each rank), so the walk's time and memory grow
+#: as N²; measured on a 2-core machine, a Llama 3 70B step with a ZeRO-3 group of 4,096 ranks
+#: took 37 s and 4.4 GB (N² puts 8,192 at about four times that)
+WALK_MAX_RANKS = 4096
+
+
 def _ringccl(entry: Entry, cluster: Cluster, straggler: Straggler | None,
              straggler_index: int | None) -> tuple:
     """ringccl's tuner: the fastest registered schedule on the group's placement, priced by
-    the α-β-γ walk (:func:`_choice`)."""
+    the α-β-γ walk (:func:`_choice`).
+
+    Raises:
+        ArgumentError: a group of more than :data:`WALK_MAX_RANKS` ranks."""
     shape = entry.shape
+    n = len(shape.placement)
+    if n > WALK_MAX_RANKS:
+        raise ArgumentError(
+            f"collectives='ringccl' walks ringccl's schedules step by step; over the "
+            f"{entry.group} group's {n:,} ranks one {entry.collective} holds about "
+            f"{n * (n - 1):,} transfers, beyond the {WALK_MAX_RANKS:,} ranks it prices (time "
+            f"and memory grow as ranks²); price this layout with collectives='nccl' (the "
+            f"default, --collectives nccl) or use groups of at most {WALK_MAX_RANKS:,} ranks")
     collective = "broadcast" if entry.collective == "send_recv" else entry.collective
     # other groups' traffic on a shared NIC leaves this group 1/nic_sharing of it
     inter = (cluster.inter_alpha, cluster.inter_bandwidth / shape.nic_sharing)
