@@ -277,12 +277,14 @@ def sm_contention(cluster: Cluster) -> float:
     return min(1.0, nccl_machine_of(cluster).channels / cluster.gpu_spec.sm_count)
 
 
+@memoize(maxsize=64)
 def nccl_machine_of(cluster: Cluster) -> NcclMachine:
     """The cluster as NCCL's tuning sees it: its network profile (``ringccl fit`` on nccl-tests
     logs) when it has one; else its GPU generation, NVLink as links × NCCL's per-link bandwidth
     (``topo.h``; the cluster's per-direction NVLink bandwidth over the datasheet's per link),
     each NIC at NCCL's speed step below its line rate (``search.cc``), NVLink SHARP on Hopper and
-    later, NCCL's own hop latencies."""
+    later, NCCL's own hop latencies. Memoized per cluster (a frozen value): a layout search
+    prices millions of calls on one cluster."""
     if cluster.network_profile:
         return _network_profile(cluster.network_profile)
     arch = cluster.gpu_spec.architecture
