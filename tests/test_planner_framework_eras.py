@@ -19,8 +19,7 @@ from ringccl.planner.frameworks import (FRAMEWORKS, LIMITS, all_reduces_zero1_gr
 from ringccl.planner.parallel_dims import check_field
 from ringccl.planner.gpus import gpu_preset
 from ringccl.planner.kernels import (FLASH2_EFFICIENCY, FLASH_EFFICIENCY,
-                                     flash_attention_flops, flash_attention_seconds,
-                                     memory_seconds)
+                                     flash_attention_seconds, memory_seconds)
 
 SMALL = ModelConfig(num_hidden_layers=4, hidden_size=4096, num_attention_heads=32,
                     num_key_value_heads=8, intermediate_size=11008, vocab_size=32000,

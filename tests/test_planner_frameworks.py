@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ringccl.errors import ArgumentError, RingcclError
+from ringccl.errors import RingcclError
 from ringccl.planner import ParallelDims, PRESETS, plan
 from ringccl.planner import frameworks
 from ringccl.planner.frameworks import FRAMEWORKS, PRESETS as TABLES, state_bytes

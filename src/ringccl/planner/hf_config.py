@@ -33,7 +33,7 @@ from ..args import check_int, not_text
 from ..errors import ArgumentError, ArgumentTypeError
 from ..units import MAX_INT
 from .hf_families import (ALIASES, ATTENTION_LAYERS, FAMILIES, LLAMA, REFUSED, REFUSING_FIELDS,
-                          refuses)
+                          Family, refuses)
 from .model import MAX_LAYERS, PRESETS, ModelConfig, check_shape, preset
 
 __all__ = ["from_dict", "load_config", "resolve_model"]

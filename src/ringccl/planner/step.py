@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from .. import units
 from ..caches import register
 from ..errors import ArgumentError
-from . import memory
+from .memory import MemoryBreakdown
 from .cluster import Cluster, Straggler
 from .context import StepContext, step_context
 from .compute import StageCompute, compute_precision, stage_compute
@@ -69,7 +69,7 @@ class StageEstimate:
     backward_per_micro_batch: float
     exposed_per_micro_batch: dict
     exposed_per_step: dict
-    memory: memory.MemoryBreakdown | None = None
+    memory: MemoryBreakdown | None = None
     compute: StageCompute | None = None
     weight_gradient_per_micro_batch: float = 0.0
     #: (memory without activations, activations of one pass): :func:`stage_memory_parts`

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import sys
 
-from ..backends.torch import launch, process_group as _process_group
+from ..backends.torch import launch, process_group as _process_group  # noqa: F401 (module doc)
 from ..backends.torch.collectives import (ReduceOp, all_gather_into_tensor, all_reduce,
                                           all_to_all, all_to_all_single, broadcast, gather,
                                           reduce, reduce_scatter_tensor, run_schedule, scatter)
@@ -36,7 +36,7 @@ from ..training.bucketer import GradientBucketer
 from ..training.clip import clip_grad_norm_
 from ..training.ddp import comm_hook
 from ..training.zero import ShardedOptimizer
-from ..training import background, moe
+from ..training import background, moe  # noqa: F401 (module doc)
 
 # the documented module names (module docstring): ``import ringccl.torch.moe`` finds them here
 backend = _process_group

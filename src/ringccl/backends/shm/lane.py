@@ -90,7 +90,7 @@ from ...engine import step_error
 from ... import frontend
 from . import lane_native, peer_memory
 from .group import LINE, RING, ShmGroup
-from .lane_native import BEGIN_WAIT, BUFFER, CANNOT, DONE, RECV, SEND_WAIT
+from .lane_native import BEGIN_WAIT, CANNOT, DONE, RECV, SEND_WAIT
 from .lane_steps import in_place_sends, lower_steps
 from .peer_memory import PEER_MEMORY
 from .transport import mismatch, read_peer
