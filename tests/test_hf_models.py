@@ -263,3 +263,48 @@ def test_not_a_dict_and_unknown_types():
         from_dict([1, 2])
     custom = dict(config_dict("llama"), model_type="my_llama")   # unknown: read Llama-style
     assert from_dict(custom).num_parameters == from_dict(config_dict("llama")).num_parameters
+
+
+@pytest.mark.parametrize("model_type, field, rows", [("gpt2", "n_positions", 1024),
+                                                     ("opt", "max_position_embeddings", 2048),
+                                                     ("gpt_neo", "max_position_embeddings",
+                                                      2048)])
+def test_learned_positions_bound_the_sequence(model_type, field, rows):
+    """A learned absolute-position table has one row per position (OPT's two extra rows are
+    an offset, not positions): without a seq_length the model's sequence is the table's length
+    when that is shorter than the default, one token more is refused naming the file's field,
+    and the table's length itself is read."""
+    config = AutoConfig.for_model(model_type).to_dict()
+    assert config[field] == rows
+    assert from_dict(config).seq_length == min(rows, 4096)
+    assert from_dict(config, seq_length=rows).seq_length == rows
+    with pytest.raises(ArgumentError, match=rf"^seq_length={rows + 1} exceeds {field}={rows}: "):
+        from_dict(config, seq_length=rows + 1)
+
+
+def test_a_rotary_model_keeps_the_default_sequence_and_takes_a_longer_one():
+    """Rotary positions have no table: max_position_embeddings bounds nothing here."""
+    config = AutoConfig.for_model("llama", max_position_embeddings=2048).to_dict()
+    assert from_dict(config).seq_length == 4096
+    assert from_dict(config, seq_length=8192).seq_length == 8192
+
+
+def test_resolve_model_and_the_command_line_refuse_a_sequence_beyond_the_table(tmp_path,
+                                                                                capsys):
+    from ringccl.cli.app import main
+    from ringccl.planner import ModelConfig
+    from ringccl.planner.hf_config import resolve_model
+
+    path = tmp_path / "gpt2" / "config.json"
+    path.parent.mkdir()
+    path.write_text(AutoConfig.for_model("gpt2").to_json_string())
+    assert resolve_model(str(path)).seq_length == 1024
+    with pytest.raises(ArgumentError, match=r"seq_length=2048 exceeds n_positions=1024"):
+        resolve_model(str(path), seq_length=2048)
+    assert main(["plan", "--model", str(path), "--gpus", "8", "--seq-length", "4096"]) == 2
+    assert "seq_length=4096 exceeds n_positions=1024" in capsys.readouterr().err
+    with pytest.raises(ArgumentError, match=r"seq_length=2048 exceeds "
+                                            r"learned_position_embeddings=1024"):
+        ModelConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                    intermediate_size=256, vocab_size=100, learned_position_embeddings=1024,
+                    seq_length=2048)

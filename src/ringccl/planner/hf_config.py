@@ -36,6 +36,9 @@ from .hf_families import (ALIASES, ATTENTION_LAYERS, FAMILIES, LLAMA, REFUSED, R
                           Family, refuses)
 from .model import MAX_LAYERS, PRESETS, ModelConfig, check_shape, preset
 
+#: ModelConfig's tokens per sequence when neither the config nor the caller gives one
+_DEFAULT_SEQ_LENGTH = ModelConfig.__dataclass_fields__["seq_length"].default
+
 __all__ = ["from_dict", "load_config", "resolve_model"]
 
 
@@ -400,8 +403,7 @@ def from_dict(config: dict, *, seq_length: int | None = None, dtype: str | None 
         # every layer is MoE: no dense width to read (Solar-Open)
         v["intermediate_size"] = v.get("moe_intermediate_size")
     _read_dtype(config, v, dtype)
-    if seq_length is not None:
-        v["seq_length"] = seq_length
+    _read_seq_length(r, seq_length)
     v.setdefault("name", name)
     v.setdefault("source", source)
     required = ["num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size"]
@@ -415,6 +417,25 @@ def from_dict(config: dict, *, seq_length: int | None = None, dtype: str | None 
                             "(docs/planner.md, 'Models the planner reads')")
     check_shape(v, r.label)
     return ModelConfig(**v)
+
+
+def _read_seq_length(r: _Reader, seq_length: int | None) -> None:
+    """``seq_length`` if given. A learned absolute-position table (GPT-2's ``n_positions``,
+    OPT's ``max_position_embeddings``) holds one row per position, so a sequence is at most
+    that long: a longer ``seq_length`` is refused, and without one the model's default length
+    is capped at the table's."""
+    v, fam = r.values, r.family
+    rows = v.get("learned_position_embeddings")
+    usable = rows - fam.position_offset if fam.positions and isinstance(rows, int) else None
+    if seq_length is not None:
+        if usable is not None and isinstance(seq_length, int) and seq_length > usable:
+            raise ArgumentError(
+                f"seq_length={seq_length!r} exceeds {r.prefix}{fam.positions}={usable}: the "
+                f"model's learned position table has one row per position, so its sequences "
+                f"are at most {usable} tokens")
+        v["seq_length"] = seq_length
+    elif usable is not None and "seq_length" not in v:
+        v["seq_length"] = min(_DEFAULT_SEQ_LENGTH, usable)
 
 
 def _planner_fields(config: dict, values: dict) -> None:
@@ -461,29 +482,33 @@ def load_config(path, *, seq_length: int | None = None, dtype: str | None = None
 def resolve_model(model, *, seq_length: int | None = None, dtype: str | None = None
                   ) -> ModelConfig:
     """A :class:`~.model.ModelConfig` from a config, a preset name, a config.json path or a
-    dict; ``seq_length`` / ``dtype`` override the model's.
+    dict; ``seq_length`` / ``dtype`` override the model's (a config's ``seq_length`` is read
+    with it: a learned position table bounds it, :func:`from_dict`).
 
     Raises:
-        ArgumentError: unknown preset, unreadable file, bad fields, a refused model.
+        ArgumentError: unknown preset, unreadable file, bad fields, a refused model, a
+            ``seq_length`` beyond the model's learned positions.
     """
+    if seq_length is not None:
+        seq_length = check_int(seq_length, "seq_length", minimum=1)
     if isinstance(model, ModelConfig):
         cfg = model
     elif isinstance(model, dict):
-        cfg = from_dict(model)
+        cfg = from_dict(model, seq_length=seq_length)
     elif isinstance(model, (str, Path)):
         text = str(model)
         if text.lower() in PRESETS:
             cfg = preset(text)
         elif text.endswith(".json") or Path(text).exists():
-            cfg = load_config(text)
+            cfg = load_config(text, seq_length=seq_length)
         else:
             cfg = preset(text)  # raises, listing the presets
     else:
         raise ArgumentTypeError(f"model={model!r} must be a ModelConfig, a preset name, a "
                                 "config.json path or a dict")
     changes = {}
-    if seq_length is not None:
-        changes["seq_length"] = check_int(seq_length, "seq_length", minimum=1)
+    if seq_length is not None and seq_length != cfg.seq_length:
+        changes["seq_length"] = seq_length
     if dtype is not None:
         changes["dtype"] = dtype
     return replace(cfg, **changes) if changes else cfg

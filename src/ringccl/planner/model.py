@@ -162,6 +162,10 @@ def check_shape(values: dict, label: Callable[[str], str] = str) -> None:
     if values.get("first_k_dense_replace", 0) > layers:
         raise ArgumentError(f"{name('first_k_dense_replace')} exceeds "
                             f"{name('num_hidden_layers')}")
+    rows = values.get("learned_position_embeddings")
+    if rows and values.get("seq_length", 4096) > rows:
+        raise ArgumentError(f"{name('seq_length')} exceeds {name('learned_position_embeddings')}"
+                            ": a learned absolute-position table has one row per position")
     windowed = values.get("sliding_window_layers")
     if windowed is not None:
         check_int(windowed, label("sliding_window_layers"), minimum=0)
