@@ -2,7 +2,10 @@
 in the parent.
 
 Open MPI refuses to run as root and to place more processes than cores unless told:
-``--allow-run-as-root`` (only added when running as root) and ``--oversubscribe``.
+``--allow-run-as-root`` (only added when running as root) and ``--oversubscribe``. The ranks'
+shared-memory files (Open MPI's ``vader_segment.*`` and ringccl's own, in /dev/shm by default)
+go into a folder of the launch's own (:mod:`.segment_folder`), removed however the launch ends:
+Open MPI removes its files only when its ranks end cleanly, ranks SIGKILLed leave them behind.
 """
 
 from __future__ import annotations
@@ -26,8 +29,10 @@ from typing import Callable
 from ...args import check_int
 from ...errors import BackendError, Interrupted, WorkerError
 from ...resources import WORKER_BYTES, check_processes, die_with_parent, end_session
+from ..shm.segment import SHM_DIR
 from ..shm.variables import check_environment
 from .collectives import TRANSPORTS
+from .segment_folder import SegmentFolder
 
 __all__ = ["mpi_launcher", "mpirun_command", "check_launch", "launch_bench", "under_mpirun",
            "ROW_PREFIX"]
@@ -64,13 +69,18 @@ def mpi_launcher() -> tuple[str, bool]:
     return exe, "Open MPI" in version or "OpenRTE" in version
 
 
-def mpirun_command(nproc: int, argv: list[str]) -> list[str]:
-    """The command line that runs ``argv`` on ``nproc`` local processes."""
+def mpirun_command(nproc: int, argv: list[str], *,
+                   backing_directory: str | None = None) -> list[str]:
+    """The command line that runs ``argv`` on ``nproc`` local processes. ``backing_directory``:
+    the folder of Open MPI's shared-memory files (else Open MPI's default, /dev/shm); another
+    MPI's launcher is not given it."""
     nproc = check_int(nproc, "nproc", minimum=1)
     exe, open_mpi = mpi_launcher()
     flags = ["-n", str(nproc)]
     if open_mpi:
         flags += ["--oversubscribe"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
+        if backing_directory is not None:
+            flags += ["--mca", "btl_vader_backing_directory", str(backing_directory)]
     return [exe] + flags + list(argv)
 
 
@@ -125,26 +135,34 @@ def launch_bench(spec, nproc: int, on_row: Callable[[dict], None] | None = None,
     parent-death signal) when this process ends; each rank ends when mpirun or this process does
     (:func:`ringccl.resources.die_with_parent`), so nothing outlives a killed launcher. On
     Ctrl-C or SIGTERM here, mpirun's session gets SIGTERM, then SIGKILL after GRACE_S seconds.
+    The ranks put their shared-memory files (Open MPI's; ringccl's, unless RINGCCL_SHM_DIR is
+    set) in a folder of this launch's own (:class:`.segment_folder.SegmentFolder`), removed
+    once this process and mpirun have ended, however they ended, so that /dev/shm keeps
+    nothing of a killed job.
 
     Returns:
         the rows.
     Raises:
         WorkerError: a rank raised ("rank R: Type: message"; with ``verbose``, mpirun's stderr).
-        BackendError: no launcher or mpi4py, a process failed (with its stderr), or the run
-            exceeded ``timeout`` seconds.
+        BackendError: no launcher or mpi4py, no folder for the ranks' shared-memory files, a
+            process failed (with its stderr), or the run exceeded ``timeout`` seconds.
         Interrupted: Ctrl-C or SIGTERM; ``partial`` holds the rows received before it.
         ArgumentError: see :func:`check_launch`.
     """
     nproc = check_launch(nproc, oversubscribe=oversubscribe, worker_bytes=worker_bytes)
-    cmd = mpirun_command(nproc, [sys.executable, "-c", _RANK_MAIN, json.dumps(spec.to_dict())])
-    env = _env()
-    env[_LAUNCHER_PID] = str(os.getpid())
     rows: list[dict] = []
-    with tempfile.TemporaryFile(mode="w+") as err:
+    with tempfile.TemporaryFile(mode="w+") as err, _segments() as segments:
+        cmd = mpirun_command(nproc, [sys.executable, "-c", _RANK_MAIN, json.dumps(spec.to_dict())],
+                             backing_directory=segments.folder)
+        env = _env()
+        env[_LAUNCHER_PID] = str(os.getpid())
+        if not env.get("RINGCCL_SHM_DIR") and os.path.dirname(segments.folder) == SHM_DIR:
+            env["RINGCCL_SHM_DIR"] = segments.folder   # ringccl's segments: the same tmpfs
         interrupted = None
         with _sigterm_as_interrupt():
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env,
-                                    start_new_session=True, preexec_fn=_mpirun_preexec())
+                                    start_new_session=True, preexec_fn=_mpirun_preexec(),
+                                    pass_fds=segments.pass_fds)
             timer = _Killer(proc, timeout)
             try:
                 for line in proc.stdout:
@@ -181,6 +199,25 @@ def launch_bench(spec, nproc: int, on_row: Callable[[dict], None] | None = None,
 #: environment variable that tells each rank which process launched mpirun
 _LAUNCHER_PID = "RINGCCL_LAUNCHER_PID"
 
+
+@contextlib.contextmanager
+def _segments():
+    """A started :class:`.segment_folder.SegmentFolder`, closed on leaving.
+
+    Raises:
+        BackendError: the folder could not be made.
+    """
+    segments = SegmentFolder()
+    try:
+        segments.start()
+    except OSError as exc:
+        raise BackendError(str(exc)) from None
+    try:
+        yield segments
+    finally:
+        segments.close()
+
+
 #: each rank's entry point: end with mpirun and with the launcher (before importing mpi4py,
 #: which starts MPI), then run the sweep (:func:`ringccl.backends.mpi.runner.main`)
 _RANK_MAIN = ("import sys; from ringccl.backends.mpi.launch import _rank_main; _rank_main(); "
@@ -196,8 +233,8 @@ def _rank_main() -> None:
 
 def _mpirun_preexec():
     """A preexec_fn giving mpirun SIGTERM when this process ends (Linux), else None: SIGTERM,
-    not SIGKILL, so that mpirun ends its ranks and removes its shared-memory segments from
-    /dev/shm (after a SIGKILL, Open MPI leaves them behind)."""
+    not SIGKILL, so that mpirun ends its ranks and removes their shared-memory segments (after
+    a SIGKILL, Open MPI leaves them behind)."""
     if not sys.platform.startswith("linux"):
         return None
     prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before fork, not in the child
