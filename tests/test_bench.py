@@ -115,6 +115,9 @@ def test_parse_algorithms():
 
 @pytest.mark.parametrize("field,value,message", [
     ("factor", 1, "factor=1 must be >= 2"), ("iters", 0, "iters=0 must be an integer >= 1"),
+    # min_bytes x 2.5^k is no whole number of bytes (nccl-tests' -f is an integer)
+    ("factor", 2.5, "factor=2.5 must be an integer >= 2 (nccl-tests' -f), so that every size "
+     "is whole bytes"),
     ("warmup", -1, "warmup=-1 must be an integer >= 0"),
     ("min_bytes", 10, "min_bytes <= max_bytes"), ("placements", ("sideways",), "placements"),
     ("segment_bytes", (-1,), "segment_bytes=-1"), ("dtype", "int32", "op=avg needs"),

@@ -363,6 +363,11 @@ def test_bench_size_flags_are_named_as_typed(capsys):
         capsys, ["bench", "all_reduce", "--nproc", "2", "-b", "8", "-e", "4"])
     assert "-f/--stepfactor 1 must be an integer >= 2" in _error(
         capsys, ["bench", "all_reduce", "--nproc", "2", "-f", "1"])
+    # nccl-tests' -f is an integer (its strtol reads 1.5 as 1 and steps by -i bytes instead):
+    # a fractional factor is refused by name, saying what it takes
+    assert "argument -f/--stepfactor: step factor '1.5' must be an integer >= 2 (nccl-tests' " \
+        "-f: sizes -b, -b·f, -b·f², ... whole bytes)" in _usage_error(
+            capsys, ["bench", "all_reduce", "--nproc", "2", "-f", "1.5"])
 
 
 def test_show_counts_steps_in_the_singular_when_there_is_one(capsys):
@@ -442,6 +447,14 @@ def test_show_ranks_are_checked(capsys, ranks, message):
     (["bench", "all_reduce", "--segment-bytes", "0,1us"],
      "argument --segment-bytes: size '1us' is not a size; examples: 4096, 4KiB, 4MiB, 100MB, "
      "1GiB; each entry must be auto"),
+    # an empty entry (a doubled, leading or trailing comma) is no size: refused, not skipped
+    (["bench", "all_reduce", "--segment-bytes", "0,,1MiB"],
+     "argument --segment-bytes: segment sizes '0,,1MiB': entry 2 of 3 is empty; each entry "
+     "must be auto (the executor's threshold), 0 (never split) or a size such as 1MiB"),
+    (["bench", "all_reduce", "--segment-bytes", "auto,"],
+     "argument --segment-bytes: segment sizes 'auto,': entry 2 of 2 is empty; each entry"),
+    (["bench", "all_reduce", "--segment-bytes", ","],
+     "argument --segment-bytes: segment sizes ',': entry 1 of 2 is empty; each entry"),
     # a bandwidth without its unit (bits or bytes?), zero included
     (["model", "all_reduce", "--bandwidth", "0"],
      "argument --bandwidth: bandwidth '0' has no unit; a bandwidth > 0 is bytes/s (50GB/s, "

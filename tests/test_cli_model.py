@@ -3,6 +3,7 @@ the size lists every command reads (model, tune, explore, nccl --size, fit --siz
 sizes as before they shared one parser, and a bounded number of them."""
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -200,6 +201,10 @@ def test_size_lists_are_those_of_the_three_former_parsers():
                 # but for one mend: a fractional FACTOR's whole-byte sizes that round down to
                 # the same byte count are kept once (fit's parser repeated them: 1, 1, 1, ...)
                 expected = list(dict.fromkeys(expected))
+            if kind == "size_list" and ":" in text:
+                # and a second: every size is whole bytes (model's parser gave 4096 x 1.5^13 =
+                # 797161.5 B, ...): the recorded sizes rounded down, each once
+                expected = list(dict.fromkeys(float(math.floor(x)) for x in expected))
             assert got == expected, (kind, text)
             assert [type(x) for x in got] == [type(x) for x in expected], (kind, text)
     # and the defaults
@@ -240,3 +245,49 @@ def test_a_comma_list_of_sizes_is_bounded_alike(capsys, argv):
     args = build_parser().parse_args([*argv, exactly])
     assert len(args.sizes if "--sizes" in argv else
                args.tensor_sizes if "--tensor-sizes" in argv else args.size) == 1000
+
+
+# -- size lists: every entry a size, every size whole bytes ---------------------------------------
+
+#: every option that reads a size list (one parser), and how argparse names it
+_SIZE_OPTIONS = [(["model", "-s"], "--size/-s"), (["tune", "all_reduce", "-s"], "--size/-s"),
+                 (["tune", "all_reduce", "--tensor-sizes"], "--tensor-sizes"),
+                 (["explore", "all_reduce", "-s"], "--size/-s"),
+                 (["nccl", "all_reduce", "--size"], "--size/-s"),
+                 (["fit", "x.json", "--sizes"], "--sizes")]
+
+
+def _parsed_sizes(argv, text) -> list:
+    args = build_parser().parse_args([*argv, text])
+    return args.sizes if "--sizes" in argv else (
+        args.tensor_sizes if "--tensor-sizes" in argv else args.size)
+
+
+@pytest.mark.parametrize("argv, option", _SIZE_OPTIONS)
+@pytest.mark.parametrize("text, empty", [
+    ("1KiB,,4MiB", "entry 2 of 3 is empty"), (",1KiB", "entry 1 of 2 is empty"),
+    ("1KiB,", "entry 2 of 2 is empty"), (",", "entry 1 of 2 is empty"),
+    ("1KiB, ,4MiB", "entry 2 of 3 is empty"),
+    (":1GiB", "LOW is empty"), ("4KiB::4", "HIGH is empty"), ("4KiB:", "HIGH is empty"),
+    ("4KiB:1GiB:", "FACTOR is empty")])
+def test_an_empty_entry_of_a_size_list_is_refused_naming_the_option_and_the_value(
+        capsys, argv, option, text, empty):
+    # before, 1KiB,,4MiB read as 1KiB,4MiB: a typo's missing size went unnoticed
+    err = _refused(capsys, [*argv, text])
+    kind = "size range" if ":" in text else "sizes"
+    assert f"argument {option}: {kind} {text!r}: {empty}; " in err, err
+
+
+@pytest.mark.parametrize("argv", [a for a, _ in _SIZE_OPTIONS if a[0] != "nccl"])
+def test_a_fractional_factor_gives_whole_bytes_each_rounded_down_once(capsys, argv):
+    # 1, 1.5, 2.25, 3.375, 5.06, ... bytes: rounded down, 1 kept once (nccl-tests' sizes are
+    # whole bytes: -b, -e and -i are byte counts, -f an integer)
+    sizes = _parsed_sizes(argv, "1B:64B:1.5")
+    assert sizes == [1, 2, 3, 5, 7, 11, 17, 25, 38, 57]
+    assert all(float(s).is_integer() for s in sizes)
+    # computed exactly: 1000 x 1.4 x 1.4 is 1960 bytes (1959.9999999999998 in floats)
+    assert _parsed_sizes(argv, "1000B:2000B:1.4") == [1000, 1400, 1960]
+    # an integer FACTOR (nccl-tests' -f): exact products up to HIGH
+    assert _parsed_sizes(argv, "3B:300B:3") == [3, 9, 27, 81, 243]
+    # and a size itself is whole bytes
+    assert "size '1.5B' must be a whole number >= 0, got 1.5" in _refused(capsys, [*argv, "1.5B"])

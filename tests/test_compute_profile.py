@@ -148,6 +148,27 @@ def test_a_binary_file_is_refused_naming_it(tmp_path, capsys):
         assert str(path) in err and "a binary file, not text: byte 0x8a at offset 0" in err
 
 
+@pytest.mark.parametrize("field", ["profile", "compute_profile"])
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d.update(gemm=[]), "gemm=[] must be a list of at least one timed GEMM"),
+    (lambda d: d["peak_flops"].update(float32=0), "peak_flops.float32=0 must be a FLOP/s > 0"),
+    (lambda d: d.pop("memory_bandwidth"), "is a ringccl-compute-profile but lacks "
+                                          "memory_bandwidth"),
+    (None, "cannot read it"),
+])
+def test_a_config_files_compute_profile_is_refused_naming_the_file_and_the_field(
+        tmp_path, capsys, field, change, message):
+    # as the other refusals of a --config file's values: the file, then its field
+    profile = tmp_path / "missing.json" if change is None else _write(tmp_path, change)
+    path = tmp_path / "plan.toml"
+    path.write_text(f'model = "llama3-8b"\ngpus = 8\n[cluster]\n{field} = "{profile}"\n')
+    assert main(["plan", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith(f"ringccl: error: --config {str(path)!r}: cluster.{field}"), err
+    assert str(profile) in err and message in err, err
+
+
 def test_a_profile_timed_at_other_shapes_is_named_with_the_calibrate_line(tmp_path):
     """A compute profile timed at other GEMM shapes than the plan's layers prices them at the
     nearest timed FLOPs: the plan says how many it did not time and the calibrate command that

@@ -203,6 +203,25 @@ def test_a_config_files_gpus_beyond_the_bound_are_refused(no_work, tmp_path, cap
     assert f"gpus={2 * MAX_GPUS} must be an integer in [1, {MAX_GPUS}]" in err
 
 
+@pytest.mark.parametrize("name, text, message", [
+    ("plan.json", json.dumps({"model": "llama3-8b", "gpus": 2 * MAX_GPUS}),
+     f"gpus={2 * MAX_GPUS} must be an integer in [1, {MAX_GPUS}] (the GPUs a plan takes)"),
+    ("plan.toml", 'model = "llama3-8b"\n[layout]\ndp = 2048\ntp = 1024\n',
+     f"the layout's dp x tp x cp x pp = 2048 x 1024 x 1 x 1 = 2,097,152 GPUs, more than the "
+     f"{MAX_GPUS:,} a plan takes"),
+    ("plan.toml", f'model = "llama3-8b"\n[cluster]\nnodes = {MAX_GPUS}\n',
+     f"cluster.nodes={MAX_GPUS} x gpus_per_node=8 = {8 * MAX_GPUS:,} GPUs, more than the "
+     f"{MAX_GPUS:,} a plan takes"),
+])
+def test_a_config_files_gpu_count_beyond_the_bound_names_the_file(no_work, tmp_path, capsys,
+                                                                   name, text, message):
+    # as every other refusal of a value the file gave: the file first, then its field
+    path = tmp_path / name
+    path.write_text(text)
+    err = _refused(capsys, ["plan", "--config", str(path)])
+    assert err.startswith(f"ringccl: error: --config {str(path)!r}: {message}"), err
+
+
 def test_the_cluster_refuses_more_gpus_than_a_plan_takes(tmp_path, capsys):
     with pytest.raises(ArgumentError, match=f"^nodes={MAX_GPUS} x gpus_per_node=8 = "
                                             f"{8 * MAX_GPUS:,} GPUs, more than the "

@@ -15,6 +15,7 @@ nccl-tests' size and count conventions (backend-neutral, numpy only).
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import asdict, dataclass, field, replace
 
 from ..algorithms import algorithms, get_algorithm
@@ -97,6 +98,9 @@ class BenchSpec:
         if self.min_bytes < 0 or self.max_bytes < self.min_bytes:
             raise ArgumentError(f"sizes must satisfy 0 <= min_bytes <= max_bytes, got "
                                 f"min_bytes={self.min_bytes}, max_bytes={self.max_bytes}")
+        if isinstance(self.factor, bool) or not isinstance(self.factor, numbers.Integral):
+            raise ArgumentError(f"factor={self.factor!r} must be an integer >= 2 (nccl-tests' "
+                                "-f), so that every size is whole bytes")
         if self.factor < 2:
             raise ArgumentError(f"factor={self.factor} must be >= 2")
         if self.iters < 1:

@@ -11,7 +11,6 @@ import inspect
 import json
 import math
 import os
-import re
 import sys
 from typing import Sequence
 
@@ -28,6 +27,8 @@ from ..ops import check_accumulate_dtype, check_op_dtype
 from ..sim import default_algorithm, resolve_root
 from . import limits
 from .parser import Parser
+from .sizes import MAX_SIZES, size_list
+from .sizes import refuse_negative as _refuse_negative
 
 __all__ = ["table", "TABLE_FORMATS", "stderr_console", "add_format_option", "add_launch_options",
            "check_nproc", "interrupted", "INTERRUPTED", "status", "progress", "emit_json",
@@ -338,13 +339,6 @@ def interrupted(what: str) -> int:
 
 # -- argparse types ------------------------------------------------------------------------------
 
-def _refuse_negative(text: str, noun: str, allowed: str) -> None:
-    """ArgumentTypeError naming ``text`` when it is negative: "count '-1' is negative: must be
-    >= 0 elements" (``noun``: what the value is; ``allowed``: what it must be)."""
-    if str(text).strip().startswith("-"):
-        raise argparse.ArgumentTypeError(f"{noun} {text!r} is negative: must be {allowed}")
-
-
 def _int_at_least(minimum: int):
     def parse(text: str) -> int:
         try:
@@ -382,86 +376,6 @@ def widths_arg(text: str) -> tuple:
     if not widths or min(widths) < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: widths must be >= 1")
     return widths
-
-
-#: the most sizes one :func:`size_list` argument may give, counted before any is built.
-#: nccl-tests' sweeps (-b/-e/-f: an integer factor >= 2) give at most 63 between 1 B and
-#: 2^63 - 1 B, and a fine sweep such as 4KiB:1GiB:1.02 about 630; 1,000 sizes cost
-#: ``ringccl model`` a few seconds on three world sizes, where the 2,079,452 of
-#: 1B:1GiB:1.00001 would take it most of an hour (and ~10 GB of --json)
-MAX_SIZES = 1000
-
-
-def size_list(text: str, *, whole_bytes: bool = False, integer_factor: bool = False) -> list:
-    """Message sizes (argparse type): ``4KiB:1GiB`` (LOW, 2·LOW, 4·LOW ... up to HIGH),
-    ``4KiB:1GiB:1.5`` (FACTOR: any number > 1) or a comma list ``1KiB,4MiB``; every size
-    > 0 bytes (:func:`ringccl.units.size`), at most :data:`MAX_SIZES` of them.
-
-    Returns floats; with ``whole_bytes``, ints (each size rounded down). ``integer_factor``:
-    FACTOR is nccl-tests' ``-f``, an integer >= 2, and the sizes are exact integer products.
-
-    Raises:
-        argparse.ArgumentTypeError: naming ``text``: a size malformed, negative or 0; a range
-            not LOW:HIGH[:FACTOR] or with LOW > HIGH; a FACTOR not a number > 1 (with
-            ``integer_factor``: not an integer >= 2); more than :data:`MAX_SIZES` sizes,
-            counted before any is built (a range's ⌊log(HIGH/LOW) / log(FACTOR)⌋ + 1), the
-            message saying how many and the limit.
-    """
-    parts = text.split(":")
-    for part in re.split("[:,]", text)[:2] if len(parts) > 1 else text.split(","):
-        _refuse_negative(part, "size", "> 0 bytes (e.g. 4KiB, 1MiB, 4KiB:1GiB)")
-    shown = text if len(text) <= 60 else f"{text[:30]}...{text[-20:]}"
-    try:
-        if len(parts) > 1:
-            out = _size_range(text, shown, parts, integer_factor)
-        else:
-            items = [s for s in text.split(",") if s.strip()]
-            if len(items) > MAX_SIZES:
-                raise ArgumentError(f"sizes {shown!r} are {len(items):,} sizes, over the limit "
-                                    f"of {MAX_SIZES:,}")
-            out = [units.size(s) for s in items]
-            if not out or min(out) <= 0:
-                raise ArgumentError(f"sizes {text!r} must be one or more sizes > 0 bytes (e.g. "
-                                    "4KiB, 1MiB, 4KiB:1GiB)")
-    except RingcclError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    if not whole_bytes:
-        return [float(s) for s in out]
-    # a range with a fractional FACTOR rounds several small sizes down to one: keep it once
-    return list(dict.fromkeys(int(s) for s in out)) if len(parts) > 1 else [int(s) for s in out]
-
-
-def _size_range(text: str, shown: str, parts: list[str], integer_factor: bool) -> list:
-    """:func:`size_list`'s LOW:HIGH[:FACTOR] (``parts``), counted, then built: ints with
-    ``integer_factor``, else floats. RingcclError naming ``text`` (``shown``: abbreviated)."""
-    if len(parts) > 3:
-        raise ArgumentError(f"size range {text!r} must be LOW:HIGH or LOW:HIGH:FACTOR")
-    lo, hi = units.size(parts[0]), units.size(parts[1])
-    given = parts[2] if len(parts) == 3 else "2"
-    try:
-        factor = int(given) if integer_factor else float(given)
-    except ValueError:
-        factor = 0
-    if integer_factor and factor < 2:
-        raise ArgumentError(f"size range {text!r}: FACTOR {given!r} must be an integer >= 2 "
-                            "(nccl-tests' -f)")
-    if not 1 < factor < math.inf:  # nan and inf too
-        raise ArgumentError(f"size range {text!r}: FACTOR {given!r} must be a number > 1")
-    if not 0 < lo <= hi:
-        raise ArgumentError(f"size range {text!r} needs 0 < LOW <= HIGH")
-    count = math.floor(math.log(hi / lo) / math.log(factor) + 1e-9) + 1
-    if count <= MAX_SIZES + 1:  # near the limit, the loop's own count decides (at most one over)
-        top = hi if integer_factor else hi * (1 + 1e-12)
-        out = [lo] if integer_factor else [float(lo)]
-        while out[-1] * factor <= top and len(out) <= MAX_SIZES:
-            out.append(out[-1] * factor)
-        count = len(out)
-    if count > MAX_SIZES:
-        least = (hi / lo) ** (1 / (MAX_SIZES - 1))
-        least = math.ceil(least) if integer_factor else math.ceil(least * 1e4) / 1e4
-        raise ArgumentError(f"size range {shown!r} would give {count:,} sizes, over the limit of "
-                            f"{MAX_SIZES:,}: a FACTOR of at least {least:g} stays within it")
-    return out
 
 
 def int_list(text: str) -> list[int]:

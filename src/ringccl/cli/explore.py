@@ -206,7 +206,7 @@ def register(sub) -> None:
                    "per algorithm; every registered one unless --algorithm names some)")
     p.add_argument("--size", "-s", type=size_list, default=size_list("4KiB:1GiB"), action=Given,
                    help="sizes of the crossover chart: 4KiB:1GiB (x2, default), 4KiB:1GiB:4, "
-                   "or 1MiB,1GiB")
+                   "or 1MiB,1GiB; whole bytes (a fractional FACTOR's sizes are rounded down)")
     p.add_argument("--output", "-o", metavar="PAGE.html", default=None,
                    type=output_path(HTML_SUFFIXES, "an HTML page"),
                    help="where to write the page (default explore-COLLECTIVE.html; the path is "

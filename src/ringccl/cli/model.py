@@ -468,7 +468,8 @@ def register_model(sub) -> None:
     p.add_argument("--algorithm", "-a", type=name_list, default=None,
                    help="algorithms to compare, comma-separated (default: all registered)")
     p.add_argument("--size", "-s", type=size_list, default=size_list("4KiB:1GiB"),
-                   help="bytes per rank: 4KiB:1GiB (x2), 4KiB:1GiB:4, or 1MiB,1GiB")
+                   help="bytes per rank: 4KiB:1GiB (x2), 4KiB:1GiB:4, or 1MiB,1GiB; whole "
+                   "bytes (a fractional FACTOR's sizes are rounded down)")
     p.add_argument("--dtype", default="float32", choices=SUPPORTED_DTYPES,
                    help="element type for the count column")
     _add_machine_args(p)
@@ -491,7 +492,8 @@ def register_tune(sub) -> None:
     p.add_argument("--algorithm", "-a", type=name_list, default=None,
                    help="algorithms to compare, comma-separated (default: all registered)")
     p.add_argument("--size", "-s", type=size_list, default=size_list("4B:16GiB"),
-                   help="size grid (default 4B:16GiB, x2); crossovers are refined between")
+                   help="size grid (default 4B:16GiB, x2; whole bytes, as model --size); "
+                   "crossovers are refined between")
     _add_machine_args(p)
     p.add_argument("--bucket-model", choices=["gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"],
                    help="also find the best gradient bucket size for this model")
@@ -508,7 +510,7 @@ def register_tune(sub) -> None:
 
 def _predict_sizes(text: str) -> list[int]:
     """``fit --sizes`` (argparse type): :func:`.common.size_list` in whole bytes (each size
-    rounded down; FACTOR any number > 1), at most :data:`.common.MAX_SIZES` of them.
+    rounded down; FACTOR any number > 1), at most :data:`.sizes.MAX_SIZES` of them.
 
     Raises:
         argparse.ArgumentTypeError: as :func:`.common.size_list` (naming ``text``).

@@ -60,7 +60,7 @@ def nccl_sizes(text: str) -> list[int]:
     """``--size`` of ``ringccl nccl`` (argparse type): :func:`.common.size_list` in whole bytes
     with nccl-tests' integer FACTOR: a comma list (``1MiB,1GiB``) or LOW:HIGH[:FACTOR] as
     ``-b``, ``-e``, ``-f`` (LOW times FACTOR^k up to HIGH; FACTOR an integer >= 2, default 2,
-    so at most 63 sizes); at most :data:`.common.MAX_SIZES` sizes in all.
+    so at most 63 sizes); at most :data:`.sizes.MAX_SIZES` sizes in all.
 
     Raises:
         argparse.ArgumentTypeError: as :func:`.common.size_list` (naming ``text``).

@@ -109,17 +109,17 @@ def _check_given(args) -> None:
             check_cluster_field(name, value)
 
 
-def _check_world(gpus: int | None, layout: dict) -> None:
-    """Refuse more GPUs than a plan takes (:data:`MAX_GPUS`), from a config file's ``gpus``
-    or the layout's own sizes, before any rank is laid out."""
-    if gpus is not None and gpus > MAX_GPUS:
-        raise ArgumentError(f"gpus={gpus} must be an integer in [1, {MAX_GPUS}] (the GPUs a "
-                            "plan takes)")
-    sizes = [layout.get(k, 1) for k in ("dp", "tp", "cp", "pp")]
+def _check_world(cfg: PlanConfig) -> None:
+    """Refuse more GPUs than a plan takes (:data:`MAX_GPUS`) in the layout's own sizes, before
+    any rank is laid out, naming the ``--config`` file where it gave any of them (``--gpus``
+    and a file's ``gpus`` are bounded as they are read)."""
+    sizes = [cfg.layout.get(k, 1) for k in ("dp", "tp", "cp", "pp")]
     if math.prod(sizes) > MAX_GPUS:
-        raise ArgumentError(f"the layout's dp x tp x cp x pp = {' x '.join(map(str, sizes))} = "
-                            f"{math.prod(sizes):,} GPUs, more than the {MAX_GPUS:,} a plan "
-                            "takes")
+        where = (f"--config {cfg.path!r}: " if any(f"layout.{k}" in cfg.from_file
+                                                   for k in ("dp", "tp", "cp", "pp")) else "")
+        raise ArgumentError(f"{where}the layout's dp x tp x cp x pp = "
+                            f"{' x '.join(map(str, sizes))} = {math.prod(sizes):,} GPUs, more "
+                            f"than the {MAX_GPUS:,} a plan takes")
 
 
 def _framework_row(p) -> str:
@@ -212,15 +212,22 @@ def _chart(p, path: str) -> None:
 
 
 def _cmd_plan(args) -> int:
+    if args.html:
+        require_plotly()  # before the plan (a search takes seconds)
+    cfg = None
     try:
-        return _plan(args)
-    except ArgumentError as exc:   # a field's refusal, named by the flag that set it
-        raise _by_flag(exc, args) from None
+        _check_given(args)
+        cfg = _inputs(args)
+        return _plan(args, cfg)
+    except ArgumentError as exc:   # a field's refusal, named by the flag or file that set it
+        raise _by_flag(exc, args, cfg) from None
 
 
-def _by_flag(exc: ArgumentError, args) -> ArgumentError:
+def _by_flag(exc: ArgumentError, args, cfg: PlanConfig | None = None) -> ArgumentError:
     """``exc`` prefixed with the command-line flag whose field it names (``bucket_bytes=0 ...``
-    -> ``--bucket-size: bucket_bytes=0 ...``), where that flag was given; else ``exc``."""
+    -> ``--bucket-size: bucket_bytes=0 ...``), where that flag was given; else with the
+    ``--config`` file and its table, where the field is the file's (``nodes=1048576 x ...`` ->
+    ``--config 'plan.toml': cluster.nodes=1048576 x ...``); else ``exc``."""
     text = str(exc)
     for dest, name in {**_LAYOUT, **_CLUSTER}.items():
         if getattr(args, dest, None) is not None and (
@@ -228,17 +235,17 @@ def _by_flag(exc: ArgumentError, args) -> ArgumentError:
                     dest.endswith("bandwidth") and text.startswith("bandwidth ")
                     and str(getattr(args, dest)) in text)):
             return ArgumentError(f"--{dest.replace('_', '-')}: {text}")
+    for key in sorted(cfg.from_file) if cfg is not None else ():
+        table, _, name = key.rpartition(".")
+        if text.startswith(f"{name}="):
+            return ArgumentError(f"--config {cfg.path!r}: {table + '.' if table else ''}{text}")
     return exc
 
 
-def _plan(args) -> int:
-    if args.html:
-        require_plotly()  # before the plan (a search takes seconds)
-    _check_given(args)
-    cfg = _inputs(args)
+def _plan(args, cfg: PlanConfig) -> int:
     model, layout, cluster, straggler = cfg.model, cfg.layout, cfg.cluster, cfg.straggler
     do_search, gpus = cfg.search, cfg.gpus
-    _check_world(gpus, layout)
+    _check_world(cfg)
     if not do_search and gpus is None and "nodes" in cluster and "dp" not in layout:
         machine = cluster_for(cluster, 1)   # --nodes given: dp fills them, as --gpus does
         layout = layout_for_gpus(layout, machine.nodes * machine.gpus_per_node,

@@ -31,6 +31,7 @@ from .common import (IMAGE_SUFFIXES, add_accumulate_option, add_collective_args,
                      count_arg, emit_json, interrupted, need_torch, nonnegative_int, output_path,
                      positive_int, progress, schedule_params, seconds_arg, size_arg, status,
                      table)
+from .sizes import entries
 
 __all__ = ["register_run", "register_bench", "measure_run", "print_run"]
 
@@ -305,10 +306,15 @@ _SEGMENT_ENTRIES = "auto (the executor's threshold), 0 (never split) or a size s
 
 
 def _segment_list(text: str) -> tuple:
-    """``--segment-bytes``: comma-separated entries, each auto (None), 0 or a size in bytes
-    (argparse type: a refusal names the option and says what an entry may be)."""
+    """``--segment-bytes``: comma-separated entries, none empty (:func:`.sizes.entries`), each
+    auto (None), 0 or a size in bytes (argparse type: a refusal names the option and says what
+    an entry may be)."""
+    try:
+        parts = entries(text, "segment sizes", _SEGMENT_ENTRIES)
+    except RingcclError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     out = []
-    for part in (p.strip() for p in text.split(",")):
+    for part in parts:
         if part == "auto":
             out.append(None)
             continue
@@ -321,6 +327,18 @@ def _segment_list(text: str) -> tuple:
             raise argparse.ArgumentTypeError(f"{exc}; each entry must be {_SEGMENT_ENTRIES}") \
                 from None
     return tuple(out)
+
+
+def _step_factor(text: str) -> int:
+    """``-f/--stepfactor`` (argparse type): an integer, as nccl-tests' ``-f`` (whose strtol
+    reads 1.5 as 1, and then steps by ``-i`` bytes instead), so every size is whole bytes; a
+    factor < 2 is refused by :func:`_check_sizes`."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"step factor {text!r} must be an integer >= 2 "
+                                         "(nccl-tests' -f: sizes -b, -b·f, -b·f², ... whole "
+                                         "bytes)") from None
 
 
 def _check_sizes(args, dtype: str) -> None:
@@ -443,8 +461,9 @@ def register_bench(sub) -> None:
                    help="smallest size, e.g. 4KiB (default 4KiB)")
     p.add_argument("-e", "--maxbytes", type=size_arg, default=units.size("64MiB"),
                    help="largest size (default 64MiB)")
-    p.add_argument("-f", "--stepfactor", type=int, default=4,
-                   help="multiply the size by this between rows (default 4)")
+    p.add_argument("-f", "--stepfactor", type=_step_factor, default=4,
+                   help="multiply the size by this between rows: an integer >= 2, as "
+                   "nccl-tests' -f, so every size is whole bytes (default 4)")
     # -n and -c mean --nproc and --count in every command (nccl-tests' -n iters and -c check
     # are long options only here): -n is --nproc below, -c is refused by name
     p.add_argument("--iters", type=positive_int, default=20,

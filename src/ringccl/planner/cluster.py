@@ -51,9 +51,9 @@ from ..costmodel.nccl_fit import load_network_profile, network_profile_levels, r
 from ..errors import ArgumentError, ArgumentTypeError
 from .gpus import GPU, resolve_gpu
 
-__all__ = ["COLLECTIVE_MODELS", "MAX_GPUS", "PROFILE_LEVELS", "Cluster", "Straggler",
-           "CLUSTER_PRESETS", "cluster_preset", "load_profile", "profile_kind", "profile_links",
-           "resolve_cluster", "check_cluster_field"]
+__all__ = ["COLLECTIVE_MODELS", "MAX_GPUS", "PROFILE_FIELDS", "PROFILE_LEVELS", "Cluster",
+           "Straggler", "CLUSTER_PRESETS", "cluster_preset", "load_profile", "profile_kind",
+           "profile_links", "resolve_cluster", "check_cluster_field", "check_profile_field"]
 
 
 #: how the planner prices a collective (ringccl.planner.costing.PRICERS): as NCCL runs it, or
@@ -524,6 +524,28 @@ def _profiles(values: dict, profile, level: str | None) -> None:
         else:
             values.update(load_profile(path, level or "inter"))
             values.setdefault("collectives", "ringccl")  # an α-β fit prices ringccl's walk
+
+
+#: the cluster fields (and key) that name profile files
+PROFILE_FIELDS = ("profile", "network_profile", "compute_profile")
+
+
+def check_profile_field(name: str, value, level: str | None = None) -> None:
+    """Read the profile files the cluster field ``name`` names as resolving the cluster reads
+    them, so that a missing or damaged one is refused before any work (a ``--config`` file's
+    naming the file and the field: :mod:`.config`): ``profile`` (one path or a list, with the
+    α-β fit's ``level``), ``network_profile`` and ``compute_profile``; other fields: nothing.
+
+    Raises:
+        ArgumentError: the loader's refusal (the file and what is wrong or missing in it), two
+            profiles of one kind, ``level`` without an α-β fit.
+    """
+    if name == "profile":
+        _profiles({}, value, level)
+    elif name == "network_profile":
+        load_network_profile(value)
+    elif name == "compute_profile":
+        load_compute_profile(value)
 
 
 def resolve_cluster(cluster) -> Cluster:

@@ -7,9 +7,9 @@ A file holds top-level ``model`` (a preset name or a Hugging Face config.json pa
 ``gpus`` and ``search``, and the tables ``layout`` (the fields of
 :class:`~ringccl.planner.parallel_dims.ParallelDims`, ``framework`` among them) and ``cluster``
 (those of :class:`~ringccl.planner.cluster.Cluster`, with ``preset``, ``profile``,
-``profile_level``). A null, a wrong type, a negative or an unknown field is refused naming
-the field and the value as the file wrote it; a field left out takes its default. Example
-(TOML)::
+``profile_level``). A null, a wrong type, a negative or an unknown field, ``gpus`` beyond the
+2^20 a plan takes and a profile file that does not read are refused naming the file, the field
+and the value as the file wrote it; a field left out takes its default. Example (TOML)::
 
     model = "llama3-70b"
     [layout]
@@ -31,7 +31,8 @@ from pathlib import Path
 
 from ..args import not_text
 from ..errors import ArgumentError, ArgumentTypeError
-from .cluster import Cluster, check_cluster_field, resolve_cluster
+from .cluster import (MAX_GPUS, PROFILE_FIELDS, Cluster, check_cluster_field,
+                      check_profile_field, resolve_cluster)
 from .hf_config import resolve_model
 from .model import PRESETS, ModelConfig
 from .parallel_dims import ParallelDims, check_field
@@ -104,6 +105,9 @@ def _check_file(data: dict, path: str) -> None:
                                     f"{allowed}, got {kind}")
         if types is int and value < 1:
             raise ArgumentError(f"--config {path!r}: {key}={_show(value)} must be {allowed}")
+        if key == "gpus" and value > MAX_GPUS:
+            raise ArgumentError(f"--config {path!r}: gpus={value} must be an integer in [1, "
+                                f"{MAX_GPUS}] (the GPUs a plan takes)")
     layout_keys = set(ParallelDims.__dataclass_fields__) - {"from_preset", "notes"}
     cluster_keys = {f for f in Cluster.__dataclass_fields__} | {"preset", "profile",
                                                                 "profile_level"}
@@ -121,6 +125,20 @@ def _check_file(data: dict, path: str) -> None:
                 check(name, value, show=_show)
             except (ArgumentError, ArgumentTypeError) as exc:
                 raise _refuse(path, f"{table}.", exc) from None
+    _check_profiles(data.get("cluster", {}), path)
+
+
+def _check_profiles(cluster: dict, path: str) -> None:
+    """Read the profile files the cluster table names (:func:`.cluster.check_profile_field`),
+    a refusal naming the file, the field and its value as the file wrote it."""
+    for name in PROFILE_FIELDS:
+        if name in cluster:
+            try:
+                check_profile_field(name, cluster[name], cluster.get("profile_level"))
+            except ArgumentError as exc:
+                named = str(exc).startswith(f"{name}=")  # "profile='x.json': cannot read it"
+                raise _refuse(path, "cluster." if named else
+                              f"cluster.{name}={_show(cluster[name])}: ", exc) from None
 
 
 def layout_for_gpus(layout: dict, gpus: int, given: str | None = None) -> dict:
@@ -176,6 +194,10 @@ class PlanConfig:
         straggler: None or (rank, fraction).
         search: rank every layout instead of planning one. gpus: the GPUs of the search, or
             of the plan (:func:`layout_for_gpus`).
+        path: the configuration file (None: none).
+        from_file: what took the file's value (the command line gave none): top-level keys
+            and ``layout.``/``cluster.`` fields, e.g. ``"gpus"``, ``"cluster.nodes"``, so
+            that a later refusal of one names the file.
     """
 
     model: ModelConfig
@@ -184,6 +206,8 @@ class PlanConfig:
     straggler: tuple | list | None
     search: bool
     gpus: int | None
+    path: str | None = None
+    from_file: frozenset = frozenset()
 
 
 def plan_config(path: str | None = None, *, model=None, seq_length: int | None = None,
@@ -216,9 +240,15 @@ def plan_config(path: str | None = None, *, model=None, seq_length: int | None =
                             "fp8-delayed) with the 16-bit --dtype")
     resolved = resolve_model(name, seq_length=seq_length or cfg.get("seq_length"),
                              dtype=kept_in)
+    given = {"model": model, "seq_length": seq_length, "dtype": dtype, "straggler": straggler,
+             "search": search, "gpus": gpus, "layout": layout or {}, "cluster": cluster or {}}
+    from_file = frozenset([k for k in cfg if k not in ("layout", "cluster") and not given[k]]
+                          + [f"{table}.{k}" for table in ("layout", "cluster")
+                             for k in cfg.get(table, {}) if k not in given[table]])
     return PlanConfig(resolved, merged_layout, merged_cluster,
                       parse_straggler(straggler or cfg.get("straggler")),
-                      bool(search) or cfg.get("search", False), gpus or cfg.get("gpus"))
+                      bool(search) or cfg.get("search", False), gpus or cfg.get("gpus"),
+                      path, from_file)
 
 
 def cluster_for(cluster: dict, world_size: int) -> Cluster:
