@@ -326,3 +326,17 @@ def test_a_profile_level_that_is_no_level_is_refused_with_or_without_a_profile()
         with pytest.raises(ArgumentError, match="profile_level='foo' must be 'inter' or "
                                                 "'intra'"):
             resolve_cluster({"preset": "dgx-h100", **cluster})
+
+
+def test_a_config_files_sequence_beyond_the_models_positions_names_the_file(no_work, tmp_path,
+                                                                           capsys):
+    """GPT-2 has 1,024 learned positions: a file's longer seq_length is refused naming the file
+    and the config.json field that bounds it."""
+    from transformers import AutoConfig
+    model = tmp_path / "gpt2.json"
+    model.write_text(AutoConfig.for_model("gpt2").to_json_string())
+    conf = tmp_path / "p.toml"
+    conf.write_text(f'model = "{model}"\nseq_length = 2048\n')
+    line = _refused(capsys, ["plan", "--config", str(conf)])
+    assert line.startswith(f"ringccl: error: --config {str(conf)!r}: seq_length=2048 exceeds "
+                           "n_positions=1024"), line

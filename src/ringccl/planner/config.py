@@ -238,8 +238,13 @@ def plan_config(path: str | None = None, *, model=None, seq_length: int | None =
                             "and activations in 16 bits and runs its GEMMs in FP8; use "
                             "--precision fp8-tensorwise (or fp8-rowwise, fp8-blockwise, "
                             "fp8-delayed) with the 16-bit --dtype")
-    resolved = resolve_model(name, seq_length=seq_length or cfg.get("seq_length"),
-                             dtype=kept_in)
+    try:
+        resolved = resolve_model(name, seq_length=seq_length or cfg.get("seq_length"),
+                                 dtype=kept_in)
+    except ArgumentError as exc:   # the file's seq_length beyond the model's positions
+        if not seq_length and "seq_length" in cfg and str(exc).startswith("seq_length="):
+            raise _refuse(path, "", exc) from None
+        raise
     given = {"model": model, "seq_length": seq_length, "dtype": dtype, "straggler": straggler,
              "search": search, "gpus": gpus, "layout": layout or {}, "cluster": cluster or {}}
     from_file = frozenset([k for k in cfg if k not in ("layout", "cluster") and not given[k]]
