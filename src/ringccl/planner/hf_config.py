@@ -34,10 +34,7 @@ from ..errors import ArgumentError, ArgumentTypeError
 from ..units import MAX_INT
 from .hf_families import (ALIASES, ATTENTION_LAYERS, FAMILIES, LLAMA, REFUSED, REFUSING_FIELDS,
                           Family, refuses)
-from .model import MAX_LAYERS, PRESETS, ModelConfig, check_shape, preset
-
-#: ModelConfig's tokens per sequence when neither the config nor the caller gives one
-_DEFAULT_SEQ_LENGTH = ModelConfig.__dataclass_fields__["seq_length"].default
+from .model import DEFAULT_SEQ_LENGTH, MAX_LAYERS, PRESETS, ModelConfig, check_shape, preset
 
 __all__ = ["from_dict", "load_config", "resolve_model"]
 
@@ -435,7 +432,7 @@ def _read_seq_length(r: _Reader, seq_length: int | None) -> None:
                 f"are at most {usable} tokens")
         v["seq_length"] = seq_length
     elif usable is not None and "seq_length" not in v:
-        v["seq_length"] = min(_DEFAULT_SEQ_LENGTH, usable)
+        v["seq_length"] = min(DEFAULT_SEQ_LENGTH, usable)
 
 
 def _planner_fields(config: dict, values: dict) -> None:

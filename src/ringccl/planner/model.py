@@ -60,7 +60,10 @@ from ..units import MAX_INT
 from ..errors import ArgumentError, ArgumentTypeError
 
 __all__ = ["ModelConfig", "PRESETS", "preset", "check_shape", "DTYPE_BYTES", "NORM_TYPES",
-           "QK_NORMS", "ATTENTION_GATES", "MAX_LAYERS", "MAX_EXPERTS"]
+           "QK_NORMS", "ATTENTION_GATES", "MAX_LAYERS", "MAX_EXPERTS", "DEFAULT_SEQ_LENGTH"]
+
+#: tokens per sequence when neither the config nor the caller gives one
+DEFAULT_SEQ_LENGTH = 4096
 
 #: bytes per element of the training dtypes
 DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2,
@@ -163,7 +166,7 @@ def check_shape(values: dict, label: Callable[[str], str] = str) -> None:
         raise ArgumentError(f"{name('first_k_dense_replace')} exceeds "
                             f"{name('num_hidden_layers')}")
     rows = values.get("learned_position_embeddings")
-    if rows and values.get("seq_length", 4096) > rows:
+    if rows and values.get("seq_length", DEFAULT_SEQ_LENGTH) > rows:
         raise ArgumentError(f"{name('seq_length')} exceeds {name('learned_position_embeddings')}"
                             ": a learned absolute-position table has one row per position")
     windowed = values.get("sliding_window_layers")
@@ -248,7 +251,7 @@ class ModelConfig:
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
     gated_mlp: bool = True
-    seq_length: int = 4096
+    seq_length: int = DEFAULT_SEQ_LENGTH
     dtype: str = "bfloat16"
     name: str = "custom"
     source: str = field(default="", compare=False)
