@@ -28,26 +28,12 @@ schedule are functions of it, not methods: ``ringccl.table(s)``; MSCCL XML and C
 from __future__ import annotations
 
 import importlib
-from typing import Any
+import importlib.util
+import sys
 
-from . import units
-from .caches import clear_caches
-from .costmodel import buckets, presets, topology
-from .algorithms import Algorithm, algorithms, bounded, get_algorithm, register
-from .algorithms.registry import default_algorithm
-from .args import check_int
-from .check import verify
-from .collectives import COLLECTIVES, get_collective
-from .costmodel.model import CostResult, Predictor, StepCost, cost, predictor, walk
-from .errors import (ArgumentError, ArgumentTypeError, BackendError, ConsistencyError, PeerError,
-                     RingcclError, RingcclTimeout, ScheduleError, VerificationError)
-from .ir import Kind, Program, Schedule, Step, Transfer, chunk_bounds
-from .bench.metrics import algbw, busbw
-from .ops import ReduceOp
-from .sim import SimResult, SimStats, simulate
-from .planner import plan
-from .costmodel.tuning import TuneResult, predict_table, tune
-from .views.show import step_table as table
+#: nothing here imports typing at run time: the import stays a few milliseconds (Ctrl-C during
+#: it is Python's own traceback); type checkers read this name as typing's
+TYPE_CHECKING = False
 
 __version__ = "0.1.0"
 
@@ -59,6 +45,58 @@ __all__ = ["schedule", "verify", "simulate", "table", "algorithms", "collectives
            "RingcclError", "ArgumentError", "ArgumentTypeError", "ScheduleError",
            "VerificationError", "BackendError", "PeerError", "RingcclTimeout",
            "ConsistencyError", "clear_caches", "__version__"]
+
+
+#: public name -> (module, attribute; None: the module itself), imported on first use (PEP 562)
+#: so that ``import ringccl`` stays light: torch imports ``ringccl.torch_autoload`` (its
+#: ``torch.backends`` entry point) inside every ``import torch``, and the ``ringccl`` command
+#: must be able to catch Ctrl-C while its command's modules load
+_LAZY = {
+    "units": ("ringccl.units", None), "clear_caches": ("ringccl.caches", "clear_caches"),
+    "buckets": ("ringccl.costmodel.buckets", None),
+    "presets": ("ringccl.costmodel.presets", None),
+    "topology": ("ringccl.costmodel.topology", None),
+    **{n: ("ringccl.algorithms", n) for n in ("Algorithm", "algorithms", "bounded",
+                                               "get_algorithm", "register")},
+    "verify": ("ringccl.check", "verify"),
+    "COLLECTIVES": ("ringccl.collectives", "COLLECTIVES"),
+    "get_collective": ("ringccl.collectives", "get_collective"),
+    **{n: ("ringccl.costmodel.model", n) for n in ("CostResult", "Predictor", "StepCost", "cost",
+                                                   "predictor", "walk")},
+    **{n: ("ringccl.errors", n) for n in ("ArgumentError", "ArgumentTypeError", "BackendError",
+                                          "ConsistencyError", "PeerError", "RingcclError",
+                                          "RingcclTimeout", "ScheduleError",
+                                          "VerificationError")},
+    **{n: ("ringccl.ir", n) for n in ("Kind", "Program", "Schedule", "Step", "Transfer",
+                                      "chunk_bounds")},
+    "algbw": ("ringccl.bench.metrics", "algbw"), "busbw": ("ringccl.bench.metrics", "busbw"),
+    "ReduceOp": ("ringccl.ops", "ReduceOp"),
+    **{n: ("ringccl.sim", n) for n in ("SimResult", "SimStats", "simulate")},
+    "plan": ("ringccl.planner", "plan"),
+    **{n: ("ringccl.costmodel.tuning", n) for n in ("TuneResult", "predict_table", "tune")},
+    "table": ("ringccl.views.show", "step_table"),
+}
+
+if TYPE_CHECKING:  # what the names are, for type checkers and editors
+    from typing import Any
+
+    from . import units
+    from .algorithms import Algorithm, algorithms, bounded, get_algorithm, register
+    from .bench.metrics import algbw, busbw
+    from .caches import clear_caches
+    from .check import verify
+    from .collectives import COLLECTIVES, get_collective
+    from .costmodel import buckets, presets, topology
+    from .costmodel.model import CostResult, Predictor, StepCost, cost, predictor, walk
+    from .costmodel.tuning import TuneResult, predict_table, tune
+    from .errors import (ArgumentError, ArgumentTypeError, BackendError, ConsistencyError,
+                         PeerError, RingcclError, RingcclTimeout, ScheduleError,
+                         VerificationError)
+    from .ir import Kind, Program, Schedule, Step, Transfer, chunk_bounds
+    from .ops import ReduceOp
+    from .planner import plan
+    from .sim import SimResult, SimStats, simulate
+    from .views.show import step_table as table
 
 
 def schedule(collective: str, algorithm: str | None = None, world_size: int = 4,
@@ -78,6 +116,10 @@ def schedule(collective: str, algorithm: str | None = None, world_size: int = 4,
             steps from the closed form, its transfers extrapolated from 32 and 64 ranks, then
             the build under that bound: :func:`ringccl.algorithms.bounded.build`).
     """
+    from .algorithms import bounded
+    from .algorithms.registry import default_algorithm
+    from .args import check_int
+
     if algorithm is None:
         algorithm = default_algorithm(collective)
     world_size = check_int(world_size, "world_size", minimum=1)
@@ -86,11 +128,42 @@ def schedule(collective: str, algorithm: str | None = None, world_size: int = 4,
 
 def collectives() -> list[str]:
     """Names of the collectives ringccl knows."""
+    from .collectives import COLLECTIVES
     return list(COLLECTIVES)
 
 
 def __getattr__(name: str) -> Any:
-    # ringccl.torch needs torch, an optional extra: import it on first use only
-    if name in ("torch",):
-        return importlib.import_module(f"{__name__}.{name}")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name in _LAZY:
+        module, attr = _LAZY[name]
+        value = importlib.import_module(module)
+        if attr is not None:
+            # as ``from module import attr`` does, a submodule when no attribute has the name
+            value = (getattr(value, attr) if hasattr(value, attr)
+                     else importlib.import_module(f"{module}.{attr}"))
+    elif importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        # a subpackage (ringccl.planner, ringccl.torch: torch is an optional extra, imported
+        # on first use only)
+        value = importlib.import_module(f"{__name__}.{name}")
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(__all__) | set(_LAZY))
+
+
+class _Package(type(sys)):
+    """The package's module type: importing the subpackage ``ringccl.algorithms`` or the
+    module ``ringccl.collectives`` sets the attribute of that name to the module (the import
+    system does so on their first import); the public names are the functions
+    :func:`algorithms` and :func:`collectives`, so those two keep the function."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in ("algorithms", "collectives") and isinstance(value, type(sys)):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

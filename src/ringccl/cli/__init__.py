@@ -14,6 +14,34 @@ CLI is the only part of ringccl that prints, and nothing in ringccl imports it.
 
 from __future__ import annotations
 
-from .app import build_parser, main
+import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Sequence
 
 __all__ = ["main", "build_parser"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``ringccl`` command (:func:`.app.main`: its exit codes).
+
+    The command's modules (numpy, the planner, the backends) load here, inside the entry
+    point, so that Ctrl-C while they load is the same one ``interrupted:`` line and exit code
+    130 as Ctrl-C while the command runs, not a traceback of the import.
+    """
+    try:
+        from .app import main as run_command
+    except KeyboardInterrupt:
+        words = list(sys.argv[1:] if argv is None else argv)
+        command = next((w for w in words if not w.startswith("-")), "")
+        print(f"interrupted: ringccl {command} stopped before it started".replace("  ", " "),
+              file=sys.stderr, flush=True)
+        return 130
+    return run_command(argv)
+
+
+def build_parser():
+    """The ``ringccl`` parser (:func:`.app.build_parser`)."""
+    from .app import build_parser as build
+    return build()
