@@ -186,3 +186,92 @@ def test_plan_search_takes_the_framework(capsys):
     assert main(["plan", "--model", "llama3-8b", "--search", "--gpus", "8", "--tp", "2"]) == 2
     assert ("--framework and --global-batch-size apply to every layout it ranks"
             in capsys.readouterr().err)
+
+
+# -- collectives="ringccl": groups beyond the walk's limit ------------------------------------
+
+NARROW = SearchSpace(micro_batch_sizes=(1,), recompute=("none",), zero_stages=(0, 1))
+
+
+@pytest.fixture
+def walk_limit(monkeypatch):
+    """The walk's limit lowered to ``n`` ranks (caches emptied around it)."""
+    import ringccl
+    from ringccl.planner import costing
+
+    def lower(n):
+        ringccl.clear_caches()
+        monkeypatch.setattr(costing, "WALK_MAX_RANKS", n)
+    yield lower
+    ringccl.clear_caches()
+
+
+def test_search_skips_the_layouts_the_walk_cannot_price_and_ranks_the_rest(walk_limit):
+    cluster = cluster_preset("dgx-h100", nodes=2, collectives="ringccl")
+    walk_limit(8)         # a dp group of 16 ranks is beyond it; tp >= 2 keeps groups of 8
+    pruned = search(SMALL, cluster, global_batch_size=64, space=NARROW)
+    every = search(SMALL, cluster, global_batch_size=64, space=NARROW, prune=False)
+    for r in (pruned, every):
+        assert r.skipped_walk_limit > 0 and r.priced > 0 and r.plans
+        assert (r.priced + r.pruned_memory + r.pruned_slower + r.skipped_walk_limit
+                == r.tried)
+        # what is ranked has groups of at most 8 ranks (HSDP's dp=16 shards 8, replicates 2)
+        assert all(e.shape.size <= 8 for p in r.plans + r.pareto for st in p.stages
+                   for e in st.entries)
+        assert not any(p.dims.dp == 16 and not p.dims.dp_shard for p in r.plans + r.pareto)
+        assert ("groups of at most 8 ranks" in r.skipped_why and "dp group of 16 ranks"
+                in r.skipped_why and "--collectives nccl" in r.skipped_why)
+        out = r.to_dict()
+        assert (out["skipped_walk_limit"], out["skipped_why"]) == (r.skipped_walk_limit,
+                                                                   r.skipped_why)
+    # skipping keeps the bounds sound: the fastest and the front of what can be priced
+    assert pruned.plans[0].dims == every.plans[0].dims
+    front = lambda r: [(p.step_seconds, p.peak_memory) for p in r.pareto]     # noqa: E731
+    assert front(pruned) == front(every)
+    # with nccl's pricing nothing is skipped
+    nccl = search(SMALL, cluster_preset("dgx-h100", nodes=2), global_batch_size=64,
+                  space=NARROW)
+    assert nccl.skipped_walk_limit == 0 and nccl.skipped_why is None
+    assert nccl.to_dict()["skipped_walk_limit"] == 0
+
+
+def test_search_with_every_layout_beyond_the_walk_is_refused(walk_limit):
+    walk_limit(1)         # every layout of 16 GPUs has a group of 2 ranks or more
+    cluster = cluster_preset("dgx-h100", nodes=2, collectives="ringccl")
+    with pytest.raises(ArgumentError, match=r"collectives='ringccl' prices none of the \d+ "
+                       r"layouts of small on 16 GPUs: \d+ have a dp group of 16 ranks.*beyond "
+                       r"the 1 ranks its walk prices.*--collectives nccl"):
+        search(SMALL, cluster, global_batch_size=64, space=NARROW)
+
+
+def test_one_plan_beyond_the_walk_is_still_refused(walk_limit):
+    walk_limit(8)
+    cluster = cluster_preset("dgx-h100", nodes=2, collectives="ringccl")
+    with pytest.raises(ArgumentError, match=r"over the dp group's 16 ranks .* beyond the 8 "
+                       r"ranks it prices .* collectives='nccl'"):
+        plan(SMALL, {"dp": 16, "global_batch_size": 64}, cluster)
+    assert plan(SMALL, {"dp": 8, "tp": 2, "global_batch_size": 64}, cluster).step_seconds > 0
+
+
+def test_plan_search_cli_reports_the_layouts_it_skips(walk_limit, capsys):
+    from ringccl.cli.app import main
+    args = ["plan", "--model", "llama3-8b", "--seq-length", "2048", "--gpus", "16",
+            "--global-batch-size", "16", "--collectives", "ringccl"]
+    walk_limit(8)
+    assert main(args + ["--search", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["skipped_walk_limit"] > 0 and out["top"]
+    assert "groups of at most 8 ranks" in out["skipped_why"]
+    assert (out["priced"] + out["pruned_memory"] + out["pruned_slower"]
+            + out["skipped_walk_limit"] == out["tried"])
+    assert all(t["layout"]["dp"] <= 8 or t["layout"].get("dp_shard") for t in out["top"])
+    assert main(args + ["--search"]) == 0
+    text = capsys.readouterr().out
+    assert f"{out['skipped_walk_limit']} skipped" in text and "--collectives nccl" in text
+    # every layout beyond the limit: refused, naming it; one plan beyond it: refused as before
+    walk_limit(1)
+    assert main(args + ["--search"]) == 2
+    assert "beyond the 1 ranks its walk prices" in capsys.readouterr().err
+    walk_limit(8)
+    assert main(args + ["--dp", "16"]) == 2
+    assert "beyond the 8 ranks it prices" in capsys.readouterr().err

@@ -284,16 +284,23 @@ def _plan(args, cfg: PlanConfig) -> int:
               f"layouts: {result.priced} priced ({result.priced - result.refused_memory} within "
               f"memory, the {len(result.plans)} fastest shown; {result.refused_memory} too big), "
               f"{result.pruned_memory} pruned as too big and {result.pruned_slower} as "
-              "dominated before pricing",
+              "dominated before pricing"
+              + (f", {result.skipped_walk_limit} skipped (not walked)"
+                 if result.skipped_walk_limit else ""),
               ["#", "layout", "step", "MFU", "tokens/s", "memory/GPU", "why slower than #1"],
               [[i + 1, p.dims.describe(), units.format_duration(p.step_seconds),
                 f"{100 * p.mfu:.2f}%", f"{p.tokens_per_second:,.0f}",
                 units.format_size(p.peak_memory), why]
                for i, (p, why) in enumerate(result.top(10))])
+        if result.skipped_walk_limit:
+            print(f"note: {result.skipped_walk_limit} layouts skipped, not ranked: "
+                  f"{result.skipped_why}")
         if not result.plans:
+            left = result.tried - result.skipped_walk_limit
             print(f"no layout of {model.name} fits {gpus} GPUs of "
-                  f"{units.format_size(machine.gpu_memory)}: every one of the {result.tried} "
-                  "is too big (priced or pruned above); give more --gpus, or plan one layout "
+                  f"{units.format_size(machine.gpu_memory)}: every one of the {left} "
+                  + ("not skipped " if result.skipped_walk_limit else "")
+                  + "is too big (priced or pruned above); give more --gpus, or plan one layout "
                   "without --search to see its memory")
             return 0
         table("Pareto front: no priced layout is both faster and smaller",

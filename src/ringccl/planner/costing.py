@@ -54,8 +54,8 @@ from .cluster import Cluster, Straggler
 from .groups import GroupShape
 from .kernels import memory_seconds
 
-__all__ = ["Entry", "OVERLAPS", "PRICERS", "KERNEL_LAUNCH_SECONDS", "WALK_MAX_RANKS", "costed",
-           "nccl_machine_of", "sm_contention"]
+__all__ = ["Entry", "OVERLAPS", "PRICERS", "KERNEL_LAUNCH_SECONDS", "WALK_MAX_RANKS",
+           "WalkLimitError", "costed", "nccl_machine_of", "sm_contention"]
 
 #: how the row's time can hide behind compute
 OVERLAPS = ("exposed", "forward", "backward", "expert compute", "attention",
@@ -229,22 +229,36 @@ def _choice(collective: str, placement: tuple, local: int, intra: tuple, inter: 
 WALK_MAX_RANKS = 4096
 
 
+class WalkLimitError(ArgumentError):
+    """``collectives="ringccl"`` refusing a group of more than :data:`WALK_MAX_RANKS` ranks: one
+    plan is refused, a layout search skips the layout (and ranks the others).
+
+    Attributes:
+        group: the group's name (``"dp"``, ``"ep"``, ...); ranks: its ranks; limit: the limit.
+    """
+
+    def __init__(self, message: str, *, group: str, ranks: int, limit: int):
+        super().__init__(message)
+        self.group, self.ranks, self.limit = group, ranks, limit
+
+
 def _ringccl(entry: Entry, cluster: Cluster, straggler: Straggler | None,
              straggler_index: int | None) -> tuple:
     """ringccl's tuner: the fastest registered schedule on the group's placement, priced by
     the α-β-γ walk (:func:`_choice`).
 
     Raises:
-        ArgumentError: a group of more than :data:`WALK_MAX_RANKS` ranks."""
+        WalkLimitError: a group of more than :data:`WALK_MAX_RANKS` ranks."""
     shape = entry.shape
     n = len(shape.placement)
     if n > WALK_MAX_RANKS:
-        raise ArgumentError(
+        raise WalkLimitError(
             f"collectives='ringccl' walks ringccl's schedules step by step; over the "
             f"{entry.group} group's {n:,} ranks one {entry.collective} holds about "
             f"{n * (n - 1):,} transfers, beyond the {WALK_MAX_RANKS:,} ranks it prices (time "
             f"and memory grow as ranks²); price this layout with collectives='nccl' (the "
-            f"default, --collectives nccl) or use groups of at most {WALK_MAX_RANKS:,} ranks")
+            f"default, --collectives nccl) or use groups of at most {WALK_MAX_RANKS:,} ranks",
+            group=entry.group, ranks=n, limit=WALK_MAX_RANKS)
     collective = "broadcast" if entry.collective == "send_recv" else entry.collective
     # other groups' traffic on a shared NIC leaves this group 1/nic_sharing of it
     inter = (cluster.inter_alpha, cluster.inter_bandwidth / shape.nic_sharing)

@@ -35,6 +35,13 @@ compares them).
   stage's times) is a lower bound of the step; a layout whose bound is no faster than a priced
   layout that also needs no more memory than its states (the Pareto front) is dominated.
 
+**Layouts the walk cannot price.** With ``Cluster.collectives == "ringccl"`` a layout with a
+group of more than :data:`~ringccl.planner.costing.WALK_MAX_RANKS` ranks is refused by the walk
+(:class:`~ringccl.planner.costing.WalkLimitError`): the search skips it (its class, which has the
+same groups), ranks the others and counts it (``SearchResult.skipped_walk_limit``, with the
+reason in ``skipped_why``). A skipped layout never enters the front, so the bounds prune only
+against priced layouts. When no layout is priced and some were skipped, the search is refused.
+
 References: Narayanan et al. 2021 (SC21) §3.3; Liu et al. 2025 (MoE parallel folding); Qi et
 al. 2024; DeepSeek-V3 §3.2.1; Zhao et al. 2023 (FSDP, hybrid sharding).
 """
@@ -49,6 +56,7 @@ from ..caches import memoize
 from ..errors import ArgumentError, RingcclError
 from .cluster import Cluster
 from .context import step_context
+from .costing import WalkLimitError
 from .frameworks import check_framework
 from .model import ModelConfig
 from .parallel_dims import ParallelDims
@@ -268,7 +276,8 @@ def price(model: ModelConfig, dims: ParallelDims, cluster: Cluster,
     :func:`~ringccl.planner.step.estimate_step`'s step time and peak memory.
 
     Raises:
-        ArgumentError: the layout refused.
+        ArgumentError: the layout refused (:class:`WalkLimitError`: a group beyond the walk's
+            limit, which :func:`search` skips).
     """
     dims = _for_model(dims, model)
     key = _class_key(dims)
@@ -334,6 +343,9 @@ class SearchResult:
             first: no priced layout is both faster and smaller.
         tried: layouts enumerated; priced: priced exactly; pruned_memory, pruned_slower: skipped
             before pricing (cannot fit, cannot win); refused_memory: priced, too big.
+        skipped_walk_limit: layouts not priced because ``collectives="ringccl"`` does not walk
+            one of their groups (more than ``WALK_MAX_RANKS`` ranks); skipped_why: why, in
+            words (None when none was skipped).
         model, cluster: the inputs.
     """
 
@@ -346,6 +358,8 @@ class SearchResult:
     pruned_memory: int = 0
     pruned_slower: int = 0
     pareto: list[StepEstimate] = field(default_factory=list)
+    skipped_walk_limit: int = 0
+    skipped_why: str | None = None
 
     def top(self, n: int = 10) -> list[tuple[StepEstimate, str]]:
         """The ``n`` fastest, each with the reason it loses to the first."""
@@ -364,6 +378,7 @@ class SearchResult:
                 "pruned_memory": self.pruned_memory, "pruned_slower": self.pruned_slower,
                 "within_memory": self.priced - self.refused_memory, "shown": len(self.plans),
                 "refused_memory": self.refused_memory,
+                "skipped_walk_limit": self.skipped_walk_limit, "skipped_why": self.skipped_why,
                 "top": [{"rank": i + 1, **row(p), "why_slower": why}
                         for i, (p, why) in enumerate(self.top(n))],
                 "pareto": [row(p) for p in self.pareto]}
@@ -388,7 +403,9 @@ def search(model: ModelConfig, cluster: Cluster, *, global_batch_size: int | Non
     Returns:
         :class:`SearchResult`.
     Raises:
-        ArgumentError: no valid layout at all; an unknown framework.
+        ArgumentError: no valid layout at all; an unknown framework; with
+            ``collectives="ringccl"``, every layout that was not pruned has a group beyond the
+            walk's limit (none priced).
     """
     if framework is not None:
         framework = check_framework(framework)
@@ -401,7 +418,16 @@ def search(model: ModelConfig, cluster: Cluster, *, global_batch_size: int | Non
         raise ArgumentError(f"no valid layout of {model.name} on {world} GPUs with "
                             f"global_batch_size={gbs}"
                             + (f" under framework={framework!r}" if framework else ""))
-    priced, pruned_memory, pruned_slower = _price_all(model, cluster, layouts, progress, prune)
+    priced, pruned_memory, pruned_slower, skipped = _price_all(model, cluster, layouts,
+                                                               progress, prune)
+    why = _skipped_why(skipped)
+    if skipped["layouts"] and not priced:
+        raise ArgumentError(
+            f"collectives='ringccl' prices none of the {len(layouts):,} layouts of {model.name} "
+            f"on {world:,} GPUs: {skipped['layouts']:,} have {_skipped_groups(skipped)}, beyond "
+            f"the {skipped['limit']:,} ranks its walk prices (time and memory grow as ranks²)"
+            + (f", {pruned_memory:,} are too big" if pruned_memory else "")
+            + "; price them with collectives='nccl' (the default, --collectives nccl)")
     fits = sorted((p for p in priced if p.fits), key=lambda p: p.step_seconds)
     front = _Front()
     for p in fits:
@@ -412,16 +438,40 @@ def search(model: ModelConfig, cluster: Cluster, *, global_batch_size: int | Non
     by_point = {(p.step_seconds, p.peak_memory): p.dims for p in fits}
     return SearchResult(model, cluster, plans, len(layouts), len(priced) - len(fits),
                         len(priced), pruned_memory, pruned_slower,
-                        [full(by_point[pt]) for pt in pareto])
+                        [full(by_point[pt]) for pt in pareto], skipped["layouts"], why)
 
 
-def _price_all(model, cluster, layouts, progress, prune) -> tuple[list[Priced], int, int]:
+def _skipped_why(skipped: dict) -> str | None:
+    """The reason the search skipped layouts (:class:`WalkLimitError`), in words: the limit,
+    the ranks of each group refused (fewest to most), and the pricing that takes them."""
+    if not skipped["layouts"]:
+        return None
+    return (f"collectives='ringccl' walks groups of at most {skipped['limit']:,} ranks and "
+            f"these layouts have {_skipped_groups(skipped)}; --collectives nccl (the default) "
+            "prices them")
+
+
+def _skipped_groups(skipped: dict) -> str:
+    """``"a dp group of 8,192 ranks or an ep group of 4,160 to 5,120 ranks"``."""
+    def one(name, low, high):
+        article = "an" if name[0] in "aeiou" else "a"
+        ranks = f"{high:,}" if low == high else f"{low:,} to {high:,}"
+        return f"{article} {name} group of {ranks} ranks"
+    return " or ".join(one(name, *sizes) for name, sizes in sorted(skipped["groups"].items()))
+
+
+def _price_all(model, cluster, layouts, progress, prune
+               ) -> tuple[list[Priced], int, int, dict]:
     """Price the layouts class by class, pruning before pricing (see the module docstring).
-    A class is priced whole once any of its layouts survives the bounds."""
+    A class is priced whole once any of its layouts survives the bounds; one the walk refuses
+    (:class:`WalkLimitError`) is skipped whole: its layouts share their groups. Returns (the
+    prices, pruned as too big, pruned as dominated, the skipped: ``{"layouts": count,
+    "limit": ranks, "groups": {name: (fewest, most ranks)}}``)."""
     cache: dict = {}
     priced: list[Priced] = []
     front = _Front()
     pruned_memory = pruned_slower = 0
+    skipped: dict = {"layouts": 0, "limit": None, "groups": {}}
     done = 0
     for _, group in itertools.groupby(layouts, key=_class_key):
         group = list(group)
@@ -436,8 +486,15 @@ def _price_all(model, cluster, layouts, progress, prune) -> tuple[list[Priced], 
                 pruned_slower += 1
             else:
                 keep.append(dims)
-        for dims in keep:
-            p = price(model, dims, cluster, cache)
+        for i, dims in enumerate(keep):
+            try:
+                p = price(model, dims, cluster, cache)
+            except WalkLimitError as exc:
+                skipped["layouts"] += len(keep) - i
+                skipped["limit"] = exc.limit
+                low, high = skipped["groups"].get(exc.group, (exc.ranks, exc.ranks))
+                skipped["groups"][exc.group] = (min(low, exc.ranks), max(high, exc.ranks))
+                break
             priced.append(p)
             if p.fits:
                 front.add(p.step_seconds, p.peak_memory)
@@ -445,4 +502,4 @@ def _price_all(model, cluster, layouts, progress, prune) -> tuple[list[Priced], 
         done += len(group)
         if progress is not None:
             progress(done, len(layouts), group[-1])
-    return priced, pruned_memory, pruned_slower
+    return priced, pruned_memory, pruned_slower, skipped
