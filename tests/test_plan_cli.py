@@ -199,6 +199,12 @@ def test_memory_warning_names_the_stage_and_the_first_change(capsys, extra, chan
     assert not out["summary"]["fits_memory"]
 
 
+def test_an_unknown_cluster_preset_on_the_command_line_names_the_flag(capsys):
+    assert main(["plan", "--model", "llama3-8b", "--tp", "8", "--cluster", "dgx-z"]) == 2
+    assert capsys.readouterr().err.startswith(
+        "ringccl: error: --cluster: preset='dgx-z' is not a preset; expected one of dgx-a100")
+
+
 @pytest.mark.parametrize("table, body, message", [
     ("layout", {"tp": None}, "layout.tp=null: leave the field out for its default"),
     ("layout", {"tp": -2}, "layout.tp=-2 must be an integer >= 1"),
@@ -218,6 +224,8 @@ def test_memory_warning_names_the_stage_and_the_first_change(capsys, extra, chan
      "in (0, 1]"),
     ("cluster", {"inter_alpha": -1e-6}, "cluster.inter_alpha=-1e-06 must be a finite duration "
      ">= 0"),
+    ("cluster", {"preset": "dgx-z"}, 'cluster.preset="dgx-z" is not a preset; expected one of '
+     "dgx-a100, dgx-h100"),
     (None, {"search": "yes"}, 'search="yes" must be true or false, got str'),
     (None, {"seq_length": 0}, "seq_length=0 must be an integer >= 1"),
     (None, {"gpus": 2.5}, "gpus=2.5 must be an integer >= 1, got float"),

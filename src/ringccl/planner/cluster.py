@@ -180,6 +180,9 @@ def check_cluster_field(name: str, value, show=repr) -> None:
     if (name == "collectives" and value not in COLLECTIVE_MODELS
             or name == "profile_level" and value not in PROFILE_LEVELS):
         raise ArgumentError(f"{name}={show(value)} must be {allowed}")
+    if name == "preset" and value.lower() not in CLUSTER_PRESETS:
+        raise ArgumentError(f"{name}={show(value)} is not a preset; expected one of "
+                            f"{', '.join(CLUSTER_PRESETS)}")
 
 
 @dataclass(frozen=True)
