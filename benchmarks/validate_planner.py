@@ -154,6 +154,8 @@ def planner_inputs(row: dict):
             values.update({n: bool(lay[flag]) for n in names})
     if "bucket_bytes" in lay:       # a published bucket size (torch DDP's bucket_cap_mb)
         values["bucket_bytes"] = lay["bucket_bytes"]
+    if "cp_comm_type" in lay:       # a published context-parallel design (Llama 3 §3.3.2)
+        values["cp_comm_type"] = lay["cp_comm_type"]
     if lay.get("distributed_optimizer") and lay["zero_stage"] == 0:
         values["zero_stage"] = 1    # Megatron's distributed optimizer shards optimizer states
     if values["framework"] in FSDP_PRESETS and values["zero_stage"] == 2:

@@ -361,6 +361,23 @@ def test_llama3_rows_run_the_published_asynchronous_point_to_point():
     assert other.overlap_p2p is False and "overlap_p2p" in other.from_preset
 
 
+def test_the_llama3_cp_row_runs_the_published_all_gather_of_k_and_v():
+    """§3.3.2 "we adopt an all-gather based method": the row's cp_comm_type, where every other
+    row with context parallelism keeps the default ring attention (p2p)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "validate_planner", ROOT / "benchmarks/validate_planner.py")
+    vp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(vp)
+    for rid, row in RUNS.items():
+        if row["layout"]["cp"] == 1:
+            continue
+        said = (row["layout"].get("context_parallel") or "").lower()
+        expected = "all_gather" if "all-gather" in said else "p2p"
+        assert vp.planner_inputs(row)[1].cp_comm_type == expected, rid
+    assert RUNS["llama3-t4-16384-cp16"]["layout"]["cp_comm_type"] == "all_gather"
+
+
 # -- the default global batch ----------------------------------------------------------------
 
 def test_default_batch_is_about_4m_tokens_with_4_pp_micro_batches():
