@@ -67,9 +67,22 @@ def test_every_name_in_all_resolves_and_dir_lists_them():
     for name in (*ringccl.__all__, *ringccl._LAZY):
         assert getattr(ringccl, name) is not None, name
     assert ringccl.bounded is importlib.import_module("ringccl.algorithms.bounded")
-    assert set(ringccl.__all__) <= set(dir(ringccl))
+    listed = set(dir(ringccl))
+    assert set(ringccl.__all__) <= listed and {"planner", "views", "torch"} <= listed
+    assert "bounded" not in listed and "COLLECTIVES" not in listed   # not public names
     assert ringccl.table is importlib.import_module("ringccl.views.show").step_table
     assert ringccl.topology is importlib.import_module("ringccl.costmodel.topology")
+
+
+def test_a_subpackage_brings_the_modules_the_public_names_come_from():
+    # as the eager import of the package had loaded them
+    loaded = _fresh("""
+        import json
+        import ringccl
+        print(json.dumps([ringccl.costmodel.tuning.__name__, ringccl.views.show.__name__,
+                          ringccl.bench.metrics.__name__]))
+        """)
+    assert loaded == ["ringccl.costmodel.tuning", "ringccl.views.show", "ringccl.bench.metrics"]
 
 
 def test_the_two_functions_named_like_modules_stay_functions_after_those_modules_load():
@@ -102,3 +115,17 @@ def test_ctrl_c_while_the_commands_modules_load_is_one_line_and_exit_130():
         """)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 130
     assert out.stderr.splitlines() == ["interrupted: ringccl plan stopped before it started"]
+
+
+def test_ctrl_c_while_the_parser_is_built_is_one_line_and_exit_130():
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import sys
+        import ringccl.cli.app as app
+        def interrupted():
+            raise KeyboardInterrupt
+        app.build_parser = interrupted
+        from ringccl.cli import main
+        sys.exit(main(["simulate", "all_reduce", "--world-size", "4"]))
+        """)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 130
+    assert out.stderr.splitlines() == ["interrupted: ringccl simulate stopped before it started"]

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import pkgutil
 import sys
 
 #: nothing here imports typing at run time: the import stays a few milliseconds (Ctrl-C during
@@ -142,8 +143,11 @@ def __getattr__(name: str) -> Any:
                      else importlib.import_module(f"{module}.{attr}"))
     elif importlib.util.find_spec(f"{__name__}.{name}") is not None:
         # a subpackage (ringccl.planner, ringccl.torch: torch is an optional extra, imported
-        # on first use only)
+        # on first use only), with the modules of its that the public names come from
+        # (ringccl.costmodel.tuning, ringccl.views.show), as an eager import had loaded them
         value = importlib.import_module(f"{__name__}.{name}")
+        for module in sorted({m for m, _ in _LAZY.values() if m.startswith(f"{value.__name__}.")}):
+            importlib.import_module(module)
     else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     globals()[name] = value
@@ -151,7 +155,8 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(__all__) | set(_LAZY))
+    # the public names and the subpackages (ringccl.planner, ringccl.views, ...)
+    return sorted(set(__all__) | {m.name for m in pkgutil.iter_modules(__path__) if m.ispkg})
 
 
 class _Package(type(sys)):

@@ -27,18 +27,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ringccl`` command (:func:`.app.main`: its exit codes).
 
     The command's modules (numpy, the planner, the backends) load here, inside the entry
-    point, so that Ctrl-C while they load is the same one ``interrupted:`` line and exit code
-    130 as Ctrl-C while the command runs, not a traceback of the import.
+    point, and the parser is built inside it, so that Ctrl-C while either happens is one
+    ``interrupted:`` line and exit code 130, as Ctrl-C while the command runs is
+    (:func:`.app.main`), not a traceback.
     """
     try:
         from .app import main as run_command
-    except KeyboardInterrupt:
+        return run_command(argv)
+    except KeyboardInterrupt:  # before the command ran: app.main handles it from then on
         words = list(sys.argv[1:] if argv is None else argv)
-        command = next((w for w in words if not w.startswith("-")), "")
-        print(f"interrupted: ringccl {command} stopped before it started".replace("  ", " "),
-              file=sys.stderr, flush=True)
+        command = next((w for w in words if not w.startswith("-")), None)
+        print(f"interrupted: ringccl{' ' + command if command else ''} stopped before it "
+              "started", file=sys.stderr, flush=True)
         return 130
-    return run_command(argv)
 
 
 def build_parser():
