@@ -388,3 +388,24 @@ def test_an_op_is_not_used_by_collectives_that_do_not_reduce(collective):
     assert got.matches_reference and len(got.outputs) == len(want.outputs)
     for a, b in zip(got.outputs, want.outputs):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt, MemoryError])
+def test_an_error_in_the_reference_reduction_reaches_the_caller_as_itself(monkeypatch, error):
+    # the float64 reference restores numpy's buffer size in a finally; what the reduction
+    # raised (Ctrl-C, out of memory) must not become an error of the code after it
+    from ringccl.sim import reference
+
+    class Raising:
+        def __enter__(self):
+            raise error
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(reference.np, "errstate", lambda **kw: Raising())
+    size = np.getbufsize()
+    x = np.ones((4, 10), dtype=np.float32)
+    with pytest.raises(error):
+        reference._reference_reduction(x, ReduceOp.SUM, slice(None))
+    assert np.getbufsize() == size

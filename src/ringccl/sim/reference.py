@@ -210,7 +210,7 @@ def _reference_reduction(x: np.ndarray, op: ReduceOp, cols: slice, accumulate=No
             total = reduce.reduce(block, axis=0, dtype=np.float64)
     finally:
         np.setbufsize(size)
-        ref = total / n if op is ReduceOp.AVG else total
+    ref = total / n if op is ReduceOp.AVG else total
     return None, ref, _Tolerance(block, op, total, accumulate)
 
 
