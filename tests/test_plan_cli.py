@@ -47,6 +47,21 @@ def test_plan_refusals_exit_2_with_the_field(tmp_path, capsys):
     assert "--search needs --gpus N" in capsys.readouterr().err
 
 
+def test_search_refuses_a_straggler_and_nodes_that_disagree_with_gpus(tmp_path, capsys):
+    base = ["plan", "--model", "llama3-8b", "--search", "--gpus", "64"]
+    assert main([*base, "--straggler", "0:0.5"]) == 2
+    assert capsys.readouterr().err.startswith(
+        "ringccl: error: --straggler slows one rank's NIC in one layout's step; it does not "
+        "apply to --search")
+    path = tmp_path / "p.toml"
+    path.write_text('straggler = "3:0.5"\n')
+    assert main([*base, "--config", str(path)]) == 2
+    assert f"--config {str(path)!r}: straggler slows" in capsys.readouterr().err
+    assert main([*base, "--nodes", "4"]) == 2
+    assert "--gpus 64 and the cluster's 4 nodes x 8 GPUs = 32 disagree" in \
+        capsys.readouterr().err
+
+
 def test_plan_search_json(capsys):
     assert main(["plan", "--model", "llama3-8b", "--seq-length", "2048", "--search", "--gpus",
                  "8", "--global-batch-size", "16", "--json"]) == 0

@@ -258,6 +258,20 @@ def _plan(args, cfg: PlanConfig) -> int:
     if do_search:
         if gpus is None:
             raise ArgumentError("--search needs --gpus N")
+        if straggler is not None:  # the search ranks layouts on a healthy cluster
+            where = (f"--config {cfg.path!r}: straggler" if "straggler" in cfg.from_file
+                     else "--straggler")
+            raise ArgumentError(f"{where} slows one rank's NIC in one layout's step; it does "
+                                "not apply to --search, which ranks layouts on the cluster as "
+                                "given: drop it, or plan the layout you choose with it")
+        if "nodes" in cluster:
+            given = cluster_for(cluster, gpus)
+            if given.nodes * given.gpus_per_node != gpus:
+                raise ArgumentError(
+                    f"--gpus {gpus} and the cluster's {given.nodes} node"
+                    f"{'s' if given.nodes > 1 else ''} x {given.gpus_per_node} GPUs = "
+                    f"{given.nodes * given.gpus_per_node} disagree; --search lays out --gpus: "
+                    "drop --nodes (the GPUs fill whole nodes) or make them agree")
         fixed = sorted(k for k in layout if k not in ("global_batch_size", "framework"))
         if fixed:  # the search enumerates every dimension itself: a fixed one would be dropped
             raise ArgumentError(f"--search ranks every layout and does not take fixed layout "
