@@ -1,5 +1,7 @@
 """Ring schedules against the textbook ring all-reduce walk-through and their closed forms."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -94,3 +96,23 @@ def test_table_refuses_what_is_not_a_schedule_and_ranks_out_of_range():
                                                      r"world_size=2; ranks are 0-1"):
         ringccl.table(s, ranks=[5])
     assert ringccl.table(s, ranks=[1, 0]).splitlines()[1].split()[1:] == ["R1", "R0"]
+
+
+@pytest.mark.parametrize("kwargs, exc, message", [
+    ({"width": "x"}, ringccl.ArgumentTypeError, "width='x' must be an integer >= 1, got str"),
+    ({"width": 1.5}, ringccl.ArgumentTypeError, "width=1.5 must be an integer >= 1, got float"),
+    ({"width": -5}, ringccl.ArgumentError, "width=-5 must be an integer >= 1"),
+    ({"max_steps": "x"}, ringccl.ArgumentTypeError, "max_steps='x' must be an integer >= 0"),
+    ({"max_steps": -1}, ringccl.ArgumentError, "max_steps=-1 must be an integer >= 0"),
+    ({"ranks": "0,x"}, ringccl.ArgumentError, "ranks='0,x': 'x' is not a rank or a range"),
+    ({"ranks": "0-7"}, ringccl.ArgumentError, "ranks='0-7': rank 7 is out of range for "
+     "world_size=2"),
+])
+def test_table_refuses_a_bad_width_max_steps_or_rank_text(kwargs, exc, message):
+    with pytest.raises(exc, match=re.escape(message)):
+        ringccl.table(ringccl.schedule("all_reduce", "ring", world_size=2), **kwargs)
+
+
+def test_table_reads_ranks_as_text_as_show_does():
+    s = ringccl.schedule("all_reduce", "ring", world_size=4)
+    assert ringccl.table(s, ranks="2-3,0") == ringccl.table(s, ranks=[2, 3, 0])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numbers
 from typing import Sequence
 
+from ..args import check_int
 from ..check import SymbolicState
 from ..collectives import get_collective
 from ..errors import ArgumentError, ArgumentTypeError
@@ -91,21 +92,30 @@ def step_table(schedule: Schedule, max_steps: int = 200, ranks: Sequence[int] | 
 
     Args:
         schedule: any schedule (built or loaded).
-        max_steps: show at most this many steps; a last line counts the steps left out.
-        ranks: the rank columns to show, in order (default all; see :func:`parse_ranks`).
-        width: at most this many characters per line (None: no limit). Cells longer than a
+        max_steps: show at most this many steps, an integer >= 0; a last line counts the steps
+            left out.
+        ranks: the rank columns to show, in order (default all): ints, or text such as
+            ``"0-7"`` or ``"0,3,8-11"`` (:func:`parse_ranks`).
+        width: at most this many characters per line, an integer >= 1 (None: no limit). Cells longer than a
             line allows end in "… +K" (K entries left out); without ``ranks``, the table shows
             the first ranks that fit and a last line says how many were left out.
     Returns:
         the table, lines joined by newlines (no trailing newline).
     Raises:
-        ArgumentTypeError: ``schedule`` is not a :class:`~ringccl.ir.Schedule`.
-        ArgumentError: a rank of ``ranks`` out of range.
+        ArgumentTypeError: ``schedule`` is not a :class:`~ringccl.ir.Schedule`; ``max_steps``
+            or ``width`` not an integer.
+        ArgumentError: a rank of ``ranks`` out of range or text that does not read;
+            ``max_steps`` < 0, ``width`` < 1.
     """
     if not isinstance(schedule, Schedule):
         raise ArgumentTypeError(f"schedule={schedule!r} must be a ringccl Schedule (e.g. "
                                 f"ringccl.schedule(...)), got {type(schedule).__name__}")
     n = schedule.world_size
+    max_steps = check_int(max_steps, "max_steps", minimum=0)
+    if width is not None:
+        width = check_int(width, "width", minimum=1)
+    if isinstance(ranks, str):  # "0-7" or "0,3,8-11", as --ranks takes them
+        ranks = parse_ranks(ranks, n)
     shown = list(range(n)) if ranks is None else list(ranks)
     bad = [r for r in shown
            if isinstance(r, bool) or not isinstance(r, numbers.Integral) or not 0 <= r < n]
