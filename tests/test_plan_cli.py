@@ -60,6 +60,22 @@ def test_search_refuses_a_straggler_and_nodes_that_disagree_with_gpus(tmp_path, 
     assert main([*base, "--nodes", "4"]) == 2
     assert "--gpus 64 and the cluster's 4 nodes x 8 GPUs = 32 disagree" in \
         capsys.readouterr().err
+    assert main(["plan", "--model", "llama3-8b", "--search", "--gpus", "12"]) == 2
+    assert capsys.readouterr().err.startswith(
+        "ringccl: error: --gpus 12 does not fill nodes of 8 GPUs: --search lays out whole "
+        "nodes; give a multiple of 8")
+
+
+def test_a_config_file_that_does_not_read_says_why(tmp_path, capsys):
+    missing = tmp_path / "missing.toml"
+    assert main(["plan", "--config", str(missing)]) == 2
+    assert f"--config {str(missing)!r}: cannot read the file (No such file or directory)" in \
+        capsys.readouterr().err
+    toml_named_otherwise = tmp_path / "plan.cfg"
+    toml_named_otherwise.write_text('model = "llama3-8b"\n')
+    assert main(["plan", "--config", str(toml_named_otherwise)]) == 2
+    assert "a name ending in .toml is read as TOML, any other as JSON" in \
+        capsys.readouterr().err
 
 
 def test_plan_search_json(capsys):

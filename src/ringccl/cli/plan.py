@@ -264,6 +264,11 @@ def _plan(args, cfg: PlanConfig) -> int:
             raise ArgumentError(f"{where} slows one rank's NIC in one layout's step; it does "
                                 "not apply to --search, which ranks layouts on the cluster as "
                                 "given: drop it, or plan the layout you choose with it")
+        per_node = cluster_for({**cluster, "nodes": 1}, 1).gpus_per_node
+        if gpus % per_node:
+            raise ArgumentError(f"--gpus {gpus} does not fill nodes of {per_node} GPUs: "
+                                f"--search lays out whole nodes; give a multiple of {per_node}, "
+                                "or --gpus-per-node")
         if "nodes" in cluster:
             given = cluster_for(cluster, gpus)
             if given.nodes * given.gpus_per_node != gpus:

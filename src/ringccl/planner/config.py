@@ -58,11 +58,16 @@ def load_plan_config(path: str) -> dict:
     p = Path(path)
     try:
         text = p.read_bytes()
+    except OSError as exc:  # the file itself: missing, a folder, not allowed
+        raise ArgumentError(f"--config {path!r}: cannot read the file "
+                            f"({exc.strerror or exc})") from None
+    try:
         data = tomllib.loads(text.decode()) if p.suffix == ".toml" else json.loads(text)
-    except (OSError, ValueError) as exc:
+    except ValueError as exc:
         why = not_text(exc) if isinstance(exc, UnicodeDecodeError) else exc
         raise ArgumentError(f"--config {path!r}: cannot read it as "
-                            f"{'TOML' if p.suffix == '.toml' else 'JSON'} ({why})") from None
+                            f"{'TOML' if p.suffix == '.toml' else 'JSON'} ({why}; a name "
+                            "ending in .toml is read as TOML, any other as JSON)") from None
     if not isinstance(data, dict):
         raise ArgumentError(f"--config {path!r} must hold an object/table")
     unknown = sorted(set(data) - set(CONFIG_KEYS))
