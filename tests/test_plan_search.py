@@ -93,6 +93,18 @@ def test_search_refusals():
         search(shallow, cluster_preset("dgx-h100", nodes=4), global_batch_size=3)
 
 
+def test_search_takes_the_model_and_cluster_as_plan_does():
+    by_name = search("llama3-8b", {"preset": "dgx-h100", "nodes": 1}, global_batch_size=16)
+    by_object = search(resolve_model("llama3-8b"), cluster_preset("dgx-h100", nodes=1),
+                       global_batch_size=16)
+    assert [p.dims.describe() for p in by_name.plans] == \
+        [p.dims.describe() for p in by_object.plans]
+    with pytest.raises(ArgumentError, match="cluster='dgx-z' is not a preset"):
+        search("llama3-8b", "dgx-z")
+    with pytest.raises(ArgumentError, match="llama-z"):
+        search("llama-z", "dgx-h100")
+
+
 def test_search_finds_a_layout_no_slower_than_megatron_sc21_table_2():
     # Narayanan et al. 2021, Table 2: GPT-3 175B on 1,536 A100s with PTD-P (tp 8, pp 12,
     # dp 16, interleaved, full recompute; benchmarks/published_runs.json)

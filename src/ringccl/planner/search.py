@@ -54,10 +54,11 @@ from typing import Callable, Iterator
 
 from ..caches import memoize
 from ..errors import ArgumentError, RingcclError
-from .cluster import Cluster
+from .cluster import Cluster, resolve_cluster
 from .context import step_context
 from .costing import WalkLimitError
 from .frameworks import check_framework
+from .hf_config import resolve_model
 from .model import ModelConfig
 from .parallel_dims import ParallelDims
 from .pipeline import pipeline_lower_bound
@@ -384,14 +385,19 @@ class SearchResult:
                 "pareto": [row(p) for p in self.pareto]}
 
 
-def search(model: ModelConfig, cluster: Cluster, *, global_batch_size: int | None = None,
+def search(model: ModelConfig | str | dict, cluster: Cluster | str | dict, *,
+           global_batch_size: int | None = None,
            progress: Callable[[int, int, ParallelDims], None] | None = None, top: int = 10,
            space: SearchSpace | None = None, prune: bool = True, framework: str | None = None,
            **options) -> SearchResult:
     """Every valid layout of ``model`` on ``cluster``'s GPUs, by step time, with the Pareto front.
 
     Args:
-        model, cluster: what to place and where.
+        model, cluster: what to place and where, as :func:`ringccl.planner.plan` takes them: a
+            :class:`ModelConfig`, a preset name, a config.json path or a dict of its fields
+            (:func:`~ringccl.planner.hf_config.resolve_model`); a :class:`Cluster`, a preset
+            name or a dict of its fields (:func:`~ringccl.planner.cluster.resolve_cluster`:
+            ``{"preset": "dgx-h100", "nodes": 8}``), its GPUs the ones laid out.
         global_batch_size: sequences per step (default: the world size, at least 256).
         progress: called as ``progress(done, total, layout)`` as layouts are priced or pruned.
         top: how many of the fastest to estimate in full (``plans``).
@@ -403,10 +409,12 @@ def search(model: ModelConfig, cluster: Cluster, *, global_batch_size: int | Non
     Returns:
         :class:`SearchResult`.
     Raises:
-        ArgumentError: no valid layout at all; an unknown framework; with
+        ArgumentError: a model or cluster that does not resolve (naming what is allowed); no
+            valid layout at all; an unknown framework; with
             ``collectives="ringccl"``, every layout that was not pruned has a group beyond the
             walk's limit (none priced).
     """
+    model, cluster = resolve_model(model), resolve_cluster(cluster)
     if framework is not None:
         framework = check_framework(framework)
     world = cluster.world_size
