@@ -51,6 +51,7 @@ sys.path[:0] = [os.path.join(HERE, "..", "src"), HERE]
 
 import measure  # noqa: E402
 from ringccl import units  # noqa: E402
+from ringccl.cli.sizes import size_list  # noqa: E402
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all")
 BUS = {"all_reduce": lambda n: 2 * (n - 1) / n, "reduce_scatter": lambda n: (n - 1) / n,
@@ -514,7 +515,9 @@ def main() -> None:
                         help="reduce_scatter in NCCL's in-place form against out of place, "
                         "the input as the working buffer (before) and gloo, per algorithm")
     parser.add_argument("--sizes", default=None,
-                        help="comma-separated sizes instead of -b..-e by powers of 4")
+                        type=lambda text: size_list(text, whole_bytes=True),
+                        help="comma-separated sizes instead of -b..-e by powers of 4 (as "
+                        "ringccl's --size lists: 4KiB,1MiB or a range 4KiB:1MiB:4)")
     args = parser.parse_args()
     if args.iters < 5:
         parser.error(f"--iters={args.iters}: at least 5 (the median of >= 5 iterations)")
@@ -524,7 +527,7 @@ def main() -> None:
     from ringccl.torch.launch import launch
 
     sizes = (measure.powers_of_4(units.size(args.begin), units.size(args.end))
-             if args.sizes is None else [units.size(v) for v in args.sizes.split(",")])
+             if args.sizes is None else args.sizes)
     if not sizes:
         parser.error(f"-b {args.begin} -e {args.end}: no size (-b must be <= -e)")
     if args.wait_policies:

@@ -26,6 +26,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
 from ringccl import units  # noqa: E402
+from ringccl.cli.sizes import size_list  # noqa: E402
 
 
 def worker(rank, world_size, sizes, reps):
@@ -78,12 +79,15 @@ def worker(rank, world_size, sizes, reps):
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nproc", type=int, default=2)
-    parser.add_argument("--sizes", default="4MiB,16MiB,64MiB")
+    parser.add_argument("--sizes", default="4MiB,16MiB,64MiB",
+                        type=lambda text: size_list(text, whole_bytes=True),
+                        help="sizes as ringccl's --size lists take them (4MiB,16MiB or "
+                        "4MiB:64MiB:4)")
     parser.add_argument("--reps", type=int, default=11)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     from ringccl.torch.launch import launch
-    sizes = [int(units.size(s)) for s in args.sizes.split(",") if s.strip()]
+    sizes = args.sizes
     load = os.getloadavg()
     rows = launch(worker, args.nproc, sizes, max(1, args.reps), timeout=1800,
                   worker_bytes=8 * max(sizes))[0]

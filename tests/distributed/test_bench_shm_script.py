@@ -110,3 +110,12 @@ def test_bench_shm_rejects_cold_with_wait_policies():
                            "--wait-policies"], capture_output=True, text=True,
                           timeout=bounds.job(60))
     assert proc.returncode == 2 and "--cold" in proc.stderr and "--wait-policies" in proc.stderr
+
+
+@pytest.mark.parametrize("script", ["bench_shm.py", "bench_shm_seeded.py"])
+def test_bench_sizes_are_read_as_ringccl_reads_size_lists(script):
+    # one parser for lists of sizes: an empty entry is refused, not skipped or misread
+    proc = subprocess.run([sys.executable, str(BENCH / script), "--sizes", "8,,4KiB"],
+                          capture_output=True, text=True, timeout=bounds.job(60))
+    assert proc.returncode == 2
+    assert "sizes '8,,4KiB': entry 2 of 3 is empty" in proc.stderr
