@@ -278,6 +278,19 @@ def test_an_empty_entry_of_a_size_list_is_refused_naming_the_option_and_the_valu
     assert f"argument {option}: {kind} {text!r}: {empty}; " in err, err
 
 
+@pytest.mark.parametrize("argv, option, text, message", [
+    (["model", "all_reduce", "-s", "1MiB", "-N"], "--world-size/-N", "8,,64",
+     "integers '8,,64': entry 2 of 3 is empty; each entry must be an integer >= 1"),
+    (["model", "all_reduce", "-s", "1MiB", "-a"], "--algorithm/-a", "ring,",
+     "names 'ring,': entry 2 of 2 is empty; each entry must be a name"),
+])
+def test_an_empty_entry_of_a_list_of_world_sizes_or_names_is_refused(capsys, argv, option,
+                                                                     text, message):
+    # before, 8,,64 read as 8,64 and ring, as ring
+    err = _refused(capsys, [*argv, text])
+    assert f"argument {option}: {message}" in err, err
+
+
 @pytest.mark.parametrize("argv", [a for a, _ in _SIZE_OPTIONS if a[0] != "nccl"])
 def test_a_fractional_factor_gives_whole_bytes_each_rounded_down_once(capsys, argv):
     # 1, 1.5, 2.25, 3.375, 5.06, ... bytes: rounded down, 1 kept once (nccl-tests' sizes are

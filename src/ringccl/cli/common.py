@@ -27,7 +27,7 @@ from ..ops import check_accumulate_dtype, check_op_dtype
 from ..sim import default_algorithm, resolve_root
 from . import limits
 from .parser import Parser
-from .sizes import MAX_SIZES, size_list
+from .sizes import MAX_SIZES, entries, size_list
 from .sizes import refuse_negative as _refuse_negative
 
 __all__ = ["table", "TABLE_FORMATS", "stderr_console", "add_format_option", "add_launch_options",
@@ -379,13 +379,21 @@ def widths_arg(text: str) -> tuple:
 
 
 def int_list(text: str) -> list[int]:
-    """``8,64,1024``: integers >= 1 (argparse type)."""
-    return [positive_int(s) for s in text.split(",") if s.strip()]
+    """``8,64,1024``: integers >= 1 (argparse type); an empty entry is refused, as in a list of
+    sizes (:func:`.sizes.entries`)."""
+    return [positive_int(s) for s in _entries(text, "integers", "an integer >= 1 (e.g. 8,64)")]
 
 
 def name_list(text: str) -> list[str]:
-    """``ring,direct``: comma-separated names."""
-    return [s.strip() for s in text.split(",") if s.strip()]
+    """``ring,direct``: comma-separated names (argparse type); an empty entry is refused."""
+    return _entries(text, "names", "a name (e.g. ring,direct)")
+
+
+def _entries(text: str, noun: str, allowed: str) -> list[str]:
+    try:
+        return entries(text, noun, allowed)
+    except ArgumentError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def nonnegative(parse, noun: str, allowed: str):
