@@ -31,7 +31,8 @@ from ..errors import ArgumentError, RingcclError
 from ..ir import Schedule
 from ..caches import memoize
 from ._build import transfer_limit
-from .registry import build_schedule, get_algorithm, params_key
+from . import registry
+from .registry import build_schedule, get_algorithm, params_key, schedule_nbytes
 
 __all__ = ["BUILD_BYTES_PER_TRANSFER", "BUILD_BYTES_PER_STEP", "PROBES", "MARGIN",
            "estimate", "build", "check_verify", "bounded", "library_build"]
@@ -202,8 +203,9 @@ def library_build(collective: str, algorithm: str, world_size: int, params: dict
     """:func:`build` for a library call (``ringccl.schedule``): refusals name its keywords
     (``world_size=30000``), the process's address-space limit is left alone, and a schedule
     built once is returned again without the checks (a hit costs about a microsecond, as
-    :func:`~ringccl.algorithms.registry.build_schedule`'s; :func:`ringccl.clear_caches`
-    empties both).
+    :func:`~ringccl.algorithms.registry.build_schedule`'s; both caches keep at most
+    :data:`~ringccl.algorithms.registry.SCHEDULE_CACHE_BYTES` of schedules, and
+    :func:`ringccl.clear_caches` empties both).
 
     Raises:
         ArgumentError: as :func:`build`.
@@ -222,7 +224,7 @@ def _library_build(collective: str, algorithm: str, world_size: int, params: dic
     return build(collective, algorithm, world_size, params, (given, names), address_space=False)
 
 
-@memoize(maxsize=128)
+@memoize(maxsize=128, maxbytes=lambda: registry.SCHEDULE_CACHE_BYTES, nbytes=schedule_nbytes)
 def _library_build_cached(collective: str, algorithm: str, world_size: int,
                           key: tuple) -> Schedule:
     return _library_build(collective, algorithm, world_size, {k: v for k, _, v in key})

@@ -23,6 +23,8 @@ import inspect
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
+import numpy as np
+
 from ..args import check_int
 from ..caches import memoize
 from ..collectives import get_collective
@@ -30,7 +32,8 @@ from ..errors import ArgumentError, ArgumentTypeError
 from ..ir import Schedule
 
 __all__ = ["Algorithm", "register", "get_algorithm", "algorithms", "build_schedule", "params_key",
-           "REGISTRY", "DEFAULTS", "default_algorithm"]
+           "REGISTRY", "DEFAULTS", "default_algorithm", "SCHEDULE_CACHE_BYTES",
+           "schedule_nbytes"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -200,7 +203,24 @@ def _build(algo: Algorithm, world_size: int, params: dict) -> Schedule:
     return schedule
 
 
-@memoize(maxsize=64)
+#: bytes of built schedules (:func:`schedule_nbytes`) that each schedule cache keeps, on top of
+#: its count: this one and :func:`ringccl.schedule`'s (which holds mostly the same objects). A
+#: schedule's arrays grow as world_size² (ring all_gather: 285 MB on 4,096 ranks), so 64 by
+#: count alone could hold ~18 GB; 1 GiB still keeps the few largest a plan search walks at once
+#: (up to 4,096 ranks) and every small one. Read at each insert, so it may be changed at run time.
+SCHEDULE_CACHE_BYTES = 1 << 30
+
+
+def schedule_nbytes(schedule: Schedule) -> int:
+    """Bytes of ``schedule``'s arrays: its transfers (src, dst, src_chunk, dst_chunk, reduce),
+    step_ptr, and the statistics it has memoized on itself so far (chunk_sends, chunk_recvs)."""
+    kept = list(getattr(schedule, "_cache", {}).values())   # a copy: another thread may add
+    return sum(a.nbytes for a in (schedule.src, schedule.dst, schedule.src_chunk,
+                                  schedule.dst_chunk, schedule.reduce, schedule.step_ptr, *kept)
+               if isinstance(a, np.ndarray))
+
+
+@memoize(maxsize=64, maxbytes=lambda: SCHEDULE_CACHE_BYTES, nbytes=schedule_nbytes)
 def _build_cached(algo: Algorithm, world_size: int,
                   params: tuple[tuple[str, type, object], ...]) -> Schedule:
     # keyed by the registry entry itself, not its name: a name registered again (or removed
@@ -210,7 +230,8 @@ def _build_cached(algo: Algorithm, world_size: int,
 
 
 def build_schedule(collective: str, algorithm: str, world_size: int, **params) -> Schedule:
-    """Build (or fetch from a small cache) the schedule of ``algorithm`` for ``collective``.
+    """Build (or fetch from a small cache: 64 schedules, :data:`SCHEDULE_CACHE_BYTES` of them)
+    the schedule of ``algorithm`` for ``collective``.
 
     A cache hit costs about a microsecond (one dict lookup and one LRU lookup), so callers need
     no cache of their own; :func:`ringccl.clear_caches` empties it.
