@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -144,3 +145,37 @@ def test_killed_rank_inline_call_fails_the_survivors_work(transport):
         assert r["complete_on_return"] is True, r   # ran inline: the Work came back complete
         assert r["seconds"] < WAIT_S + bounds.slack(), r   # the failing call
     assert _leftover(reports[:3]) == []
+
+
+class _Store:
+    """The store calls _absent_peer makes (check, get), with keys that appear at given times."""
+
+    def __init__(self, appear: dict):
+        self.t0, self.appear = time.monotonic(), appear   # key -> (after s, value)
+
+    def _there(self, key) -> bool:
+        at = self.appear.get(key)
+        return at is not None and time.monotonic() - self.t0 >= at[0]
+
+    def check(self, keys) -> bool:
+        return all(self._there(k) for k in keys)
+
+    def get(self, key) -> bytes:
+        return str(self.appear[key][1]).encode()
+
+
+def test_the_absent_peer_is_the_one_that_never_came_not_a_late_live_one():
+    from ringccl.backends.torch import shm
+
+    key = shm._PID_KEY.format
+    # rank 1 asks: rank 0 is alive and reaches the set-up 0.3 s late; rank 2 never comes
+    late = _Store({key(0): (0.3, os.getpid())})
+    assert shm._absent_peer(late, 1, 3, grace_s=2.0) == 2
+    # everyone came: the first whose process is gone (a pid above Linux's largest, 2^22)
+    gone = _Store({key(0): (0.0, 2 ** 22 + 12345), key(2): (0.0, os.getpid())})
+    assert shm._absent_peer(gone, 1, 3, grace_s=2.0) == 0
+    # one that never came goes before one gone since (a survivor that left meanwhile)
+    assert shm._absent_peer(_Store({key(0): (0.0, 2 ** 22 + 12345)}), 1, 3, grace_s=0.2) == 2
+    # everyone there and alive: nobody is named
+    assert shm._absent_peer(_Store({key(0): (0, os.getpid()), key(2): (0, os.getpid())}),
+                            1, 3, grace_s=0.1) is None

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
@@ -236,15 +237,27 @@ def _set_up(store, rank: int, world_size: int, make: Callable[[], Any]):
         raise
 
 
-def _absent_peer(store, rank: int, world_size: int) -> int | None:
+#: how long a set-up that failed waits for its peers' pids before naming one that never came:
+#: a live peer only slower to reach the set-up (a loaded machine) writes its pid within it
+ABSENT_GRACE_S = 2.0
+
+
+def _absent_peer(store, rank: int, world_size: int,
+                 grace_s: float = ABSENT_GRACE_S) -> int | None:
     """Who left the set-up's first exchange, when the store still answers: the first peer that
-    never reached the set-up (no pid in the store), else the first whose process is gone;
-    else None."""
+    has not reached the set-up (no pid in the store) within ``grace_s`` seconds, else the first
+    whose process is gone, else None. Without the grace a peer alive but only late was named
+    instead of the one that never came; a peer that never came goes first because a survivor
+    may have left by the time a slower one's exchange fails."""
     if store is None:
         return None
     try:
         keys = {r: _PID_KEY.format(r) for r in range(world_size) if r != rank}
         missing = [r for r, key in keys.items() if not store.check([key])]
+        deadline = time.monotonic() + grace_s
+        while missing and time.monotonic() < deadline:
+            time.sleep(0.05)
+            missing = [r for r in missing if not store.check([keys[r]])]
         if missing:
             return missing[0]
         return next((r for r, key in keys.items()
