@@ -269,21 +269,19 @@ def _plan(args, cfg: PlanConfig) -> int:
             raise ArgumentError(f"--gpus {gpus} does not fill nodes of {per_node} GPUs: "
                                 f"--search lays out whole nodes; give a multiple of {per_node}, "
                                 "or --gpus-per-node")
-        if "nodes" in cluster:
-            given = cluster_for(cluster, gpus)
-            if given.nodes * given.gpus_per_node != gpus:
-                raise ArgumentError(
-                    f"--gpus {gpus} and the cluster's {given.nodes} node"
-                    f"{'s' if given.nodes > 1 else ''} x {given.gpus_per_node} GPUs = "
-                    f"{given.nodes * given.gpus_per_node} disagree; --search lays out --gpus: "
-                    "drop --nodes (the GPUs fill whole nodes) or make them agree")
+        machine = cluster_for(cluster, gpus)
+        if machine.world_size != gpus:   # --nodes given, and not the nodes --gpus fill
+            raise ArgumentError(
+                f"--gpus {gpus} and the cluster's {machine.nodes} node"
+                f"{'s' if machine.nodes > 1 else ''} x {machine.gpus_per_node} GPUs = "
+                f"{machine.world_size} disagree; --search lays out --gpus: "
+                "drop --nodes (the GPUs fill whole nodes) or make them agree")
         fixed = sorted(k for k in layout if k not in ("global_batch_size", "framework"))
         if fixed:  # the search enumerates every dimension itself: a fixed one would be dropped
             raise ArgumentError(f"--search ranks every layout and does not take fixed layout "
                                 f"options ({', '.join(fixed)}); drop them, or plan that layout "
                                 "without --search (--framework and --global-batch-size apply "
                                 "to every layout it ranks)")
-        machine = cluster_for(cluster, gpus)
         gbs = layout.get("global_batch_size")
         bar, advance = _progress(0) if sys.stderr.isatty() and not args.json else (
             contextlib.nullcontext(), None)
