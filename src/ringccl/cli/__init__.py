@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import sys
 
+from .interrupt import interrupted
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Sequence
@@ -37,9 +39,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # before the command ran: app.main handles it from then on
         words = list(sys.argv[1:] if argv is None else argv)
         command = next((w for w in words if not w.startswith("-")), None)
-        print(f"interrupted: ringccl{' ' + command if command else ''} stopped before it "
-              "started", file=sys.stderr, flush=True)
-        return 130
+        return interrupted(f"ringccl{' ' + command if command else ''} stopped before it "
+                           "started")
 
 
 def build_parser():

@@ -25,6 +25,7 @@ from . import (calibrate, demo, explore, model, moe, network, replay, run, sched
                train)
 from . import plan as plan_cmd
 from .common import Parser
+from .interrupt import interrupted
 
 __all__ = ["build_parser", "main", "COMMANDS", "version"]
 
@@ -108,9 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"ringccl: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # anywhere: simulate's numpy loop, importing torch, a launch
-        print(f"interrupted: ringccl {args.command} stopped before it finished",
-              file=sys.stderr, flush=True)
-        return 130
+        return interrupted(f"ringccl {args.command} stopped before it finished")
 
 
 def _run(args) -> int:

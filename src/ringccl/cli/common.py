@@ -26,6 +26,7 @@ from ..errors import ArgumentError, RingcclError
 from ..ops import check_accumulate_dtype, check_op_dtype
 from ..sim import default_algorithm, resolve_root
 from . import limits
+from .interrupt import INTERRUPTED, interrupted
 from .parser import Parser
 from .sizes import MAX_SIZES, entries, size_list
 from .sizes import refuse_negative as _refuse_negative
@@ -287,10 +288,6 @@ def need_torch() -> None:
 
 # -- processes: resources, failures, interrupts ------------------------------------------------
 
-#: exit code after an interrupt (Ctrl-C, SIGINT or SIGTERM), as shells report a SIGINT death
-INTERRUPTED = 130
-
-
 def add_launch_options(p) -> None:
     """``--oversubscribe`` and ``--verbose`` of the commands that start worker processes."""
     p.add_argument("--oversubscribe", action="store_true",
@@ -328,13 +325,6 @@ def check_nproc(args, buffer_bytes: int = 0, size_flag: str | None = None, *,
                     f"{units.format_size(buffer_bytes)} per rank, peaking at about "
                     f"{resources.RUN_BUFFER_FACTOR}x that in each worker)")
         raise ArgumentError(f"{exc}; or {hint}") from None
-
-
-def interrupted(what: str) -> int:
-    """Print the one line of an interrupted command (``interrupted: <what>``) on stderr and
-    return :data:`INTERRUPTED` (130)."""
-    print(f"interrupted: {what}", file=sys.stderr, flush=True)
-    return INTERRUPTED
 
 
 # -- argparse types ------------------------------------------------------------------------------
