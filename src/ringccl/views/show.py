@@ -96,9 +96,10 @@ def step_table(schedule: Schedule, max_steps: int = 200, ranks: Sequence[int] | 
             left out.
         ranks: the rank columns to show, in order (default all): ints, or text such as
             ``"0-7"`` or ``"0,3,8-11"`` (:func:`parse_ranks`).
-        width: at most this many characters per line, an integer >= 1 (None: no limit). Cells longer than a
-            line allows end in "… +K" (K entries left out); without ``ranks``, the table shows
-            the first ranks that fit and a last line says how many were left out.
+        width: at most this many characters per line, an integer >= 1 (None: no limit). Cells
+            longer than a line allows end in "… +K" (K entries left out); without ``ranks``,
+            the table shows the first ranks that fit and a last line says how many were left
+            out.
     Returns:
         the table, lines joined by newlines (no trailing newline).
     Raises:
