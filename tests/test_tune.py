@@ -189,3 +189,20 @@ def test_tune_takes_one_name_as_one_algorithm_and_refuses_what_it_would_ignore()
     with pytest.raises(ringccl.ArgumentError, match="algorithm='treee' is not available"):
         ringccl.tune("all_reduce", 8, alpha="5us", bandwidth="1GB/s",
                      params={"treee": {"segments": 0}})
+
+
+def test_tune_result_and_predictors_pickle_and_copy():
+    """A result is kept or sent to another process (multiprocessing) like any value: the
+    registry entry it prices with is looked up again by name."""
+    import copy
+    import pickle
+
+    for method in ("walk", "closed_form"):
+        t = ringccl.tune("all_reduce", 8, alpha="5us", bandwidth="50GB/s", method=method,
+                         algorithms=None if method == "walk" else ["ring"])
+        for back in (pickle.loads(pickle.dumps(t)), copy.deepcopy(t)):
+            assert back.algorithms == t.algorithms and back.best == t.best
+            np.testing.assert_array_equal(back.seconds, t.seconds)
+            for a in t.algorithms:
+                assert back.time_at(3e6, a) == t.time_at(3e6, a)
+                assert back._predictors[a].algorithm is t._predictors[a].algorithm

@@ -396,6 +396,14 @@ class Predictor:
         else:
             self.num_steps = self.algorithm.num_steps(n)
 
+    def __getstate__(self):
+        # the registry entry holds its builder's lambdas: pickle its name, look it up again
+        return {**self.__dict__, "algorithm": None}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self.algorithm = get_algorithm(self.collective, self.name)
+
     def _closed(self, nbytes: float, alpha: float, beta: float, gamma: float) -> float:
         return float(self.algorithm.time(self.topology.world_size, nbytes, alpha, beta, gamma))
 
