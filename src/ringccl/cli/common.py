@@ -28,6 +28,7 @@ from ..sim import default_algorithm, resolve_root
 from . import limits
 from .interrupt import INTERRUPTED, interrupted
 from .parser import Parser
+from .progress import Progress
 from .sizes import MAX_SIZES, entries, size_list
 from .sizes import refuse_negative as _refuse_negative
 
@@ -152,21 +153,14 @@ def stderr_console():
 
 
 def progress(total: int, description: str):
-    """(context manager, advance(row) callback): a rich progress bar on stderr (a terminal), or
-    nothing."""
-    console = stderr_console()
-    if console is None:
-        return contextlib.nullcontext(), lambda row: None
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                               TimeElapsedColumn)
-    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn(), TextColumn("{task.fields[last]}"),
-                   console=console, transient=True)
-    task = bar.add_task(description, total=total, last="")
+    """(context manager, advance(row) callback) for a sweep of ``total`` rows, each row a dict
+    with ``algorithm`` and ``size`` (bytes): :class:`.progress.Progress` on stderr."""
+    shown = Progress()
+    task = shown.task(description, total)
 
     def advance(row: dict) -> None:
-        bar.update(task, advance=1, last=f"{row['algorithm']} {units.format_size(row['size'])}")
-    return bar, advance
+        task.update(advance=1, last=f"{row['algorithm']} {units.format_size(row['size'])}")
+    return shown, advance
 
 
 def _strict(obj):

@@ -13,8 +13,6 @@ pipeline.
 
 from __future__ import annotations
 
-import contextlib
-
 from .. import resources, units
 from ..errors import ArgumentError, Interrupted
 from ..planner.step import exposed_seconds
@@ -22,7 +20,8 @@ from ..views.plot import _pyplot, save_figure
 from ..backends.torch import launch as torch_launch
 from .common import (IMAGE_SUFFIXES, add_format_option, add_launch_options, check_nproc, checked,
                      emit_json, interrupted, need_torch, nonnegative, output_path, positive_int,
-                     seconds_arg, stderr_console, table)
+                     seconds_arg, table)
+from .progress import Progress
 
 __all__ = ["register", "overlap_model", "plot_timelines"]
 
@@ -168,23 +167,16 @@ def _cmd_moe(args) -> int:
         f"expert weights {units.format_size(expert_bytes)}, peaking at about "
         f"{resources.RUN_BUFFER_FACTOR}x their sum)"))
     done = {"iters": 0}
-    console = None if args.json else stderr_console()
-    bar = contextlib.nullcontext()
-    task = None
-    if console is not None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-        bar = Progress("ringccl moe", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                       console=console, transient=True)
-        task = bar.add_task("moe", total=2 * args.iters)
+    shown = Progress(enabled=not args.json)
+    task = shown.task("ringccl moe: timed runs", total=2 * args.iters)
 
     def on_progress(event):
         if event[0] == "iter":
             done["iters"] = event[1]
-            if task is not None:
-                bar.update(task, completed=event[1])
+            task.update(completed=event[1])
 
     try:
-        with bar:
+        with shown:
             results = torch_launch.launch(command_worker, args.nproc, dict(vars(config)),
                                           timeout=args.timeout, oversubscribe=True,
                                           verbose=args.verbose, on_progress=on_progress)

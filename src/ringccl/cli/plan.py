@@ -5,9 +5,7 @@ TOML, read and merged by :mod:`ringccl.planner.config`; the command line wins)."
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
-import sys
 
 from .. import units
 from ..args import JSON_SUFFIXES
@@ -28,6 +26,7 @@ from ..views.explore_plan import plan_page
 from ..views.plan_plot import plan_chart
 from .common import (HTML_SUFFIXES, IMAGE_SUFFIXES, emit_json, output_path, positive_int, size_arg,
                      table)
+from .progress import Progress
 
 __all__ = ["register"]
 
@@ -193,18 +192,6 @@ def _print_plan(p) -> None:
         print(f"warning ({w.kind}): {w}")
 
 
-def _progress(total: int):
-    try:
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-    except ImportError:
-        return contextlib.nullcontext(), None
-    bar = Progress("searching layouts", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   console=Console(stderr=True), transient=True)
-    task = bar.add_task("search", total=total)
-    return bar, lambda done, total, layout: bar.update(task, completed=done, total=total)
-
-
 def _chart(p, path: str) -> None:
     """The step's PNG, with the pipeline schedule as it runs on top."""
     timeline = p.timeline()
@@ -283,11 +270,11 @@ def _plan(args, cfg: PlanConfig) -> int:
                                 "without --search (--framework and --global-batch-size apply "
                                 "to every layout it ranks)")
         gbs = layout.get("global_batch_size")
-        bar, advance = _progress(0) if sys.stderr.isatty() and not args.json else (
-            contextlib.nullcontext(), None)
-        with bar:
-            result = search(model, machine, global_batch_size=gbs, progress=advance,
-                            framework=layout.get("framework"))
+        with Progress(enabled=not args.json) as shown:
+            task = shown.task("searching layouts")
+            result = search(model, machine, global_batch_size=gbs, framework=layout.get(
+                "framework"), progress=lambda done, total, _: task.update(completed=done,
+                                                                           total=total))
         if args.plot and result.plans:
             _chart(result.plans[0], args.plot)
         if args.html and result.plans:

@@ -13,8 +13,6 @@ per collective and in total, the median error whatever it is; ``--plot`` draws b
 
 from __future__ import annotations
 
-import contextlib
-
 from .. import units
 from ..errors import Interrupted
 from ..planner.emit import load_step_file, replay_calls
@@ -23,7 +21,8 @@ from ..views.plot import _pyplot, save_figure
 from ..backends.torch import launch as torch_launch
 from .common import (IMAGE_SUFFIXES, add_format_option, add_launch_options, check_nproc,
                      emit_json, interrupted, need_torch, nonnegative_int, output_path,
-                     positive_int, seconds_arg, size_arg, stderr_console, table)
+                     positive_int, seconds_arg, size_arg, table)
+from .progress import Progress
 
 __all__ = ["register", "plot_replay"]
 
@@ -91,21 +90,16 @@ def _cmd_replay(args) -> int:
     from ..backends.torch.replay import replay_worker
 
     total = len(rmap.calls) + len(sweeps)
-    console = None if args.json else stderr_console()
-    bar, task, done = contextlib.nullcontext(), None, {"n": 0}
-    if console is not None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-        bar = Progress("ringccl replay", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                       console=console, transient=True)
-        task = bar.add_task("replay", total=total)
+    done = {"n": 0}
+    shown = Progress(enabled=not args.json)
+    task = shown.task("ringccl replay: collectives and sweeps", total=total)
 
     def on_progress(event):
         done["n"] = event[1]
-        if task is not None:
-            bar.update(task, completed=event[1])
+        task.update(completed=event[1])
 
     try:
-        with bar:
+        with shown:
             per_rank = torch_launch.launch(replay_worker, args.nproc,
                                            [c.to_dict() for c in rmap.calls], sweeps, args.iters,
                                            args.warmup, timeout=args.timeout, oversubscribe=True,

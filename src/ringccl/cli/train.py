@@ -4,7 +4,6 @@ progress shown here and the final losses compared."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 
 from .. import units
@@ -12,7 +11,8 @@ from ..errors import ArgumentError, Interrupted
 from ..backends.torch import launch as torch_launch
 from .common import (add_format_option, add_launch_options, check_nproc, emit_json,
                      interrupted, need_torch, nonnegative_int, positive_int, seconds_arg,
-                     stderr_console, table, widths_arg)
+                     table, widths_arg)
+from .progress import Progress
 
 __all__ = ["register", "TRAIN_LOSS_RTOL"]
 
@@ -24,30 +24,24 @@ TRAIN_LOSS_RTOL = 1e-3
 
 class _TrainProgress:
     """Rank 0's progress events, shown as they arrive (``launch``'s ``on_progress``, in the
-    main thread): a rich bar per mode on stderr, and one line per epoch unless ``quiet``."""
+    main thread): the steps of each mode on stderr (:class:`.progress.Progress`), and one line
+    per epoch unless ``quiet``."""
 
     def __init__(self, epochs: int, quiet: bool):
         self.epochs, self.quiet = epochs, quiet
         self.last_epoch: tuple | None = None  # (mode, epoch) of the last epoch event
         self.tasks: dict = {}
-        console = stderr_console()  # None: no rich, or stderr is no terminal
-        self.bar = None
-        if console is not None:
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                       TimeElapsedColumn)
-            self.bar = Progress(TextColumn("{task.description}"), BarColumn(),
-                                MofNCompleteColumn(), TimeElapsedColumn(), console=console,
-                                transient=True)
+        self.shown = Progress()
 
     def context(self):
-        return self.bar if self.bar is not None else contextlib.nullcontext()
+        return self.shown
 
     def __call__(self, event) -> None:
-        if event[0] == "step" and self.bar is not None:
+        if event[0] == "step":
             _, mode, done, total = event
             if mode not in self.tasks:
-                self.tasks[mode] = self.bar.add_task(f"training ({mode})", total=total)
-            self.bar.update(self.tasks[mode], completed=done)
+                self.tasks[mode] = self.shown.task(f"training ({mode})", total=total)
+            self.tasks[mode].update(completed=done)
         elif event[0] == "epoch":
             _, mode, h = event
             self.last_epoch = (mode, h["epoch"])
