@@ -56,3 +56,25 @@ def test_the_first_call_on_a_communicator_keeps_its_timeout(transport, monkeypat
     proc = mpirun.run(2, [*mpirun.python("first_call_timeout_script.py"), transport],
                       seconds=120, env={"RINGCCL_SHM_JOB": job})
     assert proc.stdout.count(": OK") == 2, proc.stdout + proc.stderr
+
+
+
+@pytest.mark.parametrize("timeout, want", [(2.0, True), (None, False)])
+def test_restore_defaults_over_shm_as_over_p2p(timeout, want, monkeypatch):
+    """The executor's own entry point with ``restore=None`` over shared memory: restore exactly
+    when a timeout is in effect, as over p2p (COMM_WORLD of size 1, in this process, where p2p
+    has no step to run: its rule is the same line of code)."""
+    from mpi4py import MPI
+
+    import numpy as np
+
+    import ringccl
+    from ringccl.backends.mpi import executor
+    from ringccl.ops import ReduceOp
+
+    seen = []
+    monkeypatch.setattr(executor, "_execute_shm", lambda *a: seen.append(a[-1]) or a[1])
+    schedule = ringccl.schedule("all_gather", "ring", 1)
+    executor.execute_call(schedule, np.ones(4, np.float32), ReduceOp.SUM, MPI.COMM_WORLD, None,
+                          None, timeout, None, None, "shm")
+    assert seen == [want]

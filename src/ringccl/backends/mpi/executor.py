@@ -317,8 +317,9 @@ def execute(schedule: Schedule, buffer: np.ndarray, op: ReduceOp = ReduceOp.SUM,
         pipelining: the policy used when ``segment_bytes`` is None (None: :data:`PIPELINING`,
             the measured default: never split).
         transport: "p2p" (MPI point-to-point) or "shm" (the communicator's shared memory:
-            every rank on this host, x86-64; set up on first use; the caller's buffer is
-            written only after success, so ``restore`` has nothing to do there).
+            every rank on this host, x86-64; set up on first use). Over either, a final
+            receive lands in ``buffer`` as it arrives unless ``restore`` keeps what it
+            overwrites.
 
     Returns:
         ``buffer``.
@@ -352,10 +353,12 @@ def execute_call(schedule: Schedule, buffer: np.ndarray, op: ReduceOp, comm,
         segment_elems = pipelining.segment_elems(bounds, itemsize)
     else:  # 0, or the measured default (PIPELINING): whole chunks
         segment_elems = 0
+    if restore is None:
+        restore = wait_timeout is not None
     if transport == "shm":
         return _execute_shm(schedule, buffer, op, comm, bounds,
                             max(1, segment_bytes // itemsize) if segment_bytes else 0,
-                            wait_timeout, bool(restore))
+                            wait_timeout, restore)
     if transport != "p2p":
         raise BackendError(f"transport={transport!r} must be 'p2p' or 'shm' here")
     plan = engine.plan(schedule, rank, bounds, segment_elems)
@@ -363,8 +366,6 @@ def execute_call(schedule: Schedule, buffer: np.ndarray, op: ReduceOp, comm,
         return buffer
     workspace = engine.Workspace(OPS, buffer, op, plan.staging_elems)
     transport = _Transport(_private(comm, schedule, wait_timeout), wait_timeout)
-    if restore is None:
-        restore = wait_timeout is not None
     with np.errstate(all="ignore"):   # IEEE results (inf, NaN) are the op's, as MPI's: no warning
         trace.drive(engine.run_dataflow, schedule, rank, plan, transport, workspace,
                     timeout=wait_timeout, restore=restore, itemsize=itemsize, backend="mpi")
