@@ -180,8 +180,7 @@ SHM_FIT = {"alpha": 0.0, "beta": 0.0941e-9, "gamma": 0.0945e-9, "epsilon": 86.9e
 #: (the rows say ``"transport": "shm"``; ``ringccl fit`` groups them as ``mpi/shm`` and adds
 #: the copy in and out and a per-call ε to those rows; the local-reduce rows pin γ). On the
 #: 2-core development machine, quiet (load average 2.7 during the run, the quiet-machine
-#: figures of docs/shm.md; an earlier fit at load 9-10 gave β = 0.32 ns/B, γ = 0.082 ns/B, ε = 26 µs
-#: with a held-out error of 58%). Fitted (45 rows, R² 0.98 on log times): α held at 0 (its
+#: figures of docs/shm.md). Fitted (45 rows, R² 0.98 on log times): α held at 0 (its
 #: free estimate was negative: a step's synchronisation is lost in the call's fixed ε =
 #: 87 µs), β = 0.094 ns/B (10.6 GB/s), γ = 0.095 ns/B (10.6 GB/s); held out (fit on every
 #: other size of both sweeps, predict the rest): median |error| 33% from 64 KiB on (one-shot
