@@ -78,6 +78,16 @@ def test_model_plot_writes_a_png(tmp_path, capsys):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 20_000
 
 
+def test_a_plot_named_without_a_suffix_is_written_as_png_under_that_name(tmp_path, capsys):
+    pytest.importorskip("matplotlib", reason="--plot needs matplotlib (ringccl[plot])")
+    path = tmp_path / "chart"
+    assert main(["model", "all_reduce", "-N", "8", "--size", "1MiB", "--alpha", "5us",
+                 "--bandwidth", "50GB/s", "--plot", str(path)]) == 0
+    assert f"chart written to {path}" in capsys.readouterr().out
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (tmp_path / "chart.png").exists()
+
+
 def test_model_preset_worked_examples_prints_their_figures(capsys):
     assert main(["model", "--preset", "worked-examples"]) == 0
     out = capsys.readouterr().out

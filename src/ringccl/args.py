@@ -24,7 +24,7 @@ import numpy as np
 from .errors import ArgumentError, ArgumentTypeError
 
 __all__ = ["check_int", "check_rank", "lookup", "output_problem", "check_output_path",
-           "not_text", "HTML_SUFFIXES", "IMAGE_SUFFIXES", "JSON_SUFFIXES"]
+           "not_text", "image_format", "HTML_SUFFIXES", "IMAGE_SUFFIXES", "JSON_SUFFIXES"]
 
 #: suffixes of a page a browser opens
 HTML_SUFFIXES = (".html", ".htm")
@@ -33,6 +33,12 @@ JSON_SUFFIXES = (".json",)
 #: suffixes matplotlib writes (its format follows the suffix; "": no suffix, written as PNG)
 IMAGE_SUFFIXES = (".png", ".svg", ".svgz", ".pdf", ".ps", ".eps", ".pgf", ".jpg", ".jpeg",
                   ".tif", ".tiff", ".webp", ".raw", ".rgba", "")
+
+
+def image_format(path) -> str | None:
+    """matplotlib's ``savefig(format=)`` for ``path``: None (the suffix decides), or "png" for a
+    name without a suffix, which savefig would otherwise write to ``path + ".png"``."""
+    return None if os.path.splitext(str(path))[1] else "png"
 
 
 def _is_int(value) -> bool:

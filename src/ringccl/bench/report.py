@@ -12,6 +12,7 @@ from typing import Sequence
 
 from ..collectives import get_collective
 from ..ops import parse_op
+from ..args import image_format
 from ..units import format_size
 from .spec import BUILTIN, PLACEMENTS, BenchSpec, run_count
 
@@ -149,7 +150,7 @@ def plot_busbw(rows: Sequence[dict], path: str, title: str = "") -> None:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, format=image_format(path))
     plt.close(fig)
 
 

@@ -31,7 +31,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from ..algorithms import get_algorithm
-from ..args import IMAGE_SUFFIXES, check_output_path
+from ..args import IMAGE_SUFFIXES, check_output_path, image_format
 from ..errors import ArgumentError, RingcclError
 from .bucketer import GradientBucketer, check_cap_mb
 from .clip import clip_grad_norm_
@@ -438,6 +438,6 @@ def plot_training(results: list, path: str) -> str:
                         f"{t['exposed_comm_s'] * ms:.2f} ms")
         ax_tl.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2, fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format=image_format(path))
     plt.close(fig)
     return path

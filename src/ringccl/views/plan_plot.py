@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from ..args import image_format
 from .plot import _pyplot
 
 __all__ = ["plan_chart", "picked_stages", "picked_spans", "stage_spans", "stage_window",
@@ -269,7 +270,7 @@ def plan_chart(plan: Mapping, path: str, title: str = "", timeline: Mapping | No
     fig.suptitle(title or f"{plan.get('describe', '')}\ntokens/s {summary['tokens_per_s']:,.0f}"
                  f", pipeline bubble {_seconds_label(summary['bubble_s'])}"
                  f", peak memory {_size_label(summary['peak_memory_bytes'])}", fontsize=11)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format=image_format(path))
     plt.close(fig)
     return path
 

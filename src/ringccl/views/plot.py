@@ -11,6 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..args import image_format
 from ..errors import RingcclError
 
 __all__ = ["model_chart", "fit_chart", "save_figure"]
@@ -34,7 +35,7 @@ def save_figure(fig, path: str, title: str = "", title_size: float = 10) -> str:
     if title:
         fig.suptitle(title, fontsize=title_size)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format=image_format(path))
     _pyplot().close(fig)
     return path
 
@@ -105,7 +106,7 @@ def model_chart(tables: Sequence[dict], path: str, title: str = "") -> str:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout(rect=(0, 0, 0.86, 1))
     fig.legend(handles=handles, loc="center right", fontsize=8, framealpha=0.9)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format=image_format(path))
     plt.close(fig)
     return path
 
