@@ -25,6 +25,15 @@ def test_show_json(capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["num_steps"] == 4 and data["rows"][0]["cells"] == ["c0 → R1", "c1 → R2",
                                                                    "c2 → R0"]
+    assert data["steps_not_shown"] == 0
+
+
+def test_show_json_says_how_many_steps_it_left_out(capsys):
+    assert main(["show", "all_reduce", "-N", "100", "--max-steps", "50", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    steps = [r for r in data["rows"] if r["kind"] == "step"]
+    assert data["num_steps"] == 198 and len(steps) == data["max_steps"] == 50
+    assert data["steps_not_shown"] == 148
 
 
 def test_simulate_json_reports_steps_and_bytes(capsys):

@@ -88,6 +88,17 @@ def test_a_plot_named_without_a_suffix_is_written_as_png_under_that_name(tmp_pat
     assert not (tmp_path / "chart.png").exists()
 
 
+@pytest.mark.parametrize("extra, named", [
+    (["--alpha", "1us", "-N", "3", "--size", "1KiB", "-a", "ring"],
+     "--algorithm, --size, --world-size, --alpha have no effect"),
+    (["all_gather"], "the collective all_gather has no effect"),
+    (["--nodes", "4", "--local", "2"], "--nodes, --local have no effect")])
+def test_model_preset_refuses_the_options_it_would_ignore(extra, named, capsys):
+    assert main(["model", "--preset", "worked-examples", *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"ringccl: error: {named} with --preset worked-examples"), err
+
+
 def test_model_preset_worked_examples_prints_their_figures(capsys):
     assert main(["model", "--preset", "worked-examples"]) == 0
     out = capsys.readouterr().out

@@ -80,3 +80,9 @@ def test_a_bandwidth_needs_its_unit():
         units.bandwidth("50e9")
     assert units.bandwidth(50e9) == 50e9   # a number is bytes/s
     assert units.format_size(2**60) == "1.00 EiB"
+
+
+@pytest.mark.parametrize("text", ["1e400GB/s", "1e400Gbps", float("inf")])
+def test_a_bandwidth_past_a_floats_range_is_called_not_finite(text):
+    with pytest.raises(ArgumentError, match="is not a finite number of bytes/s"):
+        units.bandwidth(text)

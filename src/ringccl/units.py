@@ -175,7 +175,9 @@ def bandwidth(text: str | int | float) -> float:
         value = float(m.group(1)) * _prefix(m.group(2) or "", s, "bandwidth")
         if m.group(3) in ("bps", "b/s", "bit/s", "bits/s"):
             value /= 8  # network rates are quoted in bits
-    if not math.isfinite(value) or value <= 0:
+    if not math.isfinite(value):   # "1e400GB/s": past a float's range
+        raise ArgumentError(f"bandwidth {text!r} is not a finite number of bytes/s")
+    if value <= 0:
         raise ArgumentError(f"bandwidth {text!r} must be > 0")
     return value
 

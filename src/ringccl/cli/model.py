@@ -197,8 +197,27 @@ def _print_examples(fig: dict) -> None:
           + f"; bytes per NIC {h['nic_bytes_ratio']:.2f}x fewer")
 
 
+#: ``model`` options the worked examples do not read (their machines are fixed)
+_NOT_WITH_PRESET = ("collective", "algorithm", "size", "dtype", "world_size", "link", "nodes",
+                    "plot")
+
+
+def _refuse_with_preset(args) -> None:
+    """Refuse the options ``--preset worked-examples`` would ignore, naming them."""
+    flags = {"collective": f"the collective {args.collective}", "algorithm": "--algorithm", "size": "--size",
+             "dtype": "--dtype", "world_size": "--world-size", "link": "--link",
+             "nodes": "--nodes", "plot": "--plot"}
+    given = [flags[d] for d in _NOT_WITH_PRESET if getattr(args, d) != args.model_defaults[d]]
+    given += list((getattr(args, "given", None) or {}).values())
+    if given:
+        raise ArgumentError(f"{', '.join(given)} {'has' if len(given) == 1 else 'have'} no "
+                            "effect with --preset worked-examples (its machines and sizes are "
+                            "fixed; --json is the one option it takes)")
+
+
 def _cmd_model(args) -> int:
     if args.preset == "worked-examples":
+        _refuse_with_preset(args)
         with status("recomputing the worked examples …"):
             fig = worked_examples()
         if args.json:
@@ -482,7 +501,8 @@ def register_model(sub) -> None:
                    "master, ring, tree next to the walked schedules), and flat ring vs "
                    "hierarchical all_reduce of 1 GiB on 128 nodes x 8 GPUs")
     p.add_argument("--json", action="store_true")
-    p.set_defaults(func=_cmd_model)
+    p.set_defaults(func=_cmd_model,
+                   model_defaults={d: p.get_default(d) for d in _NOT_WITH_PRESET})
 
 
 def register_tune(sub) -> None:

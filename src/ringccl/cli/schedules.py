@@ -50,6 +50,8 @@ def _cmd_show(args) -> int:
                    "world_size": schedule.world_size, "num_chunks": schedule.num_chunks,
                    "num_steps": schedule.num_steps, "params": schedule.params,
                    "ranks": ranks if ranks is not None else list(range(args.world_size)),
+                   "max_steps": args.max_steps,
+                   "steps_not_shown": max(0, schedule.num_steps - args.max_steps),
                    "rows": step_rows(schedule, args.max_steps, ranks)})
     else:
         width = _show_width() if args.width is None else (args.width or None)
@@ -207,7 +209,8 @@ def register_show(sub) -> None:
     p.add_argument("--world-size", "-N", type=positive_int, default=4,
                    help="ranks N (default 4: one column per rank fits a terminal)")
     p.add_argument("--max-steps", type=positive_int, default=200,
-                   help="print at most this many steps (default 200)")
+                   help="print at most this many steps (default 200; with --json too, which "
+                   "says how many it left out in steps_not_shown)")
     p.add_argument("--ranks", metavar="LIST",
                    help="rank columns to print: ranks and ranges, e.g. 0-7 or 0,5,9-12 (default: "
                    "as many as fit the width; a last line says how many were left out)")
