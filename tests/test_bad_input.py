@@ -231,6 +231,20 @@ SIM_CASES = [
      r"schedule must be a ringccl Schedule, got str"),
     ("verify type", lambda: ringccl.verify("ring"), T,
      r"schedule='ring' must be a ringccl Schedule, got str"),
+    ("step lengths", lambda: ringccl.Step(np.array([0, 1]), np.array([1]), np.array([0]),
+                                          np.array([0]), np.array([False])), E,
+     r"Step arrays must have one entry per transfer each, got lengths \{'src': 2, 'dst': 1"),
+    ("step ragged", lambda: ringccl.Step([[0, 1], [1]], [1], [0], [0], [True]), E,
+     r"Step src=\[\[0, 1\], \[1\]\] must be a 1-D array of integers"),
+    ("step floats", lambda: ringccl.Step([0.5], [1], [0], [0], [True]), T,
+     r"Step src=\[0.5\] must hold integers, got float64"),
+    ("cost huge int", lambda: ringccl.cost("all_reduce", "ring", 8, 10**400, **FLAT), E,
+     r"nbytes=1000.* must be a finite number of bytes >= 0"),
+    ("busbw world_size", lambda: ringccl.busbw("all_reduce", 1024, 1e-3, 0), E,
+     r"world_size=0 must be an integer >= 1"),
+    ("busbw seconds", lambda: ringccl.busbw("all_reduce", 1024, 0, 8), E,
+     r"seconds=0 must be a finite number > 0"),
+    ("algbw nbytes", lambda: ringccl.algbw("1KiB", 1), T, r"nbytes='1KiB' must be a number"),
 ]
 
 

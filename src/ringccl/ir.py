@@ -70,7 +70,7 @@ import numpy as np
 from .args import check_int, check_rank
 from .chunking import chunk_bounds
 from .collectives import get_collective
-from .errors import ArgumentError, ScheduleError
+from .errors import ArgumentError, ArgumentTypeError, ScheduleError
 
 __all__ = ["Kind", "Transfer", "Step", "Schedule", "Program", "RankStep", "Send", "Recv",
            "chunk_bounds", "reduce_rounds", "ReduceOrder", "reduce_order"]
@@ -232,6 +232,34 @@ class Step:
     dst_chunk: np.ndarray
     reduce: np.ndarray
     phase: str = ""
+
+    def __post_init__(self):
+        arrays = [self.src, self.dst, self.src_chunk, self.dst_chunk, self.reduce]
+        if all(isinstance(a, np.ndarray) and a.ndim == 1 for a in arrays) and \
+                len({a.shape[0] for a in arrays}) == 1:
+            return     # what the builders make: checked by the schedule's verifier
+        names = ("src", "dst", "src_chunk", "dst_chunk", "reduce")
+        shaped = []
+        for name, a, dtype in zip(names, arrays, (np.int32,) * 4 + (bool,)):
+            try:
+                value = np.asarray(a)
+            except ValueError:       # ragged nested lists
+                value = None
+            kind = "integers" if dtype is np.int32 else "bools"
+            if value is None or value.ndim != 1:
+                raise ArgumentError(f"Step {name}={a!r} must be a 1-D array of {kind}, one "
+                                    "entry per transfer (Step.of broadcasts scalars)")
+            if value.size and not np.issubdtype(value.dtype, np.integer if dtype is np.int32
+                                                else np.bool_):
+                raise ArgumentTypeError(f"Step {name}={a!r} must hold {kind}, got "
+                                        f"{value.dtype}")
+            shaped.append(value)
+        lengths = {n: len(v) for n, v in zip(names, shaped)}
+        if len(set(lengths.values())) != 1:
+            raise ArgumentError(f"Step arrays must have one entry per transfer each, got lengths "
+                                f"{lengths}")
+        for name, value, dtype in zip(names, shaped, (np.int32,) * 4 + (bool,)):
+            object.__setattr__(self, name, _readonly(np.ascontiguousarray(value, dtype=dtype)))
 
     @staticmethod
     def of(src, dst, src_chunk, dst_chunk=None, reduce=False, phase: str = "") -> "Step":

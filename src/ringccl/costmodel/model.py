@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import collections
 import inspect
+import math
 from dataclasses import dataclass, field
 from typing import Mapping, NamedTuple
 
@@ -157,9 +158,13 @@ def _nbytes(nbytes) -> float:
     if isinstance(nbytes, bool) or not isinstance(nbytes, (int, float, np.integer, np.floating)):
         raise ArgumentTypeError(f"nbytes={nbytes!r} must be a number of bytes or a size such as "
                                 "'4MiB'")
-    if not np.isfinite(nbytes) or nbytes < 0:
+    try:
+        value = float(nbytes)     # a Python int past int64 (10**30) is no numpy number
+    except OverflowError:
+        value = math.inf
+    if not math.isfinite(value) or value < 0:
         raise ArgumentError(f"nbytes={nbytes!r} must be a finite number of bytes >= 0")
-    return float(nbytes)
+    return value
 
 
 def resolve_topology(world_size, topology, alpha, bandwidth) -> Topology:
