@@ -333,3 +333,21 @@ def test_one_rank_per_node_of_a_large_machine_walks_as_the_flat_machine(collecti
             [s.seconds for s in on_flat.steps], rel=1e-12), name
         assert on_two.max_link_bytes["nic out"] == pytest.approx(
             on_flat.max_link_bytes["port out"], rel=1e-12), name
+
+
+def test_a_walk_whose_schedule_cannot_be_allocated_is_refused_and_tune_skips_it(monkeypatch):
+    """A builder's array past what can be allocated (a 40,000-rank ring on a two-level machine
+    asks numpy for 24 GiB at once) is an ArgumentError naming the schedule, and tune lists
+    that algorithm as skipped with it, rather than numpy's MemoryError from inside."""
+    from ringccl.costmodel import model
+    from ringccl.costmodel.topology import two_level
+
+    def no_memory(collective, algorithm, world_size, **params):
+        raise MemoryError("Unable to allocate 23.8 GiB")
+    monkeypatch.setattr(model, "build_schedule", no_memory)
+    topo = two_level(5000, 8, ("5us", "900GB/s"), ("5us", "50GB/s"))
+    with pytest.raises(ringccl.ArgumentError, match=r"^the ring all_reduce schedule on 40000 "
+                       r"ranks does not fit in memory to be walked"):
+        ringccl.cost("all_reduce", "ring", None, "1MiB", topology=topo)
+    with pytest.raises(ringccl.ArgumentError, match="no algorithm of all_reduce can be costed"):
+        ringccl.tune("all_reduce", topology=topo, algorithms=["ring"])

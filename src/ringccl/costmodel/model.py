@@ -394,7 +394,13 @@ class Predictor:
         self._profile = None
         if self.method == "walk":
             params = _topology_params(self.algorithm, topology, self.params)
-            schedule = build_schedule(collective, algorithm, n, **params)
+            try:
+                schedule = build_schedule(collective, algorithm, n, **params)
+            except MemoryError:   # one of the builder's arrays is past what can be allocated
+                raise ArgumentError(
+                    f"the {algorithm} {collective} schedule on {n} ranks does not fit in memory "
+                    "to be walked (a two-level machine is priced step by step); use fewer "
+                    "ranks") from None
             key = (collective, algorithm, n, tuple(sorted(params.items())), topology.key)
             self._profile = _profile(schedule, topology, key)
             self.num_steps = schedule.num_steps
