@@ -269,6 +269,14 @@ def test_plan_html(tmp_path, capsys):
     assert size == (tmp_path / "again.html").stat().st_size
 
 
+def test_plan_bars_write_bytes_with_si_prefixes():
+    """plotly's default writes 1.5e11 as "150B" (billions), which reads as 150 bytes."""
+    import plotly.graph_objects as go
+    bars = explore_plan._bars_figure(go, _plan_dict()["summary"])
+    assert bars.layout.xaxis.exponentformat == "SI"
+    assert bars.layout.xaxis.title.text == "bytes (G = 10⁹)"
+
+
 @pytest.mark.parametrize("argv", [
     ["explore", "all_reduce"],
     ["plan", "--model", "llama3-8b", "--dp", "2", "--nodes", "1", "--html", "x.html"],

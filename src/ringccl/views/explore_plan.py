@@ -103,7 +103,8 @@ def _bars_figure(go, summary: Mapping):
                                      for k, a, b in zip(tkeys, total, exp)], hoverinfo="text"),
                  row=1, col=2)
     bars.update_yaxes(autorange="reversed")
-    bars.update_xaxes(title_text="bytes", row=1, col=1)
+    # plotly's default exponent format writes 1.5e11 as "150B" (billions), read as bytes
+    bars.update_xaxes(title_text="bytes (G = 10⁹)", exponentformat="SI", row=1, col=1)
     bars.update_xaxes(title_text="s", row=1, col=2)
     bars.update_layout(height=140 + 26 * max(len(tkeys), 1), barmode="group",
                        plot_bgcolor="white", margin=dict(l=90, r=20, t=50, b=40))

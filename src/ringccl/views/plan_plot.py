@@ -238,10 +238,13 @@ def plan_chart(plan: Mapping, path: str, title: str = "", timeline: Mapping | No
     if timeline is not None:
         top = 1
         lanes = [max(3, min(timeline["pp"], 16))] + lanes
-    fig = plt.figure(figsize=(16, 2.2 + 0.42 * sum(lanes) + 0.5 * len(lanes)))
+    height = 2.2 + 0.42 * sum(lanes) + 0.5 * len(lanes)
+    fig = plt.figure(figsize=(16, height))
+    # margins in inches, whatever the height: the two-line title and the first panel's title
+    # above, the x label and the legend below
     grid = fig.add_gridspec(len(lanes), 2, width_ratios=(3.2, 1), height_ratios=lanes,
-                            hspace=0.55, wspace=0.18, left=0.08, right=0.98, top=0.9,
-                            bottom=0.1)
+                            hspace=0.55, wspace=0.18, left=0.08, right=0.98,
+                            top=1 - 0.95 / height, bottom=0.8 / height)
     axes = []
     if timeline is not None:
         ax = fig.add_subplot(grid[0, 0])
@@ -282,8 +285,12 @@ def _draw_bars(fig, grid, rows: int, summary: Mapping) -> None:
     seconds_by = summary["seconds_per_step_by_parallelism"]
     exposed_by = summary["exposed_s"]
     keys = [k for k in _ORDER if k in bytes_by or k in exposed_by]
-    right_top = fig.add_subplot(grid[: max(1, rows // 2), 1])
-    right_bottom = fig.add_subplot(grid[max(1, rows // 2):, 1]) if rows > 1 else None
+    if rows > 1:
+        right_top = fig.add_subplot(grid[: rows // 2, 1])
+        right_bottom = fig.add_subplot(grid[rows // 2:, 1])
+    else:   # one row of panels: the two charts one above the other in it, never on one axis
+        halves = grid[0, 1].subgridspec(2, 1, hspace=1.1)
+        right_top, right_bottom = fig.add_subplot(halves[0]), fig.add_subplot(halves[1])
     yb = list(range(len(keys)))[::-1]
     vals = [bytes_by.get(k, 0.0) / 2**30 for k in keys]
     right_top.barh(yb, vals, color=[_COLORS.get(k, "#999999") for k in keys])
@@ -293,7 +300,7 @@ def _draw_bars(fig, grid, rows: int, summary: Mapping) -> None:
         right_top.text(val, yy, " " + _size_label(bytes_by.get(k, 0.0)), va="center",
                        fontsize=7)
     right_top.set_xlim(0, max(vals + [1e-9]) * 1.45)
-    ax_t = right_bottom if right_bottom is not None else right_top.twiny()
+    ax_t = right_bottom
     tkeys = keys + (["pp bubble"] if "pp bubble" in exposed_by else [])
     yt = list(range(len(tkeys)))[::-1]
     total = [seconds_by.get(k, exposed_by.get(k, 0.0)) for k in tkeys]
