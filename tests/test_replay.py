@@ -140,6 +140,22 @@ def test_other_world_sizes_map_to_blocks(tmp_path):
     assert any("8 ranks replayed on 4" in n for n in rmap.notes)
 
 
+def test_a_pipeline_transfer_runs_from_its_source_in_every_group(tmp_path):
+    """A send_recv's root is a position in each local group (its source's, as the step file
+    has it in group_ranks), not a global rank: on blocks {0,1} {2,3} both run from their first
+    rank; on the plan's own pair it is the source's place in that pair."""
+    plan = ringccl.plan("llama3-8b", {"tp": 2, "pp": 2, "dp": 2, "global_batch_size": 16},
+                        {"preset": "dgx-h100", "nodes": 1})
+    step = load_step_file(write_step_file(plan, tmp_path / "pp.json"))
+    pp = [c for c in replay_calls(step, 4, 16 << 10).calls if c.parallelism == "pp"]
+    assert pp and all(c.collective == "broadcast" and c.params == {"root": 0}
+                      and c.groups == [[0, 1], [2, 3]] for c in pp)
+    entry = next(c for c in step["collectives"] if c["collective"] == "send_recv")
+    entry["group_ranks"] = entry["group_ranks"][::-1]   # the source is rank 4 of the pair 0, 4
+    call = next(c for c in replay_calls(step, 8, 16 << 10).calls if c.order == entry["order"])
+    assert call.groups == [[0, 4]] and call.params == {"root": 1}
+
+
 def test_a_prime_nproc_above_the_group_is_refused_not_replayed_on_single_ranks(tmp_path):
     # 8 ranks (tp 2) on 3 processes: the only divisor of 3 up to 2 is 1, which would make every
     # group one rank (nothing sent, a fit of 0 bytes): refused before anything starts

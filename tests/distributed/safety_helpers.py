@@ -94,3 +94,15 @@ def raise_on_rank_1(rank: int, world_size: int) -> int:
         from ringccl.args import check_int
         check_int(-1, "count")
     return rank
+
+
+def raise_on_rank_1_while_peers_wait(rank: int, world_size: int) -> int:
+    """A worker body: rank 1 raises an argument error while every other rank waits for it in a
+    barrier, which then fails there (gloo: connection closed or reset by peer)."""
+    import torch.distributed as dist
+
+    if rank == 1:
+        from ringccl.args import check_int
+        check_int(-1, "count")
+    dist.barrier()
+    return rank

@@ -3,6 +3,7 @@ that die with their launcher (even on SIGKILL), Ctrl-C ending every worker with 
 line per failed worker."""
 
 import os
+import queue
 import signal
 import uuid
 
@@ -14,11 +15,12 @@ from .. import bounds  # noqa: E402
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc (Linux)")
 
 from ringccl.errors import ArgumentError, WorkerError  # noqa: E402
+from ringccl.backends.torch import launch as launch_mod  # noqa: E402
 from ringccl.torch.launch import launch  # noqa: E402
 
 from . import workers  # noqa: E402
 from .safety_helpers import (GONE_S, START_S, kill_all, marked, raise_on_rank_1,  # noqa: E402
-                             start_launcher, wait_for)
+                             raise_on_rank_1_while_peers_wait, start_launcher, wait_for)
 
 
 def _started(directory, nproc):
@@ -117,3 +119,61 @@ def test_a_worker_error_is_one_line_naming_rank_and_cause():
 def test_verbose_adds_the_worker_traceback():
     with pytest.raises(WorkerError, match=r"(?s)^rank 1: ArgumentError: .*\nTraceback"):
         launch(raise_on_rank_1, 2, timeout=bounds.job(120), verbose=True)
+
+
+#: what gloo raises on a rank whose peer closed its connections as it failed
+_GLOO_GONE = ("RuntimeError: [gloo/transport/tcp/pair.cc:553] Connection closed by peer "
+              "[127.0.0.1]:5845. This is typically caused by a remote worker crashing.")
+
+
+class _Results:
+    """The launcher's result queue, replayed: the items in order, then nothing."""
+
+    def __init__(self, items):
+        self.items = list(items)
+
+    def get(self, timeout=None):
+        if not self.items:
+            raise queue.Empty
+        return self.items.pop(0)
+
+
+class _Running:
+    exitcode = None
+
+
+def _failure(rank, cause):
+    return (rank, False, (cause, cause.split(":")[0], f"Traceback ...\n{cause}\n"))
+
+
+@pytest.mark.parametrize("first", [0, 1])
+def test_the_reported_error_is_the_cause_not_a_peers_knock_on(first):
+    """Ranks 0 and 1 report gloo's connection errors before rank 2 reports the argument error
+    that made it close its connections: rank 2's error is the one raised."""
+    knock_on = [_failure(r, _GLOO_GONE) for r in (0, 1)]
+    peer = _failure(3, "PeerError: broadcast (direct): step 0: rank 2 is gone")
+    cause = _failure(2, "ArgumentError: src=0 is not a member of the given process group")
+    items = knock_on[first:] + [peer] + knock_on[:first] + [cause]
+    with pytest.raises(WorkerError) as info:
+        launch_mod._collect([_Running()] * 4, _Results(items), {}, 4, 60.0, False,
+                            lambda: None, poll=0.01)
+    assert str(info.value) == "rank 2: ArgumentError: src=0 is not a member of the given " \
+        "process group"
+    assert info.value.rank == 2 and info.value.exc_type == "ArgumentError"
+
+
+def test_only_knock_on_errors_report_the_first():
+    items = [_failure(1, _GLOO_GONE), _failure(0, "PeerError: rank 1 is gone")]
+    with pytest.raises(WorkerError, match=r"^rank 1: RuntimeError: \[gloo"):
+        launch_mod._collect([_Running()] * 2, _Results(items), {}, 2, 60.0, False,
+                            lambda: None, poll=0.01)
+
+
+def test_a_worker_error_is_named_before_its_peers_connection_errors():
+    """Rank 1 fails while ranks 0, 2, 3 wait for it in a barrier, which fails there when rank 1
+    closes its connections: the launcher names rank 1 and its argument error."""
+    for _ in range(2):
+        with pytest.raises(WorkerError) as info:
+            launch(raise_on_rank_1_while_peers_wait, 4, timeout=bounds.job(120),
+                   oversubscribe=True)
+        assert str(info.value) == "rank 1: ArgumentError: count=-1 must be an integer >= 0"

@@ -71,3 +71,38 @@ def test_replay_without_warmup(capsys, tmp_path):
                  "--warmup", "0", "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
     assert r["rows"] and all(row["wrong"] == 0 and row["measured_s"] > 0 for row in r["rows"])
+
+
+def test_a_pipeline_step_replays_on_blocks_of_local_ranks(capsys, tmp_path):
+    """A plan of 8 ranks (tp 2, pp 2, dp 2) on 4 processes: every group of 2 becomes the blocks
+    {0,1} and {2,3}, the pipeline's send_recv a broadcast from each block's own first rank (its
+    source), not from global rank 0, which is in one block only."""
+    step = tmp_path / "pp_step.json"
+    assert main(["plan", "--model", "llama3-8b", "--tp", "2", "--pp", "2", "--dp", "2",
+                 "--nodes", "1", "--global-batch-size", "16", "--emit", str(step)]) == 0
+    capsys.readouterr()
+    assert main(["replay", str(step), "-n", "4", "--iters", "1", "--warmup", "0",
+                 "--max-bytes", "16KiB", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    pp = [row for row in r["rows"] if row["parallelism"] == "pp"]
+    assert pp and all(row["collective"] == "broadcast" and row["params"] == {"root": 0}
+                      and row["groups"] == [[0, 1], [2, 3]] for row in pp)
+    assert all(row["wrong"] == 0 and row["measured_s"] > 0 for row in r["rows"])
+
+
+def test_rooted_calls_run_from_the_root_of_each_group():
+    """A replayed call's root is a position in each of its groups: root 1 on the blocks {0,1}
+    and {2,3} is rank 1 in one, rank 3 in the other, and both give the expected result."""
+    from ringccl.backends.torch.replay import replay_worker
+    from ringccl.torch.launch import launch
+
+    calls = [{"order": i, "collective": coll, "algorithm": algorithm, "params": {"root": 1},
+              "groups": [[0, 1], [2, 3]], "nbytes": 4096}
+             for i, (coll, algorithm) in enumerate([("broadcast", "direct"), ("reduce", "ring"),
+                                                     ("broadcast", "builtin")])]
+    per_rank = launch(replay_worker, 4, calls, [], 1, 0, timeout=bounds.job(120),
+                      oversubscribe=True)
+    rows = [row for rows in per_rank for row in rows]
+    assert sorted((row["replay"]["call"], tuple(row["replay"]["group"])) for row in rows) == \
+        [(i, g) for i in range(3) for g in ((0, 1), (2, 3))]
+    assert all(row["wrong"] == 0 and row["root"] == 1 for row in rows)

@@ -22,8 +22,11 @@ refuses a file of another format or version, or with missing fields, before anyt
 dp × tp keeps its tp pairs and dp pairs, ep = 4 its one group of 4); otherwise a group of g
 ranks becomes blocks of the largest divisor of ``nproc`` not above g consecutive local ranks
 (``min(g, nproc)`` where it divides ``nproc``), all running at once, and the note says so; an
-``nproc`` whose only such divisor is 1 (a prime above g) is refused. Bytes are scaled by one
-factor, a power of two, so the largest call fits ``max_bytes``: the mix of sizes is kept.
+``nproc`` whose only such divisor is 1 (a prime above g) is refused. A rooted call's ``root``
+(a pipeline send_recv, replayed as a broadcast from its source) is a position in each of its
+groups, as the step file's is in ``group_ranks``: every group runs from its own source, not
+from one global rank that is in one group only. Bytes are scaled by one factor, a power of two,
+so the largest call fits ``max_bytes``: the mix of sizes is kept.
 """
 
 from __future__ import annotations
@@ -164,7 +167,8 @@ class ReplayCall:
         order, stage, parallelism, what, phase, group: from the step file.
         collective: as it runs (a pipeline send_recv runs as a broadcast from its first rank,
             as the planner costs it). algorithm, params: the plan's pick (``ring`` where the
-            pick cannot run on the local group: ``note`` says so).
+            pick cannot run on the local group: ``note`` says so); ``params["root"]``, where
+            there is one, is a position in each group (0: each group's first rank).
         groups: the local groups (lists of local ranks) that run it at the same time.
         nbytes: the scaled working buffer (bytes); plan_nbytes: the plan's.
         calls_per_step: how often the step runs it. planned_seconds: the plan's per call.
@@ -224,6 +228,21 @@ def _local_groups(size: int, nproc: int) -> list[list[int]]:
                             f"({nproc} has no divisor from 2 to {min(size, nproc)}); use an "
                             f"nproc such as {', '.join(map(str, fits[:3]))}")
     return [list(range(s, s + g)) for s in range(0, nproc, g)]
+
+
+def _root_position(c: dict, groups: list) -> int:
+    """The root of step entry ``c`` as a position in each of its local ``groups``: the planned
+    source's position in the replayed group when that group is the planned one (its ranks
+    sorted), else its position in the plan's group where the local blocks hold it, else the
+    first rank."""
+    root = c["params"]["root"]
+    if isinstance(root, bool) or not isinstance(root, int) \
+            or not 0 <= root < len(c["group_ranks"]):
+        return 0
+    source = c["group_ranks"][root]
+    if sorted(groups[0]) == sorted(c["group_ranks"]):
+        return list(groups[0]).index(source)
+    return root if root < len(groups[0]) else 0
 
 
 def replay_calls(step: dict, nproc: int, max_bytes: int, itemsize: int = 4) -> ReplayMap:
@@ -286,7 +305,7 @@ def replay_calls(step: dict, nproc: int, max_bytes: int, itemsize: int = 4) -> R
                                                    f"{c['params']['local_size']}) cannot run on "
                                                    f"{size} ranks: ring instead")
         if "root" in params:
-            params["root"] = 0
+            params["root"] = _root_position(c, groups)
         count = max(size, int(c["nbytes"] * scale) // itemsize // size * size)
         calls.append(ReplayCall(c["order"], c["stage"], c["parallelism"], c.get("what", ""),
                                 c.get("phase", ""), c["group"], collective, algorithm, params,

@@ -4,8 +4,12 @@
 ``torch.distributed`` (TCP rendezvous on a free loopback port), calls ``fn(rank, world_size,
 *args)`` and sends its return value back. The parent returns the per-rank results in rank order.
 A worker that raises makes ``launch`` raise :class:`~ringccl.errors.WorkerError` ("rank R:
-Type: message"; the traceback with ``verbose=True``); a worker that dies or a run that exceeds
-``timeout`` seconds ends every worker and raises too, so nothing hangs.
+Type: message"; the traceback with ``verbose=True``) naming the cause: a rank that fails makes
+its peers fail too (its connections close: gloo's "Connection reset by peer", ringccl's
+:class:`~ringccl.errors.PeerError`), often before its own report arrives, so such knock-on
+errors wait up to :data:`CAUSE_WAIT_S` s for another rank's error, which is then named
+instead. A worker that dies or a run that exceeds ``timeout`` seconds ends every worker and
+raises too, so nothing hangs.
 
 Shared memory: the workers' segments carry a job id (``RINGCCL_SHM_JOB``, set for
 them unless already set), so that after the workers end the launcher removes any a worker
@@ -23,8 +27,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import datetime
+import math
 import os
 import queue as queue_mod
+import re
 import signal
 import socket
 import threading
@@ -214,13 +220,40 @@ def _drain(progress, on_progress, received: list, wait: float = 0.0) -> None:
 #: seconds workers get between SIGTERM and SIGKILL when a launch ends early
 GRACE_S = 3.0
 
+#: seconds a peer's knock-on error waits for the error that caused it (the failing rank
+#: reports after closing its connections, which is what its peers' errors report)
+CAUSE_WAIT_S = 5.0
+
+#: a rank's error that reports a peer's failure rather than its own: ringccl's peer errors,
+#: and torch's and gloo's lost connections
+_PEER_TYPES = frozenset({"PeerError", "RingcclTimeout"})
+_PEER_GONE = re.compile(r"connection (reset|closed|refused|aborted)|broken pipe|closed by peer"
+                        r"|reset by peer", re.IGNORECASE)
+
+
+def _knock_on(type_name: str, cause: str) -> bool:
+    """Whether a worker's error (``type_name``, its ``cause`` line) reports a peer's failure."""
+    return type_name in _PEER_TYPES or bool(_PEER_GONE.search(cause))
+
+
+def _worker_error(failures: list, verbose: bool) -> WorkerError:
+    """The error naming the cause among ``failures`` ((rank, (cause, type, traceback)) in
+    arrival order): the first that is not a knock-on, else the first."""
+    rank, (cause, type_name, tb) = next(
+        (f for f in failures if not _knock_on(f[1][1], f[1][0])), failures[0])
+    return WorkerError(f"rank {rank}: {cause}" + (f"\n{tb}" if verbose else ""), rank=rank,
+                       exc_type=type_name, worker_traceback=tb)
+
 
 def _collect(procs, results, out: dict, nproc: int, timeout: float, verbose: bool,
              drain: Callable[[], None], poll: float) -> None:
-    """Fill ``out`` with every rank's result; raise on the first failure, death or timeout."""
+    """Fill ``out`` with every rank's result; raise on a failure (its cause: a knock-on
+    error waits up to :data:`CAUSE_WAIT_S` s for another rank's), a death or the timeout."""
     deadline = time.monotonic() + timeout + 30  # + start-up (importing torch) time
     gone: dict[int, float] = {}  # rank -> when it was first seen exited without a result
-    while len(out) < nproc:
+    failures: list = []   # (rank, (cause, type, traceback)), in arrival order: all knock-ons
+    cause_by = math.inf   # when to stop waiting for the cause of the knock-on errors
+    while len(out) + len(failures) < nproc and time.monotonic() < cause_by:
         drain()
         try:
             rank, ok, value = results.get(timeout=poll)
@@ -231,25 +264,31 @@ def _collect(procs, results, out: dict, nproc: int, timeout: float, verbose: boo
                                "torch tensors") from None
         except queue_mod.Empty:
             now = time.monotonic()
+            reported = set(out) | {r for r, _ in failures}
             for r, p in enumerate(procs):
-                if p.exitcode is not None and r not in out:
+                if p.exitcode is not None and r not in reported:
                     gone.setdefault(r, now)
             # a result put just before exiting may still be in flight: wait 2 s for it
-            dead = [r for r, t in gone.items() if r not in out and (
+            dead = [r for r, t in gone.items() if r not in reported and (
                 procs[r].exitcode != 0 or now - t > 2.0)]
             if dead:
                 raise BackendError(f"rank {dead[0]} exited with code "
                                    f"{procs[dead[0]].exitcode} before reporting") from None
+            if failures:
+                continue
             if time.monotonic() > deadline:
                 raise BackendError(f"launch timed out after {timeout:.0f} s waiting for ranks "
                                    f"{sorted(set(range(nproc)) - set(out))}") from None
             continue
         if not ok:
-            cause, type_name, tb = value
-            message = f"rank {rank}: {cause}"
-            raise WorkerError(message + (f"\n{tb}" if verbose else ""), rank=rank,
-                              exc_type=type_name, worker_traceback=tb)
+            failures.append((rank, value))
+            if not _knock_on(value[1], value[0]):
+                break
+            cause_by = min(cause_by, time.monotonic() + CAUSE_WAIT_S)
+            continue
         out[rank] = value
+    if failures:
+        raise _worker_error(failures, verbose)
 
 
 def _end(procs, graceful: bool) -> None:

@@ -44,7 +44,9 @@ def replay_worker(rank: int, world_size: int, calls: list, calibration: list, it
     """Run every call, then every calibration sweep; return the rows this rank leads.
 
     Args:
-        calls: :meth:`ReplayCall.to_dict` of each call (groups of local ranks).
+        calls: :meth:`ReplayCall.to_dict` of each call (groups of local ranks; a rooted
+            call's ``params["root"]`` is a rank of each group, which the bench row maps to
+            that group's global rank, so every group runs from its own root).
         calibration: dicts ``{"collective", "algorithm", "params", "group_size", "min_bytes",
             "max_bytes"}``: one sweep each, on every block of ``group_size`` consecutive
             ranks at once.

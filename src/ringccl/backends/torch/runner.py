@@ -49,6 +49,14 @@ class TorchBackend:
         # what ringccl's rows run on (transport="auto"), written into them
         self.transport = resolve_transport(group, "auto", torch.empty(0, device=self.device))
 
+    def global_rank(self, rank: int) -> int:
+        """``rank`` of this backend's group as torch.distributed's global rank, what ``src=``
+        and ``dst=`` take: a row's root is a rank of the group it runs on (its inputs and
+        expected results are built so), which on a subgroup is another global rank."""
+        if self.group is None or self.group is dist.group.WORLD:
+            return rank
+        return dist.get_global_rank(self.group, rank)
+
     def _sync(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
@@ -131,7 +139,8 @@ def _numpy(t: torch.Tensor | None) -> np.ndarray | None:
 
 
 # -- one adapter per collective: (ns, kwargs, input, case, placement, backend, root, dtype)
-#    -> (run, reset, result); "out-of-place" keeps the input, "in-place" aliases as nccl-tests --
+#    -> (run, reset, result); "out-of-place" keeps the input, "in-place" aliases as nccl-tests;
+#    root is a rank of the backend's group (the torch call gets its global rank) --
 
 def _nothing() -> None:
     return None
@@ -142,7 +151,7 @@ def _in_place_only(fn_name: str, root_kw: str | None = None, root_only_result: b
     def adapter(ns, kw, inp, case, placement, be, root, dtype):
         fn = getattr(ns, fn_name)
         if root_kw:
-            kw = dict(kw, **{root_kw: root})
+            kw = dict(kw, **{root_kw: be.global_rank(root)})
         buf = inp.clone()
         has_result = not root_only_result or be.rank == root
         if placement == "in-place":
@@ -189,14 +198,15 @@ def _scatter(ns, kw, inp, case, placement, be, root, dtype):
     blocks = list(inp.split(case.block)) if be.rank == root else None
     out = (blocks[root] if placement == "in-place" and be.rank == root
            else torch.empty(case.block, dtype=dtype, device=be.device))
-    return (lambda: ns.scatter(out, blocks, src=root, **kw), _nothing, lambda: out)
+    return (lambda: ns.scatter(out, blocks, src=be.global_rank(root), **kw), _nothing,
+            lambda: out)
 
 
 def _gather(ns, kw, inp, case, placement, be, root, dtype):
     full = torch.empty(case.m, dtype=dtype, device=be.device)
     blocks = list(full.split(case.block)) if be.rank == root else None
     x = blocks[root] if placement == "in-place" and be.rank == root else inp
-    return (lambda: ns.gather(x, blocks, dst=root, **kw), lambda: x.copy_(inp),
+    return (lambda: ns.gather(x, blocks, dst=be.global_rank(root), **kw), lambda: x.copy_(inp),
             (lambda: full) if be.rank == root else _nothing)
 
 
