@@ -211,18 +211,18 @@ def _answers(work):
     out["exception"] = None if exc is None else (type(exc), str(exc))
     try:
         out["future"] = work.get_future().value()
-    except Exception as exc:  # noqa: BLE001 - compared
-        out["future"] = (type(exc), str(exc))
+    except Exception as exc:  # noqa: BLE001 - compared (torch appends where the callback ran)
+        out["future"] = (type(exc), str(exc).splitlines()[0])
     return out
 
 
 @pytest.mark.parametrize("outcome", [(True, ["t"]), (True, []),
                                      (False, PeerError("rank 1 died at step 2"))])
 def test_done_work_answers_as_the_future_backed_work(outcome):
-    future = torch.futures.Future()
-    (future.set_result if outcome[0] else future.set_exception)(outcome[1])
+    settled = torch.futures.Future()
+    settled.set_result(outcome)
     light = dispatch.DoneWork(outcome)
-    assert _answers(light) == _answers(dispatch.Work(future))
+    assert _answers(light) == _answers(dispatch.Work.of_outcome(settled))
     assert light.get_future() is light.get_future()
 
 
@@ -260,3 +260,21 @@ def test_run_plain_keeps_the_callers_grad_mode():
     assert dispatch._run(torch.is_grad_enabled) == (True, False)
     ok, exc = dispatch._run_plain(lambda: 1 / 0)
     assert not ok and isinstance(exc, ZeroDivisionError)
+
+
+def test_a_failed_works_future_is_failed_for_its_cpp_readers_too():
+    """DDP's reducer reads a bucket's future in C++: a failure must be the future's error (a
+    chained ``then`` sees it raise; ``wait()`` raises a RuntimeError naming the cause), not a
+    value holding the exception (``Future.set_exception``), which C++ reads as tensors."""
+    exc = PeerError("rank 1 died at step 2")
+    settled = torch.futures.Future()
+    settled.set_result((False, exc))
+    for work in (dispatch.DoneWork((False, exc)), dispatch.Work.of_outcome(settled)):
+        seen = []
+        work.get_future().then(lambda f: seen.append(f.value()))
+        assert seen == []   # the callback raised reading the value: no value was delivered
+        with pytest.raises(RuntimeError, match="PeerError: rank 1 died at step 2"):
+            work.get_future().wait()
+        with pytest.raises(PeerError, match="rank 1 died at step 2"):
+            work.wait()
+        assert work.exception() is exc and not work.is_success()

@@ -10,6 +10,8 @@ dispatch policy runs them in the caller's thread); the report says whether the f
 Work was already complete when the call returned (it ran inline).
 MODE "kill_barrier": the last rank exits during a stream of barriers; the others report what
 they raised.
+MODE "kill_ddp": DDP trains a small MLP; the last rank exits at its third step; the others
+report what their backward (DDP's reducer, in C++, reading the bucket futures) raised.
 MODE "kill_first": the last rank exits before the group's first collective (the shared
 memory's set-up); the others report what their first all_reduce raised.
 Every report names the group's transport, and (shm, hybrid) its segments' uid, so the test can check
@@ -80,6 +82,23 @@ def main(mode: str) -> None:
         report["seconds"] = time.monotonic() - t0
         print(json.dumps(report), flush=True)
         os._exit(0)   # the group is unusable now; do not wait in its teardown
+    if mode == "kill_ddp":
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(),
+                                    torch.nn.Linear(64, 4))
+        ddp = torch.nn.parallel.DistributedDataParallel(model)
+        t0 = time.monotonic()
+        try:
+            for step in range(50):
+                if step == 2 and rank == world_size - 1:
+                    os._exit(17)
+                loss = ddp(torch.randn(8, 16)).square().mean()
+                loss.backward()
+        except Exception as exc:  # what the survivors raise is the result
+            report["raised"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        report["seconds"] = time.monotonic() - t0
+        print(json.dumps(report), flush=True)
+        os._exit(0)
     if mode == "kill_small":
         small = torch.full((1024,), float(rank))
         report["inline_bytes"] = pg._group.inline_bytes

@@ -127,10 +127,8 @@ class Group:
         """
         done = self.issue(job, nbytes)
         if type(done) is tuple:
-            future: torch.futures.Future = torch.futures.Future()
-            _settle(future, done)
-            return future
-        return done
+            return completed_future(done)
+        return done.then(_unwrap)
 
     def issue(self, job: Callable[[], Any], nbytes: int = 0,
               no_grad: bool = True) -> "torch.futures.Future | tuple[bool, Any]":
@@ -140,8 +138,9 @@ class Group:
         group runs without a worker (``RINGCCL_BACKEND_THREAD=0``), or when the worker has
         nothing queued or running and ``nbytes`` (the bytes the call moves) is at most
         :attr:`inline_bytes`; the outcome is then returned, ``(True, value)`` or ``(False,
-        exception)``. Else the job is handed to the worker and its future returned. Either way
-        a failure of ``job`` is in the outcome (or the future), never raised from here.
+        exception)``. Else the job is handed to the worker and a future of that outcome returned
+        (its value the same tuple: :meth:`Work.of_outcome` wraps it). Either way a failure of
+        ``job`` is in the outcome, never raised from here.
         ``no_grad=False`` (the caller's tensors need no ``torch.no_grad``: :func:`autograd_free`)
         runs an inline job in the caller's grad mode; the worker always runs under
         ``torch.no_grad``.
@@ -154,15 +153,15 @@ class Group:
         with self._lock:
             self.issued += 1
             if self.threaded and (self._outstanding > 0 or nbytes > self.inline_bytes):
-                future: torch.futures.Future = torch.futures.Future()
+                settled: torch.futures.Future = torch.futures.Future()
                 self._outstanding += 1
                 if self._thread is None:
                     self._thread = threading.Thread(target=self._worker_loop,
                                                     name=f"ringccl-backend-{self.name}",
                                                     daemon=True)
                     self._thread.start()
-                self._jobs.put((job, future))
-                return future
+                self._jobs.put((job, settled))
+                return settled
             # taken before the submit lock is released: a call issued after this one (from
             # any thread) runs after it, inline (it waits here) or on the worker (it waits
             # for the run lock)
@@ -177,7 +176,7 @@ class Group:
             item = self._jobs.get()
             if item is None:
                 return
-            job, future = item
+            job, settled = item
             with self._run_lock:
                 outcome = _run(job)
                 # counted down before the future is settled: a caller woken by it finds the
@@ -187,7 +186,7 @@ class Group:
                 # the submit lock only when the count is 0, i.e. not while a job of ours runs
                 with self._lock:
                     self._outstanding -= 1
-            _settle(future, outcome)   # outside the locks: callbacks may issue collectives
+            settled.set_result(outcome)   # outside the locks: callbacks may issue collectives
 
     def close(self) -> None:
         """Finish the queued collectives, stop the worker, drop the inner gloo group."""
@@ -208,45 +207,58 @@ class Group:
 class Work(dist.Work):
     """A collective's handle, as gloo's: ``wait()`` blocks until the collective is done and
     raises its failure (PeerError/RingcclTimeout, ...); ``get_future()`` is the future whose
-    value is the output tensors (DDP's comm hooks and bucket futures read it).
+    value is the output tensors (DDP's comm hooks and bucket futures read it) and which fails,
+    in C++ too, when the collective fails (:func:`completed_future`).
 
     Not ``torch._C._distributed_c10d._create_work_from_future``: that Work's ``wait()`` returns
     True even when the future holds an exception (torch 2.13), so a dead peer would pass
     silently. torch's C++ callers (DDP's reducer) reach these methods through its Python-Work
     trampoline, as for torch's own Python test groups."""
 
-    def __init__(self, future: torch.futures.Future):
+    def __init__(self, future: torch.futures.Future,
+                 settled: torch.futures.Future | None = None):
         super().__init__()
         self._future = future
+        self._settled = settled   # the outcome (ok, value) where known: its exception as is
+
+    @classmethod
+    def of_outcome(cls, settled: torch.futures.Future) -> "Work":
+        """The Work of a future whose value will be the outcome ``(ok, value)``
+        (:meth:`Group.issue`'s)."""
+        return cls(settled.then(_unwrap), settled)
+
+    def _outcome(self) -> tuple[bool, Any]:
+        if self._settled is not None:
+            return self._settled.wait()
+        try:
+            return True, self._future.wait()
+        except Exception as exc:   # the failure is the answer
+            return False, exc
 
     def wait(self, timeout: datetime.timedelta | None = None) -> bool:
-        self._future.wait()   # raises the collective's exception; bounded by the group timeout
+        ok, value = self._outcome()   # bounded by the group timeout
+        if not ok:
+            raise value               # the collective's exception
         return True
 
     def get_future(self) -> torch.futures.Future:
         return self._future
 
     def is_completed(self) -> bool:
-        return self._future.done()
+        return (self._settled or self._future).done()
 
     def is_success(self) -> bool:
-        if not self._future.done():
-            return False
-        try:
-            self._future.value()
-        except Exception:   # the collective failed
-            return False
-        return True
+        return self.is_completed() and self._outcome()[0]
 
     def exception(self):
-        try:
-            self._future.value()
-        except Exception as exc:   # the failure is the answer
-            return exc
-        return None
+        ok, value = self._outcome()
+        return None if ok else value
 
     def result(self) -> list:
-        return self._future.value()
+        ok, value = self._outcome()
+        if not ok:
+            raise value
+        return value
 
 
 _work_init = dist.Work.__init__
@@ -255,9 +267,8 @@ _work_init = dist.Work.__init__
 class DoneWork(dist.Work):
     """The handle of a collective that ran inline (:meth:`Group.issue`): :class:`Work`'s
     answers from the known outcome, without a ``torch.futures.Future`` per call. The future
-    is made, completed, on the first ``get_future()`` (DDP's comm hooks), and a failure
-    always goes through it: ``wait()``/``result()`` raise exactly what :class:`Work`'s
-    would."""
+    is made, completed, on the first ``get_future()`` (DDP's comm hooks): ``wait()``,
+    ``result()`` and the future answer exactly as :class:`Work`'s would."""
 
     __slots__ = ("_outcome", "_future")   # made once per inline call: no instance dict
 
@@ -268,13 +279,12 @@ class DoneWork(dist.Work):
 
     def wait(self, timeout: datetime.timedelta | None = None) -> bool:
         if not self._outcome[0]:
-            self.get_future().wait()   # raises the collective's exception
+            raise self._outcome[1]     # the collective's exception
         return True
 
     def get_future(self) -> torch.futures.Future:
         if self._future is None:
-            self._future = torch.futures.Future()
-            _settle(self._future, self._outcome)
+            self._future = completed_future(self._outcome)
         return self._future
 
     def is_completed(self) -> bool:
@@ -289,7 +299,7 @@ class DoneWork(dist.Work):
 
     def result(self) -> list:
         if not self._outcome[0]:
-            return self.get_future().value()   # raises the collective's exception
+            raise self._outcome[1]     # the collective's exception
         return self._outcome[1]
 
 
@@ -346,12 +356,28 @@ def autograd_free(tensors) -> bool:
     return True
 
 
-def _settle(future: torch.futures.Future, outcome: tuple[bool, Any]) -> None:
-    ok, value = outcome
+def _unwrap(settled: torch.futures.Future) -> Any:
+    """A chained future's callback: the outcome's value, or its exception raised, which makes
+    the chained future failed in C++ too. ``Future.set_exception`` stores the exception as the
+    future's value with a Python-only unwrap; DDP's reducer reads that value in C++ as tensors
+    (``parseCppCommHookResult``: SIGSEGV), so a failure must be an error of the future itself."""
+    ok, value = settled.value()
     if ok:
-        future.set_result(value)
-    else:
-        future.set_exception(value)
+        return value
+    raise value
+
+
+def completed_future(outcome: tuple[bool, Any]) -> torch.futures.Future:
+    """A completed future of ``outcome``: ``(True, value)`` its value; ``(False, exception)``
+    an error of the future itself (:func:`_unwrap`), whose ``wait()`` raises a RuntimeError
+    carrying the exception's type and message, as a failed gloo or NCCL Work's future does."""
+    future: torch.futures.Future = torch.futures.Future()
+    if outcome[0]:
+        future.set_result(outcome[1])
+        return future
+    chained = future.then(_unwrap)
+    future.set_result(outcome)
+    return chained
 
 
 #: the default inline threshold (bytes a call moves), from benchmarks/bench_backend.py

@@ -170,7 +170,7 @@ class RingcclProcessGroup(dist.ProcessGroup):
         worker by ``nbytes``, the bytes the call moves) and its Work; ``no_grad=False``: the
         call's tensors need no ``torch.no_grad`` inline (:func:`.dispatch.autograd_free`)."""
         done = self._group.issue(job, nbytes, no_grad)
-        return DoneWork(done) if type(done) is tuple else Work(done)
+        return DoneWork(done) if type(done) is tuple else Work.of_outcome(done)
 
     # -- collectives ----------------------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
