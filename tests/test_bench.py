@@ -299,6 +299,20 @@ def test_nccl_tests_layout():
     assert "# Out of bounds values : 0 OK" in lines
 
 
+def test_nccl_tests_layout_names_the_program_and_lists_the_devices():
+    spec = BenchSpec("all_to_all", ("ring",), 64, 256, 4)
+    places = bench.rank_places([("node-a", 41), ("node-a", 41), ("node-b", 7), ("node-b", 7)],
+                               ["CPU"] * 4)
+    lines = bench.format_nccl_tests(_fake_rows(spec), spec, 4, places).splitlines()
+    assert lines[0] == "# Collective test starting: alltoall_perf"
+    assert lines[-1] == "# Collective test concluded: alltoall_perf"
+    # nccl-tests' "#  Rank %2d Group %2d Pid %6d on %10s device %2d [%s] %s"
+    assert [line for line in lines if line.startswith("#  Rank")] == [
+        "#  Rank %2d Group %2d Pid %6d on %10s device %2d [0x00] CPU" % (r, 0, pid, host, d)
+        for r, (host, pid, d) in enumerate([("node-a", 41, 0), ("node-a", 41, 1),
+                                            ("node-b", 7, 0), ("node-b", 7, 1)])]
+
+
 @pytest.mark.parametrize("value,text", [(3.14159, "   3.14"), (12345.678, "12345.7"),
                                         (123456.7, " 123457"), (12345678.0, "1.2e+07"),
                                         (0.0, "   0.00")])

@@ -208,7 +208,7 @@ def test_cli_fit_json(tmp_path, capsys):
     ("time_s", -1e-3, "a finite number of seconds >= 0"),
     ("world_size", 0, "an integer >= 1"),
     ("world_size", "two", "an integer >= 1"),
-    ("size", -4096, "an integer number of bytes >= 0"),
+    ("size", -4096, "an integer number of bytes >= 0 and <= 9223372036854775807"),
     ("params", "x", "an object of the algorithm's parameters"),
     ("placement", 5, "in-place or out-of-place"),
     ("collective", None, "a collective's name"),
@@ -225,6 +225,31 @@ def test_a_bad_field_of_a_row_is_refused_naming_file_row_field_and_value(tmp_pat
     assert main(["fit", path]) == 2  # one line, no traceback (was LinAlgError, TypeError, ...)
     out = capsys.readouterr().err
     assert out.startswith("ringccl: error: ") and out.count("\n") == 1
+
+
+@pytest.mark.parametrize("field, value", [("size", 10 ** 30), ("size", 2 ** 63),
+                                          ("segment_bytes", 10 ** 30)])
+def test_an_absurd_size_is_refused_naming_field_and_row(tmp_path, capsys, field, value):
+    rows = _rows("all_reduce", 2)
+    rows[3][field] = value
+    path = _write(tmp_path, rows)
+    with pytest.raises(ArgumentError, match=rf"{path!r}, row 3: {field}={value}; expected an "
+                       r"integer number of bytes >= 0 and <= 9223372036854775807"):
+        fitmod.load_rows([path])
+    assert main(["fit", path]) == 2 and capsys.readouterr().err.count("\n") == 1
+
+
+@pytest.mark.parametrize("value", [5, "row", None, [1, 2]])
+def test_a_row_that_is_not_an_object_is_named_with_its_index(tmp_path, capsys, value):
+    rows = _rows("all_reduce", 2)
+    rows[4] = value
+    path = _write(tmp_path, rows)
+    with pytest.raises(ArgumentError) as err:
+        fitmod.load_rows([path])
+    assert str(err.value).startswith(f"{path!r}, row 4: {value!r} is not a row")
+    assert main(["fit", path]) == 2
+    err = capsys.readouterr().err
+    assert "holds no benchmark rows" not in err and "row 4" in err
 
 
 @pytest.mark.parametrize("field", ["size", "world_size", "time_s", "algorithm"])

@@ -272,17 +272,24 @@ def test_a_logged_nccl_algo_exclusion_restricts_the_prediction():
 
 def test_a_fit_that_does_not_describe_its_rows_says_so_and_keeps_what_they_leave_open(
         tmp_path, capsys):
-    """A multi-node all-reduce log whose time is the same at every size (a broken run) fits
-    no α and a bandwidth faster than the NIC: the fit keeps the machine's α (as its note
-    says), and notes that it misses its own rows and that the bandwidth is not a link's; a log
-    the model describes gets neither note."""
+    """A multi-node all-reduce log whose time is the same at every size (a broken run)
+    determines neither α nor a bandwidth (β is not told from 0): the fit keeps the machine's
+    (as its notes say, and ``held`` lists) and notes that it misses its own rows; a
+    bandwidth the rows do determine, faster than the NIC, is noted as not a link's; a log the
+    model describes gets neither note."""
     truth = nccl_machine("dgx-h100")
     flat = [{**r, "time_s": 50e-6} for r in _rows(truth, "all_reduce", 8, 4, "flat")]
     level = fit_network(flat).levels["inter"]
-    assert "inter_alpha kept at the machine's value: these rows do not determine it" in \
-        level.notes
-    assert level.alpha == truth.inter_alpha
+    for name in ("inter_alpha", "inter_beta"):
+        assert f"{name} kept at the machine's value: these rows do not determine it" in \
+            level.notes
+    assert (level.alpha, level.bandwidth) == (truth.inter_alpha, truth.inter_bandwidth)
+    assert set(level.held) == {"alpha", "bandwidth"}
     assert any(n.startswith("the fit misses its own inter-node rows by") for n in level.notes)
+    # one GPU per node: the NIC bounds every size; five times the preset's NIC
+    fast = nccl_machine("dgx-h100", inter_bandwidth=240e9)
+    level = fit_network(_rows(fast, "all_reduce", 1, 4, "fast"), truth).levels["inter"]
+    assert level.bandwidth == pytest.approx(240e9, rel=0.02) and not level.held
     assert any("faster than that link can be" in n for n in level.notes)
     good = fit_network(_rows(truth, "all_reduce", 8, 4, "good")).levels["inter"]
     assert not any("misses its own" in n or "faster than" in n for n in good.notes)

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from .inputs import Case, count_wrong, make_case, random_inputs
 from .metrics import algbw, busbw
-from .report import (CSV_FIELDS, Sweep, best_placement, format_csv, format_nccl_tests,
-                     plot_busbw, row_label, run_report)
+from .report import (CSV_FIELDS, NCCL_TESTS_PROGRAMS, RankPlace, Sweep, best_placement,
+                     format_csv, format_nccl_tests, plot_busbw, rank_places, row_label,
+                     run_report)
 from .spec import (BUILTIN, LOCAL_REDUCE, NCCL_TYPE_NAMES, PLACEMENTS, BenchSpec,
                    buffer_elements, nccl_count, one_size, parse_algorithms, run_count,
                    sweep_sizes)
@@ -20,4 +21,4 @@ __all__ = ["BUILTIN", "PLACEMENTS", "LOCAL_REDUCE", "NCCL_TYPE_NAMES", "BenchSpe
            "nccl_count", "one_size", "run_count", "make_case", "count_wrong", "random_inputs",
            "run_sweep", "row_count", "summarize", "row_label", "best_placement",
            "format_nccl_tests", "format_csv", "CSV_FIELDS", "plot_busbw", "run_report", "algbw",
-           "busbw"]
+           "busbw", "RankPlace", "rank_places", "NCCL_TESTS_PROGRAMS"]

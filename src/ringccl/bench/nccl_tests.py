@@ -49,6 +49,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ArgumentError
+from .nccl_columns import TYPE_SIZES, contradiction, infer_program, programs_agreeing
+from .ringccl_text import ringccl_block, ringccl_rows
 
 __all__ = ["NcclTestsLog", "parse_nccl_tests", "parse_nccl_runs", "read_nccl_tests",
            "looks_like_nccl_tests", "PROGRAMS", "TYPE_SIZES", "SOURCE"]
@@ -59,12 +61,6 @@ SOURCE = "nccl-tests"
 PROGRAMS = {"all_reduce": "all_reduce", "all_gather": "all_gather",
             "reduce_scatter": "reduce_scatter", "alltoall": "all_to_all",
             "sendrecv": "send_recv", "broadcast": "broadcast", "reduce": "reduce"}
-#: bytes per element of the type names nccl-tests prints
-TYPE_SIZES = {"int8": 1, "char": 1, "uint8": 1, "int32": 4, "int": 4, "uint32": 4, "int64": 8,
-              "uint64": 8, "half": 2, "float16": 2, "float": 4, "float32": 4, "double": 8,
-              "float64": 8, "bfloat16": 2, "f8e4m3": 1, "f8e5m2": 1, "fp8_e4m3": 1,
-              "fp8_e5m2": 1}
-
 _RANK = re.compile(r"#?\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+"
                    r"(\d+)\s+\[[^\]]*\]\s+(.*?)\s*$")
 _STARTING = re.compile(r"Collective test starting:\s*(\S+)")
@@ -287,25 +283,6 @@ def _program(text: str, source: str, collective: str | None, offset: int = 0,
     return ""
 
 
-def _infer_program(rows: list[dict], world_size: int | None) -> tuple[str, int | None]:
-    """The program and world size the columns imply, or ("", None) when they do not tell."""
-    r = max(rows, key=lambda r: r["size"])
-    if not r["algbw"] or r["count"] == 0:
-        return "", world_size
-    factor = r["busbw"] / r["algbw"]
-    per_rank = r["size"] / (r["count"] * TYPE_SIZES.get(r["type"], 0) or 1)
-    if r["redop"] == "none" or per_rank > 1.5:  # size = N blocks of count elements
-        n = round(per_rank)
-        if r["redop"] != "none":
-            return "reduce_scatter", n
-        return "", n  # all_gather and alltoall print alike
-    if r["root"] not in ("-1", None) and abs(factor - 1) < 0.02:
-        return "", world_size  # broadcast and reduce print alike
-    if factor > 1.02:  # 2(n-1)/n > 1 only for all_reduce with n > 2
-        return "all_reduce", round(2 / (2 - factor)) if factor < 1.999 else world_size
-    return "", world_size
-
-
 def parse_nccl_tests(text: str, source: str = "<text>",
                      collective: str | None = None) -> NcclTestsLog:
     """Rows of one nccl-tests run (module doc).
@@ -377,7 +354,7 @@ def _parse_run(lines: list[str], offset: int, source: str, collective: str | Non
     pattern = _row_pattern(names, starts)
     # the last line with text: a run killed mid-print (or a copy cut short) leaves it partial
     last = max((i for i in range(h + 1, len(lines)) if lines[i].strip()), default=None)
-    rows, notes, wrong, zero, zero_lines, zero_zero = [], [], {}, {}, [], True
+    rows, notes, wrong, zero, zero_lines, zero_zero, empty = [], [], {}, {}, [], True, []
     for i in range(h + 1, len(lines)):
         line, number = lines[i], offset + i + 1
         body = line.split("<stdout>:")[-1].strip()
@@ -399,6 +376,9 @@ def _parse_run(lines: list[str], offset: int, source: str, collective: str | Non
         base = {"size": int(values[0]), "count": int(values[1]), "type": values[2],
                 "redop": values[3] if starts[0] > 3 else "",
                 "root": values[4] if starts[0] > 4 else None}
+        if base["size"] == 0:  # -b 0: a call that moves no byte, no row of the model's
+            empty.append(number)
+            continue
         for placed in _placement_fields(names, starts, values,
                                         f"{source}, line {number}: {line.strip()!r}", placements):
             if placed["wrong"]:  # nccl-tests checked the result and found it wrong
@@ -422,15 +402,29 @@ def _parse_run(lines: list[str], offset: int, source: str, collective: str | Non
                      f"{'s' if len(set(zero_lines)) > 1 else ''} {lines_text}): those rows are "
                      "left out (nccl-tests prints a time of 0 only when the run went wrong; it "
                      "is no measurement)")
-    if not rows and (wrong or zero):
-        why = " or ".join(w for w, found in ((check, wrong), (what, zero)) if found)
+    if empty:
+        notes.append(f"{source}: size 0 (line{'s' if len(empty) > 1 else ''} "
+                     f"{', '.join(map(str, empty))}): left out (nccl-tests' -b 0 row times a "
+                     "call that moves nothing: its launch alone, no bytes to fit a bandwidth "
+                     "to)")
+    if not rows and (wrong or zero or empty):
+        why = " or ".join(w for w, found in ((check, wrong), (what, zero), ("size 0", empty))
+                          if found)
         raise ArgumentError(f"{source}: every data line has {why} (no measurement nccl-tests "
                             "vouches for), so no row is left")
     if not rows:
         raise ArgumentError(f"{source}: an nccl-tests header but no data line under it")
     by_rank, hosts, device = _placement_of_ranks(lines[:h])
+    block = ringccl_block(text, source)
+    if block is not None:  # ringccl bench's own text: ringccl's algorithms, not NCCL's
+        n = block["world_size"]
+        started = _STARTING.search(text)
+        return NcclTestsLog(block["collective"], started.group(1) if started else "", n,
+                            n // max(1, len(hosts)), max(1, len(hosts)), hosts, device,
+                            ringccl_rows(block, rows, source, notes), None, None, None,
+                            source, notes)
     program = _program(text, source, collective, offset, file_name)
-    inferred, n_inferred = _infer_program(rows, len(by_rank) or None)
+    inferred, n_inferred = infer_program(rows, len(by_rank) or None)
     program = program or inferred
     if not program:
         raise ArgumentError(f"{source}: cannot tell which nccl-tests program printed this "
@@ -438,6 +432,8 @@ def _parse_run(lines: list[str], offset: int, source: str, collective: str | Non
                             "file name); pass the program, e.g. ringccl fit --program "
                             "alltoall_perf")
     world = len(by_rank) or n_inferred
+    if collective is not None:
+        _check_columns(program, collective, rows, world, source)
     if not world:
         raise ArgumentError(f"{source}: no '#  Rank' lines and the columns do not give the "
                             "number of ranks; keep the device list in the log")
@@ -458,6 +454,21 @@ def _parse_run(lines: list[str], offset: int, source: str, collective: str | Non
                         [{**extra, **r} for r in rows],
                         float(avg.group(1)) * 1e9 if avg else None, env.get("algo"),
                         env.get("proto"), source, notes)
+
+
+def _check_columns(program: str, given: str, rows: list[dict], world: int | None,
+                   source: str) -> None:
+    """Refuse a program the caller gave that the log's columns contradict (its redop, size per
+    count or bus factor: :func:`.nccl_columns.contradiction`), naming both."""
+    why = contradiction(program, rows, world)
+    if why is None:
+        return
+    agree = programs_agreeing(rows, world)
+    read = (f"they read as {' or '.join(p + '_perf' for p in agree)}" if agree
+            else "they read as no program ringccl reads")
+    raise ArgumentError(f"{source}: program={given!r} (fit --program) names {program}_perf, and "
+                        f"the log's columns contradict it ({why}); {read}. --program is for "
+                        "logs that do not name theirs: give the program that printed this one")
 
 
 def read_nccl_tests(path, collective: str | None = None) -> NcclTestsLog:

@@ -17,7 +17,37 @@ from ..units import format_size
 from .spec import BUILTIN, PLACEMENTS, BenchSpec, run_count
 
 __all__ = ["row_label", "format_nccl_tests", "CSV_FIELDS", "format_csv", "best_placement",
-           "plot_busbw", "Sweep", "run_report"]
+           "plot_busbw", "Sweep", "run_report", "RankPlace", "rank_places", "NCCL_TESTS_PROGRAMS"]
+
+#: the nccl-tests program that measures each of ringccl's collectives (nccl-tests ``src/``:
+#: ``alltoall.cu`` builds ``alltoall_perf``, ...)
+NCCL_TESTS_PROGRAMS = {"all_reduce": "all_reduce_perf", "all_gather": "all_gather_perf",
+                       "reduce_scatter": "reduce_scatter_perf", "broadcast": "broadcast_perf",
+                       "reduce": "reduce_perf", "all_to_all": "alltoall_perf",
+                       "scatter": "scatter_perf", "gather": "gather_perf"}
+
+
+@dataclass(frozen=True)
+class RankPlace:
+    """Where one rank ran, as nccl-tests' device list prints it: host, process id, device
+    index on its host and device name ("CPU" for gloo and MPI processes)."""
+
+    host: str
+    pid: int
+    device: int
+    name: str
+
+
+def rank_places(hosts_pids: Sequence[tuple[str, int]], names: Sequence[str]) -> list[RankPlace]:
+    """One :class:`RankPlace` per rank from its (host, pid) and device name; the device index
+    counts the ranks before it on the same host, as one process per device does."""
+    seen: dict[str, int] = {}
+    out = []
+    for (host, pid), name in zip(hosts_pids, names):
+        out.append(RankPlace(host, int(pid), seen.get(host, 0), name))
+        seen[host] = seen.get(host, 0) + 1
+    return out
+
 
 def row_label(row: dict) -> str:
     """Algorithm label: ``ring``, ``ring seg=1MiB``, ``ring acc=float32``, ``builtin``."""
@@ -41,17 +71,25 @@ def _num(value: float, width: int) -> str:
     return f"{value:{width}.1e}"
 
 
-def format_nccl_tests(rows: Sequence[dict], spec: BenchSpec, world_size: int) -> str:
-    """The report in nccl-tests' text layout, one block per algorithm (segment setting).
+def format_nccl_tests(rows: Sequence[dict], spec: BenchSpec, world_size: int,
+                      places: Sequence[RankPlace] | None = None) -> str:
+    """The report in nccl-tests' text layout (nccl-tests v2.17 ``src/util.cu``), one run per
+    algorithm (segment setting), as a file of nccl-tests programs run one after the other.
 
-    Reproduced: the ``#``-comment preamble line with the sweep parameters, the two header lines
-    with the out-of-place and in-place groups, the units line, one data line per size
-    (``size count type redop root`` then ``time algbw busbw #wrong`` per placement, nccl-tests'
-    column widths and number formatting), and the footer (``# Out of bounds values`` and
-    ``# Avg bus bandwidth``). Not reproduced: the device list (ringccl runs on CPUs) and the
-    per-iteration columns. A placement that was not measured prints ``N/A`` fields; ``#wrong``
-    prints ``N/A`` when checking is off, as nccl-tests does. Each block starts with a comment
-    ``# ringccl algorithm: <label>`` so one file can hold several algorithms.
+    Reproduced: ``# Collective test starting: all_reduce_perf``, the ``#``-comment preamble
+    line with the sweep parameters, the device list (``# Using devices``, then ``#  Rank %2d
+    Group %2d Pid %6d on %10s device %2d [%s] %s`` per rank, from ``places``: host, process id,
+    device index on the host, device name; the bus id is printed 0x00, ringccl does not read
+    one), the two header lines with the out-of-place and in-place groups, the units line, one
+    data line per size (``size count type redop root`` then ``time algbw busbw #wrong`` per
+    placement, nccl-tests' column widths and number formatting), the footer (``# Out of
+    bounds values`` and ``# Avg bus bandwidth``) and ``# Collective test concluded: …``. Not
+    reproduced: the version line (this is not nccl-tests) and the per-iteration columns. A
+    placement that was not measured prints ``N/A`` fields; ``#wrong`` prints ``N/A`` when
+    checking is off, as nccl-tests does. Each run also carries two comments of ringccl's,
+    ``# ringccl bench all_reduce: backend gloo, transport shm, world_size 2`` and ``# ringccl
+    algorithm: <label>`` (with ``(segment_bytes N)`` when segmented), from which ``ringccl
+    fit`` reads the rows back as ringccl's (:func:`ringccl.bench.nccl_tests.parse_nccl_runs`).
     """
     out = io.StringIO()
     p = lambda line="": out.write(line + "\n")  # noqa: E731
@@ -59,13 +97,24 @@ def format_nccl_tests(rows: Sequence[dict], spec: BenchSpec, world_size: int) ->
     for r in rows:
         if r.get("kind", "collective") == "collective":
             groups.setdefault(row_label(r), []).append(r)
+    program = NCCL_TESTS_PROGRAMS.get(spec.collective, f"{spec.collective}_perf")
     for label, group in groups.items():
-        p(f"# ringccl bench {spec.collective}: backend {spec.backend}, world_size {world_size}")
+        transport = group[0].get("transport")
+        seg = group[0].get("segment_bytes")
+        p(f"# Collective test starting: {program}")
+        p(f"# ringccl bench {spec.collective}: backend {spec.backend}, transport "
+          f"{transport or 'none'}, world_size {world_size}")
         p(f"# nThread 1 nGpus 1 minBytes {spec.min_bytes} maxBytes {spec.max_bytes} "
           f"step: {spec.factor}(factor) warmup iters: {spec.warmup} iters: {spec.iters} "
           f"agg iters: 1 validation: {int(spec.check)} graph: 0")
-        p(f"# ringccl algorithm: {label}")
+        p(f"# ringccl algorithm: {label}" + (f" (segment_bytes {seg})" if seg else ""))
         p("#")
+        if places:
+            p("# Using devices")
+            for rank, place in enumerate(places):
+                p(f"#  Rank {rank:2d} Group {0:2d} Pid {place.pid:6d} on {place.host:>10} "
+                  f"device {place.device:2d} [0x00] {place.name}")
+            p("#")
         p(f"# {'':>10}  {'':>12}  {'':>8}  {'':>6}  {'':>6}           out-of-place"
           f"                       in-place          ")
         p(f"# {'size':>10}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>6}  "
@@ -96,6 +145,7 @@ def format_nccl_tests(rows: Sequence[dict], spec: BenchSpec, world_size: int) ->
         p(f"# {'Out of bounds values':<20} : {errors} {'FAILED' if errors else 'OK'}")
         p(f"# {'Avg bus bandwidth':<20} : {statistics.fmean(busbws) if busbws else 0:g} ")
         p("#")
+        p(f"# Collective test concluded: {program}")
     return out.getvalue()
 
 

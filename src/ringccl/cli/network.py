@@ -101,6 +101,8 @@ def nccl_fit_report(rows: list[dict], args) -> dict:
                          # over the sizes --min-size keeps, as the median above
                          "per_log_median_abs_error": held.per_log_median(args.min_size),
                          "reason": held.reason or None, "not_held_out": dict(held.skipped),
+                         # what the held-out fit kept at the preset: its errors do not check it
+                         "rests_on_preset": _rests_on_preset(held.fit),
                          "logs": logs},
             "_net": net, "_held": held, "_rows": rows, "_placement": placement}
 
@@ -111,10 +113,12 @@ def print_nccl_fit(report: dict, args) -> None:
     rows = []
     for level, lf in net.levels.items():
         unit = "per GPU" if level == "intra" else "per NIC"
-        rows.append([level, units.format_duration(lf.prior_alpha), units.format_duration(lf.alpha),
+        rows.append([level, units.format_duration(lf.prior_alpha),
+                     units.format_duration(lf.alpha) + _preset(lf, "alpha"),
                      f"{units.format_bandwidth(lf.prior_bandwidth)} {unit}",
-                     f"{units.format_bandwidth(lf.bandwidth)} {unit}",
-                     units.format_duration(getattr(m, f"{level}_message")),
+                     _fitted_bandwidth(lf, unit),
+                     units.format_duration(getattr(m, f"{level}_message"))
+                     + _preset(lf, "message"),
                      units.format_duration(getattr(m, f"{level}_epsilon")), len(lf.rows),
                      f"{100 * float(np.median(np.abs(lf.relative_errors()))):.1f}%"])
     table(f"NCCL's network fitted to nccl-tests ({prior.describe()}); alpha: one ring Simple hop",
@@ -138,10 +142,46 @@ def print_nccl_fit(report: dict, args) -> None:
                         report["held_out"]["per_log_median_abs_error"].items() if v is not None)
     print(f"held-out median |error| for sizes >= {units.format_size(args.min_size)}: "
           f"{value} (fit on every log's even-numbered sizes, predict the others)"
-          + (f"; per log: {per_log}" if per_log else "") + "\n")
+          + (f"; per log: {per_log}" if per_log else ""))
+    for what in report["held_out"]["rests_on_preset"]:
+        print(f"  the prediction rests on the preset's {what}: these logs do not determine it, "
+              "so the errors above do not check it" + (
+                  " (they are of sizes it does not bound; larger sizes would fit it)"
+                  if " bandwidth " in what else ""))
+    print()
     if getattr(args, "plot", None):
         _plot_fit(report, args.plot)
         print(f"chart written to {args.plot}")
+
+
+def _preset(lf, what: str) -> str:
+    """" (preset, not fitted)" where the level's rows did not determine ``what``."""
+    return " (preset, not fitted)" if what in lf.held else ""
+
+
+def _fitted_bandwidth(lf, unit: str) -> str:
+    """The fitted bandwidth; across nodes also the node's, what the rows determine (the
+    preset's NIC count splits it: ``--nics-per-node``)."""
+    text = f"{units.format_bandwidth(lf.bandwidth)} {unit}"
+    if lf.bandwidth_per_node is not None:
+        text += (f" x {lf.nics} NICs = {units.format_bandwidth(lf.bandwidth_per_node)} "
+                 "per node")
+    return text + _preset(lf, "bandwidth")
+
+
+def _rests_on_preset(net) -> list[str]:
+    """What a fit's predictions take from the preset, the rows not determining it ("inter
+    bandwidth (48.00 GB/s per NIC)")."""
+    names = {"alpha": "alpha", "bandwidth": "bandwidth", "message": "per-message post"}
+    out = []
+    for level, lf in net.levels.items():
+        for what in lf.held:
+            value = (units.format_bandwidth(lf.bandwidth) + (" per GPU" if level == "intra"
+                                                             else " per NIC")
+                     if what == "bandwidth" else
+                     units.format_duration(lf.alpha if what == "alpha" else lf.message))
+            out.append(f"{level} {names[what]} ({value})")
+    return out
 
 
 def _plot_fit(report: dict, path: str) -> None:

@@ -10,6 +10,7 @@ import contextlib
 import glob
 import json
 import os
+import socket
 import sys
 import tempfile
 
@@ -17,8 +18,8 @@ from .. import units
 from ..args import JSON_SUFFIXES
 from ..algorithms import bounded, get_algorithm
 from ..bench import (BUILTIN, PLACEMENTS, BenchSpec, Sweep, buffer_elements, format_csv,
-                     format_nccl_tests, one_size, parse_algorithms, plot_busbw, row_count,
-                     row_label, run_count, run_report, sweep_sizes)
+                     format_nccl_tests, one_size, parse_algorithms, plot_busbw, rank_places,
+                     row_count, row_label, run_count, run_report, sweep_sizes)
 from ..collectives import COLLECTIVES, get_collective
 from ..engine import trace
 from ..errors import ArgumentError, Interrupted, RingcclError
@@ -213,8 +214,29 @@ def _placements(args) -> tuple:
     return PLACEMENTS
 
 
-def _bench_rows(spec, args) -> tuple[list[dict], int, bool]:
-    """Run the sweep the way the command line asks: (rows, world_size, print here?)."""
+def _device_name(backend: str, index: int) -> str:
+    """The device a rank ran on as nccl-tests names it: the GPU's name under NCCL, else CPU."""
+    if backend == "nccl":
+        import torch
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_name(index % torch.cuda.device_count())
+    return "CPU"
+
+
+def _here(backend: str, index: int) -> tuple:
+    """(host, process id, device name) of this process, running rank ``index`` of its host."""
+    return socket.gethostname(), os.getpid(), _device_name(backend, index)
+
+
+def _places(gathered) -> list:
+    """:func:`ringccl.bench.rank_places` of every rank's (host, pid, device name)."""
+    return rank_places([(h, pid) for h, pid, _ in gathered], [n for *_, n in gathered])
+
+
+def _bench_rows(spec, args) -> tuple[list[dict], int, bool, list | None]:
+    """Run the sweep the way the command line asks: (rows, world_size, print here?, where
+    each rank ran: :class:`ringccl.bench.RankPlace`; under --nproc every rank on this host,
+    with the pid of this process, which starts them)."""
     total = row_count(spec)
     if args.nproc:
         # refused here, before anything starts; the launchers then need not check again
@@ -233,7 +255,8 @@ def _bench_rows(spec, args) -> tuple[list[dict], int, bool]:
                 from ..backends.torch.runner import launch_sweep
                 rows = launch_sweep(spec, args.nproc, advance, args.timeout, oversubscribe=True,
                                     worker_bytes=worker_bytes, verbose=args.verbose)
-        return rows, args.nproc, True
+        return rows, args.nproc, True, _places([_here(spec.backend, i)
+                                                for i in range(args.nproc)])
     if spec.backend == "mpi":
         if under_mpirun():
             from mpi4py import MPI
@@ -243,7 +266,9 @@ def _bench_rows(spec, args) -> tuple[list[dict], int, bool]:
             bar, advance = progress(total, spec.collective) if rank == 0 else (None, None)
             with bar or contextlib.nullcontext():
                 rows = sweep(spec, emit=advance)
-            return rows, MPI.COMM_WORLD.Get_size(), rank == 0
+            local = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()
+            gathered = MPI.COMM_WORLD.gather(_here("mpi", local), root=0)
+            return rows, MPI.COMM_WORLD.Get_size(), rank == 0, gathered and _places(gathered)
     elif "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ:  # torchrun (env://)
         need_torch()
         import torch.distributed as dist
@@ -256,9 +281,12 @@ def _bench_rows(spec, args) -> tuple[list[dict], int, bool]:
             queue = _Callback(advance) if rank == 0 else None
             with bar if rank == 0 else contextlib.nullcontext():
                 rows = sweep(rank, world_size, spec.to_dict(), queue)
+            gathered = [None] * world_size
+            dist.all_gather_object(gathered, _here(spec.backend,
+                                                   int(os.environ.get("LOCAL_RANK", rank))))
         finally:
             dist.destroy_process_group()
-        return rows, world_size, rank == 0
+        return rows, world_size, rank == 0, _places(gathered)
     raise RingcclError(f"ringccl bench needs processes: give --nproc N, or start it under "
                        f"{'mpirun' if spec.backend == 'mpi' else 'torchrun'}")
 
@@ -367,9 +395,9 @@ def _cmd_bench(args) -> int:
         not args.no_calibrate, not args.no_restore, args.accumulate_dtype).validate(args.nproc)
     stopped = None
     try:
-        rows, world_size, printer = _bench_rows(spec, args)
+        rows, world_size, printer, places = _bench_rows(spec, args)
     except Interrupted as exc:  # the rows measured before it are reported as usual
-        rows, world_size, printer = list(exc.partial), args.nproc, True
+        rows, world_size, printer, places = list(exc.partial), args.nproc, True, None
         stopped = f"{len(rows)} of {row_count(spec)} rows measured, every worker ended"
     if not printer:
         return 0
@@ -379,7 +407,7 @@ def _cmd_bench(args) -> int:
     elif args.csv:
         print(format_csv(rows), end="")
     elif args.format == "nccl-tests":
-        print(format_nccl_tests(rows, spec, world_size), end="")
+        print(format_nccl_tests(rows, spec, world_size, places), end="")
     elif rows or stopped is None:
         _print_bench(rows, spec, world_size, "auto" if args.format == "table" else args.format)
     if stopped is not None:  # no plot of a partial sweep

@@ -12,6 +12,7 @@ from typing import Iterable
 from ..bench.nccl_tests import SOURCE, looks_like_nccl_tests, parse_nccl_runs
 from ..bench.spec import LOCAL_REDUCE
 from ..errors import ArgumentError
+from ..units import MAX_INT
 
 __all__ = ["load_rows", "check_row"]
 
@@ -27,11 +28,20 @@ def _integer(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _bytes(value) -> bool:
+    """A byte count as the bench writes one: an integer in 0 … :data:`~ringccl.units.MAX_INT`
+    (2^63 - 1, the largest size the size parsers return, numpy's int64)."""
+    return _integer(value) and 0 <= value <= MAX_INT
+
+
+_BYTES = f"an integer number of bytes >= 0 and <= {MAX_INT}"
+
+
 #: (field, needed, test, what is allowed); of the optional ones, those in _NULLABLE may be null
 _FIELDS = (
     ("time_s", True, lambda v: _number(v) and math.isfinite(v) and v >= 0,
      "a finite number of seconds >= 0"),
-    ("size", True, lambda v: _integer(v) and v >= 0, "an integer number of bytes >= 0"),
+    ("size", True, _bytes, _BYTES),
     ("world_size", True, lambda v: _integer(v) and v >= 1, "an integer >= 1"),
     ("collective", True, lambda v: isinstance(v, str), "a collective's name"),
     ("algorithm", True, lambda v: isinstance(v, str), "an algorithm's name"),
@@ -40,7 +50,7 @@ _FIELDS = (
     ("backend", False, lambda v: isinstance(v, str), "a backend's name"),
     ("transport", False, lambda v: isinstance(v, str), "a transport's name (shm, p2p)"),
     ("params", False, lambda v: isinstance(v, dict), "an object of the algorithm's parameters"),
-    ("segment_bytes", False, lambda v: _integer(v) and v >= 0, "an integer number of bytes >= 0"),
+    ("segment_bytes", False, _bytes, _BYTES),
     ("accumulate_dtype", False, lambda v: isinstance(v, str), "a dtype's name"),
     ("wrong", False, lambda v: _number(v) and v >= 0, "a count >= 0"),
 )
@@ -59,8 +69,7 @@ def check_row(row: dict, where: str) -> None:
     """
     fields = list(_FIELDS)
     if row.get("kind") == LOCAL_REDUCE:
-        fields.append(("reduced_bytes", True, lambda v: _integer(v) and v >= 0,
-                       "an integer number of bytes >= 0"))
+        fields.append(("reduced_bytes", True, _bytes, _BYTES))
     if row.get("source") == SOURCE:
         fields += [(k, True, lambda v: _integer(v) and v >= 1, "an integer >= 1")
                    for k in ("ranks_per_node", "nodes")]
@@ -83,9 +92,10 @@ def load_rows(paths: Iterable[str | Path], program: str | None = None) -> list[d
         paths: the files.
         program: the nccl-tests program of logs that do not name it (e.g. "alltoall_perf").
     Raises:
-        ArgumentError: a file that is neither (the message names it), a JSON row with a
-            missing or bad field (:func:`check_row`: file, row index, field, value), or an
-            nccl-tests log that cannot be read (as parse_nccl_runs).
+        ArgumentError: a file that is neither (the message names it), a JSON row that is not
+            an object (file, row index, value) or with a missing or bad field
+            (:func:`check_row`: file, row index, field, value), or an nccl-tests log that
+            cannot be read (as parse_nccl_runs).
     """
     rows: list[dict] = []
     for path in paths:
@@ -103,10 +113,15 @@ def load_rows(paths: Iterable[str | Path], program: str | None = None) -> list[d
             raise ArgumentError(f"cannot read benchmark rows from {str(path)!r}: neither JSON "
                                 f"({exc}) nor nccl-tests output") from None
         part = data.get("rows") if isinstance(data, dict) else data
-        if not isinstance(part, list) or not part or not all(isinstance(r, dict) for r in part):
+        # not one row in it: not a file of rows; some rows: a bad one is named below
+        if not isinstance(part, list) or not any(isinstance(r, dict) for r in part):
             raise ArgumentError(f"{str(path)!r} holds no benchmark rows: expected the output of "
                                 "`ringccl bench --json` or of an nccl-tests program")
         for i, row in enumerate(part):
-            check_row(row, f"{str(path)!r}, row {i}")
+            where = f"{str(path)!r}, row {i}"
+            if not isinstance(row, dict):
+                raise ArgumentError(f"{where}: {row!r} is not a row; expected an object of "
+                                    "fields (a row as `ringccl bench --json` writes it)")
+            check_row(row, where)
         rows.extend(part)
     return rows

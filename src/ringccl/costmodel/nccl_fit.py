@@ -9,15 +9,27 @@ choice, and the row's time as ``known + a·α + b·β + ε`` of the level being 
 :class:`.nccl.Terms`), fit (α, β, ε) by :func:`.fit.fit_rows` (relative errors, parameters
 >= 0; ε is a per-call cost NCCL's tuning leaves out), re-price with the new values, until the
 choices stop changing (at most :data:`MAX_ROUNDS` rounds; the round whose re-priced times fit
-best is kept; the rounds start from the machine's bandwidth and from half of it, since a level
-bound by the other level in the first round has no β column). Point-to-point logs
+best is kept). A level bound by the other level at some choice has no β column there, however
+slow its rows: the rounds therefore start from the machine's bandwidth, from half of it, and
+from it scaled by how much slower than the machine the logs' largest sizes run
+(:func:`_implied_scale`), where the level bounds the sizes it can bound. Point-to-point logs
 (``alltoall_perf``, ``sendrecv_perf``) then fit the level's per-message post cost the same way,
 with its bandwidth and ε from the collectives' logs when there are any.
 
+What the rows do not determine (:func:`_determined`: a parameter not estimated, or not told
+from 0 by a t test on its 95% interval, Student t as :func:`.fit.fit_rows` computes it) is held
+at the machine's value, and the others fitted again with it there (:func:`_fit_holding`);
+:attr:`LevelFit.held` lists it, and ``ringccl fit`` says that the predictions it bounds rest
+on the preset rather than on the logs.
+
 Levels: single-node logs fit ``intra`` (a GPU's NVLink bandwidth and hop latency), multi-node
 logs fit ``inter`` (one NIC's bandwidth and the network hop), with ``intra`` held at its fitted
-(or preset) value. What a log cannot show (GPU generation, NICs per node, NVLS) comes from the
-machine preset its device names (:func:`.nccl.machine_for_device`) or the caller's.
+(or preset) value. NCCL's graph takes a node's rails together (:func:`.nccl.price`: the
+network's bandwidth is rails × a NIC's), so a collective's log determines the node's
+bandwidth, reported with the NIC's (:attr:`LevelFit.bandwidth_per_node`); the preset's NIC
+count (or ``--nics-per-node``) splits it. What a log cannot show (GPU generation, NICs per
+node, NVLS) comes from the machine preset its device names (:func:`.nccl.machine_for_device`)
+or the caller's.
 
 Held-out check (:func:`held_out_network`): every log's sizes in order, the even-numbered ones
 fit (all levels, as above), the odd-numbered ones predicted; the relative errors are reported. A
@@ -113,6 +125,12 @@ class LevelFit:
             "algorithm/protocol" per row.
         stages: fits run (the hop, then the per-message post); notes: what was held and why.
         message, epsilon: the fitted per-message post and per-call seconds.
+        held: what the rows do not determine and the fit kept at the machine's value
+            ("alpha", "bandwidth", "message"): predictions that depend on it rest on the
+            preset, not on the logs.
+        nics: NICs per node (inter level; 0 for intra): a log shows the node's bandwidth,
+            ``nics`` × the NIC's (:attr:`bandwidth_per_node`); the preset's NIC count
+            splits it (``--nics-per-node`` another).
     """
 
     level: str
@@ -128,6 +146,15 @@ class LevelFit:
     notes: list = field(default_factory=list)
     message: float = 0.0
     epsilon: float = 0.0
+    held: tuple = ()
+    nics: int = 0
+
+    @property
+    def bandwidth_per_node(self) -> float | None:
+        """The inter level's bandwidth out of one node (bytes/s: ``nics`` × a NIC's), what
+        a collective's rows determine (NCCL's graph takes the node's rails together:
+        :func:`.nccl.price`); None for intra."""
+        return self.nics * self.bandwidth if self.nics else None
 
     def relative_errors(self) -> np.ndarray:
         return np.array([p / r["time_s"] - 1 for r, p in zip(self.rows, self.predicted)])
@@ -137,6 +164,8 @@ class LevelFit:
         return {"alpha_s": self.alpha, "bandwidth_Bps": self.bandwidth,
                 "message_s": self.message, "epsilon_s": self.epsilon,
                 "prior_alpha_s": self.prior_alpha, "prior_bandwidth_Bps": self.prior_bandwidth,
+                "bandwidth_per_node_Bps": self.bandwidth_per_node, "nics_per_node":
+                self.nics or None, "held_at_preset": list(self.held),
                 "rows": len(self.rows), "stages": self.stages, "notes": self.notes,
                 "median_abs_error": float(np.median(err)) if err.size else None,
                 "logs": sorted({r.get("file", "") for r in self.rows}),
@@ -165,33 +194,69 @@ def _set(m: NcclMachine, name: str, value: float) -> NcclMachine:
     return m.replace(**{name: value})
 
 
-def _rounds(rows: list[dict], machine: NcclMachine, slots: dict, prior: NcclMachine):
-    """Alternate (choose, fit) from ``machine``; the best round as (score, machine, fit,
-    costs, choices, rounds, notes), or None when no round could fit. A parameter the rows do
-    not determine is set back to ``prior``'s value (not the start's)."""
-    m, best, previous = machine, None, None
-    for rounds in range(1, MAX_ROUNDS + 1):
+#: the fit's columns a level's parameters stand in (ε may rest at 0: no per-call cost)
+_HELD_COLUMNS = ("alpha", "beta")
+
+
+def _determined(f: Fit, column: str) -> bool:
+    """True when the fit determines ``column``: estimated (its column present and not a
+    combination of the others'), > 0, and its 95% interval above 0 (a t test: the rows tell
+    it from 0; with no degree of freedom left there is no interval and the estimate stands)."""
+    i = ("alpha", "beta").index(column)
+    value, low = float(f.params[i]), float(f.ci95[i][0])
+    return column in f.free and value > 0 and not low <= 0
+
+
+def _fit_holding(rows: list[dict], m: NcclMachine, slots: dict, prior: NcclMachine):
+    """One fit of the rows priced on ``m``: (machine, fit, notes, held columns). A parameter
+    the rows do not determine (:func:`_determined`) is held at ``prior``'s value and the fit
+    run again without it, so that the others are fitted with it at the value it keeps (not at
+    the 0 the fit held it at).
+
+    Raises:
+        ArgumentError: as :func:`.fit.fit_rows`, when no parameter is left to fit.
+    """
+    slots, notes, held, f = dict(slots), [], [], None
+    while True:
         annotated = [{**r, "nccl_terms": _terms_for(m, r, slots)} for r in rows]
         try:
             f = fit_rows(annotated, "nccl", placement=None)
         except ArgumentError:
-            break  # this choice of algorithms leaves nothing to fit (e.g. α < 0 only)
-        notes = []
-        for column, value in (("alpha", f.alpha), ("beta", f.beta), ("epsilon", f.epsilon)):
+            if f is None:
+                raise
+            break  # nothing left to fit once the undetermined are held: the last fit stands
+        undetermined = [c for c in _HELD_COLUMNS if slots[c] and not _determined(f, c)]
+        if not undetermined:
+            break
+        for column in undetermined:
             name = slots[column]
-            if name is None:
-                continue
-            if column in f.free and value > 0:
-                m = _set(m, name, value)
-            elif column != "epsilon":
-                m = _set(m, name, parameter(prior, name))
-                notes.append(f"{name} kept at the machine's value: these rows do not "
-                             "determine it")
+            m = _set(m, name, parameter(prior, name))
+            notes.append(f"{name} kept at the machine's value: these rows do not determine it")
+            held.append(column)
+            slots[column] = None
+        if not any(slots.values()):
+            break
+    for column, value in (("alpha", f.alpha), ("beta", f.beta), ("epsilon", f.epsilon)):
+        if slots.get(column) and (column == "epsilon" or column in f.free):
+            m = _set(m, slots[column], value)
+    return m, f, notes, held
+
+
+def _rounds(rows: list[dict], machine: NcclMachine, slots: dict, prior: NcclMachine):
+    """Alternate (choose, fit) from ``machine``; the best round as (score, machine, fit,
+    costs, choices, rounds, notes, held), or None when no round could fit. A parameter the
+    rows do not determine is held at ``prior``'s value (not the start's): :func:`_fit_holding`."""
+    m, best, previous = machine, None, None
+    for rounds in range(1, MAX_ROUNDS + 1):
+        try:
+            m, f, notes, held = _fit_holding(rows, m, slots, prior)
+        except ArgumentError:
+            break  # this choice of algorithms leaves nothing to fit (e.g. α < 0 only)
         costs = [predict_row(m, r) for r in rows]
         score = float(np.sum([(c.seconds / r["time_s"] - 1) ** 2 for c, r in zip(costs, rows)]))
         choices = [f"{c.algorithm}/{c.protocol}" for c in costs]
         if best is None or score < best[0]:
-            best = (score, m, f, costs, choices, rounds, notes)
+            best = (score, m, f, costs, choices, rounds, notes, held)
         # converged when the choices and what bounds each row's bandwidth stop changing
         signature = [(ch, tuple(k for k, v in c.terms.coefficients.items() if v))
                      for ch, c in zip(choices, costs)]
@@ -201,8 +266,26 @@ def _rounds(rows: list[dict], machine: NcclMachine, slots: dict, prior: NcclMach
     return best
 
 
+def _implied_scale(rows: list[dict], machine: NcclMachine) -> float:
+    """How much slower than ``machine`` the largest size of each log runs, the most of them:
+    min over logs of predicted / measured seconds at its largest size (1 when none is
+    slower). A start at the level's bandwidth times this lets that level bound the sizes
+    whose bandwidth it sets, where the machine's own value leaves them to the other level
+    (whose β has no column then, however slow the rows)."""
+    largest: dict = {}
+    for r in rows:
+        key = r.get("file", "")
+        if key not in largest or r["size"] > largest[key]["size"]:
+            largest[key] = r
+    ratios = [predict_row(machine, r).seconds / r["time_s"] for r in largest.values()]
+    return min([1.0] + ratios)
+
+
 def _fit_stage(rows, machine, level, slots):
     starts = _STARTS if slots["beta"] else ((1.0, 1.0), (0.5, 1.0))
+    scale = _implied_scale(rows, machine) if slots["beta"] else 1.0
+    if scale < min(b for _, b in starts):
+        starts = starts + ((1.0, scale),)
     tries = []
     for a, b in starts:
         start = _set(_set(machine, slots["alpha"], a * parameter(machine, slots["alpha"])),
@@ -227,21 +310,24 @@ def _fit_level(rows: list[dict], machine: NcclMachine, level: str) -> tuple[Nccl
     prior = (getattr(machine, a_attr), getattr(machine, b_attr))
     coll = [r for r in rows if r["collective"] not in _P2P]
     p2p = [r for r in rows if r["collective"] in _P2P]
-    m, notes, fits = machine, [], []
-    if coll:
-        _, m, f, *_, n = _fit_stage(coll, m, level, _slots(level, "hop", True))
+    m, notes, fits, held = machine, [], [], []
+    for stage, part, bandwidth in (("hop", coll, True), ("message", p2p, not coll)):
+        if not part:
+            continue
+        _, m, f, _, _, _, n, columns = _fit_stage(part, m, level,
+                                                  _slots(level, stage, bandwidth))
         fits.append(f)
         notes += n
-    if p2p:
-        _, m, f, *_, n = _fit_stage(p2p, m, level, _slots(level, "message", not coll))
-        fits.append(f)
-        notes += n
+        held += [{"alpha": "alpha" if stage == "hop" else "message", "beta": "bandwidth"}[c]
+                 for c in columns]
     costs = [predict_row(m, r) for r in rows]
     notes += _doubts(rows, costs, level, prior[1], getattr(m, b_attr))
     return m, LevelFit(level, getattr(m, a_attr), getattr(m, b_attr), prior[0], prior[1],
                        fits[0], list(rows), [c.seconds for c in costs],
                        [f"{c.algorithm}/{c.protocol}" for c in costs], len(fits), notes,
-                       getattr(m, f"{level}_message"), getattr(m, f"{level}_epsilon"))
+                       getattr(m, f"{level}_message"), getattr(m, f"{level}_epsilon"),
+                       tuple(dict.fromkeys(held)),
+                       m.nics_per_node if level == "inter" else 0)
 
 
 #: a level's fit whose median relative error on its own rows is above this does not describe
@@ -304,11 +390,12 @@ class NetworkFit:
 
 def _fittable(rows: Sequence[dict], placement: str | None) -> list[dict]:
     """The nccl-tests rows of ``placement`` (None: any) a fit and its held-out check use: a
-    result nccl-tests found right (or did not check), more than one rank, a finite time > 0
-    (the parser leaves out the others with a note: :mod:`ringccl.bench.nccl_tests`)."""
+    result nccl-tests found right (or did not check), more than one rank, a size > 0 and a
+    finite time > 0 (the parser leaves out the others with a note:
+    :mod:`ringccl.bench.nccl_tests`)."""
     return [r for r in nccl_tests_rows(rows)
             if (placement is None or r["placement"] == placement) and not r.get("wrong")
-            and r["world_size"] > 1 and 0 < r["time_s"] < math.inf]
+            and r["world_size"] > 1 and r["size"] > 0 and 0 < r["time_s"] < math.inf]
 
 
 def fit_network(rows: Sequence[dict], machine=None,

@@ -176,6 +176,10 @@ if __name__ == "__main__":
           dict(t0_small=45.0, bw_small=22.0, t0_large=95.0, bw_large=86.0), "v2.17", 5)
     write("h100_2node_sendrecv.log", "sendrecv", two, 1, H100, sizes(8, 8 << 30),
           dict(t0_small=13.0, bw_small=21.0, t0_large=26.0, bw_large=46.5), "v2.17", 6)
+    # one regime, busbw 150 GB/s across two nodes: far below what the preset's eight
+    # 400G NICs carry, so only a fitted inter-node bandwidth describes its large sizes
+    write("slow_net_2node_all_reduce.log", "all_reduce", two, 8, H100, sizes(8, 1 << 30),
+          dict(t0_small=30.0, bw_small=150.0, t0_large=30.0, bw_large=150.0), "v2.17", 8)
     write("a100_1node_all_reduce_perf_v2.0.log", "all_reduce", ["node-a100"], 8, A100,
           sizes(32, 1 << 30), dict(t0_small=15.0, bw_small=40.0, t0_large=48.0,
                                    bw_large=228.0), "v2.0", 7)
