@@ -12,6 +12,8 @@ MODE "kill_barrier": the last rank exits during a stream of barriers; the others
 they raised.
 MODE "kill_ddp": DDP trains a small MLP; the last rank exits at its third step; the others
 report what their backward (DDP's reducer, in C++, reading the bucket futures) raised.
+MODE "kill_ddp_hook": the same with ringccl.torch.comm_hook registered (its futures come from
+a background Communicator).
 MODE "kill_first": the last rank exits before the group's first collective (the shared
 memory's set-up); the others report what their first all_reduce raised.
 Every report names the group's transport, and (shm, hybrid) its segments' uid, so the test can check
@@ -82,11 +84,13 @@ def main(mode: str) -> None:
         report["seconds"] = time.monotonic() - t0
         print(json.dumps(report), flush=True)
         os._exit(0)   # the group is unusable now; do not wait in its teardown
-    if mode == "kill_ddp":
+    if mode in ("kill_ddp", "kill_ddp_hook"):
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(),
                                     torch.nn.Linear(64, 4))
         ddp = torch.nn.parallel.DistributedDataParallel(model)
+        if mode == "kill_ddp_hook":
+            ddp.register_comm_hook(None, ringccl.torch.comm_hook("ring"))
         t0 = time.monotonic()
         try:
             for step in range(50):

@@ -118,17 +118,20 @@ def test_killed_rank_fails_the_survivors_barrier_naming_it(transport):
     assert _leftover(reports[:3]) == []
 
 
-@pytest.mark.parametrize("transport", ["shm", "p2p"])
-def test_a_rank_gone_mid_training_fails_ddps_backward_naming_it(transport):
+@pytest.mark.parametrize("mode, transport", [("kill_ddp", "shm"), ("kill_ddp", "p2p"),
+                                             ("kill_ddp_hook", "shm")])
+def test_a_rank_gone_mid_training_fails_ddps_backward_naming_it(mode, transport):
     # DDP's reducer reads each bucket's future in C++: a failed collective must reach it as
-    # the future's error (a RuntimeError naming the peer), not as a value (SIGSEGV)
-    reports = _run("kill_ddp", 3, HOSTS[transport][:3] if HOSTS[transport] else None)
+    # the future's error (a RuntimeError naming the peer), not as a value (SIGSEGV; with
+    # ringccl's comm hook, "Unable to cast ... to Tensor")
+    reports = _run(mode, 3, HOSTS[transport][:3] if HOSTS[transport] else None)
     assert reports[2].get("exit") == 17
     for r in reports[:2]:
         assert "exit" not in r, r   # the survivor reported: no crash
         raised = r.get("raised", "")
         assert re.search(r"(PeerError|RingcclTimeout)", raised) and re.search(r"rank \d",
                                                                                raised), r
+        assert "Unable to cast" not in raised, r
         assert r["seconds"] < WAIT_S + bounds.slack(), r
 
 

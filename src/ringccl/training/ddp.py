@@ -36,6 +36,12 @@ __all__ = ["comm_hook"]
 _COMPRESSION = {None: None, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
+def _value(future: torch.futures.Future):
+    """A chained future's callback: the value, or the failure raised (the chained future's
+    error)."""
+    return future.value()
+
+
 def comm_hook(algorithm: str = "ring", compression: str | None = None, group=None,
               communicator: Communicator | None = None):
     """A DDP communication hook: ringccl all-reduce of every bucket, averaged over ranks.
@@ -103,7 +109,10 @@ def comm_hook(algorithm: str = "ring", compression: str | None = None, group=Non
 
         future = comm.submit(job)
         if not compressed:
-            return future
+            # chained, so that a failure is the returned future's own error, which DDP reads
+            # in C++ as one; the Communicator's future holds it as a value (set_exception),
+            # which DDP would try to cast to a tensor
+            return future.then(_value)
 
         def decompress(fut: torch.futures.Future) -> torch.Tensor:
             buffer.copy_(fut.value())
