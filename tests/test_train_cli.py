@@ -38,14 +38,22 @@ def test_a_model_too_large_for_the_memory_is_refused_before_any_worker(capsys, m
     from ringccl.training.train import BYTES_PER_PARAMETER, make_mlp, mlp_parameters
     started = []
     monkeypatch.setattr(ringccl.torch.launch, "launch", lambda *a, **k: started.append(a))
-    monkeypatch.setattr(resources, "available_memory", lambda: 8 << 30)
+    monkeypatch.setattr(resources, "available_memory", lambda: 40 << 30)
     assert mlp_parameters((7, 5)) == sum(p.numel() for p in make_mlp((7, 5)).parameters())
-    # 4 workers of 401.5M parameters at 48 bytes each: 4 x 18 GiB, not in 8 GiB
+    # 4 workers of 401.5M parameters at 48 bytes each: 4 x 18 GiB, not in 40 GiB
     assert ringccl.cli.main(["train", "-n", "4", "--hidden", "20000,20000", "--no-plot"]) == 2
     err = capsys.readouterr().err
     assert "--nproc 4 needs about" in err and "smaller --hidden widths (the MLP has " \
         f"{mlp_parameters((20000, 20000)):,} parameters" in err
     assert f"at {BYTES_PER_PARAMETER} bytes per parameter" in err
+    # ... and in 8 GiB not even one fits: no number of processes helps
+    monkeypatch.setattr(resources, "available_memory", lambda: 8 << 30)
+    assert ringccl.cli.main(["train", "-n", "4", "--hidden", "20000,20000", "--no-plot",
+                             "--oversubscribe"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ringccl: error: --hidden 20000,20000: one worker process needs about "
+                          "18.10 GiB, more than this machine's 8.00 GiB available") and \
+        "--oversubscribe" not in err
     assert not started
 
 

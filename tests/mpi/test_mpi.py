@@ -105,10 +105,11 @@ def test_bench_json_then_fit(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("collective,dtype,op", [("reduce_scatter", "int32", "max"),
-                                                ("all_gather", "int8", "sum")])
+                                                ("all_gather", "int8", None)])
 def test_bench_other_collectives_nccl_tests_format(capsys, collective, dtype, op):
     assert main(["bench", collective, "--backend", "mpi", "--nproc", "3", "-b", "1KiB",
-                 "-e", "16KiB", "-f", "4", "--iters", "2", "-w", "0", "-d", dtype, "-o", op,
+                 "-e", "16KiB", "-f", "4", "--iters", "2", "-w", "0", "-d", dtype,
+                 *(["-o", op] if op else []),   # -o is refused where nothing reduces
                  "--segment-bytes", "auto,0,1KiB", "--format", "nccl-tests"]) == 0
     lines = capsys.readouterr().out.splitlines()
     data = [line.split() for line in lines if line and not line.startswith("#")]
@@ -116,7 +117,7 @@ def test_bench_other_collectives_nccl_tests_format(capsys, collective, dtype, op
     assert len(data) == 3 * (3 * len(ringccl.algorithms(collective)) + 1)
     assert all(len(f) == 13 and f[8] == "0" and f[12] == "0" for f in data)
     assert {f[3] for f in data} == {op if collective == "reduce_scatter" else "none"}
-    assert "# ringccl algorithm: ring seg=1KiB" in lines
+    assert "# ringccl algorithm: ring seg=1KiB (segment_bytes 1024)" in lines
 
 
 @pytest.mark.parametrize("collective,extra", [
@@ -152,7 +153,16 @@ def test_bench_under_mpirun_prints_once():
 
 
 def test_bench_failure_is_reported(capsys):
+    # the command refuses float16 for MPI's builtin before mpirun starts ...
     code = main(["bench", "all_reduce", "--backend", "mpi", "--nproc", "2", "-b", "1KiB",
                  "-e", "1KiB", "--iters", "1", "-d", "float16", "--algorithm", "builtin"])
     assert code == 2
-    assert "no predefined datatype for float16" in capsys.readouterr().err
+    assert "MPI's builtin collective does not take float16" in capsys.readouterr().err
+    # ... and the launcher reports the rank that fails on it, in one line
+    from ringccl.backends.mpi.launch import launch_bench
+    from ringccl.bench import BUILTIN, BenchSpec
+    from ringccl.errors import WorkerError
+    spec = BenchSpec("all_reduce", (BUILTIN,), 1024, 1024, 2, 1, 0, True, "float16",
+                     backend="mpi", calibrate=False)
+    with pytest.raises(WorkerError, match="no predefined datatype for float16"):
+        launch_bench(spec, 2, timeout=300)

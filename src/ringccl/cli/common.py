@@ -293,32 +293,49 @@ def add_launch_options(p) -> None:
 
 
 def check_nproc(args, buffer_bytes: int = 0, size_flag: str | None = None, *,
-                worker_bytes: int | None = None, hint: str | None = None) -> None:
+                worker_bytes: int | None = None, hint: str | None = None,
+                value: object = None) -> None:
     """Refuse ``--nproc`` processes this machine cannot hold, before any starts
     (:func:`ringccl.resources.check_processes`: cores, and memory for an idle torch worker plus
     :func:`ringccl.resources.run_worker_bytes` of a ``buffer_bytes`` buffer, or plus
-    ``worker_bytes`` where the caller knows its workers' own bytes), unless ``--oversubscribe``.
+    ``worker_bytes`` where the caller knows its workers' own bytes), unless ``--oversubscribe``;
+    and, even with it, data that do not fit in the available memory for one worker alone.
 
     Raises:
         ArgumentError: naming --nproc, its value, the limit and --oversubscribe; when memory is
             the limit, also ``hint`` (what to lower), or ``size_flag`` (the option that sets
-            the buffer) and the buffer.
+            the buffer) and the buffer. Data one worker cannot hold: naming ``size_flag`` and
+            its ``value`` (when given), the bytes, the memory and ``hint``, not --oversubscribe
+            (more processes per byte cannot help).
     """
     extra = resources.run_worker_bytes(buffer_bytes) if worker_bytes is None else worker_bytes
+    if hint is None and size_flag is not None and buffer_bytes:
+        hint = (f"a smaller {size_flag} (the collective's buffer is "
+                f"{units.format_size(buffer_bytes)} per rank, peaking at about "
+                f"{resources.RUN_BUFFER_FACTOR}x that in each worker)")
+    if hint is not None:
+        _check_one_worker(extra, hint, size_flag if value is None else f"{size_flag} {value}")
     try:
         resources.check_processes(args.nproc, resources.WORKER_BYTES + extra,
                                   oversubscribe=getattr(args, "oversubscribe", False),
                                   what="--nproc")
     except ArgumentError as exc:
-        if "available" not in str(exc):
+        if "available" not in str(exc) or hint is None:
             raise
-        if hint is None:
-            if size_flag is None or buffer_bytes == 0:
-                raise
-            hint = (f"a smaller {size_flag} (the collective's buffer is "
-                    f"{units.format_size(buffer_bytes)} per rank, peaking at about "
-                    f"{resources.RUN_BUFFER_FACTOR}x that in each worker)")
         raise ArgumentError(f"{exc}; or {hint}") from None
+
+
+def _check_one_worker(extra: int, hint: str, given: str | None) -> None:
+    """Refuse data (``extra`` bytes beyond an idle worker) that one worker cannot hold in this
+    machine's available memory, where an idle worker alone would fit."""
+    memory = resources.available_memory()
+    per = resources.WORKER_BYTES + extra
+    if memory is None or extra <= 0 or not resources.WORKER_BYTES <= memory < per:
+        return
+    raise ArgumentError(f"{given + ': ' if given else ''}one worker process needs about "
+                        f"{units.format_size(per)}, more than this machine's "
+                        f"{units.format_size(memory)} available, so not even one fits; use "
+                        f"{hint}")
 
 
 # -- argparse types ------------------------------------------------------------------------------

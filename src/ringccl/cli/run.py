@@ -21,17 +21,19 @@ from ..bench import (BUILTIN, PLACEMENTS, BenchSpec, Sweep, buffer_elements, for
                      format_nccl_tests, one_size, parse_algorithms, plot_busbw, rank_places,
                      row_count, row_label, run_count, run_report, sweep_sizes)
 from ..collectives import COLLECTIVES, get_collective
+from ..sim import default_algorithm
 from ..engine import trace
 from ..errors import ArgumentError, Interrupted, RingcclError
 from ..backends.mpi.launch import launch_bench, under_mpirun
 from ..ops import SUPPORTED_DTYPES, check_dtype, parse_op
 from ..resources import run_worker_bytes
 from . import limits
-from .common import (IMAGE_SUFFIXES, add_accumulate_option, add_collective_args,
+from .baselines import check_builtin_dtype
+from .common import (IMAGE_SUFFIXES, Given, add_accumulate_option, add_collective_args,
                      add_format_option, add_launch_options, check_call_args, check_nproc,
-                     count_arg, emit_json, interrupted, need_torch, nonnegative_int, output_path,
-                     positive_int, progress, schedule_params, seconds_arg, size_arg, status,
-                     table)
+                     count_arg, emit_json, interrupted, name_list, need_torch, nonnegative_int,
+                     output_path, positive_int, progress, refuse_unused, schedule_params,
+                     seconds_arg, size_arg, status, table)
 from .sizes import entries
 
 __all__ = ["register_run", "register_bench", "measure_run", "print_run"]
@@ -123,8 +125,11 @@ def _check_trace(args) -> None:
     ``--trace-iters`` at most the timed iterations (the workers keep the last N calls).
 
     Raises:
-        ArgumentError: naming --trace and --nproc, or --trace-iters and the iterations.
+        ArgumentError: naming --trace and --nproc, or --trace-iters and the iterations, or
+            --trace-iters without --trace.
     """
+    refuse_unused(args, ("trace_iters",) if args.trace is None else (),
+                  "without --trace (it sets how many timed iterations --trace records)")
     if args.trace is not None and not getattr(args, "nproc", None):
         raise ArgumentError("--trace needs --nproc (the workers write their events for this "
                             "process to merge; under torchrun/mpirun there is no such parent)")
@@ -132,6 +137,20 @@ def _check_trace(args) -> None:
         raise ArgumentError(f"--trace-iters {args.trace_iters} must be <= --iters {args.iters} "
                             "(it traces the last timed iterations; more would trace warm-up "
                             "calls)")
+
+
+def _refuse_unused_call_flags(args) -> None:
+    """Refuse the op of a collective that does not reduce, and the root (bench's -r) of one
+    that has no root: the harness would ignore them."""
+    spec = get_collective(args.collective)
+    if not spec.reduces:
+        takers = ", ".join(c for c in COLLECTIVES if get_collective(c).reduces)
+        refuse_unused(args, ("op",), f"on {args.collective}, which does not reduce (it applies "
+                      f"to {takers})")
+    if not spec.root_arg:
+        takers = ", ".join(c for c in COLLECTIVES if get_collective(c).root_arg)
+        refuse_unused(args, ("root",), f"on {args.collective}, which has no root (it applies "
+                      f"to {takers})")
 
 
 @contextlib.contextmanager
@@ -171,16 +190,20 @@ def _traced(args, title: str):
 def _cmd_run(args) -> int:
     need_torch()
     _check_trace(args)
+    _refuse_unused_call_flags(args)
     dtype = check_dtype(args.dtype)
     op = parse_op(args.op)
     params = schedule_params(args)
     get_algorithm(args.collective, args.algorithm)
+    check_builtin_dtype("gloo", dtype.name, "--dtype", "run checks ringccl's result against "
+                        f"gloo's; ringccl bench -a {args.algorithm} -d {dtype.name} measures "
+                        "ringccl's algorithm alone")
     # in this process, before any worker starts: the arguments, the machine's limits, then
     # the schedule for --nproc ranks (built after the limits: -n 10000 names the cores)
     check_call_args(args, args.nproc, dtype, op, params)
     check_run_count(args.collective, args.count, args.nproc)
     check_nproc(args, run_buffer_bytes(args.collective, args.nproc, args.count, dtype.name,
-                                       args.accumulate_dtype), "--count")
+                                       args.accumulate_dtype), "--count", value=args.count)
     bounded.build(args.collective, args.algorithm, args.nproc, params,
                   limits.size_flags(args, "-n/--nproc", args.nproc))
     try:
@@ -241,7 +264,7 @@ def _bench_rows(spec, args) -> tuple[list[dict], int, bool, list | None]:
     if args.nproc:
         # refused here, before anything starts; the launchers then need not check again
         largest = _largest_buffer(spec, args.nproc)
-        check_nproc(args, largest, "-e/--maxbytes")
+        check_nproc(args, largest, "-e/--maxbytes", value=args.maxbytes)
         worker_bytes = run_worker_bytes(largest)
         bar, advance = progress(total, f"{spec.collective} on {args.nproc} {spec.backend} "
                                 "processes")
@@ -385,10 +408,17 @@ def _check_sizes(args, dtype: str) -> None:
 
 def _cmd_bench(args) -> int:
     _check_trace(args)
+    _refuse_unused_call_flags(args)
     dtype = _NCCL_DTYPES.get(args.dtype, args.dtype)
     _check_sizes(args, dtype)
+    names = parse_algorithms(args.collective, ",".join(args.algorithm))
+    if BUILTIN in names:
+        ours = [a for a in names if a != BUILTIN and args.algorithm != ["all"]]
+        check_builtin_dtype(args.backend, check_dtype(dtype).name, "-d/--dtype",
+                            f"leave builtin out of -a to measure ringccl's algorithms alone "
+                            f"(-a {','.join(ours or [default_algorithm(args.collective)])})")
     spec = BenchSpec(
-        args.collective, parse_algorithms(args.collective, args.algorithm), args.minbytes,
+        args.collective, names, args.minbytes,
         args.maxbytes, args.stepfactor, args.iters, args.warmup_iters, bool(args.check), dtype,
         args.op, args.root, args.segment_bytes or (None,),
         _placements(args), args.backend,
@@ -424,7 +454,7 @@ def add_trace_options(p) -> None:
                    help="write a Chrome/Perfetto trace of what every rank did (each send, "
                    "receive, wait, reduce, with measured times) in the last timed iteration(s) "
                    "of each ringccl row; open it in https://ui.perfetto.dev")
-    p.add_argument("--trace-iters", type=positive_int, default=1, metavar="N",
+    p.add_argument("--trace-iters", type=positive_int, default=1, metavar="N", action=Given,
                    help="with --trace: trace the last N timed iterations of each row (default 1)")
 
 
@@ -440,7 +470,7 @@ def register_run(sub) -> None:
                    "a count that rounds to 0 is refused), default 16Mi")
     p.add_argument("--dtype", default="float32",
                    choices=[d for d in SUPPORTED_DTYPES])
-    p.add_argument("--op", default="sum",
+    p.add_argument("--op", default="sum", action=Given,
                    help="reduce op of the reducing collectives: sum, prod, min, max, avg, band, "
                    "bor, bxor (default sum)")
     add_accumulate_option(p, " ringccl's result is still compared with the exact result "
@@ -504,9 +534,11 @@ def register_bench(sub) -> None:
     p.add_argument("-d", "--dtype", default="float32",
                    choices=list(SUPPORTED_DTYPES) + list(_NCCL_DTYPES),
                    help="element type (numpy or nccl-tests names; default float32)")
-    p.add_argument("-o", "--op", default="sum", help="sum, prod, min, max, avg, band, bor, bxor")
-    p.add_argument("-r", "--root", type=int, default=0, help="root rank of rooted collectives")
-    p.add_argument("--algorithm", "-a", default="all",
+    p.add_argument("-o", "--op", default="sum", action=Given,
+                   help="reducing collectives: sum, prod, min, max, avg, band, bor, bxor")
+    p.add_argument("-r", "--root", type=int, default=0, action=Given,
+                   help="root rank of rooted collectives (default 0)")
+    p.add_argument("--algorithm", "-a", default="all", type=name_list,
                    help="comma-separated algorithms and/or builtin (the backend's own); "
                    "'all' (default) = every registered algorithm and builtin")
     p.add_argument("--backend", choices=["gloo", "nccl", "mpi"], default="gloo")

@@ -9,9 +9,9 @@ import dataclasses
 from .. import units
 from ..errors import ArgumentError, Interrupted
 from ..backends.torch import launch as torch_launch
-from .common import (add_format_option, add_launch_options, check_nproc, emit_json,
-                     interrupted, need_torch, nonnegative_int, positive_int, seconds_arg,
-                     table, widths_arg)
+from .common import (Given, GivenFlag, add_format_option, add_launch_options, check_nproc,
+                     emit_json, interrupted, need_torch, nonnegative_int, positive_int,
+                     refuse_unused, seconds_arg, table, widths_arg)
 from .progress import Progress
 
 __all__ = ["register", "TRAIN_LOSS_RTOL"]
@@ -68,11 +68,18 @@ def _cmd_train(args) -> int:
         first_bucket_mb=args.first_bucket_mb, max_norm=args.max_norm,
         compression=args.compression if m == "ddp" else None,
         plot=None if args.no_plot else args.plot).validate()) for m in modes]
+    if "bucketer" not in modes:
+        refuse_unused(args, ("first_bucket_mb",), f"with --mode {args.mode} (it is the first "
+                      "bucket's cap of mode bucketer)")
+    if args.accumulation == 1:
+        refuse_unused(args, ("sync_micro_batches",), "with --accumulation 1 (one micro-batch "
+                      "per step; it applies with --accumulation 2 or more)")
     # refused before anything is loaded or started: an idle torch worker plus the MLP's
     # parameters at the measured bytes each (the digits data are a few MB)
     parameters = mlp_parameters(tuple(args.hidden))
     model_bytes = BYTES_PER_PARAMETER * parameters
-    check_nproc(args, worker_bytes=model_bytes,
+    check_nproc(args, worker_bytes=model_bytes, size_flag="--hidden",
+                value=",".join(map(str, args.hidden)),
                 hint=f"smaller --hidden widths (the MLP has {parameters:,} parameters, about "
                      f"{units.format_size(model_bytes)} in each worker at {BYTES_PER_PARAMETER} "
                      "bytes per parameter)")
@@ -146,11 +153,13 @@ def register(sub) -> None:
                    help="hidden widths, e.g. 256,256")
     p.add_argument("--accumulation", type=positive_int, default=1,
                    help="micro-batches per optimizer step (no_sync on all but the last)")
-    p.add_argument("--sync-micro-batches", action="store_true",
-                   help="communicate after every micro-batch (no no_sync), to compare bytes")
+    p.add_argument("--sync-micro-batches", action=GivenFlag,
+                   help="with --accumulation 2 or more: communicate after every micro-batch "
+                   "(no no_sync), to compare bytes")
     p.add_argument("--algorithm", "-a", default="ring")
     p.add_argument("--bucket-cap-mb", type=float, default=0.125, help="MiB (default 0.125)")
-    p.add_argument("--first-bucket-mb", type=float, default=0.03, help="MiB (bucketer)")
+    p.add_argument("--first-bucket-mb", type=float, default=0.03, action=Given,
+                   help="mode bucketer: cap of the first bucket, MiB (default 0.03)")
     p.add_argument("--max-norm", type=float, default=None, help="clip by the global norm")
     p.add_argument("--compression", choices=["fp16", "bf16"], default=None,
                    help="mode ddp: all-reduce buckets in fp16/bf16")
