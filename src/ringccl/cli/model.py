@@ -204,7 +204,8 @@ _NOT_WITH_PRESET = ("collective", "algorithm", "size", "dtype", "world_size", "l
 
 def _refuse_with_preset(args) -> None:
     """Refuse the options ``--preset worked-examples`` would ignore, naming them."""
-    flags = {"collective": f"the collective {args.collective}", "algorithm": "--algorithm", "size": "--size",
+    flags = {"collective": f"the collective {args.collective}", "algorithm": "--algorithm",
+             "size": "--size",
              "dtype": "--dtype", "world_size": "--world-size", "link": "--link",
              "nodes": "--nodes", "plot": "--plot"}
     given = [flags[d] for d in _NOT_WITH_PRESET if getattr(args, d) != args.model_defaults[d]]
