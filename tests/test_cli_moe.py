@@ -43,10 +43,12 @@ def _one_line_error(capsys) -> str:
     (["--chunks", "100000"], "num_chunks=100000 must be <= tokens=4096"),
     (["--tokens", "8", "--chunks", "9"], "num_chunks=9 must be <= tokens=8"),
     (["-a", "ring"], "algorithm='ring' is not available for all_to_all; expected one of"),
-    (["--ffn-hidden-size", "10000000"], "or a smaller --ffn-hidden-size, --experts or "
-                                        "--hidden-size (a worker's tokens are "),
-    (["--tokens", "100000000"], "or a smaller --tokens or --hidden-size (a worker's tokens are "
-                                "953.67 GiB and its expert weights 8.00 MiB"),
+    (["--ffn-hidden-size", "10000000"], "so not even one fits; use a smaller "
+                                        "--ffn-hidden-size, --experts or --hidden-size (a "
+                                        "worker's tokens are "),
+    (["--tokens", "100000000"], "so not even one fits; use a smaller --tokens or --hidden-size "
+                                "(a worker's tokens are 953.67 GiB and its expert weights "
+                                "8.00 MiB"),
 ])
 def test_moe_refusals_before_any_process(no_launch, capsys, argv, match):
     try:

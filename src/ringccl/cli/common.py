@@ -313,7 +313,9 @@ def check_nproc(args, buffer_bytes: int = 0, size_flag: str | None = None, *,
         hint = (f"a smaller {size_flag} (the collective's buffer is "
                 f"{units.format_size(buffer_bytes)} per rank, peaking at about "
                 f"{resources.RUN_BUFFER_FACTOR}x that in each worker)")
-    if hint is not None:
+    within_cores = args.nproc <= resources.MAX_PROCESSES_PER_CORE * resources.usable_cores()
+    if hint is not None and (within_cores or getattr(args, "oversubscribe", False)):
+        # beyond the cores, --nproc is what to change first (check_processes names it)
         _check_one_worker(extra, hint, size_flag if value is None else f"{size_flag} {value}")
     try:
         resources.check_processes(args.nproc, resources.WORKER_BYTES + extra,
