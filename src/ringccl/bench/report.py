@@ -14,17 +14,16 @@ from ..collectives import get_collective
 from ..ops import parse_op
 from ..args import image_format
 from ..units import format_size
+from .nccl_tests import PROGRAMS
 from .spec import BUILTIN, PLACEMENTS, BenchSpec, run_count
 
 __all__ = ["row_label", "format_nccl_tests", "CSV_FIELDS", "format_csv", "best_placement",
            "plot_busbw", "Sweep", "run_report", "RankPlace", "rank_places", "NCCL_TESTS_PROGRAMS"]
 
-#: the nccl-tests program that measures each of ringccl's collectives (nccl-tests ``src/``:
-#: ``alltoall.cu`` builds ``alltoall_perf``, ...)
-NCCL_TESTS_PROGRAMS = {"all_reduce": "all_reduce_perf", "all_gather": "all_gather_perf",
-                       "reduce_scatter": "reduce_scatter_perf", "broadcast": "broadcast_perf",
-                       "reduce": "reduce_perf", "all_to_all": "alltoall_perf",
-                       "scatter": "scatter_perf", "gather": "gather_perf"}
+#: the nccl-tests program that measures each collective: the reader's table
+#: (:data:`.nccl_tests.PROGRAMS`) turned round; a collective nccl-tests has no program for
+#: (scatter, gather) is named ``<collective>_perf`` where it is printed
+NCCL_TESTS_PROGRAMS = {c: f"{p}_perf" for p, c in PROGRAMS.items()}
 
 
 @dataclass(frozen=True)
